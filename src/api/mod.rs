@@ -1,0 +1,14 @@
+//! Wire types of the interface (`shared/spec/interface.md`) and of DESIGN.md §2, shared by the
+//! server and the HTTP client, plus the helpers both sides need: paths, ranges, times.
+
+pub mod envelope;
+pub mod error;
+pub mod path;
+pub mod range;
+pub mod types;
+
+pub use envelope::{Envelope, ErrorObject};
+pub use error::{Error, ErrorKind, Result};
+pub use path::NodePath;
+pub use range::RangeRequest;
+pub use types::*;

@@ -1,0 +1,245 @@
+//! Node paths (`/nodes/pth/{account}/{vault}/{folders...}/{name}`): the one place that parses,
+//! validates and encodes them. The request line carries percent-encoded UTF-8 segments; `uri`
+//! fields and `dst_uri` carry the decoded path.
+
+use std::fmt;
+
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
+
+use super::error::{Error, Result};
+
+pub const NODES_PREFIX: &str = "/nodes/pth";
+
+/// Longest name, in bytes, that a node may have (NAME_MAX of the filesystems we mount on).
+pub const MAX_NAME_BYTES: usize = 255;
+
+/// Everything but RFC 3986's unreserved characters is encoded in a segment.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// A validated path below `/nodes/pth`: empty for the root, then account, vault, folders, name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodePath {
+    segments: Vec<String>,
+}
+
+/// Checks one node name: not empty, not `.` or `..`, no `/` or NUL, at most 255 bytes.
+pub fn validate_name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::bad_path("empty path segment or name"));
+    }
+    if name == "." || name == ".." {
+        return Err(Error::bad_path(format!(
+            "`{name}` is not allowed as a path segment"
+        )));
+    }
+    if name.contains('/') {
+        return Err(Error::bad_path("a name cannot contain `/`"));
+    }
+    if name.contains('\0') {
+        return Err(Error::bad_path("a name cannot contain NUL"));
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(Error::bad_path(format!(
+            "a name is at most {MAX_NAME_BYTES} bytes"
+        )));
+    }
+    Ok(())
+}
+
+impl NodePath {
+    pub fn root() -> Self {
+        NodePath::default()
+    }
+
+    pub fn from_segments<I, S>(segments: I) -> Result<Self>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let segments: Vec<String> = segments.into_iter().map(Into::into).collect();
+        for s in &segments {
+            validate_name(s)?;
+        }
+        Ok(NodePath { segments })
+    }
+
+    /// Parses the part of a request path after `/nodes/pth` (e.g. `/Acme/My%20First%20Vault`),
+    /// percent-decoding each segment. An encoded `/`, `.`/`..` in any spelling, NUL, invalid UTF-8
+    /// and empty segments are `bad_path`. One trailing slash is tolerated.
+    pub fn parse_encoded(rest: &str) -> Result<Self> {
+        let rest = match rest.strip_prefix('/') {
+            Some(r) => r,
+            None if rest.is_empty() => return Ok(NodePath::root()),
+            None => return Err(Error::bad_path("path must start with `/`")),
+        };
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        if rest.is_empty() {
+            return Ok(NodePath::root());
+        }
+        let mut segments = Vec::new();
+        for raw in rest.split('/') {
+            let decoded = percent_decode_str(raw)
+                .decode_utf8()
+                .map_err(|_| Error::bad_path("path segment is not valid UTF-8"))?;
+            validate_name(&decoded)?;
+            segments.push(decoded.into_owned());
+        }
+        Ok(NodePath { segments })
+    }
+
+    /// Parses a decoded `/nodes/pth/...` path, as found in `uri` and `dst_uri` fields.
+    pub fn parse_uri(uri: &str) -> Result<Self> {
+        let rest = uri
+            .strip_prefix(NODES_PREFIX)
+            .filter(|r| r.is_empty() || r.starts_with('/'))
+            .ok_or_else(|| {
+                Error::bad_path(format!("`{uri}` does not begin with {NODES_PREFIX}"))
+            })?;
+        let rest = rest.strip_prefix('/').unwrap_or(rest);
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        if rest.is_empty() {
+            return Ok(NodePath::root());
+        }
+        Self::from_segments(rest.split('/'))
+    }
+
+    pub fn segments(&self) -> &[String] {
+        &self.segments
+    }
+    pub fn is_root(&self) -> bool {
+        self.segments.is_empty()
+    }
+    pub fn depth(&self) -> usize {
+        self.segments.len()
+    }
+    /// The account this path is in (its first segment).
+    pub fn account(&self) -> Option<&str> {
+        self.segments.first().map(String::as_str)
+    }
+    pub fn name(&self) -> Option<&str> {
+        self.segments.last().map(String::as_str)
+    }
+    pub fn parent(&self) -> Option<NodePath> {
+        let (_, head) = self.segments.split_last()?;
+        Some(NodePath {
+            segments: head.to_vec(),
+        })
+    }
+    pub fn child(&self, name: &str) -> Result<NodePath> {
+        validate_name(name)?;
+        let mut segments = self.segments.clone();
+        segments.push(name.to_string());
+        Ok(NodePath { segments })
+    }
+    /// True when `self` is `other` or one of its ancestors.
+    pub fn contains(&self, other: &NodePath) -> bool {
+        other.segments.starts_with(&self.segments)
+    }
+
+    /// The decoded form used in `uri` fields: `/nodes/pth/Acme/My First Vault`.
+    pub fn uri(&self) -> String {
+        let mut s = String::from(NODES_PREFIX);
+        for seg in &self.segments {
+            s.push('/');
+            s.push_str(seg);
+        }
+        s
+    }
+
+    /// The percent-encoded form for a request line: `/nodes/pth/Acme/My%20First%20Vault`.
+    pub fn encoded(&self) -> String {
+        let mut s = String::from(NODES_PREFIX);
+        for seg in &self.segments {
+            s.push('/');
+            s.extend(utf8_percent_encode(seg, SEGMENT));
+        }
+        s
+    }
+}
+
+impl fmt::Display for NodePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.uri())
+    }
+}
+
+/// Percent-encodes one segment (IDs, names) for a request line.
+pub fn encode_segment(s: &str) -> String {
+    utf8_percent_encode(s, SEGMENT).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_encodes_round_trip() {
+        let p = NodePath::parse_encoded("/Acme/My%20First%20Vault/r%C3%A9sum%C3%A9.txt").unwrap();
+        assert_eq!(p.segments(), ["Acme", "My First Vault", "résumé.txt"]);
+        assert_eq!(p.uri(), "/nodes/pth/Acme/My First Vault/résumé.txt");
+        assert_eq!(
+            p.encoded(),
+            "/nodes/pth/Acme/My%20First%20Vault/r%C3%A9sum%C3%A9.txt"
+        );
+        assert_eq!(
+            NodePath::parse_encoded(&p.encoded()[NODES_PREFIX.len()..]).unwrap(),
+            p
+        );
+        assert_eq!(NodePath::parse_uri(&p.uri()).unwrap(), p);
+    }
+
+    #[test]
+    fn rejects_traversal_in_every_spelling() {
+        for bad in [
+            "/a/../b",
+            "/a/./b",
+            "/a/%2e%2e/b",
+            "/a/%2E%2E",
+            "/a/.%2e",
+            "/a/%2e",
+            "/a/b%2Fc",
+            "/a/b%2fc",
+            "/a//b",
+            "/a/%00",
+            "/a/b%00c",
+            "/a/%ff",
+            "a/b",
+        ] {
+            let err = NodePath::parse_encoded(bad).unwrap_err();
+            assert_eq!(err.code, "bad_path", "{bad}");
+        }
+        for bad in [
+            "/nodes/pth/a/../b",
+            "/nodes/pthx/a",
+            "/other/a",
+            "nodes/pth/a",
+            "/nodes/pth/a//b",
+        ] {
+            assert_eq!(
+                NodePath::parse_uri(bad).unwrap_err().code,
+                "bad_path",
+                "{bad}"
+            );
+        }
+        assert!(NodePath::parse_encoded(&format!("/{}", "x".repeat(256))).is_err());
+        assert!(NodePath::parse_encoded(&format!("/{}", "x".repeat(255))).is_ok());
+    }
+
+    #[test]
+    fn root_and_trailing_slash() {
+        assert!(NodePath::parse_encoded("").unwrap().is_root());
+        assert!(NodePath::parse_encoded("/").unwrap().is_root());
+        assert_eq!(
+            NodePath::parse_encoded("/a/b/").unwrap().segments(),
+            ["a", "b"]
+        );
+        assert!(NodePath::parse_uri("/nodes/pth").unwrap().is_root());
+        let p = NodePath::parse_uri("/nodes/pth/a/b").unwrap();
+        assert!(p.parent().unwrap().contains(&p));
+        assert!(!p.contains(&p.parent().unwrap()));
+    }
+}

@@ -1,0 +1,300 @@
+//! The objects of the interface: nodes (file, folder, vault, account), request bodies, the pin
+//! exchange and preview metadata. Unknown fields are ignored and optional ones tolerated, so the
+//! client also reads the public service's richer objects.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::path::encode_segment;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeType {
+    AccountNodeType,
+    VaultNodeType,
+    FolderNodeType,
+    FileNodeType,
+    /// A type this client does not know (treated as a folder when it has children).
+    #[default]
+    #[serde(other)]
+    Unknown,
+}
+
+impl NodeType {
+    pub fn is_file(self) -> bool {
+        self == NodeType::FileNodeType
+    }
+}
+
+/// The file object (and, with `children`, the folder object) of the interface.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    #[serde(default)]
+    pub name: String,
+    /// Decoded path: `/nodes/pth/Acme/My First Vault/a.txt`.
+    #[serde(default)]
+    pub uri: String,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_string"
+    )]
+    pub id: Option<String>,
+    #[serde(rename = "nodeType", default)]
+    pub node_type: NodeType,
+    #[serde(rename = "createdOn", default, skip_serializing_if = "Option::is_none")]
+    pub created_on: Option<String>,
+    #[serde(
+        rename = "modifiedOn",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub modified_on: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub md5_checksum: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_children: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub children: Option<Vec<Node>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_uri: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview_link_uri: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub download_link_uri: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub download_uri: Option<String>,
+    #[serde(
+        rename = "fileExProperties",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub file_ex_properties: Option<FileExProperties>,
+}
+
+/// Present after upload step 2: where step 3 sends the bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileExProperties {
+    /// `/nodes/upload/{file_id}/{version_id}`
+    #[serde(default)]
+    pub upload_uri: String,
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub version_id: Option<String>,
+}
+
+/// IDs are opaque strings, but the reference types some as numbers: accept both.
+fn lenient_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(match Option::<serde_json::Value>::deserialize(d)? {
+        Some(serde_json::Value::String(s)) => Some(s),
+        Some(serde_json::Value::Number(n)) => Some(n.to_string()),
+        _ => None,
+    })
+}
+
+impl Node {
+    /// The file ID: `id`, or else the value after `&id=` of one of the links (spec §4.3).
+    pub fn file_id(&self) -> Option<String> {
+        if let Some(id) = &self.id {
+            return Some(id.clone());
+        }
+        [
+            &self.link_uri,
+            &self.preview_link_uri,
+            &self.download_link_uri,
+        ]
+        .into_iter()
+        .flatten()
+        .find_map(|l| l.rsplit_once("&id=").map(|(_, id)| id.to_string()))
+    }
+
+    pub fn is_file(&self) -> bool {
+        self.node_type.is_file()
+    }
+
+    pub fn modified_time(&self) -> Option<SystemTime> {
+        self.modified_on.as_deref().and_then(parse_time)
+    }
+
+    pub fn created_time(&self) -> Option<SystemTime> {
+        self.created_on.as_deref().and_then(parse_time)
+    }
+}
+
+/// The links of a file object. Each ends in `&id=<id>` (spec §2) and names a route of the server.
+pub fn file_links(node: &mut Node, id: &str) {
+    let enc = encode_segment(id);
+    node.link_uri = Some(format!("/files/id/Document/{enc}?view=info&id={id}"));
+    node.preview_link_uri = Some(format!("/preview/id/Document/{enc}?view=preview&id={id}"));
+    node.download_link_uri = Some(format!("/files/id/Document/{enc}?download=1&id={id}"));
+    node.download_uri = Some(format!("/files/id/Document/{enc}"));
+}
+
+/// RFC 3339 in UTC with the precision the time has, e.g. `2026-11-21T10:00:00.123456789Z`.
+pub fn format_time(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let dt = time::OffsetDateTime::UNIX_EPOCH
+        + time::Duration::new(d.as_secs() as i64, d.subsec_nanos() as i32);
+    dt.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+pub fn parse_time(s: &str) -> Option<SystemTime> {
+    let dt = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()?;
+    let nanos = dt.unix_timestamp_nanos();
+    if nanos < 0 {
+        return Some(UNIX_EPOCH);
+    }
+    Some(UNIX_EPOCH + Duration::from_nanos(nanos as u64))
+}
+
+// ----- request bodies -----
+
+/// Upload step 1: `{"create_file": [{"name": "a.txt"}]}`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CreateFileRequest {
+    pub create_file: Vec<NameEntry>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NameEntry {
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// Upload step 2: `{"length": 123, "md5_checksum": "..."}`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct VersionRequest {
+    #[serde(default)]
+    pub length: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub md5_checksum: Option<String>,
+}
+
+/// The object under `copy` or `move`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Transfer {
+    #[serde(default)]
+    pub dst_uri: Option<String>,
+    #[serde(default)]
+    pub replace: Option<String>,
+}
+
+/// `replace` of a copy or move, matched case-insensitively.
+pub fn parse_replace(s: &str) -> Option<bool> {
+    match s.to_ascii_lowercase().as_str() {
+        "replace" => Some(true),
+        "fail" => Some(false),
+        _ => None,
+    }
+}
+
+// ----- pin exchange -----
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PinEndRequest {
+    #[serde(default)]
+    pub client_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PinEndResponse {
+    pub authorization_uri: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PinAuthRequest {
+    #[serde(default)]
+    pub user_email: Option<String>,
+    #[serde(default)]
+    pub pin_info: Option<PinInfo>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PinInfo {
+    #[serde(default)]
+    pub client_id: Option<String>,
+    /// A number on the wire; a string of digits is accepted too.
+    #[serde(
+        default,
+        deserialize_with = "lenient_string",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pin: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PinAuthResponse {
+    pub token: String,
+    /// Seconds until the token expires.
+    pub expires_in: u64,
+    /// The user's e-mail address.
+    pub id: String,
+}
+
+// ----- previews -----
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PreviewStatus {
+    Ready,
+    InProgress,
+    #[default]
+    #[serde(other)]
+    TypeNotSupported,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PreviewMeta {
+    #[serde(default)]
+    pub status: PreviewStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pdf_uri: Option<String>,
+    #[serde(default)]
+    pub pages: Vec<PreviewPage>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreviewPage {
+    pub page_number: u32,
+    pub page_uri: String,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// `scale`, `max_width`, `max_height` of a page request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageSize {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_width: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_height: Option<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_reads_public_service_shapes() {
+        let json = r#"{"name":"a.txt","uri":"/nodes/pth/A/V/a.txt","nodeType":"FileNodeType","size":3,
+            "link_uri":"https://x/y?type=Document&id=4711","extra":{"k":1},"createdOn":"2024-01-02T03:04:05Z"}"#;
+        let n: Node = serde_json::from_str(json).unwrap();
+        assert_eq!(n.file_id().as_deref(), Some("4711"));
+        assert!(n.is_file());
+        assert!(n.created_time().is_some());
+        let n: Node = serde_json::from_str(r#"{"id": 12, "nodeType": "SomethingNew"}"#).unwrap();
+        assert_eq!(n.id.as_deref(), Some("12"));
+        assert_eq!(n.node_type, NodeType::Unknown);
+    }
+
+    #[test]
+    fn time_round_trip() {
+        let t = UNIX_EPOCH + Duration::new(1_700_000_000, 123_456_789);
+        let s = format_time(t);
+        assert_eq!(s, "2023-11-14T22:13:20.123456789Z");
+        assert_eq!(parse_time(&s), Some(t));
+    }
+}

@@ -1,0 +1,270 @@
+//! The backend over the built-in store, in process: what `vaultfs mount` uses by default and
+//! what `vaultfs serve` exposes. Store calls run on blocking threads; upload bytes are hashed and
+//! written on one blocking thread fed through a bounded channel, so the network side and the disk
+//! side overlap and memory stays bounded.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+
+use super::{Backend, ByteStream, Download, PreviewImage};
+use crate::api::{
+    Error, ErrorKind, Node, NodePath, PageSize, PreviewMeta, PreviewStatus, RangeRequest, Result,
+};
+use crate::store::{Scope, Store, TransferMode, length_mismatch};
+
+/// Size of the chunks a download is read in.
+const READ_CHUNK: usize = 256 * 1024;
+/// Chunks in flight between the network and the disk during an upload.
+const UPLOAD_QUEUE: usize = 16;
+
+#[derive(Clone)]
+pub struct LocalBackend {
+    store: Arc<Store>,
+    scope: Scope,
+}
+
+impl LocalBackend {
+    /// Everything in the store (the local mount).
+    pub fn new(store: Arc<Store>) -> Self {
+        LocalBackend {
+            store,
+            scope: Scope::All,
+        }
+    }
+
+    /// One account's nodes only (a request of `vaultfs serve`).
+    pub fn for_account(store: Arc<Store>, account_id: i64) -> Self {
+        LocalBackend {
+            store,
+            scope: Scope::Account(account_id),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Runs a store call on a blocking thread.
+    async fn run<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Store, Scope) -> Result<T> + Send + 'static,
+    {
+        let store = self.store.clone();
+        let scope = self.scope;
+        tokio::task::spawn_blocking(move || f(&store, scope))
+            .await
+            .map_err(|e| Error::internal(format!("store task failed: {e}")))?
+    }
+}
+
+enum Chunk {
+    Data(Bytes),
+    /// The body broke off: the staging file must not be committed.
+    Abort,
+}
+
+impl Backend for LocalBackend {
+    async fn node(&self, path: &NodePath) -> Result<Node> {
+        let path = path.clone();
+        self.run(move |s, scope| s.node(scope, &path)).await
+    }
+
+    async fn list(&self, path: &NodePath, page: u64, per_page: u64) -> Result<Node> {
+        let path = path.clone();
+        self.run(move |s, scope| s.list(scope, &path, page, per_page))
+            .await
+    }
+
+    async fn create_folder(&self, path: &NodePath) -> Result<Node> {
+        let path = path.clone();
+        self.run(move |s, scope| s.create_folder(scope, &path))
+            .await
+    }
+
+    async fn create_file(&self, folder: &NodePath, name: &str) -> Result<Node> {
+        let (folder, name) = (folder.clone(), name.to_string());
+        self.run(move |s, scope| s.create_file(scope, &folder, &name))
+            .await
+    }
+
+    async fn begin_version(&self, file_id: &str, length: u64, md5: Option<&str>) -> Result<Node> {
+        let (id, md5) = (file_id.to_string(), md5.map(str::to_string));
+        self.run(move |s, scope| s.begin_version(scope, &id, length, md5.as_deref()))
+            .await
+    }
+
+    async fn upload(
+        &self,
+        file_id: &str,
+        version_id: &str,
+        _length: u64,
+        mut body: ByteStream,
+    ) -> Result<Node> {
+        let (id, vid) = (file_id.to_string(), version_id.to_string());
+        // The version's own length is what counts; stop reading as soon as the body exceeds it.
+        let pending = {
+            let (id, vid) = (id.clone(), vid.clone());
+            self.run(move |s, scope| s.pending_upload(scope, &id, &vid))
+                .await?
+        };
+        let expected = pending.length;
+        let (tx, mut rx) = mpsc::channel::<Chunk>(UPLOAD_QUEUE);
+        let store = self.store.clone();
+        let scope = self.scope;
+        let writer = tokio::task::spawn_blocking(move || -> Result<Node> {
+            let mut w = store.blob_writer()?;
+            loop {
+                match rx.blocking_recv() {
+                    Some(Chunk::Data(b)) => {
+                        if w.len() + b.len() as u64 > expected {
+                            return Err(length_mismatch(expected, w.len() + b.len() as u64));
+                        }
+                        w.write(&b)?;
+                    }
+                    Some(Chunk::Abort) => {
+                        return Err(Error::bad_request(
+                            "upload_interrupted",
+                            "the upload was interrupted",
+                        ));
+                    }
+                    None => break,
+                }
+            }
+            let staged = w.finish()?;
+            store.commit_upload(scope, &id, &vid, staged)
+        });
+        while let Some(item) = body.next().await {
+            let msg = match item {
+                Ok(b) if b.is_empty() => continue,
+                Ok(b) => Chunk::Data(b),
+                Err(e) => {
+                    log::debug!("upload body broke off: {e}");
+                    Chunk::Abort
+                }
+            };
+            let abort = matches!(msg, Chunk::Abort);
+            if tx.send(msg).await.is_err() || abort {
+                break; // the writer stopped (length exceeded, disk error) or the body failed
+            }
+        }
+        drop(tx);
+        writer
+            .await
+            .map_err(|e| Error::internal(format!("upload task failed: {e}")))?
+    }
+
+    async fn download(&self, file_id: &str, range: Option<RangeRequest>) -> Result<Download> {
+        let id = file_id.to_string();
+        self.run(move |s, scope| {
+            let (node, file) = s.open_file(scope, &id)?;
+            let total_size = node.size.unwrap_or(0);
+            let resolved = range.map(|r| r.resolve(total_size)).transpose()?;
+            let (start, len) = match resolved {
+                Some((a, b)) => (a, b - a + 1),
+                None => (0, total_size),
+            };
+            let body: ByteStream = match file {
+                Some(mut f) => {
+                    f.seek(SeekFrom::Start(start))?;
+                    read_stream(f.take(len))
+                }
+                None => Box::pin(futures_util::stream::empty()),
+            };
+            Ok(Download {
+                node,
+                total_size,
+                range: resolved,
+                body,
+            })
+        })
+        .await
+    }
+
+    async fn copy(&self, src: &NodePath, dst: &NodePath, replace: bool) -> Result<Node> {
+        let (src, dst) = (src.clone(), dst.clone());
+        self.run(move |s, scope| s.transfer(scope, &src, &dst, replace, TransferMode::Copy))
+            .await
+    }
+
+    async fn rename(&self, src: &NodePath, dst: &NodePath, replace: bool) -> Result<Node> {
+        let (src, dst) = (src.clone(), dst.clone());
+        self.run(move |s, scope| s.transfer(scope, &src, &dst, replace, TransferMode::Move))
+            .await
+    }
+
+    async fn delete(&self, path: &NodePath) -> Result<()> {
+        let path = path.clone();
+        self.run(move |s, scope| s.delete(scope, &path)).await
+    }
+
+    // Preview generation is its own piece of work; until it exists every file answers
+    // TypeNotSupported, honestly, after the usual ID and account checks.
+    async fn preview(&self, file_id: &str) -> Result<PreviewMeta> {
+        let id = file_id.to_string();
+        self.run(move |s, scope| s.file(scope, &id)).await?;
+        Ok(PreviewMeta {
+            status: PreviewStatus::TypeNotSupported,
+            pdf_uri: None,
+            pages: Vec::new(),
+        })
+    }
+
+    async fn preview_page(
+        &self,
+        file_id: &str,
+        _page: u32,
+        _size: PageSize,
+    ) -> Result<PreviewImage> {
+        self.preview(file_id).await?;
+        Err(no_preview())
+    }
+
+    async fn preview_pdf(&self, file_id: &str) -> Result<Download> {
+        self.preview(file_id).await?;
+        Err(no_preview())
+    }
+}
+
+fn no_preview() -> Error {
+    Error::new(
+        ErrorKind::NotFound,
+        "preview_not_supported",
+        "this file type has no preview",
+    )
+}
+
+/// Streams a blocking reader in chunks from a blocking thread, through a small bounded queue.
+fn read_stream<R: Read + Send + 'static>(mut reader: R) -> ByteStream {
+    let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(4);
+    tokio::task::spawn_blocking(move || {
+        loop {
+            let mut buf = vec![0u8; READ_CHUNK];
+            match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    buf.truncate(n);
+                    if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
+                        break; // the receiver went away (client disconnected)
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(e));
+                    break;
+                }
+            }
+        }
+    });
+    Box::pin(tokio_stream_from(rx))
+}
+
+fn tokio_stream_from<T: Send + 'static>(
+    mut rx: mpsc::Receiver<T>,
+) -> impl futures_util::Stream<Item = T> + Send {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}

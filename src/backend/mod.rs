@@ -1,0 +1,130 @@
+//! The interface as async Rust calls. The mount and the server are written against
+//! [`Backend`]; [`local::LocalBackend`] implements it in process over the store, and the remote
+//! backend over HTTP.
+
+pub mod local;
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+
+use bytes::Bytes;
+use futures_util::Stream;
+
+use crate::api::{Node, NodePath, PageSize, PreviewMeta, RangeRequest, Result};
+
+/// A body of bytes flowing in either direction, never held whole in memory.
+pub type ByteStream = Pin<Box<dyn Stream<Item = io::Result<Bytes>> + Send + 'static>>;
+
+/// A download in progress: what is being sent, and the bytes.
+pub struct Download {
+    /// The file as it is now (name, size, md5, times).
+    pub node: Node,
+    /// Size of the whole file.
+    pub total_size: u64,
+    /// The inclusive byte range being sent, when a range was asked for.
+    pub range: Option<(u64, u64)>,
+    pub body: ByteStream,
+}
+
+impl Download {
+    /// Number of bytes `body` yields.
+    pub fn len(&self) -> u64 {
+        match self.range {
+            Some((a, b)) => b - a + 1,
+            None => self.total_size,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A rendered preview page.
+pub struct PreviewImage {
+    pub content_type: String,
+    pub data: Bytes,
+}
+
+/// The interface of the document store (spec §4 and DESIGN.md §2).
+pub trait Backend: Send + Sync + 'static {
+    /// The node at `path` (spec 4.1, without children).
+    fn node(&self, path: &NodePath) -> impl Future<Output = Result<Node>> + Send;
+
+    /// The node at `path` with one page of its children and `total_children` (`children=1`).
+    fn list(
+        &self,
+        path: &NodePath,
+        page: u64,
+        per_page: u64,
+    ) -> impl Future<Output = Result<Node>> + Send;
+
+    /// Creates the folder `path`; its parent must exist.
+    fn create_folder(&self, path: &NodePath) -> impl Future<Output = Result<Node>> + Send;
+
+    /// Upload step 1: the file `name` in `folder` (returned as it is when it exists).
+    fn create_file(
+        &self,
+        folder: &NodePath,
+        name: &str,
+    ) -> impl Future<Output = Result<Node>> + Send;
+
+    /// Upload step 2: a new version of `length` bytes; the node's `fileExProperties` says where
+    /// to send them.
+    fn begin_version(
+        &self,
+        file_id: &str,
+        length: u64,
+        md5: Option<&str>,
+    ) -> impl Future<Output = Result<Node>> + Send;
+
+    /// Upload step 3: the bytes of the version, streamed. `length` is the length of step 2.
+    fn upload(
+        &self,
+        file_id: &str,
+        version_id: &str,
+        length: u64,
+        body: ByteStream,
+    ) -> impl Future<Output = Result<Node>> + Send;
+
+    /// The content of a file, whole or one range.
+    fn download(
+        &self,
+        file_id: &str,
+        range: Option<RangeRequest>,
+    ) -> impl Future<Output = Result<Download>> + Send;
+
+    /// Copies `src` to `dst` (full path, name included).
+    fn copy(
+        &self,
+        src: &NodePath,
+        dst: &NodePath,
+        replace: bool,
+    ) -> impl Future<Output = Result<Node>> + Send;
+
+    /// Moves (renames) `src` to `dst`.
+    fn rename(
+        &self,
+        src: &NodePath,
+        dst: &NodePath,
+        replace: bool,
+    ) -> impl Future<Output = Result<Node>> + Send;
+
+    /// Deletes a file, or a folder with everything under it.
+    fn delete(&self, path: &NodePath) -> impl Future<Output = Result<()>> + Send;
+
+    /// Preview metadata of a file.
+    fn preview(&self, file_id: &str) -> impl Future<Output = Result<PreviewMeta>> + Send;
+
+    /// One preview page, as an image.
+    fn preview_page(
+        &self,
+        file_id: &str,
+        page: u32,
+        size: PageSize,
+    ) -> impl Future<Output = Result<PreviewImage>> + Send;
+
+    /// The whole document as PDF.
+    fn preview_pdf(&self, file_id: &str) -> impl Future<Output = Result<Download>> + Send;
+}

@@ -1,0 +1,132 @@
+//! The `vaultfs` command: a thin layer of argument parsing over the server, the store and (later)
+//! the mount.
+
+mod users;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::server::{self, ServerOptions};
+use crate::store::{Store, StoreConfig};
+
+#[derive(Parser)]
+#[command(name = "vaultfs", version, about = "A document store as an ordinary folder", long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the built-in store over HTTP: the whole interface, with pin-based login.
+    ///
+    /// Users are created with `vaultfs user add`; clients log in with `vaultfs login`.
+    Serve(ServeArgs),
+    /// Manage the users of the built-in server (run against its data directory).
+    #[command(subcommand)]
+    User(users::UserCommand),
+    /// Manage the client IDs that may ask for pins (`vaultfs` is always registered).
+    #[command(subcommand)]
+    Client(users::ClientCommand),
+}
+
+/// Where the built-in store keeps its data.
+#[derive(Args, Clone)]
+pub struct DataDir {
+    /// Data directory of the built-in store [default: $XDG_DATA_HOME/vaultfs, or ~/.local/share/vaultfs]
+    #[arg(long, env = "VAULTFS_DATA_DIR", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+impl DataDir {
+    pub fn path(&self) -> PathBuf {
+        self.data_dir.clone().unwrap_or_else(default_data_dir)
+    }
+}
+
+/// `$XDG_DATA_HOME/vaultfs`, or `~/.local/share/vaultfs`.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("vaultfs");
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/"));
+    home.join(".local/share/vaultfs")
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    data: DataDir,
+    /// Address and port to listen on
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+    listen: SocketAddr,
+    /// Largest file an upload may announce, in bytes
+    #[arg(long, default_value_t = 1 << 40, value_name = "BYTES")]
+    max_file_size: u64,
+    /// Largest JSON request body, in bytes
+    #[arg(long, default_value_t = 64 * 1024, value_name = "BYTES")]
+    max_json_body: usize,
+    /// Lifetime of the tokens handed out by `/pin/auth`, in seconds (default: 14 days)
+    #[arg(long, default_value_t = 14 * 24 * 3600, value_name = "SECONDS")]
+    token_ttl: u64,
+    /// Base URL of this server as browsers reach it, for the authorization link
+    /// [default: http://<Host header of the request>]
+    #[arg(long, value_name = "URL")]
+    public_url: Option<String>,
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vaultfs: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+}
+
+fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+    match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::User(cmd) => users::user(cmd),
+        Command::Client(cmd) => users::client(cmd),
+    }
+}
+
+fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let config = StoreConfig {
+        max_file_size: args.max_file_size,
+        token_ttl: Duration::from_secs(args.token_ttl),
+    };
+    let dir = args.data.path();
+    let store = Arc::new(
+        Store::open(&dir, config)
+            .map_err(|e| format!("cannot open the store in {}: {e}", dir.display()))?,
+    );
+    let options = ServerOptions {
+        max_json_body: args.max_json_body,
+        public_url: args.public_url,
+    };
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+        server::serve(listener, store, options).await?;
+        Ok(())
+    })
+}

@@ -1,0 +1,158 @@
+//! `vaultfs user ...` and `vaultfs client ...`: operator commands on the server's data directory
+//! (safe while the server runs: the database takes concurrent writers).
+
+use std::io::{BufRead, IsTerminal, Write};
+
+use clap::Subcommand;
+
+use super::DataDir;
+use crate::store::{Store, StoreConfig};
+
+#[derive(Subcommand)]
+pub enum UserCommand {
+    /// Add a user; the password is read from standard input (first line).
+    ///
+    /// A new account gets a vault "My First Vault".
+    Add {
+        /// The user's e-mail address (their login)
+        email: String,
+        /// The account the user belongs to (created if new)
+        #[arg(long)]
+        account: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// List users with their account and number of live tokens.
+    List {
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Remove a user, their pins and their tokens (the account's files stay).
+    Remove {
+        email: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Revoke every token of a user (they must log in again).
+    Revoke {
+        email: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum ClientCommand {
+    /// Register a client ID that may ask for pins.
+    Add {
+        client_id: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+}
+
+type CmdResult = Result<(), Box<dyn std::error::Error>>;
+
+fn open(data: &DataDir) -> Result<Store, Box<dyn std::error::Error>> {
+    let dir = data.path();
+    Ok(Store::open(&dir, StoreConfig::default())
+        .map_err(|e| format!("cannot open the store in {}: {e}", dir.display()))?)
+}
+
+pub fn user(cmd: UserCommand) -> CmdResult {
+    match cmd {
+        UserCommand::Add {
+            email,
+            account,
+            data,
+        } => {
+            let password = read_password()?;
+            open(&data)?.add_user(&email, &account, &password)?;
+            println!("added {email} to account {account}");
+        }
+        UserCommand::List { data } => {
+            let users = open(&data)?.list_users()?;
+            println!("{:<32} {:<24} {:<10} CREATED", "EMAIL", "ACCOUNT", "TOKENS");
+            for u in users {
+                let created = crate::api::format_time(crate::store::ns_to_time(u.created_on));
+                println!(
+                    "{:<32} {:<24} {:<10} {}",
+                    u.email,
+                    u.account,
+                    u.active_tokens,
+                    &created[..19]
+                );
+            }
+        }
+        UserCommand::Remove { email, data } => {
+            open(&data)?.remove_user(&email)?;
+            println!("removed {email}");
+        }
+        UserCommand::Revoke { email, data } => {
+            let n = open(&data)?.revoke_tokens(&email)?;
+            println!("revoked {n} token(s) of {email}");
+        }
+    }
+    Ok(())
+}
+
+pub fn client(cmd: ClientCommand) -> CmdResult {
+    match cmd {
+        ClientCommand::Add { client_id, data } => {
+            open(&data)?.add_client(&client_id)?;
+            println!("registered client {client_id}");
+        }
+    }
+    Ok(())
+}
+
+/// The first line of standard input; on a terminal, asked for without echo.
+fn read_password() -> Result<String, Box<dyn std::error::Error>> {
+    let stdin = std::io::stdin();
+    let tty = stdin.is_terminal();
+    let mut line = String::new();
+    if tty {
+        eprint!("Password: ");
+        std::io::stderr().flush()?;
+        let _echo = EchoOff::new();
+        stdin.lock().read_line(&mut line)?;
+        eprintln!();
+    } else {
+        stdin.lock().read_line(&mut line)?;
+    }
+    let pw = line.trim_end_matches(['\r', '\n']).to_string();
+    if pw.is_empty() {
+        return Err("no password given on standard input".into());
+    }
+    Ok(pw)
+}
+
+/// Turns terminal echo off for as long as it lives.
+struct EchoOff(Option<libc::termios>);
+
+impl EchoOff {
+    fn new() -> EchoOff {
+        // SAFETY: tcgetattr/tcsetattr on fd 0 with a zeroed termios they fill in.
+        unsafe {
+            let mut t: libc::termios = std::mem::zeroed();
+            if libc::tcgetattr(0, &mut t) != 0 {
+                return EchoOff(None);
+            }
+            let saved = t;
+            t.c_lflag &= !libc::ECHO;
+            libc::tcsetattr(0, libc::TCSANOW, &t);
+            EchoOff(Some(saved))
+        }
+    }
+}
+
+impl Drop for EchoOff {
+    fn drop(&mut self) {
+        if let Some(t) = self.0 {
+            // SAFETY: restores the settings read in `new`.
+            unsafe {
+                libc::tcsetattr(0, libc::TCSANOW, &t);
+            }
+        }
+    }
+}

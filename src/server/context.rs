@@ -1,0 +1,99 @@
+//! Per-request context: a request id (in each error's `instance_guid` and in the log line), an
+//! access log line, panics turned into 500s, and every error response that did not come from our
+//! handlers (the framework's own rejections: body too large, wrong method...) put into the
+//! error envelope.
+
+use std::panic::AssertUnwindSafe;
+use std::time::Instant;
+
+use axum::extract::Request;
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::Response;
+use futures_util::FutureExt;
+
+use super::reply::error_response;
+use crate::api::{Error, ErrorKind};
+
+tokio::task_local! {
+    static REQUEST_ID: String;
+}
+
+/// The id of the request being handled ("-" outside one).
+pub fn request_id() -> String {
+    REQUEST_ID
+        .try_with(Clone::clone)
+        .unwrap_or_else(|_| "-".to_string())
+}
+
+pub async fn request_context(req: Request, next: Next) -> Response {
+    let id = format!("{:016x}", rand::random::<u64>());
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let start = Instant::now();
+    let resp = REQUEST_ID
+        .scope(id.clone(), async move {
+            match AssertUnwindSafe(next.run(req)).catch_unwind().await {
+                Ok(resp) => resp,
+                Err(_) => error_response(
+                    &Error::internal("the server hit a bug handling this request"),
+                    &request_id(),
+                ),
+            }
+        })
+        .await;
+    let resp = into_envelope(resp, &id).await;
+    log::info!(
+        "{id} {method} {path} {} {:.1}ms",
+        resp.status().as_u16(),
+        start.elapsed().as_secs_f64() * 1e3
+    );
+    resp
+}
+
+/// Rewrites an error response that is neither our JSON envelope nor an HTML page.
+async fn into_envelope(resp: Response, id: &str) -> Response {
+    let status = resp.status();
+    if status.as_u16() < 400 {
+        return resp;
+    }
+    let ctype = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if ctype.starts_with("application/json") || ctype.starts_with("text/html") {
+        return resp;
+    }
+    let text = axum::body::to_bytes(resp.into_body(), 4096)
+        .await
+        .ok()
+        .and_then(|b| String::from_utf8(b.to_vec()).ok())
+        .filter(|s| !s.trim().is_empty());
+    let (kind, code, default_text) = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => (
+            ErrorKind::TooLarge,
+            "body_too_large",
+            "the request body is too large",
+        ),
+        StatusCode::METHOD_NOT_ALLOWED => (
+            ErrorKind::MethodNotAllowed,
+            "method_not_allowed",
+            "method not allowed on this route",
+        ),
+        StatusCode::NOT_FOUND => (ErrorKind::NotFound, "unknown_route", "no such route"),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => (
+            ErrorKind::UnsupportedMedia,
+            "unsupported_media_type",
+            "unsupported content type",
+        ),
+        s if s.is_client_error() => (ErrorKind::BadRequest, "bad_request", "bad request"),
+        _ => (ErrorKind::Server, "internal_error", "internal error"),
+    };
+    // The status becomes our kind's (a 422 of the framework is a 400 here), so the HTTP status
+    // and `status_code` always agree.
+    error_response(
+        &Error::new(kind, code, text.unwrap_or_else(|| default_text.to_string())),
+        id,
+    )
+}

@@ -1,0 +1,144 @@
+//! Downloads by document ID (with `Range`) and the three preview routes.
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use axum::extract::{Path, Query};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::auth::Caller;
+use super::reply::{ApiResult, ok};
+use crate::api::{Error, PageSize, RangeRequest};
+use crate::backend::{Backend, Download};
+
+/// A Content-Type from the file name; the bytes are served as they are whatever it says.
+pub fn content_type(name: &str) -> &'static str {
+    let ext = name
+        .rsplit_once('.')
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .unwrap_or_default();
+    match ext.as_str() {
+        "txt" | "log" | "md" | "csv" | "rs" | "py" | "c" | "h" | "sh" | "toml" | "yaml" | "yml"
+        | "ini" => "text/plain; charset=utf-8",
+        "html" | "htm" => "text/html; charset=utf-8",
+        "json" => "application/json",
+        "xml" => "application/xml",
+        "pdf" => "application/pdf",
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "bmp" => "image/bmp",
+        "tif" | "tiff" => "image/tiff",
+        "svg" => "image/svg+xml",
+        "zip" => "application/zip",
+        "gz" => "application/gzip",
+        "tar" => "application/x-tar",
+        "doc" => "application/msword",
+        "docx" => "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        "xls" => "application/vnd.ms-excel",
+        "xlsx" => "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        "mp3" => "audio/mpeg",
+        "mp4" => "video/mp4",
+        _ => "application/octet-stream",
+    }
+}
+
+/// Streams a download with its headers: 200, or 206 with `Content-Range` for a range.
+fn send(d: Download, ctype: &str) -> Response {
+    let len = d.len();
+    let mut h = HeaderMap::new();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_str(ctype)
+            .unwrap_or(HeaderValue::from_static("application/octet-stream")),
+    );
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    if let Some(md5) = &d.node.md5_checksum {
+        if let Ok(v) = HeaderValue::from_str(&format!("\"{md5}\"")) {
+            h.insert(header::ETAG, v);
+        }
+    }
+    if let Some(t) = d.node.modified_time() {
+        if let Ok(v) = HeaderValue::from_str(&httpdate::fmt_http_date(t)) {
+            h.insert(header::LAST_MODIFIED, v);
+        }
+    }
+    let status = match d.range {
+        Some((a, b)) => {
+            let v = format!("bytes {a}-{b}/{}", d.total_size);
+            h.insert(
+                header::CONTENT_RANGE,
+                HeaderValue::from_str(&v).expect("ascii"),
+            );
+            StatusCode::PARTIAL_CONTENT
+        }
+        None => StatusCode::OK,
+    };
+    (status, h, Body::from_stream(d.body)).into_response()
+}
+
+pub async fn download(caller: Caller, Path(id): Path<String>, headers: HeaderMap) -> ApiResult {
+    let range = headers
+        .get(header::RANGE)
+        .map(|v| {
+            v.to_str()
+                .map_err(|_| Error::bad_request("bad_range", "unreadable Range header"))
+        })
+        .transpose()?
+        .map(RangeRequest::parse)
+        .transpose()?;
+    let d = caller.backend.download(&id, range).await?;
+    let ctype = content_type(&d.node.name);
+    Ok(send(d, ctype))
+}
+
+pub async fn preview(caller: Caller, Path(id): Path<String>) -> ApiResult {
+    Ok(ok(caller.backend.preview(&id).await?))
+}
+
+fn bounded(q: &HashMap<String, String>, name: &str, max: u32) -> Result<Option<u32>, Error> {
+    q.get(name)
+        .map(|v| {
+            v.parse::<u32>()
+                .ok()
+                .filter(|n| (1..=max).contains(n))
+                .ok_or_else(|| {
+                    Error::bad_request(
+                        "bad_parameter",
+                        format!("`{name}` must be a whole number from 1 to {max}"),
+                    )
+                })
+        })
+        .transpose()
+}
+
+pub async fn preview_page(
+    caller: Caller,
+    Path((id, page)): Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+) -> ApiResult {
+    if page == "pdf" {
+        let d = caller.backend.preview_pdf(&id).await?;
+        return Ok(send(d, "application/pdf"));
+    }
+    let page: u32 = page.parse().ok().filter(|p| *p >= 1).ok_or_else(|| {
+        Error::bad_request(
+            "bad_parameter",
+            "the page number must be a whole number from 1",
+        )
+    })?;
+    let size = PageSize {
+        scale: bounded(&q, "scale", 100)?,
+        max_width: bounded(&q, "max_width", u32::MAX)?,
+        max_height: bounded(&q, "max_height", u32::MAX)?,
+    };
+    let img = caller.backend.preview_page(&id, page, size).await?;
+    let mut resp = (StatusCode::OK, img.data).into_response();
+    if let Ok(v) = HeaderValue::from_str(&img.content_type) {
+        resp.headers_mut().insert(header::CONTENT_TYPE, v);
+    }
+    Ok(resp)
+}

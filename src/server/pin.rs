@@ -1,0 +1,207 @@
+//! The pin exchange (spec §5, DESIGN.md §2): `/pin/end`, `/pin/auth`, and the authorization page
+//! where a user signs in and is shown their pin. The page is plain HTML with no JavaScript.
+
+use std::collections::HashMap;
+
+use axum::Form;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use bytes::Bytes;
+
+use super::AppState;
+use super::nodes::parse_json;
+use super::reply::{ApiError, ApiResult, ok};
+use crate::api::path::encode_segment;
+use crate::api::{
+    Error, ErrorKind, PinAuthRequest, PinAuthResponse, PinEndRequest, PinEndResponse,
+};
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::internal(format!("task failed: {e}")))?
+}
+
+fn required(v: Option<String>, name: &str) -> Result<String, Error> {
+    v.map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| Error::missing(name))
+}
+
+/// The base URL the user's browser reaches this server at.
+fn base_url(state: &AppState, headers: &HeaderMap) -> String {
+    if let Some(u) = &state.options.public_url {
+        return u.trim_end_matches('/').to_string();
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    format!("http://{host}")
+}
+
+pub async fn end(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> ApiResult {
+    let req: PinEndRequest = parse_json(&body)?;
+    let client_id = required(req.client_id, "client_id")?;
+    let store = state.store.clone();
+    let cid = client_id.clone();
+    if !blocking(move || store.client_exists(&cid)).await? {
+        return Err(Error::bad_request(
+            "unknown_client",
+            format!("client `{client_id}` is not registered"),
+        )
+        .into());
+    }
+    let uri = format!(
+        "{}/pin/authorize?client_id={}",
+        base_url(&state, &headers),
+        encode_segment(&client_id)
+    );
+    Ok(ok(PinEndResponse {
+        authorization_uri: uri,
+    }))
+}
+
+pub async fn auth(State(state): State<AppState>, body: Bytes) -> ApiResult {
+    let req: PinAuthRequest = parse_json(&body)?;
+    let email = required(req.user_email, "user_email")?;
+    let info = req.pin_info.ok_or_else(|| Error::missing("pin_info"))?;
+    let client_id = required(info.client_id, "pin_info.client_id")?;
+    let pin = required(info.pin, "pin_info.pin")?;
+    let store = state.store.clone();
+    let issued = blocking(move || store.exchange_pin(&email, &client_id, &pin)).await?;
+    log::info!(
+        "issued a token to {} for {} seconds",
+        issued.email,
+        issued.expires_in.as_secs()
+    );
+    Ok(ok(PinAuthResponse {
+        token: issued.token,
+        expires_in: issued.expires_in.as_secs(),
+        id: issued.email,
+    }))
+}
+
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn page_html(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{title}</title>\
+         <style>body{{font-family:sans-serif;max-width:28em;margin:3em auto;padding:0 1em}}\
+         label{{display:block;margin:.8em 0}}input{{width:100%;padding:.4em}}\
+         #pin{{font-size:2em;letter-spacing:.1em}}.error{{color:#b00}}</style></head>\
+         <body><h1>{title}</h1>{body}</body></html>\n"
+    )
+}
+
+fn form(client_id: &str, email: &str, error: Option<&str>) -> String {
+    let error = error
+        .map(|e| format!("<p class=\"error\" role=\"alert\">{}</p>", escape(e)))
+        .unwrap_or_default();
+    page_html(
+        "Authorize vaultfs",
+        &format!(
+            "<p>The application <b>{cid}</b> asks for access to your files. Sign in to get a pin for it.</p>{error}\
+             <form method=\"post\" action=\"/pin/authorize\">\
+             <input type=\"hidden\" name=\"client_id\" value=\"{cid}\">\
+             <label>E-mail <input type=\"email\" name=\"email\" value=\"{email}\" required autofocus></label>\
+             <label>Password <input type=\"password\" name=\"password\" required></label>\
+             <button type=\"submit\">Sign in</button></form>",
+            cid = escape(client_id),
+            email = escape(email),
+        ),
+    )
+}
+
+fn html(status: StatusCode, body: String) -> Response {
+    (status, Html(body)).into_response()
+}
+
+/// GET `/pin/authorize?client_id=...`: the sign-in form.
+pub async fn page(
+    State(state): State<AppState>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let client_id = q.get("client_id").cloned().unwrap_or_default();
+    let store = state.store.clone();
+    let cid = client_id.clone();
+    match blocking(move || store.client_exists(&cid)).await {
+        Ok(true) => html(StatusCode::OK, form(&client_id, "", None)),
+        Ok(false) => html(
+            StatusCode::BAD_REQUEST,
+            page_html(
+                "Unknown application",
+                "<p class=\"error\">This link names no registered application.</p>",
+            ),
+        ),
+        Err(e) => ApiError(e).into_response(),
+    }
+}
+
+/// POST `/pin/authorize`: checks the password and shows the pin.
+pub async fn sign_in(
+    State(state): State<AppState>,
+    Form(f): Form<HashMap<String, String>>,
+) -> Response {
+    let client_id = f.get("client_id").cloned().unwrap_or_default();
+    let email = f
+        .get("email")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let password = f.get("password").cloned().unwrap_or_default();
+    if email.is_empty() || password.is_empty() {
+        return html(
+            StatusCode::BAD_REQUEST,
+            form(
+                &client_id,
+                &email,
+                Some("Enter your e-mail address and password."),
+            ),
+        );
+    }
+    let store = state.store.clone();
+    let (e2, c2) = (email.clone(), client_id.clone());
+    match blocking(move || store.sign_in_for_pin(&e2, &password, &c2)).await {
+        Ok(pin) => {
+            log::info!("{email} signed in on the authorization page for client {client_id}");
+            html(
+                StatusCode::OK,
+                page_html(
+                    "Your pin",
+                    &format!(
+                        "<p>Enter this pin in <b>{cid}</b> (for the vaultfs CLI: at the prompt of \
+                         <code>vaultfs login</code>):</p><p><code id=\"pin\">{pin}</code></p>\
+                         <p>It stays the same for this application until it is revoked.</p>",
+                        cid = escape(&client_id)
+                    ),
+                ),
+            )
+        }
+        Err(e) if e.kind == ErrorKind::TooManyRequests => html(
+            StatusCode::TOO_MANY_REQUESTS,
+            form(&client_id, &email, Some(&e.message)),
+        ),
+        Err(e) if matches!(e.kind, ErrorKind::Auth | ErrorKind::BadRequest) => html(
+            StatusCode::UNAUTHORIZED,
+            form(&client_id, &email, Some(&e.message)),
+        ),
+        Err(e) => ApiError(e).into_response(),
+    }
+}

@@ -1,0 +1,56 @@
+//! Turning results into HTTP responses: the envelope (built by `api::envelope`) as JSON with the
+//! status of the error's kind.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use super::context::request_id;
+use crate::api::{Envelope, Error, ErrorKind};
+
+/// An interface error as a response: the error envelope with the request id.
+#[derive(Debug)]
+pub struct ApiError(pub Error);
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        ApiError(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let id = request_id();
+        if self.0.kind == ErrorKind::Server {
+            log::error!("{id} {}", self.0.message);
+        }
+        error_response(&self.0, &id)
+    }
+}
+
+pub fn error_response(err: &Error, id: &str) -> Response {
+    let status = StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json(status, &Envelope::<()>::failure(err, id))
+}
+
+pub fn json<T: Serialize>(status: StatusCode, body: &T) -> Response {
+    let bytes = serde_json::to_vec(body).expect("wire types serialize");
+    let mut resp = (status, bytes).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// A success envelope carrying `message`.
+pub fn ok<T: Serialize>(message: T) -> Response {
+    json(StatusCode::OK, &Envelope::ok(message))
+}
+
+/// The default success object.
+pub fn success() -> Response {
+    json(StatusCode::OK, &crate::api::envelope::success())
+}
+
+pub type ApiResult = Result<Response, ApiError>;

@@ -1,0 +1,182 @@
+//! Bytes on disk, content-addressed by sha256: `blobs/<2 hex>/<64 hex>`. A blob is written to
+//! `tmp/`, hashed on the way, fsynced, and only then renamed into place, so a blob file is
+//! always whole. md5 is computed alongside because it is the interface's checksum.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use md5::{Digest, Md5};
+use sha2::Sha256;
+
+pub struct BlobDir {
+    blobs: PathBuf,
+    tmp: PathBuf,
+}
+
+/// A fully written, fsynced staging file with its length and hashes.
+#[derive(Debug)]
+pub struct Staged {
+    pub path: PathBuf,
+    pub len: u64,
+    pub md5: String,
+    pub sha256: String,
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        // Once committed the file has been renamed away; otherwise it is garbage.
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+/// Writes a staging file while hashing it. Dropped before `finish`, it removes the file.
+pub struct BlobWriter {
+    file: Option<File>,
+    path: PathBuf,
+    len: u64,
+    md5: Md5,
+    sha: Sha256,
+}
+
+impl BlobWriter {
+    pub fn write(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.md5.update(buf);
+        self.sha.update(buf);
+        self.file
+            .as_mut()
+            .expect("writer used after finish")
+            .write_all(buf)?;
+        self.len += buf.len() as u64;
+        Ok(())
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// fsyncs the file and hands it over, with its hashes, for `BlobDir::commit`.
+    pub fn finish(mut self) -> io::Result<Staged> {
+        let file = self.file.take().expect("finish called twice");
+        file.sync_all()?;
+        drop(file);
+        let staged = Staged {
+            path: std::mem::take(&mut self.path),
+            len: self.len,
+            md5: hex(&self.md5.finalize_reset()),
+            sha256: hex(&self.sha.finalize_reset()),
+        };
+        Ok(staged)
+    }
+}
+
+impl Drop for BlobWriter {
+    fn drop(&mut self) {
+        if !self.path.as_os_str().is_empty() {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+impl BlobDir {
+    pub fn open(root: &Path) -> io::Result<BlobDir> {
+        let dir = BlobDir {
+            blobs: root.join("blobs"),
+            tmp: root.join("tmp"),
+        };
+        fs::create_dir_all(&dir.blobs)?;
+        fs::create_dir_all(&dir.tmp)?;
+        Ok(dir)
+    }
+
+    pub fn path(&self, hash: &str) -> PathBuf {
+        self.blobs.join(&hash[..2]).join(hash)
+    }
+
+    /// A new staging file in `tmp/`.
+    pub fn writer(&self) -> io::Result<BlobWriter> {
+        let name = format!("up-{:016x}", rand::random::<u64>());
+        let path = self.tmp.join(name);
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)?;
+        Ok(BlobWriter {
+            file: Some(file),
+            path,
+            len: 0,
+            md5: Md5::new(),
+            sha: Sha256::new(),
+        })
+    }
+
+    /// Moves a staged file into its content address (durably: the directory is fsynced too).
+    /// Called with the store's lock held, after checking that no blob of that hash is recorded.
+    pub fn commit(&self, staged: &mut Staged) -> io::Result<()> {
+        let dest = self.path(&staged.sha256);
+        let dir = dest.parent().expect("blob path has a parent");
+        fs::create_dir_all(dir)?;
+        fs::rename(&staged.path, &dest)?;
+        staged.path = PathBuf::new();
+        File::open(dir)?.sync_all()
+    }
+
+    pub fn remove(&self, hash: &str) {
+        if let Err(e) = fs::remove_file(self.path(hash)) {
+            if e.kind() != io::ErrorKind::NotFound {
+                log::warn!("could not remove blob {hash}: {e}");
+            }
+        }
+    }
+
+    /// Empties `tmp/`: whatever is there belongs to uploads that died with the process.
+    pub fn clear_tmp(&self) -> io::Result<usize> {
+        let mut n = 0;
+        for entry in fs::read_dir(&self.tmp)? {
+            let entry = entry?;
+            if fs::remove_file(entry.path()).is_ok() {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Every blob hash on disk (for the sweep of blobs a crash left unrecorded).
+    pub fn list(&self) -> io::Result<Vec<String>> {
+        let mut out = Vec::new();
+        for dir in fs::read_dir(&self.blobs)? {
+            let dir = dir?;
+            if !dir.file_type()?.is_dir() {
+                continue;
+            }
+            for f in fs::read_dir(dir.path())? {
+                if let Some(name) = f?.file_name().to_str() {
+                    if name.len() == 64 && name.bytes().all(|c| c.is_ascii_hexdigit()) {
+                        out.push(name.to_string());
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Staged {
+    /// For a staged file whose content is already stored: nothing to move, drop removes it.
+    pub fn discard(self) {}
+}

@@ -1,0 +1,204 @@
+//! The built-in store: a tree of accounts, vaults, folders and files with versions, in a data
+//! directory (`vault.db` for metadata, `blobs/` for bytes, `tmp/` for uploads in flight), plus the
+//! users, clients, pins and tokens of `vaultfs serve`.
+//!
+//! The store is synchronous (SQLite); the local backend calls it from blocking tasks. One lock
+//! guards the connection and, with it, the blob namespace: a blob is renamed into place and
+//! recorded, or forgotten and removed, under that lock, so a delete never removes bytes that a
+//! concurrent upload is about to share.
+
+pub mod auth;
+pub mod blobs;
+mod nodes;
+mod schema;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::Connection;
+
+use crate::api::{Error, Result};
+use blobs::BlobDir;
+
+pub use nodes::{Kind, NodeRow, PendingUpload, TransferMode, length_mismatch};
+
+/// The vault every new account starts with.
+pub const FIRST_VAULT: &str = "My First Vault";
+/// The account of the built-in store that `vaultfs mount` uses.
+pub const LOCAL_ACCOUNT: &str = "Local";
+/// Pending versions never uploaded are dropped after this long.
+const PENDING_VERSION_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Whose nodes a caller may reach: everything (the local mount, the operator) or one account.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    All,
+    Account(i64),
+}
+
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Largest file a version may announce (bytes).
+    pub max_file_size: u64,
+    /// Lifetime of delegation tokens.
+    pub token_ttl: Duration,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            max_file_size: 1 << 40,
+            token_ttl: Duration::from_secs(14 * 24 * 3600),
+        }
+    }
+}
+
+pub struct Store {
+    dir: PathBuf,
+    conn: Mutex<Connection>,
+    blobs: BlobDir,
+    config: StoreConfig,
+}
+
+pub(crate) fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+pub fn ns_to_time(ns: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_nanos(ns.max(0) as u64)
+}
+
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Self {
+        match e {
+            rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DiskFull => {
+                Error::from(std::io::Error::from_raw_os_error(libc::ENOSPC))
+            }
+            other => Error::internal(format!("database error: {other}")),
+        }
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the store in `dir`, which is made private to its owner.
+    pub fn open(dir: &Path, config: StoreConfig) -> Result<Store> {
+        fs::create_dir_all(dir)?;
+        // Other users of the machine have no business reading the store.
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
+        let blobs = BlobDir::open(dir)?;
+        let mut conn = Connection::open(dir.join("vault.db"))?;
+        schema::prepare(&mut conn)?;
+        let store = Store {
+            dir: dir.to_path_buf(),
+            conn: Mutex::new(conn),
+            blobs,
+            config,
+        };
+        store.recover()?;
+        store.add_client(auth::DEFAULT_CLIENT)?;
+        Ok(store)
+    }
+
+    /// Opens the store of `vaultfs mount` with its `Local` account.
+    pub fn open_local(dir: &Path) -> Result<Store> {
+        let store = Store::open(dir, StoreConfig::default())?;
+        store.ensure_account(LOCAL_ACCOUNT)?;
+        Ok(store)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock cannot leave a transaction half-applied (it rolls back
+        // on drop), so the connection is still good.
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Cleans up after a crash: staging files of dead uploads, blobs renamed into place whose
+    /// transaction never committed, and pending versions too old to be finished.
+    fn recover(&self) -> Result<()> {
+        let conn = self.lock();
+        let stale = self.blobs.clear_tmp()?;
+        if stale > 0 {
+            log::info!("removed {stale} staging file(s) of interrupted uploads");
+        }
+        let mut orphans = 0;
+        {
+            let mut known = conn.prepare("SELECT 1 FROM blobs WHERE hash = ?1")?;
+            for hash in self.blobs.list()? {
+                if !known.exists([&hash])? {
+                    self.blobs.remove(&hash);
+                    orphans += 1;
+                }
+            }
+        }
+        if orphans > 0 {
+            log::info!("removed {orphans} unrecorded blob(s) left by an interrupted upload");
+        }
+        let cutoff = now_ns() - PENDING_VERSION_TTL.as_nanos() as i64;
+        conn.execute(
+            "DELETE FROM versions WHERE committed = 0 AND created_on < ?1",
+            [cutoff],
+        )?;
+        Ok(())
+    }
+
+    /// The account node of that name, created (with its first vault) if missing.
+    pub fn ensure_account(&self, name: &str) -> Result<i64> {
+        crate::api::path::validate_name(name)?;
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let id = nodes::ensure_account(&tx, name)?;
+        tx.commit()?;
+        Ok(id)
+    }
+
+    /// Checks the database and that every recorded blob is on disk (for tests and `fsck`-like use).
+    pub fn check_integrity(&self) -> Result<Vec<String>> {
+        let conn = self.lock();
+        let mut problems = Vec::new();
+        let result: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+        if result != "ok" {
+            problems.push(format!("sqlite: {result}"));
+        }
+        let mut stmt = conn.prepare("SELECT hash, size FROM blobs")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+        for row in rows {
+            let (hash, size) = row?;
+            match fs::metadata(self.blobs.path(&hash)) {
+                Ok(m) if m.len() == size as u64 => {}
+                Ok(m) => problems.push(format!(
+                    "blob {hash}: {} bytes on disk, {size} recorded",
+                    m.len()
+                )),
+                Err(e) => problems.push(format!("blob {hash}: {e}")),
+            }
+        }
+        let unused: i64 = conn.query_row(
+            "SELECT count(*) FROM blobs b WHERE NOT EXISTS (SELECT 1 FROM versions v WHERE v.blob = b.hash)",
+            [],
+            |r| r.get(0),
+        )?;
+        if unused > 0 {
+            problems.push(format!("{unused} blob(s) recorded but used by no version"));
+        }
+        Ok(problems)
+    }
+
+    /// Number of blob files on disk (tests use it to see that deletes free bytes).
+    pub fn blob_count(&self) -> Result<usize> {
+        Ok(self.blobs.list()?.len())
+    }
+}

@@ -1,0 +1,746 @@
+//! The tree: resolution of paths and IDs (with the account check, in one place), listing,
+//! folders, the three upload steps, copy/move and delete.
+
+use std::fs::File;
+
+use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
+
+use super::blobs::{BlobWriter, Staged};
+use super::{FIRST_VAULT, Scope, Store, now_ns, ns_to_time};
+use crate::api::{
+    Error, FileExProperties, Node, NodePath, NodeType, Result, file_links, format_time,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Account = 0,
+    Vault = 1,
+    Folder = 2,
+    File = 3,
+}
+
+impl Kind {
+    fn from_i64(v: i64) -> Kind {
+        match v {
+            0 => Kind::Account,
+            1 => Kind::Vault,
+            2 => Kind::Folder,
+            _ => Kind::File,
+        }
+    }
+    fn node_type(self) -> NodeType {
+        match self {
+            Kind::Account => NodeType::AccountNodeType,
+            Kind::Vault => NodeType::VaultNodeType,
+            Kind::Folder => NodeType::FolderNodeType,
+            Kind::File => NodeType::FileNodeType,
+        }
+    }
+}
+
+/// Copy or move, for [`Store::transfer`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransferMode {
+    Copy,
+    Move,
+}
+
+/// A node as stored, with the size and md5 of its current version.
+#[derive(Debug, Clone)]
+pub struct NodeRow {
+    pub id: i64,
+    pub parent_id: Option<i64>,
+    pub account_id: i64,
+    pub kind: Kind,
+    pub name: String,
+    pub created_on: i64,
+    pub modified_on: i64,
+    pub size: Option<u64>,
+    pub md5: Option<String>,
+}
+
+/// md5 of no bytes: the checksum of a file created in step 1 and not uploaded yet.
+const EMPTY_MD5: &str = "d41d8cd98f00b204e9800998ecf8427e";
+
+const SELECT: &str = "SELECT n.id, n.parent_id, n.account_id, n.kind, n.name, n.created_on, n.modified_on, \
+                      v.length, v.md5 FROM nodes n LEFT JOIN versions v ON v.id = n.current_version";
+
+fn read_row(r: &Row) -> rusqlite::Result<NodeRow> {
+    Ok(NodeRow {
+        id: r.get(0)?,
+        parent_id: r.get(1)?,
+        account_id: r.get(2)?,
+        kind: Kind::from_i64(r.get(3)?),
+        name: r.get(4)?,
+        created_on: r.get(5)?,
+        modified_on: r.get(6)?,
+        size: r.get::<_, Option<i64>>(7)?.map(|s| s as u64),
+        md5: r.get(8)?,
+    })
+}
+
+impl NodeRow {
+    pub fn is_file(&self) -> bool {
+        self.kind == Kind::File
+    }
+
+    /// The wire object of this node at `path`.
+    pub fn to_api(&self, path: &NodePath) -> Node {
+        let mut node = Node {
+            name: self.name.clone(),
+            uri: path.uri(),
+            node_type: self.kind.node_type(),
+            created_on: Some(format_time(ns_to_time(self.created_on))),
+            modified_on: Some(format_time(ns_to_time(self.modified_on))),
+            ..Default::default()
+        };
+        if self.is_file() {
+            let id = self.id.to_string();
+            node.size = Some(self.size.unwrap_or(0));
+            node.md5_checksum = Some(self.md5.clone().unwrap_or_else(|| EMPTY_MD5.to_string()));
+            file_links(&mut node, &id);
+            node.id = Some(id);
+        }
+        node
+    }
+}
+
+/// The synthetic root `/nodes/pth`, whose children are the accounts the caller may see.
+fn root_node() -> Node {
+    Node {
+        name: String::new(),
+        uri: NodePath::root().uri(),
+        node_type: NodeType::FolderNodeType,
+        ..Default::default()
+    }
+}
+
+fn get_row(conn: &Connection, id: i64) -> Result<Option<NodeRow>> {
+    Ok(conn
+        .query_row(&format!("{SELECT} WHERE n.id = ?1"), [id], read_row)
+        .optional()?)
+}
+
+fn child_row(conn: &Connection, parent: i64, name: &str) -> Result<Option<NodeRow>> {
+    Ok(conn
+        .query_row(
+            &format!("{SELECT} WHERE n.parent_id = ?1 AND n.name = ?2"),
+            params![parent, name],
+            read_row,
+        )
+        .optional()?)
+}
+
+fn has_children(conn: &Connection, id: i64) -> Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM nodes WHERE parent_id = ?1 LIMIT 1")?
+        .exists([id])?)
+}
+
+fn outside() -> Error {
+    Error::forbidden("that path is outside your account")
+}
+
+/// Resolves a non-root path to its node, checking the account against the scope first, so a
+/// caller learns nothing about other accounts.
+fn resolve(conn: &Connection, scope: Scope, path: &NodePath) -> Result<NodeRow> {
+    let (first, rest) = path
+        .segments()
+        .split_first()
+        .ok_or_else(|| Error::bad_path("the root has no node"))?;
+    let account = conn
+        .query_row(
+            &format!("{SELECT} WHERE n.parent_id IS NULL AND n.name = ?1"),
+            [first],
+            read_row,
+        )
+        .optional()?;
+    let mut row = match (scope, account) {
+        (Scope::Account(a), Some(acc)) if acc.id == a => acc,
+        (Scope::Account(_), _) => return Err(outside()),
+        (Scope::All, Some(acc)) => acc,
+        (Scope::All, None) => return Err(Error::not_found(format!("{path} not found"))),
+    };
+    for seg in rest {
+        if row.is_file() {
+            return Err(Error::not_found(format!("{path} not found")));
+        }
+        row = child_row(conn, row.id, seg)?
+            .ok_or_else(|| Error::not_found(format!("{path} not found")))?;
+    }
+    Ok(row)
+}
+
+/// Resolves a file ID (opaque to clients; decimal digits here) with the account check.
+fn file_by_id(conn: &Connection, scope: Scope, id: &str) -> Result<NodeRow> {
+    let not_found = || Error::not_found(format!("no file with ID {id}"));
+    let n: i64 = id.parse().map_err(|_| not_found())?;
+    let row = get_row(conn, n)?
+        .filter(NodeRow::is_file)
+        .ok_or_else(not_found)?;
+    match scope {
+        Scope::Account(a) if a != row.account_id => Err(outside()),
+        _ => Ok(row),
+    }
+}
+
+/// The path of a node, walking up its parents.
+fn path_of(conn: &Connection, mut id: i64) -> Result<NodePath> {
+    let mut names = Vec::new();
+    let mut stmt = conn.prepare_cached("SELECT parent_id, name FROM nodes WHERE id = ?1")?;
+    loop {
+        let (parent, name): (Option<i64>, String) =
+            stmt.query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        names.push(name);
+        match parent {
+            Some(p) => id = p,
+            None => break,
+        }
+    }
+    names.reverse();
+    NodePath::from_segments(names)
+}
+
+fn insert_node(
+    tx: &Transaction,
+    parent: &NodeRow,
+    kind: Kind,
+    name: &str,
+    now: i64,
+) -> Result<i64> {
+    tx.prepare_cached(
+        "INSERT INTO nodes (parent_id, account_id, kind, name, created_on, modified_on) VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
+    )?
+    .execute(params![parent.id, parent.account_id, kind as i64, name, now])?;
+    Ok(tx.last_insert_rowid())
+}
+
+/// A folder's modification time follows its entries (as a directory's mtime does).
+fn touch(tx: &Transaction, id: Option<i64>, now: i64) -> Result<()> {
+    if let Some(id) = id {
+        tx.prepare_cached("UPDATE nodes SET modified_on = ?2 WHERE id = ?1")?
+            .execute(params![id, now])?;
+    }
+    Ok(())
+}
+
+/// A container that can hold files and folders (a vault or a folder).
+fn require_folder(row: &NodeRow, path: &NodePath) -> Result<()> {
+    match row.kind {
+        Kind::Vault | Kind::Folder => Ok(()),
+        Kind::Account => Err(Error::forbidden(
+            "an account holds vaults only; vaults come with accounts",
+        )),
+        Kind::File => Err(Error::conflict(
+            "not_a_folder",
+            format!("{path} is a file, not a folder"),
+        )),
+    }
+}
+
+pub(super) fn ensure_account(tx: &Transaction, name: &str) -> Result<i64> {
+    if let Some(id) = tx
+        .query_row(
+            "SELECT id FROM nodes WHERE parent_id IS NULL AND name = ?1",
+            [name],
+            |r| r.get(0),
+        )
+        .optional()?
+    {
+        return Ok(id);
+    }
+    let now = now_ns();
+    tx.execute(
+        "INSERT INTO nodes (parent_id, account_id, kind, name, created_on, modified_on) VALUES (NULL, 0, ?1, ?2, ?3, ?3)",
+        params![Kind::Account as i64, name, now],
+    )?;
+    let id = tx.last_insert_rowid();
+    tx.execute("UPDATE nodes SET account_id = ?1 WHERE id = ?1", [id])?;
+    let account = get_row(tx, id)?.expect("account just inserted");
+    insert_node(tx, &account, Kind::Vault, FIRST_VAULT, now)?;
+    log::info!("created account {name} with vault {FIRST_VAULT}");
+    Ok(id)
+}
+
+/// Deletes a node and everything under it; returns the blobs no version uses any more, to be
+/// removed from disk once the transaction has committed.
+fn delete_subtree(tx: &Transaction, id: i64) -> Result<Vec<String>> {
+    let hashes: Vec<String> = tx
+        .prepare(
+            "WITH RECURSIVE sub(id) AS (SELECT ?1 UNION ALL SELECT n.id FROM nodes n JOIN sub ON n.parent_id = sub.id)
+             SELECT DISTINCT v.blob FROM versions v JOIN sub ON v.file_id = sub.id WHERE v.blob IS NOT NULL",
+        )?
+        .query_map([id], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    tx.execute("DELETE FROM nodes WHERE id = ?1", [id])?;
+    let mut freed = Vec::new();
+    let mut free = tx.prepare_cached(
+        "DELETE FROM blobs WHERE hash = ?1 AND NOT EXISTS (SELECT 1 FROM versions WHERE blob = ?1)",
+    )?;
+    for h in hashes {
+        if free.execute([&h])? == 1 {
+            freed.push(h);
+        }
+    }
+    Ok(freed)
+}
+
+fn copy_tree(
+    tx: &Transaction,
+    src: &NodeRow,
+    dst_parent: &NodeRow,
+    name: &str,
+    now: i64,
+) -> Result<i64> {
+    let new_id = insert_node(tx, dst_parent, src.kind, name, now)?;
+    if src.is_file() {
+        // The copy is a new file whose one version shares the source's blob: no byte is copied.
+        let copied = tx.execute(
+            "INSERT INTO versions (file_id, length, md5, blob, committed, created_on, committed_on)
+             SELECT ?1, v.length, v.md5, v.blob, 1, ?2, ?2 FROM versions v
+             WHERE v.id = (SELECT current_version FROM nodes WHERE id = ?3)",
+            params![new_id, now, src.id],
+        )?;
+        if copied == 1 {
+            let vid = tx.last_insert_rowid();
+            tx.execute(
+                "UPDATE nodes SET current_version = ?2 WHERE id = ?1",
+                params![new_id, vid],
+            )?;
+        }
+    } else {
+        let children: Vec<NodeRow> = tx
+            .prepare(&format!("{SELECT} WHERE n.parent_id = ?1"))?
+            .query_map([src.id], read_row)?
+            .collect::<rusqlite::Result<_>>()?;
+        let new_row = get_row(tx, new_id)?.expect("node just inserted");
+        for child in &children {
+            copy_tree(tx, child, &new_row, &child.name, now)?;
+        }
+    }
+    Ok(new_id)
+}
+
+/// What upload step 3 needs to know before it reads the body.
+#[derive(Debug, Clone)]
+pub struct PendingUpload {
+    pub length: u64,
+    pub md5: Option<String>,
+    pub committed: bool,
+}
+
+impl Store {
+    /// A node (without children).
+    pub fn node(&self, scope: Scope, path: &NodePath) -> Result<Node> {
+        if path.is_root() {
+            return Ok(root_node());
+        }
+        let conn = self.lock();
+        Ok(resolve(&conn, scope, path)?.to_api(path))
+    }
+
+    /// A node with one page of its children (by name) and their total count.
+    pub fn list(&self, scope: Scope, path: &NodePath, page: u64, per_page: u64) -> Result<Node> {
+        let conn = self.lock();
+        let offset = page.saturating_mul(per_page).min(i64::MAX as u64) as i64;
+        let limit = per_page.min(i64::MAX as u64) as i64;
+        let (mut node, rows, total) = if path.is_root() {
+            let (filter, arg) = match scope {
+                Scope::All => ("n.parent_id IS NULL AND ?1 = ?1", 0),
+                Scope::Account(a) => ("n.parent_id IS NULL AND n.id = ?1", a),
+            };
+            let total: i64 = conn.query_row(
+                &format!("SELECT count(*) FROM nodes n WHERE {filter}"),
+                [arg],
+                |r| r.get(0),
+            )?;
+            let rows = conn
+                .prepare(&format!(
+                    "{SELECT} WHERE {filter} ORDER BY n.name LIMIT ?2 OFFSET ?3"
+                ))?
+                .query_map(params![arg, limit, offset], read_row)?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            (root_node(), rows, total)
+        } else {
+            let row = resolve(&conn, scope, path)?;
+            let total: i64 = conn.query_row(
+                "SELECT count(*) FROM nodes WHERE parent_id = ?1",
+                [row.id],
+                |r| r.get(0),
+            )?;
+            let rows = conn
+                .prepare_cached(&format!(
+                    "{SELECT} WHERE n.parent_id = ?1 ORDER BY n.name LIMIT ?2 OFFSET ?3"
+                ))?
+                .query_map(params![row.id, limit, offset], read_row)?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            (row.to_api(path), rows, total)
+        };
+        let mut children = Vec::with_capacity(rows.len());
+        for r in &rows {
+            children.push(r.to_api(&path.child(&r.name)?));
+        }
+        node.total_children = Some(total as u64);
+        node.children = Some(children);
+        Ok(node)
+    }
+
+    /// Creates the folder `path` (its parent must exist).
+    pub fn create_folder(&self, scope: Scope, path: &NodePath) -> Result<Node> {
+        let (parent_path, name) = split(path)?;
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let parent = resolve(&tx, scope, &parent_path)?;
+        require_folder(&parent, &parent_path)?;
+        if let Some(existing) = child_row(&tx, parent.id, name)? {
+            let what = if existing.is_file() {
+                "a file"
+            } else {
+                "a folder"
+            };
+            return Err(Error::conflict(
+                "exists",
+                format!("{path} already exists as {what}"),
+            ));
+        }
+        let now = now_ns();
+        let id = insert_node(&tx, &parent, Kind::Folder, name, now)?;
+        touch(&tx, Some(parent.id), now)?;
+        let row = get_row(&tx, id)?.expect("node just inserted");
+        tx.commit()?;
+        Ok(row.to_api(path))
+    }
+
+    /// Upload step 1: the file `name` in `folder`, created empty unless it exists.
+    pub fn create_file(&self, scope: Scope, folder: &NodePath, name: &str) -> Result<Node> {
+        let path = folder.child(name)?;
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let parent = resolve(&tx, scope, folder)?;
+        require_folder(&parent, folder)?;
+        let row = match child_row(&tx, parent.id, name)? {
+            Some(existing) if existing.is_file() => existing,
+            Some(_) => return Err(Error::conflict("exists", format!("{path} is a folder"))),
+            None => {
+                let now = now_ns();
+                let id = insert_node(&tx, &parent, Kind::File, name, now)?;
+                touch(&tx, Some(parent.id), now)?;
+                get_row(&tx, id)?.expect("node just inserted")
+            }
+        };
+        tx.commit()?;
+        Ok(row.to_api(&path))
+    }
+
+    /// Upload step 2: opens a pending version of `length` bytes (and the md5, if given).
+    pub fn begin_version(
+        &self,
+        scope: Scope,
+        file_id: &str,
+        length: u64,
+        md5: Option<&str>,
+    ) -> Result<Node> {
+        let md5 = md5.map(normalize_md5).transpose()?;
+        if length > self.config.max_file_size {
+            return Err(Error::new(
+                crate::api::ErrorKind::TooLarge,
+                "file_too_large",
+                format!(
+                    "{length} bytes is over this server's limit of {} bytes",
+                    self.config.max_file_size
+                ),
+            ));
+        }
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let file = file_by_id(&tx, scope, file_id)?;
+        tx.execute(
+            "INSERT INTO versions (file_id, length, md5, committed, created_on) VALUES (?1, ?2, ?3, 0, ?4)",
+            params![file.id, length as i64, md5, now_ns()],
+        )?;
+        let vid = tx.last_insert_rowid();
+        let path = path_of(&tx, file.id)?;
+        tx.commit()?;
+        let mut node = file.to_api(&path);
+        node.file_ex_properties = Some(FileExProperties {
+            upload_uri: format!("/nodes/upload/{}/{vid}", file.id),
+            version_id: Some(vid.to_string()),
+        });
+        Ok(node)
+    }
+
+    /// Upload step 3, before the body: the version's announced length and md5.
+    pub fn pending_upload(
+        &self,
+        scope: Scope,
+        file_id: &str,
+        version_id: &str,
+    ) -> Result<PendingUpload> {
+        let conn = self.lock();
+        let file = file_by_id(&conn, scope, file_id)?;
+        let (length, md5, committed) = version_of(&conn, file.id, version_id)?;
+        Ok(PendingUpload {
+            length,
+            md5,
+            committed,
+        })
+    }
+
+    /// A staging file for upload bytes, hashed as it is written.
+    pub fn blob_writer(&self) -> std::io::Result<BlobWriter> {
+        self.blobs.writer()
+    }
+
+    /// Upload step 3, after the body: checks length and md5 against step 2, stores the bytes and
+    /// makes the version current, atomically. On any error the file keeps its content.
+    /// Repeating a step 3 that already succeeded with the same bytes succeeds again (so a client
+    /// may retry it safely).
+    pub fn commit_upload(
+        &self,
+        scope: Scope,
+        file_id: &str,
+        version_id: &str,
+        mut staged: Staged,
+    ) -> Result<Node> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let file = file_by_id(&tx, scope, file_id)?;
+        let (length, md5, committed) = version_of(&tx, file.id, version_id)?;
+        let vid: i64 = version_id.parse().expect("checked by version_of");
+        if committed {
+            let blob: Option<String> =
+                tx.query_row("SELECT blob FROM versions WHERE id = ?1", [vid], |r| {
+                    r.get(0)
+                })?;
+            if blob.as_deref() != Some(staged.sha256.as_str()) {
+                return Err(Error::conflict(
+                    "version_committed",
+                    "this version was already uploaded with other bytes",
+                ));
+            }
+        } else {
+            check_upload(length, md5.as_deref(), &staged)?;
+            let known = tx
+                .prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?
+                .exists([&staged.sha256])?;
+            if !known {
+                self.blobs.commit(&mut staged)?;
+                tx.execute(
+                    "INSERT INTO blobs (hash, size, md5) VALUES (?1, ?2, ?3)",
+                    params![staged.sha256, staged.len as i64, staged.md5],
+                )?;
+            }
+            let now = now_ns();
+            tx.execute(
+                "UPDATE versions SET blob = ?2, md5 = ?3, committed = 1, committed_on = ?4 WHERE id = ?1",
+                params![vid, staged.sha256, staged.md5, now],
+            )?;
+            tx.execute(
+                "UPDATE nodes SET current_version = ?2, modified_on = ?3 WHERE id = ?1",
+                params![file.id, vid, now],
+            )?;
+        }
+        let row = get_row(&tx, file.id)?.expect("file exists");
+        let path = path_of(&tx, file.id)?;
+        tx.commit()?;
+        Ok(row.to_api(&path))
+    }
+
+    /// The file of that ID with its current bytes opened (`None` for a file never uploaded).
+    /// The blob is opened under the lock, so a concurrent delete cannot remove it first.
+    pub fn open_file(&self, scope: Scope, file_id: &str) -> Result<(Node, Option<File>)> {
+        let conn = self.lock();
+        let row = file_by_id(&conn, scope, file_id)?;
+        let path = path_of(&conn, row.id)?;
+        let blob: Option<String> = conn.query_row(
+            "SELECT v.blob FROM nodes n JOIN versions v ON v.id = n.current_version WHERE n.id = ?1",
+            [row.id],
+            |r| r.get(0),
+        ).optional()?.flatten();
+        let file = blob.map(|h| File::open(self.blobs.path(&h))).transpose()?;
+        Ok((row.to_api(&path), file))
+    }
+
+    /// The file of that ID (for routes addressed by document ID).
+    pub fn file(&self, scope: Scope, file_id: &str) -> Result<Node> {
+        let conn = self.lock();
+        let row = file_by_id(&conn, scope, file_id)?;
+        Ok(row.to_api(&path_of(&conn, row.id)?))
+    }
+
+    /// Copy or move `src` to `dst` (the full destination path, name included).
+    pub fn transfer(
+        &self,
+        scope: Scope,
+        src: &NodePath,
+        dst: &NodePath,
+        replace: bool,
+        mode: TransferMode,
+    ) -> Result<Node> {
+        if src.depth() < 3 {
+            return Err(Error::forbidden(
+                "accounts and vaults cannot be copied or moved",
+            ));
+        }
+        let (dst_parent_path, name) = split(dst)?;
+        if dst.depth() < 3 {
+            return Err(Error::forbidden("the destination must be inside a vault"));
+        }
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let s = resolve(&tx, scope, src)?;
+        let dp = match resolve(&tx, scope, &dst_parent_path) {
+            Err(e) if e.is(crate::api::ErrorKind::NotFound) => {
+                return Err(Error::not_found(format!(
+                    "destination folder {dst_parent_path} not found"
+                )));
+            }
+            other => other?,
+        };
+        require_folder(&dp, &dst_parent_path)?;
+        if src == dst {
+            if mode == TransferMode::Copy && !replace {
+                return Err(Error::conflict("exists", format!("{dst} already exists")));
+            }
+            return Ok(s.to_api(src));
+        }
+        if !s.is_file() && src.contains(dst) {
+            return Err(Error::bad_request(
+                "move_into_self",
+                format!("cannot put {src} inside itself"),
+            ));
+        }
+        let mut freed = Vec::new();
+        if let Some(existing) = child_row(&tx, dp.id, name)? {
+            if !replace {
+                return Err(Error::conflict("exists", format!("{dst} already exists")));
+            }
+            if existing.is_file() != s.is_file() {
+                return Err(Error::conflict(
+                    "type_mismatch",
+                    format!("{dst} exists and is not of the same kind"),
+                ));
+            }
+            if !existing.is_file() && has_children(&tx, existing.id)? {
+                return Err(Error::conflict(
+                    "not_empty",
+                    format!("{dst} is a folder that is not empty"),
+                ));
+            }
+            freed = delete_subtree(&tx, existing.id)?;
+        }
+        let now = now_ns();
+        let id = match mode {
+            TransferMode::Move => {
+                tx.execute(
+                    "UPDATE nodes SET parent_id = ?2, name = ?3 WHERE id = ?1",
+                    params![s.id, dp.id, name],
+                )?;
+                if dp.account_id != s.account_id {
+                    tx.execute(
+                        "WITH RECURSIVE sub(id) AS (SELECT ?1 UNION ALL SELECT n.id FROM nodes n JOIN sub ON n.parent_id = sub.id)
+                         UPDATE nodes SET account_id = ?2 WHERE id IN sub",
+                        params![s.id, dp.account_id],
+                    )?;
+                }
+                touch(&tx, s.parent_id, now)?;
+                s.id
+            }
+            TransferMode::Copy => copy_tree(&tx, &s, &dp, name, now)?,
+        };
+        touch(&tx, Some(dp.id), now)?;
+        let row = get_row(&tx, id)?.expect("node exists");
+        tx.commit()?;
+        for h in freed {
+            self.blobs.remove(&h);
+        }
+        Ok(row.to_api(dst))
+    }
+
+    /// Deletes a file, or a folder with everything under it, and frees unshared bytes.
+    pub fn delete(&self, scope: Scope, path: &NodePath) -> Result<()> {
+        if path.depth() < 3 {
+            return Err(Error::forbidden("accounts and vaults cannot be deleted"));
+        }
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let row = resolve(&tx, scope, path)?;
+        let freed = delete_subtree(&tx, row.id)?;
+        touch(&tx, row.parent_id, now_ns())?;
+        tx.commit()?;
+        for h in freed {
+            self.blobs.remove(&h);
+        }
+        Ok(())
+    }
+}
+
+fn split(path: &NodePath) -> Result<(NodePath, &str)> {
+    match (path.parent(), path.name()) {
+        (Some(parent), Some(name)) => Ok((parent, name)),
+        _ => Err(Error::forbidden("the root cannot be changed")),
+    }
+}
+
+fn normalize_md5(md5: &str) -> Result<String> {
+    let m = md5.trim().to_ascii_lowercase();
+    if m.len() != 32 || !m.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return Err(Error::bad_request(
+            "bad_checksum",
+            "md5_checksum must be 32 hexadecimal digits",
+        ));
+    }
+    Ok(m)
+}
+
+/// (length, md5, committed) of a version of `file_id`.
+fn version_of(
+    conn: &Connection,
+    file_id: i64,
+    version_id: &str,
+) -> Result<(u64, Option<String>, bool)> {
+    let not_found = || {
+        Error::new(
+            crate::api::ErrorKind::NotFound,
+            "version_not_found",
+            format!("no pending version {version_id} for this file"),
+        )
+    };
+    let vid: i64 = version_id.parse().map_err(|_| not_found())?;
+    conn.query_row(
+        "SELECT length, md5, committed FROM versions WHERE id = ?1 AND file_id = ?2",
+        params![vid, file_id],
+        |r| {
+            Ok((
+                r.get::<_, i64>(0)? as u64,
+                r.get(1)?,
+                r.get::<_, i64>(2)? != 0,
+            ))
+        },
+    )
+    .optional()?
+    .ok_or_else(not_found)
+}
+
+/// The checks of step 3 against step 2, in one place.
+pub fn check_upload(length: u64, md5: Option<&str>, staged: &Staged) -> Result<()> {
+    if staged.len != length {
+        return Err(length_mismatch(length, staged.len));
+    }
+    if let Some(m) = md5 {
+        if m != staged.md5 {
+            return Err(Error::bad_request(
+                "checksum_mismatch",
+                format!("the bytes have md5 {}, step 2 announced {m}", staged.md5),
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub fn length_mismatch(expected: u64, got: u64) -> Error {
+    Error::bad_request(
+        "length_mismatch",
+        format!("step 2 announced {expected} bytes, {got} were sent"),
+    )
+}

@@ -1,0 +1,102 @@
+//! The metadata database: one SQLite file in WAL mode. Every change to the tree is one
+//! transaction, so a crash at any point leaves the tree as it was before or after that change.
+
+use rusqlite::Connection;
+
+/// Bumped when the schema changes; `migrate` brings older databases forward.
+const VERSION: i64 = 1;
+
+const V1: &str = "
+CREATE TABLE nodes (
+    -- AUTOINCREMENT: an ID is never reused, so an ID a client kept (an upload journal, a cache)
+    -- can never point at a different file later.
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    parent_id   INTEGER REFERENCES nodes(id) ON DELETE CASCADE,
+    account_id  INTEGER NOT NULL,
+    kind        INTEGER NOT NULL,      -- 0 account, 1 vault, 2 folder, 3 file
+    name        TEXT NOT NULL,
+    created_on  INTEGER NOT NULL,      -- nanoseconds since the epoch
+    modified_on INTEGER NOT NULL,
+    current_version INTEGER            -- files: the version whose bytes are served
+);
+CREATE UNIQUE INDEX nodes_by_parent ON nodes(parent_id, name) WHERE parent_id IS NOT NULL;
+CREATE UNIQUE INDEX accounts_by_name ON nodes(name) WHERE parent_id IS NULL;
+
+CREATE TABLE versions (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    file_id      INTEGER NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+    length       INTEGER NOT NULL,     -- announced in upload step 2
+    md5          TEXT,                 -- announced (pending) or actual (committed), hex
+    blob         TEXT,                 -- sha256 of the bytes, once committed
+    committed    INTEGER NOT NULL DEFAULT 0,
+    created_on   INTEGER NOT NULL,
+    committed_on INTEGER
+);
+CREATE INDEX versions_by_file ON versions(file_id);
+CREATE INDEX versions_by_blob ON versions(blob) WHERE blob IS NOT NULL;
+
+-- Content-addressed bytes on disk, shared by every version (and copy) with the same content.
+CREATE TABLE blobs (
+    hash TEXT PRIMARY KEY,             -- sha256, hex; file blobs/<hash[0..2]>/<hash>
+    size INTEGER NOT NULL,
+    md5  TEXT NOT NULL
+);
+
+CREATE TABLE users (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    email         TEXT NOT NULL UNIQUE COLLATE NOCASE,
+    account_id    INTEGER NOT NULL REFERENCES nodes(id),
+    password_hash TEXT NOT NULL,       -- argon2id PHC string
+    created_on    INTEGER NOT NULL
+);
+
+CREATE TABLE clients (
+    client_id  TEXT PRIMARY KEY,
+    created_on INTEGER NOT NULL
+);
+
+-- One pin per (user, client), shown again on later visits of the authorization page, so it is
+-- kept as it is; the lockout on failed exchanges is what protects it.
+CREATE TABLE pins (
+    user_id    INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    client_id  TEXT NOT NULL REFERENCES clients(client_id) ON DELETE CASCADE,
+    pin        TEXT NOT NULL,
+    created_on INTEGER NOT NULL,
+    PRIMARY KEY (user_id, client_id)
+);
+
+-- Delegation tokens, stored only as their sha256.
+CREATE TABLE tokens (
+    hash       BLOB PRIMARY KEY,
+    user_id    INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    client_id  TEXT NOT NULL,
+    created_on INTEGER NOT NULL,
+    expires_on INTEGER NOT NULL,
+    revoked    INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX tokens_by_user ON tokens(user_id);
+
+CREATE TABLE auth_failures (
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    kind    TEXT NOT NULL,             -- 'pin' or 'password'
+    at      INTEGER NOT NULL
+);
+CREATE INDEX auth_failures_by_user ON auth_failures(user_id, kind, at);
+";
+
+/// Opens the connection's pragmas and brings the schema to the current version.
+pub fn prepare(conn: &mut Connection) -> rusqlite::Result<()> {
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    // FULL: a transaction the store reported as done survives a power cut, not only a crash.
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version < 1 {
+        let tx = conn.transaction()?;
+        tx.execute_batch(V1)?;
+        tx.pragma_update(None, "user_version", VERSION)?;
+        tx.commit()?;
+    }
+    Ok(())
+}
