@@ -23,7 +23,7 @@ use rusqlite::Connection;
 use crate::api::{Error, Result};
 use blobs::BlobDir;
 
-pub use nodes::{Kind, NodeRow, PendingUpload, TransferMode, length_mismatch};
+pub use nodes::{Kind, NodeRow, PendingUpload, TransferMode, VersionInfo, length_mismatch};
 
 /// The vault every new account starts with.
 pub const FIRST_VAULT: &str = "My First Vault";

@@ -321,6 +321,15 @@ fn copy_tree(
     Ok(new_id)
 }
 
+/// One version of a file, as kept in the database.
+#[derive(Debug, Clone)]
+pub struct VersionInfo {
+    pub id: i64,
+    pub length: u64,
+    pub md5: Option<String>,
+    pub committed: bool,
+}
+
 /// What upload step 3 needs to know before it reads the body.
 #[derive(Debug, Clone)]
 pub struct PendingUpload {
@@ -559,6 +568,26 @@ impl Store {
         ).optional()?.flatten();
         let file = blob.map(|h| File::open(self.blobs.path(&h))).transpose()?;
         Ok((row.to_api(&path), file))
+    }
+
+    /// Every version of a file, oldest first (earlier versions are kept).
+    pub fn version_history(&self, file_id: &str) -> Result<Vec<VersionInfo>> {
+        let conn = self.lock();
+        let file = file_by_id(&conn, Scope::All, file_id)?;
+        let rows = conn
+            .prepare(
+                "SELECT id, length, md5, committed FROM versions WHERE file_id = ?1 ORDER BY id",
+            )?
+            .query_map([file.id], |r| {
+                Ok(VersionInfo {
+                    id: r.get(0)?,
+                    length: r.get::<_, i64>(1)? as u64,
+                    md5: r.get(2)?,
+                    committed: r.get::<_, i64>(3)? != 0,
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
     }
 
     /// The file of that ID (for routes addressed by document ID).
