@@ -3,6 +3,7 @@
 //! backend over HTTP.
 
 pub mod local;
+pub mod remote;
 
 use std::future::Future;
 use std::io;
