@@ -1,6 +1,7 @@
 //! The `vaultfs` command: a thin layer of argument parsing over the server, the store and (later)
 //! the mount.
 
+pub mod login;
 mod users;
 
 use std::net::SocketAddr;
@@ -33,6 +34,10 @@ enum Command {
     /// Manage the client IDs that may ask for pins (`vaultfs` is always registered).
     #[command(subcommand)]
     Client(users::ClientCommand),
+    /// Log in to a service (ours or the public one) with the pin flow; stores the token.
+    Login(login::LoginArgs),
+    /// Forget the stored login of a service.
+    Logout(login::LogoutArgs),
 }
 
 /// Where the built-in store keeps its data.
@@ -104,6 +109,8 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Serve(args) => serve(args),
         Command::User(cmd) => users::user(cmd),
         Command::Client(cmd) => users::client(cmd),
+        Command::Login(args) => login::login(args),
+        Command::Logout(args) => login::logout(args),
     }
 }
 

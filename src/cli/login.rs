@@ -1,0 +1,423 @@
+//! `vaultfs login` and `vaultfs logout`: the pin exchange of spec §5, and the credentials file
+//! (`$XDG_CONFIG_HOME/vaultfs/credentials.toml`, mode 0600) that the mount reads through
+//! [`credentials_for`]. The token is never printed or logged.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{self, BufRead, IsTerminal, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use clap::Args;
+use serde::{Deserialize, Serialize};
+
+use crate::api::{format_time, parse_time};
+use crate::backend::remote::{RemoteBackend, RemoteConfig};
+
+/// The client ID the CLI is registered as.
+pub const CLIENT_ID: &str = "vaultfs";
+
+#[derive(Args)]
+pub struct LoginArgs {
+    /// Base URL of the service, e.g. https://rest.smartvault.com or http://127.0.0.1:8080
+    #[arg(long, value_name = "URL")]
+    server: String,
+    /// Your e-mail address on that service
+    #[arg(long, value_name = "EMAIL")]
+    email: String,
+    /// The pin shown after authorizing (otherwise asked for on the terminal)
+    #[arg(long, env = "VAULTFS_PIN", value_name = "PIN", hide_env_values = true)]
+    pin: Option<String>,
+    /// Print the authorization URL without opening a browser
+    #[arg(long)]
+    no_browser: bool,
+}
+
+#[derive(Args)]
+pub struct LogoutArgs {
+    /// Base URL of the service to forget the login of
+    #[arg(long, value_name = "URL")]
+    server: String,
+}
+
+/// A stored login for one server.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// The server's base URL, normalized (no trailing slash).
+    pub server: String,
+    pub email: String,
+    pub token: String,
+    pub expires_at: SystemTime,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("server", &self.server)
+            .field("email", &self.email)
+            .field("token", &"<redacted>")
+            .field("expires_at", &format_time(self.expires_at))
+            .finish()
+    }
+}
+
+impl Credentials {
+    /// The remote backend's settings for this login (default time-outs).
+    pub fn remote_config(&self) -> RemoteConfig {
+        RemoteConfig::new(&self.server, &self.email, &self.token)
+    }
+}
+
+/// The file: one table per server URL.
+#[derive(Default, Serialize, Deserialize)]
+struct CredentialsFile {
+    #[serde(default)]
+    servers: BTreeMap<String, Entry>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Entry {
+    email: String,
+    token: String,
+    /// RFC 3339, UTC.
+    expires_at: String,
+}
+
+/// The key a server is stored under: the URL as given, without trailing slashes.
+pub fn normalize_server(url: &str) -> String {
+    url.trim().trim_end_matches('/').to_string()
+}
+
+/// `$XDG_CONFIG_HOME/vaultfs/credentials.toml`, or `~/.config/vaultfs/credentials.toml`.
+pub fn credentials_path() -> PathBuf {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/"))
+                .join(".config")
+        });
+    base.join("vaultfs").join("credentials.toml")
+}
+
+/// The login for `server_url` from the default file, or a message saying how to log in.
+pub fn credentials_for(server_url: &str) -> Result<Credentials, String> {
+    credentials_in(&credentials_path(), server_url)
+}
+
+/// The login for `server_url` stored in `file`, valid now.
+pub fn credentials_in(file: &Path, server_url: &str) -> Result<Credentials, String> {
+    let server = normalize_server(server_url);
+    let how = |why: &str| {
+        format!("{why}: run `vaultfs login --server {server} --email YOUR_EMAIL` first")
+    };
+    let entries = read_file(file)?;
+    let entry = entries
+        .servers
+        .get(&server)
+        .ok_or_else(|| how(&format!("not logged in to {server}")))?;
+    let expires_at = parse_time(&entry.expires_at).ok_or_else(|| {
+        how(&format!(
+            "the login for {server} in {} is unreadable",
+            file.display()
+        ))
+    })?;
+    if expires_at <= SystemTime::now() {
+        return Err(format!(
+            "the login for {server} expired on {}: run `vaultfs login --server {server} --email {}` again",
+            entry.expires_at, entry.email
+        ));
+    }
+    Ok(Credentials {
+        server,
+        email: entry.email.clone(),
+        token: entry.token.clone(),
+        expires_at,
+    })
+}
+
+fn read_file(file: &Path) -> Result<CredentialsFile, String> {
+    match fs::read_to_string(file) {
+        Ok(text) => toml::from_str(&text)
+            .map_err(|e| format!("{} is not a valid credentials file: {e}", file.display())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(CredentialsFile::default()),
+        Err(e) => Err(format!("cannot read {}: {e}", file.display())),
+    }
+}
+
+/// Replaces `file` atomically with a new one created with mode 0600 (never readable by others,
+/// not even briefly), in a directory made private to its owner.
+fn write_file(file: &Path, content: &CredentialsFile) -> Result<(), String> {
+    let dir = file
+        .parent()
+        .ok_or_else(|| format!("{} has no directory", file.display()))?;
+    fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+        .map_err(|e| format!("cannot restrict {}: {e}", dir.display()))?;
+    let text = format!(
+        "# vaultfs logins, one per server (written by `vaultfs login`; keep this file private)\n{}",
+        toml::to_string(content).map_err(|e| format!("cannot write the credentials: {e}"))?
+    );
+    let tmp = dir.join(format!(".credentials.toml.{}.tmp", std::process::id()));
+    let result = (|| -> io::Result<()> {
+        let _ = fs::remove_file(&tmp);
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        fs::rename(&tmp, file)
+    })();
+    result.map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        format!("cannot write {}: {e}", file.display())
+    })
+}
+
+/// Stores (or replaces) the login of `creds.server` in `file`.
+pub fn save_credentials(file: &Path, creds: &Credentials) -> Result<(), String> {
+    let mut content = read_file(file)?;
+    content.servers.insert(
+        normalize_server(&creds.server),
+        Entry {
+            email: creds.email.clone(),
+            token: creds.token.clone(),
+            expires_at: format_time(creds.expires_at),
+        },
+    );
+    write_file(file, &content)
+}
+
+/// Removes the login of `server_url` from `file`; false when there was none.
+pub fn remove_credentials(file: &Path, server_url: &str) -> Result<bool, String> {
+    let mut content = read_file(file)?;
+    if content
+        .servers
+        .remove(&normalize_server(server_url))
+        .is_none()
+    {
+        return Ok(false);
+    }
+    write_file(file, &content)?;
+    Ok(true)
+}
+
+/// `POST /pin/auth`: the pin exchanged for a login (not yet stored).
+pub async fn exchange_pin(server: &str, email: &str, pin: &str) -> Result<Credentials, String> {
+    let remote = anonymous(server)?;
+    let issued = remote
+        .pin_auth(email, CLIENT_ID, pin)
+        .await
+        .map_err(|e| format!("the pin was not accepted: {e}"))?;
+    if issued.token.is_empty() {
+        return Err("the server answered without a token".into());
+    }
+    // The expiry is kept as an absolute time: `expires_in` counts from now.
+    let expires_at = SystemTime::now() + Duration::from_secs(issued.expires_in);
+    let email = if issued.id.contains('@') {
+        issued.id
+    } else {
+        email.to_string()
+    };
+    Ok(Credentials {
+        server: normalize_server(server),
+        email,
+        token: issued.token,
+        expires_at,
+    })
+}
+
+fn anonymous(server: &str) -> Result<RemoteBackend, String> {
+    RemoteBackend::new(RemoteConfig::new(&normalize_server(server), "", "")).map_err(|e| e.message)
+}
+
+/// Opens `url` in the desktop's browser, when there is a desktop.
+fn open_browser(url: &str) {
+    let desktop = ["DISPLAY", "WAYLAND_DISPLAY"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty()));
+    if !desktop && !cfg!(target_os = "macos") {
+        return;
+    }
+    let opener = if cfg!(target_os = "macos") {
+        "open"
+    } else {
+        "xdg-open"
+    };
+    let spawned = std::process::Command::new(opener)
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    if let Err(e) = spawned {
+        log::debug!("cannot run {opener}: {e}");
+    }
+}
+
+/// Reads the pin from standard input (the terminal, or a pipe).
+fn read_pin() -> Result<String, String> {
+    let stdin = io::stdin();
+    if stdin.is_terminal() {
+        eprint!("Pin: ");
+        let _ = io::stderr().flush();
+    }
+    let mut line = String::new();
+    stdin
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| format!("cannot read the pin: {e}"))?;
+    Ok(line)
+}
+
+fn check_pin(pin: &str) -> Result<String, String> {
+    let pin = pin.trim();
+    if pin.is_empty() || !pin.bytes().all(|c| c.is_ascii_digit()) {
+        return Err("the pin is the number shown on the authorization page".into());
+    }
+    Ok(pin.to_string())
+}
+
+/// `vaultfs login`.
+pub fn login(args: LoginArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let server = normalize_server(&args.server);
+    let rt = tokio::runtime::Runtime::new()?;
+    let pin = match args.pin {
+        // A pin at hand (it stays the same until revoked): straight to the exchange.
+        Some(pin) => check_pin(&pin)?,
+        None => {
+            let remote = anonymous(&server)?;
+            let url = rt
+                .block_on(remote.pin_end(CLIENT_ID))
+                .map_err(|e| format!("cannot start the login at {server}: {e}"))?;
+            eprintln!(
+                "Open this address, sign in as {} and authorize vaultfs:",
+                args.email
+            );
+            println!("{url}");
+            if !args.no_browser {
+                open_browser(&url);
+            }
+            eprintln!("Then enter the pin it shows.");
+            check_pin(&read_pin()?)?
+        }
+    };
+    let creds = rt.block_on(exchange_pin(&server, &args.email, &pin))?;
+    let file = credentials_path();
+    save_credentials(&file, &creds)?;
+    eprintln!(
+        "Logged in to {server} as {} until {} (stored in {}).",
+        creds.email,
+        format_time(creds.expires_at),
+        file.display()
+    );
+    Ok(())
+}
+
+/// `vaultfs logout`.
+pub fn logout(args: LogoutArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let server = normalize_server(&args.server);
+    let file = credentials_path();
+    if remove_credentials(&file, &server)? {
+        eprintln!("Logged out of {server}.");
+    } else {
+        eprintln!("Not logged in to {server}; nothing to do.");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn creds(server: &str, token: &str, expires_at: SystemTime) -> Credentials {
+        Credentials {
+            server: server.into(),
+            email: "a@b.c".into(),
+            token: token.into(),
+            expires_at,
+        }
+    }
+
+    #[test]
+    fn stores_per_server_privately_and_expires() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("cfg/vaultfs/credentials.toml");
+        let later = SystemTime::now() + Duration::from_secs(3600);
+        let missing = credentials_in(&file, "http://one").unwrap_err();
+        assert!(
+            missing.contains("vaultfs login --server http://one"),
+            "{missing}"
+        );
+
+        save_credentials(&file, &creds("http://one/", "tok-1", later)).unwrap();
+        save_credentials(&file, &creds("http://two", "tok-2", later)).unwrap();
+        let mode = fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let dir_mode = fs::metadata(file.parent().unwrap())
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(dir_mode, 0o700);
+        let got = credentials_in(&file, "http://one").unwrap();
+        assert_eq!(
+            (got.token.as_str(), got.server.as_str()),
+            ("tok-1", "http://one")
+        );
+        assert!(!format!("{got:?}").contains("tok-1"));
+        // Times round-trip to the second at least.
+        let diff = got
+            .expires_at
+            .duration_since(later)
+            .unwrap_or_else(|e| e.duration());
+        assert!(diff < Duration::from_secs(1));
+
+        save_credentials(
+            &file,
+            &creds(
+                "http://one",
+                "old",
+                SystemTime::now() - Duration::from_secs(1),
+            ),
+        )
+        .unwrap();
+        let expired = credentials_in(&file, "http://one").unwrap_err();
+        assert!(
+            expired.contains("expired") && expired.contains("--email a@b.c"),
+            "{expired}"
+        );
+
+        assert!(remove_credentials(&file, "http://one").unwrap());
+        assert!(!remove_credentials(&file, "http://one").unwrap());
+        assert!(credentials_in(&file, "http://one").is_err());
+        assert_eq!(credentials_in(&file, "http://two").unwrap().token, "tok-2");
+        // No temporary file is left behind.
+        let names: Vec<_> = fs::read_dir(file.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["credentials.toml"]);
+    }
+
+    #[test]
+    fn garbage_file_is_a_clear_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("credentials.toml");
+        fs::write(&file, "servers = 3\n[[[").unwrap();
+        let e = credentials_in(&file, "http://one").unwrap_err();
+        assert!(e.contains("not a valid credentials file"), "{e}");
+    }
+
+    #[test]
+    fn pins_are_digits() {
+        assert_eq!(check_pin(" 12345678\n").unwrap(), "12345678");
+        assert!(check_pin("12a4").is_err());
+        assert!(check_pin("\n").is_err());
+    }
+}
