@@ -1285,3 +1285,22 @@ async fn login_stores_a_token_that_the_remote_backend_uses() {
     let e = login::credentials_in(&file, &server.base).unwrap_err();
     assert!(e.contains("vaultfs login --server"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn remote_speaks_tls_to_https_urls() {
+    // Something that is not TLS behind an https:// URL: the handshake is tried and fails as a
+    // connection error (retried, since nothing was sent), not as an unsupported scheme.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let _ = sock.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
+        }
+    });
+    let b = RemoteBackend::new(quick(&format!("https://127.0.0.1:{port}"))).unwrap();
+    let e = err(b.node(&vault()).await);
+    assert_eq!(e.kind, ErrorKind::Network);
+    assert!(e.message.contains("after 4 attempt(s)"), "{e:?}");
+    // rustls's own words for a ServerHello that is not one.
+    assert!(e.message.contains("corrupt message"), "{e:?}");
+}
