@@ -1198,6 +1198,7 @@ async fn remote_falls_back_to_whole_reads_without_range_support() {
     assert!(read_all(d).await.unwrap() == data[100..200]);
     assert_eq!(b.supports_ranges(), Some(false));
     assert!(m.head(0).contains("range: bytes=100-199"));
+    assert!(m.head(0).contains("accept: */*"), "{}", m.head(0));
     // Learned: no Range header any more, the cut is made here.
     let d = b
         .download("7", Some(RangeRequest::Suffix(10)))

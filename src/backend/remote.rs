@@ -138,6 +138,8 @@ struct Req {
     json: Option<Bytes>,
     retry: Retry,
     auth: bool,
+    /// `application/json` for JSON calls (spec §4); anything for bytes.
+    accept: &'static str,
     range: Option<RangeRequest>,
 }
 
@@ -149,6 +151,7 @@ impl Req {
             json: None,
             retry: Retry::Idempotent,
             auth: true,
+            accept: JSON,
             range: None,
         }
     }
@@ -161,6 +164,7 @@ impl Req {
             json: Some(json.into()),
             retry,
             auth: true,
+            accept: JSON,
             range: None,
         }
     }
@@ -388,7 +392,7 @@ impl RemoteBackend {
                 .inner
                 .http
                 .request(req.method.clone(), &url)
-                .header(header::ACCEPT, JSON);
+                .header(header::ACCEPT, req.accept);
             if req.auth {
                 if let Some(a) = &self.inner.auth {
                     rb = rb.header(header::AUTHORIZATION, a.clone());
@@ -557,6 +561,7 @@ impl RemoteBackend {
     ) -> Result<Download> {
         let known = self.inner.ranges.load(Ordering::Relaxed);
         let mut req = Req::get(path);
+        req.accept = "*/*";
         // A server that does not know ranges ignores the header and sends everything, which is
         // handled below; once it is known not to, the header is left off.
         req.range = range.filter(|_| known != RANGES_NO);
@@ -1058,7 +1063,8 @@ impl Backend for RemoteBackend {
         if !query.is_empty() {
             path = format!("{path}?{}", query.join("&"));
         }
-        let req = Req::get(path);
+        let mut req = Req::get(path);
+        req.accept = "image/*, application/json;q=0.5";
         let what = req.what();
         self.bounded(&what, async {
             let resp = self.send(&req).await?;
