@@ -7,5 +7,6 @@
 pub mod api;
 pub mod backend;
 pub mod cli;
+pub mod fs;
 pub mod server;
 pub mod store;

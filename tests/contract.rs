@@ -19,8 +19,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use common::TestServer;
 use vaultfs::api::{Error, ErrorKind, Node, NodePath, NodeType, PreviewStatus, RangeRequest};
+use vaultfs::backend::list_all;
 use vaultfs::backend::local::LocalBackend;
-use vaultfs::backend::remote::{RemoteBackend, RemoteConfig, list_all};
+use vaultfs::backend::remote::{RemoteBackend, RemoteConfig};
 use vaultfs::backend::{Backend, ByteStream, Download};
 use vaultfs::cli::login;
 use vaultfs::store::{Store, StoreConfig};

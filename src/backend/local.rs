@@ -10,14 +10,12 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
-use super::{Backend, ByteStream, Download, PreviewImage};
+use super::{Backend, ByteStream, Download, PreviewImage, reader_stream};
 use crate::api::{
     Error, ErrorKind, Node, NodePath, PageSize, PreviewMeta, PreviewStatus, RangeRequest, Result,
 };
 use crate::store::{Scope, Store, TransferMode, length_mismatch};
 
-/// Size of the chunks a download is read in.
-const READ_CHUNK: usize = 256 * 1024;
 /// Chunks in flight between the network and the disk during an upload.
 const UPLOAD_QUEUE: usize = 16;
 
@@ -171,7 +169,7 @@ impl Backend for LocalBackend {
             let body: ByteStream = match file {
                 Some(mut f) => {
                     f.seek(SeekFrom::Start(start))?;
-                    read_stream(f.take(len))
+                    reader_stream(f.take(len))
                 }
                 None => Box::pin(futures_util::stream::empty()),
             };
@@ -236,35 +234,4 @@ fn no_preview() -> Error {
         "preview_not_supported",
         "this file type has no preview",
     )
-}
-
-/// Streams a blocking reader in chunks from a blocking thread, through a small bounded queue.
-fn read_stream<R: Read + Send + 'static>(mut reader: R) -> ByteStream {
-    let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(4);
-    tokio::task::spawn_blocking(move || {
-        loop {
-            let mut buf = vec![0u8; READ_CHUNK];
-            match reader.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    buf.truncate(n);
-                    if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
-                        break; // the receiver went away (client disconnected)
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    let _ = tx.blocking_send(Err(e));
-                    break;
-                }
-            }
-        }
-    });
-    Box::pin(tokio_stream_from(rx))
-}
-
-fn tokio_stream_from<T: Send + 'static>(
-    mut rx: mpsc::Receiver<T>,
-) -> impl futures_util::Stream<Item = T> + Send {
-    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }

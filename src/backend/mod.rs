@@ -17,6 +17,35 @@ use crate::api::{Node, NodePath, PageSize, PreviewMeta, RangeRequest, Result};
 /// A body of bytes flowing in either direction, never held whole in memory.
 pub type ByteStream = Pin<Box<dyn Stream<Item = io::Result<Bytes>> + Send + 'static>>;
 
+/// Size of the chunks a reader stream yields.
+const READ_CHUNK: usize = 256 * 1024;
+
+/// Streams a blocking reader (a file) in chunks, read on a blocking thread through a small
+/// bounded queue, so memory stays bounded whatever the size.
+pub fn reader_stream<R: std::io::Read + Send + 'static>(mut reader: R) -> ByteStream {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<io::Result<Bytes>>(4);
+    tokio::task::spawn_blocking(move || {
+        loop {
+            let mut buf = vec![0u8; READ_CHUNK];
+            match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    buf.truncate(n);
+                    if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
+                        break; // the receiver went away (the client disconnected)
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(e));
+                    break;
+                }
+            }
+        }
+    });
+    Box::pin(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+}
+
 /// A download in progress: what is being sent, and the bytes.
 pub struct Download {
     /// The file as it is now (name, size, md5, times).
@@ -46,6 +75,37 @@ impl Download {
 pub struct PreviewImage {
     pub content_type: String,
     pub data: Bytes,
+}
+
+/// Children fetched per page by the mount's listings.
+pub const LIST_PAGE: u64 = 1000;
+
+/// A folder with all its children (`children=1`), following `page`/`per_page` until
+/// `total_children` is reached. A server may cap pages below what was asked, so a short page
+/// ends the listing only when there is no count; an empty page always does (no endless loop on a
+/// miscounting server).
+pub async fn list_all<B: Backend>(b: &B, path: &NodePath, per_page: u64) -> Result<Node> {
+    let per_page = per_page.max(1);
+    let mut node = b.list(path, 0, per_page).await?;
+    let mut children = node.children.take().unwrap_or_default();
+    let mut last = children.len() as u64;
+    let mut page = 1;
+    loop {
+        let done = match node.total_children {
+            Some(total) => children.len() as u64 >= total,
+            None => last < per_page,
+        };
+        if done || last == 0 {
+            break;
+        }
+        let next = b.list(path, page, per_page).await?;
+        let got = next.children.unwrap_or_default();
+        last = got.len() as u64;
+        children.extend(got);
+        page += 1;
+    }
+    node.children = Some(children);
+    Ok(node)
 }
 
 /// The interface of the document store (spec §4 and DESIGN.md §2).

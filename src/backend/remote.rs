@@ -674,34 +674,6 @@ impl RemoteBackend {
         }
     }
 }
-
-/// Follows the pages of a listing until `total_children` children are collected (or a short
-/// page ends it, for a server that does not count). The folder may change between pages; the
-/// result is then what each page said at its time.
-pub async fn list_all<B: Backend>(b: &B, path: &NodePath, per_page: u64) -> Result<Node> {
-    let per_page = per_page.max(1);
-    let mut node = b.list(path, 0, per_page).await?;
-    let mut children = node.children.take().unwrap_or_default();
-    let mut last = children.len() as u64;
-    let mut page = 1;
-    loop {
-        let done = match node.total_children {
-            Some(total) => children.len() as u64 >= total,
-            None => last < per_page,
-        };
-        if done || last == 0 {
-            break;
-        }
-        let next = b.list(path, page, per_page).await?;
-        let got = next.children.unwrap_or_default();
-        last = got.len() as u64;
-        children.extend(got);
-        page += 1;
-    }
-    node.children = Some(children);
-    Ok(node)
-}
-
 /// What a download's body must be.
 struct BodyCheck {
     /// Bytes the server announced.

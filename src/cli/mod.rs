@@ -2,6 +2,7 @@
 //! the mount.
 
 pub mod login;
+mod mount;
 mod users;
 
 use std::net::SocketAddr;
@@ -24,6 +25,11 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Mount the store as a folder: the built-in store by default (nothing else to start).
+    ///
+    /// Runs in the foreground until unmounted (`fusermount3 -u DIR`, `umount DIR`) or stopped with
+    /// Ctrl-C / SIGTERM; files not yet uploaded stay journaled and are uploaded by the next mount.
+    Mount(mount::MountArgs),
     /// Serve the built-in store over HTTP: the whole interface, with pin-based login.
     ///
     /// Users are created with `vaultfs user add`; clients log in with `vaultfs login`.
@@ -106,6 +112,7 @@ fn init_logging() {
 
 fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     match cli.command {
+        Command::Mount(args) => mount::mount(args),
         Command::Serve(args) => serve(args),
         Command::User(cmd) => users::user(cmd),
         Command::Client(cmd) => users::client(cmd),

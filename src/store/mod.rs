@@ -61,6 +61,14 @@ pub struct Store {
     conn: Mutex<Connection>,
     blobs: BlobDir,
     config: StoreConfig,
+    /// A shared lock on `lock` for as long as the store is open.
+    _lock: fs::File,
+}
+
+fn flock(f: &fs::File, op: i32) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor we own.
+    unsafe { libc::flock(f.as_raw_fd(), op) == 0 }
 }
 
 pub(crate) fn now_ns() -> i64 {
@@ -92,6 +100,14 @@ impl Store {
         // Other users of the machine have no business reading the store.
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
         let blobs = BlobDir::open(dir)?;
+        let lock = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join("lock"))?;
+        // Alone with the store (no server, mount or CLI has it open): clean up after crashes.
+        // Otherwise another process may be mid-upload, and its staging files are not garbage.
+        let alone = flock(&lock, libc::LOCK_EX | libc::LOCK_NB);
         let mut conn = Connection::open(dir.join("vault.db"))?;
         schema::prepare(&mut conn)?;
         let store = Store {
@@ -99,8 +115,13 @@ impl Store {
             conn: Mutex::new(conn),
             blobs,
             config,
+            _lock: lock,
         };
-        store.recover()?;
+        if alone {
+            store.recover()?;
+        }
+        // Held while the store is open, so others know it is in use.
+        flock(&store._lock, libc::LOCK_SH);
         store.add_client(auth::DEFAULT_CLIENT)?;
         Ok(store)
     }

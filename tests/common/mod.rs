@@ -2,6 +2,8 @@
 //! temporary directory, and the pin login done the way a person does it (the HTML page).
 #![allow(dead_code)]
 
+pub mod mount;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

@@ -1,0 +1,327 @@
+//! The read cache: one sparse file per remote file version (ID and md5) in the cache dir, filled
+//! by ranged downloads in 1 MiB chunks, with read-ahead that grows for sequential readers. An LRU
+//! bounds its bytes. A chunk is marked present only once all its bytes are written, so a reader
+//! never sees a hole as data; the cache starts empty on each mount.
+
+use std::collections::HashSet;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::num::NonZeroUsize;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures_util::StreamExt;
+use lru::LruCache;
+
+use crate::api::{Error, RangeRequest, Result};
+use crate::backend::Backend;
+
+pub const CHUNK: u64 = 1 << 20;
+const MAX_READAHEAD: u64 = 16 * CHUNK;
+
+pub struct Entry {
+    pub id: String,
+    pub md5: Option<String>,
+    pub size: u64,
+    file: File,
+    path: PathBuf,
+    present: Mutex<HashSet<u64>>,
+    /// One download at a time per file: concurrent readers of the same chunks wait for it
+    /// instead of fetching twice.
+    fetching: tokio::sync::Mutex<()>,
+    /// End of the last read and the current read-ahead window, for sequential readers.
+    last_end: AtomicU64,
+    window: AtomicU64,
+}
+
+impl Entry {
+    fn missing(&self, first: u64, last: u64) -> Vec<u64> {
+        let present = self.present.lock().unwrap_or_else(|p| p.into_inner());
+        (first..=last).filter(|c| !present.contains(c)).collect()
+    }
+
+    fn mark(&self, chunk: u64) {
+        self.present
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(chunk);
+    }
+
+    pub fn is_complete(&self) -> bool {
+        self.size == 0 || self.missing(0, (self.size - 1) / CHUNK).is_empty()
+    }
+
+    fn pread(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let len = len.min(self.size.saturating_sub(offset) as usize);
+        let mut buf = vec![0u8; len];
+        self.file.read_exact_at(&mut buf, offset)?;
+        Ok(buf)
+    }
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+pub struct ReadCache {
+    dir: PathBuf,
+    max_bytes: u64,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    lru: LruCache<String, Arc<Entry>>,
+    bytes: u64,
+}
+
+fn key(id: &str, md5: Option<&str>) -> String {
+    format!("{id}-{}", md5.unwrap_or("none"))
+}
+
+impl ReadCache {
+    pub fn open(dir: PathBuf, max_bytes: u64) -> io::Result<ReadCache> {
+        // Entries are not trusted across runs: start empty.
+        if dir.exists() {
+            fs::remove_dir_all(&dir)?;
+        }
+        fs::create_dir_all(&dir)?;
+        let inner = Inner {
+            lru: LruCache::new(NonZeroUsize::new(1 << 20).unwrap()),
+            bytes: 0,
+        };
+        Ok(ReadCache {
+            dir,
+            max_bytes,
+            inner: Mutex::new(inner),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The cache entry of this version of a file, new (empty) if not cached.
+    pub fn entry(&self, id: &str, md5: Option<&str>, size: u64) -> Result<Arc<Entry>> {
+        let k = key(id, md5);
+        let mut inner = self.lock();
+        if let Some(e) = inner.lru.get(&k) {
+            if e.size == size {
+                return Ok(e.clone());
+            }
+        }
+        if let Some(old) = inner.lru.pop(&k) {
+            inner.bytes -= old.size;
+        }
+        let path = self.dir.join(&k);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path)?;
+        file.set_len(size)?;
+        let e = Arc::new(Entry {
+            id: id.to_string(),
+            md5: md5.map(str::to_string),
+            size,
+            file,
+            path,
+            present: Mutex::new(HashSet::new()),
+            fetching: tokio::sync::Mutex::new(()),
+            last_end: AtomicU64::new(0),
+            window: AtomicU64::new(CHUNK),
+        });
+        inner.bytes += size;
+        inner.lru.put(k, e.clone());
+        self.evict(&mut inner);
+        Ok(e)
+    }
+
+    /// Drops least recently used entries nobody is reading until the cache fits its bound.
+    fn evict(&self, inner: &mut Inner) {
+        let mut skipped = Vec::new();
+        while inner.bytes > self.max_bytes {
+            let Some((k, e)) = inner.lru.pop_lru() else {
+                break;
+            };
+            if Arc::strong_count(&e) > 1 {
+                skipped.push((k, e)); // in use: keep
+                continue;
+            }
+            inner.bytes -= e.size;
+        }
+        // Entries in use go back, still least recently used.
+        for (k, e) in skipped.into_iter().rev() {
+            inner.lru.put(k.clone(), e);
+            inner.lru.demote(&k);
+        }
+    }
+
+    /// Reads `len` bytes at `offset`, downloading missing chunks (plus read-ahead) first.
+    pub async fn read<B: Backend>(
+        &self,
+        backend: &B,
+        e: &Arc<Entry>,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<u8>> {
+        if offset >= e.size || len == 0 {
+            return Ok(Vec::new());
+        }
+        let end = (offset + len as u64).min(e.size);
+        // Sequential readers get a read-ahead window that doubles up to MAX_READAHEAD.
+        let window = if e.last_end.swap(end, Ordering::SeqCst) == offset {
+            let w = (e.window.load(Ordering::SeqCst) * 2).min(MAX_READAHEAD);
+            e.window.store(w, Ordering::SeqCst);
+            w
+        } else {
+            e.window.store(CHUNK, Ordering::SeqCst);
+            0
+        };
+        let first = offset / CHUNK;
+        let last = (end - 1) / CHUNK;
+        if !e.missing(first, last).is_empty() {
+            let _guard = e.fetching.lock().await;
+            let ahead_last = ((end + window).min(e.size) - 1) / CHUNK;
+            let missing = e.missing(first, ahead_last);
+            // Only what is needed now blocks the reader; the rest comes with it in one request.
+            for run in runs(&missing) {
+                fetch(backend, e, run.0, run.1).await?;
+            }
+        }
+        let e2 = e.clone();
+        tokio::task::spawn_blocking(move || e2.pread(offset, (end - offset) as usize))
+            .await
+            .map_err(|err| Error::internal(format!("cache read task failed: {err}")))?
+            .map_err(Error::from)
+    }
+
+    /// Downloads the whole file into `dest` (for a writer that opens an existing file),
+    /// from the cache where complete.
+    pub async fn copy_into<B: Backend>(
+        &self,
+        backend: &B,
+        e: &Arc<Entry>,
+        dest: &File,
+    ) -> Result<()> {
+        if e.size == 0 {
+            return Ok(());
+        }
+        if !e.is_complete() {
+            let _guard = e.fetching.lock().await;
+            for run in runs(&e.missing(0, (e.size - 1) / CHUNK)) {
+                fetch(backend, e, run.0, run.1).await?;
+            }
+        }
+        let (src, dst) = (e.file.try_clone()?, dest.try_clone()?);
+        let size = e.size;
+        tokio::task::spawn_blocking(move || -> io::Result<()> {
+            let mut buf = vec![0u8; CHUNK as usize];
+            let mut off = 0;
+            while off < size {
+                let n = (size - off).min(CHUNK) as usize;
+                src.read_exact_at(&mut buf[..n], off)?;
+                dst.write_all_at(&buf[..n], off)?;
+                off += n as u64;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|err| Error::internal(format!("copy task failed: {err}")))??;
+        Ok(())
+    }
+
+    /// Makes the bytes of a just-uploaded staging file the cached content of that version,
+    /// so reading back what was written needs no download.
+    pub fn adopt(
+        &self,
+        id: &str,
+        md5: Option<&str>,
+        size: u64,
+        staged: &std::path::Path,
+    ) -> Result<()> {
+        let k = key(id, md5);
+        let path = self.dir.join(&k);
+        fs::hard_link(staged, &path).or_else(|_| fs::copy(staged, &path).map(|_| ()))?;
+        let file = OpenOptions::new().read(true).write(true).open(&path)?;
+        let chunks = if size == 0 { 0 } else { (size - 1) / CHUNK + 1 };
+        let e = Arc::new(Entry {
+            id: id.to_string(),
+            md5: md5.map(str::to_string),
+            size,
+            file,
+            path,
+            present: Mutex::new((0..chunks).collect()),
+            fetching: tokio::sync::Mutex::new(()),
+            last_end: AtomicU64::new(0),
+            window: AtomicU64::new(CHUNK),
+        });
+        let mut inner = self.lock();
+        if let Some(old) = inner.lru.put(k, e) {
+            inner.bytes -= old.size;
+        }
+        inner.bytes += size;
+        self.evict(&mut inner);
+        Ok(())
+    }
+}
+
+/// Consecutive chunk numbers grouped into (first, last) runs.
+fn runs(chunks: &[u64]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for &c in chunks {
+        match out.last_mut() {
+            Some((_, last)) if *last + 1 == c => *last = c,
+            _ => out.push((c, c)),
+        }
+    }
+    out
+}
+
+/// Downloads chunks `first..=last` into the entry, marking each once it is whole.
+async fn fetch<B: Backend>(backend: &B, e: &Entry, first: u64, last: u64) -> Result<()> {
+    let start = first * CHUNK;
+    let end = ((last + 1) * CHUNK).min(e.size);
+    let range = RangeRequest::span(start, end - start);
+    let mut d = backend.download(&e.id, Some(range)).await?;
+    if d.node.md5_checksum.is_some() && e.md5.is_some() && d.node.md5_checksum != e.md5 {
+        return Err(Error::new(
+            crate::api::ErrorKind::Conflict,
+            "changed",
+            "the file changed while it was being read",
+        ));
+    }
+    let mut off = d.range.map_or(0, |(a, _)| a);
+    if off != start {
+        return Err(Error::internal("the server sent another range than asked"));
+    }
+    let mut pending_chunk = first;
+    while let Some(bytes) = d.body.next().await {
+        let bytes = bytes.map_err(|err| {
+            Error::new(
+                crate::api::ErrorKind::Network,
+                "download_failed",
+                err.to_string(),
+            )
+        })?;
+        e.file.write_all_at(&bytes, off)?;
+        off += bytes.len() as u64;
+        while pending_chunk <= last && ((pending_chunk + 1) * CHUNK).min(e.size) <= off {
+            e.mark(pending_chunk);
+            pending_chunk += 1;
+        }
+    }
+    if off < end {
+        return Err(Error::new(
+            crate::api::ErrorKind::Network,
+            "short_download",
+            "the download ended early",
+        ));
+    }
+    Ok(())
+}

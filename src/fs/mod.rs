@@ -1,0 +1,202 @@
+//! The mount: a FUSE filesystem over any [`Backend`] (DESIGN.md §3).
+//!
+//! - `table`: inodes, attributes, cached listings; `errno`: the one error table;
+//! - `staging`: write staging files and the upload journal; `upload`: the uploader;
+//! - `cache`: the read cache; `ops`: the kernel's requests.
+//!
+//! Requests that need the backend run as tokio tasks and reply when done, so a slow call never
+//! stalls unrelated operations; writes and reads of staged or cached bytes are answered on the
+//! FUSE threads directly.
+
+mod cache;
+mod errno;
+mod ops;
+mod staging;
+mod table;
+mod upload;
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use fuser::{Config, MountOption, Notifier, SessionACL};
+
+use crate::api::NodePath;
+use crate::backend::Backend;
+use cache::ReadCache;
+use staging::{Journal, Staged};
+use table::{Ino, Table};
+
+/// How long an unmount waits for running uploads before leaving them to the journal.
+const SHUTDOWN_UPLOAD_WAIT: Duration = Duration::from_secs(30);
+
+/// How to mount.
+#[derive(Debug, Clone)]
+pub struct MountOptions {
+    /// The backend path shown at the mount point (`/nodes/pth` by default).
+    pub root: NodePath,
+    pub read_only: bool,
+    /// Let other users (and root) into the mount (needs `user_allow_other` for non-root).
+    pub allow_other: bool,
+    /// Staging files, the upload journal and the read cache; one per backend.
+    pub cache_dir: PathBuf,
+    /// Bound of the read cache, in bytes.
+    pub cache_size: u64,
+    /// How long the kernel may keep attributes and entries.
+    pub attr_ttl: Duration,
+    /// How long a directory listing is reused before it is fetched again.
+    pub dir_ttl: Duration,
+    /// FUSE event-loop threads.
+    pub threads: usize,
+    /// Uploads running at once.
+    pub upload_concurrency: usize,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            root: NodePath::root(),
+            read_only: false,
+            allow_other: false,
+            cache_dir: PathBuf::from("/tmp/vaultfs-cache"),
+            cache_size: 2 << 30,
+            attr_ttl: Duration::from_secs(1),
+            dir_ttl: Duration::from_secs(10),
+            threads: 4,
+            upload_concurrency: 4,
+        }
+    }
+}
+
+/// One open file or directory.
+enum Handle {
+    File {
+        ino: Ino,
+        staged: Option<Arc<Staged>>,
+    },
+    Dir {
+        entries: Vec<(Ino, fuser::FileType, String)>,
+    },
+}
+
+/// The filesystem's state, shared by the FUSE threads and the tasks they start.
+pub(crate) struct Fs<B: Backend> {
+    backend: Arc<B>,
+    rt: tokio::runtime::Handle,
+    table: Mutex<Table>,
+    handles: Mutex<HashMap<u64, Handle>>,
+    next_fh: AtomicU64,
+    cache: ReadCache,
+    journal: Journal,
+    opts: MountOptions,
+    uid: u32,
+    gid: u32,
+    /// Files with an upload task running.
+    uploading: Mutex<HashSet<Ino>>,
+    upload_slots: tokio::sync::Semaphore,
+    notifier: OnceLock<Notifier>,
+}
+
+impl<B: Backend> Fs<B> {
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn handles(&self) -> MutexGuard<'_, HashMap<u64, Handle>> {
+        self.handles.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Mounts `backend` at `mountpoint` and serves until unmounted (or SIGINT/SIGTERM).
+/// `ready` is called once the kernel has accepted the mount.
+pub fn mount<B: Backend>(
+    backend: B,
+    mountpoint: &std::path::Path,
+    opts: MountOptions,
+    rt: &tokio::runtime::Runtime,
+    ready: impl FnOnce(),
+) -> io::Result<()> {
+    std::fs::create_dir_all(&opts.cache_dir)?;
+    let journal = Journal::open(&opts.cache_dir)?;
+    let cache = ReadCache::open(opts.cache_dir.join("cache"), opts.cache_size)?;
+    // SAFETY: getuid/getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let fs = Arc::new(Fs {
+        backend: Arc::new(backend),
+        rt: rt.handle().clone(),
+        table: Mutex::new(Table::new(opts.root.clone())),
+        handles: Mutex::new(HashMap::new()),
+        next_fh: AtomicU64::new(1),
+        cache,
+        journal,
+        uid,
+        gid,
+        uploading: Mutex::new(HashSet::new()),
+        upload_slots: tokio::sync::Semaphore::new(opts.upload_concurrency.max(1)),
+        notifier: OnceLock::new(),
+        opts: opts.clone(),
+    });
+    upload::recover(&fs)?;
+
+    let mut options = vec![
+        MountOption::FSName("vaultfs".into()),
+        MountOption::Subtype("vaultfs".into()),
+        MountOption::DefaultPermissions,
+        MountOption::NoDev,
+        MountOption::NoSuid,
+    ];
+    if opts.read_only {
+        options.push(MountOption::RO);
+    }
+    let mut config = Config::default();
+    config.mount_options = options;
+    config.acl = if opts.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(opts.threads.max(1));
+    let mut session = fuser::Session::new(ops::VaultFs(fs.clone()), mountpoint, &config)?;
+    let _ = fs.notifier.set(session.notifier());
+    log::info!("mounted {} at {}", opts.root, mountpoint.display());
+    ready();
+
+    let mut unmounter = session.unmount_callable();
+    let mp = mountpoint.to_path_buf();
+    rt.spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        log::info!("unmounting {}", mp.display());
+        if let Err(e) = unmounter.unmount() {
+            log::error!("unmount failed: {e}");
+        }
+    });
+    let result = session.run();
+    // Unmounted: give uploads in flight a bounded time to finish; the journal keeps the rest.
+    rt.block_on(async {
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_UPLOAD_WAIT;
+        while !fs
+            .uploading
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let pending = fs.table().staged_inos().len();
+    if pending > 0 {
+        log::info!(
+            "{pending} file(s) not yet uploaded stay in the journal; the next mount uploads them"
+        );
+    }
+    result
+}

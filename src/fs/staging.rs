@@ -1,0 +1,326 @@
+//! Write staging and the upload journal. A file opened for writing works on a staging file on
+//! local disk; a journal entry beside it says where its bytes belong. Both are on disk before
+//! `release` returns (the entry is written when staging starts and rewritten on rename), so a
+//! killed daemon, an unmount or a server outage loses no byte: the next mount uploads what the
+//! journal lists. Entries are small JSON files renamed into place, so one is whole or absent.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::SystemTime;
+
+use md5::{Digest, Md5};
+use serde::{Deserialize, Serialize};
+
+use crate::api::NodePath;
+
+/// A staged file: the bytes a writer sees, and how far they are from being uploaded.
+pub struct Staged {
+    pub id: u64,
+    pub file: File,
+    data_path: PathBuf,
+    size: AtomicU64,
+    /// Bumped by every change; an upload records the generation it sent.
+    generation: AtomicU64,
+    uploaded: AtomicU64,
+    /// Open writable handles.
+    pub writers: AtomicU32,
+    mtime: Mutex<SystemTime>,
+    /// md5 of the bytes so far while every write has been an append (the common case), so the
+    /// upload need not read the file twice; `None` once a write lands elsewhere. Its lock also
+    /// orders writes with the size they extend.
+    seq_md5: Mutex<Option<Md5>>,
+}
+
+impl Staged {
+    pub fn size(&self) -> u64 {
+        self.size.load(Ordering::SeqCst)
+    }
+
+    pub fn mtime(&self) -> SystemTime {
+        *self.mtime.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn set_mtime(&self, t: SystemTime) {
+        *self.mtime.lock().unwrap_or_else(|p| p.into_inner()) = t;
+    }
+
+    fn changed(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.set_mtime(SystemTime::now());
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// Changes not yet stored remotely.
+    pub fn is_dirty(&self) -> bool {
+        self.generation() != self.uploaded.load(Ordering::SeqCst)
+    }
+
+    pub fn mark_uploaded(&self, generation: u64) {
+        self.uploaded.store(generation, Ordering::SeqCst);
+    }
+
+    pub fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        let mut md5 = self.seq_md5.lock().unwrap_or_else(|p| p.into_inner());
+        self.file.write_all_at(data, offset)?;
+        if offset == self.size() {
+            if let Some(m) = md5.as_mut() {
+                m.update(data);
+            }
+        } else {
+            *md5 = None;
+        }
+        self.size
+            .fetch_max(offset + data.len() as u64, Ordering::SeqCst);
+        self.changed();
+        Ok(())
+    }
+
+    /// md5 of the whole staged content, from the running hash when writes were appends, else by
+    /// reading the file.
+    pub fn md5(&self) -> io::Result<String> {
+        let md5 = self.seq_md5.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(m) = md5.as_ref() {
+            return Ok(crate::store::blobs::hex(&m.clone().finalize()));
+        }
+        drop(md5);
+        let size = self.size();
+        let mut h = Md5::new();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut off = 0;
+        while off < size {
+            let n = self
+                .file
+                .read_at(&mut buf[..(size - off).min(1 << 20) as usize], off)?;
+            if n == 0 {
+                // A sparse tail reads as zeros.
+                let zeros = (size - off).min(1 << 20) as usize;
+                buf[..zeros].fill(0);
+                h.update(&buf[..zeros]);
+                off += zeros as u64;
+                continue;
+            }
+            h.update(&buf[..n]);
+            off += n as u64;
+        }
+        Ok(crate::store::blobs::hex(&h.finalize()))
+    }
+
+    pub fn read_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let size = self.size();
+        if offset >= size {
+            return Ok(Vec::new());
+        }
+        let len = len.min((size - offset) as usize);
+        let mut buf = vec![0u8; len];
+        let mut done = 0;
+        while done < len {
+            let n = self.file.read_at(&mut buf[done..], offset + done as u64)?;
+            if n == 0 {
+                break; // sparse tail: zeros
+            }
+            done += n;
+        }
+        Ok(buf)
+    }
+
+    pub fn truncate(&self, size: u64) -> io::Result<()> {
+        let mut md5 = self.seq_md5.lock().unwrap_or_else(|p| p.into_inner());
+        self.file.set_len(size)?;
+        *md5 = if size == 0 { Some(Md5::new()) } else { None };
+        self.size.store(size, Ordering::SeqCst);
+        self.changed();
+        Ok(())
+    }
+
+    /// Reserves space (fallocate mode 0 or KEEP_SIZE), so a later write cannot hit ENOSPC.
+    pub fn allocate(&self, offset: u64, len: u64, keep_size: bool) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let mode = if keep_size {
+            libc::FALLOC_FL_KEEP_SIZE
+        } else {
+            0
+        };
+        // SAFETY: fallocate on our own open descriptor.
+        let r = unsafe { libc::fallocate(self.file.as_raw_fd(), mode, offset as i64, len as i64) };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if !keep_size && offset + len > self.size() {
+            *self.seq_md5.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            self.size.fetch_max(offset + len, Ordering::SeqCst);
+            self.changed();
+        }
+        Ok(())
+    }
+
+    pub fn data_path(&self) -> &Path {
+        &self.data_path
+    }
+}
+
+/// The journal entry of a staged file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Entry {
+    /// Where the bytes belong: `/nodes/pth/...`.
+    pub path: String,
+    /// The file's ID once it exists remotely.
+    #[serde(default)]
+    pub file_id: Option<String>,
+}
+
+pub struct Journal {
+    staging: PathBuf,
+    entries: PathBuf,
+    lost: PathBuf,
+    next: AtomicU64,
+}
+
+impl Journal {
+    pub fn open(cache_dir: &Path) -> io::Result<Journal> {
+        let j = Journal {
+            staging: cache_dir.join("staging"),
+            entries: cache_dir.join("journal"),
+            lost: cache_dir.join("lost+found"),
+            next: AtomicU64::new(0),
+        };
+        fs::create_dir_all(&j.staging)?;
+        fs::create_dir_all(&j.entries)?;
+        let max = Self::ids(&j.entries)?
+            .into_iter()
+            .chain(Self::ids(&j.staging)?)
+            .max()
+            .unwrap_or(0);
+        j.next.store(max + 1, Ordering::SeqCst);
+        Ok(j)
+    }
+
+    fn ids(dir: &Path) -> io::Result<Vec<u64>> {
+        Ok(fs::read_dir(dir)?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()
+                    .and_then(|n| n.split('.').next())
+                    .and_then(|n| n.parse().ok())
+            })
+            .collect())
+    }
+
+    fn entry_path(&self, id: u64) -> PathBuf {
+        self.entries.join(format!("{id}.json"))
+    }
+
+    /// A new, empty staging file for `path`, with its journal entry.
+    pub fn create(&self, path: &NodePath, file_id: Option<String>) -> io::Result<Staged> {
+        let id = self.next.fetch_add(1, Ordering::SeqCst);
+        let data_path = self.staging.join(format!("{id}.data"));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&data_path)?;
+        let staged = Staged {
+            id,
+            file,
+            data_path,
+            size: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
+            uploaded: AtomicU64::new(0),
+            writers: AtomicU32::new(0),
+            mtime: Mutex::new(SystemTime::now()),
+            seq_md5: Mutex::new(Some(Md5::new())),
+        };
+        self.record(&staged, path, file_id)?;
+        Ok(staged)
+    }
+
+    /// (Re)writes the entry of a staged file: written to a temporary name and renamed over.
+    pub fn record(
+        &self,
+        staged: &Staged,
+        path: &NodePath,
+        file_id: Option<String>,
+    ) -> io::Result<()> {
+        let entry = Entry {
+            path: path.uri(),
+            file_id,
+        };
+        let tmp = self.entries.join(format!("{}.tmp", staged.id));
+        fs::write(&tmp, serde_json::to_vec(&entry).expect("entry serializes"))?;
+        fs::rename(&tmp, self.entry_path(staged.id))
+    }
+
+    /// The upload is done (or the file is gone): forget the entry and the staging bytes.
+    pub fn finish(&self, staged: &Staged) {
+        for p in [self.entry_path(staged.id), staged.data_path.clone()] {
+            if let Err(e) = fs::remove_file(&p) {
+                if e.kind() != io::ErrorKind::NotFound {
+                    log::warn!("could not remove {}: {e}", p.display());
+                }
+            }
+        }
+    }
+
+    /// Keeps the bytes of an upload that can never succeed (its folder is gone, say) where a
+    /// person can find them, instead of dropping them.
+    pub fn quarantine(&self, staged: &Staged, path: &NodePath) -> io::Result<PathBuf> {
+        fs::create_dir_all(&self.lost)?;
+        let name = format!("{}-{}", staged.id, path.name().unwrap_or("file"));
+        let dest = self.lost.join(name);
+        fs::copy(&staged.data_path, &dest)?;
+        self.finish(staged);
+        Ok(dest)
+    }
+
+    /// Staged files a previous run left: (path, file id, staged file with its bytes).
+    pub fn recover(&self) -> io::Result<Vec<(NodePath, Option<String>, Staged)>> {
+        let mut out = Vec::new();
+        for id in Self::ids(&self.entries)? {
+            let ep = self.entry_path(id);
+            let data_path = self.staging.join(format!("{id}.data"));
+            let entry: Option<Entry> = fs::read(&ep)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok());
+            let (Some(entry), Ok(file)) = (
+                entry,
+                OpenOptions::new().read(true).write(true).open(&data_path),
+            ) else {
+                log::warn!("journal entry {id} is unreadable or has no data; set aside");
+                let _ = fs::rename(&ep, self.entries.join(format!("{id}.broken")));
+                continue;
+            };
+            let Ok(path) = NodePath::parse_uri(&entry.path) else {
+                continue;
+            };
+            let size = file.metadata()?.len();
+            let staged = Staged {
+                id,
+                file,
+                data_path,
+                size: AtomicU64::new(size),
+                // Dirty: generation 1, nothing uploaded.
+                generation: AtomicU64::new(1),
+                uploaded: AtomicU64::new(0),
+                writers: AtomicU32::new(0),
+                mtime: Mutex::new(SystemTime::now()),
+                seq_md5: Mutex::new(None),
+            };
+            out.push((path, entry.file_id, staged));
+        }
+        // Staging files without an entry belong to nothing (the entry is written first).
+        for id in Self::ids(&self.staging)? {
+            if !self.entry_path(id).exists() {
+                let _ = fs::remove_file(self.staging.join(format!("{id}.data")));
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,402 @@
+//! The inode table: inode numbers for paths, the attributes the backend last told us, cached
+//! directory listings, and the staged (locally written) state of files. Inode numbers are never
+//! reused, so a stale kernel reference can never reach another file.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use fuser::{FileAttr, FileType, INodeNo};
+
+use super::staging::Staged;
+use crate::api::{Node, NodePath, NodeType};
+
+pub type Ino = u64;
+pub const ROOT: Ino = 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+}
+
+/// What the backend last said about a file.
+#[derive(Clone, Debug, Default)]
+pub struct Remote {
+    pub id: String,
+    pub size: u64,
+    pub md5: Option<String>,
+    pub link_uri: Option<String>,
+    pub preview_link_uri: Option<String>,
+    pub download_link_uri: Option<String>,
+}
+
+pub struct Inode {
+    pub ino: Ino,
+    pub path: NodePath,
+    pub kind: Kind,
+    /// Files known to the backend; `None` for a file that so far exists only here.
+    pub remote: Option<Remote>,
+    pub mtime: SystemTime,
+    pub ctime: SystemTime,
+    pub crtime: SystemTime,
+    pub atime: SystemTime,
+    /// When the attributes were last confirmed by the backend.
+    pub fetched: Instant,
+    /// The kernel's references (lookup count).
+    pub lookups: u64,
+    pub open_handles: u32,
+    /// Directories: the cached listing (names to inodes) and when it was fetched.
+    pub listing: Option<(Instant, BTreeMap<String, Ino>)>,
+    /// Files with local changes, written or being uploaded.
+    pub staged: Option<Arc<Staged>>,
+    /// Serializes uploads and namespace changes of this node.
+    pub io: Arc<tokio::sync::Mutex<()>>,
+    /// md5 of the content the kernel may have in its page cache for this file.
+    pub kernel_md5: Option<String>,
+    /// Removed from the namespace while still open.
+    pub unlinked: bool,
+    /// Last change made here to its name or existence (created, renamed, uploaded): a listing
+    /// fetched before that does not know about it yet.
+    pub touched: Instant,
+}
+
+impl Inode {
+    fn new(ino: Ino, path: NodePath, kind: Kind) -> Inode {
+        let now = SystemTime::now();
+        Inode {
+            ino,
+            path,
+            kind,
+            remote: None,
+            mtime: now,
+            ctime: now,
+            crtime: now,
+            atime: now,
+            fetched: Instant::now(),
+            lookups: 0,
+            open_handles: 0,
+            listing: None,
+            staged: None,
+            io: Arc::new(tokio::sync::Mutex::new(())),
+            kernel_md5: None,
+            unlinked: false,
+            touched: Instant::now(),
+        }
+    }
+
+    /// The size a reader sees: the staged copy's while there is one.
+    pub fn size(&self) -> u64 {
+        match (&self.staged, &self.remote) {
+            (Some(s), _) => s.size(),
+            (None, Some(r)) => r.size,
+            (None, None) => 0,
+        }
+    }
+
+    pub fn attr(&self, uid: u32, gid: u32) -> FileAttr {
+        let (kind, perm, nlink, size) = match self.kind {
+            Kind::Dir => (FileType::Directory, 0o755, 2, 4096),
+            Kind::File => (FileType::RegularFile, 0o644, 1, self.size()),
+        };
+        let mtime = match &self.staged {
+            Some(s) => s.mtime(),
+            None => self.mtime,
+        };
+        FileAttr {
+            ino: INodeNo(self.ino),
+            size,
+            blocks: size.div_ceil(512),
+            atime: self.atime.max(mtime),
+            mtime,
+            ctime: self.ctime.max(mtime),
+            crtime: self.crtime,
+            kind,
+            perm,
+            nlink,
+            uid,
+            gid,
+            rdev: 0,
+            blksize: 128 * 1024,
+            flags: 0,
+        }
+    }
+
+    /// Takes what a backend node says, keeping local changes that are not uploaded yet.
+    /// Returns true when the file's content changed remotely.
+    pub fn update_from(&mut self, node: &Node) -> bool {
+        self.fetched = Instant::now();
+        if let Some(t) = node.modified_time() {
+            if self.staged.is_none() {
+                self.mtime = t;
+                self.ctime = t;
+            }
+        }
+        if let Some(t) = node.created_time() {
+            self.crtime = t;
+        }
+        if self.kind != Kind::File {
+            return false;
+        }
+        let Some(id) = node.file_id() else {
+            return false;
+        };
+        let changed = self
+            .remote
+            .as_ref()
+            .is_some_and(|r| r.md5 != node.md5_checksum || r.size != node.size.unwrap_or(0));
+        self.remote = Some(Remote {
+            id,
+            size: node.size.unwrap_or(0),
+            md5: node.md5_checksum.clone(),
+            link_uri: node.link_uri.clone(),
+            preview_link_uri: node.preview_link_uri.clone(),
+            download_link_uri: node.download_link_uri.clone(),
+        });
+        changed
+    }
+}
+
+pub fn kind_of(node: &Node) -> Kind {
+    if node.node_type == NodeType::FileNodeType {
+        Kind::File
+    } else {
+        Kind::Dir
+    }
+}
+
+pub struct Table {
+    inodes: HashMap<Ino, Inode>,
+    by_path: HashMap<NodePath, Ino>,
+    next: Ino,
+    /// Files with a staged copy (for merging into listings fetched from the backend).
+    staged: HashSet<Ino>,
+    /// Paths removed or renamed away here, and when: a listing fetched before that still shows
+    /// them.
+    removed: HashMap<NodePath, Instant>,
+}
+
+/// How long removals are remembered (longer than any listing takes to fetch).
+const REMOVED_MEMORY: std::time::Duration = std::time::Duration::from_secs(120);
+
+impl Table {
+    pub fn new(root: NodePath) -> Table {
+        let mut t = Table {
+            inodes: HashMap::new(),
+            by_path: HashMap::new(),
+            next: ROOT + 1,
+            staged: HashSet::new(),
+            removed: HashMap::new(),
+        };
+        let mut r = Inode::new(ROOT, root.clone(), Kind::Dir);
+        r.lookups = 1;
+        t.inodes.insert(ROOT, r);
+        t.by_path.insert(root, ROOT);
+        t
+    }
+
+    pub fn get(&self, ino: Ino) -> Option<&Inode> {
+        self.inodes.get(&ino)
+    }
+
+    pub fn get_mut(&mut self, ino: Ino) -> Option<&mut Inode> {
+        self.inodes.get_mut(&ino)
+    }
+
+    pub fn ino_of(&self, path: &NodePath) -> Option<Ino> {
+        self.by_path.get(path).copied()
+    }
+
+    /// The inode of `path`, created when new (or when the node changed kind).
+    pub fn ensure(&mut self, path: &NodePath, kind: Kind) -> Ino {
+        if let Some(&ino) = self.by_path.get(path) {
+            if self.inodes[&ino].kind == kind {
+                return ino;
+            }
+            self.detach(ino);
+        }
+        let ino = self.next;
+        self.next += 1;
+        self.removed.remove(path);
+        self.inodes.insert(ino, Inode::new(ino, path.clone(), kind));
+        self.by_path.insert(path.clone(), ino);
+        ino
+    }
+
+    /// The inode for a backend node at `path`, updated from it; true in `.1` when its content
+    /// changed remotely.
+    pub fn upsert(&mut self, path: &NodePath, node: &Node) -> (Ino, bool) {
+        let ino = self.ensure(path, kind_of(node));
+        let changed = self
+            .inodes
+            .get_mut(&ino)
+            .expect("just ensured")
+            .update_from(node);
+        (ino, changed)
+    }
+
+    fn note_removed(&mut self, path: &NodePath) {
+        let now = Instant::now();
+        self.removed
+            .retain(|_, at| now.duration_since(*at) < REMOVED_MEMORY);
+        self.removed.insert(path.clone(), now);
+    }
+
+    /// Whether `path` was removed or renamed away here after `since`.
+    pub fn removed_since(&self, path: &NodePath, since: Instant) -> bool {
+        self.removed.get(path).is_some_and(|at| *at >= since)
+    }
+
+    /// Takes a path out of the namespace (the inode lives on while the kernel references it).
+    pub fn detach(&mut self, ino: Ino) {
+        if let Some(path) = self.inodes.get(&ino).map(|i| i.path.clone()) {
+            self.note_removed(&path);
+        }
+        if let Some(inode) = self.inodes.get_mut(&ino) {
+            inode.unlinked = true;
+            if self.by_path.get(&inode.path) == Some(&ino) {
+                self.by_path.remove(&inode.path);
+            }
+            if let Some(parent) = inode.path.parent() {
+                let name = inode.path.name().unwrap_or_default().to_string();
+                if let Some(pino) = self.by_path.get(&parent).copied() {
+                    if let Some((_, names)) =
+                        self.inodes.get_mut(&pino).and_then(|p| p.listing.as_mut())
+                    {
+                        if names.get(&name) == Some(&ino) {
+                            names.remove(&name);
+                        }
+                    }
+                }
+            }
+        }
+        self.maybe_drop(ino);
+    }
+
+    /// Adds `ino` to its parent's cached listing, if that listing is loaded.
+    pub fn link_into_parent(&mut self, ino: Ino) {
+        let Some(inode) = self.inodes.get(&ino) else {
+            return;
+        };
+        let (Some(parent), Some(name)) =
+            (inode.path.parent(), inode.path.name().map(str::to_string))
+        else {
+            return;
+        };
+        if let Some(pino) = self.by_path.get(&parent).copied() {
+            if let Some((_, names)) = self.inodes.get_mut(&pino).and_then(|p| p.listing.as_mut()) {
+                names.insert(name, ino);
+            }
+        }
+    }
+
+    /// Moves `ino` (and everything below it) to `to`; whatever was at `to` is detached first.
+    pub fn rename(&mut self, ino: Ino, to: &NodePath) {
+        if let Some(existing) = self.by_path.get(to).copied() {
+            if existing != ino {
+                self.detach(existing);
+            }
+        }
+        let from = self.inodes[&ino].path.clone();
+        self.note_removed(&from);
+        self.removed.remove(to);
+        // Out of the old parent's listing, paths rewritten, into the new parent's listing.
+        if let Some(old_parent) = from.parent().and_then(|p| self.by_path.get(&p).copied()) {
+            let name = from.name().unwrap_or_default().to_string();
+            if let Some((_, names)) = self
+                .inodes
+                .get_mut(&old_parent)
+                .and_then(|p| p.listing.as_mut())
+            {
+                names.remove(&name);
+            }
+        }
+        let moved: Vec<(NodePath, Ino)> = self
+            .by_path
+            .iter()
+            .filter(|(p, _)| from.contains(p))
+            .map(|(p, i)| (p.clone(), *i))
+            .collect();
+        for (p, i) in moved {
+            self.by_path.remove(&p);
+            let rest = &p.segments()[from.depth()..];
+            let mut segs: Vec<String> = to.segments().to_vec();
+            segs.extend(rest.iter().cloned());
+            let np = NodePath::from_segments(segs).expect("segments already valid");
+            if let Some(inode) = self.inodes.get_mut(&i) {
+                inode.path = np.clone();
+            }
+            self.by_path.insert(np, i);
+        }
+        if let Some(inode) = self.inodes.get_mut(&ino) {
+            inode.ctime = SystemTime::now();
+            inode.touched = Instant::now();
+        }
+        self.link_into_parent(ino);
+    }
+
+    pub fn forget(&mut self, ino: Ino, n: u64) {
+        if let Some(inode) = self.inodes.get_mut(&ino) {
+            inode.lookups = inode.lookups.saturating_sub(n);
+        }
+        self.maybe_drop(ino);
+    }
+
+    /// Drops an inode nobody references: no kernel lookups, no open handles, nothing staged,
+    /// not listed in a cached listing.
+    pub fn maybe_drop(&mut self, ino: Ino) {
+        let Some(inode) = self.inodes.get(&ino) else {
+            return;
+        };
+        if ino == ROOT || inode.lookups > 0 || inode.open_handles > 0 || inode.staged.is_some() {
+            return;
+        }
+        if !inode.unlinked {
+            // Still reachable by name: keep it while its parent's listing refers to it.
+            let listed = inode
+                .path
+                .parent()
+                .and_then(|p| self.by_path.get(&p))
+                .and_then(|p| self.inodes.get(p))
+                .is_some_and(|p| {
+                    p.listing.as_ref().is_some_and(|(_, names)| {
+                        inode
+                            .path
+                            .name()
+                            .is_some_and(|n| names.get(n) == Some(&ino))
+                    })
+                });
+            if listed {
+                return;
+            }
+            self.by_path.remove(&inode.path);
+        }
+        self.inodes.remove(&ino);
+    }
+
+    pub fn set_staged(&mut self, ino: Ino, staged: Option<Arc<Staged>>) {
+        if let Some(inode) = self.inodes.get_mut(&ino) {
+            if staged.is_some() {
+                self.staged.insert(ino);
+            } else {
+                self.staged.remove(&ino);
+            }
+            inode.staged = staged;
+        }
+    }
+
+    /// Staged files whose parent is `dir` (they belong in its listing even before the backend
+    /// has them).
+    pub fn staged_children(&self, dir: &NodePath) -> Vec<(String, Ino)> {
+        self.staged
+            .iter()
+            .filter_map(|i| self.inodes.get(i))
+            .filter(|i| !i.unlinked && i.path.parent().as_ref() == Some(dir))
+            .map(|i| (i.path.name().unwrap_or_default().to_string(), i.ino))
+            .collect()
+    }
+
+    pub fn staged_inos(&self) -> Vec<Ino> {
+        self.staged.iter().copied().collect()
+    }
+}

@@ -1,0 +1,254 @@
+//! The uploader: takes staged files to the backend in the interface's order (`create_file` for a
+//! new file, a version with the exact length and md5, the bytes), retrying with backoff while
+//! the backend is away. The journal entry goes only after the backend has the bytes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Fs;
+use super::errno::is_transient;
+use super::table::{Ino, Kind};
+use crate::api::{Error, ErrorKind, Result};
+use crate::backend::{Backend, reader_stream};
+
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// Permanent failures (the folder is gone, say) tolerated before the bytes are set aside.
+const PERMANENT_ATTEMPTS: u32 = 3;
+
+/// Queues the uploads a previous run left in the journal.
+pub fn recover<B: Backend>(fs: &Arc<Fs<B>>) -> std::io::Result<()> {
+    let entries = fs.journal.recover()?;
+    if !entries.is_empty() {
+        log::info!("resuming {} upload(s) from the journal", entries.len());
+    }
+    for (path, _file_id, staged) in entries {
+        let ino = {
+            let mut t = fs.table();
+            let ino = t.ensure(&path, Kind::File);
+            t.set_staged(ino, Some(Arc::new(staged)));
+            ino
+        };
+        schedule(fs, ino);
+    }
+    Ok(())
+}
+
+/// Makes sure an upload task runs for `ino`; it keeps going until the file is clean.
+pub fn schedule<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
+    if !fs
+        .uploading
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(ino)
+    {
+        return;
+    }
+    let fs = fs.clone();
+    fs.rt.clone().spawn(async move { run(&fs, ino).await });
+}
+
+async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
+    let mut backoff = Duration::from_secs(1);
+    let mut permanent = 0;
+    loop {
+        let result = {
+            let _slot = fs.upload_slots.acquire().await.expect("semaphore open");
+            upload_once(fs, ino).await
+        };
+        match result {
+            Ok(()) => {
+                backoff = Duration::from_secs(1);
+            }
+            Err(e) if is_transient(&e) => {
+                log::warn!(
+                    "upload of inode {ino} failed, retrying in {}s: {e}",
+                    backoff.as_secs()
+                );
+                tokio::time::sleep(backoff + jitter(backoff)).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+            Err(e) => {
+                permanent += 1;
+                if permanent >= PERMANENT_ATTEMPTS {
+                    quarantine(fs, ino, &e);
+                } else {
+                    log::warn!("upload of inode {ino} failed: {e}; trying again");
+                    tokio::time::sleep(backoff).await;
+                    continue;
+                }
+            }
+        }
+        // Done unless a writer made it dirty again (and has closed it since).
+        let mut up = fs.uploading.lock().unwrap_or_else(|p| p.into_inner());
+        let again = fs
+            .table()
+            .get(ino)
+            .and_then(|i| i.staged.clone())
+            .is_some_and(|s| {
+                s.is_dirty() && s.writers.load(std::sync::atomic::Ordering::SeqCst) == 0
+            });
+        if !again {
+            up.remove(&ino);
+            return;
+        }
+    }
+}
+
+fn jitter(d: Duration) -> Duration {
+    d.mul_f64(rand::random::<f64>() * 0.25)
+}
+
+/// Sets the bytes of an upload that cannot succeed aside in `lost+found`, and says so loudly.
+fn quarantine<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, err: &Error) {
+    let mut t = fs.table();
+    let Some(inode) = t.get(ino) else { return };
+    let Some(staged) = inode.staged.clone() else {
+        return;
+    };
+    let path = inode.path.clone();
+    match fs.journal.quarantine(&staged, &path) {
+        Ok(dest) => log::error!(
+            "cannot upload {path} ({err}); its bytes are kept in {}",
+            dest.display()
+        ),
+        Err(e) => {
+            log::error!(
+                "cannot upload {path} ({err}) nor set it aside ({e}); it stays in the journal"
+            );
+            return;
+        }
+    }
+    t.set_staged(ino, None);
+    t.maybe_drop(ino);
+}
+
+/// One attempt: snapshot, hash, the three steps; on success the staged copy is retired if no
+/// change came in meanwhile.
+pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
+    let io = match fs.table().get(ino) {
+        Some(i) => i.io.clone(),
+        None => return Ok(()),
+    };
+    let _io = io.lock().await;
+    let (path, remote_id, remote_md5, staged) = {
+        let t = fs.table();
+        let Some(inode) = t.get(ino) else {
+            return Ok(());
+        };
+        let Some(staged) = inode.staged.clone() else {
+            return Ok(());
+        };
+        if inode.unlinked || !staged.is_dirty() {
+            return Ok(());
+        }
+        let r = inode.remote.as_ref();
+        (
+            inode.path.clone(),
+            r.map(|r| r.id.clone()),
+            r.and_then(|r| r.md5.clone()),
+            staged,
+        )
+    };
+    let generation = staged.generation();
+    let size = staged.size();
+    let s2 = staged.clone();
+    let md5 = tokio::task::spawn_blocking(move || s2.md5())
+        .await
+        .map_err(|e| Error::internal(format!("hash task failed: {e}")))??;
+
+    let (parent, name) = match (path.parent(), path.name()) {
+        (Some(p), Some(n)) => (p, n.to_string()),
+        _ => return Err(Error::bad_path("cannot upload to the root")),
+    };
+    let node = if remote_md5.as_deref() == Some(md5.as_str()) && remote_id.is_some() {
+        // Same bytes as stored (opened for writing, nothing changed): nothing to send.
+        None
+    } else {
+        let id = match remote_id {
+            Some(id) => id,
+            None => {
+                let file = fs.backend.create_file(&parent, &name).await?;
+                let id = file
+                    .file_id()
+                    .ok_or_else(|| Error::internal("create_file returned no file ID"))?;
+                fs.journal.record(&staged, &path, Some(id.clone()))?;
+                if let Some(i) = fs.table().get_mut(ino) {
+                    i.update_from(&file);
+                }
+                id
+            }
+        };
+        let ticket = fs.backend.begin_version(&id, size, Some(&md5)).await?;
+        let vid = ticket
+            .file_ex_properties
+            .as_ref()
+            .and_then(|p| {
+                p.version_id
+                    .clone()
+                    .or_else(|| p.upload_uri.rsplit('/').next().map(str::to_string))
+            })
+            .ok_or_else(|| Error::internal("upload step 2 returned no version"))?;
+        let file = staged.file.try_clone()?;
+        let body = reader_stream(std::io::Read::take(ReadAt::new(file), size));
+        let uploaded = fs.backend.upload(&id, &vid, size, body).await;
+        match uploaded {
+            Err(e) if e.kind == ErrorKind::BadRequest && staged.generation() != generation => {
+                // Written to while being sent: the checksum did not match; the next round sends
+                // the new bytes.
+                return Ok(());
+            }
+            other => Some(other?),
+        }
+    };
+    staged.mark_uploaded(generation);
+    log::info!("uploaded {path} ({size} bytes)");
+    let mut t = fs.table();
+    let Some(inode) = t.get_mut(ino) else {
+        return Ok(());
+    };
+    if let Some(node) = &node {
+        inode.update_from(node);
+    }
+    let retire =
+        !staged.is_dirty() && staged.writers.load(std::sync::atomic::Ordering::SeqCst) == 0;
+    if retire {
+        if let Some(r) = inode.remote.clone() {
+            // The uploaded bytes become the cached copy: reading back needs no download.
+            if let Err(e) = fs
+                .cache
+                .adopt(&r.id, r.md5.as_deref(), size, staged.data_path())
+            {
+                log::debug!("could not keep {path} in the read cache: {e}");
+            }
+            inode.kernel_md5 = r.md5.clone();
+            inode.mtime = staged.mtime();
+        }
+        inode.touched = std::time::Instant::now();
+        fs.journal.finish(&staged);
+        t.set_staged(ino, None);
+        t.maybe_drop(ino);
+    }
+    Ok(())
+}
+
+/// Reads a file from offset 0 with positioned reads (the staging file's descriptor is shared).
+struct ReadAt {
+    file: std::fs::File,
+    off: u64,
+}
+
+impl ReadAt {
+    fn new(file: std::fs::File) -> Self {
+        ReadAt { file, off: 0 }
+    }
+}
+
+impl std::io::Read for ReadAt {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let n = self.file.read_at(buf, self.off)?;
+        self.off += n as u64;
+        Ok(n)
+    }
+}

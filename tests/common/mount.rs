@@ -1,0 +1,148 @@
+//! A real `vaultfs mount` process over a temporary mount point, unmounted (and killed if need be)
+//! when dropped. FUSE tests need root and /dev/fuse.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_vaultfs");
+
+pub struct Mount {
+    pub dir: PathBuf,
+    pub child: Option<Child>,
+    pub log: PathBuf,
+}
+
+/// Whether this machine can run FUSE tests.
+pub fn fuse_available() -> bool {
+    // SAFETY: geteuid cannot fail.
+    Path::new("/dev/fuse").exists() && unsafe { libc::geteuid() } == 0
+}
+
+fn st_dev(p: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).ok().map(|m| m.dev())
+}
+
+impl Mount {
+    /// Starts `vaultfs mount DIR ARGS...` and waits until the mount answers.
+    pub fn start(dir: &Path, args: &[&str]) -> Mount {
+        Self::start_with_env(dir, args, &[])
+    }
+
+    /// The same, with extra environment variables for the daemon.
+    pub fn start_with_env(dir: &Path, args: &[&str], envs: &[(&str, &Path)]) -> Mount {
+        std::fs::create_dir_all(dir).unwrap();
+        let log = dir.with_extension("log");
+        let before = st_dev(dir);
+        let logf = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let child = Command::new(BIN)
+            .arg("mount")
+            .arg(dir)
+            .args(args)
+            .env("RUST_LOG", "info,fuser=warn")
+            .envs(envs.iter().map(|(k, v)| (*k, *v)))
+            .stdout(Stdio::null())
+            .stderr(logf)
+            .spawn()
+            .unwrap();
+        let mut m = Mount {
+            dir: dir.to_path_buf(),
+            child: Some(child),
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if st_dev(dir) != before {
+                return m;
+            }
+            if let Some(status) = m.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("vaultfs mount exited with {status}: {}", m.log_text());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "mount did not come up: {}",
+                m.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+
+    /// Unmounts and waits for the daemon to exit (it flushes nothing more: the journal keeps
+    /// what is not uploaded).
+    pub fn unmount(mut self) {
+        self.stop();
+    }
+
+    /// Kills the daemon with SIGKILL, as a crash would, and clears the dead mount.
+    pub fn kill(mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+
+    fn stop(&mut self) {
+        let Some(mut c) = self.child.take() else {
+            return;
+        };
+        let _ = Command::new("umount")
+            .arg(&self.dir)
+            .stderr(Stdio::null())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while c.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.wait();
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Waits until `f` holds, for at most `secs` seconds.
+pub fn wait_for(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}

@@ -1,0 +1,697 @@
+//! The mount on the built-in store, used the way people use folders: std::fs, cp, diff, mv, rm,
+//! shell appends, git, editors' atomic saves; remounts and a SIGKILLed daemon.
+
+mod common;
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use common::mount::{Mount, fuse_available, pattern, wait_for};
+use md5::{Digest, Md5};
+use vaultfs::api::NodePath;
+use vaultfs::backend::Backend;
+use vaultfs::backend::local::LocalBackend;
+use vaultfs::store::Store;
+
+const VAULT: &str = "Local/My First Vault";
+
+/// Which backend the mount under test uses.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Via {
+    /// The built-in store, in the mount's own process.
+    Local,
+    /// `vaultfs serve` on loopback (in this test process), through the remote backend.
+    Remote,
+}
+
+struct Env {
+    _tmp: tempfile::TempDir,
+    data: PathBuf,
+    cache: PathBuf,
+    mnt: PathBuf,
+    config: PathBuf,
+    server: Option<common::TestServer>,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Env {
+    fn new(via: Via) -> Option<Env> {
+        if !fuse_available() {
+            eprintln!("skipped: needs root and /dev/fuse");
+            return None;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let data = tmp.path().join("data");
+        let config = tmp.path().join("config");
+        let server = (via == Via::Remote).then(|| {
+            rt.block_on(async {
+                let s = common::TestServer::start_in(&data, Default::default(), Default::default())
+                    .await;
+                let creds = s.user("tester@example.com", "Local").await;
+                let login = vaultfs::cli::login::Credentials {
+                    server: s.base.clone(),
+                    email: creds.email,
+                    token: creds.token,
+                    expires_at: std::time::SystemTime::now() + std::time::Duration::from_secs(3600),
+                };
+                vaultfs::cli::login::save_credentials(
+                    &config.join("vaultfs/credentials.toml"),
+                    &login,
+                )
+                .unwrap();
+                s
+            })
+        });
+        Some(Env {
+            data,
+            cache: tmp.path().join("cache"),
+            mnt: tmp.path().join("mnt"),
+            config,
+            server,
+            rt,
+            _tmp: tmp,
+        })
+    }
+
+    fn mount(&self, extra: &[&str]) -> Mount {
+        let mut args = vec!["--cache-dir", self.cache.to_str().unwrap()];
+        let base;
+        match &self.server {
+            Some(s) => {
+                base = s.base.clone();
+                args.extend(["--server", base.as_str(), "--timeout", "10"]);
+            }
+            None => args.extend(["--data-dir", self.data.to_str().unwrap()]),
+        }
+        args.extend_from_slice(extra);
+        Mount::start_with_env(&self.mnt, &args, &[("XDG_CONFIG_HOME", &self.config)])
+    }
+
+    fn vault(&self) -> PathBuf {
+        self.mnt.join(VAULT)
+    }
+
+    /// The store behind the mount, as another client sees it.
+    fn backend(&self) -> LocalBackend {
+        let store = match &self.server {
+            Some(s) => s.store.clone(),
+            None => Arc::new(Store::open_local(&self.data).unwrap()),
+        };
+        LocalBackend::new(store)
+    }
+
+    /// Waits until the journal is empty: every staged file is stored.
+    fn wait_uploaded(&self) {
+        let j = self.cache.join("journal");
+        wait_for(120, "uploads to finish", || {
+            fs::read_dir(&j).map(|d| d.count() == 0).unwrap_or(true)
+        });
+    }
+}
+
+/// Each test runs on both backends.
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {
+        mod local {
+            $(#[test] fn $name() { super::$name(super::Via::Local) })*
+        }
+        mod remote {
+            $(#[test] fn $name() { super::$name(super::Via::Remote) })*
+        }
+    };
+}
+
+both!(
+    tree_cp_diff_mv_rm_and_remount,
+    appends_random_writes_and_truncates_match_a_model,
+    large_file_checksum_survives_remount,
+    ten_thousand_files_in_one_folder,
+    editor_atomic_save_and_git,
+    concurrent_readers_and_writers,
+    killed_daemon_loses_no_byte,
+    errors_are_the_posix_ones,
+    read_only_mount_and_changes_made_elsewhere,
+);
+
+fn md5_of(p: &Path) -> String {
+    let mut f = File::open(p).unwrap();
+    let mut h = Md5::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    format!("{:x}", h.finalize())
+}
+
+fn sh(cwd: &Path, script: &str) -> String {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(cwd)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "`{script}` failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn errno_of(r: std::io::Result<impl Sized>) -> i32 {
+    r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
+}
+
+/// A source tree with nested folders and files of assorted sizes.
+fn make_tree(root: &Path) {
+    for (i, rel) in [
+        "a.txt",
+        "sub/b.bin",
+        "sub/deeper/c.dat",
+        "sub/deeper/empty",
+        "other/d.txt",
+        "other/e f (copy).txt",
+        "résumé.md",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let p = root.join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        let len = [5, 300_000, 3 * 1024 * 1024 + 17, 0, 4096, 1, 77][i];
+        fs::write(&p, pattern(len, i as u64)).unwrap();
+    }
+    fs::create_dir_all(root.join("emptydir")).unwrap();
+}
+
+fn tree_cp_diff_mv_rm_and_remount(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let src = env._tmp.path().join("src");
+    make_tree(&src);
+    let m = env.mount(&[]);
+    let v = env.vault();
+    assert!(v.is_dir(), "{}", m.log_text());
+    sh(
+        &v,
+        &format!(
+            "cp -r {} tree && diff -r {} tree",
+            src.display(),
+            src.display()
+        ),
+    );
+    sh(
+        &v,
+        "mv tree/sub tree/moved && mv tree/a.txt tree/moved/a-renamed.txt && test ! -e tree/sub && test -f tree/moved/deeper/c.dat",
+    );
+    assert_eq!(
+        fs::read(v.join("tree/moved/a-renamed.txt")).unwrap(),
+        pattern(5, 0)
+    );
+    sh(&v, "rm -r tree/other && test ! -e tree/other");
+    let listing = sh(&v, "ls tree");
+    assert_eq!(
+        listing.split_whitespace().collect::<Vec<_>>(),
+        ["emptydir", "moved", "résumé.md"]
+    );
+    m.unmount();
+
+    // Everything is still there after a remount, read from the store.
+    let m = env.mount(&[]);
+    let v = env.vault();
+    assert_eq!(
+        md5_of(&v.join("tree/moved/deeper/c.dat")),
+        md5_of(&src.join("sub/deeper/c.dat")),
+        "{}",
+        m.log_text()
+    );
+    assert_eq!(
+        fs::read(v.join("tree/moved/b.bin")).unwrap(),
+        fs::read(src.join("sub/b.bin")).unwrap()
+    );
+    assert_eq!(
+        fs::metadata(v.join("tree/moved/deeper/empty"))
+            .unwrap()
+            .len(),
+        0
+    );
+    assert!(v.join("tree/emptydir").is_dir());
+    env.wait_uploaded();
+    m.unmount();
+}
+
+fn appends_random_writes_and_truncates_match_a_model(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let p = env.vault().join("model.bin");
+    let mut model: Vec<u8> = Vec::new();
+    // Shell appends.
+    sh(
+        &env.vault(),
+        "echo one >> model.bin && echo two >> model.bin",
+    );
+    model.extend_from_slice(b"one\ntwo\n");
+    assert_eq!(fs::read(&p).unwrap(), model);
+    // Random writes, some past the end (a hole reads as zeros).
+    let mut f = OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    for (i, off) in [3u64, 100_000, 50, 7, 250_000, 0].iter().enumerate() {
+        let data = pattern(1000 + i * 333, i as u64 + 10);
+        f.write_all_at(&data, *off).unwrap();
+        let end = *off as usize + data.len();
+        if model.len() < end {
+            model.resize(end, 0);
+        }
+        model[*off as usize..end].copy_from_slice(&data);
+    }
+    // Reading through the same handle sees the writes.
+    let mut back = Vec::new();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.read_to_end(&mut back).unwrap();
+    assert_eq!(back, model);
+    // Truncate down and up.
+    f.set_len(60_000).unwrap();
+    model.truncate(60_000);
+    f.set_len(70_000).unwrap();
+    model.resize(70_000, 0);
+    drop(f);
+    assert_eq!(fs::metadata(&p).unwrap().len(), 70_000);
+    assert_eq!(fs::read(&p).unwrap(), model);
+    // truncate(2) by path, without an open handle.
+    Command::new("truncate")
+        .arg("-s")
+        .arg("1234")
+        .arg(&p)
+        .status()
+        .unwrap();
+    model.truncate(1234);
+    assert_eq!(fs::read(&p).unwrap(), model);
+    // Two writers on one file at once.
+    let mut a = OpenOptions::new().write(true).open(&p).unwrap();
+    let mut b = OpenOptions::new().write(true).open(&p).unwrap();
+    a.write_all(b"AAAA").unwrap();
+    b.seek(SeekFrom::Start(2000)).unwrap();
+    b.write_all(b"BBBB").unwrap();
+    drop(a);
+    drop(b);
+    model[..4].copy_from_slice(b"AAAA");
+    model.resize(2004, 0);
+    model[2000..2004].copy_from_slice(b"BBBB");
+    assert_eq!(fs::read(&p).unwrap(), model);
+    m.unmount();
+    let m = env.mount(&[]);
+    assert_eq!(
+        fs::read(env.vault().join("model.bin")).unwrap(),
+        model,
+        "{}",
+        m.log_text()
+    );
+}
+
+fn large_file_checksum_survives_remount(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let src = env._tmp.path().join("big.bin");
+    {
+        let mut f = File::create(&src).unwrap();
+        for i in 0..200 {
+            f.write_all(&pattern(1 << 20, i)).unwrap();
+        }
+    }
+    let sum = md5_of(&src);
+    let m = env.mount(&[]);
+    fs::copy(&src, env.vault().join("big.bin")).unwrap();
+    assert_eq!(md5_of(&env.vault().join("big.bin")), sum);
+    env.wait_uploaded();
+    m.unmount();
+    // A fresh cache: the bytes come from the store.
+    let _ = fs::remove_dir_all(env.cache.join("cache"));
+    let m = env.mount(&[]);
+    assert_eq!(
+        fs::metadata(env.vault().join("big.bin")).unwrap().len(),
+        200 << 20
+    );
+    assert_eq!(
+        md5_of(&env.vault().join("big.bin")),
+        sum,
+        "{}",
+        m.log_text()
+    );
+    // Ranged reads in the middle, cold.
+    let f = File::open(env.vault().join("big.bin")).unwrap();
+    let mut buf = vec![0u8; 10_000];
+    f.read_exact_at(&mut buf, (150 << 20) + 12_345).unwrap();
+    assert_eq!(buf, pattern(1 << 20, 150)[12_345..22_345]);
+}
+
+fn ten_thousand_files_in_one_folder(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let dir = env.vault().join("many");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..10_000 {
+        fs::write(dir.join(format!("f{i:05}.txt")), format!("file {i}\n")).unwrap();
+    }
+    let out = sh(&dir, "ls -l | tail -n +2 | wc -l");
+    assert_eq!(out.trim(), "10000");
+    m.unmount();
+    let m = env.mount(&[]);
+    let names = fs::read_dir(env.vault().join("many")).unwrap().count();
+    assert_eq!(names, 10_000, "{}", m.log_text());
+    assert_eq!(
+        fs::read_to_string(env.vault().join("many/f09999.txt")).unwrap(),
+        "file 9999\n"
+    );
+    env.wait_uploaded();
+    m.unmount();
+    // And the store itself has them all.
+    let store = Arc::new(Store::open_local(&env.data).unwrap());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let b = LocalBackend::new(store);
+    let n = rt
+        .block_on(b.list(
+            &NodePath::parse_uri("/nodes/pth/Local/My First Vault/many").unwrap(),
+            0,
+            10,
+        ))
+        .unwrap();
+    assert_eq!(n.total_children, Some(10_000));
+}
+
+fn editor_atomic_save_and_git(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    fs::write(v.join("notes.txt"), "version 1\n").unwrap();
+    // An editor's save: temp file, fsync, rename over the original.
+    {
+        let mut f = File::create(v.join(".notes.txt.swp")).unwrap();
+        f.write_all(b"version 2, saved atomically\n").unwrap();
+        f.sync_all().unwrap();
+    }
+    fs::rename(v.join(".notes.txt.swp"), v.join("notes.txt")).unwrap();
+    assert_eq!(
+        fs::read_to_string(v.join("notes.txt")).unwrap(),
+        "version 2, saved atomically\n"
+    );
+    assert!(!v.join(".notes.txt.swp").exists());
+
+    let git = "git -c user.email=t@example.com -c user.name=T -c init.defaultBranch=main";
+    sh(
+        &v,
+        &format!(
+            "{git} init -q repo && cd repo && printf 'a\\n' > a && mkdir d && printf 'b\\n' > d/b && {git} add . && {git} commit -qm first"
+        ),
+    );
+    sh(
+        &v.join("repo"),
+        &format!(
+            "printf 'more\\n' >> a && {git} commit -qam second && {git} status --porcelain > ../status.txt"
+        ),
+    );
+    assert_eq!(fs::read_to_string(v.join("status.txt")).unwrap(), "");
+    let log = sh(&v.join("repo"), &format!("{git} log --format=%s"));
+    assert_eq!(log, "second\nfirst\n");
+    m.unmount();
+    let m = env.mount(&[]);
+    let v = env.vault();
+    assert_eq!(
+        fs::read_to_string(v.join("notes.txt")).unwrap(),
+        "version 2, saved atomically\n",
+        "{}",
+        m.log_text()
+    );
+    let log = sh(
+        &v.join("repo"),
+        &format!("{git} log --format=%s && {git} fsck --no-progress && {git} status --porcelain"),
+    );
+    assert_eq!(log, "second\nfirst\n");
+}
+
+fn concurrent_readers_and_writers(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    fs::write(v.join("shared.bin"), pattern(2 << 20, 99)).unwrap();
+    let mut threads = Vec::new();
+    for t in 0..8u64 {
+        let v = v.clone();
+        threads.push(std::thread::spawn(move || {
+            for round in 0..5u64 {
+                let data = pattern(100_000 + (t * 1000) as usize, t * 100 + round);
+                let p = v.join(format!("w{t}.bin"));
+                fs::write(&p, &data).unwrap();
+                assert_eq!(fs::read(&p).unwrap(), data);
+                assert_eq!(
+                    fs::read(v.join("shared.bin")).unwrap(),
+                    pattern(2 << 20, 99)
+                );
+            }
+        }));
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    env.wait_uploaded();
+    m.unmount();
+    let m = env.mount(&[]);
+    for t in 0..8u64 {
+        let data = pattern(100_000 + (t * 1000) as usize, t * 100 + 4);
+        assert_eq!(
+            fs::read(env.vault().join(format!("w{t}.bin"))).unwrap(),
+            data,
+            "{}",
+            m.log_text()
+        );
+    }
+}
+
+fn killed_daemon_loses_no_byte(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    let mut sums = Vec::new();
+    for i in 0..20u64 {
+        let data = pattern(((i as usize) + 1) * 200_000, i);
+        fs::write(v.join(format!("k{i}.bin")), &data).unwrap();
+        sums.push(data);
+    }
+    // SIGKILL right after the last close: uploads are still running or queued.
+    m.kill();
+    let m = env.mount(&[]);
+    for (i, data) in sums.iter().enumerate() {
+        assert_eq!(
+            &fs::read(env.vault().join(format!("k{i}.bin"))).unwrap(),
+            data,
+            "{}",
+            m.log_text()
+        );
+    }
+    env.wait_uploaded();
+    m.unmount();
+    // The store has every byte.
+    let store = Arc::new(Store::open_local(&env.data).unwrap());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let b = LocalBackend::new(store.clone());
+    for (i, data) in sums.iter().enumerate() {
+        let n = rt
+            .block_on(b.node(
+                &NodePath::parse_uri(&format!("/nodes/pth/Local/My First Vault/k{i}.bin")).unwrap(),
+            ))
+            .unwrap();
+        assert_eq!(n.md5_checksum.unwrap(), format!("{:x}", Md5::digest(data)));
+    }
+    assert!(b.store().check_integrity().unwrap().is_empty());
+}
+
+fn errors_are_the_posix_ones(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    fs::create_dir(v.join("d")).unwrap();
+    fs::write(v.join("d/f"), "x").unwrap();
+    assert_eq!(errno_of(fs::create_dir(v.join("d"))), libc::EEXIST);
+    assert_eq!(errno_of(fs::remove_dir(v.join("d"))), libc::ENOTEMPTY);
+    assert_eq!(errno_of(fs::remove_file(v.join("d"))), libc::EISDIR);
+    assert_eq!(errno_of(fs::remove_dir(v.join("d/f"))), libc::ENOTDIR);
+    assert_eq!(errno_of(fs::read(v.join("missing"))), libc::ENOENT);
+    assert_eq!(
+        errno_of(
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(v.join("d/f"))
+        ),
+        libc::EEXIST
+    );
+    assert_eq!(
+        errno_of(std::os::unix::fs::symlink("d/f", v.join("ln"))),
+        libc::EPERM
+    );
+    assert_eq!(
+        errno_of(fs::hard_link(v.join("d/f"), v.join("hl"))),
+        libc::EPERM
+    );
+    fs::create_dir(v.join("e")).unwrap();
+    assert_eq!(
+        errno_of(fs::rename(v.join("d/f"), v.join("e"))),
+        libc::EISDIR
+    );
+    fs::write(v.join("plain"), "p").unwrap();
+    assert_eq!(
+        errno_of(fs::rename(v.join("e"), v.join("plain"))),
+        libc::ENOTDIR
+    );
+    assert_eq!(
+        errno_of(fs::rename(v.join("e"), v.join("e/inside"))),
+        libc::EINVAL
+    );
+    // renameat2(RENAME_NOREPLACE) onto an existing name.
+    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    let (a, b) = (c(&v.join("plain")), c(&v.join("d/f")));
+    // SAFETY: renameat2 with valid NUL-terminated paths.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    assert_eq!(r, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EEXIST)
+    );
+    assert_eq!(fs::read_to_string(v.join("d/f")).unwrap(), "x");
+    // Replacing rename, and an empty folder replaced by a folder.
+    fs::rename(v.join("plain"), v.join("d/f")).unwrap();
+    assert_eq!(fs::read_to_string(v.join("d/f")).unwrap(), "p");
+    fs::create_dir(v.join("empty")).unwrap();
+    fs::rename(v.join("e"), v.join("empty")).unwrap();
+    assert!(!v.join("e").exists() && v.join("empty").is_dir());
+    // A name that is too long.
+    assert_eq!(
+        errno_of(fs::write(v.join("n".repeat(256)), "x")),
+        libc::ENAMETOOLONG
+    );
+    // Mode changes are accepted without effect; owners other than ours are refused.
+    let mut perm = fs::metadata(v.join("d/f")).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o600);
+    fs::set_permissions(v.join("d/f"), perm).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(
+            &fs::metadata(v.join("d/f")).unwrap().permissions()
+        ) & 0o777,
+        0o644
+    );
+    assert_eq!(
+        errno_of(std::os::unix::fs::chown(v.join("d/f"), Some(12345), None)),
+        libc::EPERM
+    );
+    // Extended attributes of a stored file.
+    env.wait_uploaded();
+    let out = Command::new("getfattr")
+        .arg("-n")
+        .arg("user.vaultfs.id")
+        .arg("--only-values")
+        .arg(v.join("d/f"))
+        .output();
+    if let Ok(out) = out {
+        if out.status.success() {
+            assert!(
+                String::from_utf8_lossy(&out.stdout)
+                    .chars()
+                    .all(|c| c.is_ascii_digit())
+            );
+        }
+    }
+    let id = xattr(&v.join("d/f"), "user.vaultfs.id").expect("id xattr");
+    assert!(
+        !id.is_empty() && id.bytes().all(|c| c.is_ascii_digit()),
+        "{id}"
+    );
+    assert!(
+        xattr(&v.join("d/f"), "user.vaultfs.download_link_uri")
+            .unwrap()
+            .ends_with(&format!("&id={id}"))
+    );
+    assert!(xattr(&v.join("d/f"), "user.other").is_none());
+    // statfs answers.
+    let out = sh(&v, "df -P . | tail -1");
+    assert!(out.contains("vaultfs"), "{out}");
+    drop(m);
+}
+
+fn xattr(p: &Path, name: &str) -> Option<String> {
+    let cp = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    let cn = std::ffi::CString::new(name).unwrap();
+    let mut buf = vec![0u8; 1024];
+    // SAFETY: getxattr into a buffer of the given size.
+    let n = unsafe { libc::getxattr(cp.as_ptr(), cn.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        return None;
+    }
+    buf.truncate(n as usize);
+    Some(String::from_utf8(buf).unwrap())
+}
+
+fn read_only_mount_and_changes_made_elsewhere(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&["--dir-ttl", "1"]);
+    fs::write(env.vault().join("seen.txt"), "before").unwrap();
+    env.wait_uploaded();
+    // Another client changes the store directly.
+    let b = env.backend();
+    let vault = NodePath::parse_uri("/nodes/pth/Local/My First Vault").unwrap();
+    env.rt.block_on(async {
+        let f = b.create_file(&vault, "elsewhere.txt").await.unwrap();
+        let id = f.id.unwrap();
+        let data = b"made elsewhere".to_vec();
+        let t = b.begin_version(&id, data.len() as u64, None).await.unwrap();
+        let vid = t.file_ex_properties.unwrap().version_id.unwrap();
+        let body = Box::pin(futures_util::stream::once(async move {
+            Ok(bytes::Bytes::from(data))
+        }));
+        b.upload(&id, &vid, 14, body).await.unwrap();
+        b.delete(&vault.child("seen.txt").unwrap()).await.unwrap();
+    });
+    wait_for(10, "the change to show", || {
+        env.vault().join("elsewhere.txt").exists() && !env.vault().join("seen.txt").exists()
+    });
+    assert_eq!(
+        fs::read_to_string(env.vault().join("elsewhere.txt")).unwrap(),
+        "made elsewhere"
+    );
+    m.unmount();
+
+    let m = env.mount(&["--read-only"]);
+    let v = env.vault();
+    assert_eq!(
+        fs::read_to_string(v.join("elsewhere.txt")).unwrap(),
+        "made elsewhere"
+    );
+    assert_eq!(errno_of(fs::write(v.join("new.txt"), "x")), libc::EROFS);
+    assert_eq!(
+        errno_of(
+            OpenOptions::new()
+                .append(true)
+                .open(v.join("elsewhere.txt"))
+        ),
+        libc::EROFS
+    );
+    assert_eq!(errno_of(fs::create_dir(v.join("nd"))), libc::EROFS);
+    assert_eq!(
+        errno_of(fs::remove_file(v.join("elsewhere.txt"))),
+        libc::EROFS
+    );
+    drop(m);
+}
