@@ -84,7 +84,10 @@ impl Env {
         match &self.server {
             Some(s) => {
                 base = s.base.clone();
-                args.extend(["--server", base.as_str(), "--timeout", "10"]);
+                args.extend(["--server", base.as_str()]);
+                if !extra.contains(&"--timeout") {
+                    args.extend(["--timeout", "10"]);
+                }
             }
             None => args.extend(["--data-dir", self.data.to_str().unwrap()]),
         }
@@ -137,6 +140,114 @@ both!(
     errors_are_the_posix_ones,
     read_only_mount_and_changes_made_elsewhere,
 );
+
+/// Runs `f` on a thread and fails the test if it takes longer than `secs` (nothing may hang).
+fn within<T: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(secs))
+        .unwrap_or_else(|_| panic!("{what} hung for more than {secs}s"))
+}
+
+#[test]
+fn server_outage_stages_writes_and_uploads_them_later() {
+    let Some(mut env) = Env::new(Via::Remote) else {
+        return;
+    };
+    let m = env.mount(&["--dir-ttl", "1", "--timeout", "2"]);
+    let v = env.vault();
+    fs::create_dir(v.join("cached")).unwrap();
+    fs::write(v.join("cached/seen.txt"), "seen").unwrap();
+    env.wait_uploaded();
+    let b = env.backend();
+    let vault = NodePath::parse_uri("/nodes/pth/Local/My First Vault").unwrap();
+    env.rt.block_on(async {
+        let f = b.create_file(&vault, "cold.bin").await.unwrap();
+        let id = f.id.unwrap();
+        let t = b.begin_version(&id, 5, None).await.unwrap();
+        let vid = t.file_ex_properties.unwrap().version_id.unwrap();
+        let body = Box::pin(futures_util::stream::once(async {
+            Ok(bytes::Bytes::from_static(b"cold!"))
+        }));
+        b.upload(&id, &vid, 5, body).await.unwrap();
+    });
+    wait_for(10, "cold.bin to show", || v.join("cold.bin").exists());
+    assert_eq!(fs::read_dir(v.join("cached")).unwrap().count(), 1);
+
+    // The server goes away.
+    let server = env.server.take().unwrap();
+    let addr = server.base.trim_start_matches("http://").to_string();
+    env.rt.block_on(server.stop());
+    std::thread::sleep(std::time::Duration::from_millis(1500)); // listings are now stale
+
+    // Writes are staged at once; the folder we know still lists; an uncached read fails fast.
+    let v2 = v.clone();
+    within(20, "writing while the server is down", move || {
+        fs::write(v2.join("cached/during-1.txt"), "written while down 1").unwrap();
+        fs::write(v2.join("during-2.txt"), pattern(300_000, 5)).unwrap();
+    });
+    let v2 = v.clone();
+    let names = within(20, "ls of a cached folder", move || {
+        let mut n: Vec<String> = fs::read_dir(v2.join("cached"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        n.sort();
+        n
+    });
+    assert_eq!(names, ["during-1.txt", "seen.txt"]);
+    let v2 = v.clone();
+    let start = std::time::Instant::now();
+    let err = within(30, "reading an uncached file", move || {
+        fs::read(v2.join("cold.bin")).unwrap_err()
+    });
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(15),
+        "EIO took {:?}",
+        start.elapsed()
+    );
+    assert_eq!(
+        fs::read_to_string(v.join("cached/during-1.txt")).unwrap(),
+        "written while down 1"
+    );
+
+    // The server comes back where it was: the staged files are uploaded.
+    let data = env.data.clone();
+    let server = env.rt.block_on(common::TestServer::start_at(
+        &data,
+        &addr,
+        Default::default(),
+        Default::default(),
+    ));
+    let b = LocalBackend::new(server.store.clone());
+    env.server = Some(server);
+    env.wait_uploaded();
+    let got = env.rt.block_on(async {
+        let n1 = b
+            .node(
+                &vault
+                    .child("cached")
+                    .unwrap()
+                    .child("during-1.txt")
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let n2 = b.node(&vault.child("during-2.txt").unwrap()).await.unwrap();
+        (n1.md5_checksum.unwrap(), n2.md5_checksum.unwrap())
+    });
+    assert_eq!(got.0, format!("{:x}", Md5::digest(b"written while down 1")));
+    assert_eq!(got.1, format!("{:x}", Md5::digest(pattern(300_000, 5))));
+    assert_eq!(
+        fs::read(v.join("cold.bin")).unwrap(),
+        b"cold!",
+        "{}",
+        m.log_text()
+    );
+}
 
 fn md5_of(p: &Path) -> String {
     let mut f = File::open(p).unwrap();

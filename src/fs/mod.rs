@@ -98,6 +98,8 @@ pub(crate) struct Fs<B: Backend> {
     uploading: Mutex<HashSet<Ino>>,
     upload_slots: tokio::sync::Semaphore,
     notifier: OnceLock<Notifier>,
+    /// Until when the backend counts as unreachable (cached listings are used meanwhile).
+    offline_until: Mutex<Option<std::time::Instant>>,
 }
 
 impl<B: Backend> Fs<B> {
@@ -108,6 +110,19 @@ impl<B: Backend> Fs<B> {
     fn handles(&self) -> MutexGuard<'_, HashMap<u64, Handle>> {
         self.handles.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// auto_unmount goes through fusermount3 (from fuse3), which allows the kernel's allow_other
+/// for root, or for others when /etc/fuse.conf says `user_allow_other`.
+fn auto_unmount_possible() -> bool {
+    let has_fusermount = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("fusermount3").is_file()));
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let allowed = root
+        || std::fs::read_to_string("/etc/fuse.conf")
+            .is_ok_and(|c| c.lines().any(|l| l.trim() == "user_allow_other"));
+    has_fusermount && allowed
 }
 
 /// Mounts `backend` at `mountpoint` and serves until unmounted (or SIGINT/SIGTERM).
@@ -137,6 +152,7 @@ pub fn mount<B: Backend>(
         uploading: Mutex::new(HashSet::new()),
         upload_slots: tokio::sync::Semaphore::new(opts.upload_concurrency.max(1)),
         notifier: OnceLock::new(),
+        offline_until: Mutex::new(None),
         opts: opts.clone(),
     });
     upload::recover(&fs)?;
@@ -152,12 +168,20 @@ pub fn mount<B: Backend>(
         options.push(MountOption::RO);
     }
     let mut config = Config::default();
-    config.mount_options = options;
     config.acl = if opts.allow_other {
         SessionACL::All
     } else {
         SessionACL::Owner
     };
+    if auto_unmount_possible() {
+        // fusermount3 then cleans the mount up if this process dies, even by SIGKILL. It needs
+        // the kernel's allow_other; fuser still lets only the owner (and root) in.
+        options.push(MountOption::AutoUnmount);
+        if config.acl == SessionACL::Owner {
+            config.acl = SessionACL::RootAndOwner;
+        }
+    }
+    config.mount_options = options;
     config.n_threads = Some(opts.threads.max(1));
     let mut session = fuser::Session::new(ops::VaultFs(fs.clone()), mountpoint, &config)?;
     let _ = fs.notifier.set(session.notifier());

@@ -25,6 +25,9 @@ pub struct VaultFs<B: Backend>(pub Arc<Fs<B>>);
 
 type OpResult<T> = Result<T, Errno>;
 
+/// After the backend was unreachable, cached listings are served without retrying for this long.
+const OFFLINE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 const XATTRS: [&str; 4] = [
     "user.vaultfs.id",
     "user.vaultfs.link_uri",
@@ -44,6 +47,14 @@ fn name_of(name: &OsStr) -> OpResult<&str> {
 impl<B: Backend> Fs<B> {
     fn ttl(&self) -> std::time::Duration {
         self.opts.attr_ttl
+    }
+
+    /// The backend failed recently: serve what we have without asking again.
+    fn offline(&self) -> bool {
+        self.offline_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|t| Instant::now() < t)
     }
 
     fn attr(&self, ino: Ino) -> OpResult<fuser::FileAttr> {
@@ -79,7 +90,7 @@ impl<B: Backend> Fs<B> {
 
     /// Makes sure the directory's listing is loaded and younger than `dir_ttl`.
     async fn ensure_listing(self: &Arc<Self>, dir: Ino) -> OpResult<()> {
-        let path = {
+        let (path, have) = {
             let t = self.table();
             let i = t.get(dir).ok_or(Errno::ENOENT)?;
             if i.kind != Kind::Dir {
@@ -91,9 +102,22 @@ impl<B: Backend> Fs<B> {
             {
                 return Ok(());
             }
-            i.path.clone()
+            (i.path.clone(), i.listing.is_some())
         };
-        self.refresh_listing(dir, &path).await
+        if have && self.offline() {
+            return Ok(());
+        }
+        match self.refresh_listing(dir, &path).await {
+            // Backend away: a listing we have, even old, beats an error (`ls` keeps working),
+            // and for a while we do not make every `ls` wait for the network to fail again.
+            Err(e) if have && e == Errno::EIO => {
+                log::debug!("listing {path} from cache: backend unreachable");
+                *self.offline_until.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(Instant::now() + OFFLINE_GRACE);
+                Ok(())
+            }
+            other => other,
+        }
     }
 
     /// Fetches a listing from the backend and merges it with what exists only here.
@@ -311,6 +335,7 @@ impl<B: Backend> Fs<B> {
             let t = self.table();
             let i = t.get(ino).ok_or(Errno::ENOENT)?;
             (ino != ROOT
+                && !self.offline()
                 && i.staged.is_none()
                 && !i.unlinked
                 && i.fetched.elapsed() >= self.opts.dir_ttl)

@@ -46,8 +46,18 @@ impl TestServer {
 
     /// A server over the store in `dir` (kept when the server stops).
     pub async fn start_in(dir: &Path, config: StoreConfig, options: ServerOptions) -> TestServer {
+        Self::start_at(dir, "127.0.0.1:0", config, options).await
+    }
+
+    /// The same on a given address (to restart a server where its clients expect it).
+    pub async fn start_at(
+        dir: &Path,
+        addr: &str,
+        config: StoreConfig,
+        options: ServerOptions,
+    ) -> TestServer {
         let store = Arc::new(Store::open(dir, config).unwrap());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = oneshot::channel::<()>();
         let app = server::router(store.clone(), options);
