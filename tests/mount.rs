@@ -139,6 +139,7 @@ both!(
     killed_daemon_loses_no_byte,
     errors_are_the_posix_ones,
     read_only_mount_and_changes_made_elsewhere,
+    read_cache_stays_within_its_bound,
 );
 
 /// Runs `f` on a thread and fails the test if it takes longer than `secs` (nothing may hang).
@@ -805,4 +806,43 @@ fn read_only_mount_and_changes_made_elsewhere(via: Via) {
         libc::EROFS
     );
     drop(m);
+}
+
+/// Bytes of the files in a directory (what the read cache holds on disk).
+fn dir_bytes(d: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    fs::read_dir(d)
+        .map(|r| {
+            r.filter_map(|e| e.ok()?.metadata().ok())
+                .map(|m| m.blocks() * 512)
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+fn read_cache_stays_within_its_bound(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&["--cache-size", "8M"]);
+    let files: Vec<Vec<u8>> = (0..6).map(|i| pattern(3 << 20, 40 + i)).collect();
+    for (i, data) in files.iter().enumerate() {
+        fs::write(env.vault().join(format!("c{i}.bin")), data).unwrap();
+    }
+    env.wait_uploaded();
+    m.unmount();
+    let m = env.mount(&["--cache-size", "8M"]);
+    for _ in 0..2 {
+        for (i, data) in files.iter().enumerate() {
+            assert_eq!(
+                &fs::read(env.vault().join(format!("c{i}.bin"))).unwrap(),
+                data,
+                "{}",
+                m.log_text()
+            );
+            let held = dir_bytes(&env.cache.join("cache"));
+            assert!(
+                held <= 8 << 20,
+                "cache holds {held} bytes, over its 8 MiB bound"
+            );
+        }
+    }
 }

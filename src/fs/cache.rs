@@ -37,6 +37,27 @@ pub struct Entry {
 }
 
 impl Entry {
+    fn new(
+        id: &str,
+        md5: Option<&str>,
+        size: u64,
+        file: File,
+        path: PathBuf,
+        present: HashSet<u64>,
+    ) -> Arc<Entry> {
+        Arc::new(Entry {
+            id: id.to_string(),
+            md5: md5.map(str::to_string),
+            size,
+            file,
+            path,
+            present: Mutex::new(present),
+            fetching: tokio::sync::Mutex::new(()),
+            last_end: AtomicU64::new(0),
+            window: AtomicU64::new(CHUNK),
+        })
+    }
+
     fn missing(&self, first: u64, last: u64) -> Vec<u64> {
         let present = self.present.lock().unwrap_or_else(|p| p.into_inner());
         (first..=last).filter(|c| !present.contains(c)).collect()
@@ -71,6 +92,7 @@ pub struct ReadCache {
     dir: PathBuf,
     max_bytes: u64,
     inner: Mutex<Inner>,
+    files: AtomicU64,
 }
 
 struct Inner {
@@ -97,6 +119,7 @@ impl ReadCache {
             dir,
             max_bytes,
             inner: Mutex::new(inner),
+            files: AtomicU64::new(0),
         })
     }
 
@@ -116,30 +139,35 @@ impl ReadCache {
         if let Some(old) = inner.lru.pop(&k) {
             inner.bytes -= old.size;
         }
-        let path = self.dir.join(&k);
+        let path = self.file_for(&k);
         let file = OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(0o600)
             .open(&path)?;
         file.set_len(size)?;
-        let e = Arc::new(Entry {
-            id: id.to_string(),
-            md5: md5.map(str::to_string),
-            size,
-            file,
-            path,
-            present: Mutex::new(HashSet::new()),
-            fetching: tokio::sync::Mutex::new(()),
-            last_end: AtomicU64::new(0),
-            window: AtomicU64::new(CHUNK),
-        });
-        inner.bytes += size;
-        inner.lru.put(k, e.clone());
-        self.evict(&mut inner);
+        let e = Entry::new(id, md5, size, file, path, HashSet::new());
+        self.insert(&mut inner, k, e.clone());
         Ok(e)
+    }
+
+    /// A new file name for an entry: never one an older entry (still being read) has, since
+    /// an entry removes its file when dropped.
+    fn file_for(&self, key: &str) -> PathBuf {
+        self.dir.join(format!(
+            "{key}.{}",
+            self.files.fetch_add(1, Ordering::Relaxed)
+        ))
+    }
+
+    /// Records an entry (replacing one of the same key) and evicts down to the bound.
+    fn insert(&self, inner: &mut Inner, k: String, e: Arc<Entry>) {
+        inner.bytes += e.size;
+        if let Some(old) = inner.lru.put(k, e) {
+            inner.bytes -= old.size;
+        }
+        self.evict(inner);
     }
 
     /// Drops least recently used entries nobody is reading until the cache fits its bound.
@@ -246,27 +274,13 @@ impl ReadCache {
         staged: &std::path::Path,
     ) -> Result<()> {
         let k = key(id, md5);
-        let path = self.dir.join(&k);
+        let path = self.file_for(&k);
         fs::hard_link(staged, &path).or_else(|_| fs::copy(staged, &path).map(|_| ()))?;
         let file = OpenOptions::new().read(true).write(true).open(&path)?;
         let chunks = if size == 0 { 0 } else { (size - 1) / CHUNK + 1 };
-        let e = Arc::new(Entry {
-            id: id.to_string(),
-            md5: md5.map(str::to_string),
-            size,
-            file,
-            path,
-            present: Mutex::new((0..chunks).collect()),
-            fetching: tokio::sync::Mutex::new(()),
-            last_end: AtomicU64::new(0),
-            window: AtomicU64::new(CHUNK),
-        });
+        let e = Entry::new(id, md5, size, file, path, (0..chunks).collect());
         let mut inner = self.lock();
-        if let Some(old) = inner.lru.put(k, e) {
-            inner.bytes -= old.size;
-        }
-        inner.bytes += size;
-        self.evict(&mut inner);
+        self.insert(&mut inner, k, e);
         Ok(())
     }
 }

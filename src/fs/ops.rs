@@ -294,12 +294,10 @@ impl<B: Backend> Fs<B> {
             }
             drop(t);
             upload::schedule(self, ino);
-        } else if !self
-            .uploading
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&ino)
-        {
+        } else {
+            // Clean: every generation is stored (or nothing was written). An upload task that
+            // still holds it finds nothing to do. (No `uploading` lock here: the uploader takes
+            // that lock before the table's, and the order must not be reversed.)
             self.journal.finish(staged);
             t.set_staged(ino, None);
             t.maybe_drop(ino);

@@ -189,8 +189,9 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
                     .or_else(|| p.upload_uri.rsplit('/').next().map(str::to_string))
             })
             .ok_or_else(|| Error::internal("upload step 2 returned no version"))?;
-        let file = staged.file.try_clone()?;
-        let body = reader_stream(std::io::Read::take(ReadAt::new(file), size));
+        // Its own descriptor (own offset): the staging file stays open for readers and writers.
+        let file = std::fs::File::open(staged.data_path())?;
+        let body = reader_stream(std::io::Read::take(file, size));
         let uploaded = fs.backend.upload(&id, &vid, size, body).await;
         match uploaded {
             Err(e) if e.kind == ErrorKind::BadRequest && staged.generation() != generation => {
@@ -230,25 +231,4 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
         t.maybe_drop(ino);
     }
     Ok(())
-}
-
-/// Reads a file from offset 0 with positioned reads (the staging file's descriptor is shared).
-struct ReadAt {
-    file: std::fs::File,
-    off: u64,
-}
-
-impl ReadAt {
-    fn new(file: std::fs::File) -> Self {
-        ReadAt { file, off: 0 }
-    }
-}
-
-impl std::io::Read for ReadAt {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        use std::os::unix::fs::FileExt;
-        let n = self.file.read_at(buf, self.off)?;
-        self.off += n as u64;
-        Ok(n)
-    }
 }
