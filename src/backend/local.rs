@@ -122,7 +122,7 @@ impl Backend for LocalBackend {
                         if w.len() + b.len() as u64 > expected {
                             return Err(length_mismatch(expected, w.len() + b.len() as u64));
                         }
-                        w.write(&b)?;
+                        w.write(b)?;
                     }
                     Some(Chunk::Abort) => {
                         return Err(Error::bad_request(

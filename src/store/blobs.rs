@@ -7,6 +7,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use bytes::Bytes;
 use md5::{Digest, Md5};
 use sha2::Sha256;
 
@@ -31,24 +32,30 @@ impl Drop for Staged {
     }
 }
 
-/// Writes a staging file while hashing it. Dropped before `finish`, it removes the file.
+/// Writes a staging file while hashing it. md5 runs on a thread of its own, fed the same
+/// chunks, so the two hashes and the disk write overlap (uploads are CPU-bound otherwise).
+/// Dropped before `finish`, it removes the file.
 pub struct BlobWriter {
     file: Option<File>,
     path: PathBuf,
     len: u64,
-    md5: Md5,
     sha: Sha256,
+    md5_tx: Option<std::sync::mpsc::SyncSender<Bytes>>,
+    md5_thread: Option<std::thread::JoinHandle<String>>,
 }
 
 impl BlobWriter {
-    pub fn write(&mut self, buf: &[u8]) -> io::Result<()> {
-        self.md5.update(buf);
-        self.sha.update(buf);
+    pub fn write(&mut self, buf: Bytes) -> io::Result<()> {
+        self.sha.update(&buf);
         self.file
             .as_mut()
             .expect("writer used after finish")
-            .write_all(buf)?;
+            .write_all(&buf)?;
         self.len += buf.len() as u64;
+        if let Some(tx) = &self.md5_tx {
+            tx.send(buf)
+                .map_err(|_| io::Error::other("md5 thread stopped"))?;
+        }
         Ok(())
     }
 
@@ -65,11 +72,18 @@ impl BlobWriter {
         let file = self.file.take().expect("finish called twice");
         file.sync_all()?;
         drop(file);
+        drop(self.md5_tx.take());
+        let md5 = self
+            .md5_thread
+            .take()
+            .expect("md5 thread")
+            .join()
+            .map_err(|_| io::Error::other("md5 thread panicked"))?;
         let staged = Staged {
             path: std::mem::take(&mut self.path),
             len: self.len,
-            md5: hex(&self.md5.finalize_reset()),
-            sha256: hex(&self.sha.finalize_reset()),
+            md5,
+            sha256: hex(&std::mem::take(&mut self.sha).finalize()),
         };
         Ok(staged)
     }
@@ -116,12 +130,23 @@ impl BlobDir {
             .create_new(true)
             .mode(0o600)
             .open(&path)?;
+        let (md5_tx, rx) = std::sync::mpsc::sync_channel::<Bytes>(16);
+        let md5_thread = std::thread::Builder::new()
+            .name("md5".into())
+            .spawn(move || {
+                let mut h = Md5::new();
+                for chunk in rx {
+                    h.update(&chunk);
+                }
+                hex(&h.finalize())
+            })?;
         Ok(BlobWriter {
             file: Some(file),
             path,
             len: 0,
-            md5: Md5::new(),
             sha: Sha256::new(),
+            md5_tx: Some(md5_tx),
+            md5_thread: Some(md5_thread),
         })
     }
 
