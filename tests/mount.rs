@@ -214,6 +214,20 @@ fn server_outage_stages_writes_and_uploads_them_later() {
         fs::read_to_string(v.join("cached/during-1.txt")).unwrap(),
         "written while down 1"
     );
+    // fsync promises the store has the bytes: with the server away it must say it cannot.
+    let v2 = v.clone();
+    let start = std::time::Instant::now();
+    let fsync = within(30, "fsync while the server is down", move || {
+        let mut f = File::create(v2.join("synced.txt")).unwrap();
+        f.write_all(b"must reach the store").unwrap();
+        f.sync_all()
+    });
+    assert_eq!(fsync.unwrap_err().raw_os_error(), Some(libc::EIO));
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(15),
+        "fsync took {:?}",
+        start.elapsed()
+    );
 
     // The server comes back where it was: the staged files are uploaded.
     let data = env.data.clone();
@@ -242,6 +256,14 @@ fn server_outage_stages_writes_and_uploads_them_later() {
     });
     assert_eq!(got.0, format!("{:x}", Md5::digest(b"written while down 1")));
     assert_eq!(got.1, format!("{:x}", Md5::digest(pattern(300_000, 5))));
+    let synced = env
+        .rt
+        .block_on(b.node(&vault.child("synced.txt").unwrap()))
+        .unwrap();
+    assert_eq!(
+        synced.md5_checksum.unwrap(),
+        format!("{:x}", Md5::digest(b"must reach the store"))
+    );
     assert_eq!(
         fs::read(v.join("cold.bin")).unwrap(),
         b"cold!",
