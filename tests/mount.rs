@@ -6,116 +6,17 @@ mod common;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use common::mount::{Mount, fuse_available, pattern, wait_for};
+use common::env::{Env, Via, within};
+use common::mount::{pattern, wait_for};
 use md5::{Digest, Md5};
 use vaultfs::api::NodePath;
 use vaultfs::backend::Backend;
 use vaultfs::backend::local::LocalBackend;
 use vaultfs::store::Store;
-
-const VAULT: &str = "Local/My First Vault";
-
-/// Which backend the mount under test uses.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Via {
-    /// The built-in store, in the mount's own process.
-    Local,
-    /// `vaultfs serve` on loopback (in this test process), through the remote backend.
-    Remote,
-}
-
-struct Env {
-    _tmp: tempfile::TempDir,
-    data: PathBuf,
-    cache: PathBuf,
-    mnt: PathBuf,
-    config: PathBuf,
-    server: Option<common::TestServer>,
-    rt: tokio::runtime::Runtime,
-}
-
-impl Env {
-    fn new(via: Via) -> Option<Env> {
-        if !fuse_available() {
-            eprintln!("skipped: needs root and /dev/fuse");
-            return None;
-        }
-        let tmp = tempfile::tempdir().unwrap();
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        let data = tmp.path().join("data");
-        let config = tmp.path().join("config");
-        let server = (via == Via::Remote).then(|| {
-            rt.block_on(async {
-                let s = common::TestServer::start_in(&data, Default::default(), Default::default())
-                    .await;
-                let creds = s.user("tester@example.com", "Local").await;
-                let login = vaultfs::cli::login::Credentials {
-                    server: s.base.clone(),
-                    email: creds.email,
-                    token: creds.token,
-                    expires_at: std::time::SystemTime::now() + std::time::Duration::from_secs(3600),
-                };
-                vaultfs::cli::login::save_credentials(
-                    &config.join("vaultfs/credentials.toml"),
-                    &login,
-                )
-                .unwrap();
-                s
-            })
-        });
-        Some(Env {
-            data,
-            cache: tmp.path().join("cache"),
-            mnt: tmp.path().join("mnt"),
-            config,
-            server,
-            rt,
-            _tmp: tmp,
-        })
-    }
-
-    fn mount(&self, extra: &[&str]) -> Mount {
-        let mut args = vec!["--cache-dir", self.cache.to_str().unwrap()];
-        let base;
-        match &self.server {
-            Some(s) => {
-                base = s.base.clone();
-                args.extend(["--server", base.as_str()]);
-                if !extra.contains(&"--timeout") {
-                    args.extend(["--timeout", "10"]);
-                }
-            }
-            None => args.extend(["--data-dir", self.data.to_str().unwrap()]),
-        }
-        args.extend_from_slice(extra);
-        Mount::start_with_env(&self.mnt, &args, &[("XDG_CONFIG_HOME", &self.config)])
-    }
-
-    fn vault(&self) -> PathBuf {
-        self.mnt.join(VAULT)
-    }
-
-    /// The store behind the mount, as another client sees it.
-    fn backend(&self) -> LocalBackend {
-        let store = match &self.server {
-            Some(s) => s.store.clone(),
-            None => Arc::new(Store::open_local(&self.data).unwrap()),
-        };
-        LocalBackend::new(store)
-    }
-
-    /// Waits until the journal is empty: every staged file is stored.
-    fn wait_uploaded(&self) {
-        let j = self.cache.join("journal");
-        wait_for(120, "uploads to finish", || {
-            fs::read_dir(&j).map(|d| d.count() == 0).unwrap_or(true)
-        });
-    }
-}
 
 /// Each test runs on both backends.
 macro_rules! both {
@@ -141,16 +42,6 @@ both!(
     read_only_mount_and_changes_made_elsewhere,
     read_cache_stays_within_its_bound,
 );
-
-/// Runs `f` on a thread and fails the test if it takes longer than `secs` (nothing may hang).
-fn within<T: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(std::time::Duration::from_secs(secs))
-        .unwrap_or_else(|_| panic!("{what} hung for more than {secs}s"))
-}
 
 #[test]
 fn server_outage_stages_writes_and_uploads_them_later() {

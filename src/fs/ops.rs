@@ -640,8 +640,22 @@ impl<B: Backend> Fs<B> {
                 _ => {}
             }
         }
-        // After the lock: an upload that was running may have created the file remotely.
-        let _io = io.lock().await;
+        // The target's upload, if one runs, must not land after the move and overwrite what
+        // was moved there: hold both files' locks (in inode order, so two renames cannot wait on
+        // each other). After the lock, an upload that was running may have created the source
+        // remotely.
+        let target_io = target.and_then(|t| self.table().get(t).map(|i| (t, i.io.clone())));
+        let (_first, _second) = match target_io {
+            Some((tino, tio)) if tino < ino => {
+                let a = tio.lock_owned().await;
+                (Some(a), Some(io.clone().lock_owned().await))
+            }
+            Some((_, tio)) => {
+                let a = io.clone().lock_owned().await;
+                (Some(a), Some(tio.lock_owned().await))
+            }
+            None => (Some(io.clone().lock_owned().await), None),
+        };
         let remote = self
             .table()
             .get(ino)

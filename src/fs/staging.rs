@@ -33,6 +33,9 @@ pub struct Staged {
     /// upload need not read the file twice; `None` once a write lands elsewhere. Its lock also
     /// orders writes with the size they extend.
     seq_md5: Mutex<Option<Md5>>,
+    /// Orders journal writes of this file, and is true once its entry is finished: an entry is
+    /// never written back after the upload retired it.
+    journal: Mutex<bool>,
 }
 
 impl Staged {
@@ -192,23 +195,22 @@ impl Journal {
         };
         fs::create_dir_all(&j.staging)?;
         fs::create_dir_all(&j.entries)?;
-        let max = Self::ids(&j.entries)?
+        let max = Self::ids(&j.entries, "json")?
             .into_iter()
-            .chain(Self::ids(&j.staging)?)
+            .chain(Self::ids(&j.staging, "data")?)
             .max()
             .unwrap_or(0);
         j.next.store(max + 1, Ordering::SeqCst);
         Ok(j)
     }
 
-    fn ids(dir: &Path) -> io::Result<Vec<u64>> {
+    /// The IDs of the files in `dir` named `<id>.<ext>`.
+    fn ids(dir: &Path, ext: &str) -> io::Result<Vec<u64>> {
         Ok(fs::read_dir(dir)?
             .filter_map(|e| e.ok())
             .filter_map(|e| {
-                e.file_name()
-                    .to_str()
-                    .and_then(|n| n.split('.').next())
-                    .and_then(|n| n.parse().ok())
+                let name = e.file_name().into_string().ok()?;
+                name.strip_suffix(ext)?.strip_suffix('.')?.parse().ok()
             })
             .collect())
     }
@@ -237,6 +239,7 @@ impl Journal {
             writers: AtomicU32::new(0),
             mtime: Mutex::new(SystemTime::now()),
             seq_md5: Mutex::new(Some(Md5::new())),
+            journal: Mutex::new(false),
         };
         self.record(&staged, path, file_id)?;
         Ok(staged)
@@ -249,17 +252,23 @@ impl Journal {
         path: &NodePath,
         file_id: Option<String>,
     ) -> io::Result<()> {
+        let finished = staged.journal.lock().unwrap_or_else(|p| p.into_inner());
+        if *finished {
+            return Ok(());
+        }
         let entry = Entry {
             path: path.uri(),
             file_id,
         };
-        let tmp = self.entries.join(format!("{}.tmp", staged.id));
+        let tmp = self.entries.join(format!("{}.json.tmp", staged.id));
         fs::write(&tmp, serde_json::to_vec(&entry).expect("entry serializes"))?;
         fs::rename(&tmp, self.entry_path(staged.id))
     }
 
     /// The upload is done (or the file is gone): forget the entry and the staging bytes.
     pub fn finish(&self, staged: &Staged) {
+        let mut finished = staged.journal.lock().unwrap_or_else(|p| p.into_inner());
+        *finished = true;
         for p in [self.entry_path(staged.id), staged.data_path.clone()] {
             if let Err(e) = fs::remove_file(&p) {
                 if e.kind() != io::ErrorKind::NotFound {
@@ -283,7 +292,7 @@ impl Journal {
     /// Staged files a previous run left: (path, file id, staged file with its bytes).
     pub fn recover(&self) -> io::Result<Vec<(NodePath, Option<String>, Staged)>> {
         let mut out = Vec::new();
-        for id in Self::ids(&self.entries)? {
+        for id in Self::ids(&self.entries, "json")? {
             let ep = self.entry_path(id);
             let data_path = self.staging.join(format!("{id}.data"));
             let entry: Option<Entry> = fs::read(&ep)
@@ -312,11 +321,12 @@ impl Journal {
                 writers: AtomicU32::new(0),
                 mtime: Mutex::new(SystemTime::now()),
                 seq_md5: Mutex::new(None),
+                journal: Mutex::new(false),
             };
             out.push((path, entry.file_id, staged));
         }
         // Staging files without an entry belong to nothing (the entry is written first).
-        for id in Self::ids(&self.staging)? {
+        for id in Self::ids(&self.staging, "data")? {
             if !self.entry_path(id).exists() {
                 let _ = fs::remove_file(self.staging.join(format!("{id}.data")));
             }

@@ -1,0 +1,139 @@
+//! A mount under test on either backend: the built-in store, or `vaultfs serve` on loopback
+//! (in the test process) through the remote backend, with a logged-in user of account `Local`.
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::mount::{Mount, fuse_available};
+use vaultfs::backend::local::LocalBackend;
+use vaultfs::store::Store;
+
+/// The writable folder of the mount.
+pub const VAULT: &str = "Local/My First Vault";
+
+/// Which backend the mount under test uses.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Via {
+    /// The built-in store, in the mount's own process.
+    Local,
+    /// `vaultfs serve` on loopback (in this test process), through the remote backend.
+    Remote,
+}
+
+pub struct Env {
+    pub _tmp: tempfile::TempDir,
+    pub data: PathBuf,
+    pub cache: PathBuf,
+    pub mnt: PathBuf,
+    pub config: PathBuf,
+    pub server: Option<super::TestServer>,
+    pub rt: tokio::runtime::Runtime,
+}
+
+impl Env {
+    pub fn new(via: Via) -> Option<Env> {
+        if !fuse_available() {
+            eprintln!("skipped: needs root and /dev/fuse");
+            return None;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let data = tmp.path().join("data");
+        let config = tmp.path().join("config");
+        let server = (via == Via::Remote).then(|| {
+            rt.block_on(async {
+                let s = super::TestServer::start_in(&data, Default::default(), Default::default())
+                    .await;
+                let creds = s.user("tester@example.com", "Local").await;
+                let login = vaultfs::cli::login::Credentials {
+                    server: s.base.clone(),
+                    email: creds.email,
+                    token: creds.token,
+                    expires_at: std::time::SystemTime::now() + std::time::Duration::from_secs(3600),
+                };
+                vaultfs::cli::login::save_credentials(
+                    &config.join("vaultfs/credentials.toml"),
+                    &login,
+                )
+                .unwrap();
+                s
+            })
+        });
+        Some(Env {
+            data,
+            cache: tmp.path().join("cache"),
+            mnt: tmp.path().join("mnt"),
+            config,
+            server,
+            rt,
+            _tmp: tmp,
+        })
+    }
+
+    pub fn mount(&self, extra: &[&str]) -> Mount {
+        let mut args = vec!["--cache-dir", self.cache.to_str().unwrap()];
+        let base;
+        match &self.server {
+            Some(s) => {
+                base = s.base.clone();
+                args.extend(["--server", base.as_str()]);
+                if !extra.contains(&"--timeout") {
+                    args.extend(["--timeout", "10"]);
+                }
+            }
+            None => args.extend(["--data-dir", self.data.to_str().unwrap()]),
+        }
+        args.extend_from_slice(extra);
+        Mount::start_with_env(&self.mnt, &args, &[("XDG_CONFIG_HOME", &self.config)])
+    }
+
+    pub fn vault(&self) -> PathBuf {
+        self.mnt.join(VAULT)
+    }
+
+    /// The store behind the mount, as another client sees it.
+    pub fn backend(&self) -> LocalBackend {
+        let store = match &self.server {
+            Some(s) => s.store.clone(),
+            None => Arc::new(Store::open_local(&self.data).unwrap()),
+        };
+        LocalBackend::new(store)
+    }
+
+    /// Waits until the journal is empty: every staged file is stored.
+    pub fn wait_uploaded(&self) {
+        let j = self.cache.join("journal");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while fs::read_dir(&j).map(|d| d.count() > 0).unwrap_or(false) {
+            if std::time::Instant::now() > deadline {
+                let entries: Vec<String> = fs::read_dir(&j)
+                    .unwrap()
+                    .filter_map(|e| fs::read_to_string(e.ok()?.path()).ok())
+                    .collect();
+                let log = fs::read_to_string(self.mnt.with_extension("log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                panic!(
+                    "uploads did not finish; journal: {entries:?}\nlog tail:\n{}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
+/// Runs `f` on a thread and fails the test if it takes longer than `secs` (nothing may hang).
+pub fn within<T: Send + 'static>(
+    secs: u64,
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(secs))
+        .unwrap_or_else(|_| panic!("{what} hung for more than {secs}s"))
+}
