@@ -1,0 +1,508 @@
+//! Third-party file system suites against real mounts on both backends:
+//!
+//! - pjdfstest (POSIX conformance) with `tests/pjdfstest/pjdfstest.toml`; every failure must be
+//!   listed in `tests/pjdfstest/expected-failures.toml` with its reason, and a listed test that
+//!   passes fails the run too, so the list stays exact;
+//! - fsx (random reads, writes, mmap, truncates, ... checked against a model) with
+//!   `tests/fsx/fsx.toml`, a fixed seed and [`FSX_OPS`] operations, then the file as stored by
+//!   the backend must be the file fsx left.
+//!
+//! The tools are installed by `.ci/run` (`cargo install --locked pjdfstest fsx`); without them
+//! these tests fail, unless `VAULTFS_SKIP_SUITES=1`.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{self, File};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::mount::{Mount, fuse_available, wait_for};
+use md5::{Digest, Md5};
+use vaultfs::api::NodePath;
+use vaultfs::backend::Backend;
+use vaultfs::backend::local::LocalBackend;
+use vaultfs::store::Store;
+
+const VAULT: &str = "Local/My First Vault";
+
+/// fsx operations per backend, and its seed.
+const FSX_OPS: u64 = 20_000;
+const FSX_SEED: u64 = 20_251_121;
+
+/// How long one tool run may take before it is killed and the test fails.
+const TOOL_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// Which backend the mount under test uses.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Via {
+    /// The built-in store, in the mount's own process.
+    Local,
+    /// `vaultfs serve` on loopback (in this test process), through the remote backend.
+    Remote,
+}
+
+/// A data dir, cache dir and mount point, with a server and a logged-in user for `Remote`
+/// (the same setup as tests/mount.rs).
+struct Env {
+    tmp: tempfile::TempDir,
+    data: PathBuf,
+    cache: PathBuf,
+    mnt: PathBuf,
+    config: PathBuf,
+    server: Option<common::TestServer>,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Env {
+    fn new(via: Via) -> Env {
+        let tmp = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let data = tmp.path().join("data");
+        let config = tmp.path().join("config");
+        let server = (via == Via::Remote).then(|| {
+            rt.block_on(async {
+                let s = common::TestServer::start_in(&data, Default::default(), Default::default())
+                    .await;
+                let creds = s.user("tester@example.com", "Local").await;
+                let login = vaultfs::cli::login::Credentials {
+                    server: s.base.clone(),
+                    email: creds.email,
+                    token: creds.token,
+                    expires_at: std::time::SystemTime::now() + Duration::from_secs(3600),
+                };
+                vaultfs::cli::login::save_credentials(
+                    &config.join("vaultfs/credentials.toml"),
+                    &login,
+                )
+                .unwrap();
+                s
+            })
+        });
+        Env {
+            data,
+            cache: tmp.path().join("cache"),
+            mnt: tmp.path().join("mnt"),
+            config,
+            server,
+            rt,
+            tmp,
+        }
+    }
+
+    fn mount(&self, extra: &[&str]) -> Mount {
+        let mut args = vec!["--cache-dir", self.cache.to_str().unwrap()];
+        let base;
+        match &self.server {
+            Some(s) => {
+                base = s.base.clone();
+                args.extend(["--server", base.as_str(), "--timeout", "10"]);
+            }
+            None => args.extend(["--data-dir", self.data.to_str().unwrap()]),
+        }
+        args.extend_from_slice(extra);
+        Mount::start_with_env(&self.mnt, &args, &[("XDG_CONFIG_HOME", &self.config)])
+    }
+
+    fn vault(&self) -> PathBuf {
+        self.mnt.join(VAULT)
+    }
+
+    /// The store behind the mount, as another client sees it.
+    fn backend(&self) -> LocalBackend {
+        let store = match &self.server {
+            Some(s) => s.store.clone(),
+            None => Arc::new(Store::open_local(&self.data).unwrap()),
+        };
+        LocalBackend::new(store)
+    }
+
+    /// Waits until the journal is empty: every staged file is stored.
+    fn wait_uploaded(&self) {
+        let j = self.cache.join("journal");
+        wait_for(120, "uploads to finish", || {
+            fs::read_dir(&j).map(|d| d.count() == 0).unwrap_or(true)
+        });
+    }
+}
+
+/// Each test runs on both backends.
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {
+        mod local {
+            $(#[test] fn $name() { super::$name(super::Via::Local) })*
+        }
+        mod remote {
+            $(#[test] fn $name() { super::$name(super::Via::Remote) })*
+        }
+    };
+}
+
+both!(pjdfstest, fsx);
+
+/// The path of an installed tool: on PATH, or in cargo's bin directory.
+fn find_tool(name: &str) -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    if let Some(h) = std::env::var_os("CARGO_HOME") {
+        dirs.push(PathBuf::from(h).join("bin"));
+    }
+    if let Some(h) = std::env::var_os("HOME") {
+        dirs.push(PathBuf::from(h).join(".cargo/bin"));
+    }
+    dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file())
+}
+
+/// The tool to run, or None when this test is to be skipped (no FUSE here, or
+/// `VAULTFS_SKIP_SUITES=1`). A missing tool fails the test: CI installs it.
+fn tool(name: &str) -> Option<PathBuf> {
+    if std::env::var("VAULTFS_SKIP_SUITES").as_deref() == Ok("1") {
+        eprintln!("skipped: VAULTFS_SKIP_SUITES=1");
+        return None;
+    }
+    if !fuse_available() {
+        eprintln!("skipped: needs root and /dev/fuse");
+        return None;
+    }
+    match find_tool(name) {
+        Some(p) => Some(p),
+        None => panic!(
+            "`{name}` is not installed (looked on PATH and in ~/.cargo/bin). Run .ci/run, which \
+             installs it with `cargo install --locked pjdfstest fsx`, or set VAULTFS_SKIP_SUITES=1 \
+             to skip the third-party suites"
+        ),
+    }
+}
+
+/// Runs `cmd` with its output to `out`, killing it after [`TOOL_TIMEOUT`]. Returns whether it
+/// exited successfully, and its output.
+fn run_logged(mut cmd: Command, out: &Path) -> (bool, String) {
+    let f = File::create(out).unwrap();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(f.try_clone().unwrap())
+        .stderr(f)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + TOOL_TIMEOUT;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let text = strip_ansi(&fs::read_to_string(out).unwrap_or_default());
+    match status {
+        Some(s) => (s.success(), text),
+        None => panic!(
+            "{cmd:?} did not finish within {TOOL_TIMEOUT:?}; its output so far:\n{}",
+            tail(&text, 60)
+        ),
+    }
+}
+
+/// `s` without terminal colour sequences.
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The last `n` lines of `s`.
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+fn suite_file(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(rel)
+}
+
+/// The expected failures for `via`: `[all]` and the backend's own table, name -> reason.
+fn expected_failures(via: Via) -> BTreeMap<String, String> {
+    let path = suite_file("pjdfstest/expected-failures.toml");
+    let text = fs::read_to_string(&path).unwrap();
+    let doc: toml::Table = toml::from_str(&text)
+        .unwrap_or_else(|e| panic!("{} is not valid TOML: {e}", path.display()));
+    let own = match via {
+        Via::Local => "local",
+        Via::Remote => "remote",
+    };
+    let mut out = BTreeMap::new();
+    for (section, entries) in &doc {
+        assert!(
+            ["all", "local", "remote"].contains(&section.as_str()),
+            "{}: unknown table [{section}] (use [all], [local] or [remote])",
+            path.display()
+        );
+        if section != "all" && section != own {
+            continue;
+        }
+        let entries = entries
+            .as_table()
+            .unwrap_or_else(|| panic!("{}: [{section}] must be a table", path.display()));
+        for (name, reason) in entries {
+            let reason = reason.as_str().unwrap_or_default().trim();
+            assert!(
+                !reason.is_empty(),
+                "{}: `{name}` needs a reason",
+                path.display()
+            );
+            out.insert(name.clone(), reason.to_string());
+        }
+    }
+    out
+}
+
+/// What one pjdfstest run said about each test case.
+#[derive(Default)]
+struct PjdResults {
+    /// name -> "ok", "FAILED", "skipped", "failed as expected", "PASSED UNEXPECTEDLY"
+    status: BTreeMap<String, String>,
+    /// name -> the failure message pjdfstest printed
+    detail: BTreeMap<String, String>,
+}
+
+fn parse_pjdfstest(out: &str) -> PjdResults {
+    const STATUSES: [&str; 5] = [
+        "PASSED UNEXPECTEDLY",
+        "failed as expected",
+        "FAILED",
+        "skipped",
+        "ok",
+    ];
+    let mut r = PjdResults::default();
+    let mut current: Option<String> = None;
+    for line in out.lines() {
+        if line.starts_with(char::is_whitespace) {
+            if let Some(name) = &current {
+                let d = r.detail.entry(name.clone()).or_default();
+                if d.lines().count() < 4 && !line.trim().is_empty() {
+                    d.push_str(line.trim());
+                    d.push(' ');
+                }
+            }
+            continue;
+        }
+        current = None;
+        let Some((name, rest)) = line.split_once(' ') else {
+            continue;
+        };
+        let rest = rest.trim();
+        if let Some(s) = STATUSES.iter().find(|s| rest == **s) {
+            r.status.insert(name.to_string(), s.to_string());
+            if *s == "FAILED" {
+                current = Some(name.to_string());
+            }
+        }
+    }
+    r
+}
+
+fn pjdfstest(via: Via) {
+    let Some(bin) = tool("pjdfstest") else { return };
+    let env = Env::new(via);
+    // The suite switches to the dummy users of its config: they need to reach the mount.
+    let m = env.mount(&["--allow-other"]);
+    let expected = expected_failures(via);
+
+    // The committed config, plus the expected failures, so pjdfstest reports them as such.
+    let cfg_path = suite_file("pjdfstest/pjdfstest.toml");
+    let mut cfg: toml::Table = toml::from_str(&fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    let settings = cfg
+        .entry("settings")
+        .or_insert_with(|| toml::Value::Table(Default::default()))
+        .as_table_mut()
+        .unwrap();
+    settings.insert(
+        "expected_failures".into(),
+        toml::Value::Array(
+            expected
+                .keys()
+                .map(|k| toml::Value::String(k.clone()))
+                .collect(),
+        ),
+    );
+    let run_cfg = env.tmp.path().join("pjdfstest.toml");
+    fs::write(&run_cfg, toml::to_string(&cfg).unwrap()).unwrap();
+
+    let dir = env.vault().join("pjdfstest");
+    fs::create_dir(&dir).unwrap();
+    let mut cmd = Command::new(&bin);
+    cmd.arg("-c")
+        .arg(&run_cfg)
+        .arg("-p")
+        .arg(&dir)
+        .env("NO_COLOR", "1")
+        .env("RUST_BACKTRACE", "0");
+    let started = Instant::now();
+    let (_, out) = run_logged(cmd, &env.tmp.path().join("pjdfstest.out"));
+    let elapsed = started.elapsed();
+    let r = parse_pjdfstest(&out);
+    assert!(
+        r.status.len() > 300,
+        "pjdfstest ran only {} test cases; its output:\n{}\nmount log:\n{}",
+        r.status.len(),
+        tail(&out, 80),
+        m.log_text()
+    );
+
+    let count = |s: &str| r.status.values().filter(|v| *v == s).count();
+    eprintln!(
+        "pjdfstest on {via:?} in {:.0?}: {} passed, {} failed as expected, {} skipped, \
+         {} failed, {} passed unexpectedly",
+        elapsed,
+        count("ok"),
+        count("failed as expected"),
+        count("skipped"),
+        count("FAILED"),
+        count("PASSED UNEXPECTEDLY"),
+    );
+
+    let mut problems = Vec::new();
+    let failed: Vec<_> = r.status.iter().filter(|(_, s)| *s == "FAILED").collect();
+    if !failed.is_empty() {
+        let mut p = format!(
+            "{} test(s) failed that tests/pjdfstest/expected-failures.toml does not list \
+             (a bug, or an entry to add with its reason):",
+            failed.len()
+        );
+        for (name, _) in failed {
+            let d = r.detail.get(name).map(String::as_str).unwrap_or("");
+            p.push_str(&format!("\n  {name}: {}", d.trim()));
+        }
+        problems.push(p);
+    }
+    let passed: Vec<_> = r
+        .status
+        .iter()
+        .filter(|(_, s)| *s == "PASSED UNEXPECTEDLY")
+        .map(|(n, _)| n.as_str())
+        .collect();
+    if !passed.is_empty() {
+        let mut p = format!(
+            "{} test(s) listed in tests/pjdfstest/expected-failures.toml now pass on {via:?}: \
+             remove them (or move them to the other backend's table):",
+            passed.len()
+        );
+        for name in passed {
+            p.push_str(&format!("\n  {name} (listed because: {})", expected[name]));
+        }
+        problems.push(p);
+    }
+    let ran: BTreeSet<&str> = r.status.keys().map(String::as_str).collect();
+    let unknown: Vec<_> = expected
+        .keys()
+        .filter(|k| !ran.contains(k.as_str()))
+        .collect();
+    if !unknown.is_empty() {
+        problems.push(format!(
+            "tests/pjdfstest/expected-failures.toml lists test(s) pjdfstest did not run: \
+             {unknown:?}"
+        ));
+    }
+    assert!(
+        problems.is_empty(),
+        "pjdfstest on {via:?}:\n{}\n\nmount log (tail):\n{}",
+        problems.join("\n\n"),
+        tail(&m.log_text(), 40)
+    );
+    m.unmount();
+}
+
+fn md5_of(p: &Path) -> String {
+    let mut f = File::open(p).unwrap();
+    let mut h = Md5::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    format!("{:x}", h.finalize())
+}
+
+fn fsx(via: Via) {
+    let Some(bin) = tool("fsx") else { return };
+    let env = Env::new(via);
+    let m = env.mount(&[]);
+    let file = env.vault().join("fsx.dat");
+    let artifacts = env.tmp.path().join("fsx-artifacts");
+    fs::create_dir_all(&artifacts).unwrap();
+    let mut cmd = Command::new(&bin);
+    cmd.arg("-N")
+        .arg(FSX_OPS.to_string())
+        .arg("-S")
+        .arg(FSX_SEED.to_string())
+        .arg("-f")
+        .arg(suite_file("fsx/fsx.toml"))
+        .arg("-P")
+        .arg(&artifacts)
+        .arg(&file);
+    let started = Instant::now();
+    let (ok, out) = run_logged(cmd, &env.tmp.path().join("fsx.out"));
+    let elapsed = started.elapsed();
+    if !ok {
+        let log = fs::read_dir(&artifacts)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".fsxlog"))
+            .map(|e| fs::read_to_string(e.path()).unwrap_or_default())
+            .collect::<String>();
+        panic!(
+            "fsx on {via:?} failed (reproduce: fsx -N {FSX_OPS} -S {FSX_SEED} -f \
+             tests/fsx/fsx.toml FILE on a mount):\n{}\n\nits operation log (tail):\n{}\n\n\
+             mount log (tail):\n{}",
+            tail(&out, 60),
+            tail(&log, 40),
+            tail(&m.log_text(), 40)
+        );
+    }
+    eprintln!("fsx on {via:?}: {FSX_OPS} operations in {elapsed:.0?}, all checks passed");
+
+    // What fsx left is what the backend stores.
+    let len = fs::metadata(&file).unwrap().len();
+    let sum = md5_of(&file);
+    env.wait_uploaded();
+    let node = env.rt.block_on(async {
+        let path = NodePath::parse_uri(&format!("/nodes/pth/{VAULT}/fsx.dat")).unwrap();
+        env.backend().node(&path).await.unwrap()
+    });
+    assert_eq!(node.size, Some(len), "stored size of fsx's file on {via:?}");
+    assert_eq!(
+        node.md5_checksum.as_deref(),
+        Some(sum.as_str()),
+        "stored md5 of fsx's file on {via:?}"
+    );
+    m.unmount();
+
+    // And a new mount reads the same bytes.
+    let m = env.mount(&[]);
+    assert_eq!(md5_of(&file), sum, "fsx's file after a remount on {via:?}");
+    m.unmount();
+}
