@@ -1,8 +1,13 @@
 //! The `vaultfs` command: a thin layer of argument parsing over the server, the store and (later)
 //! the mount.
 
+mod control;
+mod daemon;
 pub mod login;
 mod mount;
+mod mount_helper;
+mod notify;
+mod status;
 mod users;
 
 use std::net::SocketAddr;
@@ -30,6 +35,11 @@ enum Command {
     /// Runs in the foreground until unmounted (`fusermount3 -u DIR`, `umount DIR`) or stopped with
     /// Ctrl-C / SIGTERM; files not yet uploaded stay journaled and are uploaded by the next mount.
     Mount(mount::MountArgs),
+    /// Unmount a mount point: the daemon flushes pending uploads (within its --flush-timeout;
+    /// the journal keeps the rest), unmounts and exits; this waits for it.
+    Unmount(status::UnmountArgs),
+    /// Show running mounts: backend, cache use, uploads with progress, recent errors, token.
+    Status(status::StatusArgs),
     /// Serve the built-in store over HTTP: the whole interface, with pin-based login.
     ///
     /// Users are created with `vaultfs user add`; clients log in with `vaultfs login`.
@@ -95,7 +105,22 @@ struct ServeArgs {
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv
+        .first()
+        .is_some_and(|a| mount_helper::is_helper_name(a))
+    {
+        mount_helper::fill_environment();
+        match mount_helper::translate(&argv[1..]) {
+            Ok(Some(args)) => argv = std::iter::once("vaultfs".into()).chain(args).collect(),
+            Ok(None) => return ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("mount.fuse.vaultfs: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+    let cli = Cli::parse_from(argv);
     init_logging();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -107,12 +132,14 @@ pub fn main() -> ExitCode {
 }
 
 fn init_logging() {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    notify::init_logging();
 }
 
 fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     match cli.command {
         Command::Mount(args) => mount::mount(args),
+        Command::Unmount(args) => status::unmount(args),
+        Command::Status(args) => status::status(args),
         Command::Serve(args) => serve(args),
         Command::User(cmd) => users::user(cmd),
         Command::Client(cmd) => users::client(cmd),

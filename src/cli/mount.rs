@@ -1,12 +1,13 @@
 //! `vaultfs mount`: the built-in store by default, or a server logged in with `vaultfs login`.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Args;
 
 use super::DataDir;
+use super::control::Info;
 use crate::api::NodePath;
 use crate::backend::Backend;
 use crate::backend::local::LocalBackend;
@@ -48,6 +49,16 @@ pub struct MountArgs {
     /// show within this time)
     #[arg(long, default_value_t = 10.0, value_name = "S")]
     dir_ttl: f64,
+    /// Seconds an unmount (SIGTERM, Ctrl-C, `vaultfs unmount`) waits for pending uploads; what is
+    /// left stays journaled for the next mount
+    #[arg(long, default_value_t = 30.0, value_name = "S")]
+    flush_timeout: f64,
+    /// Run in the background: return once the mount answers (exit 0), or fail with the reason
+    #[arg(long)]
+    daemon: bool,
+    /// Log file of --daemon [default: $XDG_STATE_HOME/vaultfs/<mount point>.log]
+    #[arg(long, value_name = "FILE")]
+    log_file: Option<PathBuf>,
 }
 
 /// `4096`, `512K`, `100M`, `2G`.
@@ -99,27 +110,98 @@ fn backend_key(kind: &str, identity: &str) -> String {
     format!("{kind}-{}", &h[..12])
 }
 
+/// Checks the mount point; a stale mount left by a daemon that died is unmounted first.
 fn check_mountpoint(p: &Path) -> Result<(), String> {
+    if fs::unmount::is_stale(p) {
+        log::warn!(
+            "{} is a stale mount (\"Transport endpoint is not connected\": its daemon died); unmounting it",
+            p.display()
+        );
+        fs::unmount::detach(p)
+            .map_err(|e| format!("cannot unmount the stale mount {}: {e}", p.display()))?;
+    }
+    if let Some(Ok(st)) = super::control::status(p) {
+        return Err(format!(
+            "{} is already mounted by vaultfs (pid {}); `vaultfs unmount {0}` first",
+            p.display(),
+            st.pid
+        ));
+    }
     match std::fs::metadata(p) {
         Ok(m) if m.is_dir() => Ok(()),
         Ok(_) => Err(format!("{} is not a directory", p.display())),
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => Err(format!(
-            "{} is a stale mount (\"Transport endpoint is not connected\"): run `fusermount3 -u {0}` (or `umount -l {0}` as root) first",
-            p.display()
-        )),
         Err(e) => Err(format!("cannot use {} as mount point: {e}", p.display())),
     }
 }
 
-pub fn mount(args: MountArgs) -> Result<(), Box<dyn std::error::Error>> {
+/// systemd's path escaping (`systemd-escape --path`): `/home/a/My Vault` -> `home-a-My\x20Vault`.
+pub fn escape_path(p: &Path) -> String {
+    let s = p.to_string_lossy();
+    let t = s.trim_matches('/');
+    if t.is_empty() {
+        return "-".into();
+    }
+    let mut out = String::new();
+    for (i, b) in t.bytes().enumerate() {
+        match b {
+            b'/' => out.push('-'),
+            b'.' if i == 0 => out.push_str("\\x2e"),
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b':' | b'_' | b'.' => out.push(b as char),
+            _ => out.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    out
+}
+
+/// `$XDG_STATE_HOME/vaultfs/<escaped mount point>.log`.
+fn default_log_file(mountpoint: &Path) -> PathBuf {
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/"))
+                .join(".local/state")
+        });
+    base.join("vaultfs")
+        .join(format!("{}.log", escape_path(mountpoint)))
+}
+
+pub fn mount(mut args: MountArgs) -> Result<(), Box<dyn std::error::Error>> {
     check_mountpoint(&args.mountpoint)?;
+    args.mountpoint = super::control::canonical(&args.mountpoint);
+    let verdict = if args.daemon {
+        let log = args
+            .log_file
+            .clone()
+            .unwrap_or_else(|| default_log_file(&args.mountpoint));
+        Some(Arc::new(super::daemon::fork(&log)?))
+    } else {
+        None
+    };
+    let result = mount_checked(&args, verdict.clone());
+    if let (Err(e), Some(v)) = (&result, &verdict) {
+        v.fail(&e.to_string());
+    }
+    result
+}
+
+fn mount_checked(
+    args: &MountArgs,
+    verdict: Option<Arc<super::daemon::Verdict>>,
+) -> Result<(), Box<dyn std::error::Error>> {
     let root = match &args.root {
         Some(r) => parse_root(r)?,
         None => NodePath::root(),
     };
-    if !(args.attr_ttl >= 0.0 && args.dir_ttl >= 0.0 && args.timeout > 0.0) {
+    if !(args.attr_ttl >= 0.0
+        && args.dir_ttl >= 0.0
+        && args.flush_timeout >= 0.0
+        && args.timeout > 0.0)
+    {
         return Err(
-            "--attr-ttl and --dir-ttl must be zero or more seconds, --timeout more than zero"
+            "--attr-ttl, --dir-ttl and --flush-timeout must be zero or more seconds, --timeout more than zero"
                 .into(),
         );
     }
@@ -130,6 +212,7 @@ pub fn mount(args: MountArgs) -> Result<(), Box<dyn std::error::Error>> {
         cache_size: args.cache_size,
         attr_ttl: Duration::from_secs_f64(args.attr_ttl),
         dir_ttl: Duration::from_secs_f64(args.dir_ttl),
+        flush_timeout: Duration::from_secs_f64(args.flush_timeout),
         ..MountOptions::default()
     };
     let rt = tokio::runtime::Runtime::new()?;
@@ -142,15 +225,12 @@ pub fn mount(args: MountArgs) -> Result<(), Box<dyn std::error::Error>> {
             config.connect_timeout = config.connect_timeout.min(config.total_timeout);
             let backend = RemoteBackend::new(config)?;
             let identity = format!("{} {}", creds.server, creds.email);
-            let what = format!("{} as {}", creds.server, creds.email);
-            run(
-                backend,
-                &args,
-                opts,
-                &rt,
-                backend_key("remote", &identity),
-                what,
-            )
+            let info = Info {
+                backend: format!("{} as {}", creds.server, creds.email),
+                token_expires: Some(crate::fs::status::rfc3339(creds.expires_at)),
+            };
+            let key = backend_key("remote", &identity);
+            run(backend, args, opts, &rt, key, info, verdict)
         }
         None => {
             let data_dir = args.data.path();
@@ -158,15 +238,12 @@ pub fn mount(args: MountArgs) -> Result<(), Box<dyn std::error::Error>> {
                 .map_err(|e| format!("cannot open the store in {}: {e}", data_dir.display()))?;
             let identity = std::fs::canonicalize(&data_dir).unwrap_or(data_dir.clone());
             let key = backend_key("local", &identity.to_string_lossy());
-            let what = format!("the built-in store in {}", data_dir.display());
-            run(
-                LocalBackend::new(Arc::new(store)),
-                &args,
-                opts,
-                &rt,
-                key,
-                what,
-            )
+            let info = Info {
+                backend: format!("the built-in store in {}", data_dir.display()),
+                token_expires: None,
+            };
+            let backend = LocalBackend::new(Arc::new(store));
+            run(backend, args, opts, &rt, key, info, verdict)
         }
     }
 }
@@ -177,8 +254,10 @@ fn run<B: Backend>(
     mut opts: MountOptions,
     rt: &tokio::runtime::Runtime,
     key: String,
-    what: String,
+    info: Info,
+    verdict: Option<Arc<super::daemon::Verdict>>,
 ) -> Result<(), Box<dyn std::error::Error>> {
+    let what = info.backend.clone();
     opts.cache_dir = args
         .cache_dir
         .clone()
@@ -187,11 +266,53 @@ fn run<B: Backend>(
     rt.block_on(backend.node(&opts.root))
         .map_err(|e| format!("cannot reach {} in {what}: {e}", opts.root))?;
     let mp = args.mountpoint.clone();
-    fs::mount(backend, &args.mountpoint, opts, rt, move || {
-        eprintln!("vaultfs: {} is ready ({what})", mp.display());
-    })
-    .map_err(|e| format!("mount failed: {e}"))?;
+    let before = dev_of(&mp);
+    let server = Arc::new(Mutex::new(None));
+    let server2 = server.clone();
+    let handle = rt.handle().clone();
+    let result = fs::mount(backend, &args.mountpoint, opts, rt, move |control| {
+        match super::control::start(&handle, &mp, control.clone(), info) {
+            Ok(s) => *server2.lock().unwrap_or_else(|p| p.into_inner()) = Some(s),
+            Err(e) => {
+                log::warn!("no control socket (`vaultfs status` will not see this mount): {e}")
+            }
+        }
+        // The FUSE threads start when this returns: wait for the mount to answer elsewhere.
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while dev_of(&mp) == before {
+                if std::time::Instant::now() > deadline {
+                    let msg = format!("{} did not answer within 30 s", mp.display());
+                    log::error!("{msg}; unmounting");
+                    if let Some(v) = &verdict {
+                        v.fail(&msg);
+                    }
+                    control.unmount();
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            log::info!("{} is ready ({what})", mp.display());
+            super::notify::notify(&format!(
+                "READY=1\nSTATUS=Mounted {} ({what})",
+                mp.display()
+            ));
+            if let Some(v) = &verdict {
+                v.ok();
+            }
+        });
+    });
+    let server = server.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(s) = server {
+        rt.block_on(s.close());
+    }
+    result.map_err(|e| format!("mount failed: {e}"))?;
     Ok(())
+}
+
+fn dev_of(p: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).ok().map(|m| m.dev())
 }
 
 #[cfg(test)]

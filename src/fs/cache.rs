@@ -190,6 +190,12 @@ impl ReadCache {
         }
     }
 
+    /// Bytes held (the sizes of the cached versions), the bound, and the number of files.
+    pub fn usage(&self) -> (u64, u64, usize) {
+        let inner = self.lock();
+        (inner.bytes, self.max_bytes, inner.lru.len())
+    }
+
     /// Reads `len` bytes at `offset`, downloading missing chunks (plus read-ahead) first.
     pub async fn read<B: Backend>(
         &self,

@@ -12,7 +12,9 @@ mod cache;
 mod errno;
 mod ops;
 mod staging;
+pub mod status;
 mod table;
+pub mod unmount;
 mod upload;
 
 use std::collections::{HashMap, HashSet};
@@ -29,9 +31,6 @@ use crate::backend::Backend;
 use cache::ReadCache;
 use staging::{Journal, Staged};
 use table::{Ino, Table};
-
-/// How long an unmount waits for running uploads before leaving them to the journal.
-const SHUTDOWN_UPLOAD_WAIT: Duration = Duration::from_secs(30);
 
 /// How to mount.
 #[derive(Debug, Clone)]
@@ -53,6 +52,8 @@ pub struct MountOptions {
     pub threads: usize,
     /// Uploads running at once.
     pub upload_concurrency: usize,
+    /// How long an unmount waits for pending uploads before leaving them to the journal.
+    pub flush_timeout: Duration,
 }
 
 impl Default for MountOptions {
@@ -67,6 +68,7 @@ impl Default for MountOptions {
             dir_ttl: Duration::from_secs(10),
             threads: 4,
             upload_concurrency: 4,
+            flush_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -100,6 +102,8 @@ pub(crate) struct Fs<B: Backend> {
     notifier: OnceLock<Notifier>,
     /// Until when the backend counts as unreachable (cached listings are used meanwhile).
     offline_until: Mutex<Option<std::time::Instant>>,
+    /// Uploads in flight and recent errors, for `vaultfs status`.
+    tracker: status::Tracker,
 }
 
 impl<B: Backend> Fs<B> {
@@ -126,13 +130,14 @@ fn auto_unmount_possible() -> bool {
 }
 
 /// Mounts `backend` at `mountpoint` and serves until unmounted (or SIGINT/SIGTERM).
-/// `ready` is called once the kernel has accepted the mount.
+/// `ready` is called once the kernel has accepted the mount (the FUSE threads start right after
+/// it returns), with the [`status::Control`] of this mount.
 pub fn mount<B: Backend>(
     backend: B,
     mountpoint: &std::path::Path,
     opts: MountOptions,
     rt: &tokio::runtime::Runtime,
-    ready: impl FnOnce(),
+    ready: impl FnOnce(status::Control),
 ) -> io::Result<()> {
     std::fs::create_dir_all(&opts.cache_dir)?;
     let journal = Journal::open(&opts.cache_dir)?;
@@ -154,6 +159,7 @@ pub fn mount<B: Backend>(
         notifier: OnceLock::new(),
         offline_until: Mutex::new(None),
         opts: opts.clone(),
+        tracker: status::Tracker::default(),
     });
     upload::recover(&fs)?;
 
@@ -186,7 +192,18 @@ pub fn mount<B: Backend>(
     let mut session = fuser::Session::new(ops::VaultFs(fs.clone()), mountpoint, &config)?;
     let _ = fs.notifier.set(session.notifier());
     log::info!("mounted {} at {}", opts.root, mountpoint.display());
-    ready();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let (finished_tx, finished) = tokio::sync::watch::channel(None);
+    let control = {
+        let fs = fs.clone();
+        let mp = mountpoint.display().to_string();
+        status::Control {
+            status: Arc::new(move || status::snapshot(&fs, &mp)),
+            stop: stop.clone(),
+            finished,
+        }
+    };
+    ready(control);
 
     let mut unmounter = session.unmount_callable();
     let mp = mountpoint.to_path_buf();
@@ -196,16 +213,32 @@ pub fn mount<B: Backend>(
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
+            _ = stop.notified() => {}
         }
         log::info!("unmounting {}", mp.display());
         if let Err(e) = unmounter.unmount() {
-            log::error!("unmount failed: {e}");
+            log::warn!("unmount failed: {e}");
+        }
+        // fusermount3's auto-unmount may leave it mounted, and a busy mount refuses a plain
+        // unmount: detach it then (it goes once its last user lets go).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if unmount::is_vaultfs_mount(&mp) {
+            if let Err(e) = unmount::detach(&mp) {
+                log::error!("cannot unmount {}: {e}", mp.display());
+            }
         }
     });
     let result = session.run();
     // Unmounted: give uploads in flight a bounded time to finish; the journal keeps the rest.
+    let running = fs.uploading.lock().unwrap_or_else(|p| p.into_inner()).len();
+    if running > 0 {
+        log::info!(
+            "waiting up to {}s for {running} upload(s) to finish",
+            opts.flush_timeout.as_secs()
+        );
+    }
     rt.block_on(async {
-        let deadline = tokio::time::Instant::now() + SHUTDOWN_UPLOAD_WAIT;
+        let deadline = tokio::time::Instant::now() + opts.flush_timeout;
         while !fs
             .uploading
             .lock()
@@ -221,6 +254,11 @@ pub fn mount<B: Backend>(
         log::info!(
             "{pending} file(s) not yet uploaded stay in the journal; the next mount uploads them"
         );
+    } else if running > 0 {
+        log::info!("all uploads finished");
     }
+    let _ = finished_tx.send(Some(status::Shutdown {
+        left_in_journal: pending,
+    }));
     result
 }

@@ -60,6 +60,8 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
                 backoff = Duration::from_secs(1);
             }
             Err(e) if is_transient(&e) => {
+                fs.tracker
+                    .error(format!("upload of {}: {e}", path_of(fs, ino)));
                 log::warn!(
                     "upload of inode {ino} failed, retrying in {}s: {e}",
                     backoff.as_secs()
@@ -69,6 +71,8 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
                 continue;
             }
             Err(e) => {
+                fs.tracker
+                    .error(format!("upload of {}: {e}", path_of(fs, ino)));
                 permanent += 1;
                 if permanent >= PERMANENT_ATTEMPTS {
                     quarantine(fs, ino, &e);
@@ -93,6 +97,13 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
             return;
         }
     }
+}
+
+/// The path of `ino`, for messages.
+fn path_of<B: Backend>(fs: &Fs<B>, ino: Ino) -> String {
+    fs.table()
+        .get(ino)
+        .map_or_else(|| format!("inode {ino}"), |i| i.path.to_string())
 }
 
 fn jitter(d: Duration) -> Duration {
@@ -192,7 +203,9 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
         // Its own descriptor (own offset): the staging file stays open for readers and writers.
         let file = std::fs::File::open(staged.data_path())?;
         let body = reader_stream(std::io::Read::take(file, size));
+        let body = fs.tracker.track(ino, path.to_string(), size, body);
         let uploaded = fs.backend.upload(&id, &vid, size, body).await;
+        fs.tracker.done(ino);
         match uploaded {
             Err(e) if e.kind == ErrorKind::BadRequest && staged.generation() != generation => {
                 // Written to while being sent: the checksum did not match; the next round sends

@@ -1,0 +1,200 @@
+//! The daemon's control socket: `$XDG_RUNTIME_DIR/vaultfs/<hash of the mount point>.sock`
+//! (mode 0600, in a 0700 folder). One request per connection, one line each way:
+//! `status` -> the mount's [`Status`] as JSON; `unmount` -> `{"unmounting":true}` at once, then
+//! the [`Shutdown`] as JSON once the mount has ended and its uploads are done or journaled.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+use crate::fs::status::{Control, Shutdown, Status};
+
+/// Where the control sockets live.
+pub fn runtime_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("vaultfs");
+    }
+    // SAFETY: geteuid cannot fail.
+    match unsafe { libc::geteuid() } {
+        0 => PathBuf::from("/run/vaultfs"),
+        uid => std::env::temp_dir().join(format!("vaultfs-{uid}")),
+    }
+}
+
+/// The mount point as the daemon names it: canonical where it can be resolved.
+pub fn canonical(mountpoint: &Path) -> PathBuf {
+    std::fs::canonicalize(mountpoint)
+        .or_else(|_| std::path::absolute(mountpoint))
+        .unwrap_or_else(|_| mountpoint.to_path_buf())
+}
+
+/// The control socket of the mount at `mountpoint` (a hash keeps it within the 108 bytes a
+/// socket path may have).
+pub fn socket_path(mountpoint: &Path) -> PathBuf {
+    use md5::{Digest, Md5};
+    let canon = canonical(mountpoint);
+    let h = crate::store::blobs::hex(&Md5::digest(canon.as_os_str().as_encoded_bytes()));
+    runtime_dir().join(format!("{}.sock", &h[..16]))
+}
+
+/// What the command layer adds to the fs layer's status.
+#[derive(Clone, Default)]
+pub struct Info {
+    pub backend: String,
+    pub token_expires: Option<String>,
+}
+
+/// A running control server; [`Server::close`] ends it.
+pub struct Server {
+    path: PathBuf,
+    task: tokio::task::JoinHandle<()>,
+    /// Dropped on close: the unmount requests still writing their answer hold clones.
+    busy: tokio::sync::mpsc::Sender<()>,
+    idle: tokio::sync::mpsc::Receiver<()>,
+}
+
+/// Listens on the control socket of `mountpoint`.
+pub fn start(
+    rt: &tokio::runtime::Handle,
+    mountpoint: &Path,
+    control: Control,
+    info: Info,
+) -> std::io::Result<Server> {
+    let path = socket_path(mountpoint);
+    let dir = path.parent().expect("socket in a folder");
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    // A socket left by a daemon that died: this mount point is ours now.
+    let _ = std::fs::remove_file(&path);
+    let listener = {
+        let _guard = rt.enter();
+        tokio::net::UnixListener::bind(&path)?
+    };
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let (busy, idle) = tokio::sync::mpsc::channel(1);
+    let busy2 = busy.clone();
+    let task = rt.spawn(async move {
+        loop {
+            let Ok((conn, _)) = listener.accept().await else {
+                continue;
+            };
+            let (control, info, busy) = (control.clone(), info.clone(), busy2.clone());
+            tokio::spawn(async move {
+                if let Err(e) = serve_one(conn, control, info, busy).await {
+                    log::debug!("control connection: {e}");
+                }
+            });
+        }
+    });
+    Ok(Server {
+        path,
+        task,
+        busy,
+        idle,
+    })
+}
+
+async fn serve_one(
+    conn: tokio::net::UnixStream,
+    control: Control,
+    info: Info,
+    busy: tokio::sync::mpsc::Sender<()>,
+) -> std::io::Result<()> {
+    let (r, mut w) = conn.into_split();
+    let mut line = String::new();
+    tokio::io::BufReader::new(r).read_line(&mut line).await?;
+    let reply = match line.trim() {
+        "status" => {
+            let mut s = control.status();
+            s.backend = info.backend.clone();
+            s.token_expires = info.token_expires.clone();
+            serde_json::to_string(&s)?
+        }
+        "unmount" => {
+            log::info!("unmount asked for over the control socket");
+            w.write_all(b"{\"unmounting\":true}\n").await?;
+            control.unmount();
+            let done = control.finished().await;
+            let r = serde_json::to_string(&done)?;
+            drop(busy);
+            r
+        }
+        other => serde_json::json!({ "error": format!("unknown request `{other}`") }).to_string(),
+    };
+    w.write_all(reply.as_bytes()).await?;
+    w.write_all(b"\n").await?;
+    w.shutdown().await
+}
+
+impl Server {
+    /// Lets pending unmount answers go out (for at most 2 s), stops listening and removes
+    /// the socket.
+    pub async fn close(mut self) {
+        self.task.abort();
+        drop(self.busy);
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.idle.recv()).await;
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A connection to the daemon of `mountpoint`, `None` if no daemon listens there.
+fn connect(mountpoint: &Path) -> Option<UnixStream> {
+    connect_path(&socket_path(mountpoint))
+}
+
+fn connect_path(path: &Path) -> Option<UnixStream> {
+    let s = UnixStream::connect(path).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    Some(s)
+}
+
+fn read_status(mut s: UnixStream) -> Result<Status, String> {
+    s.write_all(b"status\n").map_err(|e| e.to_string())?;
+    let mut line = String::new();
+    BufReader::new(s)
+        .read_line(&mut line)
+        .map_err(|e| format!("no answer from the daemon: {e}"))?;
+    serde_json::from_str(&line).map_err(|e| format!("bad answer from the daemon: {e}"))
+}
+
+/// The status of the daemon of `mountpoint`, `None` if none runs there.
+pub fn status(mountpoint: &Path) -> Option<Result<Status, String>> {
+    connect(mountpoint).map(read_status)
+}
+
+/// The status of every daemon with a control socket.
+pub fn status_all() -> Vec<Status> {
+    let Ok(dir) = std::fs::read_dir(runtime_dir()) else {
+        return Vec::new();
+    };
+    let mut all: Vec<Status> = dir
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "sock"))
+        .filter_map(|e| connect_path(&e.path()))
+        .filter_map(|s| read_status(s).ok())
+        .collect();
+    all.sort_by(|a, b| a.mountpoint.cmp(&b.mountpoint));
+    all
+}
+
+/// Asks the daemon of `mountpoint` to unmount and waits (at most `wait`) until it has; `None`
+/// if no daemon listens there.
+pub fn unmount(mountpoint: &Path, wait: Duration) -> Option<Result<Shutdown, String>> {
+    let mut s = connect(mountpoint)?;
+    Some((|| {
+        s.set_read_timeout(Some(wait)).map_err(|e| e.to_string())?;
+        s.write_all(b"unmount\n").map_err(|e| e.to_string())?;
+        let mut last = None;
+        for line in BufReader::new(s).lines() {
+            let line = line.map_err(|e| format!("waiting for the daemon: {e}"))?;
+            if let Ok(done) = serde_json::from_str::<Shutdown>(&line) {
+                last = Some(done);
+            }
+        }
+        last.ok_or_else(|| "the daemon ended without saying how".to_string())
+    })())
+}

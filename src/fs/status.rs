@@ -1,0 +1,327 @@
+//! What a running mount tells about itself (`vaultfs status`): read-cache use, uploads waiting
+//! and in flight with the bytes sent so far, recent errors; and the [`Control`] handle through
+//! which the command layer asks for that status or for a clean unmount.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use serde::{Deserialize, Serialize};
+
+use super::Fs;
+use super::table::Ino;
+use crate::backend::{Backend, ByteStream};
+
+/// Errors kept for `vaultfs status`.
+const RECENT_ERRORS: usize = 20;
+/// A long upload logs its progress this often.
+const PROGRESS_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// A snapshot of a running mount.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Status {
+    /// The mount point, as mounted.
+    pub mountpoint: String,
+    /// The backend path shown at the mount point.
+    pub root: String,
+    pub read_only: bool,
+    /// The backend, in words (filled in by the command layer).
+    #[serde(default)]
+    pub backend: String,
+    /// When the server's token expires (RFC 3339; remote backends only).
+    #[serde(default)]
+    pub token_expires: Option<String>,
+    pub pid: u32,
+    /// Whether the backend currently counts as unreachable.
+    pub offline: bool,
+    pub cache: CacheUse,
+    /// Uploads in flight first, then those waiting (for a slot, a retry or a writer to close).
+    pub uploads: Vec<Upload>,
+    /// The most recent errors, oldest first.
+    pub errors: Vec<RecentError>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CacheUse {
+    /// Bytes the read cache holds (sizes of the cached versions, an upper bound of disk use).
+    pub used_bytes: u64,
+    pub max_bytes: u64,
+    pub files: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Upload {
+    /// Path in the store.
+    pub path: String,
+    /// Bytes to send.
+    pub size: u64,
+    /// Bytes sent so far (0 while waiting).
+    pub sent: u64,
+    /// Whether the bytes are being sent now.
+    pub running: bool,
+    /// Mean rate since this attempt started, in bytes per second.
+    pub rate: f64,
+    /// Seconds since this attempt started.
+    pub elapsed: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RecentError {
+    /// RFC 3339, UTC.
+    pub at: String,
+    pub message: String,
+}
+
+/// How an unmount ended for the uploads.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct Shutdown {
+    /// Files still not uploaded: they stay in the journal for the next mount.
+    pub left_in_journal: usize,
+}
+
+/// The mount's record of uploads in flight and of recent errors.
+#[derive(Default)]
+pub(crate) struct Tracker {
+    running: Mutex<HashMap<Ino, Running>>,
+    errors: Mutex<VecDeque<RecentError>>,
+}
+
+struct Running {
+    path: String,
+    size: u64,
+    sent: Arc<AtomicU64>,
+    started: Instant,
+}
+
+impl Tracker {
+    /// Counts the bytes `body` yields as sent for `ino` until [`Tracker::done`].
+    pub fn track(&self, ino: Ino, path: String, size: u64, body: ByteStream) -> ByteStream {
+        let sent = Arc::new(AtomicU64::new(0));
+        let started = Instant::now();
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                ino,
+                Running {
+                    path: path.clone(),
+                    size,
+                    sent: sent.clone(),
+                    started,
+                },
+            );
+        Box::pin(counted(body, sent, path, size, started))
+    }
+
+    pub fn done(&self, ino: Ino) {
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&ino);
+    }
+
+    pub fn error(&self, message: String) {
+        let mut e = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        if e.len() == RECENT_ERRORS {
+            e.pop_front();
+        }
+        e.push_back(RecentError {
+            at: rfc3339(SystemTime::now()),
+            message,
+        });
+    }
+
+    pub fn errors(&self) -> Vec<RecentError> {
+        let e = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        e.iter().cloned().collect()
+    }
+
+    /// Uploads in flight, and whether `ino` is one of them.
+    pub fn running(&self) -> HashMap<Ino, Upload> {
+        let r = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        r.iter()
+            .map(|(ino, r)| {
+                let sent = r.sent.load(Ordering::Relaxed);
+                let elapsed = r.started.elapsed().as_secs_f64();
+                let rate = if elapsed > 0.0 {
+                    sent as f64 / elapsed
+                } else {
+                    0.0
+                };
+                let u = Upload {
+                    path: r.path.clone(),
+                    size: r.size,
+                    sent,
+                    running: true,
+                    rate,
+                    elapsed,
+                };
+                (*ino, u)
+            })
+            .collect()
+    }
+}
+
+/// The status of the mount `fs` at `mountpoint`.
+pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
+    let running = fs.tracker.running();
+    let mut uploads: Vec<Upload> = running.values().cloned().collect();
+    uploads.sort_by(|a, b| a.path.cmp(&b.path));
+    let mut waiting = Vec::new();
+    {
+        let t = fs.table();
+        for ino in t.staged_inos() {
+            if running.contains_key(&ino) {
+                continue;
+            }
+            let Some(i) = t.get(ino) else { continue };
+            let Some(s) = &i.staged else { continue };
+            if i.unlinked || !s.is_dirty() {
+                continue;
+            }
+            waiting.push(Upload {
+                path: i.path.to_string(),
+                size: s.size(),
+                sent: 0,
+                running: false,
+                rate: 0.0,
+                elapsed: 0.0,
+            });
+        }
+    }
+    waiting.sort_by(|a, b| a.path.cmp(&b.path));
+    uploads.extend(waiting);
+    let (used_bytes, max_bytes, files) = fs.cache.usage();
+    let offline = fs
+        .offline_until
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .is_some_and(|t| t > Instant::now());
+    Status {
+        mountpoint: mountpoint.to_string(),
+        root: fs.opts.root.to_string(),
+        read_only: fs.opts.read_only,
+        backend: String::new(),
+        token_expires: None,
+        pid: std::process::id(),
+        offline,
+        cache: CacheUse {
+            used_bytes,
+            max_bytes,
+            files,
+        },
+        uploads,
+        errors: fs.tracker.errors(),
+    }
+}
+
+/// `body`, counting what it yields into `sent` and logging the progress of long uploads.
+fn counted(
+    body: ByteStream,
+    sent: Arc<AtomicU64>,
+    path: String,
+    size: u64,
+    started: Instant,
+) -> impl Stream<Item = std::io::Result<Bytes>> + Send + 'static {
+    let mut last_log = started;
+    body.inspect(move |item| {
+        if let Ok(b) = item {
+            let n = sent.fetch_add(b.len() as u64, Ordering::Relaxed) + b.len() as u64;
+            if last_log.elapsed() >= PROGRESS_LOG_EVERY {
+                last_log = Instant::now();
+                let secs = started.elapsed().as_secs_f64().max(0.001);
+                log::info!(
+                    "uploading {path}: {} of {} ({}%), {}/s",
+                    human_bytes(n),
+                    human_bytes(size),
+                    (n * 100).checked_div(size).unwrap_or(100),
+                    human_bytes((n as f64 / secs) as u64)
+                );
+            }
+        }
+    })
+}
+
+/// `1.5 MiB`-style sizes.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+pub(crate) fn rfc3339(t: SystemTime) -> String {
+    time::OffsetDateTime::from(t)
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+/// The command layer's handle on a running mount: its status, and a clean unmount.
+#[derive(Clone)]
+pub struct Control {
+    pub(crate) status: Arc<dyn Fn() -> Status + Send + Sync>,
+    pub(crate) stop: Arc<tokio::sync::Notify>,
+    pub(crate) finished: tokio::sync::watch::Receiver<Option<Shutdown>>,
+}
+
+impl Control {
+    pub fn status(&self) -> Status {
+        (self.status)()
+    }
+
+    /// Asks the mount to unmount as SIGTERM does: uploads in flight get their time, the
+    /// journal keeps the rest.
+    pub fn unmount(&self) {
+        self.stop.notify_one();
+    }
+
+    /// Waits until the mount has ended and its uploads are done or left to the journal.
+    pub async fn finished(&self) -> Shutdown {
+        let mut rx = self.finished.clone();
+        match rx.wait_for(Option::is_some).await {
+            Ok(v) => v.unwrap_or_default(),
+            Err(_) => Shutdown::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_well() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
+    }
+
+    #[tokio::test]
+    async fn tracked_bodies_count_their_bytes() {
+        let t = Tracker::default();
+        let body: ByteStream = Box::pin(futures_util::stream::iter(vec![
+            Ok(Bytes::from_static(b"abc")),
+            Ok(Bytes::from_static(b"defg")),
+        ]));
+        let mut s = t.track(7, "/x".into(), 7, body);
+        s.next().await.unwrap().unwrap();
+        assert_eq!(t.running()[&7].sent, 3);
+        s.next().await.unwrap().unwrap();
+        assert_eq!(t.running()[&7].sent, 7);
+        t.done(7);
+        assert!(t.running().is_empty());
+        t.error("boom".into());
+        assert_eq!(t.errors()[0].message, "boom");
+    }
+}
