@@ -405,3 +405,32 @@ fn the_systemd_units_pass_systemd_analyze_verify() {
         assert!(u.contains(needed), "vaultfs@.service lacks {needed}");
     }
 }
+
+#[test]
+fn install_sh_is_idempotent_and_uninstalls() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install.sh");
+    let root = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let out = Command::new("bash")
+            .arg(&script)
+            .args(["--binary", BIN])
+            .args(extra)
+            .env("DESTDIR", root.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+    };
+    run(&[]);
+    run(&[]);
+    let r = root.path();
+    assert!(r.join("usr/local/bin/vaultfs").is_file());
+    assert_eq!(
+        fs::read_link(r.join("sbin/mount.fuse.vaultfs")).unwrap(),
+        Path::new("/usr/local/bin/vaultfs")
+    );
+    assert!(r.join("usr/lib/systemd/user/vaultfs@.service").is_file());
+    run(&["--uninstall"]);
+    assert!(!r.join("usr/local/bin/vaultfs").exists());
+    assert!(fs::symlink_metadata(r.join("sbin/mount.fuse.vaultfs")).is_err());
+    assert!(!r.join("usr/lib/systemd/user/vaultfs@.service").exists());
+}
