@@ -67,6 +67,10 @@ enum Chunk {
 }
 
 impl Backend for LocalBackend {
+    fn checksum_on_upload(&self) -> bool {
+        false
+    }
+
     async fn node(&self, path: &NodePath) -> Result<Node> {
         let path = path.clone();
         self.run(move |s, scope| s.node(scope, &path)).await

@@ -110,6 +110,13 @@ pub async fn list_all<B: Backend>(b: &B, path: &NodePath, per_page: u64) -> Resu
 
 /// The interface of the document store (spec §4 and DESIGN.md §2).
 pub trait Backend: Send + Sync + 'static {
+    /// Whether uploads should announce an md5 computed by the client (step 2). True for a
+    /// server across a network; false where the store runs in this process and hashes what it
+    /// receives anyway.
+    fn checksum_on_upload(&self) -> bool {
+        true
+    }
+
     /// The node at `path` (spec 4.1, without children).
     fn node(&self, path: &NodePath) -> impl Future<Output = Result<Node>> + Send;
 

@@ -145,7 +145,7 @@ impl<B: Backend> Fs<B> {
                 }
                 names.insert(child.name.clone(), ino);
             }
-            for (name, ino) in t.staged_children(path) {
+            for (name, ino) in t.local_children(path, started) {
                 names.insert(name, ino);
             }
             let old = t
@@ -382,6 +382,7 @@ impl<B: Backend> Fs<B> {
         i.listing = Some((Instant::now(), Default::default()));
         i.lookups += 1;
         let attr = i.attr(self.uid, self.gid);
+        t.touch(ino);
         t.link_into_parent(ino);
         Ok(attr)
     }
@@ -407,6 +408,7 @@ impl<B: Backend> Fs<B> {
                 let path = dir.child(name).map_err(|_| Errno::EINVAL)?;
                 let mut t = self.table();
                 let ino = t.ensure(&path, Kind::File);
+                t.touch(ino);
                 if let Some(i) = t.get_mut(ino) {
                     i.unlinked = false;
                 }

@@ -29,13 +29,17 @@ pub struct Staged {
     /// Open writable handles.
     pub writers: AtomicU32,
     mtime: Mutex<SystemTime>,
-    /// md5 of the bytes so far while every write has been an append (the common case), so the
-    /// upload need not read the file twice; `None` once a write lands elsewhere. Its lock also
-    /// orders writes with the size they extend.
-    seq_md5: Mutex<Option<Md5>>,
-    /// Orders journal writes of this file, and is true once its entry is finished: an entry is
-    /// never written back after the upload retired it.
-    journal: Mutex<bool>,
+    /// Orders writes and truncates with the size they change.
+    order: Mutex<()>,
+    /// Orders journal writes of this file; remembers what was last written (to skip rewriting
+    /// the same entry) and whether the entry is finished (never written back after that).
+    journal: Mutex<JournalState>,
+}
+
+#[derive(Default)]
+struct JournalState {
+    finished: bool,
+    last: Option<(String, Option<String>)>,
 }
 
 impl Staged {
@@ -70,43 +74,29 @@ impl Staged {
     }
 
     pub fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        let mut md5 = self.seq_md5.lock().unwrap_or_else(|p| p.into_inner());
+        let _order = self.order.lock().unwrap_or_else(|p| p.into_inner());
         self.file.write_all_at(data, offset)?;
-        if offset == self.size() {
-            if let Some(m) = md5.as_mut() {
-                m.update(data);
-            }
-        } else {
-            *md5 = None;
-        }
         self.size
             .fetch_max(offset + data.len() as u64, Ordering::SeqCst);
         self.changed();
         Ok(())
     }
 
-    /// md5 of the whole staged content, from the running hash when writes were appends, else by
-    /// reading the file.
+    /// md5 of the whole staged content (read back from the page cache, off the write path:
+    /// hashing while writing made md5 the bottleneck of every write).
     pub fn md5(&self) -> io::Result<String> {
-        let md5 = self.seq_md5.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(m) = md5.as_ref() {
-            return Ok(crate::store::blobs::hex(&m.clone().finalize()));
-        }
-        drop(md5);
         let size = self.size();
         let mut h = Md5::new();
         let mut buf = vec![0u8; 1 << 20];
         let mut off = 0;
         while off < size {
-            let n = self
-                .file
-                .read_at(&mut buf[..(size - off).min(1 << 20) as usize], off)?;
+            let want = (size - off).min(1 << 20) as usize;
+            let n = self.file.read_at(&mut buf[..want], off)?;
             if n == 0 {
                 // A sparse tail reads as zeros.
-                let zeros = (size - off).min(1 << 20) as usize;
-                buf[..zeros].fill(0);
-                h.update(&buf[..zeros]);
-                off += zeros as u64;
+                buf[..want].fill(0);
+                h.update(&buf[..want]);
+                off += want as u64;
                 continue;
             }
             h.update(&buf[..n]);
@@ -134,9 +124,8 @@ impl Staged {
     }
 
     pub fn truncate(&self, size: u64) -> io::Result<()> {
-        let mut md5 = self.seq_md5.lock().unwrap_or_else(|p| p.into_inner());
+        let _order = self.order.lock().unwrap_or_else(|p| p.into_inner());
         self.file.set_len(size)?;
-        *md5 = if size == 0 { Some(Md5::new()) } else { None };
         self.size.store(size, Ordering::SeqCst);
         self.changed();
         Ok(())
@@ -156,7 +145,6 @@ impl Staged {
             return Err(io::Error::last_os_error());
         }
         if !keep_size && offset + len > self.size() {
-            *self.seq_md5.lock().unwrap_or_else(|p| p.into_inner()) = None;
             self.size.fetch_max(offset + len, Ordering::SeqCst);
             self.changed();
         }
@@ -238,8 +226,8 @@ impl Journal {
             uploaded: AtomicU64::new(0),
             writers: AtomicU32::new(0),
             mtime: Mutex::new(SystemTime::now()),
-            seq_md5: Mutex::new(Some(Md5::new())),
-            journal: Mutex::new(false),
+            order: Mutex::new(()),
+            journal: Mutex::new(JournalState::default()),
         };
         self.record(&staged, path, file_id)?;
         Ok(staged)
@@ -252,23 +240,30 @@ impl Journal {
         path: &NodePath,
         file_id: Option<String>,
     ) -> io::Result<()> {
-        let finished = staged.journal.lock().unwrap_or_else(|p| p.into_inner());
-        if *finished {
+        let mut state = staged.journal.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = (path.uri(), file_id);
+        if state.finished || state.last.as_ref() == Some(&entry) {
             return Ok(());
         }
-        let entry = Entry {
-            path: path.uri(),
-            file_id,
-        };
+        let json = serde_json::to_vec(&Entry {
+            path: entry.0.clone(),
+            file_id: entry.1.clone(),
+        })
+        .expect("entry serializes");
         let tmp = self.entries.join(format!("{}.json.tmp", staged.id));
-        fs::write(&tmp, serde_json::to_vec(&entry).expect("entry serializes"))?;
-        fs::rename(&tmp, self.entry_path(staged.id))
+        fs::write(&tmp, json)?;
+        fs::rename(&tmp, self.entry_path(staged.id))?;
+        state.last = Some(entry);
+        Ok(())
     }
 
     /// The upload is done (or the file is gone): forget the entry and the staging bytes.
     pub fn finish(&self, staged: &Staged) {
-        let mut finished = staged.journal.lock().unwrap_or_else(|p| p.into_inner());
-        *finished = true;
+        staged
+            .journal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .finished = true;
         for p in [self.entry_path(staged.id), staged.data_path.clone()] {
             if let Err(e) = fs::remove_file(&p) {
                 if e.kind() != io::ErrorKind::NotFound {
@@ -320,8 +315,8 @@ impl Journal {
                 uploaded: AtomicU64::new(0),
                 writers: AtomicU32::new(0),
                 mtime: Mutex::new(SystemTime::now()),
-                seq_md5: Mutex::new(None),
-                journal: Mutex::new(false),
+                order: Mutex::new(()),
+                journal: Mutex::new(JournalState::default()),
             };
             out.push((path, entry.file_id, staged));
         }

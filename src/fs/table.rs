@@ -174,6 +174,8 @@ pub struct Table {
     /// Paths removed or renamed away here, and when: a listing fetched before that still shows
     /// them.
     removed: HashMap<NodePath, Instant>,
+    /// Files created, renamed or uploaded here lately, and when (see `local_children`).
+    recent: HashMap<Ino, Instant>,
 }
 
 /// How long removals are remembered (longer than any listing takes to fetch).
@@ -187,6 +189,7 @@ impl Table {
             next: ROOT + 1,
             staged: HashSet::new(),
             removed: HashMap::new(),
+            recent: HashMap::new(),
         };
         let mut r = Inode::new(ROOT, root.clone(), Kind::Dir);
         r.lookups = 1;
@@ -330,8 +333,8 @@ impl Table {
         }
         if let Some(inode) = self.inodes.get_mut(&ino) {
             inode.ctime = SystemTime::now();
-            inode.touched = Instant::now();
         }
+        self.touch(ino);
         self.link_into_parent(ino);
     }
 
@@ -385,11 +388,29 @@ impl Table {
         }
     }
 
-    /// Staged files whose parent is `dir` (they belong in its listing even before the backend
-    /// has them).
-    pub fn staged_children(&self, dir: &NodePath) -> Vec<(String, Ino)> {
+    /// Marks a local change to `ino`'s name or existence (created, renamed, uploaded).
+    pub fn touch(&mut self, ino: Ino) {
+        let now = Instant::now();
+        self.recent
+            .retain(|_, at| now.duration_since(*at) < REMOVED_MEMORY);
+        self.recent.insert(ino, now);
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.touched = now;
+        }
+    }
+
+    /// Files of `dir` that a listing fetched from the backend at `since` may lack: those with
+    /// staged bytes, and those created, renamed or uploaded here since (a listing paged while
+    /// the folder changes can miss entries).
+    pub fn local_children(&self, dir: &NodePath, since: Instant) -> Vec<(String, Ino)> {
+        let recent = self
+            .recent
+            .iter()
+            .filter(|(_, at)| **at >= since)
+            .map(|(i, _)| i);
         self.staged
             .iter()
+            .chain(recent)
             .filter_map(|i| self.inodes.get(i))
             .filter(|i| !i.unlinked && i.path.parent().as_ref() == Some(dir))
             .map(|i| (i.path.name().unwrap_or_default().to_string(), i.ino))

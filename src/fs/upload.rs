@@ -163,16 +163,23 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
     };
     let generation = staged.generation();
     let size = staged.size();
-    let s2 = staged.clone();
-    let md5 = tokio::task::spawn_blocking(move || s2.md5())
-        .await
-        .map_err(|e| Error::internal(format!("hash task failed: {e}")))??;
+    // A backend in this process hashes what it stores anyway; a remote one gets the md5 so
+    // the server can check the bytes that crossed the network.
+    let md5 = if fs.backend.checksum_on_upload() {
+        let s2 = staged.clone();
+        let md5 = tokio::task::spawn_blocking(move || s2.md5())
+            .await
+            .map_err(|e| Error::internal(format!("hash task failed: {e}")))??;
+        Some(md5)
+    } else {
+        None
+    };
 
     let (parent, name) = match (path.parent(), path.name()) {
         (Some(p), Some(n)) => (p, n.to_string()),
         _ => return Err(Error::bad_path("cannot upload to the root")),
     };
-    let node = if remote_md5.as_deref() == Some(md5.as_str()) && remote_id.is_some() {
+    let node = if md5.is_some() && remote_md5 == md5 && remote_id.is_some() {
         // Same bytes as stored (opened for writing, nothing changed): nothing to send.
         None
     } else {
@@ -183,14 +190,13 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
                 let id = file
                     .file_id()
                     .ok_or_else(|| Error::internal("create_file returned no file ID"))?;
-                fs.journal.record(&staged, &path, Some(id.clone()))?;
                 if let Some(i) = fs.table().get_mut(ino) {
                     i.update_from(&file);
                 }
                 id
             }
         };
-        let ticket = fs.backend.begin_version(&id, size, Some(&md5)).await?;
+        let ticket = fs.backend.begin_version(&id, size, md5.as_deref()).await?;
         let vid = ticket
             .file_ex_properties
             .as_ref()
@@ -238,9 +244,9 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
             inode.kernel_md5 = r.md5.clone();
             inode.mtime = staged.mtime();
         }
-        inode.touched = std::time::Instant::now();
         fs.journal.finish(&staged);
         t.set_staged(ino, None);
+        t.touch(ino);
         t.maybe_drop(ino);
     }
     Ok(())

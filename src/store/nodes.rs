@@ -511,8 +511,10 @@ impl Store {
         version_id: &str,
         mut staged: Staged,
     ) -> Result<Node> {
-        let mut conn = self.lock();
-        let tx = conn.transaction()?;
+        let conn = self.lock();
+        // Durable before it returns: the client will drop its copy of these bytes.
+        let _durable = super::schema::Durable::new(&conn)?;
+        let tx = conn.unchecked_transaction()?;
         let file = file_by_id(&tx, scope, file_id)?;
         let (length, md5, committed) = version_of(&tx, file.id, version_id)?;
         let vid: i64 = version_id.parse().expect("checked by version_of");

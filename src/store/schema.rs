@@ -88,8 +88,10 @@ CREATE INDEX auth_failures_by_user ON auth_failures(user_id, kind, at);
 pub fn prepare(conn: &mut Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
-    // FULL: a transaction the store reported as done survives a power cut, not only a crash.
-    conn.pragma_update(None, "synchronous", "FULL")?;
+    // NORMAL in WAL mode: every transaction is atomic and survives a crash; the few whose
+    // durability across a power cut matters (a version becoming current, after which a client
+    // drops its copy) run with FULL (`Durable`), which also makes all before them durable.
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if version < 1 {
@@ -99,4 +101,23 @@ pub fn prepare(conn: &mut Connection) -> rusqlite::Result<()> {
         tx.commit()?;
     }
     Ok(())
+}
+
+/// Makes the transactions of its lifetime durable across a power cut (`synchronous=FULL`:
+/// the WAL is fsynced at commit), then returns the connection to NORMAL.
+pub struct Durable<'a>(&'a Connection);
+
+impl<'a> Durable<'a> {
+    pub fn new(conn: &'a Connection) -> rusqlite::Result<Durable<'a>> {
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        Ok(Durable(conn))
+    }
+}
+
+impl Drop for Durable<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.pragma_update(None, "synchronous", "NORMAL") {
+            log::warn!("could not reset synchronous: {e}");
+        }
+    }
 }
