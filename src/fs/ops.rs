@@ -58,9 +58,8 @@ impl<B: Backend> Fs<B> {
     }
 
     fn attr(&self, ino: Ino) -> OpResult<fuser::FileAttr> {
-        let t = self.table();
-        t.get(ino)
-            .map(|i| i.attr(self.uid, self.gid))
+        self.table()
+            .attr(ino, self.uid, self.gid)
             .ok_or(Errno::ENOENT)
     }
 
@@ -323,9 +322,8 @@ impl<B: Backend> Fs<B> {
     async fn do_lookup(self: &Arc<Self>, parent: Ino, name: &str) -> OpResult<fuser::FileAttr> {
         let ino = self.child(parent, name).await?.ok_or(Errno::ENOENT)?;
         let mut t = self.table();
-        let i = t.get_mut(ino).ok_or(Errno::ENOENT)?;
-        i.lookups += 1;
-        Ok(i.attr(self.uid, self.gid))
+        t.get_mut(ino).ok_or(Errno::ENOENT)?.lookups += 1;
+        t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT)
     }
 
     async fn do_getattr(self: &Arc<Self>, ino: Ino) -> OpResult<fuser::FileAttr> {
@@ -381,10 +379,10 @@ impl<B: Backend> Fs<B> {
         let i = t.get_mut(ino).expect("just inserted");
         i.listing = Some((Instant::now(), Default::default()));
         i.lookups += 1;
-        let attr = i.attr(self.uid, self.gid);
         t.touch(ino);
         t.link_into_parent(ino);
-        Ok(attr)
+        t.entries_changed(parent);
+        t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT)
     }
 
     async fn do_create(
@@ -426,10 +424,13 @@ impl<B: Backend> Fs<B> {
         let attr = {
             let mut t = self.table();
             t.link_into_parent(ino);
+            if existing.is_none() {
+                t.entries_changed(parent);
+            }
             let i = t.get_mut(ino).ok_or(Errno::ENOENT)?;
             i.lookups += 1;
             i.open_handles += 1;
-            i.attr(self.uid, self.gid)
+            t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT)?
         };
         let fh = self.new_fh(Handle::File {
             ino,
@@ -502,7 +503,7 @@ impl<B: Backend> Fs<B> {
         self: &Arc<Self>,
         ino: Ino,
         size: Option<u64>,
-        mtime: Option<TimeOrNow>,
+        (atime, mtime): (Option<TimeOrNow>, Option<TimeOrNow>),
         uid: Option<u32>,
         gid: Option<u32>,
     ) -> OpResult<fuser::FileAttr> {
@@ -521,17 +522,22 @@ impl<B: Backend> Fs<B> {
                 self.settle(ino, &staged);
             }
         }
-        if let Some(t) = mtime {
-            let t = match t {
-                TimeOrNow::SpecificTime(t) => t,
-                TimeOrNow::Now => SystemTime::now(),
-            };
+        let when = |t: TimeOrNow| match t {
+            TimeOrNow::SpecificTime(t) => t,
+            TimeOrNow::Now => SystemTime::now(),
+        };
+        if mtime.is_some() || atime.is_some() {
             let mut tab = self.table();
             if let Some(i) = tab.get_mut(ino) {
                 // Times live here only: the interface has no way to set them.
-                match &i.staged {
-                    Some(s) => s.set_mtime(t),
-                    None => i.mtime = t,
+                if let Some(t) = mtime.map(when) {
+                    match &i.staged {
+                        Some(s) => s.set_mtime(t),
+                        None => i.mtime = t,
+                    }
+                }
+                if let Some(t) = atime.map(when) {
+                    i.atime = t;
                 }
                 i.ctime = SystemTime::now();
             }
@@ -586,9 +592,7 @@ impl<B: Backend> Fs<B> {
                 t.maybe_drop(ino);
             }
         }
-        if let Some(p) = t.get_mut(parent) {
-            p.mtime = SystemTime::now();
-        }
+        t.entries_changed(parent);
         Ok(())
     }
 
@@ -707,12 +711,8 @@ impl<B: Backend> Fs<B> {
                 }
             }
         }
-        let now = SystemTime::now();
-        for p in [parent, newparent] {
-            if let Some(i) = t.get_mut(p) {
-                i.mtime = now;
-            }
-        }
+        t.entries_changed(parent);
+        t.entries_changed(newparent);
         Ok(())
     }
 
@@ -836,7 +836,7 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         uid: Option<u32>,
         gid: Option<u32>,
         size: Option<u64>,
-        _atime: Option<TimeOrNow>,
+        atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
         _fh: Option<FileHandle>,
@@ -851,7 +851,7 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         let ttl = fs.ttl();
         spawn(
             &self.0,
-            async move { fs.do_setattr(ino.0, size, mtime, uid, gid).await },
+            async move { fs.do_setattr(ino.0, size, (atime, mtime), uid, gid).await },
             move |r| match r {
                 Ok(attr) => reply.attr(&ttl, &attr),
                 Err(e) => reply.error(e),

@@ -94,10 +94,17 @@ impl Inode {
         }
     }
 
-    pub fn attr(&self, uid: u32, gid: u32) -> FileAttr {
+    /// Attributes as the kernel sees them; `subdirs` counts a folder's subfolders (for nlink).
+    fn attr_with(&self, uid: u32, gid: u32, subdirs: u32) -> FileAttr {
         let (kind, perm, nlink, size) = match self.kind {
-            Kind::Dir => (FileType::Directory, 0o755, 2, 4096),
-            Kind::File => (FileType::RegularFile, 0o644, 1, self.size()),
+            Kind::Dir => (FileType::Directory, 0o755, 2 + subdirs, 4096),
+            // An unlinked file that is still open has no name left.
+            Kind::File => (
+                FileType::RegularFile,
+                0o644,
+                u32::from(!self.unlinked),
+                self.size(),
+            ),
         };
         let mtime = match &self.staged {
             Some(s) => s.mtime(),
@@ -107,7 +114,7 @@ impl Inode {
             ino: INodeNo(self.ino),
             size,
             blocks: size.div_ceil(512),
-            atime: self.atime.max(mtime),
+            atime: self.atime,
             mtime,
             ctime: self.ctime.max(mtime),
             crtime: self.crtime,
@@ -130,6 +137,7 @@ impl Inode {
             if self.staged.is_none() {
                 self.mtime = t;
                 self.ctime = t;
+                self.atime = t;
             }
         }
         if let Some(t) = node.created_time() {
@@ -196,6 +204,27 @@ impl Table {
         t.inodes.insert(ROOT, r);
         t.by_path.insert(root, ROOT);
         t
+    }
+
+    /// The attributes of `ino` (a folder's link count from its loaded listing).
+    pub fn attr(&self, ino: Ino, uid: u32, gid: u32) -> Option<FileAttr> {
+        let i = self.inodes.get(&ino)?;
+        let subdirs = i.listing.as_ref().map_or(0, |(_, names)| {
+            names
+                .values()
+                .filter(|c| self.inodes.get(c).is_some_and(|c| c.kind == Kind::Dir))
+                .count() as u32
+        });
+        Some(i.attr_with(uid, gid, subdirs))
+    }
+
+    /// A folder's entries changed here: its times move now, not when it is listed again.
+    pub fn entries_changed(&mut self, dir: Ino) {
+        if let Some(i) = self.inodes.get_mut(&dir) {
+            let now = SystemTime::now();
+            i.mtime = now;
+            i.ctime = now;
+        }
     }
 
     pub fn get(&self, ino: Ino) -> Option<&Inode> {
