@@ -180,13 +180,7 @@ async fn upload(
     let id = file.file_id().ok_or("create_file returned no file ID")?;
     let ticket = b.begin_version(&id, size, Some(md5)).await?;
     let vid = ticket
-        .file_ex_properties
-        .as_ref()
-        .and_then(|p| {
-            p.version_id
-                .clone()
-                .or_else(|| p.upload_uri.rsplit('/').next().map(str::to_string))
-        })
+        .version_id()
         .ok_or("upload step 2 returned no version")?;
     let t12 = t0.elapsed();
     let t1 = Instant::now();

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use common::env::{Env, Via, within};
-use common::mount::{pattern, wait_for};
+use common::mount::{md5_of, pattern, wait_for};
 use md5::{Digest, Md5};
 use vaultfs::api::NodePath;
 use vaultfs::backend::Backend;
@@ -161,20 +161,6 @@ fn server_outage_stages_writes_and_uploads_them_later() {
         "{}",
         m.log_text()
     );
-}
-
-fn md5_of(p: &Path) -> String {
-    let mut f = File::open(p).unwrap();
-    let mut h = Md5::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).unwrap();
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    format!("{:x}", h.finalize())
 }
 
 fn sh(cwd: &Path, script: &str) -> String {

@@ -14,20 +14,14 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::mount::{Mount, fuse_available, wait_for};
-use md5::{Digest, Md5};
+use common::env::{Env, VAULT, Via};
+use common::mount::{fuse_available, md5_of};
 use vaultfs::api::NodePath;
 use vaultfs::backend::Backend;
-use vaultfs::backend::local::LocalBackend;
-use vaultfs::store::Store;
-
-const VAULT: &str = "Local/My First Vault";
 
 /// fsx operations per backend, and its seed.
 const FSX_OPS: u64 = 20_000;
@@ -35,99 +29,6 @@ const FSX_SEED: u64 = 20_251_121;
 
 /// How long one tool run may take before it is killed and the test fails.
 const TOOL_TIMEOUT: Duration = Duration::from_secs(900);
-
-/// Which backend the mount under test uses.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Via {
-    /// The built-in store, in the mount's own process.
-    Local,
-    /// `vaultfs serve` on loopback (in this test process), through the remote backend.
-    Remote,
-}
-
-/// A data dir, cache dir and mount point, with a server and a logged-in user for `Remote`
-/// (the same setup as tests/mount.rs).
-struct Env {
-    tmp: tempfile::TempDir,
-    data: PathBuf,
-    cache: PathBuf,
-    mnt: PathBuf,
-    config: PathBuf,
-    server: Option<common::TestServer>,
-    rt: tokio::runtime::Runtime,
-}
-
-impl Env {
-    fn new(via: Via) -> Env {
-        let tmp = tempfile::tempdir().unwrap();
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        let data = tmp.path().join("data");
-        let config = tmp.path().join("config");
-        let server = (via == Via::Remote).then(|| {
-            rt.block_on(async {
-                let s = common::TestServer::start_in(&data, Default::default(), Default::default())
-                    .await;
-                let creds = s.user("tester@example.com", "Local").await;
-                let login = vaultfs::cli::login::Credentials {
-                    server: s.base.clone(),
-                    email: creds.email,
-                    token: creds.token,
-                    expires_at: std::time::SystemTime::now() + Duration::from_secs(3600),
-                };
-                vaultfs::cli::login::save_credentials(
-                    &config.join("vaultfs/credentials.toml"),
-                    &login,
-                )
-                .unwrap();
-                s
-            })
-        });
-        Env {
-            data,
-            cache: tmp.path().join("cache"),
-            mnt: tmp.path().join("mnt"),
-            config,
-            server,
-            rt,
-            tmp,
-        }
-    }
-
-    fn mount(&self, extra: &[&str]) -> Mount {
-        let mut args = vec!["--cache-dir", self.cache.to_str().unwrap()];
-        let base;
-        match &self.server {
-            Some(s) => {
-                base = s.base.clone();
-                args.extend(["--server", base.as_str(), "--timeout", "10"]);
-            }
-            None => args.extend(["--data-dir", self.data.to_str().unwrap()]),
-        }
-        args.extend_from_slice(extra);
-        Mount::start_with_env(&self.mnt, &args, &[("XDG_CONFIG_HOME", &self.config)])
-    }
-
-    fn vault(&self) -> PathBuf {
-        self.mnt.join(VAULT)
-    }
-
-    /// The store behind the mount, as another client sees it.
-    fn backend(&self) -> LocalBackend {
-        let store = match &self.server {
-            Some(s) => s.store.clone(),
-            None => Arc::new(Store::open_local(&self.data).unwrap()),
-        };
-        LocalBackend::new(store)
-    }
-
-    /// Waits until the journal is empty: every staged file is stored.
-    fn wait_uploaded(&self) {
-        let j = self.cache.join("journal");
-        wait_for(120, "uploads to finish", || {
-            fs::read_dir(&j).map(|d| d.count() == 0).unwrap_or(true)
-        });
-    }
-}
 
 /// Each test runs on both backends.
 macro_rules! both {
@@ -323,7 +224,7 @@ fn parse_pjdfstest(out: &str) -> PjdResults {
 
 fn pjdfstest(via: Via) {
     let Some(bin) = tool("pjdfstest") else { return };
-    let env = Env::new(via);
+    let Some(env) = Env::new(via) else { return };
     // The suite switches to the dummy users of its config: they need to reach the mount.
     let m = env.mount(&["--allow-other"]);
     let expected = expected_failures(via);
@@ -345,7 +246,7 @@ fn pjdfstest(via: Via) {
                 .collect(),
         ),
     );
-    let run_cfg = env.tmp.path().join("pjdfstest.toml");
+    let run_cfg = env._tmp.path().join("pjdfstest.toml");
     fs::write(&run_cfg, toml::to_string(&cfg).unwrap()).unwrap();
 
     let dir = env.vault().join("pjdfstest");
@@ -358,7 +259,7 @@ fn pjdfstest(via: Via) {
         .env("NO_COLOR", "1")
         .env("RUST_BACKTRACE", "0");
     let started = Instant::now();
-    let (_, out) = run_logged(cmd, &env.tmp.path().join("pjdfstest.out"));
+    let (_, out) = run_logged(cmd, &env._tmp.path().join("pjdfstest.out"));
     let elapsed = started.elapsed();
     let r = parse_pjdfstest(&out);
     assert!(
@@ -432,26 +333,12 @@ fn pjdfstest(via: Via) {
     m.unmount();
 }
 
-fn md5_of(p: &Path) -> String {
-    let mut f = File::open(p).unwrap();
-    let mut h = Md5::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).unwrap();
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    format!("{:x}", h.finalize())
-}
-
 fn fsx(via: Via) {
     let Some(bin) = tool("fsx") else { return };
-    let env = Env::new(via);
+    let Some(env) = Env::new(via) else { return };
     let m = env.mount(&[]);
     let file = env.vault().join("fsx.dat");
-    let artifacts = env.tmp.path().join("fsx-artifacts");
+    let artifacts = env._tmp.path().join("fsx-artifacts");
     fs::create_dir_all(&artifacts).unwrap();
     let mut cmd = Command::new(&bin);
     cmd.arg("-N")
@@ -464,7 +351,7 @@ fn fsx(via: Via) {
         .arg(&artifacts)
         .arg(&file);
     let started = Instant::now();
-    let (ok, out) = run_logged(cmd, &env.tmp.path().join("fsx.out"));
+    let (ok, out) = run_logged(cmd, &env._tmp.path().join("fsx.out"));
     let elapsed = started.elapsed();
     if !ok {
         let log = fs::read_dir(&artifacts)

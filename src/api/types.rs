@@ -113,6 +113,19 @@ impl Node {
         self.node_type.is_file()
     }
 
+    /// The document version ID of upload step 2's answer: `version_id`, or else the last
+    /// segment of `upload_uri` (`/nodes/upload/{file_id}/{version_id}`).
+    pub fn version_id(&self) -> Option<String> {
+        let p = self.file_ex_properties.as_ref()?;
+        p.version_id.clone().or_else(|| {
+            p.upload_uri
+                .rsplit('/')
+                .next()
+                .filter(|v| !v.is_empty())
+                .map(str::to_string)
+        })
+    }
+
     pub fn modified_time(&self) -> Option<SystemTime> {
         self.modified_on.as_deref().and_then(parse_time)
     }

@@ -91,16 +91,7 @@ pub fn normalize_server(url: &str) -> String {
 
 /// `$XDG_CONFIG_HOME/vaultfs/credentials.toml`, or `~/.config/vaultfs/credentials.toml`.
 pub fn credentials_path() -> PathBuf {
-    let base = std::env::var_os("XDG_CONFIG_HOME")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("/"))
-                .join(".config")
-        });
-    base.join("vaultfs").join("credentials.toml")
+    super::xdg_dir("XDG_CONFIG_HOME", ".config").join("credentials.toml")
 }
 
 /// The login for `server_url` from the default file, or a message saying how to log in.

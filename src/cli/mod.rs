@@ -70,15 +70,24 @@ impl DataDir {
     }
 }
 
+/// Our folder in an XDG base directory: `$VAR/vaultfs`, or `~/<fallback>/vaultfs` when the
+/// variable is unset or empty (the one place these defaults are worked out).
+pub fn xdg_dir(var: &str, fallback: &str) -> PathBuf {
+    let base = std::env::var_os(var)
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/"))
+                .join(fallback)
+        });
+    base.join("vaultfs")
+}
+
 /// `$XDG_DATA_HOME/vaultfs`, or `~/.local/share/vaultfs`.
 pub fn default_data_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d).join("vaultfs");
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/"));
-    home.join(".local/share/vaultfs")
+    xdg_dir("XDG_DATA_HOME", ".local/share")
 }
 
 #[derive(Args)]

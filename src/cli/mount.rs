@@ -94,13 +94,7 @@ fn parse_root(s: &str) -> Result<NodePath, String> {
 
 /// `$XDG_CACHE_HOME/vaultfs` or `~/.cache/vaultfs`.
 fn cache_base() -> PathBuf {
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d).join("vaultfs");
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/"));
-    home.join(".cache/vaultfs")
+    super::xdg_dir("XDG_CACHE_HOME", ".cache")
 }
 
 /// A cache directory name per backend, so journals never mix between stores.
@@ -155,16 +149,7 @@ pub fn escape_path(p: &Path) -> String {
 
 /// `$XDG_STATE_HOME/vaultfs/<escaped mount point>.log`.
 fn default_log_file(mountpoint: &Path) -> PathBuf {
-    let base = std::env::var_os("XDG_STATE_HOME")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("/"))
-                .join(".local/state")
-        });
-    base.join("vaultfs")
+    super::xdg_dir("XDG_STATE_HOME", ".local/state")
         .join(format!("{}.log", escape_path(mountpoint)))
 }
 

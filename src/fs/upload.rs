@@ -198,13 +198,7 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
         };
         let ticket = fs.backend.begin_version(&id, size, md5.as_deref()).await?;
         let vid = ticket
-            .file_ex_properties
-            .as_ref()
-            .and_then(|p| {
-                p.version_id
-                    .clone()
-                    .or_else(|| p.upload_uri.rsplit('/').next().map(str::to_string))
-            })
+            .version_id()
             .ok_or_else(|| Error::internal("upload step 2 returned no version"))?;
         // Its own descriptor (own offset): the staging file stays open for readers and writers.
         let file = std::fs::File::open(staged.data_path())?;
