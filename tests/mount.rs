@@ -745,3 +745,37 @@ fn read_cache_stays_within_its_bound(via: Via) {
         }
     }
 }
+
+/// Other users are kept out of a mount unless `--allow-other` lets them in.
+#[test]
+fn other_users_need_allow_other() {
+    let Some(env) = Env::new(Via::Local) else {
+        return;
+    };
+    // The mount point's temporary parent must be traversable by the other user.
+    let mut perm = fs::metadata(env._tmp.path()).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    fs::set_permissions(env._tmp.path(), perm).unwrap();
+    let as_nobody = |p: &Path| {
+        Command::new("runuser")
+            .args(["-u", "nobody", "--", "ls"])
+            .arg(p)
+            .output()
+            .unwrap()
+    };
+    let m = env.mount(&[]);
+    let out = as_nobody(&env.mnt);
+    assert!(!out.status.success(), "another user could list the mount");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"));
+    assert!(env.vault().is_dir(), "the owner still can");
+    m.unmount();
+    let m = env.mount(&["--allow-other"]);
+    let out = as_nobody(&env.mnt);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "Local");
+    drop(m);
+}
