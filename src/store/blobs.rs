@@ -200,8 +200,3 @@ impl BlobDir {
         Ok(out)
     }
 }
-
-impl Staged {
-    /// For a staged file whose content is already stored: nothing to move, drop removes it.
-    pub fn discard(self) {}
-}
