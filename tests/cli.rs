@@ -179,6 +179,24 @@ async fn operator_commands_and_serve_process() {
 }
 
 #[test]
+fn completions_and_man_page_come_from_the_flags() {
+    let (ok, out, _) = vaultfs(&["completions", "bash"], None);
+    assert!(
+        ok && out.contains("_vaultfs") && out.contains("--cache-size") && out.contains("serve"),
+        "{out}"
+    );
+    let (ok, out, _) = vaultfs(&["completions", "zsh"], None);
+    assert!(ok && out.contains("#compdef vaultfs"));
+    let (ok, _, err) = vaultfs(&["completions", "tcsh"], None);
+    assert!(!ok && err.contains("invalid value"), "{err}");
+    let (ok, out, _) = vaultfs(&["manpage"], None);
+    assert!(
+        ok && out.contains(".TH vaultfs 1") && out.contains("mount"),
+        "{out}"
+    );
+}
+
+#[test]
 fn bad_arguments_get_clear_errors() {
     let (ok, _, err) = vaultfs(&["serve", "--listen", "not-an-address"], None);
     assert!(!ok && err.contains("invalid value"), "{err}");

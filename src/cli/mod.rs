@@ -54,6 +54,13 @@ enum Command {
     Login(login::LoginArgs),
     /// Forget the stored login of a service.
     Logout(login::LogoutArgs),
+    /// Print a shell completion script, e.g. `vaultfs completions bash > /etc/bash_completion.d/vaultfs`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), e.g. `vaultfs manpage > /usr/local/share/man/man1/vaultfs.1`.
+    Manpage,
 }
 
 /// Where the built-in store keeps its data.
@@ -166,6 +173,16 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Client(cmd) => users::client(cmd),
         Command::Login(args) => login::login(args),
         Command::Logout(args) => login::logout(args),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "vaultfs", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Manpage => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            clap_mangen::Man::new(cmd).render(&mut std::io::stdout())?;
+            Ok(())
+        }
     }
 }
 
