@@ -779,3 +779,58 @@ fn other_users_need_allow_other() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "Local");
     drop(m);
 }
+
+/// `config.toml` gives mounts their defaults, per mount point too; flags override it.
+#[test]
+fn config_file_values_apply_and_flags_override_them() {
+    let Some(env) = Env::new(Via::Local) else {
+        return;
+    };
+    let from_config = env._tmp.path().join("cache-from-config");
+    let from_flag = env._tmp.path().join("cache-from-flag");
+    fs::create_dir_all(env.config.join("vaultfs")).unwrap();
+    fs::create_dir_all(&env.mnt).unwrap();
+    fs::write(
+        env.config.join("vaultfs/config.toml"),
+        format!(
+            "[mount]\ndir_ttl = 1\n\n[mount.\"{}\"]\nread_only = true\ncache_dir = \"{}\"\ndata_dir = \"{}\"\n\n[mount.\"/somewhere/else\"]\nallow_other = true\n",
+            env.mnt.display(),
+            from_config.display(),
+            env.data.display()
+        ),
+    )
+    .unwrap();
+    let cfg = [("XDG_CONFIG_HOME", env.config.as_path())];
+    let m = common::mount::Mount::start_with_env(&env.mnt, &[], &cfg);
+    assert!(
+        from_config.join("journal").is_dir(),
+        "config's cache_dir unused: {}",
+        m.log_text()
+    );
+    assert_eq!(errno_of(fs::write(env.vault().join("x"), "x")), libc::EROFS);
+    m.unmount();
+    let m = common::mount::Mount::start_with_env(
+        &env.mnt,
+        &["--cache-dir", from_flag.to_str().unwrap()],
+        &cfg,
+    );
+    assert!(
+        from_flag.join("journal").is_dir(),
+        "the flag did not win: {}",
+        m.log_text()
+    );
+    drop(m);
+    // A config the mount cannot use is a clear error, not a silent default.
+    fs::write(
+        env.config.join("vaultfs/config.toml"),
+        "[mount]\ncache_sise = \"1G\"\n",
+    )
+    .unwrap();
+    let out = Command::new(common::mount::BIN)
+        .args(["mount", env.mnt.to_str().unwrap()])
+        .env("XDG_CONFIG_HOME", &env.config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown option `cache_sise`"));
+}

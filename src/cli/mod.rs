@@ -1,6 +1,7 @@
 //! The `vaultfs` command: a thin layer of argument parsing over the server, the store and (later)
 //! the mount.
 
+mod config;
 mod control;
 mod daemon;
 pub mod login;
@@ -137,7 +138,24 @@ pub fn main() -> ExitCode {
             }
         }
     }
-    let cli = Cli::parse_from(argv);
+    let mut cli = Cli::parse_from(&argv);
+    if let Command::Mount(args) = &cli.command {
+        // Config-file flags go right after `mount`, before the user's: later ones win.
+        match config::mount_flags(&config::config_path(), args.mountpoint()) {
+            Ok(extra) if !extra.is_empty() => {
+                argv.splice(2..2, extra);
+                let cmd = <Cli as clap::CommandFactory>::command().args_override_self(true);
+                let matches = cmd.try_get_matches_from(&argv).unwrap_or_else(|e| e.exit());
+                cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches)
+                    .unwrap_or_else(|e| e.exit());
+            }
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("vaultfs: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     init_logging();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -61,6 +61,12 @@ pub struct MountArgs {
     log_file: Option<PathBuf>,
 }
 
+impl MountArgs {
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+}
+
 /// `4096`, `512K`, `100M`, `2G`.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();

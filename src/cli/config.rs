@@ -1,0 +1,162 @@
+//! `$XDG_CONFIG_HOME/vaultfs/config.toml`: defaults for `vaultfs mount`, for every mount
+//! (`[mount]`) and per mount point (`[mount."/home/me/Vault"]`). Keys are the long flags
+//! (`cache_size = "4G"`, `read_only = true`, `server = "https://..."`); flags given on the command
+//! line override them.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// Flags `vaultfs mount` accepts from the config file.
+const KEYS: [&str; 13] = [
+    "data_dir",
+    "server",
+    "timeout",
+    "root",
+    "read_only",
+    "allow_other",
+    "cache_dir",
+    "cache_size",
+    "attr_ttl",
+    "dir_ttl",
+    "flush_timeout",
+    "daemon",
+    "log_file",
+];
+
+pub fn config_path() -> PathBuf {
+    super::xdg_dir("XDG_CONFIG_HOME", ".config").join("config.toml")
+}
+
+/// `~/x` and relative paths made absolute, so sections match however the path is written.
+fn normalize(p: &str) -> PathBuf {
+    let p = match p.strip_prefix("~/") {
+        Some(rest) => std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_default()
+            .join(rest),
+        None => PathBuf::from(p),
+    };
+    std::fs::canonicalize(&p).unwrap_or(p)
+}
+
+/// The flags the config file gives a mount at `mountpoint` (general section first, then the
+/// mount point's own, so the latter wins; the command line comes after both).
+pub fn mount_flags(file: &Path, mountpoint: &Path) -> Result<Vec<OsString>, String> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(format!("cannot read {}: {e}", file.display())),
+    };
+    let doc: toml::Table = text
+        .parse()
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    let Some(mount) = doc.get("mount") else {
+        return Ok(Vec::new());
+    };
+    let mount = mount
+        .as_table()
+        .ok_or_else(|| format!("{}: `mount` must be a table", file.display()))?;
+    let here = normalize(&mountpoint.to_string_lossy());
+    let mut flags = Vec::new();
+    let mut own = None;
+    for (key, value) in mount {
+        match value {
+            toml::Value::Table(t) => {
+                if normalize(key) == here {
+                    own = Some(t);
+                }
+            }
+            v => push_flag(&mut flags, key, v, file, "[mount]")?,
+        }
+    }
+    if let Some(t) = own {
+        for (key, value) in t {
+            push_flag(&mut flags, key, value, file, "its mount point's section")?;
+        }
+    }
+    Ok(flags)
+}
+
+fn push_flag(
+    flags: &mut Vec<OsString>,
+    key: &str,
+    value: &toml::Value,
+    file: &Path,
+    section: &str,
+) -> Result<(), String> {
+    let name = key.replace('-', "_");
+    if !KEYS.contains(&name.as_str()) {
+        return Err(format!(
+            "{}: unknown option `{key}` in {section} (known: {})",
+            file.display(),
+            KEYS.join(", ")
+        ));
+    }
+    let flag = format!("--{}", name.replace('_', "-"));
+    match value {
+        toml::Value::Boolean(true) => flags.push(flag.into()),
+        toml::Value::Boolean(false) => {}
+        toml::Value::String(s) => flags.extend([flag.into(), s.into()]),
+        toml::Value::Integer(n) => flags.extend([flag.into(), n.to_string().into()]),
+        toml::Value::Float(x) => flags.extend([flag.into(), x.to_string().into()]),
+        other => {
+            return Err(format!(
+                "{}: `{key}` cannot be {}",
+                file.display(),
+                other.type_str()
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn general_then_own_section() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.toml");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        std::fs::write(
+            &file,
+            format!(
+                "[mount]\ncache_size = \"4G\"\ndir-ttl = 5\nread_only = false\n\n[mount.\"{}\"]\nread_only = true\nattr_ttl = 0.5\n\n[mount.\"/elsewhere\"]\nserver = \"http://x\"\n",
+                mnt.display()
+            ),
+        )
+        .unwrap();
+        let flags: Vec<String> = mount_flags(&file, &mnt)
+            .unwrap()
+            .into_iter()
+            .map(|f| f.into_string().unwrap())
+            .collect();
+        assert_eq!(
+            flags,
+            [
+                "--cache-size",
+                "4G",
+                "--dir-ttl",
+                "5",
+                "--attr-ttl",
+                "0.5",
+                "--read-only"
+            ]
+        );
+        assert!(
+            mount_flags(&dir.path().join("none.toml"), &mnt)
+                .unwrap()
+                .is_empty()
+        );
+        std::fs::write(&file, "[mount]\nbogus = 1\n").unwrap();
+        assert!(
+            mount_flags(&file, &mnt)
+                .unwrap_err()
+                .contains("unknown option `bogus`")
+        );
+        std::fs::write(&file, "[mount\n").unwrap();
+        assert!(mount_flags(&file, &mnt).is_err());
+    }
+}
