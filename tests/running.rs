@@ -429,8 +429,16 @@ fn install_sh_is_idempotent_and_uninstalls() {
         Path::new("/usr/local/bin/vaultfs")
     );
     assert!(r.join("usr/lib/systemd/user/vaultfs@.service").is_file());
+    let man = fs::read_to_string(r.join("usr/local/share/man/man1/vaultfs.1")).unwrap();
+    assert!(man.contains(".TH vaultfs 1"));
+    assert!(
+        fs::read_to_string(r.join("usr/share/bash-completion/completions/vaultfs"))
+            .unwrap()
+            .contains("_vaultfs")
+    );
     run(&["--uninstall"]);
     assert!(!r.join("usr/local/bin/vaultfs").exists());
     assert!(fs::symlink_metadata(r.join("sbin/mount.fuse.vaultfs")).is_err());
     assert!(!r.join("usr/lib/systemd/user/vaultfs@.service").exists());
+    assert!(!r.join("usr/local/share/man/man1/vaultfs.1").exists());
 }
