@@ -1,6 +1,7 @@
 //! The mount on the built-in store, used the way people use folders: std::fs, cp, diff, mv, rm,
 //! shell appends, git, editors' atomic saves; remounts and a SIGKILLed daemon.
 
+#[macro_use]
 mod common;
 
 use std::fs::{self, File, OpenOptions};
@@ -17,18 +18,6 @@ use vaultfs::api::NodePath;
 use vaultfs::backend::Backend;
 use vaultfs::backend::local::LocalBackend;
 use vaultfs::store::Store;
-
-/// Each test runs on both backends.
-macro_rules! both {
-    ($($name:ident),* $(,)?) => {
-        mod local {
-            $(#[test] fn $name() { super::$name(super::Via::Local) })*
-        }
-        mod remote {
-            $(#[test] fn $name() { super::$name(super::Via::Remote) })*
-        }
-    };
-}
 
 both!(
     tree_cp_diff_mv_rm_and_remount,

@@ -10,6 +10,7 @@
 //! The tools are installed by `.ci/run` (`cargo install --locked pjdfstest fsx`); without them
 //! these tests fail, unless `VAULTFS_SKIP_SUITES=1`.
 
+#[macro_use]
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,18 +30,6 @@ const FSX_SEED: u64 = 20_251_121;
 
 /// How long one tool run may take before it is killed and the test fails.
 const TOOL_TIMEOUT: Duration = Duration::from_secs(900);
-
-/// Each test runs on both backends.
-macro_rules! both {
-    ($($name:ident),* $(,)?) => {
-        mod local {
-            $(#[test] fn $name() { super::$name(super::Via::Local) })*
-        }
-        mod remote {
-            $(#[test] fn $name() { super::$name(super::Via::Remote) })*
-        }
-    };
-}
 
 both!(pjdfstest, fsx);
 

@@ -137,3 +137,17 @@ pub fn within<T: Send + 'static>(
     rx.recv_timeout(std::time::Duration::from_secs(secs))
         .unwrap_or_else(|_| panic!("{what} hung for more than {secs}s"))
 }
+
+/// Each test runs on both backends: `both!(name, ...)` makes `local::name` and `remote::name`
+/// calling `name(Via::Local)` and `name(Via::Remote)`.
+#[allow(unused_macros)]
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {
+        mod local {
+            $(#[test] fn $name() { super::$name(super::Via::Local) })*
+        }
+        mod remote {
+            $(#[test] fn $name() { super::$name(super::Via::Remote) })*
+        }
+    };
+}
