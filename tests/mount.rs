@@ -7,7 +7,7 @@ mod common;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
@@ -822,4 +822,74 @@ fn config_file_values_apply_and_flags_override_them() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown option `cache_sise`"));
+}
+
+/// Mounts a tmpfs of `mib` MiB at `dir` (root only); unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn new(dir: &Path, mib: u64) -> Tmpfs {
+        fs::create_dir_all(dir).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount tmpfs");
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A full cache disk: writers get ENOSPC, earlier files stay intact, the daemon keeps serving.
+#[test]
+fn full_cache_disk_gives_enospc_and_loses_nothing() {
+    let Some(env) = Env::new(Via::Local) else {
+        return;
+    };
+    let _cache = Tmpfs::new(&env.cache, 24);
+    let m = env.mount(&[]);
+    let v = env.vault();
+    let early = pattern(2 << 20, 7);
+    fs::write(v.join("early.bin"), &early).unwrap();
+    env.wait_uploaded();
+    // 40 MiB into a 24 MiB staging disk.
+    let mut f = File::create(v.join("too-big.bin")).unwrap();
+    let chunk = pattern(1 << 20, 8);
+    let mut err = None;
+    for _ in 0..40 {
+        if let Err(e) = f.write_all(&chunk) {
+            err = Some(e);
+            break;
+        }
+    }
+    let err = err.expect("writing past the cache disk must fail");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    drop(f);
+    fs::remove_file(v.join("too-big.bin")).unwrap();
+    // The daemon still serves, earlier files are intact, and new writes work once space is back.
+    assert_eq!(
+        fs::read(v.join("early.bin")).unwrap(),
+        early,
+        "{}",
+        m.log_text()
+    );
+    fs::write(v.join("after.txt"), "space is back").unwrap();
+    env.wait_uploaded();
+    m.unmount();
+    let b = env.backend();
+    let n = env
+        .rt
+        .block_on(
+            b.node(&NodePath::parse_uri("/nodes/pth/Local/My First Vault/after.txt").unwrap()),
+        )
+        .unwrap();
+    assert_eq!(n.size, Some(13));
+    assert!(b.store().check_integrity().unwrap().is_empty());
 }

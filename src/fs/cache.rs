@@ -196,6 +196,23 @@ impl ReadCache {
         (inner.bytes, self.max_bytes, inner.lru.len())
     }
 
+    /// Forgets every cached version of a file that is gone, so its bytes free their disk (the
+    /// cache disk is also where writes are staged). A reader still holding one keeps it until done.
+    pub fn invalidate(&self, id: &str) {
+        let mut inner = self.lock();
+        let keys: Vec<String> = inner
+            .lru
+            .iter()
+            .filter(|(_, e)| e.id == id)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in keys {
+            if let Some(e) = inner.lru.pop(&k) {
+                inner.bytes -= e.size;
+            }
+        }
+    }
+
     /// Reads `len` bytes at `offset`, downloading missing chunks (plus read-ahead) first.
     pub async fn read<B: Backend>(
         &self,

@@ -584,6 +584,9 @@ impl<B: Backend> Fs<B> {
         }
         let mut t = self.table();
         let staged = t.get(ino).and_then(|i| i.staged.clone());
+        if let Some(r) = t.get(ino).and_then(|i| i.remote.as_ref()) {
+            self.cache.invalidate(&r.id);
+        }
         t.detach(ino);
         if let Some(s) = staged {
             if s.writers.load(Ordering::SeqCst) == 0 {
@@ -683,6 +686,10 @@ impl<B: Backend> Fs<B> {
         }
         let mut t = self.table();
         if let Some(tino) = target {
+            // The replaced file's bytes are gone (or about to be superseded): free their cache.
+            if let Some(r) = t.get(tino).and_then(|i| i.remote.as_ref()) {
+                self.cache.invalidate(&r.id);
+            }
             let target_staged = t.get(tino).and_then(|i| i.staged.clone());
             if let Some(s) = target_staged.filter(|s| s.writers.load(Ordering::SeqCst) == 0) {
                 self.journal.finish(&s);
