@@ -7,7 +7,7 @@ mod common;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -824,36 +824,13 @@ fn config_file_values_apply_and_flags_override_them() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown option `cache_sise`"));
 }
 
-/// Mounts a tmpfs of `mib` MiB at `dir` (root only); unmounted when dropped.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn new(dir: &Path, mib: u64) -> Tmpfs {
-        fs::create_dir_all(dir).unwrap();
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
-            .arg(dir)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "mount tmpfs");
-        Tmpfs(dir.to_path_buf())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
 /// A full cache disk: writers get ENOSPC, earlier files stay intact, the daemon keeps serving.
 #[test]
 fn full_cache_disk_gives_enospc_and_loses_nothing() {
     let Some(env) = Env::new(Via::Local) else {
         return;
     };
-    let _cache = Tmpfs::new(&env.cache, 24);
+    let _cache = common::mount::Tmpfs::new(&env.cache, 24);
     let m = env.mount(&[]);
     let v = env.vault();
     let early = pattern(2 << 20, 7);

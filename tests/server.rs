@@ -1352,3 +1352,68 @@ async fn concurrent_uploads_and_reads() {
     assert_eq!(v["message"]["total_children"], 8);
     assert!(s.store.check_integrity().unwrap().is_empty());
 }
+
+/// The store's disk fills up: the upload fails with 507 and leaves nothing half-written, the
+/// database stays consistent, earlier files stay readable, and uploads work once space is back.
+#[tokio::test(flavor = "multi_thread")]
+async fn full_store_disk_is_507_and_recovers() {
+    if !common::mount::fuse_available() {
+        eprintln!("skipped: needs root (tmpfs)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let _disk = common::mount::Tmpfs::new(&data, 12);
+    let s = TestServer::start_in(&data, Default::default(), Default::default()).await;
+    let alice = s.user("alice@example.com", "Acme").await;
+    let api = Api::new(&s, &alice);
+    let first = common::mount::pattern(5 << 20, 1);
+    let id = api.upload(VAULT, "first.bin", &first).await;
+
+    let big = common::mount::pattern(10 << 20, 2);
+    let (st, v) = api
+        .call(
+            Method::PUT,
+            VAULT,
+            Some(json!({"create_file": [{"name": "big.bin"}]})),
+        )
+        .await;
+    assert_eq!(st, 200);
+    let big_id = v["message"]["children"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (_, v) = api
+        .call(
+            Method::PUT,
+            &format!("/nodes/upload/{big_id}"),
+            Some(json!({"length": big.len()})),
+        )
+        .await;
+    let uri = v["message"]["fileExProperties"]["upload_uri"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_error(
+        &api.step3(&uri, big, "application/binary").await,
+        507,
+        "insufficient_storage",
+    );
+
+    assert!(s.store.check_integrity().unwrap().is_empty());
+    assert_eq!(api.download(&id).await, first);
+    let (_, v) = api.get(&format!("{VAULT}/big.bin")).await;
+    assert_eq!(v["message"]["size"], 0, "no partial version became current");
+    // Space comes back: the same pending version can now be uploaded.
+    assert_eq!(
+        api.call(Method::DELETE, &format!("{VAULT}/first.bin"), None)
+            .await
+            .0,
+        200
+    );
+    let smaller = common::mount::pattern(3 << 20, 3);
+    api.put_version(&big_id, &smaller).await;
+    assert_eq!(api.download(&big_id).await, smaller);
+    assert!(s.store.check_integrity().unwrap().is_empty());
+    s.stop().await;
+}

@@ -163,3 +163,26 @@ pub fn md5_of(p: &Path) -> String {
     }
     format!("{:x}", h.finalize())
 }
+
+/// Mounts a tmpfs of `mib` MiB at `dir` (root only); unmounted when dropped.
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    pub fn new(dir: &Path, mib: u64) -> Tmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount tmpfs");
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
