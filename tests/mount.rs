@@ -870,3 +870,123 @@ fn full_cache_disk_gives_enospc_and_loses_nothing() {
     assert_eq!(n.size, Some(13));
     assert!(b.store().check_integrity().unwrap().is_empty());
 }
+
+/// The server is SIGKILLed in the middle of upload step 3: after its restart the mount's journal
+/// finishes the upload, the file is whole, and no partial version ever became current.
+#[test]
+fn server_killed_mid_upload_then_the_journal_finishes_it() {
+    use std::process::Stdio;
+    let Some(env) = Env::new(Via::Local) else {
+        return;
+    };
+    let bin = common::mount::BIN;
+    let data = env._tmp.path().join("server-data");
+    let add = Command::new(bin)
+        .args([
+            "user",
+            "add",
+            "k@example.com",
+            "--account",
+            "Local",
+            "--data-dir",
+            data.to_str().unwrap(),
+        ])
+        .stdin(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin.take().unwrap().write_all(b"pw for k\n")?;
+            c.wait()
+        })
+        .unwrap();
+    assert!(add.success());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let base = format!("http://127.0.0.1:{port}");
+    /// The server process, killed however the test ends.
+    struct Server(std::process::Child);
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let serve = || {
+        let c = Command::new(bin)
+            .args([
+                "serve",
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .unwrap();
+        let c = Server(c);
+        wait_for(20, "the server", || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        c
+    };
+    let server = serve();
+    let token = env
+        .rt
+        .block_on(common::login(&base, "k@example.com", "pw for k"));
+    let login = vaultfs::cli::login::Credentials {
+        server: base.clone(),
+        email: "k@example.com".into(),
+        token,
+        expires_at: std::time::SystemTime::now() + std::time::Duration::from_secs(3600),
+    };
+    vaultfs::cli::login::save_credentials(&env.config.join("vaultfs/credentials.toml"), &login)
+        .unwrap();
+    let cache = env.cache.to_str().unwrap().to_string();
+    let m = common::mount::Mount::start_with_env(
+        &env.mnt,
+        &["--server", &base, "--cache-dir", &cache, "--timeout", "5"],
+        &[("XDG_CONFIG_HOME", &env.config)],
+    );
+    let data_bytes = pattern(256 << 20, 77);
+    fs::write(env.vault().join("big.bin"), &data_bytes).unwrap();
+    // Kill the server as soon as step 3 is streaming into its staging file.
+    let tmp = data.join("tmp");
+    wait_for(60, "step 3 to start", || {
+        fs::read_dir(&tmp).map(|d| d.count() > 0).unwrap_or(false)
+    });
+    drop(server);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let _server = serve();
+    env.wait_uploaded();
+    m.unmount();
+    assert_eq!(
+        fs::read_dir(&tmp).unwrap().count(),
+        0,
+        "the restart swept the dead upload's staging file"
+    );
+    let store = Arc::new(Store::open(&data, Default::default()).unwrap());
+    let b = LocalBackend::new(store.clone());
+    let node = env
+        .rt
+        .block_on(b.node(&NodePath::parse_uri("/nodes/pth/Local/My First Vault/big.bin").unwrap()))
+        .unwrap();
+    let want = format!("{:x}", Md5::digest(&data_bytes));
+    assert_eq!(node.md5_checksum.as_deref(), Some(want.as_str()));
+    let id = node.id.unwrap();
+    for v in store
+        .version_history(&id)
+        .unwrap()
+        .iter()
+        .filter(|v| v.committed)
+    {
+        assert_eq!(
+            v.md5.as_deref(),
+            Some(want.as_str()),
+            "a committed version with other bytes: {v:?}"
+        );
+        assert_eq!(v.length, data_bytes.len() as u64);
+    }
+    assert!(store.check_integrity().unwrap().is_empty());
+}
