@@ -8,6 +8,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::auth::Caller;
+use super::openapi::{ErrorEnvelope, PreviewEnvelope};
 use super::reply::{ApiResult, ok};
 use crate::api::{Error, PageSize, RangeRequest};
 use crate::backend::{Backend, Download};
@@ -80,6 +81,26 @@ fn send(d: Download, ctype: &str) -> Response {
     (status, h, Body::from_stream(d.body)).into_response()
 }
 
+#[utoipa::path(
+    get,
+    path = "/files/id/Document/{id}",
+    tag = "files",
+    operation_id = "download",
+    summary = "The file's bytes, whole or one `Range: bytes=` range",
+    params(
+        ("id" = String, Path, description = "The file (document) ID", example = "1"),
+        ("Range" = Option<String>, Header, description = "One range: `bytes=a-b`, `bytes=a-`, `bytes=-n`", example = "bytes=0-1023"),
+    ),
+    responses(
+        (status = 200, description = "The bytes, with `ETag` (the md5), `Last-Modified`, `Accept-Ranges: bytes` and a Content-Type from the name", content_type = "*/*", body = Vec<u8>),
+        (status = 206, description = "The range, with `Content-Range`", content_type = "*/*", body = Vec<u8>),
+        (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
+        (status = 403, description = "`forbidden`: another account's file", body = ErrorEnvelope),
+        (status = 404, description = "`not_found`", body = ErrorEnvelope),
+        (status = 416, description = "`bad_range`: malformed, several ranges, or past the end", body = ErrorEnvelope),
+    ),
+    security(("basic" = [])),
+)]
 pub async fn download(caller: Caller, Path(id): Path<String>, headers: HeaderMap) -> ApiResult {
     let range = headers
         .get(header::RANGE)
@@ -95,6 +116,21 @@ pub async fn download(caller: Caller, Path(id): Path<String>, headers: HeaderMap
     Ok(send(d, ctype))
 }
 
+#[utoipa::path(
+    get,
+    path = "/preview/id/Document/{id}",
+    tag = "previews",
+    operation_id = "preview",
+    summary = "Preview metadata: status, PDF and page images",
+    params(("id" = String, Path, description = "The file (document) ID", example = "1")),
+    responses(
+        (status = 200, description = "The preview's status and pages", body = PreviewEnvelope),
+        (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
+        (status = 403, description = "`forbidden`: another account's file", body = ErrorEnvelope),
+        (status = 404, description = "`not_found`", body = ErrorEnvelope),
+    ),
+    security(("basic" = [])),
+)]
 pub async fn preview(caller: Caller, Path(id): Path<String>) -> ApiResult {
     Ok(ok(caller.backend.preview(&id).await?))
 }
@@ -115,6 +151,29 @@ fn bounded(q: &HashMap<String, String>, name: &str, max: u32) -> Result<Option<u
         .transpose()
 }
 
+#[utoipa::path(
+    get,
+    path = "/preview/id/Document/{id}/{page}",
+    tag = "previews",
+    operation_id = "preview_page",
+    summary = "A page image (PNG), or the whole document as PDF (`pdf`)",
+    params(
+        ("id" = String, Path, description = "The file (document) ID", example = "1"),
+        ("page" = String, Path, description = "A page number from 1, or `pdf`", example = "1"),
+        ("scale" = Option<u32>, Query, description = "Percent, 1 to 100", minimum = 1, maximum = 100),
+        ("max_width" = Option<u32>, Query, description = "Largest width in pixels", minimum = 1),
+        ("max_height" = Option<u32>, Query, description = "Largest height in pixels", minimum = 1),
+    ),
+    responses(
+        (status = 200, description = "The page image or the PDF", content_type = "*/*", body = Vec<u8>),
+        (status = 400, description = "`bad_parameter`", body = ErrorEnvelope),
+        (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
+        (status = 403, description = "`forbidden`: another account's file", body = ErrorEnvelope),
+        (status = 404, description = "`not_found`, `preview_not_supported`, or a page past the end", body = ErrorEnvelope),
+        (status = 409, description = "`preview_not_ready`: still `InProgress`", body = ErrorEnvelope),
+    ),
+    security(("basic" = [])),
+)]
 pub async fn preview_page(
     caller: Caller,
     Path((id, page)): Path<(String, String)>,

@@ -5,6 +5,7 @@ mod auth;
 mod context;
 mod files;
 mod nodes;
+mod openapi;
 mod pin;
 mod reply;
 
@@ -13,10 +14,12 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post, put};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::api::{Error, ErrorKind};
 use crate::store::Store;
+pub use openapi::openapi_path;
 pub use reply::ApiError;
 
 /// Settings of the HTTP side (the store has its own).
@@ -41,48 +44,60 @@ impl Default for ServerOptions {
 pub(crate) struct AppState {
     store: Arc<Store>,
     options: Arc<ServerOptions>,
+    openapi: openapi::Document,
 }
 
-/// The application: every route of the interface, the authorization page, and the envelope on
-/// every failure.
+/// Every route of the interface, the authorization page and `/openapi.json`, each registered
+/// from its handler's `#[utoipa::path]` attribute (the one source of both the routing and the
+/// document). Register routes here and only through `routes!`: `tests/openapi.rs` checks that
+/// the document and the router list the same routes.
+fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(openapi::base())
+        .routes(routes!(
+            nodes::get_root,
+            nodes::put_root,
+            nodes::post_root,
+            nodes::delete_root
+        ))
+        .routes(routes!(nodes::get, nodes::put, nodes::post, nodes::delete))
+        .routes(routes!(nodes::begin_version))
+        .routes(routes!(nodes::upload))
+        .routes(routes!(files::download))
+        .routes(routes!(files::preview))
+        .routes(routes!(files::preview_page))
+        .routes(routes!(pin::end))
+        .routes(routes!(pin::auth))
+        .routes(routes!(pin::page, pin::sign_in))
+        .routes(routes!(openapi::document))
+}
+
+/// The OpenAPI 3.1 document of the server, as `GET /openapi.json` serves it.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    openapi::finish(routes().into_openapi())
+}
+
+/// The application: every route of the interface, the authorization page, the OpenAPI
+/// document, and the envelope on every failure.
 pub fn router(store: Arc<Store>, options: ServerOptions) -> Router {
+    let (app, doc) = routes().split_for_parts();
+    let doc = openapi::finish(doc)
+        .to_json()
+        .expect("the OpenAPI document serializes");
     let state = AppState {
         store,
         options: Arc::new(options.clone()),
+        openapi: Arc::new(doc),
     };
-    Router::new()
-        .route(
-            "/nodes/pth",
-            get(nodes::get)
-                .put(nodes::put)
-                .post(nodes::post)
-                .delete(nodes::delete),
-        )
-        .route(
-            "/nodes/pth/{*rest}",
-            get(nodes::get)
-                .put(nodes::put)
-                .post(nodes::post)
-                .delete(nodes::delete),
-        )
-        .route("/nodes/upload/{id}", put(nodes::begin_version))
-        .route("/nodes/upload/{id}/{version}", put(nodes::upload))
-        .route("/files/id/Document/{id}", get(files::download))
-        .route("/preview/id/Document/{id}", get(files::preview))
-        .route("/preview/id/Document/{id}/{page}", get(files::preview_page))
-        .route("/pin/end", post(pin::end))
-        .route("/pin/auth", post(pin::auth))
-        .route("/pin/authorize", get(pin::page).post(pin::sign_in))
-        .fallback(|| async {
-            ApiError(Error::new(
-                ErrorKind::NotFound,
-                "unknown_route",
-                "no such route",
-            ))
-        })
-        .layer(DefaultBodyLimit::max(options.max_json_body))
-        .layer(axum::middleware::from_fn(context::request_context))
-        .with_state(state)
+    app.fallback(|| async {
+        ApiError(Error::new(
+            ErrorKind::NotFound,
+            "unknown_route",
+            "no such route",
+        ))
+    })
+    .layer(DefaultBodyLimit::max(options.max_json_body))
+    .layer(axum::middleware::from_fn(context::request_context))
+    .with_state(state)
 }
 
 /// Serves until SIGINT or SIGTERM, then finishes the requests in flight.

@@ -11,6 +11,10 @@ use futures_util::TryStreamExt;
 use serde::de::DeserializeOwned;
 
 use super::auth::Caller;
+use super::openapi::{
+    ErrorEnvelope, NodeEnvelope, PutNodeBody, SuccessEnvelope, TransferBody,
+    VersionRequest as VersionBody,
+};
 use super::reply::{ApiResult, ok, success};
 use crate::api::path::NODES_PREFIX;
 use crate::api::{
@@ -56,6 +60,27 @@ fn number(q: &HashMap<String, String>, name: &str) -> Result<Option<u64>, Error>
         .transpose()
 }
 
+#[utoipa::path(
+    get,
+    path = "/nodes/pth/{*path}",
+    tag = "nodes",
+    operation_id = "get_node",
+    summary = "A node by path; with `children=1` a container with a page of its children",
+    params(
+        ("path" = String, Path, description = "Account, vault, folders and name: percent-encoded UTF-8 segments joined by `/`", example = "Acme"),
+        ("children" = Option<String>, Query, description = "Anything but `0`/`false`: list the direct children (paged)", example = "1"),
+        ("page" = Option<u64>, Query, description = "Page of children, from 0", minimum = 0),
+        ("per_page" = Option<u64>, Query, description = "Children per page (default and most: 10000)", minimum = 1, maximum = 10000),
+    ),
+    responses(
+        (status = 200, description = "The node", body = NodeEnvelope),
+        (status = 400, description = "`bad_path` (empty, `.`/`..`, NUL or encoded `/` segment), `bad_parameter`", body = ErrorEnvelope),
+        (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
+        (status = 403, description = "`forbidden`: outside the caller's account", body = ErrorEnvelope),
+        (status = 404, description = "`not_found`", body = ErrorEnvelope),
+    ),
+    security(("basic" = [])),
+)]
 pub async fn get(caller: Caller, uri: Uri, Query(q): Query<HashMap<String, String>>) -> ApiResult {
     let path = node_path(&uri)?;
     if !flag(&q, "children") {
@@ -74,6 +99,26 @@ pub async fn get(caller: Caller, uri: Uri, Query(q): Query<HashMap<String, Strin
 }
 
 /// PUT on a node path: upload step 1 (`create_file`) on a folder, or `{}` to create a folder.
+#[utoipa::path(
+    put,
+    path = "/nodes/pth/{*path}",
+    tag = "nodes",
+    operation_id = "put_node",
+    summary = "`{}`: create the folder at this path; `{\"create_file\": [{\"name\"}]}`: upload step 1 in this folder",
+    params(("path" = String, Path, description = "Percent-encoded UTF-8 segments joined by `/`", example = "Acme/My%20First%20Vault")),
+    request_body(content = PutNodeBody, content_type = "application/json", description = "An empty body counts as `{}`"),
+    responses(
+        (status = 200, description = "The new folder, or the folder with the new (or existing) files as `children`", body = NodeEnvelope),
+        (status = 400, description = "`bad_path`, `bad_json`, `bad_request`, `missing_parameter`", body = ErrorEnvelope),
+        (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
+        (status = 403, description = "`forbidden`: outside the caller's account, or not allowed on an account", body = ErrorEnvelope),
+        (status = 404, description = "`not_found`: the parent folder", body = ErrorEnvelope),
+        (status = 409, description = "A node of that name exists (folder), or a folder of that name (file)", body = ErrorEnvelope),
+        (status = 413, description = "`body_too_large`", body = ErrorEnvelope),
+        (status = 507, description = "`insufficient_storage`: the store's disk is full", body = ErrorEnvelope),
+    ),
+    security(("basic" = [])),
+)]
 pub async fn put(caller: Caller, uri: Uri, body: Bytes) -> ApiResult {
     let path = node_path(&uri)?;
     let value: serde_json::Value = parse_json(&body)?;
@@ -123,6 +168,26 @@ pub async fn put(caller: Caller, uri: Uri, body: Bytes) -> ApiResult {
 }
 
 /// POST on a node path: `{"copy": {...}}` or `{"move": {...}}`.
+#[utoipa::path(
+    post,
+    path = "/nodes/pth/{*path}",
+    tag = "nodes",
+    operation_id = "transfer_node",
+    summary = "Copy or move the node at this path to `dst_uri`",
+    params(("path" = String, Path, description = "Percent-encoded UTF-8 segments joined by `/`", example = "Acme/My%20First%20Vault/a.txt")),
+    request_body(content = TransferBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The node at its destination", body = NodeEnvelope),
+        (status = 400, description = "`bad_path`, `bad_json`, `bad_request`, `bad_parameter`, `missing_parameter`; a folder into itself", body = ErrorEnvelope),
+        (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
+        (status = 403, description = "`forbidden`: source or destination outside the caller's account, or an account or vault", body = ErrorEnvelope),
+        (status = 404, description = "`not_found`: the source or the destination's folder", body = ErrorEnvelope),
+        (status = 409, description = "The destination exists and `replace` is `fail`, or is of the other kind", body = ErrorEnvelope),
+        (status = 413, description = "`body_too_large`", body = ErrorEnvelope),
+        (status = 507, description = "`insufficient_storage`", body = ErrorEnvelope),
+    ),
+    security(("basic" = [])),
+)]
 pub async fn post(caller: Caller, uri: Uri, body: Bytes) -> ApiResult {
     let src = node_path(&uri)?;
     let value: serde_json::Value = parse_json(&body)?;
@@ -159,13 +224,126 @@ pub async fn post(caller: Caller, uri: Uri, body: Bytes) -> ApiResult {
     Ok(ok(node))
 }
 
+#[utoipa::path(
+    delete,
+    path = "/nodes/pth/{*path}",
+    tag = "nodes",
+    operation_id = "delete_node",
+    summary = "Delete a file, or a folder with everything under it",
+    params(("path" = String, Path, description = "Percent-encoded UTF-8 segments joined by `/`", example = "Acme/My%20First%20Vault/a.txt")),
+    responses(
+        (status = 200, description = "The default success object", body = SuccessEnvelope),
+        (status = 400, description = "`bad_path`", body = ErrorEnvelope),
+        (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
+        (status = 403, description = "`forbidden`: outside the caller's account, or an account or vault", body = ErrorEnvelope),
+        (status = 404, description = "`not_found`", body = ErrorEnvelope),
+    ),
+    security(("basic" = [])),
+)]
 pub async fn delete(caller: Caller, uri: Uri) -> ApiResult {
     let path = node_path(&uri)?;
     caller.backend.delete(&path).await?;
     Ok(success())
 }
 
+// The same four methods on `/nodes/pth` itself (the root: the caller's accounts).
+
+#[utoipa::path(
+    get,
+    path = "/nodes/pth",
+    tag = "nodes",
+    operation_id = "get_root",
+    summary = "The root: with `children=1`, the accounts the caller may see",
+    params(
+        ("children" = Option<String>, Query, description = "Anything but `0`/`false`: list the accounts", example = "1"),
+        ("page" = Option<u64>, Query, description = "Page of children, from 0", minimum = 0),
+        ("per_page" = Option<u64>, Query, description = "Children per page (default and most: 10000)", minimum = 1, maximum = 10000),
+    ),
+    responses(
+        (status = 200, description = "The root node", body = NodeEnvelope),
+        (status = 400, description = "`bad_parameter`", body = ErrorEnvelope),
+        (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
+    ),
+    security(("basic" = [])),
+)]
+pub async fn get_root(caller: Caller, uri: Uri, q: Query<HashMap<String, String>>) -> ApiResult {
+    get(caller, uri, q).await
+}
+
+#[utoipa::path(
+    put,
+    path = "/nodes/pth",
+    tag = "nodes",
+    operation_id = "put_root",
+    summary = "Nothing can be created at the root (accounts are made by the operator)",
+    request_body(content = PutNodeBody, content_type = "application/json"),
+    responses(
+        (status = 400, description = "`bad_json`, `bad_request`, `missing_parameter`, `bad_path`", body = ErrorEnvelope),
+        (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
+        (status = 403, description = "`forbidden`", body = ErrorEnvelope),
+        (status = 413, description = "`body_too_large`", body = ErrorEnvelope),
+    ),
+    security(("basic" = [])),
+)]
+pub async fn put_root(caller: Caller, uri: Uri, body: Bytes) -> ApiResult {
+    put(caller, uri, body).await
+}
+
+#[utoipa::path(
+    post,
+    path = "/nodes/pth",
+    tag = "nodes",
+    operation_id = "transfer_root",
+    summary = "The root cannot be copied or moved",
+    request_body(content = TransferBody, content_type = "application/json"),
+    responses(
+        (status = 400, description = "`bad_json`, `bad_request`, `bad_parameter`, `missing_parameter`, `bad_path`", body = ErrorEnvelope),
+        (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
+        (status = 403, description = "`forbidden`", body = ErrorEnvelope),
+        (status = 413, description = "`body_too_large`", body = ErrorEnvelope),
+    ),
+    security(("basic" = [])),
+)]
+pub async fn post_root(caller: Caller, uri: Uri, body: Bytes) -> ApiResult {
+    post(caller, uri, body).await
+}
+
+#[utoipa::path(
+    delete,
+    path = "/nodes/pth",
+    tag = "nodes",
+    operation_id = "delete_root",
+    summary = "The root cannot be deleted",
+    responses(
+        (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
+        (status = 403, description = "`forbidden`", body = ErrorEnvelope),
+    ),
+    security(("basic" = [])),
+)]
+pub async fn delete_root(caller: Caller, uri: Uri) -> ApiResult {
+    delete(caller, uri).await
+}
+
 /// Upload step 2.
+#[utoipa::path(
+    put,
+    path = "/nodes/upload/{id}",
+    tag = "upload",
+    operation_id = "begin_version",
+    summary = "Upload step 2: announce a version of this length (and md5)",
+    params(("id" = String, Path, description = "The file ID (from step 1)", example = "1")),
+    request_body(content = VersionBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The file, with `fileExProperties.upload_uri` for step 3", body = NodeEnvelope),
+        (status = 400, description = "`bad_json`, `missing_parameter`, `bad_parameter`", body = ErrorEnvelope),
+        (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
+        (status = 403, description = "`forbidden`: another account's file", body = ErrorEnvelope),
+        (status = 404, description = "`not_found`: no such file", body = ErrorEnvelope),
+        (status = 413, description = "`file_too_large`, `body_too_large`", body = ErrorEnvelope),
+        (status = 507, description = "`insufficient_storage`", body = ErrorEnvelope),
+    ),
+    security(("basic" = [])),
+)]
 pub async fn begin_version(caller: Caller, Path(id): Path<String>, body: Bytes) -> ApiResult {
     let req: VersionRequest = parse_json(&body)?;
     let length = req.length.ok_or_else(|| Error::missing("length"))?;
@@ -176,6 +354,33 @@ pub async fn begin_version(caller: Caller, Path(id): Path<String>, body: Bytes) 
 }
 
 /// Upload step 3: the raw bytes, streamed to the store.
+#[utoipa::path(
+    put,
+    path = "/nodes/upload/{id}/{version}",
+    tag = "upload",
+    operation_id = "upload_bytes",
+    summary = "Upload step 3: the bytes of the version announced in step 2",
+    params(
+        ("id" = String, Path, description = "The file ID", example = "1"),
+        ("version" = String, Path, description = "The version ID of step 2's `upload_uri`", example = "1"),
+    ),
+    request_body(content(
+        (Vec<u8> = "application/binary"),
+        (Vec<u8> = "application/octet-stream"),
+    ), description = "Exactly the announced length"),
+    responses(
+        (status = 200, description = "The file; the new version is current", body = NodeEnvelope),
+        (status = 400, description = "`length_mismatch`, `checksum_mismatch`: the file keeps its previous content", body = ErrorEnvelope),
+        (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
+        (status = 403, description = "`forbidden`: another account's file", body = ErrorEnvelope),
+        (status = 404, description = "`not_found`: no such file or pending version", body = ErrorEnvelope),
+        (status = 409, description = "The version is no longer pending", body = ErrorEnvelope),
+        (status = 413, description = "`file_too_large`", body = ErrorEnvelope),
+        (status = 415, description = "`unsupported_media_type`: not `application/binary`", body = ErrorEnvelope),
+        (status = 507, description = "`insufficient_storage`", body = ErrorEnvelope),
+    ),
+    security(("basic" = [])),
+)]
 pub async fn upload(
     caller: Caller,
     Path((id, version)): Path<(String, String)>,

@@ -11,6 +11,10 @@ use bytes::Bytes;
 
 use super::AppState;
 use super::nodes::parse_json;
+use super::openapi::{
+    ErrorEnvelope, PinAuthEnvelope, PinAuthRequest as PinAuthBody, PinEndEnvelope,
+    PinEndRequest as PinEndBody, SignInForm,
+};
 use super::reply::{ApiError, ApiResult, ok};
 use crate::api::path::encode_segment;
 use crate::api::{
@@ -43,6 +47,20 @@ fn base_url(state: &AppState, headers: &HeaderMap) -> String {
     format!("http://{host}")
 }
 
+#[utoipa::path(
+    post,
+    path = "/pin/end",
+    tag = "pin",
+    operation_id = "pin_end",
+    summary = "Spec §4.9: the page where the user signs in and gets a pin",
+    request_body(content = PinEndBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "`authorization_uri`: the page to visit", body = PinEndEnvelope),
+        (status = 400, description = "`missing_parameter`, `unknown_client`, `bad_json`", body = ErrorEnvelope),
+        (status = 413, description = "`body_too_large`", body = ErrorEnvelope),
+    ),
+    security(()),
+)]
 pub async fn end(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> ApiResult {
     let req: PinEndRequest = parse_json(&body)?;
     let client_id = required(req.client_id, "client_id")?;
@@ -65,6 +83,22 @@ pub async fn end(State(state): State<AppState>, headers: HeaderMap, body: Bytes)
     }))
 }
 
+#[utoipa::path(
+    post,
+    path = "/pin/auth",
+    tag = "pin",
+    operation_id = "pin_auth",
+    summary = "Spec §4.10: a delegation token for the user's pin",
+    request_body(content = PinAuthBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The token, its lifetime in seconds and the user's e-mail", body = PinAuthEnvelope),
+        (status = 400, description = "`missing_parameter`, `unknown_client`, `bad_json`", body = ErrorEnvelope),
+        (status = 401, description = "`invalid_pin`", body = ErrorEnvelope),
+        (status = 413, description = "`body_too_large`", body = ErrorEnvelope),
+        (status = 429, description = "`too_many_attempts`: 5 failures in 15 minutes lock the user's exchange", body = ErrorEnvelope),
+    ),
+    security(()),
+)]
 pub async fn auth(State(state): State<AppState>, body: Bytes) -> ApiResult {
     let req: PinAuthRequest = parse_json(&body)?;
     let email = required(req.user_email, "user_email")?;
@@ -135,6 +169,19 @@ fn html(status: StatusCode, body: String) -> Response {
 }
 
 /// GET `/pin/authorize?client_id=...`: the sign-in form.
+#[utoipa::path(
+    get,
+    path = "/pin/authorize",
+    tag = "pin",
+    operation_id = "authorize_page",
+    summary = "The authorization page (HTML for people): the sign-in form",
+    params(("client_id" = Option<String>, Query, description = "The application asking", example = "vaultfs")),
+    responses(
+        (status = 200, description = "The form", content_type = "text/html", body = String),
+        (status = 400, description = "An unknown application (a page)", content_type = "text/html", body = String),
+    ),
+    security(()),
+)]
 pub async fn page(
     State(state): State<AppState>,
     Query(q): Query<HashMap<String, String>>,
@@ -156,6 +203,23 @@ pub async fn page(
 }
 
 /// POST `/pin/authorize`: checks the password and shows the pin.
+#[utoipa::path(
+    post,
+    path = "/pin/authorize",
+    tag = "pin",
+    operation_id = "authorize_sign_in",
+    summary = "The authorization page's form: a good sign-in shows the pin (`id=\"pin\"`)",
+    request_body(content = SignInForm, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 200, description = "The pin (a page)", content_type = "text/html", body = String),
+        (status = 400, description = "The form again: e-mail or password missing", content_type = "text/html", body = String),
+        (status = 401, description = "The form again: wrong e-mail address or password", content_type = "text/html", body = String),
+        (status = 413, description = "`body_too_large`", body = ErrorEnvelope),
+        (status = 415, description = "`unsupported_media_type`: not a form", body = ErrorEnvelope),
+        (status = 429, description = "The form again: too many failed attempts", content_type = "text/html", body = String),
+    ),
+    security(()),
+)]
 pub async fn sign_in(
     State(state): State<AppState>,
     Form(f): Form<HashMap<String, String>>,

@@ -1,0 +1,385 @@
+//! The OpenAPI 3.1 document of the server, served at `GET /openapi.json`.
+//!
+//! Every route is registered through utoipa-axum's `routes!` from the handler's own
+//! `#[utoipa::path]` attribute (method, path, parameters, body, responses), so the routes the
+//! server answers and the routes the document lists come from one place. The schemas below
+//! describe the wire types of `crate::api` as they are serialized; `tests/openapi.rs` checks that
+//! their fields are exactly the wire types' fields, and schemathesis (`tests/schema.rs`) checks the
+//! server's real answers against them.
+
+#![allow(dead_code)] // the types below exist for their schemas only
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa::openapi::OpenApi;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+
+use super::AppState;
+
+/// Name of the security scheme of the authenticated routes.
+pub const BASIC: &str = "basic";
+
+/// The document before the routes are added: what this is, and its version (the crate's).
+pub(super) fn base() -> OpenApi {
+    use utoipa::openapi::{InfoBuilder, LicenseBuilder, OpenApiBuilder};
+    OpenApiBuilder::new()
+        .info(
+            InfoBuilder::new()
+                .title("vaultfs")
+                .version(env!("CARGO_PKG_VERSION"))
+                .license(Some(
+                    LicenseBuilder::new()
+                        .name("MIT")
+                        .identifier(Some("MIT"))
+                        .build(),
+                ))
+                .build(),
+        )
+        .build()
+}
+
+/// The document, finished: security scheme, descriptions, and the wildcard route of axum
+/// (`/nodes/pth/{*path}`) written as OpenAPI's path template (`/nodes/pth/{path}`).
+pub(super) fn finish(mut doc: OpenApi) -> OpenApi {
+    doc.info.description = Some(
+        "The storage interface served by `vaultfs serve` (shared/spec/interface.md with the \
+         decisions of DESIGN.md §2). Every JSON answer is an envelope `{\"error\": {...}, \
+         \"message\": ...}`; `error.success` says whether the call succeeded. Failures carry \
+         `error_code`, `error_text`, `instance_guid` and `status_code` (equal to the HTTP status) \
+         and no `message`. Besides the statuses listed per operation, any route answers 405 \
+         `method_not_allowed` to a method it does not have, any other path is 404 \
+         `unknown_route`, and a JSON body over the configured limit (64 KiB) is 413 \
+         `body_too_large`, all in the same envelope."
+            .to_string(),
+    );
+    let paths = std::mem::take(&mut doc.paths.paths);
+    doc.paths.paths = paths
+        .into_iter()
+        .map(|(path, item)| (openapi_path(&path), item))
+        .collect();
+    doc.components
+        .get_or_insert_with(Default::default)
+        .security_schemes
+        .insert(
+            BASIC.to_string(),
+            SecurityScheme::Http(
+                Http::builder()
+                    .scheme(HttpAuthScheme::Basic)
+                    .description(Some(
+                        "`Authorization: Basic base64(user_email \":\" delegation_token)`; the \
+                         token comes from `POST /pin/auth`",
+                    ))
+                    .build(),
+            ),
+        );
+    doc
+}
+
+/// An axum route path as an OpenAPI path template: `{*rest}` becomes `{rest}`.
+pub fn openapi_path(axum_path: &str) -> String {
+    axum_path.replace("{*", "{")
+}
+
+/// `GET /openapi.json`, serialized once when the router is built.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "meta",
+    operation_id = "openapi",
+    summary = "This document",
+    security(()),
+    responses((status = 200, description = "The OpenAPI 3.1 document of this server", content_type = "application/json", body = Object)),
+)]
+pub async fn document(State(state): State<AppState>) -> Response {
+    let mut resp = state.openapi.as_ref().clone().into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// The serialized document, shared by the requests.
+pub(super) type Document = Arc<String>;
+
+// ----- the envelope -----
+
+/// `error` of a successful answer.
+#[derive(Serialize, ToSchema)]
+pub struct Success {
+    /// Always true here.
+    #[schema(value_type = bool, example = true)]
+    pub success: bool,
+}
+
+/// `error` of a failed answer.
+#[derive(Serialize, ToSchema)]
+pub struct Failure {
+    /// Always false here.
+    #[schema(example = false)]
+    pub success: bool,
+    /// snake_case, e.g. `not_found`, `bad_path`, `invalid_token`, `forbidden`.
+    #[schema(example = "not_found")]
+    pub error_code: String,
+    /// A sentence for people.
+    pub error_text: String,
+    /// The request's id, also in the server's log line for it.
+    pub instance_guid: String,
+    /// The HTTP status of the answer.
+    #[schema(minimum = 400, maximum = 599)]
+    pub status_code: u16,
+}
+
+/// Every failure: the error object and no `message`.
+#[derive(Serialize, ToSchema)]
+pub struct ErrorEnvelope {
+    pub error: Failure,
+}
+
+/// The default success object (`DELETE`): `{"error": {"success": true}}`.
+#[derive(Serialize, ToSchema)]
+pub struct SuccessEnvelope {
+    pub error: Success,
+}
+
+/// A node in the success envelope.
+#[derive(Serialize, ToSchema)]
+pub struct NodeEnvelope {
+    pub error: Success,
+    pub message: Node,
+}
+
+/// Preview metadata in the success envelope.
+#[derive(Serialize, ToSchema)]
+pub struct PreviewEnvelope {
+    pub error: Success,
+    pub message: PreviewMeta,
+}
+
+/// The answer of `POST /pin/end`.
+#[derive(Serialize, ToSchema)]
+pub struct PinEndEnvelope {
+    pub error: Success,
+    pub message: PinEndResponse,
+}
+
+/// The answer of `POST /pin/auth`.
+#[derive(Serialize, ToSchema)]
+pub struct PinAuthEnvelope {
+    pub error: Success,
+    pub message: PinAuthResponse,
+}
+
+// ----- nodes (crate::api::Node and friends, as serialized) -----
+
+/// The wire names of `crate::api::NodeType`.
+#[allow(clippy::enum_variant_names)]
+#[derive(Serialize, ToSchema)]
+pub enum NodeType {
+    AccountNodeType,
+    VaultNodeType,
+    FolderNodeType,
+    FileNodeType,
+}
+
+/// An account, vault, folder or file. Containers listed with `children=1` carry
+/// `total_children` and `children`; files carry their ID, size, checksum and links.
+#[derive(Serialize, ToSchema)]
+pub struct Node {
+    pub name: String,
+    /// The decoded path, e.g. `/nodes/pth/Acme/My First Vault/a.txt`.
+    pub uri: String,
+    /// Files: the opaque file (document) ID, decimal digits.
+    pub id: Option<String>,
+    #[serde(rename = "nodeType")]
+    pub node_type: NodeType,
+    /// RFC 3339, UTC.
+    #[serde(rename = "createdOn")]
+    #[schema(format = DateTime)]
+    pub created_on: Option<String>,
+    /// RFC 3339, UTC.
+    #[serde(rename = "modifiedOn")]
+    #[schema(format = DateTime)]
+    pub modified_on: Option<String>,
+    /// Files: bytes.
+    #[schema(minimum = 0)]
+    pub size: Option<u64>,
+    /// Files: md5 of the content, hex.
+    pub md5_checksum: Option<String>,
+    /// Containers listed with `children=1`: how many children there are in all pages.
+    #[schema(minimum = 0)]
+    pub total_children: Option<u64>,
+    /// Containers listed with `children=1`: this page of children (upload step 1: the new file).
+    #[schema(no_recursion)]
+    pub children: Option<Vec<Node>>,
+    /// Files: ends in `&id=<id>`.
+    pub link_uri: Option<String>,
+    /// Files: ends in `&id=<id>`.
+    pub preview_link_uri: Option<String>,
+    /// Files: ends in `&id=<id>`.
+    pub download_link_uri: Option<String>,
+    /// Files: `/files/id/Document/<id>`.
+    pub download_uri: Option<String>,
+    /// After upload step 2: where step 3 sends the bytes.
+    #[serde(rename = "fileExProperties")]
+    pub file_ex_properties: Option<FileExProperties>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct FileExProperties {
+    /// `/nodes/upload/{file_id}/{version_id}`
+    pub upload_uri: String,
+    pub version_id: Option<String>,
+}
+
+// ----- previews -----
+
+#[derive(Serialize, ToSchema)]
+pub enum PreviewStatus {
+    Ready,
+    InProgress,
+    TypeNotSupported,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct PreviewMeta {
+    pub status: PreviewStatus,
+    /// `Ready`: the whole document as PDF.
+    pub pdf_uri: Option<String>,
+    pub pages: Vec<PreviewPage>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct PreviewPage {
+    #[schema(minimum = 1)]
+    pub page_number: u32,
+    pub page_uri: String,
+    /// Pixels at 100%.
+    pub width: u32,
+    /// Pixels at 100%.
+    pub height: u32,
+}
+
+// ----- pin exchange -----
+
+#[derive(Serialize, ToSchema)]
+pub struct PinEndResponse {
+    /// The page where the user signs in and is shown the pin.
+    pub authorization_uri: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct PinAuthResponse {
+    /// The delegation token (for `Authorization: Basic base64(email:token)`).
+    pub token: String,
+    /// Seconds until the token expires.
+    pub expires_in: u64,
+    /// The user's e-mail address.
+    pub id: String,
+}
+
+// ----- request bodies -----
+
+/// `{}`: create a folder at this path.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewFolder {}
+
+/// Upload step 1: create files (or get existing ones) in this folder.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateFile {
+    #[schema(min_items = 1)]
+    pub create_file: Vec<NameEntry>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct NameEntry {
+    /// A file name: not empty, not `.`/`..`, no `/` or NUL, at most 255 bytes.
+    #[schema(example = "report.pdf")]
+    pub name: String,
+}
+
+/// `PUT` on a node path: `{}` creates a folder there; `create_file` is upload step 1.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum PutNodeBody {
+    NewFolder(NewFolder),
+    CreateFile(CreateFile),
+}
+
+/// `POST` on a node path: exactly one key, `copy` or `move`.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum TransferBody {
+    Copy(CopyBody),
+    Move(MoveBody),
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CopyBody {
+    pub copy: Transfer,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MoveBody {
+    #[serde(rename = "move")]
+    pub move_: Transfer,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Transfer {
+    /// The decoded destination path with its name, beginning with `/nodes/pth`.
+    #[schema(example = "/nodes/pth/Acme/My First Vault/copy.txt")]
+    pub dst_uri: String,
+    /// `fail` or `replace`, in any letter case.
+    #[schema(example = "fail")]
+    pub replace: String,
+}
+
+/// Upload step 2.
+#[derive(Serialize, ToSchema)]
+pub struct VersionRequest {
+    /// Exact size in bytes of what step 3 sends.
+    #[schema(minimum = 0)]
+    pub length: u64,
+    /// md5 of what step 3 sends, hex; when given, step 3 checks it.
+    pub md5_checksum: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct PinEndRequest {
+    #[schema(example = "vaultfs")]
+    pub client_id: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct PinAuthRequest {
+    #[schema(example = "alice@example.com")]
+    pub user_email: String,
+    pub pin_info: PinInfo,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct PinInfo {
+    #[schema(example = "vaultfs")]
+    pub client_id: String,
+    /// The 8-digit pin shown on the authorization page (a string of digits is accepted too).
+    #[schema(value_type = u64, example = 12345678)]
+    pub pin: u64,
+}
+
+/// The sign-in form of the authorization page.
+#[derive(Serialize, ToSchema)]
+pub struct SignInForm {
+    pub client_id: String,
+    pub email: String,
+    pub password: String,
+}
