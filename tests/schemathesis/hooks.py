@@ -1,0 +1,40 @@
+"""Schemathesis hooks of tests/schema.rs: our own check on top of the built-in ones."""
+
+import json
+
+import schemathesis
+
+# The authorization page is HTML for people: it answers a bad form with the form again (400, 401,
+# 429) as a page, as DESIGN.md §2 decides. Everything else fails in the JSON envelope.
+HTML_PAGES = {"/pin/authorize"}
+
+
+@schemathesis.check
+def error_envelope(ctx, response, case):
+    """Every answer outside 2xx is the error envelope: JSON, `error.success` false, an
+    `error_code`, an `error_text`, an `instance_guid`, `status_code` equal to the HTTP status,
+    and no `message`."""
+    status = response.status_code
+    if 200 <= status < 300:
+        return
+    ctype = (response.headers.get("content-type") or [""])[0]
+    if case.operation.path in HTML_PAGES and ctype.startswith("text/html"):
+        return
+    if not ctype.startswith("application/json"):
+        raise AssertionError(f"{status} answered with Content-Type {ctype!r}, not the JSON envelope")
+    try:
+        body = json.loads(response.content)
+    except ValueError as e:
+        raise AssertionError(f"{status} answered with a body that is not JSON: {e}") from None
+    err = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(err, dict):
+        raise AssertionError(f"{status} answered without an `error` object: {body!r}")
+    if err.get("success") is not False:
+        raise AssertionError(f"{status} answered with error.success = {err.get('success')!r}")
+    for field in ("error_code", "error_text", "instance_guid"):
+        if not isinstance(err.get(field), str) or not err[field]:
+            raise AssertionError(f"{status} answered without `error.{field}`: {body!r}")
+    if err.get("status_code") != status:
+        raise AssertionError(f"{status} answered with error.status_code = {err.get('status_code')!r}")
+    if "message" in body:
+        raise AssertionError(f"{status} answered with a `message`: {body!r}")
