@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use super::auth::Caller;
 use super::openapi::{ErrorEnvelope, PreviewEnvelope};
 use super::reply::{ApiResult, ok};
-use crate::api::{Error, PageSize, RangeRequest};
+use crate::api::{Error, ErrorKind, PageSize, RangeRequest};
 use crate::backend::{Backend, Download};
 
 /// A Content-Type from the file name; the bytes are served as they are whatever it says.
@@ -105,8 +105,13 @@ pub async fn download(caller: Caller, Path(id): Path<String>, headers: HeaderMap
     let range = headers
         .get(header::RANGE)
         .map(|v| {
-            v.to_str()
-                .map_err(|_| Error::bad_request("bad_range", "unreadable Range header"))
+            v.to_str().map_err(|_| {
+                Error::new(
+                    ErrorKind::RangeNotSatisfiable,
+                    "bad_range",
+                    "unreadable Range header",
+                )
+            })
         })
         .transpose()?
         .map(RangeRequest::parse)
