@@ -155,11 +155,11 @@ pub fn format_time(t: SystemTime) -> String {
 
 pub fn parse_time(s: &str) -> Option<SystemTime> {
     let dt = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()?;
-    let nanos = dt.unix_timestamp_nanos();
-    if nanos < 0 {
-        return Some(UNIX_EPOCH);
-    }
-    Some(UNIX_EPOCH + Duration::from_nanos(nanos as u64))
+    // Whole seconds and nanoseconds apart: nanoseconds since 1970 overflow a u64 after 2554.
+    let secs = u64::try_from(dt.unix_timestamp()).ok();
+    Some(secs.map_or(UNIX_EPOCH, |secs| {
+        UNIX_EPOCH + Duration::new(secs, dt.nanosecond())
+    }))
 }
 
 // ----- request bodies -----

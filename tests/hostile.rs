@@ -1,0 +1,522 @@
+//! Hostile JSON both ways, as property tests over loopback.
+//!
+//! - The client: whatever a server answers (arbitrary JSON of bounded depth, shaped like nodes,
+//!   listings, preview metadata and envelopes, or not JSON at all, with any status), the remote
+//!   backend's decoders return a value or an error, never panic or hang, and what they accept
+//!   is usable (IDs, version IDs and times read without panicking; times read back exactly).
+//! - The server: arbitrary JSON bodies and bytes to every route that reads a JSON body get an
+//!   answer below 500, and every failure is the error envelope; deeply nested JSON is refused
+//!   (400) without a stack overflow, also 100,000 levels deep when the body limit lets it reach
+//!   the parser; a body over the limit is 413 on every JSON route.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, UNIX_EPOCH};
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use common::{Creds, TestServer};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use reqwest::Method;
+use serde_json::{Map, Value, json};
+use vaultfs::api::{
+    Envelope, Node, NodePath, PinAuthResponse, PinEndResponse, PreviewMeta, format_time, parse_time,
+};
+use vaultfs::backend::Backend;
+use vaultfs::backend::remote::{RemoteBackend, RemoteConfig};
+
+const VAULT: &str = "/nodes/pth/Acme/My%20First%20Vault";
+
+/// Field names of the interface's objects: generated objects use them most of the time.
+const KEYS: &[&str] = &[
+    "error",
+    "success",
+    "error_code",
+    "error_text",
+    "status_code",
+    "message",
+    "name",
+    "uri",
+    "id",
+    "nodeType",
+    "createdOn",
+    "modifiedOn",
+    "size",
+    "md5_checksum",
+    "total_children",
+    "children",
+    "link_uri",
+    "preview_link_uri",
+    "download_link_uri",
+    "download_uri",
+    "fileExProperties",
+    "upload_uri",
+    "version_id",
+    "status",
+    "pdf_uri",
+    "pages",
+    "page_number",
+    "page_uri",
+    "width",
+    "height",
+    "token",
+    "expires_in",
+    "authorization_uri",
+    "create_file",
+    "length",
+    "copy",
+    "move",
+    "dst_uri",
+    "replace",
+    "client_id",
+    "user_email",
+    "pin_info",
+    "pin",
+];
+
+/// Strings a hostile peer would pick: edge times, links with and without `&id=`, paths.
+fn string() -> impl Strategy<Value = String> {
+    prop_oneof![
+        prop::sample::select(vec![
+            "",
+            "FileNodeType",
+            "FolderNodeType",
+            "VaultNodeType",
+            "AccountNodeType",
+            "Ready",
+            "InProgress",
+            "TypeNotSupported",
+            "0000-01-01T00:00:00Z",
+            "1969-12-31T23:59:59.999999999Z",
+            "9999-12-31T23:59:59.999999999Z",
+            "2026-11-21T10:00:00+14:00",
+            "/files/id/Document/1?view=info&id=",
+            "&id=&id=&id=",
+            "/nodes/upload/1/",
+            "/nodes/upload//",
+            "/nodes/pth/../..",
+            "/nodes/pth/Acme/My First Vault/a.txt",
+            "fail",
+            "REPLACE",
+            "\u{0}",
+        ])
+        .prop_map(String::from),
+        "[0-9]{1,30}",
+        "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,12})?(Z|[+-][0-9]{2}:[0-9]{2})",
+        ".*&id=.{0,12}",
+        any::<String>(),
+    ]
+}
+
+fn key() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => prop::sample::select(KEYS).prop_map(String::from),
+        1 => any::<String>(),
+    ]
+}
+
+/// Arbitrary JSON, at most `depth` levels of arrays and objects.
+fn json_value(depth: u32) -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        any::<u64>().prop_map(|n| json!(n)),
+        any::<f64>()
+            .prop_filter("JSON has no NaN or infinity", |f| f.is_finite())
+            .prop_map(|f| json!(f)),
+        string().prop_map(Value::String),
+    ];
+    leaf.prop_recursive(depth, 96, 8, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::vec((key(), inner), 0..10)
+                .prop_map(|kv| Value::Object(kv.into_iter().collect::<Map<_, _>>())),
+        ]
+    })
+}
+
+/// What a server might send back: mostly envelopes around node-like values, also any JSON,
+/// deeply nested JSON, and bytes that are not JSON.
+fn answer() -> impl Strategy<Value = Vec<u8>> {
+    let envelope = (
+        prop_oneof![3 => Just(json!(true)), 1 => Just(json!(false)), 1 => json_value(1)],
+        json_value(6),
+        json_value(2),
+    )
+        .prop_map(|(success, message, extra)| {
+            serde_json::to_vec(&json!({
+                "error": {"success": success, "error_code": "x", "extra": extra},
+                "message": message,
+            }))
+            .unwrap()
+        });
+    prop_oneof![
+        6 => envelope,
+        2 => json_value(8).prop_map(|v| serde_json::to_vec(&v).unwrap()),
+        1 => (1usize..200_000).prop_map(|n| format!("{}{}", "[".repeat(n), "]".repeat(n)).into_bytes()),
+        1 => (1usize..5_000).prop_map(|n| {
+            let mut s = r#"{"error":{"success":true},"message":"#.to_string();
+            s.push_str(&r#"{"name":"n","children":["#.repeat(n));
+            s.push_str(&"]}".repeat(n));
+            s.push('}');
+            s.into_bytes()
+        }),
+        1 => prop::collection::vec(any::<u8>(), 0..300),
+    ]
+}
+
+type Canned = Arc<Mutex<(u16, Vec<u8>)>>;
+
+/// A server that answers every request with the canned status and body, as JSON.
+async fn fake_server(canned: Canned) -> String {
+    let app = axum::Router::new().fallback(move || {
+        let canned = canned.clone();
+        async move {
+            let (status, body) = canned.lock().unwrap().clone();
+            let mut resp: Response = (StatusCode::from_u16(status).unwrap(), body).into_response();
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            resp
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    base
+}
+
+/// What the client reads from a node must be usable without panicking.
+fn use_node(n: &Node) {
+    let _ = (n.file_id(), n.version_id(), n.is_file());
+    for t in [n.modified_time(), n.created_time()].into_iter().flatten() {
+        assert!(t >= UNIX_EPOCH);
+        let _ = format_time(t);
+    }
+    for c in n.children.iter().flatten() {
+        use_node(c);
+    }
+}
+
+#[test]
+fn client_decoders_never_panic_whatever_the_server_answers() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let canned: Canned = Arc::new(Mutex::new((200, Vec::new())));
+    let base = rt.block_on(fake_server(canned.clone()));
+    let mut config = RemoteConfig::new(&base, "alice@example.com", "token");
+    config.retries = 0;
+    config.total_timeout = Duration::from_secs(10);
+    let remote = RemoteBackend::new(config).unwrap();
+    let folder = NodePath::parse_uri("/nodes/pth/Acme/My First Vault").unwrap();
+    let statuses = prop_oneof![
+        3 => Just(200u16),
+        1 => prop::sample::select(vec![201u16, 400, 401, 403, 404, 409, 413, 429, 500]),
+    ];
+    let accepted = std::sync::atomic::AtomicUsize::new(0);
+    let mut runner = TestRunner::new(Config::with_cases(1000));
+    runner
+        .run(&(answer(), statuses), |(body, status)| {
+            // The decoders the client uses, directly.
+            if let Ok(env) = serde_json::from_slice::<Envelope<Node>>(&body) {
+                if let Ok(Some(n)) = env.into_result(status) {
+                    use_node(&n);
+                }
+            }
+            let _ = serde_json::from_slice::<Envelope<PreviewMeta>>(&body);
+            let _ = serde_json::from_slice::<Envelope<PinAuthResponse>>(&body);
+            let _ = serde_json::from_slice::<Envelope<PinEndResponse>>(&body);
+            // And the remote backend over loopback, from the answer's bytes to its results.
+            *canned.lock().unwrap() = (status, body);
+            rt.block_on(async {
+                let calls = async {
+                    if let Ok(n) = remote.node(&folder).await {
+                        use_node(&n);
+                        accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    if let Ok(n) = remote.list(&folder, 0, 100).await {
+                        use_node(&n);
+                    }
+                    if let Ok(n) = remote.create_file(&folder, "a.txt").await {
+                        use_node(&n);
+                        assert!(n.id.is_some(), "a created file without an ID was accepted");
+                    }
+                    if let Ok(n) = remote.begin_version("1", 3, None).await {
+                        use_node(&n);
+                    }
+                    let _ = remote.preview("1").await;
+                };
+                tokio::time::timeout(Duration::from_secs(30), calls)
+                    .await
+                    .expect("the client hung on an answer");
+            });
+            Ok(())
+        })
+        .unwrap();
+    // The generator is not all garbage: some answers were nodes the client took.
+    let accepted = accepted.into_inner();
+    println!("{accepted} answers decoded as nodes");
+    assert!(accepted > 30, "only {accepted} answers decoded as nodes");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// Any RFC 3339 time of years 0000-9999 reads back as the same instant (times before 1970
+    /// read as the epoch).
+    #[test]
+    fn times_read_back_exactly(secs in -62_167_219_200i64..253_402_300_800, nanos in 0u32..1_000_000_000) {
+        let dt = time::OffsetDateTime::from_unix_timestamp(secs).unwrap()
+            + time::Duration::nanoseconds(nanos as i64);
+        let text = dt.format(&time::format_description::well_known::Rfc3339).unwrap();
+        let t = parse_time(&text).unwrap();
+        if secs < 0 {
+            prop_assert_eq!(t, UNIX_EPOCH);
+        } else {
+            prop_assert_eq!(t, UNIX_EPOCH + Duration::new(secs as u64, nanos));
+            prop_assert_eq!(parse_time(&format_time(t)), Some(t));
+        }
+    }
+}
+
+// ----- the server -----
+
+/// Asserts an answer below 500, in the envelope: `error.success` true for 2xx, else a failure
+/// with the status as `status_code`.
+#[track_caller]
+fn assert_answer(what: &str, status: u16, body: &[u8]) {
+    assert!(
+        status < 500,
+        "{what}: {status} {}",
+        String::from_utf8_lossy(body)
+    );
+    let v: Value = serde_json::from_slice(body).unwrap_or_else(|_| {
+        panic!(
+            "{what}: {status} not JSON: {}",
+            String::from_utf8_lossy(body)
+        )
+    });
+    if (200..300).contains(&status) {
+        assert_eq!(v["error"]["success"], true, "{what}: {v}");
+    } else {
+        assert_eq!(v["error"]["success"], false, "{what}: {v}");
+        assert_eq!(v["error"]["status_code"], status, "{what}: {v}");
+        assert!(v["error"]["error_code"].is_string(), "{what}: {v}");
+        assert!(v.get("message").is_none(), "{what}: {v}");
+    }
+}
+
+async fn send(
+    http: &reqwest::Client,
+    base: &str,
+    creds: &Creds,
+    method: Method,
+    path: &str,
+    body: Vec<u8>,
+) -> (u16, Vec<u8>) {
+    let resp = http
+        .request(method, format!("{base}{path}"))
+        .basic_auth(&creds.email, Some(&creds.token))
+        .header("Content-Type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.bytes().await.unwrap().to_vec())
+}
+
+/// A file in Alice's vault; returns its ID.
+async fn a_file(http: &reqwest::Client, base: &str, creds: &Creds, name: &str) -> String {
+    let body = serde_json::to_vec(&json!({"create_file": [{"name": name}]})).unwrap();
+    let (st, v) = send(http, base, creds, Method::PUT, VAULT, body).await;
+    assert_eq!(st, 200);
+    let v: Value = serde_json::from_slice(&v).unwrap();
+    v["message"]["children"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The routes that read a JSON body, for a file `id` named `a.txt`.
+fn json_routes(id: &str) -> Vec<(Method, String)> {
+    vec![
+        (Method::PUT, VAULT.to_string()),
+        (Method::PUT, format!("{VAULT}/new%20folder")),
+        (Method::PUT, "/nodes/pth".to_string()),
+        (Method::POST, format!("{VAULT}/a.txt")),
+        (Method::PUT, format!("/nodes/upload/{id}")),
+        (Method::POST, "/pin/end".to_string()),
+        (Method::POST, "/pin/auth".to_string()),
+    ]
+}
+
+/// Request bodies: arbitrary JSON (mostly objects with the interface's keys), or bytes.
+fn request_body() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        6 => json_value(6).prop_map(|v| serde_json::to_vec(&v).unwrap()),
+        1 => prop::collection::vec(any::<u8>(), 0..200),
+        1 => any::<String>().prop_map(String::into_bytes),
+    ]
+}
+
+#[test]
+fn server_answers_arbitrary_bodies_below_500_in_the_envelope() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (s, creds, id) = rt.block_on(async {
+        let s = TestServer::start().await;
+        let creds = s.user("alice@example.com", "Acme").await;
+        let id = a_file(&reqwest::Client::new(), &s.base, &creds, "a.txt").await;
+        (s, creds, id)
+    });
+    let http = reqwest::Client::new();
+    let routes = json_routes(&id);
+    let mut runner = TestRunner::new(Config::with_cases(300));
+    runner
+        .run(&(request_body(), 0..routes.len()), |(body, route)| {
+            let (method, path) = routes[route].clone();
+            let (status, answer) =
+                rt.block_on(send(&http, &s.base, &creds, method.clone(), &path, body));
+            assert_answer(&format!("{method} {path}"), status, &answer);
+            Ok(())
+        })
+        .unwrap();
+    assert!(s.store.check_integrity().unwrap().is_empty());
+}
+
+/// Nesting that would overflow a recursive parser's stack: refused with 400 `bad_json`, and the
+/// server goes on serving. 100,000 levels are 200 KB, over the default 64 KiB limit (413): a
+/// server with a 1 MiB limit lets them reach the parser.
+#[tokio::test(flavor = "multi_thread")]
+async fn deeply_nested_json_is_refused_without_a_stack_overflow() {
+    let options = vaultfs::server::ServerOptions {
+        max_json_body: 1 << 20,
+        ..Default::default()
+    };
+    for (s, depths) in [
+        (TestServer::start().await, &[129usize, 1_000, 10_000][..]),
+        (
+            TestServer::start_with(Default::default(), options).await,
+            &[30_000usize, 100_000][..],
+        ),
+    ] {
+        let creds = s.user("alice@example.com", "Acme").await;
+        let http = reqwest::Client::new();
+        let id = a_file(&http, &s.base, &creds, "a.txt").await;
+        for &depth in depths {
+            let bodies = [
+                format!("{}{}", "[".repeat(depth), "]".repeat(depth)),
+                format!("{}1{}", "{\"a\":".repeat(depth), "}".repeat(depth)),
+                format!(
+                    "{{\"create_file\": {}{}}}",
+                    "[".repeat(depth),
+                    "]".repeat(depth)
+                ),
+            ];
+            for body in bodies {
+                for (method, path) in json_routes(&id) {
+                    let (status, answer) = send(
+                        &http,
+                        &s.base,
+                        &creds,
+                        method.clone(),
+                        &path,
+                        body.clone().into_bytes(),
+                    )
+                    .await;
+                    let what = format!("{method} {path} with {depth} levels");
+                    assert_answer(&what, status, &answer);
+                    assert_eq!(status, 400, "{what}");
+                    // Nesting under a key the route ignores may be skipped whole (then a
+                    // required field is missing); a top-level array that deep is bad JSON.
+                    let v: Value = serde_json::from_slice(&answer).unwrap();
+                    let code = v["error"]["error_code"].as_str().unwrap();
+                    if body.starts_with('[') {
+                        assert_eq!(code, "bad_json", "{what}");
+                    } else {
+                        assert!(
+                            ["bad_json", "missing_parameter", "bad_request"].contains(&code),
+                            "{what}: {code}"
+                        );
+                    }
+                }
+            }
+        }
+        // Still serving.
+        let (status, _) = send(&http, &s.base, &creds, Method::GET, VAULT, vec![]).await;
+        assert_eq!(status, 200);
+    }
+}
+
+/// A JSON body over the limit is 413 `body_too_large` on every route that reads one, also when
+/// it is sent without a Content-Length (chunked), and the server goes on serving.
+#[tokio::test(flavor = "multi_thread")]
+async fn json_bodies_over_the_limit_are_413() {
+    let s = TestServer::start().await;
+    let creds = s.user("alice@example.com", "Acme").await;
+    let http = reqwest::Client::new();
+    let id = a_file(&http, &s.base, &creds, "a.txt").await;
+    let limit = vaultfs::server::ServerOptions::default().max_json_body;
+    let big = format!("{{\"client_id\": \"{}\"}}", "x".repeat(limit));
+    for (method, path) in json_routes(&id) {
+        let (status, answer) = send(
+            &http,
+            &s.base,
+            &creds,
+            method.clone(),
+            &path,
+            big.clone().into_bytes(),
+        )
+        .await;
+        let what = format!("{method} {path}");
+        assert_answer(&what, status, &answer);
+        assert_eq!(status, 413, "{what}");
+        let chunks: Vec<Result<Vec<u8>, std::io::Error>> = big
+            .as_bytes()
+            .chunks(4096)
+            .map(|c| Ok(c.to_vec()))
+            .collect();
+        let resp = http
+            .request(method.clone(), format!("{}{path}", s.base))
+            .basic_auth(&creds.email, Some(&creds.token))
+            .header("Content-Type", "application/json")
+            .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+                chunks,
+            )))
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let answer = resp.bytes().await.unwrap();
+        assert_answer(&format!("{what} (chunked)"), status, &answer);
+        assert_eq!(status, 413, "{what} (chunked)");
+    }
+    let (status, _) = send(&http, &s.base, &creds, Method::GET, VAULT, vec![]).await;
+    assert_eq!(status, 200);
+}
+
+/// A `Range` header that is not text is a bad range like any other: 416, in the envelope.
+#[tokio::test(flavor = "multi_thread")]
+async fn unreadable_range_header_is_416() {
+    let s = TestServer::start().await;
+    let creds = s.user("alice@example.com", "Acme").await;
+    let http = reqwest::Client::new();
+    let id = a_file(&http, &s.base, &creds, "a.txt").await;
+    let resp = http
+        .get(format!("{}/files/id/Document/{id}", s.base))
+        .basic_auth(&creds.email, Some(&creds.token))
+        .header(
+            "Range",
+            HeaderValue::from_bytes(b"bytes=\xff-\xfe").unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let answer = resp.bytes().await.unwrap();
+    assert_answer("GET with a non-ASCII Range", status, &answer);
+    assert_eq!(status, 416);
+}
