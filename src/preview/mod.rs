@@ -40,6 +40,9 @@ mod scale;
 mod sniff;
 mod text;
 
+#[cfg(test)]
+mod tests;
+
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Instant;
 
