@@ -16,15 +16,17 @@
 //! - **Image** (PNG, JPEG, GIF, WebP, BMP, TIFF): one page of the image's own pixel size (shrunk
 //!   to fit [`Limits::max_page_side`]), EXIF orientation applied, first frame of animations and
 //!   multi-page TIFFs, transparency composited onto white. The PDF is one page of
-//!   width/2 x height/2 points holding that picture, so its 2 px/pt rendering is the page image.
+//!   width/2 x height/2 points holding that picture (JPEG sources as JPEG, others lossless), so
+//!   its 2 px/pt rendering is the page image.
 //! - **Text** (UTF-8, UTF-16 with a byte order mark, else Windows-1252/Latin-1 when the bytes
 //!   look like text): laid out on US Letter pages (612x792 pt) in DejaVu Sans Mono 9 pt,
-//!   95 columns x 62 lines, long lines wrapped (at a space when there is one in the second half of
-//!   the line, else hard), tabs expanded to 8 columns, form feeds start a new page, ANSI colour
-//!   escapes dropped, "N / M" centred in the footer. The PDF is written with krilla with real,
-//!   selectable text (embedded font subset with a ToUnicode map); the page images are rendered
-//!   from that PDF so both agree. DejaVu has no CJK glyphs: those characters show as empty
-//!   boxes (.notdef) but still copy out of the PDF correctly.
+//!   95 columns x 62 lines, long lines wrapped (at a space when there is one in the second half
+//!   of the line, else hard), tabs expanded to 8 columns, form feeds start a new page, ANSI
+//!   colour escapes dropped, "N / M" centred in the footer; only blank lines give one blank
+//!   page. The PDF is written with krilla with real, selectable text (embedded font subset with
+//!   a ToUnicode map); the page images are rendered from that PDF so both agree. DejaVu has no
+//!   CJK glyphs: those characters show as empty boxes (.notdef) but still copy out of the PDF
+//!   correctly (krilla puts them in /ActualText).
 //! - **Everything else**, and an **empty file**, has no preview ([`Kind::Unsupported`]); an empty
 //!   file has nothing worth a page.
 //!
@@ -55,7 +57,8 @@ pub const PX_PER_PT: f32 = 2.0;
 
 /// Bounds of one rendering job.
 ///
-/// - `max_pages` (default 500): pages beyond are dropped and [`Rendered::truncated`] is set.
+/// - `max_pages` (default 500): pages beyond are dropped and [`Rendered::truncated`] is set
+///   (0 counts as 1).
 /// - `max_image_pixels` (default 64 Mpx): the largest image decoded, also the decoders'
 ///   allocation limit (`image::Limits::max_alloc`), against decompression bombs.
 /// - `max_page_side` (default 4096 px): a page larger than this at 2 px/pt (or an image larger

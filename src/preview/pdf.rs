@@ -5,7 +5,7 @@ use std::sync::Arc;
 use hayro::hayro_interpret::InterpreterSettings;
 use hayro::hayro_interpret::util::TransformExt;
 use hayro::hayro_syntax::page::Page as PdfPage;
-use hayro::hayro_syntax::{LoadPdfError, Pdf};
+use hayro::hayro_syntax::{DecryptionError, LoadPdfError, Pdf};
 use hayro::kurbo::Affine;
 use hayro::vello_cpu::color::palette::css::WHITE;
 use hayro::vello_cpu::peniko::ImageAlphaType;
@@ -37,9 +37,17 @@ pub(super) fn rasterize(
     limits: &Limits,
     out: &mut dyn FnMut(Page) -> Result<(), String>,
 ) -> Result<(usize, bool), Unsupported> {
-    let pdf = Pdf::new(data).map_err(|e| match e {
-        LoadPdfError::Decryption(d) => Unsupported(format!("encrypted PDF: {d:?}")),
-        LoadPdfError::Invalid => Unsupported::new("PDF could not be read (damaged or truncated)"),
+    let pdf = Pdf::new(data).map_err(|e| {
+        Unsupported::new(match e {
+            LoadPdfError::Decryption(DecryptionError::PasswordProtected) => {
+                "encrypted PDF: needs a password to open"
+            }
+            LoadPdfError::Decryption(DecryptionError::UnsupportedAlgorithm) => {
+                "encrypted PDF: unsupported encryption"
+            }
+            LoadPdfError::Decryption(_) => "encrypted PDF: damaged encryption data",
+            LoadPdfError::Invalid => "PDF could not be read (damaged or truncated)",
+        })
     })?;
     let all = pdf.pages();
     if all.is_empty() {
@@ -50,14 +58,16 @@ pub(super) fn rasterize(
     let settings = InterpreterSettings::default();
     let mut ctx = RenderContext::new(1, 1);
     let mut resources = Resources::default();
+    // At least one page: a preview without pages would be no preview.
+    let max_pages = limits.max_pages.max(1);
     let mut rendered = 0;
-    for page in all.iter().take(limits.max_pages) {
+    for page in all.iter().take(max_pages) {
         limits.check_deadline()?;
         let png = render_page(page, &cache, &settings, limits, &mut ctx, &mut resources)?;
         emit(out, png)?;
         rendered += 1;
     }
-    Ok((rendered, all.len() > limits.max_pages))
+    Ok((rendered, all.len() > max_pages))
 }
 
 /// One page at 2 px/pt (less if that exceeds `max_page_side`), on white, as an RGB PNG.
@@ -108,7 +118,7 @@ fn render_page<'a>(
             .map(|rgba| DynamicImage::ImageRgba8(rgba).into_rgb8()),
     }
     .ok_or_else(|| Unsupported::new("renderer returned a wrong buffer"))?;
-    let png = encode_page(rgb).map_err(Unsupported)?;
+    let (png, _) = encode_page(rgb).map_err(Unsupported)?;
     Ok(Page { width, height, png })
 }
 

@@ -44,9 +44,9 @@ pub(super) fn render_image(
         RgbImage::from_raw(width, height, pixels)
             .ok_or_else(|| Unsupported::new("resize produced a wrong buffer"))?
     };
+    let (png, picture) = encode_page(picture).map_err(Unsupported)?;
     // The PDF is made before the page goes out so a failure leaves no page behind.
-    let pdf = make_pdf(&picture, format)?;
-    let png = encode_page(picture).map_err(Unsupported)?;
+    let pdf = make_pdf(picture, format)?;
     emit(out, Page { width, height, png })?;
     Ok(Rendered {
         pdf: DocumentPdf::Made(pdf),
@@ -135,16 +135,16 @@ impl CustomImage for Rgb8 {
 
 /// One page of width/2 x height/2 points filled by the picture, so the PDF at 2 px/pt shows it
 /// pixel for pixel. Photos (JPEG sources) go in as JPEG, everything else losslessly.
-fn make_pdf(picture: &RgbImage, format: ImageFormat) -> Result<Vec<u8>, Unsupported> {
+fn make_pdf(picture: RgbImage, format: ImageFormat) -> Result<Vec<u8>, Unsupported> {
     let (width, height) = picture.dimensions();
     let pdf_image = if format == ImageFormat::Jpeg {
         let mut jpeg = Vec::new();
         JpegEncoder::new_with_quality(&mut jpeg, 90)
-            .encode_image(picture)
+            .encode_image(&picture)
             .map_err(|e| Unsupported(format!("JPEG encoding failed: {e}")))?;
         PdfImage::from_jpeg(jpeg.into(), true)
     } else {
-        let pixels = std::sync::Arc::new(picture.as_raw().clone());
+        let pixels = std::sync::Arc::new(picture.into_raw());
         PdfImage::from_custom(
             Rgb8 {
                 pixels,

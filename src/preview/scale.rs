@@ -91,21 +91,32 @@ pub(super) fn resize(
 }
 
 /// A page PNG: 8-bit grey when every pixel is grey (text pages: 7x smaller, 69 KB against
-/// 463 KB for a full Letter page of text, and faster to encode), else 8-bit RGB.
-pub(super) fn encode_page(rgb: RgbImage) -> Result<Vec<u8>, String> {
+/// 463 KB for a full Letter page of text, and faster to encode), else 8-bit RGB. The pixels
+/// are given back for further use.
+pub(super) fn encode_page(rgb: RgbImage) -> Result<(Vec<u8>, RgbImage), String> {
     let (width, height) = rgb.dimensions();
+    // A sample first, so colour pages (photos) skip the full check and its buffers.
+    let maybe_grey = rgb
+        .as_raw()
+        .chunks_exact(3)
+        .step_by(97)
+        .all(|p| p[0] == p[1] && p[1] == p[2]);
     let rgb = DynamicImage::ImageRgb8(rgb);
-    // Grey iff grey -> RGB gives the pixels back (exact: the luma weights sum to 1). Done with
-    // the image crate's whole-image conversions and a memcmp, as a per-pixel loop in this crate
-    // takes ~90 ms a page in debug builds.
-    let grey = DynamicImage::ImageLuma8(rgb.to_luma8()).to_rgb8();
-    if grey.as_raw() == rgb.as_bytes() {
-        drop(rgb);
-        let luma = DynamicImage::ImageRgb8(grey).into_luma8();
-        encode_png(luma.as_raw(), width, height, ColorType::L8)
-    } else {
-        encode_png(rgb.as_bytes(), width, height, ColorType::Rgb8)
+    let mut png = None;
+    if maybe_grey {
+        // Grey iff grey -> RGB gives the pixels back (exact: the luma weights sum to 1). Done
+        // with the image crate's whole-image conversions and a memcmp: a per-pixel loop in this
+        // crate takes ~90 ms a page in debug builds.
+        let luma = DynamicImage::ImageLuma8(rgb.to_luma8());
+        if luma.to_rgb8().as_raw() == rgb.as_bytes() {
+            png = Some(encode_png(luma.as_bytes(), width, height, ColorType::L8)?);
+        }
     }
+    let png = match png {
+        Some(png) => png,
+        None => encode_png(rgb.as_bytes(), width, height, ColorType::Rgb8)?,
+    };
+    Ok((png, rgb.into_rgb8()))
 }
 
 /// PNG of 8-bit pixels. Deflate level 3 with adaptive filters: measured on a Letter text page,

@@ -308,7 +308,7 @@ fn ghostscript_pdf_renders() {
 fn encrypted_pdf_with_user_password_is_unsupported() {
     assert_eq!(sniff("e.pdf", ENCRYPTED_PDF), Kind::Pdf);
     let err = render_all(Kind::Pdf, ENCRYPTED_PDF, &Limits::default()).unwrap_err();
-    assert!(err.0.contains("encrypted"), "{err}");
+    assert_eq!(err.0, "encrypted PDF: needs a password to open");
 }
 
 #[test]
@@ -339,6 +339,29 @@ fn pdf_pages_beyond_max_pages_are_dropped() {
         (rendered.pages, rendered.truncated, pages.len()),
         (2, true, 2)
     );
+    let zero = Limits {
+        max_pages: 0,
+        ..Limits::default()
+    };
+    let (rendered, _) = render_all(Kind::Pdf, &pdf, &zero).unwrap();
+    assert_eq!(
+        (rendered.pages, rendered.truncated),
+        (1, true),
+        "0 counts as 1"
+    );
+    let (rendered, _) = render_all(Kind::Text, b"text", &zero).unwrap();
+    assert_eq!(rendered.pages, 1);
+}
+
+#[test]
+fn pdf_after_leading_junk_renders() {
+    // Readers accept a header within the first KiB (mail or HTTP leftovers before it).
+    let mut pdf = b"Content-Type: application/pdf\r\n\r\n".to_vec();
+    pdf.extend(krilla_pdf(2, 612.0, 792.0));
+    assert_eq!(sniff("mail.bin", &pdf), Kind::Pdf);
+    let (rendered, pages) = render_all(Kind::Pdf, &pdf, &Limits::default()).unwrap();
+    assert_eq!(rendered.pages, 2);
+    assert!(ink(&decode(&pages[1]), 144, 200, 500, 300) > 1000);
 }
 
 #[test]
