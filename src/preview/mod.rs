@@ -170,7 +170,8 @@ pub fn render(
     if data.is_empty() {
         return Err(Unsupported::new("empty file"));
     }
-    // An error from `out` must come back as itself, not as "renderer panicked".
+    // Unwind safety: after a panic nothing of the job is used again, only its message. (A
+    // panic in `out` itself is caught too and reported the same way.)
     let job = AssertUnwindSafe(|| match kind {
         Kind::Pdf => pdf::render_pdf(data, limits, out),
         Kind::Image => picture::render_image(data, limits, out),
