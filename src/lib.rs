@@ -8,5 +8,6 @@ pub mod api;
 pub mod backend;
 pub mod cli;
 pub mod fs;
+pub mod preview;
 pub mod server;
 pub mod store;
