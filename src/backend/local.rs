@@ -12,9 +12,9 @@ use tokio::sync::mpsc;
 
 use super::{Backend, ByteStream, Download, PreviewImage, reader_stream};
 use crate::api::{
-    Error, ErrorKind, Node, NodePath, PageSize, PreviewMeta, PreviewStatus, RangeRequest, Result,
+    Error, Node, NodePath, PageSize, PreviewMeta, PreviewPage, PreviewStatus, RangeRequest, Result,
 };
-use crate::store::{Scope, Store, TransferMode, length_mismatch};
+use crate::store::{PreviewState, Scope, Store, TransferMode, length_mismatch};
 
 /// Chunks in flight between the network and the disk during an upload.
 const UPLOAD_QUEUE: usize = 16;
@@ -204,38 +204,67 @@ impl Backend for LocalBackend {
         self.run(move |s, scope| s.delete(scope, &path)).await
     }
 
-    // Preview generation is its own piece of work; until it exists every file answers
-    // TypeNotSupported, honestly, after the usual ID and account checks.
     async fn preview(&self, file_id: &str) -> Result<PreviewMeta> {
         let id = file_id.to_string();
-        self.run(move |s, scope| s.file(scope, &id)).await?;
-        Ok(PreviewMeta {
-            status: PreviewStatus::TypeNotSupported,
-            pdf_uri: None,
-            pages: Vec::new(),
+        let state = self.run(move |s, scope| s.preview(scope, &id)).await?;
+        Ok(preview_meta(file_id, state))
+    }
+
+    async fn preview_page(&self, file_id: &str, page: u32, size: PageSize) -> Result<PreviewImage> {
+        let id = file_id.to_string();
+        let data = self
+            .run(move |s, scope| s.preview_page(scope, &id, page, &size))
+            .await?;
+        Ok(PreviewImage {
+            content_type: "image/png".into(),
+            data,
         })
     }
 
-    async fn preview_page(
-        &self,
-        file_id: &str,
-        _page: u32,
-        _size: PageSize,
-    ) -> Result<PreviewImage> {
-        self.preview(file_id).await?;
-        Err(no_preview())
-    }
-
     async fn preview_pdf(&self, file_id: &str) -> Result<Download> {
-        self.preview(file_id).await?;
-        Err(no_preview())
+        let id = file_id.to_string();
+        self.run(move |s, scope| {
+            let (file, len) = s.preview_pdf(scope, &id)?;
+            let mut node = s.file(scope, &id)?;
+            // The headers describe the PDF, not the file it shows.
+            node.size = Some(len);
+            node.md5_checksum = None;
+            Ok(Download {
+                node,
+                total_size: len,
+                range: None,
+                body: reader_stream(file.take(len)),
+            })
+        })
+        .await
     }
 }
 
-fn no_preview() -> Error {
-    Error::new(
-        ErrorKind::NotFound,
-        "preview_not_supported",
-        "this file type has no preview",
-    )
+/// The metadata envelope's message (spec §2) for a preview state.
+fn preview_meta(file_id: &str, state: PreviewState) -> PreviewMeta {
+    let base = format!(
+        "/preview/id/Document/{}",
+        crate::api::path::encode_segment(file_id)
+    );
+    match state {
+        PreviewState::Ready { pages } => PreviewMeta {
+            status: PreviewStatus::Ready,
+            pdf_uri: Some(format!("{base}/pdf")),
+            pages: pages
+                .into_iter()
+                .enumerate()
+                .map(|(i, (width, height))| PreviewPage {
+                    page_number: i as u32 + 1,
+                    page_uri: format!("{base}/{}", i + 1),
+                    width,
+                    height,
+                })
+                .collect(),
+        },
+        PreviewState::InProgress => PreviewMeta {
+            status: PreviewStatus::InProgress,
+            ..PreviewMeta::default()
+        },
+        PreviewState::NotSupported => PreviewMeta::default(),
+    }
 }

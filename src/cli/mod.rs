@@ -118,6 +118,9 @@ struct ServeArgs {
     /// [default: http://<Host header of the request>]
     #[arg(long, value_name = "URL")]
     public_url: Option<String>,
+    /// Threads rendering previews in the background (low priority) [default: half the cores]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    preview_workers: Option<u16>,
 }
 
 /// Entry point of the binary.
@@ -214,6 +217,10 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         Store::open(&dir, config)
             .map_err(|e| format!("cannot open the store in {}: {e}", dir.display()))?,
     );
+    let workers = args
+        .preview_workers
+        .map_or_else(crate::store::default_preview_workers, usize::from);
+    store.start_previews(workers)?;
     let options = ServerOptions {
         max_json_body: args.max_json_body,
         public_url: args.public_url,

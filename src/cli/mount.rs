@@ -227,6 +227,7 @@ fn mount_checked(
             let data_dir = args.data.path();
             let store = Store::open_local(&data_dir)
                 .map_err(|e| format!("cannot open the store in {}: {e}", data_dir.display()))?;
+            store.start_previews(crate::store::default_preview_workers())?;
             let identity = std::fs::canonicalize(&data_dir).unwrap_or(data_dir.clone());
             let key = backend_key("local", &identity.to_string_lossy());
             let info = Info {

@@ -10,6 +10,7 @@
 pub mod auth;
 pub mod blobs;
 mod nodes;
+mod previews;
 mod schema;
 
 use std::fs;
@@ -24,6 +25,7 @@ use crate::api::{Error, Result};
 use blobs::BlobDir;
 
 pub use nodes::{Kind, NodeRow, PendingUpload, TransferMode, VersionInfo, length_mismatch};
+pub use previews::{MAX_INPUT as MAX_PREVIEW_INPUT, PreviewState, default_preview_workers};
 
 /// The vault every new account starts with.
 pub const FIRST_VAULT: &str = "My First Vault";
@@ -60,6 +62,7 @@ pub struct Store {
     dir: PathBuf,
     conn: Mutex<Connection>,
     blobs: BlobDir,
+    previews: previews::Previews,
     config: StoreConfig,
     /// A shared lock on `lock` for as long as the store is open.
     _lock: fs::File,
@@ -100,6 +103,7 @@ impl Store {
         // Other users of the machine have no business reading the store.
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
         let blobs = BlobDir::open(dir)?;
+        let previews = previews::Previews::new(dir)?;
         let lock = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -114,6 +118,7 @@ impl Store {
             dir: dir.to_path_buf(),
             conn: Mutex::new(conn),
             blobs,
+            previews,
             config,
             _lock: lock,
         };
@@ -155,12 +160,13 @@ impl Store {
         if stale > 0 {
             log::info!("removed {stale} staging file(s) of interrupted uploads");
         }
+        self.previews.clear_tmp()?;
         let mut orphans = 0;
         {
             let mut known = conn.prepare("SELECT 1 FROM blobs WHERE hash = ?1")?;
             for hash in self.blobs.list()? {
                 if !known.exists([&hash])? {
-                    self.blobs.remove(&hash);
+                    self.forget_blob(&hash);
                     orphans += 1;
                 }
             }
@@ -216,6 +222,12 @@ impl Store {
             problems.push(format!("{unused} blob(s) recorded but used by no version"));
         }
         Ok(problems)
+    }
+
+    /// Removes the bytes of a blob no version uses any more, and its preview.
+    fn forget_blob(&self, hash: &str) {
+        self.blobs.remove(hash);
+        self.previews.remove_files(hash);
     }
 
     /// Number of blob files on disk (tests use it to see that deletes free bytes).

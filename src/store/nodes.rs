@@ -172,7 +172,7 @@ fn resolve(conn: &Connection, scope: Scope, path: &NodePath) -> Result<NodeRow> 
 }
 
 /// Resolves a file ID (opaque to clients; decimal digits here) with the account check.
-fn file_by_id(conn: &Connection, scope: Scope, id: &str) -> Result<NodeRow> {
+pub(super) fn file_by_id(conn: &Connection, scope: Scope, id: &str) -> Result<NodeRow> {
     let not_found = || Error::not_found(format!("no file with ID {id}"));
     let n: i64 = id.parse().map_err(|_| not_found())?;
     let row = get_row(conn, n)?
@@ -551,9 +551,15 @@ impl Store {
                 params![file.id, vid, now],
             )?;
         }
+        // Its preview is wanted from now on (InProgress until rendered), unless these bytes
+        // have one already.
+        let render = super::previews::want(&tx, &staged.sha256, &file.name)?;
         let row = get_row(&tx, file.id)?.expect("file exists");
         let path = path_of(&tx, file.id)?;
         tx.commit()?;
+        if render {
+            self.previews.enqueue(&staged.sha256, &file.name);
+        }
         Ok(row.to_api(&path))
     }
 
@@ -683,7 +689,7 @@ impl Store {
         let row = get_row(&tx, id)?.expect("node exists");
         tx.commit()?;
         for h in freed {
-            self.blobs.remove(&h);
+            self.forget_blob(&h);
         }
         Ok(row.to_api(dst))
     }
@@ -700,7 +706,7 @@ impl Store {
         touch(&tx, row.parent_id, now_ns())?;
         tx.commit()?;
         for h in freed {
-            self.blobs.remove(&h);
+            self.forget_blob(&h);
         }
         Ok(())
     }

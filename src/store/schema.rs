@@ -4,7 +4,7 @@
 use rusqlite::Connection;
 
 /// Bumped when the schema changes; `migrate` brings older databases forward.
-const VERSION: i64 = 1;
+const VERSION: i64 = 2;
 
 const V1: &str = "
 CREATE TABLE nodes (
@@ -84,9 +84,34 @@ CREATE TABLE auth_failures (
 CREATE INDEX auth_failures_by_user ON auth_failures(user_id, kind, at);
 ";
 
+/// Previews (page images and a PDF) are derived from a blob's bytes, so they are keyed by the blob:
+/// copies and identical versions share them, a new version gets its own. The files live in
+/// `previews/<hash[0..2]>/<hash>/`; deleting the blob's row deletes the preview's (trigger), and
+/// the store removes the files with the blob's.
+const V2: &str = "
+CREATE TABLE previews (
+    blob       TEXT PRIMARY KEY,       -- sha256 of the bytes previewed
+    status     INTEGER NOT NULL,       -- 0 in progress, 1 ready, 2 type not supported
+    pages      TEXT,                   -- ready: JSON [[width, height], ...] in pixels at 100%
+    own_pdf    INTEGER NOT NULL DEFAULT 0, -- 1: document.pdf was made; 0: the blob is the PDF
+    name       TEXT NOT NULL,          -- a name the bytes had (a hint to their type)
+    reason     TEXT,                   -- not supported: why (for the operator)
+    updated_on INTEGER NOT NULL
+);
+CREATE INDEX previews_in_progress ON previews(status) WHERE status = 0;
+CREATE TRIGGER blobs_drop_preview AFTER DELETE ON blobs
+BEGIN
+    DELETE FROM previews WHERE blob = OLD.hash;
+END;
+";
+
 /// Opens the connection's pragmas and brings the schema to the current version.
 pub fn prepare(conn: &mut Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    // Transactions take the write lock when they begin: a deferred one that reads first and
+    // writes later fails at once (SQLITE_BUSY_SNAPSHOT, not retried by the busy timeout) when
+    // another connection wrote in between (the preview threads, a server beside a mount).
+    conn.set_transaction_behavior(rusqlite::TransactionBehavior::Immediate);
     conn.pragma_update(None, "journal_mode", "WAL")?;
     // NORMAL in WAL mode: every transaction is atomic and survives a crash; the few whose
     // durability across a power cut matters (a version becoming current, after which a client
@@ -97,6 +122,12 @@ pub fn prepare(conn: &mut Connection) -> rusqlite::Result<()> {
     if version < 1 {
         let tx = conn.transaction()?;
         tx.execute_batch(V1)?;
+        tx.pragma_update(None, "user_version", 1)?;
+        tx.commit()?;
+    }
+    if version < 2 {
+        let tx = conn.transaction()?;
+        tx.execute_batch(V2)?;
         tx.pragma_update(None, "user_version", VERSION)?;
         tx.commit()?;
     }
