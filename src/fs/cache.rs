@@ -308,6 +308,72 @@ impl ReadCache {
     }
 }
 
+impl ReadCache {
+    /// The complete entry of that key, if cached (the virtual preview files are fetched whole,
+    /// under keys of their own).
+    pub fn complete(&self, id: &str, md5: Option<&str>) -> Option<Arc<Entry>> {
+        self.lock()
+            .lru
+            .get(&key(id, md5))
+            .filter(|e| e.is_complete())
+            .cloned()
+    }
+
+    /// Caches a whole file of `size` bytes from `body`; readers of the same key wait for it.
+    pub async fn fill(
+        &self,
+        id: &str,
+        md5: Option<&str>,
+        size: u64,
+        mut body: crate::backend::ByteStream,
+    ) -> Result<Arc<Entry>> {
+        let e = self.entry(id, md5, size)?;
+        let guard = e.fetching.lock().await;
+        if e.is_complete() {
+            drop(guard);
+            return Ok(e);
+        }
+        let mut off = 0u64;
+        while let Some(bytes) = body.next().await {
+            let bytes = bytes.map_err(|err| {
+                Error::new(
+                    crate::api::ErrorKind::Network,
+                    "download_failed",
+                    err.to_string(),
+                )
+            })?;
+            if off + bytes.len() as u64 > size {
+                return Err(Error::internal("the server sent more bytes than announced"));
+            }
+            e.file.write_all_at(&bytes, off)?;
+            off += bytes.len() as u64;
+        }
+        if off != size {
+            return Err(Error::new(
+                crate::api::ErrorKind::Network,
+                "short_download",
+                "the download ended early",
+            ));
+        }
+        for c in 0..size.div_ceil(CHUNK) {
+            e.mark(c);
+        }
+        drop(guard);
+        Ok(e)
+    }
+}
+
+impl Entry {
+    /// Bytes of a complete entry (no download).
+    pub async fn read_cached(self: &Arc<Self>, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let e = self.clone();
+        tokio::task::spawn_blocking(move || e.pread(offset, len))
+            .await
+            .map_err(|err| Error::internal(format!("cache read task failed: {err}")))?
+            .map_err(Error::from)
+    }
+}
+
 /// Consecutive chunk numbers grouped into (first, last) runs.
 fn runs(chunks: &[u64]) -> Vec<(u64, u64)> {
     let mut out: Vec<(u64, u64)> = Vec::new();

@@ -2,7 +2,7 @@
 //!
 //! - `table`: inodes, attributes, cached listings; `errno`: the one error table;
 //! - `staging`: write staging files and the upload journal; `upload`: the uploader;
-//! - `cache`: the read cache; `ops`: the kernel's requests.
+//! - `cache`: the read cache; `ops`: the kernel's requests; `preview`: the virtual `.preview`.
 //!
 //! Requests that need the backend run as tokio tasks and reply when done, so a slow call never
 //! stalls unrelated operations; writes and reads of staged or cached bytes are answered on the
@@ -11,6 +11,7 @@
 mod cache;
 mod errno;
 mod ops;
+mod preview;
 mod staging;
 pub mod status;
 mod table;
@@ -104,6 +105,8 @@ pub(crate) struct Fs<B: Backend> {
     offline_until: Mutex<Option<std::time::Instant>>,
     /// Uploads in flight and recent errors, for `vaultfs status`.
     tracker: status::Tracker,
+    /// The virtual `.preview` directories.
+    previews: Mutex<preview::Tree>,
 }
 
 impl<B: Backend> Fs<B> {
@@ -160,6 +163,7 @@ pub fn mount<B: Backend>(
         offline_until: Mutex::new(None),
         opts: opts.clone(),
         tracker: status::Tracker::default(),
+        previews: Mutex::default(),
     });
     upload::recover(&fs)?;
 

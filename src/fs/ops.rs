@@ -13,6 +13,7 @@ use fuser::{
 };
 
 use super::errno::{errno, io_errno};
+use super::preview::{DIR_NAME, is_virtual};
 use super::staging::Staged;
 use super::table::{Ino, Kind, ROOT};
 use super::{Fs, Handle, upload};
@@ -79,6 +80,16 @@ impl<B: Backend> Fs<B> {
         }
     }
 
+    /// The virtual `.preview` tree (and the name `.preview` in any folder) cannot be made,
+    /// changed or removed.
+    fn outside_previews(parent: Ino, name: &str) -> OpResult<()> {
+        if is_virtual(parent) || name == DIR_NAME {
+            Err(Errno::EROFS)
+        } else {
+            Ok(())
+        }
+    }
+
     fn writable(&self) -> OpResult<()> {
         if self.opts.read_only {
             Err(Errno::EROFS)
@@ -88,7 +99,7 @@ impl<B: Backend> Fs<B> {
     }
 
     /// Makes sure the directory's listing is loaded and younger than `dir_ttl`.
-    async fn ensure_listing(self: &Arc<Self>, dir: Ino) -> OpResult<()> {
+    pub(super) async fn ensure_listing(self: &Arc<Self>, dir: Ino) -> OpResult<()> {
         let (path, have) = {
             let t = self.table();
             let i = t.get(dir).ok_or(Errno::ENOENT)?;
@@ -131,7 +142,13 @@ impl<B: Backend> Fs<B> {
         {
             let mut t = self.table();
             let mut names = std::collections::BTreeMap::new();
+            let mut hidden_preview = false;
             for child in &children {
+                // A real `.preview` is hidden by the virtual one and never touched.
+                if child.name == DIR_NAME {
+                    hidden_preview = true;
+                    continue;
+                }
                 let Ok(cpath) = path.child(&child.name) else {
                     continue;
                 };
@@ -171,6 +188,7 @@ impl<B: Backend> Fs<B> {
                     i.update_from(&node);
                 }
                 i.listing = Some((Instant::now(), names));
+                i.hidden_preview = hidden_preview;
             }
             for (_, ino) in &gone {
                 t.detach(*ino);
@@ -193,7 +211,7 @@ impl<B: Backend> Fs<B> {
     }
 
     /// The inode of `name` in `dir`, from a fresh listing.
-    async fn child(self: &Arc<Self>, dir: Ino, name: &str) -> OpResult<Option<Ino>> {
+    pub(super) async fn child(self: &Arc<Self>, dir: Ino, name: &str) -> OpResult<Option<Ino>> {
         self.ensure_listing(dir).await?;
         let t = self.table();
         Ok(t.get(dir)
@@ -320,6 +338,9 @@ impl<B: Backend> Fs<B> {
     }
 
     async fn do_lookup(self: &Arc<Self>, parent: Ino, name: &str) -> OpResult<fuser::FileAttr> {
+        if is_virtual(parent) || name == DIR_NAME {
+            return self.preview_lookup(parent, name).await;
+        }
         let ino = self.child(parent, name).await?.ok_or(Errno::ENOENT)?;
         let mut t = self.table();
         t.get_mut(ino).ok_or(Errno::ENOENT)?.lookups += 1;
@@ -327,6 +348,9 @@ impl<B: Backend> Fs<B> {
     }
 
     async fn do_getattr(self: &Arc<Self>, ino: Ino) -> OpResult<fuser::FileAttr> {
+        if is_virtual(ino) {
+            return self.preview_getattr(ino).await;
+        }
         let stale = {
             let t = self.table();
             let i = t.get(ino).ok_or(Errno::ENOENT)?;
@@ -363,6 +387,7 @@ impl<B: Backend> Fs<B> {
     }
 
     async fn do_mkdir(self: &Arc<Self>, parent: Ino, name: &str) -> OpResult<fuser::FileAttr> {
+        Self::outside_previews(parent, name)?;
         self.writable()?;
         let dir = self.dir_path(parent)?;
         if self.child(parent, name).await?.is_some() {
@@ -391,6 +416,7 @@ impl<B: Backend> Fs<B> {
         name: &str,
         flags: i32,
     ) -> OpResult<(fuser::FileAttr, u64)> {
+        Self::outside_previews(parent, name)?;
         self.writable()?;
         let dir = self.dir_path(parent)?;
         let existing = self.child(parent, name).await?;
@@ -441,6 +467,10 @@ impl<B: Backend> Fs<B> {
 
     async fn do_open(self: &Arc<Self>, ino: Ino, flags: OpenFlags) -> OpResult<(u64, FopenFlags)> {
         let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY);
+        if is_virtual(ino) {
+            let open = self.preview_open(ino, write || flags.0 & libc::O_TRUNC != 0)?;
+            return Ok((self.new_fh(Handle::File { ino, staged: None }), open));
+        }
         let (kind, keep) = {
             let mut t = self.table();
             let i = t.get_mut(ino).ok_or(Errno::ENOENT)?;
@@ -478,6 +508,9 @@ impl<B: Backend> Fs<B> {
     }
 
     async fn do_read(self: &Arc<Self>, ino: Ino, offset: u64, size: u32) -> OpResult<Vec<u8>> {
+        if is_virtual(ino) {
+            return self.preview_read(ino, offset, size).await;
+        }
         let (staged, remote) = {
             let t = self.table();
             let i = t.get(ino).ok_or(Errno::ENOENT)?;
@@ -507,6 +540,9 @@ impl<B: Backend> Fs<B> {
         uid: Option<u32>,
         gid: Option<u32>,
     ) -> OpResult<fuser::FileAttr> {
+        if is_virtual(ino) {
+            return Err(Errno::EROFS);
+        }
         if uid.is_some_and(|u| u != self.uid) || gid.is_some_and(|g| g != self.gid) {
             return Err(Errno::EPERM);
         }
@@ -546,6 +582,7 @@ impl<B: Backend> Fs<B> {
     }
 
     async fn do_unlink(self: &Arc<Self>, parent: Ino, name: &str, dir: bool) -> OpResult<()> {
+        Self::outside_previews(parent, name)?;
         self.writable()?;
         let ino = self.child(parent, name).await?.ok_or(Errno::ENOENT)?;
         let (path, kind, io) = {
@@ -560,11 +597,9 @@ impl<B: Backend> Fs<B> {
         }
         if dir {
             self.refresh_listing(ino, &path).await?;
-            let empty = self
-                .table()
-                .get(ino)
-                .and_then(|i| i.listing.as_ref())
-                .is_none_or(|(_, n)| n.is_empty());
+            let empty = self.table().get(ino).is_none_or(|i| {
+                !i.hidden_preview && i.listing.as_ref().is_none_or(|(_, n)| n.is_empty())
+            });
             if !empty {
                 return Err(Errno::ENOTEMPTY);
             }
@@ -607,6 +642,8 @@ impl<B: Backend> Fs<B> {
         newname: &str,
         flags: RenameFlags,
     ) -> OpResult<()> {
+        Self::outside_previews(parent, name)?;
+        Self::outside_previews(newparent, newname)?;
         self.writable()?;
         if flags.contains(RenameFlags::RENAME_EXCHANGE) {
             return Err(Errno::EINVAL);
@@ -727,6 +764,9 @@ impl<B: Backend> Fs<B> {
         self: &Arc<Self>,
         ino: Ino,
     ) -> OpResult<Vec<(Ino, FileType, String)>> {
+        if is_virtual(ino) {
+            return self.preview_readdir(ino).await;
+        }
         self.ensure_listing(ino).await?;
         let t = self.table();
         let i = t.get(ino).ok_or(Errno::ENOENT)?;
@@ -869,7 +909,7 @@ impl<B: Backend> Filesystem for VaultFs<B> {
     fn mknod(
         &self,
         _req: &Request,
-        _parent: INodeNo,
+        parent: INodeNo,
         _name: &OsStr,
         mode: u32,
         _umask: u32,
@@ -879,7 +919,7 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         // Regular files come through create(); device nodes, FIFOs and sockets have no place in a
         // document store.
         let _ = mode;
-        reply.error(Errno::EPERM);
+        reply.error(Self::refused(parent));
     }
 
     fn mkdir(
@@ -918,23 +958,23 @@ impl<B: Backend> Filesystem for VaultFs<B> {
     fn symlink(
         &self,
         _req: &Request,
-        _parent: INodeNo,
+        parent: INodeNo,
         _link: &OsStr,
         _target: &std::path::Path,
         reply: ReplyEntry,
     ) {
-        reply.error(Errno::EPERM);
+        reply.error(Self::refused(parent));
     }
 
     fn link(
         &self,
         _req: &Request,
         _ino: INodeNo,
-        _newparent: INodeNo,
+        newparent: INodeNo,
         _newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        reply.error(Errno::EPERM);
+        reply.error(Self::refused(newparent));
     }
 
     fn rename(
@@ -1302,6 +1342,16 @@ impl<B: Backend> Filesystem for VaultFs<B> {
 }
 
 impl<B: Backend> VaultFs<B> {
+    /// Links, symlinks and special files: not in a document store (EPERM), and nothing at all
+    /// inside `.preview` (EROFS).
+    fn refused(parent: INodeNo) -> Errno {
+        if is_virtual(parent.0) {
+            Errno::EROFS
+        } else {
+            Errno::EPERM
+        }
+    }
+
     fn remove(&self, parent: INodeNo, name: &OsStr, dir: bool, reply: ReplyEmpty) {
         let name = match name_of(name) {
             Ok(n) => n.to_string(),

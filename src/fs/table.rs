@@ -48,6 +48,8 @@ pub struct Inode {
     pub open_handles: u32,
     /// Directories: the cached listing (names to inodes) and when it was fetched.
     pub listing: Option<(Instant, BTreeMap<String, Ino>)>,
+    /// Directories: the store has a real `.preview` here, hidden by the virtual one.
+    pub hidden_preview: bool,
     /// Files with local changes, written or being uploaded.
     pub staged: Option<Arc<Staged>>,
     /// Serializes uploads and namespace changes of this node.
@@ -77,6 +79,7 @@ impl Inode {
             lookups: 0,
             open_handles: 0,
             listing: None,
+            hidden_preview: false,
             staged: None,
             io: Arc::new(tokio::sync::Mutex::new(())),
             kernel_md5: None,
