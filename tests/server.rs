@@ -1153,11 +1153,20 @@ async fn framework_rejections_come_in_the_envelope() {
         .unwrap();
     let st = resp.status();
     assert_error(&(st, resp.json().await.unwrap()), 400, "bad_json");
-    // Previews say TypeNotSupported until they are generated.
-    let id = api.upload(VAULT, "a.txt", b"text").await;
-    let (st, v) = api.get(&format!("/preview/id/Document/{id}")).await;
-    assert_eq!(st, 200);
-    assert_eq!(v["message"]["status"], "TypeNotSupported");
+    // Bytes of no known type: TypeNotSupported, and no pages or PDF.
+    let junk: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 11) as u8)
+        .collect();
+    let id = api.upload(VAULT, "a.bin", &junk).await;
+    let meta = loop {
+        let (st, v) = api.get(&format!("/preview/id/Document/{id}")).await;
+        assert_eq!(st, 200);
+        if v["message"]["status"] != "InProgress" {
+            break v;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(meta["message"]["status"], "TypeNotSupported");
     assert_error(
         &api.get(&format!("/preview/id/Document/{id}/1")).await,
         404,
@@ -1168,16 +1177,54 @@ async fn framework_rejections_come_in_the_envelope() {
         404,
         "preview_not_supported",
     );
+    // A text file: Ready, PNG pages, the parameters checked, a PDF.
+    let id = api.upload(VAULT, "a.txt", b"some text\n").await;
+    let meta = loop {
+        let (_, v) = api.get(&format!("/preview/id/Document/{id}")).await;
+        if v["message"]["status"] == "Ready" {
+            break v;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(meta["message"]["pages"][0]["page_number"], 1);
+    let page = api
+        .req(
+            Method::GET,
+            &format!("/preview/id/Document/{id}/1?scale=25"),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    assert_eq!(page.headers()["content-type"], "image/png");
+    assert!(page.bytes().await.unwrap().starts_with(b"\x89PNG"));
+    let pdf = api
+        .req(Method::GET, &format!("/preview/id/Document/{id}/pdf"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pdf.status(), 200);
+    assert_eq!(pdf.headers()["content-type"], "application/pdf");
+    assert!(pdf.bytes().await.unwrap().starts_with(b"%PDF-"));
+    for bad in [
+        "0",
+        "x",
+        "1?scale=0",
+        "1?scale=101",
+        "1?scale=abc",
+        "1?max_width=0",
+        "1?max_height=-3",
+    ] {
+        assert_error(
+            &api.get(&format!("/preview/id/Document/{id}/{bad}")).await,
+            400,
+            "bad_parameter",
+        );
+    }
     assert_error(
-        &api.get(&format!("/preview/id/Document/{id}/0")).await,
-        400,
-        "bad_parameter",
-    );
-    assert_error(
-        &api.get(&format!("/preview/id/Document/{id}/1?scale=0"))
-            .await,
-        400,
-        "bad_parameter",
+        &api.get(&format!("/preview/id/Document/{id}/2")).await,
+        404,
+        "not_found",
     );
     assert_error(
         &api.get("/preview/id/Document/987654").await,

@@ -59,6 +59,8 @@ impl TestServer {
         options: ServerOptions,
     ) -> TestServer {
         let store = Arc::new(Store::open(dir, config).unwrap());
+        // As `vaultfs serve` does.
+        store.start_previews(1).unwrap();
         let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = oneshot::channel::<()>();
