@@ -278,11 +278,9 @@ fn the_server_data_dir_is_private() {
     }
 }
 
-/// Open finding (src/fs, not fixed here): the cache dir and the journal entries beside the
-/// staged bytes follow the umask (0755/0644), so another user can read the paths of the files
-/// waiting for upload (the bytes themselves are 0600). Run with `--ignored` to check a fix.
+/// The cache dir (0700) and everything in it (journal entries 0600) keep the names of files
+/// waiting for upload from other users, not just their bytes (a finding of this suite, fixed).
 #[test]
-#[ignore = "open: the mount's cache dir and journal entries follow the umask (src/fs)"]
 fn names_of_staged_files_are_private() {
     let Some(env) = Env::new(Via::Local) else {
         return;

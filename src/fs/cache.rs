@@ -110,7 +110,7 @@ impl ReadCache {
         if dir.exists() {
             fs::remove_dir_all(&dir)?;
         }
-        fs::create_dir_all(&dir)?;
+        super::private_dir(&dir)?;
         let inner = Inner {
             lru: LruCache::new(NonZeroUsize::new(1 << 20).unwrap()),
             bytes: 0,

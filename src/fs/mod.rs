@@ -119,6 +119,17 @@ impl<B: Backend> Fs<B> {
     }
 }
 
+/// Creates (or keeps) a directory only its owner can enter: the cache dir holds the names and
+/// bytes of files waiting for upload.
+pub(crate) fn private_dir(dir: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
 /// auto_unmount goes through fusermount3 (from fuse3), which allows the kernel's allow_other
 /// for root, or for others when /etc/fuse.conf says `user_allow_other`.
 fn auto_unmount_possible() -> bool {
@@ -142,7 +153,7 @@ pub fn mount<B: Backend>(
     rt: &tokio::runtime::Runtime,
     ready: impl FnOnce(status::Control),
 ) -> io::Result<()> {
-    std::fs::create_dir_all(&opts.cache_dir)?;
+    private_dir(&opts.cache_dir)?;
     let journal = Journal::open(&opts.cache_dir)?;
     let cache = ReadCache::open(opts.cache_dir.join("cache"), opts.cache_size)?;
     // SAFETY: getuid/getgid cannot fail.

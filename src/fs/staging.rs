@@ -181,8 +181,8 @@ impl Journal {
             lost: cache_dir.join("lost+found"),
             next: AtomicU64::new(0),
         };
-        fs::create_dir_all(&j.staging)?;
-        fs::create_dir_all(&j.entries)?;
+        super::private_dir(&j.staging)?;
+        super::private_dir(&j.entries)?;
         let max = Self::ids(&j.entries, "json")?
             .into_iter()
             .chain(Self::ids(&j.staging, "data")?)
@@ -251,7 +251,17 @@ impl Journal {
         })
         .expect("entry serializes");
         let tmp = self.entries.join(format!("{}.json.tmp", staged.id));
-        fs::write(&tmp, json)?;
+        {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            f.write_all(&json)?;
+        }
         fs::rename(&tmp, self.entry_path(staged.id))?;
         state.last = Some(entry);
         Ok(())
@@ -276,7 +286,7 @@ impl Journal {
     /// Keeps the bytes of an upload that can never succeed (its folder is gone, say) where a
     /// person can find them, instead of dropping them.
     pub fn quarantine(&self, staged: &Staged, path: &NodePath) -> io::Result<PathBuf> {
-        fs::create_dir_all(&self.lost)?;
+        super::private_dir(&self.lost)?;
         let name = format!("{}-{}", staged.id, path.name().unwrap_or("file"));
         let dest = self.lost.join(name);
         fs::copy(&staged.data_path, &dest)?;
