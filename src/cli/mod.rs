@@ -227,10 +227,11 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
+        let shutdown = server::shutdown_signal()?;
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-        server::serve(listener, store, options).await?;
+        server::serve(listener, store, options, shutdown).await?;
         Ok(())
     })
 }

@@ -100,25 +100,33 @@ pub fn router(store: Arc<Store>, options: ServerOptions) -> Router {
     .with_state(state)
 }
 
-/// Serves until SIGINT or SIGTERM, then finishes the requests in flight.
+/// Serves until `shutdown` resolves (see [`shutdown_signal`]), then finishes the requests in
+/// flight.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     store: Arc<Store>,
     options: ServerOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let addr: SocketAddr = listener.local_addr()?;
     log::info!("serving {} on http://{addr}", store.dir().display());
     axum::serve(listener, router(store, options))
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(shutdown)
         .await
 }
 
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-    log::info!("shutting down");
+/// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called, so call it
+/// before the port opens: a SIGTERM that comes as soon as clients can connect must still shut
+/// down cleanly, not kill the process.
+pub fn shutdown_signal() -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        log::info!("shutting down");
+    })
 }
