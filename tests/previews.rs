@@ -348,6 +348,8 @@ async fn bytes_stored_before_previews_get_one_on_first_request_and_lose_it_with_
     let preview_dirs = || {
         walk(&dir.join("previews"))
             .into_iter()
+            // Finished previews only, not a job's scratch dir.
+            .filter(|p| !p.starts_with(dir.join("previews/tmp")))
             .filter(|p| p.file_name().is_some_and(|n| n == "page-0001.png"))
             .count()
     };

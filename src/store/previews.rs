@@ -465,6 +465,10 @@ impl Pool {
             Err(e) => return log::error!("preview thread: cannot open the database: {e}"),
         };
         while let Some(job) = self.queue.take() {
+            // Done meanwhile (queued twice, another process) or its bytes gone: nothing to do.
+            if !wanted(&conn, &job.hash) {
+                continue;
+            }
             *slot.current.lock().unwrap_or_else(|p| p.into_inner()) =
                 Some((job.clone(), Instant::now()));
             let started = Instant::now();
@@ -628,6 +632,15 @@ impl Pool {
         tx.commit()?;
         Ok(())
     }
+}
+
+/// Whether the blob's preview is still waiting to be rendered.
+fn wanted(conn: &Connection, hash: &str) -> bool {
+    conn.query_row("SELECT status FROM previews WHERE blob = ?1", [hash], |r| {
+        r.get::<_, i64>(0)
+    })
+    .optional()
+    .map_or(true, |s| s == Some(IN_PROGRESS))
 }
 
 fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
