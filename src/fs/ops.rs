@@ -1214,6 +1214,12 @@ impl<B: Backend> Filesystem for VaultFs<B> {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        // Only `user.vaultfs.*` exists. Other namespaces (security.selinux, the POSIX ACLs) are
+        // "not supported" rather than "not set": `ls -l` and other tools then stop asking this
+        // file system for them, instead of two round trips per file listed.
+        if !name.as_encoded_bytes().starts_with(b"user.") {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
         let value = {
             let t = self.0.table();
             let r = t.get(ino.0).and_then(|i| i.remote.clone());

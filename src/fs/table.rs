@@ -187,6 +187,8 @@ pub struct Table {
     removed: HashMap<NodePath, Instant>,
     /// Files created, renamed or uploaded here lately, and when (see `local_children`).
     recent: HashMap<Ino, Instant>,
+    /// When `recent` was last pruned.
+    recent_pruned: Instant,
 }
 
 /// How long removals are remembered (longer than any listing takes to fetch).
@@ -201,6 +203,7 @@ impl Table {
             staged: HashSet::new(),
             removed: HashMap::new(),
             recent: HashMap::new(),
+            recent_pruned: Instant::now(),
         };
         let mut r = Inode::new(ROOT, root.clone(), Kind::Dir);
         r.lookups = 1;
@@ -423,8 +426,13 @@ impl Table {
     /// Marks a local change to `ino`'s name or existence (created, renamed, uploaded).
     pub fn touch(&mut self, ino: Ino) {
         let now = Instant::now();
-        self.recent
-            .retain(|_, at| now.duration_since(*at) < REMOVED_MEMORY);
+        // Forget old marks once a second, not on every call: a burst of n creates would
+        // otherwise cost O(n^2) (a third of the daemon's CPU in docs/benchmarks.md's profile).
+        if now.duration_since(self.recent_pruned) >= std::time::Duration::from_secs(1) {
+            self.recent
+                .retain(|_, at| now.duration_since(*at) < REMOVED_MEMORY);
+            self.recent_pruned = now;
+        }
         self.recent.insert(ino, now);
         if let Some(i) = self.inodes.get_mut(&ino) {
             i.touched = now;
