@@ -17,6 +17,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+
+// The hand-written PDFs and texts of the preview tests.
+#[path = "../tests/common/fixtures.rs"]
+mod fixtures;
 use futures_util::StreamExt;
 
 use vaultfs::api::{NodePath, PageSize, PreviewStatus};
@@ -85,59 +89,6 @@ fn text(pages: usize, tag: usize) -> Vec<u8> {
         ));
     }
     t.into_bytes()
-}
-
-/// A PDF written by hand, `pages` Letter pages with a few shapes and a line of text each.
-fn hand_pdf(pages: usize, tag: usize) -> Vec<u8> {
-    let mut objects: Vec<String> = vec![
-        "<< /Type /Catalog /Pages 2 0 R >>".into(),
-        format!(
-            "<< /Type /Pages /Kids [{}] /Count {pages} >>",
-            (0..pages)
-                .map(|i| format!("{} 0 R", 4 + 2 * i))
-                .collect::<Vec<_>>()
-                .join(" ")
-        ),
-        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".into(),
-    ];
-    for i in 0..pages {
-        let content = format!(
-            "0.2 0.3 0.8 rg {x} 500 200 150 re f 0.9 0.4 0.1 rg 100 100 {w} 80 re f \
-             BT /F1 24 Tf 72 700 Td (Page {n} of run {tag}) Tj ET",
-            x = 72 + 10 * i,
-            w = 100 + 5 * i,
-            n = i + 1
-        );
-        objects.push(format!(
-            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> /Contents {} 0 R >>",
-            5 + 2 * i
-        ));
-        objects.push(format!(
-            "<< /Length {} >>\nstream\n{content}\nendstream",
-            content.len()
-        ));
-    }
-    let mut out = b"%PDF-1.4\n".to_vec();
-    let mut offsets = Vec::new();
-    for (i, o) in objects.iter().enumerate() {
-        offsets.push(out.len());
-        out.extend_from_slice(format!("{} 0 obj\n{o}\nendobj\n", i + 1).as_bytes());
-    }
-    let xref = out.len();
-    out.extend_from_slice(
-        format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes(),
-    );
-    for off in offsets {
-        out.extend_from_slice(format!("{off:010} 00000 n \n").as_bytes());
-    }
-    out.extend_from_slice(
-        format!(
-            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
-            objects.len() + 1
-        )
-        .as_bytes(),
-    );
-    out
 }
 
 struct Stat {
@@ -220,7 +171,7 @@ async fn main() {
             &b,
             &folder,
             &format!("hand-{run}.pdf"),
-            Arc::new(hand_pdf(20, run)),
+            Arc::new(fixtures::shapes_pdf(20, run)),
         )
         .await;
         let (t, n) = until_ready(&b, &hid, Instant::now()).await;

@@ -18,6 +18,7 @@ use md5::{Digest, Md5};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use common::TestServer;
+use common::fixtures::{png_size, sample_text};
 use vaultfs::api::{Error, ErrorKind, Node, NodePath, NodeType, PreviewStatus, RangeRequest};
 use vaultfs::backend::list_all;
 use vaultfs::backend::local::LocalBackend;
@@ -794,14 +795,6 @@ async fn other_accounts_are_forbidden<B: Backend>(w: &World<B>) {
     assert_eq!(names(b, &w.vault).await, ["mine.txt"]);
 }
 
-/// Width and height of a PNG, from its IHDR chunk.
-#[track_caller]
-fn png_size(png: &[u8]) -> (u32, u32) {
-    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
-    let be = |o: usize| u32::from_be_bytes(png[o..o + 4].try_into().unwrap());
-    (be(16), be(20))
-}
-
 /// Polls the preview metadata until it leaves InProgress.
 async fn settled<B: Backend>(b: &B, id: &str) -> vaultfs::api::PreviewMeta {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -816,18 +809,6 @@ async fn settled<B: Backend>(b: &B, id: &str) -> vaultfs::api::PreviewMeta {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// Text with long lines and non-ASCII, about three Letter pages.
-fn sample_text() -> Vec<u8> {
-    let mut t = String::new();
-    for i in 1..=160 {
-        t.push_str(&format!(
-            "line {i}: Grüße, naïve café — {}\n",
-            "word ".repeat(i % 37)
-        ));
-    }
-    t.into_bytes()
 }
 
 async fn preview_cases<B: Backend>(w: &World<B>) {

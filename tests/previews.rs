@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::env::{Env, Via};
+use common::fixtures::{png_size, sample_text, shapes_pdf};
 use common::mount::wait_for;
 use vaultfs::api::{ErrorKind, NodePath, PreviewStatus};
 use vaultfs::backend::local::LocalBackend;
@@ -40,70 +41,6 @@ async fn put<B: Backend>(b: &B, folder: &NodePath, name: &str, data: &[u8]) -> S
         .await
         .unwrap();
     id
-}
-
-/// Width and height of a PNG, from its IHDR chunk.
-#[track_caller]
-fn png_size(png: &[u8]) -> (u32, u32) {
-    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
-    let be = |o: usize| u32::from_be_bytes(png[o..o + 4].try_into().unwrap());
-    (be(16), be(20))
-}
-
-/// About three Letter pages of text, with long lines and non-ASCII.
-fn sample_text() -> Vec<u8> {
-    let mut t = String::new();
-    for i in 1..=160 {
-        t.push_str(&format!(
-            "line {i}: Grüße, naïve café — {}\n",
-            "word ".repeat(i % 37)
-        ));
-    }
-    t.into_bytes()
-}
-
-/// A small PDF written by hand (another producer than the store's own): `pages` US Letter
-/// pages, each with a filled rectangle.
-fn tiny_pdf(pages: usize) -> Vec<u8> {
-    let mut objects: Vec<String> = Vec::new();
-    let kids: Vec<String> = (0..pages).map(|i| format!("{} 0 R", 3 + 2 * i)).collect();
-    objects.push("<< /Type /Catalog /Pages 2 0 R >>".into());
-    objects.push(format!(
-        "<< /Type /Pages /Kids [{}] /Count {pages} >>",
-        kids.join(" ")
-    ));
-    for i in 0..pages {
-        let content = format!("0.2 0.3 0.8 rg {} 500 200 150 re f", 72 + 40 * i);
-        objects.push(format!(
-            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {} 0 R >>",
-            4 + 2 * i
-        ));
-        objects.push(format!(
-            "<< /Length {} >>\nstream\n{content}\nendstream",
-            content.len()
-        ));
-    }
-    let mut out = b"%PDF-1.4\n".to_vec();
-    let mut offsets = Vec::new();
-    for (i, o) in objects.iter().enumerate() {
-        offsets.push(out.len());
-        out.extend_from_slice(format!("{} 0 obj\n{o}\nendobj\n", i + 1).as_bytes());
-    }
-    let xref = out.len();
-    out.extend_from_slice(
-        format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes(),
-    );
-    for off in offsets {
-        out.extend_from_slice(format!("{off:010} 00000 n \n").as_bytes());
-    }
-    out.extend_from_slice(
-        format!(
-            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
-            objects.len() + 1
-        )
-        .as_bytes(),
-    );
-    out
 }
 
 fn names(dir: &Path) -> Vec<String> {
@@ -142,7 +79,7 @@ fn previews_in_the_mount(via: Via) {
 
     let m = env.mount(&[]);
     let v = env.vault();
-    let pdf = tiny_pdf(3);
+    let pdf = shapes_pdf(3, 0);
     fs::write(v.join("notes.txt"), sample_text()).unwrap();
     fs::write(v.join("paper.pdf"), &pdf).unwrap();
     let junk: Vec<u8> = (0..5000u32)
@@ -327,7 +264,7 @@ async fn bytes_stored_before_previews_get_one_on_first_request_and_lose_it_with_
     let store = quiet_store(&dir);
     store.ensure_account("Local").unwrap();
     let b = LocalBackend::new(store.clone());
-    let id = put(&b, &vault(), "paper.pdf", &tiny_pdf(2)).await;
+    let id = put(&b, &vault(), "paper.pdf", &shapes_pdf(2, 0)).await;
     // As a database from before previews would be: no row for these bytes.
     rusqlite::Connection::open(dir.join("vault.db"))
         .unwrap()

@@ -4,6 +4,7 @@
 
 #[macro_use]
 pub mod env;
+pub mod fixtures;
 pub mod mount;
 
 use std::path::{Path, PathBuf};
