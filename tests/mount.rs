@@ -32,6 +32,54 @@ both!(
     read_cache_stays_within_its_bound,
 );
 
+/// The server is away while files are written, the daemon is killed (a reboot), the server
+/// comes back: the next mount uploads the journal, and every listing taken meanwhile shows each
+/// file exactly once (a listing fetched before an upload landed and merged after it must not
+/// lose the file).
+#[test]
+fn journaled_files_stay_listed_while_the_next_mount_uploads_them() {
+    const N: usize = 1000;
+    let Some(mut env) = Env::new(Via::Remote) else {
+        return;
+    };
+    let m = env.mount(&["--timeout", "2"]);
+    let dir = env.vault().join("left");
+    fs::create_dir(&dir).unwrap();
+    env.wait_uploaded();
+    let server = env.server.take().unwrap();
+    let addr = server.base.trim_start_matches("http://").to_string();
+    env.rt.block_on(server.stop());
+    for i in 0..N {
+        fs::write(dir.join(format!("j{i:04}")), pattern(4096, i as u64)).unwrap();
+    }
+    m.kill();
+    let journal = env.cache.join("journal");
+    assert_eq!(fs::read_dir(&journal).unwrap().count(), N);
+
+    let data = env.data.clone();
+    env.server = Some(env.rt.block_on(common::TestServer::start_at(
+        &data,
+        &addr,
+        Default::default(),
+        Default::default(),
+    )));
+    let m = env.mount(&["--dir-ttl", "0"]);
+    let mut listings = 0;
+    loop {
+        let uploading = fs::read_dir(&journal).unwrap().count() > 0;
+        let n = fs::read_dir(&dir).unwrap().count();
+        assert_eq!(n, N, "listing {listings} while uploading\n{}", m.log_text());
+        listings += 1;
+        if !uploading {
+            break;
+        }
+    }
+    env.wait_uploaded();
+    assert_eq!(fs::read_dir(&dir).unwrap().count(), N);
+    assert_eq!(fs::read(dir.join("j0999")).unwrap(), pattern(4096, 999));
+    m.unmount();
+}
+
 #[test]
 fn server_outage_stages_writes_and_uploads_them_later() {
     let Some(mut env) = Env::new(Via::Remote) else {

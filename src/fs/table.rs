@@ -404,7 +404,13 @@ impl Table {
                             .is_some_and(|n| names.get(n) == Some(&ino))
                     })
                 });
-            if listed {
+            // Or while a listing fetched before its upload landed may still be merged: that
+            // listing lacks it, and `local_children` finds it only through the table.
+            let recent = self
+                .recent
+                .get(&ino)
+                .is_some_and(|at| at.elapsed() < REMOVED_MEMORY);
+            if listed || recent {
                 return;
             }
             self.by_path.remove(&inode.path);
