@@ -110,6 +110,7 @@ contract!(
     create_file_cases,
     begin_version_cases,
     upload_cases,
+    concurrent_uploads_get_their_own_answers,
     download_cases,
     copy_cases,
     move_cases,
@@ -380,6 +381,67 @@ async fn begin_version_cases<B: Backend>(w: &World<B>) {
     // Without an md5 the server computes it.
     let node = b.upload(&id, &vid, 3, stream(b"abc")).await.unwrap();
     assert_eq!(node.md5_checksum.as_deref(), Some(md5hex(b"abc").as_str()));
+}
+
+/// Step 3s that arrive together are committed together (one durable transaction); each still
+/// gets its own answer: bytes shared by several files stored once, a wrong checksum failing
+/// alone, every other file whole.
+async fn concurrent_uploads_get_their_own_answers<B: Backend>(w: &World<B>) {
+    let b = &w.a;
+    let folder = at(&w.vault, "many");
+    b.create_folder(&folder).await.unwrap();
+    // 0..40 distinct, 40..52 the same bytes, 52..60 announced with another md5.
+    let body = |i: usize| -> Vec<u8> {
+        if (40..52).contains(&i) {
+            b"the same bytes in twelve files".to_vec()
+        } else {
+            format!("file {i} ").repeat(i + 1).into_bytes()
+        }
+    };
+    let mut tickets = Vec::new();
+    for i in 0..60 {
+        let id = b
+            .create_file(&folder, &format!("f{i:02}"))
+            .await
+            .unwrap()
+            .file_id()
+            .unwrap();
+        let data = body(i);
+        let md5 = if i >= 52 {
+            md5hex(b"not these bytes")
+        } else {
+            md5hex(&data)
+        };
+        let v = b
+            .begin_version(&id, data.len() as u64, Some(&md5))
+            .await
+            .unwrap();
+        tickets.push((id, v.file_ex_properties.unwrap().version_id.unwrap(), data));
+    }
+    let answers = futures_util::future::join_all(
+        tickets
+            .iter()
+            .map(|(id, vid, data)| b.upload(id, vid, data.len() as u64, stream(data))),
+    )
+    .await;
+    for (i, (answer, (id, _, data))) in answers.into_iter().zip(&tickets).enumerate() {
+        if i >= 52 {
+            assert_err(answer, ErrorKind::BadRequest, Some("checksum_mismatch"));
+            assert_eq!(
+                b.node(&at(&folder, &format!("f{i:02}")))
+                    .await
+                    .unwrap()
+                    .size,
+                Some(0)
+            );
+        } else {
+            let node = answer.unwrap_or_else(|e| panic!("upload {i}: {e:?}"));
+            assert_eq!(node.name, format!("f{i:02}"));
+            assert_eq!(node.md5_checksum.as_deref(), Some(md5hex(data).as_str()));
+            assert_eq!(&content(b, id).await, data, "file {i}");
+        }
+    }
+    assert!(w.store.check_integrity().unwrap().is_empty());
 }
 
 async fn upload_cases<B: Backend>(w: &World<B>) {

@@ -61,6 +61,8 @@ impl Default for StoreConfig {
 pub struct Store {
     dir: PathBuf,
     conn: Mutex<Connection>,
+    /// Upload commits waiting for the connection (committed together, see `commit_upload`).
+    commits: Mutex<Vec<std::sync::Arc<nodes::PendingCommit>>>,
     blobs: BlobDir,
     previews: previews::Previews,
     config: StoreConfig,
@@ -117,6 +119,7 @@ impl Store {
         let store = Store {
             dir: dir.to_path_buf(),
             conn: Mutex::new(conn),
+            commits: Mutex::new(Vec::new()),
             blobs,
             previews,
             config,

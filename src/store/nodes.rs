@@ -2,6 +2,7 @@
 //! folders, the three upload steps, copy/move and delete.
 
 use std::fs::File;
+use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 
@@ -504,20 +505,105 @@ impl Store {
     /// makes the version current, atomically. On any error the file keeps its content.
     /// Repeating a step 3 that already succeeded with the same bytes succeeds again (so a client
     /// may retry it safely).
+    ///
+    /// Group commit: each step 3 must be durable before it returns (the client drops its copy),
+    /// and a durable transaction costs a directory fsync and a WAL fsync under the store's lock.
+    /// Uploads that arrive while one commits queue up, and the next to get the lock commits
+    /// them all in one transaction (one savepoint each, so one failing fails alone).
     pub fn commit_upload(
         &self,
         scope: Scope,
         file_id: &str,
         version_id: &str,
-        mut staged: Staged,
+        staged: Staged,
     ) -> Result<Node> {
+        let me = Arc::new(PendingCommit {
+            scope,
+            file_id: file_id.to_string(),
+            version_id: version_id.to_string(),
+            staged: Mutex::new(Some(staged)),
+            result: Mutex::new(None),
+        });
+        relock(&self.commits).push(me.clone());
         let conn = self.lock();
-        // Durable before it returns: the client will drop its copy of these bytes.
-        let _durable = super::schema::Durable::new(&conn)?;
-        let tx = conn.unchecked_transaction()?;
-        let file = file_by_id(&tx, scope, file_id)?;
-        let (length, md5, committed) = version_of(&tx, file.id, version_id)?;
-        let vid: i64 = version_id.parse().expect("checked by version_of");
+        // Results are set with the connection locked: a commit that took ours is finished.
+        if let Some(done) = relock(&me.result).take() {
+            return done;
+        }
+        // Ours is in the batch, unless a commit that took it panicked (then ours has no result).
+        let batch = std::mem::take(&mut *relock(&self.commits));
+        let outcome = self.commit_batch(&conn, &batch);
+        drop(conn);
+        for (render, name, sha) in outcome {
+            if render {
+                self.previews.enqueue(&sha, &name);
+            }
+        }
+        relock(&me.result)
+            .take()
+            .unwrap_or_else(|| Err(Error::internal("upload commit lost its result")))
+    }
+
+    /// Commits the queued step 3s in one durable transaction and gives each its result. Returns
+    /// the previews to queue (after the lock is released).
+    fn commit_batch(
+        &self,
+        conn: &Connection,
+        batch: &[Arc<PendingCommit>],
+    ) -> Vec<(bool, String, String)> {
+        let mut results: Vec<Result<(Node, bool, String, String)>> = Vec::new();
+        let committed = (|| -> Result<()> {
+            // Durable before it returns: the clients will drop their copies of these bytes.
+            let _durable = super::schema::Durable::new(conn)?;
+            let mut tx = conn.unchecked_transaction()?;
+            for p in batch {
+                let Some(mut staged) = relock(&p.staged).take() else {
+                    results.push(Err(Error::internal("upload committed twice")));
+                    continue;
+                };
+                let sp = tx.savepoint()?;
+                let r = self.commit_one(&sp, p, &mut staged);
+                match r {
+                    Ok(v) => {
+                        sp.commit()?;
+                        results.push(Ok(v));
+                    }
+                    Err(e) => {
+                        drop(sp); // rolls this upload back, and only it
+                        results.push(Err(e));
+                    }
+                }
+            }
+            tx.commit()?;
+            Ok(())
+        })();
+        let mut previews = Vec::new();
+        for (i, p) in batch.iter().enumerate() {
+            let r = match (&committed, results.get(i)) {
+                (Err(e), _) => Err(e.clone()),
+                (Ok(()), Some(Ok((node, render, name, sha)))) => {
+                    previews.push((*render, name.clone(), sha.clone()));
+                    Ok(node.clone())
+                }
+                (Ok(()), Some(Err(e))) => Err(e.clone()),
+                (Ok(()), None) => Err(Error::internal("upload commit lost its result")),
+            };
+            *relock(&p.result) = Some(r);
+        }
+        previews
+    }
+
+    /// One step 3 inside the group's transaction: the node, whether its preview is to be made,
+    /// its name and blob hash.
+    fn commit_one(
+        &self,
+        tx: &Connection,
+        p: &PendingCommit,
+        staged: &mut Staged,
+    ) -> Result<(Node, bool, String, String)> {
+        let file = file_by_id(tx, p.scope, &p.file_id)?;
+        let (length, md5, committed) = version_of(tx, file.id, &p.version_id)?;
+        let vid: i64 = p.version_id.parse().expect("checked by version_of");
         if committed {
             let blob: Option<String> =
                 tx.query_row("SELECT blob FROM versions WHERE id = ?1", [vid], |r| {
@@ -530,12 +616,12 @@ impl Store {
                 ));
             }
         } else {
-            check_upload(length, md5.as_deref(), &staged)?;
+            check_upload(length, md5.as_deref(), staged)?;
             let known = tx
                 .prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?
                 .exists([&staged.sha256])?;
             if !known {
-                self.blobs.commit(&mut staged)?;
+                self.blobs.commit(staged)?;
                 tx.execute(
                     "INSERT INTO blobs (hash, size, md5) VALUES (?1, ?2, ?3)",
                     params![staged.sha256, staged.len as i64, staged.md5],
@@ -553,14 +639,10 @@ impl Store {
         }
         // Its preview is wanted from now on (InProgress until rendered), unless these bytes
         // have one already.
-        let render = super::previews::want(&tx, &staged.sha256, &file.name)?;
-        let row = get_row(&tx, file.id)?.expect("file exists");
-        let path = path_of(&tx, file.id)?;
-        tx.commit()?;
-        if render {
-            self.previews.enqueue(&staged.sha256, &file.name);
-        }
-        Ok(row.to_api(&path))
+        let render = super::previews::want(tx, &staged.sha256, &file.name)?;
+        let row = get_row(tx, file.id)?.expect("file exists");
+        let path = path_of(tx, file.id)?;
+        Ok((row.to_api(&path), render, file.name, staged.sha256.clone()))
     }
 
     /// The file of that ID with its current bytes opened (`None` for a file never uploaded).
@@ -780,4 +862,18 @@ pub fn length_mismatch(expected: u64, got: u64) -> Error {
         "length_mismatch",
         format!("step 2 announced {expected} bytes, {got} were sent"),
     )
+}
+
+/// A step 3 waiting for the next group commit (see `Store::commit_upload`).
+pub(super) struct PendingCommit {
+    scope: Scope,
+    file_id: String,
+    version_id: String,
+    staged: Mutex<Option<Staged>>,
+    result: Mutex<Option<Result<Node>>>,
+}
+
+/// Locks a mutex of the commit queue; a panic elsewhere cannot leave these half-updated.
+fn relock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
