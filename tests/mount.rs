@@ -28,6 +28,7 @@ both!(
     concurrent_readers_and_writers,
     killed_daemon_loses_no_byte,
     errors_are_the_posix_ones,
+    folder_link_counts_follow_subfolders,
     read_only_mount_and_changes_made_elsewhere,
     read_cache_stays_within_its_bound,
 );
@@ -557,6 +558,39 @@ fn killed_daemon_loses_no_byte(via: Via) {
         assert_eq!(n.md5_checksum.unwrap(), format!("{:x}", Md5::digest(data)));
     }
     assert!(b.store().check_integrity().unwrap().is_empty());
+}
+
+/// A folder's link count is 2 plus its subfolders (what `find` relies on), through mkdir,
+/// rmdir, renames in and out, files that do not count, and a remount (once listed: until then
+/// a folder shows 2).
+fn folder_link_counts_follow_subfolders(via: Via) {
+    use std::os::unix::fs::MetadataExt;
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    let nlink = |p: &Path| fs::metadata(p).unwrap().nlink();
+    let (a, b) = (v.join("a"), v.join("b"));
+    fs::create_dir(&a).unwrap();
+    fs::create_dir(&b).unwrap();
+    assert_eq!(nlink(&a), 2);
+    for i in 0..3 {
+        fs::create_dir(a.join(format!("sub{i}"))).unwrap();
+    }
+    fs::write(a.join("file"), "not a folder").unwrap();
+    assert_eq!(nlink(&a), 5);
+    fs::rename(a.join("sub0"), b.join("moved")).unwrap();
+    assert_eq!((nlink(&a), nlink(&b)), (4, 3));
+    fs::remove_dir(a.join("sub1")).unwrap();
+    fs::rename(a.join("file"), b.join("file")).unwrap();
+    assert_eq!((nlink(&a), nlink(&b)), (3, 3));
+    env.wait_uploaded();
+    m.unmount();
+    let m = env.mount(&[]);
+    // Counted again once listed afresh from the store.
+    assert_eq!(fs::read_dir(&a).unwrap().count(), 1);
+    assert_eq!(fs::read_dir(&b).unwrap().count(), 2);
+    assert_eq!((nlink(&a), nlink(&b)), (3, 3));
+    m.unmount();
 }
 
 fn errors_are_the_posix_ones(via: Via) {

@@ -106,13 +106,12 @@ impl<B: Backend> Fs<B> {
             if i.kind != Kind::Dir {
                 return Err(Errno::ENOTDIR);
             }
-            if i.listing
-                .as_ref()
+            if i.listing()
                 .is_some_and(|(at, _)| at.elapsed() < self.opts.dir_ttl)
             {
                 return Ok(());
             }
-            (i.path.clone(), i.listing.is_some())
+            (i.path.clone(), i.listing().is_some())
         };
         if have && self.offline() {
             return Ok(());
@@ -166,7 +165,7 @@ impl<B: Backend> Fs<B> {
             }
             let old = t
                 .get(dir)
-                .and_then(|i| i.listing.as_ref())
+                .and_then(|i| i.listing())
                 .map(|(_, n)| n.clone())
                 .unwrap_or_default();
             for (name, ino) in old {
@@ -187,7 +186,7 @@ impl<B: Backend> Fs<B> {
                 if dir != ROOT {
                     i.update_from(&node);
                 }
-                i.listing = Some((Instant::now(), names));
+                i.set_listing(names);
                 i.hidden_preview = hidden_preview;
             }
             for (_, ino) in &gone {
@@ -215,7 +214,7 @@ impl<B: Backend> Fs<B> {
         self.ensure_listing(dir).await?;
         let t = self.table();
         Ok(t.get(dir)
-            .and_then(|i| i.listing.as_ref())
+            .and_then(|i| i.listing())
             .and_then(|(_, n)| n.get(name).copied()))
     }
 
@@ -402,7 +401,7 @@ impl<B: Backend> Fs<B> {
         let mut t = self.table();
         let (ino, _) = t.upsert(&path, &node);
         let i = t.get_mut(ino).expect("just inserted");
-        i.listing = Some((Instant::now(), Default::default()));
+        i.set_listing(Default::default());
         i.lookups += 1;
         t.touch(ino);
         t.link_into_parent(ino);
@@ -597,9 +596,10 @@ impl<B: Backend> Fs<B> {
         }
         if dir {
             self.refresh_listing(ino, &path).await?;
-            let empty = self.table().get(ino).is_none_or(|i| {
-                !i.hidden_preview && i.listing.as_ref().is_none_or(|(_, n)| n.is_empty())
-            });
+            let empty = self
+                .table()
+                .get(ino)
+                .is_none_or(|i| !i.hidden_preview && i.listing().is_none_or(|(_, n)| n.is_empty()));
             if !empty {
                 return Err(Errno::ENOTEMPTY);
             }
@@ -677,7 +677,7 @@ impl<B: Backend> Fs<B> {
                     let empty = self
                         .table()
                         .get(tino)
-                        .and_then(|i| i.listing.as_ref())
+                        .and_then(|i| i.listing())
                         .is_none_or(|(_, n)| n.is_empty());
                     if !empty {
                         return Err(Errno::ENOTEMPTY);
@@ -780,7 +780,7 @@ impl<B: Backend> Fs<B> {
             (ino, FileType::Directory, ".".to_string()),
             (parent, FileType::Directory, "..".to_string()),
         ];
-        if let Some((_, names)) = &i.listing {
+        if let Some((_, names)) = i.listing() {
             for (name, cino) in names {
                 let kind = match t.get(*cino).map(|c| c.kind) {
                     Some(Kind::Dir) => FileType::Directory,

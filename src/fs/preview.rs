@@ -338,7 +338,7 @@ impl<B: Backend> Fs<B> {
                     let t = self.table();
                     let names = t
                         .get(folder)
-                        .and_then(|i| i.listing.as_ref())
+                        .and_then(|i| i.listing())
                         .map(|(_, n)| n.clone())
                         .unwrap_or_default();
                     names

@@ -2,6 +2,7 @@
 //! directory listings, and the staged (locally written) state of files. Inode numbers are never
 //! reused, so a stale kernel reference can never reach another file.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -47,7 +48,10 @@ pub struct Inode {
     pub lookups: u64,
     pub open_handles: u32,
     /// Directories: the cached listing (names to inodes) and when it was fetched.
-    pub listing: Option<(Instant, BTreeMap<String, Ino>)>,
+    listing: Option<(Instant, BTreeMap<String, Ino>)>,
+    /// Directories: how many of the listed entries are folders (nlink), counted when first
+    /// asked after the listing changed; a getattr per create would otherwise walk it each time.
+    subdirs: Cell<Option<u32>>,
     /// Directories: the store has a real `.preview` here, hidden by the virtual one.
     pub hidden_preview: bool,
     /// Files with local changes, written or being uploaded.
@@ -79,6 +83,7 @@ impl Inode {
             lookups: 0,
             open_handles: 0,
             listing: None,
+            subdirs: Cell::new(None),
             hidden_preview: false,
             staged: None,
             io: Arc::new(tokio::sync::Mutex::new(())),
@@ -86,6 +91,23 @@ impl Inode {
             unlinked: false,
             touched: Instant::now(),
         }
+    }
+
+    /// Directories: the cached listing (names to inodes) and when it was fetched.
+    pub fn listing(&self) -> Option<&(Instant, BTreeMap<String, Ino>)> {
+        self.listing.as_ref()
+    }
+
+    /// A listing fetched (or known to be empty) now.
+    pub fn set_listing(&mut self, names: BTreeMap<String, Ino>) {
+        self.listing = Some((Instant::now(), names));
+        self.subdirs.set(None);
+    }
+
+    /// The names of a loaded listing, for a change made here.
+    fn listing_mut(&mut self) -> Option<&mut BTreeMap<String, Ino>> {
+        self.subdirs.set(None);
+        self.listing.as_mut().map(|(_, names)| names)
     }
 
     /// The size a reader sees: the staged copy's while there is one.
@@ -215,12 +237,18 @@ impl Table {
     /// The attributes of `ino` (a folder's link count from its loaded listing).
     pub fn attr(&self, ino: Ino, uid: u32, gid: u32) -> Option<FileAttr> {
         let i = self.inodes.get(&ino)?;
-        let subdirs = i.listing.as_ref().map_or(0, |(_, names)| {
-            names
-                .values()
-                .filter(|c| self.inodes.get(c).is_some_and(|c| c.kind == Kind::Dir))
-                .count() as u32
-        });
+        let subdirs = match (i.subdirs.get(), &i.listing) {
+            (Some(n), _) => n,
+            (None, None) => 0,
+            (None, Some((_, names))) => {
+                let n = names
+                    .values()
+                    .filter(|c| self.inodes.get(c).is_some_and(|c| c.kind == Kind::Dir))
+                    .count() as u32;
+                i.subdirs.set(Some(n));
+                n
+            }
+        };
         Some(i.attr_with(uid, gid, subdirs))
     }
 
@@ -298,9 +326,7 @@ impl Table {
             if let Some(parent) = inode.path.parent() {
                 let name = inode.path.name().unwrap_or_default().to_string();
                 if let Some(pino) = self.by_path.get(&parent).copied() {
-                    if let Some((_, names)) =
-                        self.inodes.get_mut(&pino).and_then(|p| p.listing.as_mut())
-                    {
+                    if let Some(names) = self.inodes.get_mut(&pino).and_then(Inode::listing_mut) {
                         if names.get(&name) == Some(&ino) {
                             names.remove(&name);
                         }
@@ -322,7 +348,7 @@ impl Table {
             return;
         };
         if let Some(pino) = self.by_path.get(&parent).copied() {
-            if let Some((_, names)) = self.inodes.get_mut(&pino).and_then(|p| p.listing.as_mut()) {
+            if let Some(names) = self.inodes.get_mut(&pino).and_then(Inode::listing_mut) {
                 names.insert(name, ino);
             }
         }
@@ -341,10 +367,10 @@ impl Table {
         // Out of the old parent's listing, paths rewritten, into the new parent's listing.
         if let Some(old_parent) = from.parent().and_then(|p| self.by_path.get(&p).copied()) {
             let name = from.name().unwrap_or_default().to_string();
-            if let Some((_, names)) = self
+            if let Some(names) = self
                 .inodes
                 .get_mut(&old_parent)
-                .and_then(|p| p.listing.as_mut())
+                .and_then(Inode::listing_mut)
             {
                 names.remove(&name);
             }
