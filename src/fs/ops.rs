@@ -3,13 +3,13 @@
 use std::ffi::OsStr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{
-    Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
-    LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use super::errno::{errno, io_errno};
@@ -838,6 +838,11 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_readahead(1 << 20);
         let _ = config.set_max_background(64);
+        // READDIRPLUS: a listing carries each entry's attributes, so `ls -l`, `find` and
+        // `stat` of a fresh folder need no LOOKUP per file (AUTO: the kernel uses it while
+        // the listing's entries are then looked at).
+        let _ = config
+            .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
         Ok(())
     }
 
@@ -1152,6 +1157,68 @@ impl<B: Backend> Filesystem for VaultFs<B> {
                 break;
             }
         }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        // More than fit in any reply buffer; cloned so the two locks are never held together.
+        const MAX_BATCH: usize = 4096;
+        let batch: Vec<(Ino, FileType, String)> = {
+            let handles = self.0.handles();
+            let Some(Handle::Dir { entries }) = handles.get(&fh.0) else {
+                return reply.error(Errno::EBADF);
+            };
+            entries
+                .iter()
+                .skip(offset as usize)
+                .take(MAX_BATCH)
+                .cloned()
+                .collect()
+        };
+        let fs = &self.0;
+        let ttl = fs.ttl();
+        let mut t = fs.table();
+        for (i, (cino, kind, name)) in batch.iter().enumerate() {
+            let dots = name == "." || name == "..";
+            let virt = is_virtual(*cino) || is_virtual(ino.0);
+            let real = if virt {
+                None
+            } else {
+                t.attr(*cino, fs.uid, fs.gid)
+            };
+            let (attr, valid) = match real {
+                Some(attr) => (attr, ttl),
+                // Preview entries: their sizes are known only once fetched, so they come with
+                // no validity and the kernel asks (LOOKUP, GETATTR) when one is used.
+                None if virt || dots => {
+                    let dir = *kind == FileType::Directory;
+                    (
+                        fs.virtual_attr(*cino, dir, 0, SystemTime::now()),
+                        Duration::ZERO,
+                    )
+                }
+                // Gone since the listing was taken.
+                None => continue,
+            };
+            let next = offset + i as u64 + 1;
+            if reply.add(INodeNo(*cino), next, name, &valid, &attr, Generation(0)) {
+                break;
+            }
+            // Like a LOOKUP, each entry but `.` and `..` is a reference the kernel will forget.
+            if !dots && !virt {
+                if let Some(c) = t.get_mut(*cino) {
+                    c.lookups += 1;
+                }
+            }
+        }
+        drop(t);
         reply.ok();
     }
 

@@ -163,7 +163,13 @@ impl<B: Backend> Fs<B> {
         self.previews.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn virtual_attr(&self, ino: Ino, dir: bool, size: u64, time: SystemTime) -> FileAttr {
+    pub(super) fn virtual_attr(
+        &self,
+        ino: Ino,
+        dir: bool,
+        size: u64,
+        time: SystemTime,
+    ) -> FileAttr {
         FileAttr {
             ino: INodeNo(ino),
             size,
