@@ -51,12 +51,8 @@ pub struct MountOptions {
     pub dir_ttl: Duration,
     /// FUSE event-loop threads.
     pub threads: usize,
-    /// Uploads of large files running at once.
+    /// Uploads running at once.
     pub upload_concurrency: usize,
-    /// Uploads of small files (under `upload::SMALL_FILE`) running at once, beside the large
-    /// ones: their time is mostly waiting for the store to make them durable, which it does
-    /// for all the uploads it has in hand at once (group commit).
-    pub small_upload_concurrency: usize,
     /// How long an unmount waits for pending uploads before leaving them to the journal.
     pub flush_timeout: Duration,
 }
@@ -73,7 +69,6 @@ impl Default for MountOptions {
             dir_ttl: Duration::from_secs(10),
             threads: 4,
             upload_concurrency: 4,
-            small_upload_concurrency: 16,
             flush_timeout: Duration::from_secs(30),
         }
     }
@@ -105,7 +100,6 @@ pub(crate) struct Fs<B: Backend> {
     /// Files with an upload task running.
     uploading: Mutex<HashSet<Ino>>,
     upload_slots: tokio::sync::Semaphore,
-    small_upload_slots: tokio::sync::Semaphore,
     notifier: OnceLock<Notifier>,
     /// Until when the backend counts as unreachable (cached listings are used meanwhile).
     offline_until: Mutex<Option<std::time::Instant>>,
@@ -176,7 +170,6 @@ pub fn mount<B: Backend>(
         gid,
         uploading: Mutex::new(HashSet::new()),
         upload_slots: tokio::sync::Semaphore::new(opts.upload_concurrency.max(1)),
-        small_upload_slots: tokio::sync::Semaphore::new(opts.small_upload_concurrency.max(1)),
         notifier: OnceLock::new(),
         offline_until: Mutex::new(None),
         opts: opts.clone(),

@@ -12,10 +12,6 @@ use crate::api::{Error, ErrorKind, Result};
 use crate::backend::{Backend, reader_stream};
 
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
-/// Files up to this size upload in slots of their own (`MountOptions::small_upload_concurrency`):
-/// 16 at once store 5,000 files of 4 KiB 20-25% sooner than 4 (the store commits together what
-/// arrives together), while large files stay 4 at once and do not compete for the disk.
-pub const SMALL_FILE: u64 = 1 << 20;
 /// Permanent failures (the folder is gone, say) tolerated before the bytes are set aside.
 const PERMANENT_ATTEMPTS: u32 = 3;
 
@@ -56,13 +52,7 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
     let mut permanent = 0;
     loop {
         let result = {
-            let small = fs.table().get(ino).is_some_and(|i| i.size() <= SMALL_FILE);
-            let slots = if small {
-                &fs.small_upload_slots
-            } else {
-                &fs.upload_slots
-            };
-            let _slot = slots.acquire().await.expect("semaphore open");
+            let _slot = fs.upload_slots.acquire().await.expect("semaphore open");
             upload_once(fs, ino).await
         };
         match result {
