@@ -1168,7 +1168,8 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        // More than fit in any reply buffer; cloned so the two locks are never held together.
+        // At most this many per reply (the kernel asks again from the next offset); cloned so
+        // the handle and table locks are never held together.
         const MAX_BATCH: usize = 4096;
         let batch: Vec<(Ino, FileType, String)> = {
             let handles = self.0.handles();
