@@ -29,6 +29,7 @@ both!(
     killed_daemon_loses_no_byte,
     errors_are_the_posix_ones,
     folder_link_counts_follow_subfolders,
+    listed_attributes_survive_the_kernel_forgetting,
     read_only_mount_and_changes_made_elsewhere,
     read_cache_stays_within_its_bound,
 );
@@ -590,6 +591,56 @@ fn folder_link_counts_follow_subfolders(via: Via) {
     assert_eq!(fs::read_dir(&a).unwrap().count(), 1);
     assert_eq!(fs::read_dir(&b).unwrap().count(), 2);
     assert_eq!((nlink(&a), nlink(&b)), (3, 3));
+    m.unmount();
+}
+
+/// Listings carry each entry's attributes (READDIRPLUS): sizes are right straight from a
+/// listing, and after the kernel drops its dentries and inodes (FORGETs of the references the
+/// listing gave it) every entry still resolves, lists and reads the same.
+fn listed_attributes_survive_the_kernel_forgetting(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let dir = env.vault().join("sized");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..300usize {
+        fs::write(dir.join(format!("f{i:03}")), pattern(i * 7, i as u64)).unwrap();
+    }
+    for i in 0..5 {
+        fs::create_dir(dir.join(format!("d{i}"))).unwrap();
+    }
+    env.wait_uploaded();
+    let check = |when: &str| {
+        let mut files = 0;
+        for e in fs::read_dir(&dir).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().into_string().unwrap();
+            let md = e.metadata().unwrap();
+            if let Some(i) = name.strip_prefix('f') {
+                let i: usize = i.parse().unwrap();
+                assert_eq!(md.len(), (i * 7) as u64, "{when}: size of {name}");
+                assert!(md.is_file(), "{when}: {name}");
+                files += 1;
+            } else {
+                assert!(md.is_dir(), "{when}: {name}");
+            }
+        }
+        assert_eq!(files, 300, "{when}");
+        assert_eq!(
+            fs::read(dir.join("f299")).unwrap(),
+            pattern(299 * 7, 299),
+            "{when}"
+        );
+    };
+    check("first listing");
+    let drop_caches = || fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+    drop_caches();
+    check("after the kernel forgot");
+    check("listed again");
+    m.unmount();
+    let m = env.mount(&[]);
+    check("after a remount");
+    drop_caches();
+    check("after a remount and a forget");
     m.unmount();
 }
 
