@@ -71,6 +71,31 @@ impl Backend for LocalBackend {
         false
     }
 
+    fn puts_batches(&self) -> bool {
+        true
+    }
+
+    async fn put_files(&self, files: Vec<super::PutFile>) -> Vec<Result<Node>> {
+        let n = files.len();
+        let files: Vec<crate::store::PutFile> = files
+            .into_iter()
+            .map(|f| crate::store::PutFile {
+                path: f.path,
+                file_id: f.file_id,
+                source: f.source,
+                len: f.len,
+                sealed: f.sealed,
+            })
+            .collect();
+        match self
+            .run(move |s, scope| Ok(s.put_files(scope, &files)))
+            .await
+        {
+            Ok(results) => results,
+            Err(e) => (0..n).map(|_| Err(e.clone())).collect(),
+        }
+    }
+
     async fn node(&self, path: &NodePath) -> Result<Node> {
         let path = path.clone();
         self.run(move |s, scope| s.node(scope, &path)).await

@@ -108,8 +108,40 @@ pub async fn list_all<B: Backend>(b: &B, path: &NodePath, per_page: u64) -> Resu
     Ok(node)
 }
 
+/// A whole local file to store, for [`Backend::put_files`]: the first `len` bytes of `source`
+/// become the content of the file with ID `file_id`, or at `path` (created when new).
+pub struct PutFile {
+    pub path: NodePath,
+    pub file_id: Option<String>,
+    pub source: std::sync::Arc<std::fs::File>,
+    pub len: u64,
+    /// The caller never writes to `source` again (the store may keep that very file).
+    pub sealed: bool,
+}
+
 /// The interface of the document store (spec §4 and DESIGN.md §2).
 pub trait Backend: Send + Sync + 'static {
+    /// Whether [`Backend::put_files`] stores a batch of whole files in one go (the built-in
+    /// store in this process). Otherwise the caller uploads each file in three steps.
+    fn puts_batches(&self) -> bool {
+        false
+    }
+
+    /// Stores whole files together, durably before it returns: one result per file, in order.
+    /// Only where [`Backend::puts_batches`] says so.
+    fn put_files(&self, files: Vec<PutFile>) -> impl Future<Output = Vec<Result<Node>>> + Send {
+        let n = files.len();
+        async move {
+            (0..n)
+                .map(|_| {
+                    Err(crate::api::Error::internal(
+                        "this backend uploads files one by one",
+                    ))
+                })
+                .collect()
+        }
+    }
+
     /// Whether uploads should announce an md5 computed by the client (step 2). True for a
     /// server across a network; false where the store runs in this process and hashes what it
     /// receives anyway.

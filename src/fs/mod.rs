@@ -17,6 +17,7 @@ pub mod status;
 mod table;
 pub mod unmount;
 mod upload;
+mod writeback;
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -107,6 +108,8 @@ pub(crate) struct Fs<B: Backend> {
     tracker: status::Tracker,
     /// The virtual `.preview` directories.
     previews: Mutex<preview::Tree>,
+    /// Closed files waiting for the next batch (backends that store batches).
+    writeback: writeback::Writeback,
 }
 
 impl<B: Backend> Fs<B> {
@@ -175,7 +178,11 @@ pub fn mount<B: Backend>(
         opts: opts.clone(),
         tracker: status::Tracker::default(),
         previews: Mutex::default(),
+        writeback: writeback::Writeback::default(),
     });
+    if fs.backend.puts_batches() {
+        writeback::start(&fs);
+    }
     upload::recover(&fs)?;
 
     let mut options = vec![

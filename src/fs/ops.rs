@@ -224,16 +224,23 @@ impl<B: Backend> Fs<B> {
         fh
     }
 
-    /// The staged copy of a file, created (with its content, unless `truncate`) if there is none.
+    /// The staged copy of a file, created (with its content, unless `truncate`) if there is
+    /// none, with one more writer counted. The count is taken with the table locked, where a
+    /// finished upload decides to retire the staged copy, so a writer never writes to a retired
+    /// copy; the caller gives it back with `release_staged`.
     async fn stage(self: &Arc<Self>, ino: Ino, truncate: bool) -> OpResult<Arc<Staged>> {
         let (path, remote) = {
             let t = self.table();
             let i = t.get(ino).ok_or(Errno::ENOENT)?;
             if let Some(s) = &i.staged {
                 let s = s.clone();
+                s.writers.fetch_add(1, Ordering::SeqCst);
                 drop(t);
                 if truncate {
-                    s.truncate(0).map_err(|e| io_errno(&e))?;
+                    if let Err(e) = s.truncate(0) {
+                        self.release_staged(ino, &s);
+                        return Err(io_errno(&e));
+                    }
                 }
                 return Ok(s);
             }
@@ -250,7 +257,7 @@ impl<B: Backend> Fs<B> {
                 .map_err(|e| errno(&e))?;
             if let Err(e) = self
                 .cache
-                .copy_into(self.backend.as_ref(), &entry, &staged.file)
+                .copy_into(self.backend.as_ref(), &entry, &staged.file())
                 .await
             {
                 self.journal.finish(&staged);
@@ -262,23 +269,26 @@ impl<B: Backend> Fs<B> {
         }
         let staged = Arc::new(staged);
         let mut t = self.table();
-        match t.get(ino).and_then(|i| i.staged.clone()) {
+        let (staged, truncate) = match t.get(ino).and_then(|i| i.staged.clone()) {
             // Someone staged it meanwhile: use theirs.
             Some(other) => {
                 self.journal.finish(&staged);
-                if truncate {
-                    other.truncate(0).map_err(|e| io_errno(&e))?;
-                }
-                Ok(other)
+                (other, truncate)
             }
             None => {
                 t.set_staged(ino, Some(staged.clone()));
-                if truncate && remote.is_some() {
-                    staged.truncate(0).map_err(|e| io_errno(&e))?;
-                }
-                Ok(staged)
+                (staged, truncate && remote.is_some())
+            }
+        };
+        staged.writers.fetch_add(1, Ordering::SeqCst);
+        drop(t);
+        if truncate {
+            if let Err(e) = staged.truncate(0) {
+                self.release_staged(ino, &staged);
+                return Err(io_errno(&e));
             }
         }
+        Ok(staged)
     }
 
     /// A writer is done with a staged file: journal it and start its upload when it was the
@@ -441,7 +451,6 @@ impl<B: Backend> Fs<B> {
         let staged = self
             .stage(ino, existing.is_none() || flags & libc::O_TRUNC != 0)
             .await?;
-        staged.writers.fetch_add(1, Ordering::SeqCst);
         if existing.is_none() {
             // A new file is a change even with no bytes written: it must be created remotely.
             staged.truncate(0).map_err(|e| io_errno(&e))?;
@@ -486,9 +495,7 @@ impl<B: Backend> Fs<B> {
         }
         let staged = if write {
             self.writable()?;
-            let s = self.stage(ino, flags.0 & libc::O_TRUNC != 0).await?;
-            s.writers.fetch_add(1, Ordering::SeqCst);
-            Some(s)
+            Some(self.stage(ino, flags.0 & libc::O_TRUNC != 0).await?)
         } else {
             None
         };
@@ -550,12 +557,12 @@ impl<B: Backend> Fs<B> {
             if self.path_of(ino)?.1 == Kind::Dir {
                 return Err(Errno::EISDIR);
             }
+            // A writer for the time of the truncate: released, it settles the file like a
+            // close (truncate(2) without an open handle is the whole change).
             let staged = self.stage(ino, size == 0).await?;
-            staged.truncate(size).map_err(|e| io_errno(&e))?;
-            if staged.writers.load(Ordering::SeqCst) == 0 {
-                // truncate(2) without an open handle: that is the whole change.
-                self.settle(ino, &staged);
-            }
+            let r = staged.truncate(size);
+            self.release_staged(ino, &staged);
+            r.map_err(|e| io_errno(&e))?;
         }
         let when = |t: TimeOrNow| match t {
             TimeOrNow::SpecificTime(t) => t,
@@ -807,6 +814,14 @@ impl<B: Backend> Fs<B> {
             }
         }
         // fsync returns only once the bytes are stored remotely, or reports why not.
+        if self.backend.puts_batches() {
+            // Stored with the next batch (one durable commit for all of it).
+            return if super::writeback::flush(self, ino, staged.generation()).await {
+                Ok(())
+            } else {
+                Err(Errno::EIO)
+            };
+        }
         upload::upload_once(self, ino).await.map_err(|e| {
             log::warn!("fsync: upload failed: {e}");
             upload::schedule(self, ino);

@@ -8,8 +8,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use md5::{Digest, Md5};
@@ -18,18 +18,26 @@ use serde::{Deserialize, Serialize};
 use crate::api::NodePath;
 
 /// A staged file: the bytes a writer sees, and how far they are from being uploaded.
+///
+/// Sealing: a backend that keeps the staging file itself (a hard link into the built-in store)
+/// gets it sealed first; the next change copies it to a fresh staging file under the same name
+/// (copy-on-write), so the sealed file is never written again.
 pub struct Staged {
     pub id: u64,
-    pub file: File,
+    /// The staging file as it is now (replaced by its copy when written to after sealing).
+    data: std::sync::RwLock<Arc<File>>,
+    /// `data` is shared with the backend: copy before changing it.
+    sealed: AtomicBool,
     data_path: PathBuf,
     size: AtomicU64,
     /// Bumped by every change; an upload records the generation it sent.
     generation: AtomicU64,
     uploaded: AtomicU64,
-    /// Open writable handles.
+    /// Open writable handles. Changed only with the inode table locked (see `fs::writeback`),
+    /// so a staged file is never retired while a writer is about to use it.
     pub writers: AtomicU32,
     mtime: Mutex<SystemTime>,
-    /// Orders writes and truncates with the size they change.
+    /// Orders writes, truncates, seals and copies with the size they change.
     order: Mutex<()>,
     /// Orders journal writes of this file; remembers what was last written (to skip rewriting
     /// the same entry) and whether the entry is finished (never written back after that).
@@ -42,7 +50,35 @@ struct JournalState {
     last: Option<(String, Option<String>)>,
 }
 
+/// What an upload sends: the file, its length and the generation it holds.
+pub struct Snapshot {
+    pub file: Arc<File>,
+    pub size: u64,
+    pub generation: u64,
+}
+
 impl Staged {
+    fn new(id: u64, file: File, data_path: PathBuf, size: u64, dirty: bool) -> Staged {
+        Staged {
+            id,
+            data: std::sync::RwLock::new(Arc::new(file)),
+            sealed: AtomicBool::new(false),
+            data_path,
+            size: AtomicU64::new(size),
+            generation: AtomicU64::new(u64::from(dirty)),
+            uploaded: AtomicU64::new(0),
+            writers: AtomicU32::new(0),
+            mtime: Mutex::new(SystemTime::now()),
+            order: Mutex::new(()),
+            journal: Mutex::new(JournalState::default()),
+        }
+    }
+
+    /// The staging file as it is now.
+    pub fn file(&self) -> Arc<File> {
+        self.data.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     pub fn size(&self) -> u64 {
         self.size.load(Ordering::SeqCst)
     }
@@ -73,9 +109,56 @@ impl Staged {
         self.uploaded.store(generation, Ordering::SeqCst);
     }
 
+    fn order(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.order.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The content as it is now, never to be written again: later changes go to a copy.
+    pub fn seal(&self) -> Snapshot {
+        let _order = self.order();
+        self.sealed.store(true, Ordering::SeqCst);
+        Snapshot {
+            file: self.file(),
+            size: self.size(),
+            generation: self.generation(),
+        }
+    }
+
+    /// The content as it is now, for an upload that reads it while writers may go on.
+    pub fn snapshot(&self) -> Snapshot {
+        let _order = self.order();
+        Snapshot {
+            file: self.file(),
+            size: self.size(),
+            generation: self.generation(),
+        }
+    }
+
+    /// Before a change (with `order` held): a sealed file is copied to a fresh one under the
+    /// same name, which takes its place.
+    fn unshare(&self) -> io::Result<()> {
+        if !self.sealed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let tmp = self.data_path.with_extension("cow");
+        let _ = fs::remove_file(&tmp);
+        let copy = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        crate::store::blobs::copy_range(&self.file(), &copy, self.size())?;
+        fs::rename(&tmp, &self.data_path)?;
+        *self.data.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(copy);
+        self.sealed.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
     pub fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        let _order = self.order.lock().unwrap_or_else(|p| p.into_inner());
-        self.file.write_all_at(data, offset)?;
+        let _order = self.order();
+        self.unshare()?;
+        self.file().write_all_at(data, offset)?;
         self.size
             .fetch_max(offset + data.len() as u64, Ordering::SeqCst);
         self.changed();
@@ -85,24 +168,8 @@ impl Staged {
     /// md5 of the whole staged content (read back from the page cache, off the write path:
     /// hashing while writing made md5 the bottleneck of every write).
     pub fn md5(&self) -> io::Result<String> {
-        let size = self.size();
-        let mut h = Md5::new();
-        let mut buf = vec![0u8; 1 << 20];
-        let mut off = 0;
-        while off < size {
-            let want = (size - off).min(1 << 20) as usize;
-            let n = self.file.read_at(&mut buf[..want], off)?;
-            if n == 0 {
-                // A sparse tail reads as zeros.
-                buf[..want].fill(0);
-                h.update(&buf[..want]);
-                off += want as u64;
-                continue;
-            }
-            h.update(&buf[..n]);
-            off += n as u64;
-        }
-        Ok(crate::store::blobs::hex(&h.finalize()))
+        let snap = self.snapshot();
+        md5_of(&snap.file, snap.size)
     }
 
     pub fn read_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
@@ -110,11 +177,12 @@ impl Staged {
         if offset >= size {
             return Ok(Vec::new());
         }
+        let file = self.file();
         let len = len.min((size - offset) as usize);
         let mut buf = vec![0u8; len];
         let mut done = 0;
         while done < len {
-            let n = self.file.read_at(&mut buf[done..], offset + done as u64)?;
+            let n = file.read_at(&mut buf[done..], offset + done as u64)?;
             if n == 0 {
                 break; // sparse tail: zeros
             }
@@ -124,8 +192,9 @@ impl Staged {
     }
 
     pub fn truncate(&self, size: u64) -> io::Result<()> {
-        let _order = self.order.lock().unwrap_or_else(|p| p.into_inner());
-        self.file.set_len(size)?;
+        let _order = self.order();
+        self.unshare()?;
+        self.file().set_len(size)?;
         self.size.store(size, Ordering::SeqCst);
         self.changed();
         Ok(())
@@ -134,13 +203,16 @@ impl Staged {
     /// Reserves space (fallocate mode 0 or KEEP_SIZE), so a later write cannot hit ENOSPC.
     pub fn allocate(&self, offset: u64, len: u64, keep_size: bool) -> io::Result<()> {
         use std::os::fd::AsRawFd;
+        let _order = self.order();
+        self.unshare()?;
         let mode = if keep_size {
             libc::FALLOC_FL_KEEP_SIZE
         } else {
             0
         };
+        let file = self.file();
         // SAFETY: fallocate on our own open descriptor.
-        let r = unsafe { libc::fallocate(self.file.as_raw_fd(), mode, offset as i64, len as i64) };
+        let r = unsafe { libc::fallocate(file.as_raw_fd(), mode, offset as i64, len as i64) };
         if r != 0 {
             return Err(io::Error::last_os_error());
         }
@@ -154,6 +226,26 @@ impl Staged {
     pub fn data_path(&self) -> &Path {
         &self.data_path
     }
+}
+
+/// md5 (hex) of the first `size` bytes of `file`; a sparse tail reads as zeros.
+pub fn md5_of(file: &File, size: u64) -> io::Result<String> {
+    let mut h = Md5::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut off = 0;
+    while off < size {
+        let want = (size - off).min(1 << 20) as usize;
+        let n = file.read_at(&mut buf[..want], off)?;
+        if n == 0 {
+            buf[..want].fill(0);
+            h.update(&buf[..want]);
+            off += want as u64;
+            continue;
+        }
+        h.update(&buf[..n]);
+        off += n as u64;
+    }
+    Ok(crate::store::blobs::hex(&h.finalize()))
 }
 
 /// The journal entry of a staged file.
@@ -217,18 +309,7 @@ impl Journal {
             .create_new(true)
             .mode(0o600)
             .open(&data_path)?;
-        let staged = Staged {
-            id,
-            file,
-            data_path,
-            size: AtomicU64::new(0),
-            generation: AtomicU64::new(0),
-            uploaded: AtomicU64::new(0),
-            writers: AtomicU32::new(0),
-            mtime: Mutex::new(SystemTime::now()),
-            order: Mutex::new(()),
-            journal: Mutex::new(JournalState::default()),
-        };
+        let staged = Staged::new(id, file, data_path, 0, false);
         self.record(&staged, path, file_id)?;
         Ok(staged)
     }
@@ -289,7 +370,12 @@ impl Journal {
         super::private_dir(&self.lost)?;
         let name = format!("{}-{}", staged.id, path.name().unwrap_or("file"));
         let dest = self.lost.join(name);
-        fs::copy(&staged.data_path, &dest)?;
+        let out = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&dest)?;
+        crate::store::blobs::copy_range(&staged.file(), &out, staged.size())?;
         self.finish(staged);
         Ok(dest)
     }
@@ -315,20 +401,36 @@ impl Journal {
                 continue;
             };
             let size = file.metadata()?.len();
-            let staged = Staged {
-                id,
-                file,
-                data_path,
-                size: AtomicU64::new(size),
-                // Dirty: generation 1, nothing uploaded.
-                generation: AtomicU64::new(1),
-                uploaded: AtomicU64::new(0),
-                writers: AtomicU32::new(0),
-                mtime: Mutex::new(SystemTime::now()),
-                order: Mutex::new(()),
-                journal: Mutex::new(JournalState::default()),
-            };
+            // Dirty: generation 1, nothing uploaded.
+            let staged = Staged::new(id, file, data_path, size, true);
             out.push((path, entry.file_id, staged));
+        }
+        // Oldest first; of two entries for one path (a crash between a file's retirement and
+        // its next staging) the newest holds the content that counts.
+        out.sort_by_key(|(_, _, s)| s.id);
+        let mut newest = std::collections::HashMap::new();
+        for (i, (path, _, _)) in out.iter().enumerate() {
+            newest.insert(path.clone(), i);
+        }
+        let mut kept = Vec::with_capacity(newest.len());
+        for (i, item) in out.into_iter().enumerate() {
+            if newest.get(&item.0) == Some(&i) {
+                kept.push(item);
+            } else {
+                log::info!(
+                    "journal entry {} superseded by a newer one of {}",
+                    item.2.id,
+                    item.0
+                );
+                self.finish(&item.2);
+            }
+        }
+        let out = kept;
+        // Copies cut short by the crash (`<id>.cow`) are garbage: the `.data` file is whole.
+        for entry in fs::read_dir(&self.staging)?.flatten() {
+            if entry.path().extension().is_some_and(|e| e == "cow") {
+                let _ = fs::remove_file(entry.path());
+            }
         }
         // Staging files without an entry belong to nothing (the entry is written first).
         for id in Self::ids(&self.staging, "data")? {

@@ -33,14 +33,19 @@ pub fn recover<B: Backend>(fs: &Arc<Fs<B>>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Makes sure an upload task runs for `ino`; it keeps going until the file is clean.
+/// Makes sure an upload runs for `ino` (in the next batch, for a backend with batches; else a
+/// task of its own, which keeps going until the file is clean).
 pub fn schedule<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
-    if !fs
+    let new = fs
         .uploading
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .insert(ino)
-    {
+        .insert(ino);
+    if fs.backend.puts_batches() {
+        fs.writeback.enqueue(ino);
+        return;
+    }
+    if !new {
         return;
     }
     let fs = fs.clone();
@@ -111,7 +116,7 @@ fn jitter(d: Duration) -> Duration {
 }
 
 /// Sets the bytes of an upload that cannot succeed aside in `lost+found`, and says so loudly.
-fn quarantine<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, err: &Error) {
+pub(super) fn quarantine<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, err: &Error) {
     let mut t = fs.table();
     let Some(inode) = t.get(ino) else { return };
     let Some(staged) = inode.staged.clone() else {
@@ -224,24 +229,6 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
     if let Some(node) = &node {
         inode.update_from(node);
     }
-    let retire =
-        !staged.is_dirty() && staged.writers.load(std::sync::atomic::Ordering::SeqCst) == 0;
-    if retire {
-        if let Some(r) = inode.remote.clone() {
-            // The uploaded bytes become the cached copy: reading back needs no download.
-            if let Err(e) = fs
-                .cache
-                .adopt(&r.id, r.md5.as_deref(), size, staged.data_path())
-            {
-                log::debug!("could not keep {path} in the read cache: {e}");
-            }
-            inode.kernel_md5 = r.md5.clone();
-            inode.mtime = staged.mtime();
-        }
-        fs.journal.finish(&staged);
-        t.set_staged(ino, None);
-        t.touch(ino);
-        t.maybe_drop(ino);
-    }
+    super::writeback::retire(fs, &mut t, ino, &staged);
     Ok(())
 }

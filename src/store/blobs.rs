@@ -40,9 +40,21 @@ pub struct BlobWriter {
     path: PathBuf,
     len: u64,
     sha: Sha256,
-    md5_tx: Option<std::sync::mpsc::SyncSender<Bytes>>,
-    md5_thread: Option<std::thread::JoinHandle<String>>,
+    md5: Md5State,
 }
+
+/// md5 is hashed inline for the first [`MD5_THREAD_AFTER`] bytes; a larger upload moves it to a
+/// thread of its own, fed the same chunks (a thread per small file cost more than its hashing).
+enum Md5State {
+    Inline(Md5),
+    Thread {
+        tx: std::sync::mpsc::SyncSender<Bytes>,
+        thread: std::thread::JoinHandle<String>,
+    },
+    Taken,
+}
+
+const MD5_THREAD_AFTER: u64 = 4 << 20;
 
 impl BlobWriter {
     pub fn write(&mut self, buf: Bytes) -> io::Result<()> {
@@ -52,7 +64,26 @@ impl BlobWriter {
             .expect("writer used after finish")
             .write_all(&buf)?;
         self.len += buf.len() as u64;
-        if let Some(tx) = &self.md5_tx {
+        if let Md5State::Inline(h) = &mut self.md5 {
+            if self.len <= MD5_THREAD_AFTER {
+                h.update(&buf);
+                return Ok(());
+            }
+            let Md5State::Inline(mut h) = std::mem::replace(&mut self.md5, Md5State::Taken) else {
+                unreachable!("matched above");
+            };
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Bytes>(16);
+            let thread = std::thread::Builder::new()
+                .name("md5".into())
+                .spawn(move || {
+                    for chunk in rx {
+                        h.update(&chunk);
+                    }
+                    hex(&h.finalize())
+                })?;
+            self.md5 = Md5State::Thread { tx, thread };
+        }
+        if let Md5State::Thread { tx, .. } = &self.md5 {
             tx.send(buf)
                 .map_err(|_| io::Error::other("md5 thread stopped"))?;
         }
@@ -72,13 +103,16 @@ impl BlobWriter {
         let file = self.file.take().expect("finish called twice");
         file.sync_all()?;
         drop(file);
-        drop(self.md5_tx.take());
-        let md5 = self
-            .md5_thread
-            .take()
-            .expect("md5 thread")
-            .join()
-            .map_err(|_| io::Error::other("md5 thread panicked"))?;
+        let md5 = match std::mem::replace(&mut self.md5, Md5State::Taken) {
+            Md5State::Inline(h) => hex(&h.finalize()),
+            Md5State::Thread { tx, thread } => {
+                drop(tx);
+                thread
+                    .join()
+                    .map_err(|_| io::Error::other("md5 thread panicked"))?
+            }
+            Md5State::Taken => return Err(io::Error::other("md5 state lost")),
+        };
         let staged = Staged {
             path: std::mem::take(&mut self.path),
             len: self.len,
@@ -95,6 +129,39 @@ impl Drop for BlobWriter {
             let _ = fs::remove_file(&self.path);
         }
     }
+}
+
+/// Copies the first `len` bytes of `from` into `to` (in the kernel: copy_file_range, which
+/// shares extents where the file system can), then sets `to`'s length to `len`.
+pub fn copy_range(from: &File, to: &File, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (mut off_in, mut off_out): (i64, i64) = (0, 0);
+    let mut left = len;
+    while left > 0 {
+        // SAFETY: both descriptors are open for the call; the offsets are ours.
+        let n = unsafe {
+            libc::copy_file_range(
+                from.as_raw_fd(),
+                &mut off_in,
+                to.as_raw_fd(),
+                &mut off_out,
+                left.min(1 << 30) as usize,
+                0,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            break; // a short source: the rest is a sparse tail
+        }
+        left -= n as u64;
+    }
+    to.set_len(len)
 }
 
 pub fn hex(bytes: &[u8]) -> String {
@@ -121,32 +188,31 @@ impl BlobDir {
         self.blobs.join(&hash[..2]).join(hash)
     }
 
+    /// The folder of files being written (on the same file system as the blobs).
+    pub fn tmp_dir(&self) -> &Path {
+        &self.tmp
+    }
+
+    /// A fresh name in `tmp/`.
+    pub fn tmp_name(&self, prefix: &str) -> PathBuf {
+        self.tmp
+            .join(format!("{prefix}-{:016x}", rand::random::<u64>()))
+    }
+
     /// A new staging file in `tmp/`.
     pub fn writer(&self) -> io::Result<BlobWriter> {
-        let name = format!("up-{:016x}", rand::random::<u64>());
-        let path = self.tmp.join(name);
+        let path = self.tmp_name("up");
         let file = OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .open(&path)?;
-        let (md5_tx, rx) = std::sync::mpsc::sync_channel::<Bytes>(16);
-        let md5_thread = std::thread::Builder::new()
-            .name("md5".into())
-            .spawn(move || {
-                let mut h = Md5::new();
-                for chunk in rx {
-                    h.update(&chunk);
-                }
-                hex(&h.finalize())
-            })?;
         Ok(BlobWriter {
             file: Some(file),
             path,
             len: 0,
             sha: Sha256::new(),
-            md5_tx: Some(md5_tx),
-            md5_thread: Some(md5_thread),
+            md5: Md5State::Inline(Md5::new()),
         })
     }
 

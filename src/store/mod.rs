@@ -11,6 +11,7 @@ pub mod auth;
 pub mod blobs;
 mod nodes;
 mod previews;
+mod put;
 mod schema;
 
 use std::fs;
@@ -26,6 +27,7 @@ use blobs::BlobDir;
 
 pub use nodes::{Kind, NodeRow, PendingUpload, TransferMode, VersionInfo, length_mismatch};
 pub use previews::{MAX_INPUT as MAX_PREVIEW_INPUT, PreviewState, default_preview_workers};
+pub use put::PutFile;
 
 /// The vault every new account starts with.
 pub const FIRST_VAULT: &str = "My First Vault";

@@ -185,8 +185,35 @@ pub(super) fn file_by_id(conn: &Connection, scope: Scope, id: &str) -> Result<No
     }
 }
 
+/// The row of a node known to exist.
+pub(super) fn row(conn: &Connection, id: i64) -> Result<NodeRow> {
+    get_row(conn, id)?.ok_or_else(|| Error::internal(format!("node {id} vanished")))
+}
+
+/// Upload step 1 inside the caller's transaction: the file at `path`, created empty (its
+/// folder's time moved) unless it exists; a folder of that name is a conflict.
+pub(super) fn create_file_row(
+    tx: &Connection,
+    scope: Scope,
+    path: &NodePath,
+    now: i64,
+) -> Result<NodeRow> {
+    let (folder, name) = split(path)?;
+    let parent = resolve(tx, scope, &folder)?;
+    require_folder(&parent, &folder)?;
+    match child_row(tx, parent.id, name)? {
+        Some(existing) if existing.is_file() => Ok(existing),
+        Some(_) => Err(Error::conflict("exists", format!("{path} is a folder"))),
+        None => {
+            let id = insert_node(tx, &parent, Kind::File, name, now)?;
+            touch(tx, Some(parent.id), now)?;
+            row(tx, id)
+        }
+    }
+}
+
 /// The path of a node, walking up its parents.
-fn path_of(conn: &Connection, mut id: i64) -> Result<NodePath> {
+pub(super) fn path_of(conn: &Connection, mut id: i64) -> Result<NodePath> {
     let mut names = Vec::new();
     let mut stmt = conn.prepare_cached("SELECT parent_id, name FROM nodes WHERE id = ?1")?;
     loop {
@@ -202,13 +229,7 @@ fn path_of(conn: &Connection, mut id: i64) -> Result<NodePath> {
     NodePath::from_segments(names)
 }
 
-fn insert_node(
-    tx: &Transaction,
-    parent: &NodeRow,
-    kind: Kind,
-    name: &str,
-    now: i64,
-) -> Result<i64> {
+fn insert_node(tx: &Connection, parent: &NodeRow, kind: Kind, name: &str, now: i64) -> Result<i64> {
     tx.prepare_cached(
         "INSERT INTO nodes (parent_id, account_id, kind, name, created_on, modified_on) VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
     )?
@@ -217,7 +238,7 @@ fn insert_node(
 }
 
 /// A folder's modification time follows its entries (as a directory's mtime does).
-fn touch(tx: &Transaction, id: Option<i64>, now: i64) -> Result<()> {
+fn touch(tx: &Connection, id: Option<i64>, now: i64) -> Result<()> {
     if let Some(id) = id {
         tx.prepare_cached("UPDATE nodes SET modified_on = ?2 WHERE id = ?1")?
             .execute(params![id, now])?;
@@ -426,18 +447,7 @@ impl Store {
         let path = folder.child(name)?;
         let mut conn = self.lock();
         let tx = conn.transaction()?;
-        let parent = resolve(&tx, scope, folder)?;
-        require_folder(&parent, folder)?;
-        let row = match child_row(&tx, parent.id, name)? {
-            Some(existing) if existing.is_file() => existing,
-            Some(_) => return Err(Error::conflict("exists", format!("{path} is a folder"))),
-            None => {
-                let now = now_ns();
-                let id = insert_node(&tx, &parent, Kind::File, name, now)?;
-                touch(&tx, Some(parent.id), now)?;
-                get_row(&tx, id)?.expect("node just inserted")
-            }
-        };
+        let row = create_file_row(&tx, scope, &path, now_ns())?;
         tx.commit()?;
         Ok(row.to_api(&path))
     }

@@ -1,0 +1,336 @@
+//! Write-back in batches, for a backend that stores whole files together (the built-in store
+//! in this process, [`Backend::puts_batches`]). Closed files wait in a queue; one worker takes
+//! everything queued (up to a bound) and stores it with one [`Backend::put_files`] call, whose
+//! durable work (fsyncs, the transaction) is paid once per batch. While a batch is stored the
+//! next one gathers, so the batch size follows the load: one file when idle, hundreds in a burst.
+//!
+//! The staged file is sealed for the batch (the store may keep that very file as its blob); a
+//! writer that comes back later writes to a copy (`Staged::seal`). Backends without batches
+//! upload file by file (`upload.rs`); both end in [`retire`].
+//!
+//! Lock order of the file system, everywhere: a file's `io` lock, then the `uploading` set, then
+//! the inode table, then the handles; the queue's lock is taken alone.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{Notify, oneshot};
+
+use super::Fs;
+use super::errno::is_transient;
+use super::staging::Staged;
+use super::table::{Ino, Table};
+use crate::api::Error;
+use crate::backend::{Backend, PutFile};
+
+/// Most files in one batch.
+const MAX_FILES: usize = 1024;
+/// Most bytes in one batch (a few large files do not hold up the small ones for long).
+const MAX_BYTES: u64 = 256 << 20;
+/// Permanent failures tolerated before a file's bytes are set aside in `lost+found`.
+const PERMANENT_ATTEMPTS: u32 = 3;
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+#[derive(Default)]
+pub struct Writeback {
+    queue: Mutex<Queue>,
+    wake: Notify,
+}
+
+#[derive(Default)]
+struct Queue {
+    order: VecDeque<Ino>,
+    queued: HashSet<Ino>,
+    /// fsync callers waiting for a file's bytes up to a generation: true once stored.
+    waiters: HashMap<Ino, Vec<(u64, oneshot::Sender<bool>)>>,
+    /// Failed attempts in a row, per file.
+    failures: HashMap<Ino, u32>,
+}
+
+impl Writeback {
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `ino` for the next batch (once, however often it is asked).
+    pub fn enqueue(&self, ino: Ino) {
+        let mut q = self.queue();
+        if q.queued.insert(ino) {
+            q.order.push_back(ino);
+        }
+        drop(q);
+        self.wake.notify_one();
+    }
+
+    /// Takes what the next batch holds, within the bounds.
+    fn take<B: Backend>(&self, fs: &Fs<B>) -> Vec<(Ino, bool)> {
+        let mut q = self.queue();
+        let mut out = Vec::new();
+        let mut bytes = 0u64;
+        while let Some(&ino) = q.order.front() {
+            let size = fs
+                .table()
+                .get(ino)
+                .and_then(|i| i.staged.as_ref().map(|s| s.size()))
+                .unwrap_or(0);
+            if !out.is_empty() && (out.len() >= MAX_FILES || bytes + size > MAX_BYTES) {
+                break;
+            }
+            q.order.pop_front();
+            q.queued.remove(&ino);
+            bytes += size;
+            out.push((ino, q.waiters.contains_key(&ino)));
+        }
+        out
+    }
+
+    /// Answers the fsync callers of `ino`: those whose bytes are stored (up to generation
+    /// `stored`, or all for `u64::MAX`) with true; all of them with false when `stored` is
+    /// `None` (the attempt failed).
+    fn notify(&self, ino: Ino, stored: Option<u64>) {
+        let mut q = self.queue();
+        let Some(waiters) = q.waiters.remove(&ino) else {
+            return;
+        };
+        let mut left = Vec::new();
+        for (need, w) in waiters {
+            match stored {
+                Some(g) if need > g => left.push((need, w)),
+                Some(_) => drop(w.send(true)),
+                None => drop(w.send(false)),
+            }
+        }
+        if !left.is_empty() {
+            q.waiters.insert(ino, left);
+        }
+    }
+}
+
+/// Starts the worker (once per mount, for backends with batches).
+pub fn start<B: Backend>(fs: &Arc<Fs<B>>) {
+    let fs = fs.clone();
+    fs.rt.clone().spawn(async move {
+        loop {
+            let batch = fs.writeback.take(&fs);
+            if batch.is_empty() {
+                fs.writeback.wake.notified().await;
+                continue;
+            }
+            run_batch(&fs, batch).await;
+        }
+    });
+}
+
+/// fsync: the file goes into the next batch, and this returns once its bytes as they are now
+/// are stored (true), or the attempt failed (false).
+pub async fn flush<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, generation: u64) -> bool {
+    let (tx, rx) = oneshot::channel();
+    fs.writeback
+        .queue()
+        .waiters
+        .entry(ino)
+        .or_default()
+        .push((generation, tx));
+    super::upload::schedule(fs, ino);
+    rx.await.unwrap_or(false)
+}
+
+/// One file of a batch, held (its `io` lock) until the batch is done.
+struct Item {
+    ino: Ino,
+    staged: Arc<Staged>,
+    generation: u64,
+    size: u64,
+    _io: tokio::sync::OwnedMutexGuard<()>,
+}
+
+async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
+    let mut items = Vec::with_capacity(batch.len());
+    let mut puts = Vec::with_capacity(batch.len());
+    let mut busy = Vec::new();
+    for (ino, fsync) in batch {
+        let Some(io) = fs.table().get(ino).map(|i| i.io.clone()) else {
+            finished(fs, ino, true);
+            continue;
+        };
+        // A rename or unlink of this file is under way: it goes in a later batch.
+        let Ok(guard) = io.try_lock_owned() else {
+            busy.push(ino);
+            continue;
+        };
+        let t = fs.table();
+        let Some(inode) = t.get(ino) else {
+            drop(t);
+            finished(fs, ino, true);
+            continue;
+        };
+        let staged = match inode.staged.clone() {
+            Some(s) if !inode.unlinked && s.is_dirty() => s,
+            // Stored already, removed, or never changed: nothing to send.
+            _ => {
+                drop(t);
+                finished(fs, ino, true);
+                continue;
+            }
+        };
+        // Still open for writing and nobody asked for it: its last release queues it again.
+        if staged.writers.load(std::sync::atomic::Ordering::SeqCst) > 0 && !fsync {
+            drop(t);
+            finished(fs, ino, false);
+            continue;
+        }
+        let snap = staged.seal();
+        puts.push(PutFile {
+            path: inode.path.clone(),
+            file_id: inode.remote.as_ref().map(|r| r.id.clone()),
+            source: snap.file,
+            len: snap.size,
+            sealed: true,
+        });
+        drop(t);
+        items.push(Item {
+            ino,
+            staged,
+            generation: snap.generation,
+            size: snap.size,
+            _io: guard,
+        });
+    }
+    if !busy.is_empty() {
+        let fs = fs.clone();
+        fs.rt.clone().spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            for ino in busy {
+                fs.writeback.enqueue(ino);
+            }
+        });
+    }
+    if puts.is_empty() {
+        return;
+    }
+    let results = fs.backend.put_files(puts).await;
+    for (item, result) in items.into_iter().zip(results) {
+        match result {
+            Ok(node) => {
+                item.staged.mark_uploaded(item.generation);
+                fs.writeback.queue().failures.remove(&item.ino);
+                log::debug!("stored inode {} ({} bytes)", item.ino, item.size);
+                {
+                    let mut t = fs.table();
+                    if let Some(i) = t.get_mut(item.ino) {
+                        i.update_from(&node);
+                    }
+                    retire(fs, &mut t, item.ino, &item.staged);
+                }
+                fs.writeback.notify(item.ino, Some(item.generation));
+                // Written to again and closed since: it goes in the next batch.
+                let again = item.staged.is_dirty()
+                    && item
+                        .staged
+                        .writers
+                        .load(std::sync::atomic::Ordering::SeqCst)
+                        == 0;
+                drop(item._io);
+                if again {
+                    fs.writeback.enqueue(item.ino);
+                } else {
+                    finished(fs, item.ino, !item.staged.is_dirty());
+                }
+            }
+            Err(e) => {
+                fs.writeback.notify(item.ino, None);
+                let ino = item.ino;
+                drop(item._io);
+                failed(fs, ino, &e);
+            }
+        }
+    }
+}
+
+/// A failed attempt: retried with backoff while it may succeed later; set aside after a few
+/// permanent failures.
+fn failed<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, e: &Error) {
+    let path = fs
+        .table()
+        .get(ino)
+        .map_or_else(|| format!("inode {ino}"), |i| i.path.to_string());
+    fs.tracker.error(format!("upload of {path}: {e}"));
+    let n = {
+        let mut q = fs.writeback.queue();
+        let n = q.failures.entry(ino).or_insert(0);
+        *n += 1;
+        *n
+    };
+    if !is_transient(e) && n >= PERMANENT_ATTEMPTS {
+        fs.writeback.queue().failures.remove(&ino);
+        super::upload::quarantine(fs, ino, e);
+        fs.writeback.notify(ino, None);
+        finished(fs, ino, false);
+        return;
+    }
+    let backoff = (Duration::from_millis(500) * 2u32.saturating_pow(n.min(8)))
+        .min(MAX_BACKOFF)
+        .mul_f64(1.0 + rand::random::<f64>() * 0.25);
+    log::warn!(
+        "storing {path} failed, retrying in {:.1}s: {e}",
+        backoff.as_secs_f64()
+    );
+    let fs = fs.clone();
+    fs.rt.clone().spawn(async move {
+        tokio::time::sleep(backoff).await;
+        fs.writeback.enqueue(ino);
+    });
+}
+
+/// The file leaves the write-back: `clean` when nothing is left to store (its fsync callers
+/// are answered), else its release will queue it again.
+fn finished<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, clean: bool) {
+    if clean {
+        fs.writeback.notify(ino, Some(u64::MAX));
+    }
+    if !fs.writeback.queue().queued.contains(&ino) {
+        fs.uploading
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&ino);
+    }
+}
+
+/// After a successful upload: a staged file with no writer and nothing new is retired (the
+/// read cache adopts its bytes, its journal entry and staging name go) and the file reads from
+/// the backend again. True when it was retired.
+pub(super) fn retire<B: Backend>(
+    fs: &Fs<B>,
+    t: &mut Table,
+    ino: Ino,
+    staged: &Arc<Staged>,
+) -> bool {
+    let Some(inode) = t.get_mut(ino) else {
+        return false;
+    };
+    let current = inode
+        .staged
+        .as_ref()
+        .is_some_and(|s| Arc::ptr_eq(s, staged));
+    if !current || staged.is_dirty() || staged.writers.load(std::sync::atomic::Ordering::SeqCst) > 0
+    {
+        return false;
+    }
+    if let Some(r) = inode.remote.clone() {
+        inode.kernel_md5 = r.md5.clone();
+        inode.mtime = staged.mtime();
+        // Linked before the staging name goes: reading back what was written needs no copy.
+        if let Err(e) = fs
+            .cache
+            .adopt(&r.id, r.md5.as_deref(), staged.size(), staged.data_path())
+        {
+            log::debug!("could not keep inode {ino} in the read cache: {e}");
+        }
+    }
+    fs.journal.finish(staged);
+    t.set_staged(ino, None);
+    t.touch(ino);
+    t.maybe_drop(ino);
+    true
+}

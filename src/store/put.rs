@@ -1,0 +1,258 @@
+//! Whole files stored in batches: the built-in store's side of the mount's write-back.
+//!
+//! The three upload steps cost three transactions, a blob copy, a blob fsync, a directory fsync
+//! and a WAL fsync per file. A mount in the same process has the bytes in a local file already,
+//! so [`Store::put_files`] takes a batch of them and does the durable work once per batch:
+//!
+//! 1. without the store's lock: each file is hashed (md5 and sha256 in one pass, from the page
+//!    cache) and linked into `tmp/` (a hard link of a file its owner has sealed: no byte copied;
+//!    otherwise an in-kernel copy), then one `syncfs` makes all their bytes durable;
+//! 2. under the lock, in one transaction: the file nodes (created when new), one committed
+//!    version each, blobs renamed into place where their hash is new; one `syncfs` for the
+//!    renames, then the commit with the WAL fsynced (`Durable`).
+//!
+//! A crash before the commit leaves the tree as it was (renamed blobs are unrecorded and swept
+//! by the next recovery); after it, every file of the batch is stored. Each file has its own
+//! savepoint, so one failing (its folder removed meanwhile, say) fails alone.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use md5::{Digest, Md5};
+use rusqlite::params;
+use sha2::Sha256;
+
+use super::blobs::hex;
+use super::nodes::{self, Kind};
+use super::{Scope, Store, now_ns};
+use crate::api::{Error, Node, NodePath, Result};
+
+/// One whole file to store: the first `len` bytes of `source` become the current version of the
+/// file (by ID when it has one, else at `path`, created when missing).
+pub struct PutFile {
+    pub path: NodePath,
+    pub file_id: Option<String>,
+    pub source: std::sync::Arc<File>,
+    pub len: u64,
+    /// The caller never writes to `source` again: the store may keep the very file (a hard
+    /// link) instead of a copy.
+    pub sealed: bool,
+}
+
+/// A file of the batch after phase 1: its hashes and its bytes in `tmp/`.
+struct Prepared {
+    tmp: PathBuf,
+    md5: String,
+    sha256: String,
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        // Renamed into place on success; otherwise garbage.
+        if !self.tmp.as_os_str().is_empty() {
+            let _ = fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// md5 and sha256 of the first `len` bytes of `f` (a sparse or short tail reads as zeros, as
+/// a staging file's size says).
+fn hash_file(f: &File, len: u64) -> io::Result<(String, String)> {
+    let mut md5 = Md5::new();
+    let mut sha = Sha256::new();
+    let mut buf = vec![0u8; (len.min(1 << 20) as usize).max(1)];
+    let mut off = 0u64;
+    while off < len {
+        let want = (len - off).min(buf.len() as u64) as usize;
+        let n = match f.read_at(&mut buf[..want], off) {
+            Ok(0) => {
+                buf[..want].fill(0);
+                want
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        md5.update(&buf[..n]);
+        sha.update(&buf[..n]);
+        off += n as u64;
+    }
+    Ok((hex(&md5.finalize()), hex(&sha.finalize())))
+}
+
+/// Links the open file `f` at `dest` (through /proc: the descriptor, not a path someone may
+/// have renamed over since).
+fn link_fd(f: &File, dest: &Path) -> io::Result<()> {
+    let src = std::ffi::CString::new(format!("/proc/self/fd/{}", f.as_raw_fd()))?;
+    let dst = std::ffi::CString::new(dest.as_os_str().as_encoded_bytes())?;
+    // SAFETY: two NUL-terminated paths; linkat does not keep them.
+    let r = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            src.as_ptr(),
+            libc::AT_FDCWD,
+            dst.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Copies the first `len` bytes of `f` to a new file `dest`, in the kernel where it can.
+fn copy_fd(f: &File, len: u64, dest: &Path) -> io::Result<()> {
+    let out = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(dest)?;
+    super::blobs::copy_range(f, &out, len)
+}
+
+/// Flushes the file system that holds `dir`: every file and rename on it is durable after.
+pub(super) fn syncfs(dir: &Path) -> io::Result<()> {
+    let d = File::open(dir)?;
+    // SAFETY: syncfs on a descriptor we own.
+    if unsafe { libc::syncfs(d.as_raw_fd()) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+impl Store {
+    /// Stores a batch of whole files (see the module's comment). One result per file, in order.
+    pub fn put_files(&self, scope: Scope, files: &[PutFile]) -> Vec<Result<Node>> {
+        let prepared: Vec<Result<Prepared>> = files.iter().map(|f| self.prepare(f)).collect();
+        if let Err(e) = syncfs(self.blobs.tmp_dir()) {
+            let e = Error::from(e);
+            return files.iter().map(|_| Err(e.clone())).collect();
+        }
+        let conn = self.lock();
+        let mut previews = Vec::new();
+        let results = (|| -> Result<Vec<Result<Node>>> {
+            let _durable = super::schema::Durable::new(&conn)?;
+            let mut tx = conn.unchecked_transaction()?;
+            let mut results = Vec::with_capacity(files.len());
+            let mut renamed = false;
+            for (f, p) in files.iter().zip(prepared) {
+                let p = match p {
+                    Ok(p) => p,
+                    Err(e) => {
+                        results.push(Err(e));
+                        continue;
+                    }
+                };
+                let sp = tx.savepoint()?;
+                match self.put_one(&sp, scope, f, p, &mut renamed) {
+                    Ok((node, render, name, sha)) => {
+                        sp.commit()?;
+                        if render {
+                            previews.push((sha, name));
+                        }
+                        results.push(Ok(node));
+                    }
+                    Err(e) => {
+                        drop(sp);
+                        results.push(Err(e));
+                    }
+                }
+            }
+            if renamed {
+                syncfs(self.blobs.tmp_dir())?;
+            }
+            tx.commit()?;
+            Ok(results)
+        })();
+        drop(conn);
+        match results {
+            Ok(results) => {
+                for (sha, name) in previews {
+                    self.previews.enqueue(&sha, &name);
+                }
+                results
+            }
+            Err(e) => files.iter().map(|_| Err(e.clone())).collect(),
+        }
+    }
+
+    /// Phase 1 of one file: hashes, and the bytes in `tmp/`.
+    fn prepare(&self, f: &PutFile) -> Result<Prepared> {
+        if f.len > self.config.max_file_size {
+            return Err(Error::new(
+                crate::api::ErrorKind::TooLarge,
+                "file_too_large",
+                format!(
+                    "{} bytes is over this store's limit of {} bytes",
+                    f.len, self.config.max_file_size
+                ),
+            ));
+        }
+        // Placed first, hashed after: what is hashed is what is kept, even if an unsealed
+        // source is written to meanwhile.
+        let tmp = self.blobs.tmp_name("put");
+        let same_size = f.source.metadata().is_ok_and(|m| m.len() == f.len);
+        let linked = f.sealed && same_size && link_fd(&f.source, &tmp).is_ok();
+        let mut prepared = Prepared {
+            tmp,
+            md5: String::new(),
+            sha256: String::new(),
+        };
+        let placed = if linked {
+            f.source.clone()
+        } else {
+            copy_fd(&f.source, f.len, &prepared.tmp)?;
+            std::sync::Arc::new(File::open(&prepared.tmp)?)
+        };
+        (prepared.md5, prepared.sha256) = hash_file(&placed, f.len)?;
+        Ok(prepared)
+    }
+
+    /// Phase 2 of one file, inside the batch's transaction: (node, preview wanted, name, sha256).
+    fn put_one(
+        &self,
+        tx: &rusqlite::Connection,
+        scope: Scope,
+        f: &PutFile,
+        mut p: Prepared,
+        renamed: &mut bool,
+    ) -> Result<(Node, bool, String, String)> {
+        let now = now_ns();
+        let file = match &f.file_id {
+            Some(id) => nodes::file_by_id(tx, scope, id)?,
+            None => nodes::create_file_row(tx, scope, &f.path, now)?,
+        };
+        debug_assert_eq!(file.kind, Kind::File);
+        let known = tx
+            .prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?
+            .exists([&p.sha256])?;
+        if !known {
+            let dest = self.blobs.path(&p.sha256);
+            if let Some(dir) = dest.parent() {
+                fs::create_dir_all(dir)?;
+            }
+            fs::rename(&p.tmp, &dest)?;
+            p.tmp = PathBuf::new();
+            *renamed = true;
+            tx.prepare_cached("INSERT INTO blobs (hash, size, md5) VALUES (?1, ?2, ?3)")?
+                .execute(params![p.sha256, f.len as i64, p.md5])?;
+        }
+        tx.prepare_cached(
+            "INSERT INTO versions (file_id, length, md5, blob, committed, created_on, committed_on) VALUES (?1, ?2, ?3, ?4, 1, ?5, ?5)",
+        )?
+        .execute(params![file.id, f.len as i64, p.md5, p.sha256, now])?;
+        let vid = tx.last_insert_rowid();
+        tx.prepare_cached("UPDATE nodes SET current_version = ?2, modified_on = ?3 WHERE id = ?1")?
+            .execute(params![file.id, vid, now])?;
+        let render = super::previews::want(tx, &p.sha256, &file.name)?;
+        let row = nodes::row(tx, file.id)?;
+        let path = nodes::path_of(tx, file.id)?;
+        Ok((row.to_api(&path), render, file.name, p.sha256.clone()))
+    }
+}
