@@ -10,6 +10,7 @@
 
 mod cache;
 mod errno;
+mod journal;
 mod ops;
 mod preview;
 mod staging;
@@ -31,7 +32,8 @@ use fuser::{Config, MountOption, Notifier, SessionACL};
 use crate::api::NodePath;
 use crate::backend::Backend;
 use cache::ReadCache;
-use staging::{Journal, Staged};
+use journal::Journal;
+use staging::Staged;
 use table::{Ino, Table};
 
 /// How to mount.
@@ -271,7 +273,7 @@ pub fn mount<B: Backend>(
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     });
-    let pending = fs.table().staged_inos().len();
+    let pending = fs.journal.len();
     if pending > 0 {
         log::info!(
             "{pending} file(s) not yet uploaded stay in the journal; the next mount uploads them"

@@ -1,8 +1,5 @@
-//! Write staging and the upload journal. A file opened for writing works on a staging file on
-//! local disk; a journal entry beside it says where its bytes belong. Both are on disk before
-//! `release` returns (the entry is written when staging starts and rewritten on rename), so a
-//! killed daemon, an unmount or a server outage loses no byte: the next mount uploads what the
-//! journal lists. Entries are small JSON files renamed into place, so one is whole or absent.
+//! Write staging: a file opened for writing works on a staging file on local disk, whose entry
+//! in the upload journal (`journal.rs`) says where its bytes belong.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -13,9 +10,6 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use md5::{Digest, Md5};
-use serde::{Deserialize, Serialize};
-
-use crate::api::NodePath;
 
 /// A staged file: the bytes a writer sees, and how far they are from being uploaded.
 ///
@@ -41,13 +35,15 @@ pub struct Staged {
     order: Mutex<()>,
     /// Orders journal writes of this file; remembers what was last written (to skip rewriting
     /// the same entry) and whether the entry is finished (never written back after that).
-    journal: Mutex<JournalState>,
+    pub(super) journal: Mutex<JournalState>,
 }
 
+/// What the journal last wrote for a staged file, and whether its entry is finished (never
+/// written back after that).
 #[derive(Default)]
-struct JournalState {
-    finished: bool,
-    last: Option<(String, Option<String>)>,
+pub(super) struct JournalState {
+    pub finished: bool,
+    pub last: Option<(String, Option<String>)>,
 }
 
 /// What an upload sends: the file, its length and the generation it holds.
@@ -58,7 +54,7 @@ pub struct Snapshot {
 }
 
 impl Staged {
-    fn new(id: u64, file: File, data_path: PathBuf, size: u64, dirty: bool) -> Staged {
+    pub(super) fn new(id: u64, file: File, data_path: PathBuf, size: u64, dirty: bool) -> Staged {
         Staged {
             id,
             data: std::sync::RwLock::new(Arc::new(file)),
@@ -246,198 +242,4 @@ pub fn md5_of(file: &File, size: u64) -> io::Result<String> {
         off += n as u64;
     }
     Ok(crate::store::blobs::hex(&h.finalize()))
-}
-
-/// The journal entry of a staged file.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Entry {
-    /// Where the bytes belong: `/nodes/pth/...`.
-    pub path: String,
-    /// The file's ID once it exists remotely.
-    #[serde(default)]
-    pub file_id: Option<String>,
-}
-
-pub struct Journal {
-    staging: PathBuf,
-    entries: PathBuf,
-    lost: PathBuf,
-    next: AtomicU64,
-}
-
-impl Journal {
-    pub fn open(cache_dir: &Path) -> io::Result<Journal> {
-        let j = Journal {
-            staging: cache_dir.join("staging"),
-            entries: cache_dir.join("journal"),
-            lost: cache_dir.join("lost+found"),
-            next: AtomicU64::new(0),
-        };
-        super::private_dir(&j.staging)?;
-        super::private_dir(&j.entries)?;
-        let max = Self::ids(&j.entries, "json")?
-            .into_iter()
-            .chain(Self::ids(&j.staging, "data")?)
-            .max()
-            .unwrap_or(0);
-        j.next.store(max + 1, Ordering::SeqCst);
-        Ok(j)
-    }
-
-    /// The IDs of the files in `dir` named `<id>.<ext>`.
-    fn ids(dir: &Path, ext: &str) -> io::Result<Vec<u64>> {
-        Ok(fs::read_dir(dir)?
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                let name = e.file_name().into_string().ok()?;
-                name.strip_suffix(ext)?.strip_suffix('.')?.parse().ok()
-            })
-            .collect())
-    }
-
-    fn entry_path(&self, id: u64) -> PathBuf {
-        self.entries.join(format!("{id}.json"))
-    }
-
-    /// A new, empty staging file for `path`, with its journal entry.
-    pub fn create(&self, path: &NodePath, file_id: Option<String>) -> io::Result<Staged> {
-        let id = self.next.fetch_add(1, Ordering::SeqCst);
-        let data_path = self.staging.join(format!("{id}.data"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&data_path)?;
-        let staged = Staged::new(id, file, data_path, 0, false);
-        self.record(&staged, path, file_id)?;
-        Ok(staged)
-    }
-
-    /// (Re)writes the entry of a staged file: written to a temporary name and renamed over.
-    pub fn record(
-        &self,
-        staged: &Staged,
-        path: &NodePath,
-        file_id: Option<String>,
-    ) -> io::Result<()> {
-        let mut state = staged.journal.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = (path.uri(), file_id);
-        if state.finished || state.last.as_ref() == Some(&entry) {
-            return Ok(());
-        }
-        let json = serde_json::to_vec(&Entry {
-            path: entry.0.clone(),
-            file_id: entry.1.clone(),
-        })
-        .expect("entry serializes");
-        let tmp = self.entries.join(format!("{}.json.tmp", staged.id));
-        {
-            use std::io::Write;
-            use std::os::unix::fs::OpenOptionsExt;
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            f.write_all(&json)?;
-        }
-        fs::rename(&tmp, self.entry_path(staged.id))?;
-        state.last = Some(entry);
-        Ok(())
-    }
-
-    /// The upload is done (or the file is gone): forget the entry and the staging bytes.
-    pub fn finish(&self, staged: &Staged) {
-        staged
-            .journal
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .finished = true;
-        for p in [self.entry_path(staged.id), staged.data_path.clone()] {
-            if let Err(e) = fs::remove_file(&p) {
-                if e.kind() != io::ErrorKind::NotFound {
-                    log::warn!("could not remove {}: {e}", p.display());
-                }
-            }
-        }
-    }
-
-    /// Keeps the bytes of an upload that can never succeed (its folder is gone, say) where a
-    /// person can find them, instead of dropping them.
-    pub fn quarantine(&self, staged: &Staged, path: &NodePath) -> io::Result<PathBuf> {
-        super::private_dir(&self.lost)?;
-        let name = format!("{}-{}", staged.id, path.name().unwrap_or("file"));
-        let dest = self.lost.join(name);
-        let out = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&dest)?;
-        crate::store::blobs::copy_range(&staged.file(), &out, staged.size())?;
-        self.finish(staged);
-        Ok(dest)
-    }
-
-    /// Staged files a previous run left: (path, file id, staged file with its bytes).
-    pub fn recover(&self) -> io::Result<Vec<(NodePath, Option<String>, Staged)>> {
-        let mut out = Vec::new();
-        for id in Self::ids(&self.entries, "json")? {
-            let ep = self.entry_path(id);
-            let data_path = self.staging.join(format!("{id}.data"));
-            let entry: Option<Entry> = fs::read(&ep)
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok());
-            let (Some(entry), Ok(file)) = (
-                entry,
-                OpenOptions::new().read(true).write(true).open(&data_path),
-            ) else {
-                log::warn!("journal entry {id} is unreadable or has no data; set aside");
-                let _ = fs::rename(&ep, self.entries.join(format!("{id}.broken")));
-                continue;
-            };
-            let Ok(path) = NodePath::parse_uri(&entry.path) else {
-                continue;
-            };
-            let size = file.metadata()?.len();
-            // Dirty: generation 1, nothing uploaded.
-            let staged = Staged::new(id, file, data_path, size, true);
-            out.push((path, entry.file_id, staged));
-        }
-        // Oldest first; of two entries for one path (a crash between a file's retirement and
-        // its next staging) the newest holds the content that counts.
-        out.sort_by_key(|(_, _, s)| s.id);
-        let mut newest = std::collections::HashMap::new();
-        for (i, (path, _, _)) in out.iter().enumerate() {
-            newest.insert(path.clone(), i);
-        }
-        let mut kept = Vec::with_capacity(newest.len());
-        for (i, item) in out.into_iter().enumerate() {
-            if newest.get(&item.0) == Some(&i) {
-                kept.push(item);
-            } else {
-                log::info!(
-                    "journal entry {} superseded by a newer one of {}",
-                    item.2.id,
-                    item.0
-                );
-                self.finish(&item.2);
-            }
-        }
-        let out = kept;
-        // Copies cut short by the crash (`<id>.cow`) are garbage: the `.data` file is whole.
-        for entry in fs::read_dir(&self.staging)?.flatten() {
-            if entry.path().extension().is_some_and(|e| e == "cow") {
-                let _ = fs::remove_file(entry.path());
-            }
-        }
-        // Staging files without an entry belong to nothing (the entry is written first).
-        for id in Self::ids(&self.staging, "data")? {
-            if !self.entry_path(id).exists() {
-                let _ = fs::remove_file(self.staging.join(format!("{id}.data")));
-            }
-        }
-        Ok(out)
-    }
 }

@@ -66,6 +66,8 @@ pub struct Store {
     /// Upload commits waiting for the connection (committed together, see `commit_upload`).
     commits: Mutex<Vec<std::sync::Arc<nodes::PendingCommit>>>,
     blobs: BlobDir,
+    /// How batches of whole files are made durable on the blobs' file system.
+    sync_mode: put::SyncMode,
     previews: previews::Previews,
     config: StoreConfig,
     /// A shared lock on `lock` for as long as the store is open.
@@ -122,6 +124,7 @@ impl Store {
             dir: dir.to_path_buf(),
             conn: Mutex::new(conn),
             commits: Mutex::new(Vec::new()),
+            sync_mode: put::SyncMode::of(dir),
             blobs,
             previews,
             config,
