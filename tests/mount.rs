@@ -55,8 +55,7 @@ fn journaled_files_stay_listed_while_the_next_mount_uploads_them() {
         fs::write(dir.join(format!("j{i:04}")), pattern(4096, i as u64)).unwrap();
     }
     m.kill();
-    let journal = env.cache.join("journal");
-    assert_eq!(fs::read_dir(&journal).unwrap().count(), N);
+    assert_eq!(common::env::pending_uploads(&env.cache), N);
 
     let data = env.data.clone();
     env.server = Some(env.rt.block_on(common::TestServer::start_at(
@@ -68,7 +67,7 @@ fn journaled_files_stay_listed_while_the_next_mount_uploads_them() {
     let m = env.mount(&["--dir-ttl", "0"]);
     let mut listings = 0;
     loop {
-        let uploading = fs::read_dir(&journal).unwrap().count() > 0;
+        let uploading = common::env::pending_uploads(&env.cache) > 0;
         let n = fs::read_dir(&dir).unwrap().count();
         assert_eq!(n, N, "listing {listings} while uploading\n{}", m.log_text());
         listings += 1;

@@ -300,7 +300,7 @@ fn status_shows_a_running_upload_and_sigterm_finishes_it_before_exit() {
     let log = m.log_text();
     assert!(log.contains("all uploads finished"), "{log}");
     assert_eq!(stored_size(&env, "big.bin"), Some(size as u64), "{log}");
-    assert_eq!(fs::read_dir(env.cache.join("journal")).unwrap().count(), 0);
+    assert_eq!(common::env::pending_uploads(&env.cache), 0);
 }
 
 #[test]

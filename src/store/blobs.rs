@@ -151,10 +151,15 @@ pub fn copy_range(from: &File, to: &File, len: u64) -> io::Result<()> {
         };
         if n < 0 {
             let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                // Across file systems (or where the call is missing): copy through a buffer.
+                Some(libc::EXDEV | libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL) => {
+                    copy_buffered(from, to, off_in as u64, len)?;
+                    break;
+                }
+                _ => return Err(e),
             }
-            return Err(e);
         }
         if n == 0 {
             break; // a short source: the rest is a sparse tail
@@ -162,6 +167,22 @@ pub fn copy_range(from: &File, to: &File, len: u64) -> io::Result<()> {
         left -= n as u64;
     }
     to.set_len(len)
+}
+
+/// Copies bytes `from..len` of `from` to the same offsets of `to` through a buffer.
+fn copy_buffered(from: &File, to: &File, mut off: u64, len: u64) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; (len - off).min(1 << 20) as usize];
+    while off < len {
+        let want = (len - off).min(buf.len() as u64) as usize;
+        let n = from.read_at(&mut buf[..want], off)?;
+        if n == 0 {
+            break; // a short source: the rest is a sparse tail
+        }
+        to.write_all_at(&buf[..n], off)?;
+        off += n as u64;
+    }
+    Ok(())
 }
 
 pub fn hex(bytes: &[u8]) -> String {

@@ -102,26 +102,33 @@ impl Env {
         LocalBackend::new(store)
     }
 
-    /// Waits until the journal is empty: every staged file is stored.
+    /// Waits until no staged file is left: every file written is stored.
     pub fn wait_uploaded(&self) {
-        let j = self.cache.join("journal");
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-        while fs::read_dir(&j).map(|d| d.count() > 0).unwrap_or(false) {
+        while pending_uploads(&self.cache) > 0 {
             if std::time::Instant::now() > deadline {
-                let entries: Vec<String> = fs::read_dir(&j)
-                    .unwrap()
-                    .filter_map(|e| fs::read_to_string(e.ok()?.path()).ok())
-                    .collect();
+                let journal =
+                    fs::read_to_string(self.cache.join("journal/log")).unwrap_or_default();
                 let log = fs::read_to_string(self.mnt.with_extension("log")).unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(40).collect();
                 panic!(
-                    "uploads did not finish; journal: {entries:?}\nlog tail:\n{}",
+                    "uploads did not finish; journal: {journal}\nlog tail:\n{}",
                     tail.into_iter().rev().collect::<Vec<_>>().join("\n")
                 );
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
     }
+}
+
+/// Files a mount with this cache dir has staged and not yet stored (or still open for
+/// writing): one staging file each, `staging/<id>.data`.
+pub fn pending_uploads(cache: &std::path::Path) -> usize {
+    fs::read_dir(cache.join("staging")).map_or(0, |d| {
+        d.flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "data"))
+            .count()
+    })
 }
 
 /// Runs `f` on a thread and fails the test if it takes longer than `secs` (nothing may hang).
