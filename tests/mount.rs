@@ -10,8 +10,9 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use common::env::{Env, Via, within};
+use common::env::{Env, VAULT, Via, within};
 use common::mount::{md5_of, pattern, wait_for};
 use md5::{Digest, Md5};
 use vaultfs::api::NodePath;
@@ -79,6 +80,69 @@ fn journaled_files_stay_listed_while_the_next_mount_uploads_them() {
     assert_eq!(fs::read_dir(&dir).unwrap().count(), N);
     assert_eq!(fs::read(dir.join("j0999")).unwrap(), pattern(4096, 999));
     m.unmount();
+}
+
+/// A server that accepts connections and never answers (a black-holed network, a stopped
+/// process): saving a new file into a folder listed before must not wait for it. The listing,
+/// older than its TTL, is used while its refresh hangs; the file is stored once the server
+/// answers again.
+#[test]
+fn a_create_does_not_wait_on_a_silent_server() {
+    let Some(mut env) = Env::new(Via::Remote) else {
+        return;
+    };
+    let m = env.mount(&["--dir-ttl", "1", "--timeout", "20"]);
+    let dir = env.vault().join("docs");
+    fs::create_dir(&dir).unwrap();
+    fs::write(dir.join("before.txt"), "before").unwrap();
+    env.wait_uploaded();
+    assert_eq!(fs::read_dir(&dir).unwrap().count(), 1);
+    let server = env.server.take().unwrap();
+    let addr = server.base.trim_start_matches("http://").to_string();
+    env.rt.block_on(server.stop());
+    // Accepts and never answers, until told to stop (then its port is free again).
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let silent = {
+        let listener = std::net::TcpListener::bind(&addr).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((c, _)) => held.push(c),
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1500)); // the listing is older than its TTL
+    let started = Instant::now();
+    for i in 0..3 {
+        fs::write(dir.join(format!("new{i}.txt")), format!("saved {i}")).unwrap();
+    }
+    let took = started.elapsed();
+    // Each save may wait a moment for the listing's refresh, never the server's timeout.
+    assert!(took < Duration::from_secs(5), "3 saves took {took:?}");
+    assert_eq!(fs::read_to_string(dir.join("new2.txt")).unwrap(), "saved 2");
+    // The server answers again: everything is stored.
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    silent.join().unwrap();
+    let data = env.data.clone();
+    env.server = Some(env.rt.block_on(common::TestServer::start_at(
+        &data,
+        &addr,
+        Default::default(),
+        Default::default(),
+    )));
+    env.wait_uploaded();
+    m.unmount();
+    let b = env.backend();
+    for i in 0..3 {
+        let p = NodePath::parse_uri(&format!("/nodes/pth/{VAULT}/docs/new{i}.txt")).unwrap();
+        let node = env.rt.block_on(b.node(&p)).unwrap();
+        assert_eq!(node.size, Some(7));
+    }
 }
 
 #[test]

@@ -112,6 +112,10 @@ pub(crate) struct Fs<B: Backend> {
     previews: Mutex<preview::Tree>,
     /// Closed files waiting for the next batch (backends that store batches).
     writeback: writeback::Writeback,
+    /// Folders whose listing is being fetched again.
+    refreshing: Mutex<HashSet<Ino>>,
+    /// Nodes whose attributes are being fetched again.
+    attr_refreshing: Mutex<HashSet<Ino>>,
 }
 
 impl<B: Backend> Fs<B> {
@@ -181,6 +185,8 @@ pub fn mount<B: Backend>(
         tracker: status::Tracker::default(),
         previews: Mutex::default(),
         writeback: writeback::Writeback::default(),
+        refreshing: Mutex::default(),
+        attr_refreshing: Mutex::default(),
     });
     if fs.backend.puts_batches() {
         writeback::start(&fs);

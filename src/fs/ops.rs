@@ -29,6 +29,10 @@ type OpResult<T> = Result<T, Errno>;
 /// After the backend was unreachable, cached listings are served without retrying for this long.
 const OFFLINE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How long a request waits for the refresh of a folder listing it has (older than the listing
+/// TTL) before it is answered from that listing while the refresh goes on.
+const STALE_LISTING_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
 const XATTRS: [&str; 4] = [
     "user.vaultfs.id",
     "user.vaultfs.link_uri",
@@ -116,16 +120,39 @@ impl<B: Backend> Fs<B> {
         if have && self.offline() {
             return Ok(());
         }
-        match self.refresh_listing(dir, &path).await {
-            // Backend away: a listing we have, even old, beats an error (`ls` keeps working),
-            // and for a while we do not make every `ls` wait for the network to fail again.
-            Err(e) if have && e == Errno::EIO => {
+        if !have {
+            return self.refresh_listing(dir, &path).await;
+        }
+        // A listing we have, even old, beats waiting on a slow or silent server: the refresh
+        // runs on its own, and this waits for it only briefly (a create, a lookup never stall
+        // for a server's timeout). One refresh per folder at a time.
+        if !self
+            .refreshing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(dir)
+        {
+            return Ok(());
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let fs = self.clone();
+        self.rt.spawn(async move {
+            let r = fs.refresh_listing(dir, &path).await;
+            fs.refreshing
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&dir);
+            if r == Err(Errno::EIO) {
+                // Backend away: for a while no `ls` waits for the network to fail again.
                 log::debug!("listing {path} from cache: backend unreachable");
-                *self.offline_until.lock().unwrap_or_else(|p| p.into_inner()) =
+                *fs.offline_until.lock().unwrap_or_else(|p| p.into_inner()) =
                     Some(Instant::now() + OFFLINE_GRACE);
-                Ok(())
             }
-            other => other,
+            let _ = tx.send(r);
+        });
+        match tokio::time::timeout(STALE_LISTING_WAIT, rx).await {
+            Ok(Ok(Err(e))) if e != Errno::EIO => Err(e),
+            _ => Ok(()),
         }
     }
 
@@ -370,29 +397,58 @@ impl<B: Backend> Fs<B> {
                 && i.fetched.elapsed() >= self.opts.dir_ttl)
                 .then(|| i.path.clone())
         };
-        if let Some(path) = stale {
-            match self.backend.node(&path).await {
-                Ok(node) => {
-                    let changed = self
-                        .table()
-                        .get_mut(ino)
-                        .map(|i| i.update_from(&node))
-                        .unwrap_or(false);
-                    if changed {
-                        if let Some(n) = self.notifier.get().cloned() {
-                            tokio::task::spawn_blocking(move || n.inval_inode(INodeNo(ino), 0, 0));
-                        }
-                    }
-                }
-                Err(e) if e.kind == crate::api::ErrorKind::NotFound => {
-                    self.table().detach(ino);
-                    return Err(Errno::ENOENT);
-                }
-                // Offline: the attributes we have are the best answer.
-                Err(e) => log::debug!("getattr of {path} from cache: {e}"),
+        // Attributes we have beat waiting on a slow or silent server: the refresh runs on its
+        // own (one per inode at a time) and this waits for it only briefly.
+        let refresh = stale.filter(|_| {
+            self.attr_refreshing
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(ino)
+        });
+        if let Some(path) = refresh {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let fs = self.clone();
+            self.rt.spawn(async move {
+                let r = fs.refresh_attr(ino, &path).await;
+                fs.attr_refreshing
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&ino);
+                let _ = tx.send(r);
+            });
+            if let Ok(Ok(Err(e))) = tokio::time::timeout(STALE_LISTING_WAIT, rx).await {
+                return Err(e);
             }
         }
         self.attr(ino)
+    }
+
+    /// Asks the backend for a node's attributes again; ENOENT when it is gone.
+    async fn refresh_attr(self: &Arc<Self>, ino: Ino, path: &NodePath) -> OpResult<()> {
+        match self.backend.node(path).await {
+            Ok(node) => {
+                let changed = self
+                    .table()
+                    .get_mut(ino)
+                    .map(|i| i.update_from(&node))
+                    .unwrap_or(false);
+                if changed {
+                    if let Some(n) = self.notifier.get().cloned() {
+                        tokio::task::spawn_blocking(move || n.inval_inode(INodeNo(ino), 0, 0));
+                    }
+                }
+                Ok(())
+            }
+            Err(e) if e.kind == crate::api::ErrorKind::NotFound => {
+                self.table().detach(ino);
+                Err(Errno::ENOENT)
+            }
+            // Offline: the attributes we have are the best answer.
+            Err(e) => {
+                log::debug!("getattr of {path} from cache: {e}");
+                Ok(())
+            }
+        }
     }
 
     async fn do_mkdir(self: &Arc<Self>, parent: Ino, name: &str) -> OpResult<fuser::FileAttr> {
