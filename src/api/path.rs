@@ -13,6 +13,9 @@ pub const NODES_PREFIX: &str = "/nodes/pth";
 /// Longest name, in bytes, that a node may have (NAME_MAX of the filesystems we mount on).
 pub const MAX_NAME_BYTES: usize = 255;
 
+/// Longest file or version ID, in bytes, that the client accepts from a server.
+pub const MAX_ID_BYTES: usize = 256;
+
 /// Everything but RFC 3986's unreserved characters is encoded in a segment.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'-')
@@ -48,6 +51,30 @@ pub fn validate_name(name: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Checks an ID (file or version) that a server sent. IDs are opaque (decimal digits on our
+/// server and the public service), but they end up in request lines, logs and the mount's
+/// extended attributes, so the client takes only what is harmless there: 1 to
+/// [`MAX_ID_BYTES`] bytes, no `/`, no NUL or other control character. (The mount never derives
+/// a local file name from an ID: its read cache names files by a hash.)
+pub fn validate_id(id: &str) -> Result<()> {
+    let ok = !id.is_empty()
+        && id.len() <= MAX_ID_BYTES
+        && !id.contains('/')
+        && !id.chars().any(char::is_control);
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::new(
+            super::ErrorKind::Server,
+            "bad_response",
+            format!(
+                "the server sent an unusable ID ({} bytes; IDs are 1 to {MAX_ID_BYTES} bytes without `/` or control characters)",
+                id.len()
+            ),
+        ))
+    }
 }
 
 impl NodePath {
@@ -227,6 +254,33 @@ mod tests {
         }
         assert!(NodePath::parse_encoded(&format!("/{}", "x".repeat(256))).is_err());
         assert!(NodePath::parse_encoded(&format!("/{}", "x".repeat(255))).is_ok());
+    }
+
+    #[test]
+    fn ids_from_a_server_are_checked() {
+        for good in [
+            "1",
+            "4711",
+            "abc-DEF_1.2",
+            "x".repeat(MAX_ID_BYTES).as_str(),
+            "é",
+        ] {
+            assert!(validate_id(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "../../../../tmp/x",
+            "a/b",
+            "/",
+            "a\0b",
+            "a\nb",
+            "\u{1b}[31m",
+            "\u{7f}",
+            "x".repeat(MAX_ID_BYTES + 1).as_str(),
+        ] {
+            let e = validate_id(bad).unwrap_err();
+            assert_eq!(e.code, "bad_response", "{bad:?}");
+        }
     }
 
     #[test]
