@@ -297,3 +297,42 @@ fn names_of_staged_files_are_private() {
     drop(f);
     drop(m);
 }
+
+// ----- issue 19: deep paths through the mount, and password checks under load -----
+
+/// mkdir through the mount down to the bound of a path: the folder that would be 257 segments
+/// deep is ENAMETOOLONG (the server's or store's 400 `path_too_deep`), on both backends, and the
+/// mount goes on working.
+fn mkdir_past_the_depth_bound_is_enametoolong(via: Via) {
+    let Some(env) = Env::new(via) else {
+        return;
+    };
+    let m = env.mount(&[]);
+    // The vault is `Local/My First Vault`: 2 segments; 254 folders reach the bound.
+    let max = vaultfs::api::path::MAX_PATH_DEPTH;
+    let mut p = env.vault();
+    for _ in 0..max - 2 {
+        p.push("d");
+        fs::create_dir(&p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
+    }
+    let e = fs::create_dir(p.join("d")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENAMETOOLONG), "{e}");
+    fs::write(env.vault().join("after.txt"), "still working").unwrap();
+    assert_eq!(
+        fs::read_to_string(env.vault().join("after.txt")).unwrap(),
+        "still working"
+    );
+    drop(m);
+}
+
+mod depth {
+    use super::*;
+    #[test]
+    fn local() {
+        mkdir_past_the_depth_bound_is_enametoolong(Via::Local)
+    }
+    #[test]
+    fn remote() {
+        mkdir_past_the_depth_bound_is_enametoolong(Via::Remote)
+    }
+}

@@ -1464,3 +1464,231 @@ async fn full_store_disk_is_507_and_recovers() {
     assert!(s.store.check_integrity().unwrap().is_empty());
     s.stop().await;
 }
+
+// ----- deep trees (issue 19, item 2) -----
+
+/// The encoded path of a chain of `n` folders named `c` under `base`.
+fn chain(base: &str, n: usize) -> String {
+    let mut p = base.to_string();
+    for _ in 0..n {
+        p.push_str("/c");
+    }
+    p
+}
+
+/// Paths are at most 256 segments on every route (400 `path_too_deep`), and a copy or move that
+/// would put a node deeper is refused the same way. The issue's sequence (a chain of 64 folders
+/// doubled by copy + move, 76 requests) overflowed the stack of `copy_tree` and aborted the
+/// server; now the doubling stops at the bound, and a copy of a tree as deep as allowed works.
+#[tokio::test(flavor = "multi_thread")]
+async fn deep_trees_are_bounded_and_copied_without_recursion() {
+    let (s, api) = setup().await;
+    let max = vaultfs::api::path::MAX_PATH_DEPTH;
+    // The vault is 2 segments deep: 254 folders reach the bound.
+    for i in 1..=max - 2 {
+        let (st, v) = api
+            .call(Method::PUT, &chain(VAULT, i), Some(json!({})))
+            .await;
+        assert_eq!(st, 200, "folder {i}: {v}");
+    }
+    let deepest = chain(VAULT, max - 2);
+    let over = format!("{deepest}/x");
+    assert_error(
+        &api.call(Method::PUT, &over, Some(json!({}))).await,
+        400,
+        "path_too_deep",
+    );
+    assert_error(
+        &api.call(
+            Method::PUT,
+            &deepest,
+            Some(json!({"create_file": [{"name": "f"}]})),
+        )
+        .await,
+        400,
+        "path_too_deep",
+    );
+    for method in [Method::GET, Method::DELETE] {
+        assert_error(
+            &api.call(method.clone(), &over, None).await,
+            400,
+            "path_too_deep",
+        );
+    }
+    let deep_uri = format!("/nodes/pth/Acme/My First Vault{}/x", "/c".repeat(max - 2));
+    assert_error(
+        &api.call(
+            Method::POST,
+            &format!("{VAULT}/c"),
+            Some(json!({"copy": {"dst_uri": deep_uri, "replace": "fail"}})),
+        )
+        .await,
+        400,
+        "path_too_deep",
+    );
+    assert_error(
+        &api.call(
+            Method::POST,
+            &over,
+            Some(
+                json!({"move": {"dst_uri": "/nodes/pth/Acme/My First Vault/y", "replace": "fail"}}),
+            ),
+        )
+        .await,
+        400,
+        "path_too_deep",
+    );
+    // A copy of the whole chain beside it: as deep as allowed, copied node by node.
+    let (st, v) = api
+        .call(
+            Method::POST,
+            &format!("{VAULT}/c"),
+            Some(
+                json!({"copy": {"dst_uri": "/nodes/pth/Acme/My First Vault/k", "replace": "fail"}}),
+            ),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let copy_deepest = format!("{VAULT}/k{}", "/c".repeat(max - 3));
+    assert_eq!(api.get(&copy_deepest).await.0, 200);
+    // Moved one level down, its deepest folder would be 257 deep.
+    assert_error(
+        &api.call(
+            Method::POST,
+            &format!("{VAULT}/k"),
+            Some(json!({"move": {"dst_uri": "/nodes/pth/Acme/My First Vault/c/k", "replace": "fail"}})),
+        )
+        .await,
+        400,
+        "path_too_deep",
+    );
+    assert_eq!(
+        api.call(Method::DELETE, &format!("{VAULT}/k"), None)
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        api.call(Method::DELETE, &format!("{VAULT}/c"), None)
+            .await
+            .0,
+        200
+    );
+
+    // The issue's sequence: 64 folders, then copy the chain beside itself and move the copy to
+    // the bottom of the original, 6 times.
+    let base = format!("{VAULT}/chain");
+    let base_uri = "/nodes/pth/Acme/My First Vault/chain";
+    api.call(Method::PUT, &base, Some(json!({}))).await;
+    for i in 1..=64 {
+        assert_eq!(
+            api.call(Method::PUT, &chain(&base, i), Some(json!({})))
+                .await
+                .0,
+            200
+        );
+    }
+    // The names along the chain below `chain`.
+    let mut segs: Vec<String> = vec!["c".to_string(); 64];
+    let mut refused = 0;
+    for _ in 0..6 {
+        let (st, v) = api
+            .call(
+                Method::POST,
+                &format!("{base}/c"),
+                Some(json!({"copy": {"dst_uri": format!("{base_uri}/copy"), "replace": "fail"}})),
+            )
+            .await;
+        assert_eq!(st, 200, "{v}");
+        let bottom = format!("{base_uri}/{}/copy", segs.join("/"));
+        let moved = api
+            .call(
+                Method::POST,
+                &format!("{base}/copy"),
+                Some(json!({"move": {"dst_uri": bottom, "replace": "fail"}})),
+            )
+            .await;
+        if moved.0 == 200 {
+            let copied: Vec<String> = std::iter::once("copy".to_string())
+                .chain(segs[1..].iter().cloned())
+                .collect();
+            segs.extend(copied);
+        } else {
+            assert_error(&moved, 400, "path_too_deep");
+            refused += 1;
+            assert_eq!(
+                api.call(Method::DELETE, &format!("{base}/copy"), None)
+                    .await
+                    .0,
+                200
+            );
+        }
+    }
+    assert_eq!(segs.len(), 128, "only doublings within the bound happen");
+    assert_eq!(refused, 5);
+    // The server is still there, and the tree is whole.
+    assert_eq!(api.get(&format!("{base}/{}", segs.join("/"))).await.0, 200);
+    assert_eq!(api.call(Method::DELETE, &base, None).await.0, 200);
+    assert!(s.store.check_integrity().unwrap().is_empty());
+}
+
+/// A tree deeper than SQLite's cascade limit (1000 nested triggers), as a database from before
+/// the depth bound may hold: deleting it works (before the fix: 500 with "too many levels of
+/// trigger recursion", the database's own words, in the response).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tree_deeper_than_the_cascade_limit_is_deleted() {
+    let (s, api) = setup().await;
+    let id = api.upload(VAULT, "keep.txt", b"kept").await;
+    {
+        let conn = rusqlite::Connection::open(s.dir.join("vault.db")).unwrap();
+        conn.busy_timeout(Duration::from_secs(10)).unwrap();
+        let (vault, account): (i64, i64) = conn
+            .query_row(
+                "SELECT v.id, v.account_id FROM nodes v JOIN nodes a ON a.id = v.parent_id
+                 WHERE a.name = 'Acme' AND a.parent_id IS NULL AND v.name = 'My First Vault'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        let tx = conn.unchecked_transaction().unwrap();
+        let mut parent = vault;
+        for i in 0..1100 {
+            let name = if i == 0 { "deep" } else { "d" };
+            tx.execute(
+                "INSERT INTO nodes (parent_id, account_id, kind, name, created_on, modified_on)
+                 VALUES (?1, ?2, 2, ?3, 0, 0)",
+                rusqlite::params![parent, account, name],
+            )
+            .unwrap();
+            parent = tx.last_insert_rowid();
+        }
+        tx.execute(
+            "INSERT INTO nodes (parent_id, account_id, kind, name, created_on, modified_on)
+             VALUES (?1, ?2, 3, 'bottom.txt', 0, 0)",
+            rusqlite::params![parent, account],
+        )
+        .unwrap();
+        tx.commit().unwrap();
+    }
+    let (st, v) = api
+        .call(Method::DELETE, &format!("{VAULT}/deep"), None)
+        .await;
+    let text = v.to_string();
+    assert!(
+        !text.contains("trigger") && !text.contains("database"),
+        "database text in the answer: {text}"
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_error(&api.get(&format!("{VAULT}/deep")).await, 404, "not_found");
+    assert_eq!(api.download(&id).await, b"kept");
+    let left: i64 = rusqlite::Connection::open(s.dir.join("vault.db"))
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM nodes WHERE name IN ('d', 'deep', 'bottom.txt')",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(left, 0);
+    assert!(s.store.check_integrity().unwrap().is_empty());
+}

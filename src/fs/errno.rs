@@ -12,6 +12,7 @@ pub fn errno(e: &Error) -> Errno {
         "not_a_folder" => return Errno::ENOTDIR,
         "move_into_self" => return Errno::EINVAL,
         "bad_path" => return Errno::EINVAL,
+        "path_too_deep" => return Errno::ENAMETOOLONG,
         "file_too_large" => return Errno::EFBIG,
         _ => {}
     }

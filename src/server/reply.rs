@@ -18,11 +18,18 @@ impl From<Error> for ApiError {
     }
 }
 
+/// What a client is told about an internal error: the detail (a database's or the system's
+/// text) goes to the log only, under the request id the client gets as `instance_guid`.
+pub const INTERNAL_ERROR_TEXT: &str =
+    "the server could not complete this request; its log has the details under this instance_guid";
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let id = request_id();
         if self.0.kind == ErrorKind::Server {
             log::error!("{id} {}", self.0.message);
+            let generic = Error::new(ErrorKind::Server, self.0.code, INTERNAL_ERROR_TEXT);
+            return error_response(&generic, &id);
         }
         error_response(&self.0, &id)
     }
@@ -54,3 +61,26 @@ pub fn success() -> Response {
 }
 
 pub type ApiResult = Result<Response, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A database's text never reaches the client; the request id does.
+    #[test]
+    fn internal_errors_say_nothing_of_their_cause() {
+        let e = Error::internal("database error: too many levels of trigger recursion");
+        let resp = ApiError(e).into_response();
+        assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body =
+            futures_util::FutureExt::now_or_never(axum::body::to_bytes(resp.into_body(), 1 << 16))
+                .unwrap()
+                .unwrap();
+        let text = String::from_utf8_lossy(&body);
+        assert!(text.contains(INTERNAL_ERROR_TEXT), "{text}");
+        assert!(
+            !text.contains("database") && !text.contains("trigger"),
+            "{text}"
+        );
+    }
+}
