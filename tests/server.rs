@@ -1692,3 +1692,199 @@ async fn a_tree_deeper_than_the_cascade_limit_is_deleted() {
     assert_eq!(left, 0);
     assert!(s.store.check_integrity().unwrap().is_empty());
 }
+
+// ----- stalled transfers (issue 19, item 3) -----
+
+/// Opens a raw connection and sends `head` and `body`, then nothing more (a stalled client).
+async fn stalled(addr: &str, head: &str, body: &[u8]) -> tokio::net::TcpStream {
+    let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+    sock.write_all(head.as_bytes()).await.unwrap();
+    sock.write_all(body).await.unwrap();
+    sock.flush().await.unwrap();
+    sock
+}
+
+/// Upload step 2 for `len` bytes; returns step 3's path.
+async fn pending_version(api: &Api, id: &str, len: usize) -> String {
+    let (st, v) = api
+        .call(
+            Method::PUT,
+            &format!("/nodes/upload/{id}"),
+            Some(json!({"length": len})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    v["message"]["fileExProperties"]["upload_uri"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// A step 3 that sends one byte of `len` and then nothing.
+fn stalled_upload(api: &Api, uri: &str, len: usize) -> String {
+    let c = api.creds.clone().unwrap();
+    let addr = api.base.trim_start_matches("http://");
+    format!(
+        "PUT {uri} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {}\r\nContent-Type: application/binary\r\nContent-Length: {len}\r\n\r\n",
+        base64_basic(&c.email, &c.token)
+    )
+}
+
+/// A download whose answer is never read.
+fn unread_download(api: &Api, id: &str) -> String {
+    let c = api.creds.clone().unwrap();
+    let addr = api.base.trim_start_matches("http://");
+    format!(
+        "GET /files/id/Document/{id} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {}\r\n\r\n",
+        base64_basic(&c.email, &c.token)
+    )
+}
+
+/// How many of a second user's everyday requests (list, create a folder, upload, download)
+/// answer within `secs`, out of `rounds` rounds of 4.
+async fn still_answering(api: &Api, rounds: usize, secs: u64) -> usize {
+    let mut answered = 0;
+    for i in 0..rounds {
+        let work = async {
+            let (st, _) = api.get(&format!("{BOB_VAULT}?children=1")).await;
+            let mut n = usize::from(st == 200);
+            let (st, _) = api
+                .call(Method::PUT, &format!("{BOB_VAULT}/f{i}"), Some(json!({})))
+                .await;
+            n += usize::from(st == 200);
+            let id = api
+                .upload(BOB_VAULT, &format!("n{i}.txt"), b"still here")
+                .await;
+            n += 1;
+            n += usize::from(api.download(&id).await == b"still here");
+            n
+        };
+        match tokio::time::timeout(Duration::from_secs(secs), work).await {
+            Ok(n) => answered += n,
+            Err(_) => break,
+        }
+    }
+    answered
+}
+
+const BOB_VAULT: &str = "/nodes/pth/Bobco/My%20First%20Vault";
+
+/// 520 uploads that send one byte and then nothing, and 520 downloads nobody reads (more than
+/// tokio's 512 blocking threads, which each used to pin), all by one user: every request of
+/// another user still answers. (Before the fix none did.) Limits are raised here so that only
+/// the way transfers wait is tested; the next test covers the limits.
+#[tokio::test(flavor = "multi_thread")]
+async fn stalled_transfers_do_not_stop_the_server() {
+    let options = vaultfs::server::ServerOptions {
+        max_transfers_per_user: 100_000,
+        transfer_idle_timeout: Duration::from_secs(600),
+        ..Default::default()
+    };
+    let s = TestServer::start_with(Default::default(), options).await;
+    let alice = Api::new(&s, &s.user("alice@example.com", "Acme").await);
+    let bob = Api::new(&s, &s.user("bob@example.com", "Bobco").await);
+    // Larger than what the sockets' buffers take in, so an unread download really waits.
+    let big: Vec<u8> = (0..8 << 20).map(|i| (i % 251) as u8).collect();
+    let big_id = alice.upload(VAULT, "big.bin", &big).await;
+    let id = alice.upload(VAULT, "up.bin", b"x").await;
+    let uri = pending_version(&alice, &id, 1000).await;
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let (up, down) = (
+        stalled_upload(&alice, &uri, 1000),
+        unread_download(&alice, &big_id),
+    );
+    let mut socks = Vec::new();
+    for _ in 0..520 {
+        socks.push(stalled(&addr, &up, b"x").await);
+        socks.push(stalled(&addr, &down, b"").await);
+    }
+    // Give the server time to take them all in.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let answered = still_answering(&bob, 5, 20).await;
+    println!("{answered} of 20 requests answered under 1040 stalled transfers");
+    assert_eq!(
+        answered, 20,
+        "requests went unanswered under stalled transfers"
+    );
+    drop(socks);
+    assert!(s.store.check_integrity().unwrap().is_empty());
+}
+
+/// One user runs at most `max_transfers_per_user` transfers: the next one is 503
+/// `too_many_transfers` with `Retry-After`, other users are not affected; an upload that sends
+/// nothing for `transfer_idle_timeout` is aborted and a download nobody reads is dropped, which
+/// frees their slots.
+#[tokio::test(flavor = "multi_thread")]
+async fn transfers_per_user_are_limited_and_stalls_are_cut_off() {
+    let options = vaultfs::server::ServerOptions {
+        max_transfers_per_user: 3,
+        transfer_idle_timeout: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let s = TestServer::start_with(Default::default(), options).await;
+    let alice = Api::new(&s, &s.user("alice@example.com", "Acme").await);
+    let bob = Api::new(&s, &s.user("bob@example.com", "Bobco").await);
+    let big: Vec<u8> = (0..8 << 20).map(|i| (i % 251) as u8).collect();
+    let big_id = alice.upload(VAULT, "big.bin", &big).await;
+    let small_id = alice.upload(VAULT, "small.txt", b"small").await;
+    let bob_id = bob.upload(BOB_VAULT, "b.txt", b"bob's").await;
+    let id = alice.upload(VAULT, "up.bin", b"x").await;
+    let uri = pending_version(&alice, &id, 1000).await;
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let busy = |api: &Api, id: String| {
+        let r = api.req(Method::GET, &format!("/files/id/Document/{id}"));
+        async move { r.send().await.unwrap() }
+    };
+
+    // Three stalled uploads take Alice's three slots.
+    let mut ups = Vec::new();
+    for _ in 0..3 {
+        ups.push(stalled(&addr, &stalled_upload(&alice, &uri, 1000), b"x").await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let resp = busy(&alice, small_id.clone()).await;
+    assert_eq!(resp.status(), 503);
+    assert!(resp.headers().contains_key("retry-after"));
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["error_code"], "too_many_transfers", "{v}");
+    assert_eq!(bob.download(&bob_id).await, b"bob's");
+    // The idle timeout aborts them: each gets its answer, and the slots come back.
+    for mut sock in ups {
+        use tokio::io::AsyncReadExt;
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), sock.read_to_end(&mut answer))
+            .await
+            .expect("a stalled upload was not cut off")
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+        assert!(answer.contains("upload_interrupted"), "{answer}");
+    }
+    assert_eq!(alice.download(&small_id).await, b"small");
+
+    // Three unread downloads take the slots again; once their clients have read nothing for a
+    // second, their connections are dropped and the slots come back.
+    let mut downs = Vec::new();
+    for _ in 0..3 {
+        downs.push(stalled(&addr, &unread_download(&alice, &big_id), b"").await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(busy(&alice, small_id.clone()).await.status(), 503);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let st = busy(&alice, small_id.clone()).await.status();
+        if st == 200 {
+            break;
+        }
+        assert_eq!(st, 503);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "unread downloads kept their slots"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(downs);
+    // The file was never changed by the aborted uploads.
+    assert_eq!(alice.download(&id).await, b"x");
+    assert!(s.store.check_integrity().unwrap().is_empty());
+}

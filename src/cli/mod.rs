@@ -121,6 +121,22 @@ struct ServeArgs {
     /// Threads rendering previews in the background (low priority) [default: half the cores]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     preview_workers: Option<u16>,
+    /// Seconds an upload may send nothing, or a download's client read nothing, before the
+    /// transfer is cut off
+    #[arg(long, default_value_t = server::DEFAULT_TRANSFER_IDLE_SECS, value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    transfer_idle_timeout: u64,
+    /// Uploads and downloads one user may run at once; more are answered 503 with Retry-After
+    #[arg(long, default_value_t = server::DEFAULT_MAX_TRANSFERS_PER_USER as u64, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    max_transfers_per_user: u64,
+    /// Password checks (argon2id, about 19 MiB each) run at once [default: the number of cores]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    password_checks: Option<u64>,
+    /// Sign-ins that may wait for a password check; more are answered 503 with Retry-After
+    #[arg(long, default_value_t = server::DEFAULT_PASSWORD_QUEUE as u64, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    password_queue: u64,
 }
 
 /// Entry point of the binary.
@@ -224,6 +240,12 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     let options = ServerOptions {
         max_json_body: args.max_json_body,
         public_url: args.public_url,
+        transfer_idle_timeout: Duration::from_secs(args.transfer_idle_timeout),
+        max_transfers_per_user: args.max_transfers_per_user as usize,
+        password_checks: args
+            .password_checks
+            .map_or_else(server::limits::cores, |n| n as usize),
+        password_queue: args.password_queue as usize,
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {

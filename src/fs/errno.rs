@@ -30,7 +30,7 @@ pub fn errno(e: &Error) -> Errno {
         ErrorKind::MethodNotAllowed => Errno::ENOTSUP,
         ErrorKind::TooLarge => Errno::EFBIG,
         ErrorKind::InsufficientStorage => Errno::ENOSPC,
-        ErrorKind::TooManyRequests => Errno::EAGAIN,
+        ErrorKind::TooManyRequests | ErrorKind::Unavailable => Errno::EAGAIN,
         ErrorKind::Network | ErrorKind::Server => {
             log::warn!("backend failure: {e}");
             Errno::EIO
@@ -50,6 +50,7 @@ pub fn is_transient(e: &Error) -> bool {
         ErrorKind::Network
             | ErrorKind::Server
             | ErrorKind::TooManyRequests
+            | ErrorKind::Unavailable
             | ErrorKind::InsufficientStorage
             | ErrorKind::Auth
     )

@@ -4,12 +4,13 @@
 use std::collections::HashMap;
 
 use axum::body::Body;
-use axum::extract::{Path, Query};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, Uri, header};
 use bytes::Bytes;
 use futures_util::TryStreamExt;
 use serde::de::DeserializeOwned;
 
+use super::AppState;
 use super::auth::Caller;
 use super::openapi::{
     ErrorEnvelope, NodeEnvelope, PutNodeBody, SuccessEnvelope, TransferBody,
@@ -377,11 +378,13 @@ pub async fn begin_version(caller: Caller, Path(id): Path<String>, body: Bytes) 
         (status = 409, description = "The version is no longer pending", body = ErrorEnvelope),
         (status = 413, description = "`file_too_large`", body = ErrorEnvelope),
         (status = 415, description = "`unsupported_media_type`: not `application/binary`", body = ErrorEnvelope),
+        (status = 503, description = "`too_many_transfers`: the user runs the most uploads and downloads allowed at once (`Retry-After`)", body = ErrorEnvelope),
         (status = 507, description = "`insufficient_storage`", body = ErrorEnvelope),
     ),
     security(("basic" = [])),
 )]
 pub async fn upload(
+    State(state): State<AppState>,
     caller: Caller,
     Path((id, version)): Path<(String, String)>,
     headers: HeaderMap,
@@ -410,9 +413,12 @@ pub async fn upload(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
+    // Held until the upload ends, fails or its connection goes away.
+    let _slot = state.limits.transfers.take(caller.user_id)?;
     let stream = body.into_data_stream().map_err(std::io::Error::other);
+    let stream = super::limits::idle_limited(stream, state.limits.transfer_idle);
     Ok(ok(caller
         .backend
-        .upload(&id, &version, length, Box::pin(stream))
+        .upload(&id, &version, length, stream)
         .await?))
 }

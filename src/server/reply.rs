@@ -31,9 +31,17 @@ impl IntoResponse for ApiError {
             let generic = Error::new(ErrorKind::Server, self.0.code, INTERNAL_ERROR_TEXT);
             return error_response(&generic, &id);
         }
-        error_response(&self.0, &id)
+        let mut resp = error_response(&self.0, &id);
+        if self.0.kind == ErrorKind::Unavailable {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        }
+        resp
     }
 }
+
+/// `Retry-After` of a 503 (the server is at one of its limits: password checks, transfers).
+pub const RETRY_AFTER_SECS: u64 = 2;
 
 pub fn error_response(err: &Error, id: &str) -> Response {
     let status = StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -82,5 +90,13 @@ mod tests {
             !text.contains("database") && !text.contains("trigger"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn unavailable_says_when_to_come_back() {
+        let e = Error::new(ErrorKind::Unavailable, "busy", "busy");
+        let resp = ApiError(e).into_response();
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "2");
     }
 }
