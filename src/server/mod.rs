@@ -44,7 +44,7 @@ pub struct ServerOptions {
 
 /// Defaults of the limits (`vaultfs serve --help` shows them).
 pub const DEFAULT_TRANSFER_IDLE_SECS: u64 = 60;
-pub const DEFAULT_MAX_TRANSFERS_PER_USER: usize = 32;
+pub const DEFAULT_MAX_TRANSFERS_PER_USER: usize = 128;
 pub const DEFAULT_PASSWORD_QUEUE: usize = 64;
 
 impl Default for ServerOptions {
