@@ -520,3 +520,235 @@ async fn unreadable_range_header_is_416() {
     assert_answer("GET with a non-ASCII Range", status, &answer);
     assert_eq!(status, 416);
 }
+
+// ----- a hostile server against a real mount -----
+
+/// A server that lies about IDs: a tree of nodes by decoded path (below `/nodes/pth`) and the
+/// bytes of every file, whatever ID the client asks for.
+struct LyingServer {
+    nodes: std::collections::BTreeMap<String, Value>,
+    bytes: Vec<u8>,
+}
+
+fn parent_of(path: &str) -> &str {
+    path.rsplit_once('/').map_or("", |(p, _)| p)
+}
+
+impl LyingServer {
+    fn answer(&self, req: axum::extract::Request) -> Response {
+        let uri = req.uri().clone();
+        let path = percent_encoding::percent_decode_str(uri.path())
+            .decode_utf8_lossy()
+            .into_owned();
+        let query = uri.query().unwrap_or("");
+        let envelope = |v: Value| {
+            let body = serde_json::to_vec(&json!({"error": {"success": true}, "message": v}));
+            let mut r = (StatusCode::OK, body.unwrap()).into_response();
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            r
+        };
+        if let Some(rest) = path.strip_prefix("/nodes/pth") {
+            let rest = rest.trim_end_matches('/');
+            let Some(node) = self.nodes.get(rest) else {
+                let body = json!({"error": {"success": false, "error_code": "not_found",
+                    "error_text": "no such node", "status_code": 404}});
+                return (StatusCode::NOT_FOUND, body.to_string()).into_response();
+            };
+            let mut node = node.clone();
+            if query.contains("children=1") {
+                let first_page = !query.contains("page=") || query.contains("page=0");
+                let children: Vec<Value> = self
+                    .nodes
+                    .iter()
+                    .filter(|(p, _)| !p.is_empty() && parent_of(p) == rest)
+                    .map(|(_, n)| n.clone())
+                    .collect();
+                node["total_children"] = json!(children.len());
+                node["children"] = json!(if first_page { children } else { vec![] });
+            }
+            return envelope(node);
+        }
+        if path.starts_with("/files/id/Document/") {
+            let total = self.bytes.len();
+            let range = req
+                .headers()
+                .get(header::RANGE)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("bytes="))
+                .and_then(|v| v.split_once('-'))
+                .and_then(|(a, b)| {
+                    let a: usize = a.parse().ok()?;
+                    let b: usize = b.parse::<usize>().unwrap_or(total - 1).min(total - 1);
+                    (a <= b).then_some((a, b))
+                });
+            let (status, body, content_range) = match range {
+                Some((a, b)) => (
+                    StatusCode::PARTIAL_CONTENT,
+                    self.bytes[a..=b].to_vec(),
+                    Some(format!("bytes {a}-{b}/{total}")),
+                ),
+                None => (StatusCode::OK, self.bytes.clone(), None),
+            };
+            let mut r = (status, body).into_response();
+            let h = r.headers_mut();
+            h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+            if let Some(cr) = content_range {
+                h.insert(header::CONTENT_RANGE, HeaderValue::from_str(&cr).unwrap());
+            }
+            return r;
+        }
+        (StatusCode::NOT_FOUND, "{}").into_response()
+    }
+}
+
+/// A server that sends IDs (and md5s) meant to escape the mount's cache dir (`../../..`), too
+/// long, with control characters, or hidden in a link's `&id=`: the mount writes nothing outside
+/// its cache dir, names its cache files by a hash, shows EIO for the entries it cannot trust,
+/// and keeps serving the others. (Before the fix, the first read created `<tmp>/escaped-none.0`
+/// with the server's bytes.)
+#[test]
+fn hostile_ids_cannot_make_the_mount_write_outside_its_cache() {
+    if !common::mount::fuse_available() {
+        eprintln!("skipped: needs root and /dev/fuse");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let up = "../".repeat(40);
+    let escape = |name: &str| {
+        format!(
+            "{up}{}/{name}",
+            root.display().to_string().trim_start_matches('/')
+        )
+    };
+    let content = b"the server's bytes\n".to_vec();
+    let md5 = format!("{:x}", <md5::Md5 as md5::Digest>::digest(&content));
+    let file = |path: &str, id: Option<String>, md5: &str| {
+        let mut n = json!({
+            "name": path.rsplit('/').next().unwrap(),
+            "uri": format!("/nodes/pth{path}"),
+            "nodeType": "FileNodeType",
+            "size": content.len(),
+            "md5_checksum": md5,
+            "modifiedOn": "2026-01-01T00:00:00Z",
+        });
+        match id {
+            Some(id) => n["id"] = json!(id),
+            None => {
+                n["link_uri"] = json!(format!("/files?view=info&id={}", escape("link-escaped")))
+            }
+        }
+        (path.to_string(), n)
+    };
+    let folder = |path: &str, kind: &str| {
+        let n = json!({"name": path.rsplit('/').next().unwrap(), "uri": format!("/nodes/pth{path}"),
+            "nodeType": kind, "modifiedOn": "2026-01-01T00:00:00Z"});
+        (path.to_string(), n)
+    };
+    let nodes = [
+        folder("", "FolderNodeType"),
+        folder("/Local", "AccountNodeType"),
+        folder("/Local/V", "VaultNodeType"),
+        file("/Local/V/good.txt", Some("1".into()), &md5),
+        // A fine ID with an md5 that would climb out of the cache dir if it named a file.
+        file("/Local/V/md5.txt", Some("2".into()), &escape("md5-escaped")),
+        folder("/Local/V/evil", "FolderNodeType"),
+        file("/Local/V/evil/x.txt", Some(escape("escaped")), &md5),
+        folder("/Local/V/long", "FolderNodeType"),
+        file("/Local/V/long/y.txt", Some("9".repeat(300)), &md5),
+        folder("/Local/V/ctrl", "FolderNodeType"),
+        file("/Local/V/ctrl/z.txt", Some("1\n\u{1b}[2J".into()), &md5),
+        folder("/Local/V/link", "FolderNodeType"),
+        file("/Local/V/link/w.txt", None, &md5),
+    ];
+    let server = Arc::new(LyingServer {
+        nodes: nodes.into_iter().collect(),
+        bytes: content.clone(),
+    });
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let base = rt.block_on(async {
+        let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+            let server = server.clone();
+            async move { server.answer(req) }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        base
+    });
+    let config = root.join("config");
+    let login = vaultfs::cli::login::Credentials {
+        server: base.clone(),
+        email: "victim@example.com".into(),
+        token: "token".into(),
+        expires_at: std::time::SystemTime::now() + Duration::from_secs(3600),
+    };
+    vaultfs::cli::login::save_credentials(&config.join("vaultfs/credentials.toml"), &login)
+        .unwrap();
+    let cache = root.join("cache");
+    let mnt = root.join("mnt");
+    let m = common::mount::Mount::start_with_env(
+        &mnt,
+        &[
+            "--server",
+            &base,
+            "--cache-dir",
+            cache.to_str().unwrap(),
+            "--timeout",
+            "5",
+        ],
+        &[("XDG_CONFIG_HOME", &config)],
+    );
+    let v = mnt.join("Local/V");
+    assert_eq!(std::fs::read(v.join("good.txt")).unwrap(), content);
+    assert_eq!(std::fs::read(v.join("md5.txt")).unwrap(), content);
+    for entry in ["evil/x.txt", "long/y.txt", "ctrl/z.txt", "link/w.txt"] {
+        let folder = v.join(entry).parent().unwrap().to_path_buf();
+        let e = std::fs::read_dir(&folder).map(|d| d.count()).unwrap_err();
+        assert_eq!(
+            e.raw_os_error(),
+            Some(libc::EIO),
+            "listing {entry}'s folder: {e}"
+        );
+        let e = std::fs::read(v.join(entry)).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EIO), "reading {entry}: {e}");
+    }
+    // The mount goes on serving what it can trust.
+    assert_eq!(std::fs::read(v.join("good.txt")).unwrap(), content);
+    // Nothing was written outside the cache dir (the mount point is not walked: it is FUSE)...
+    let mut outside = Vec::new();
+    let mut todo = vec![root.clone()];
+    while let Some(dir) = todo.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = e.path();
+            if p == mnt || p.starts_with(&cache) {
+                continue;
+            }
+            if p.to_string_lossy().contains("escaped") {
+                outside.push(p.clone());
+            }
+            if e.file_type().unwrap().is_dir() {
+                todo.push(p);
+            }
+        }
+    }
+    assert!(
+        outside.is_empty(),
+        "the mount wrote outside its cache: {outside:?}"
+    );
+    // ...and the cache's own files are named by a hash.
+    for e in std::fs::read_dir(cache.join("cache")).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let (hash, n) = name.split_once('.').unwrap_or((&name, ""));
+        assert!(
+            hash.len() == 64
+                && hash.bytes().all(|c| c.is_ascii_hexdigit())
+                && n.parse::<u64>().is_ok(),
+            "cache file {name:?}"
+        );
+    }
+    m.unmount();
+}

@@ -1464,3 +1464,427 @@ async fn full_store_disk_is_507_and_recovers() {
     assert!(s.store.check_integrity().unwrap().is_empty());
     s.stop().await;
 }
+
+// ----- deep trees (issue 19, item 2) -----
+
+/// The encoded path of a chain of `n` folders named `c` under `base`.
+fn chain(base: &str, n: usize) -> String {
+    let mut p = base.to_string();
+    for _ in 0..n {
+        p.push_str("/c");
+    }
+    p
+}
+
+/// Paths are at most 256 segments on every route (400 `path_too_deep`), and a copy or move that
+/// would put a node deeper is refused the same way. The issue's sequence (a chain of 64 folders
+/// doubled by copy + move, 76 requests) overflowed the stack of `copy_tree` and aborted the
+/// server; now the doubling stops at the bound, and a copy of a tree as deep as allowed works.
+#[tokio::test(flavor = "multi_thread")]
+async fn deep_trees_are_bounded_and_copied_without_recursion() {
+    let (s, api) = setup().await;
+    let max = vaultfs::api::path::MAX_PATH_DEPTH;
+    // The vault is 2 segments deep: 254 folders reach the bound.
+    for i in 1..=max - 2 {
+        let (st, v) = api
+            .call(Method::PUT, &chain(VAULT, i), Some(json!({})))
+            .await;
+        assert_eq!(st, 200, "folder {i}: {v}");
+    }
+    let deepest = chain(VAULT, max - 2);
+    let over = format!("{deepest}/x");
+    assert_error(
+        &api.call(Method::PUT, &over, Some(json!({}))).await,
+        400,
+        "path_too_deep",
+    );
+    assert_error(
+        &api.call(
+            Method::PUT,
+            &deepest,
+            Some(json!({"create_file": [{"name": "f"}]})),
+        )
+        .await,
+        400,
+        "path_too_deep",
+    );
+    for method in [Method::GET, Method::DELETE] {
+        assert_error(
+            &api.call(method.clone(), &over, None).await,
+            400,
+            "path_too_deep",
+        );
+    }
+    let deep_uri = format!("/nodes/pth/Acme/My First Vault{}/x", "/c".repeat(max - 2));
+    assert_error(
+        &api.call(
+            Method::POST,
+            &format!("{VAULT}/c"),
+            Some(json!({"copy": {"dst_uri": deep_uri, "replace": "fail"}})),
+        )
+        .await,
+        400,
+        "path_too_deep",
+    );
+    assert_error(
+        &api.call(
+            Method::POST,
+            &over,
+            Some(
+                json!({"move": {"dst_uri": "/nodes/pth/Acme/My First Vault/y", "replace": "fail"}}),
+            ),
+        )
+        .await,
+        400,
+        "path_too_deep",
+    );
+    // A copy of the whole chain beside it: as deep as allowed, copied node by node.
+    let (st, v) = api
+        .call(
+            Method::POST,
+            &format!("{VAULT}/c"),
+            Some(
+                json!({"copy": {"dst_uri": "/nodes/pth/Acme/My First Vault/k", "replace": "fail"}}),
+            ),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let copy_deepest = format!("{VAULT}/k{}", "/c".repeat(max - 3));
+    assert_eq!(api.get(&copy_deepest).await.0, 200);
+    // Moved one level down, its deepest folder would be 257 deep.
+    assert_error(
+        &api.call(
+            Method::POST,
+            &format!("{VAULT}/k"),
+            Some(json!({"move": {"dst_uri": "/nodes/pth/Acme/My First Vault/c/k", "replace": "fail"}})),
+        )
+        .await,
+        400,
+        "path_too_deep",
+    );
+    assert_eq!(
+        api.call(Method::DELETE, &format!("{VAULT}/k"), None)
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        api.call(Method::DELETE, &format!("{VAULT}/c"), None)
+            .await
+            .0,
+        200
+    );
+
+    // The issue's sequence: 64 folders, then copy the chain beside itself and move the copy to
+    // the bottom of the original, 6 times.
+    let base = format!("{VAULT}/chain");
+    let base_uri = "/nodes/pth/Acme/My First Vault/chain";
+    api.call(Method::PUT, &base, Some(json!({}))).await;
+    for i in 1..=64 {
+        assert_eq!(
+            api.call(Method::PUT, &chain(&base, i), Some(json!({})))
+                .await
+                .0,
+            200
+        );
+    }
+    // The names along the chain below `chain`.
+    let mut segs: Vec<String> = vec!["c".to_string(); 64];
+    let mut refused = 0;
+    for _ in 0..6 {
+        let (st, v) = api
+            .call(
+                Method::POST,
+                &format!("{base}/c"),
+                Some(json!({"copy": {"dst_uri": format!("{base_uri}/copy"), "replace": "fail"}})),
+            )
+            .await;
+        assert_eq!(st, 200, "{v}");
+        let bottom = format!("{base_uri}/{}/copy", segs.join("/"));
+        let moved = api
+            .call(
+                Method::POST,
+                &format!("{base}/copy"),
+                Some(json!({"move": {"dst_uri": bottom, "replace": "fail"}})),
+            )
+            .await;
+        if moved.0 == 200 {
+            let copied: Vec<String> = std::iter::once("copy".to_string())
+                .chain(segs[1..].iter().cloned())
+                .collect();
+            segs.extend(copied);
+        } else {
+            assert_error(&moved, 400, "path_too_deep");
+            refused += 1;
+            assert_eq!(
+                api.call(Method::DELETE, &format!("{base}/copy"), None)
+                    .await
+                    .0,
+                200
+            );
+        }
+    }
+    assert_eq!(segs.len(), 128, "only doublings within the bound happen");
+    assert_eq!(refused, 5);
+    // The server is still there, and the tree is whole.
+    assert_eq!(api.get(&format!("{base}/{}", segs.join("/"))).await.0, 200);
+    assert_eq!(api.call(Method::DELETE, &base, None).await.0, 200);
+    assert!(s.store.check_integrity().unwrap().is_empty());
+}
+
+/// A tree deeper than SQLite's cascade limit (1000 nested triggers), as a database from before
+/// the depth bound may hold: deleting it works (before the fix: 500 with "too many levels of
+/// trigger recursion", the database's own words, in the response).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tree_deeper_than_the_cascade_limit_is_deleted() {
+    let (s, api) = setup().await;
+    let id = api.upload(VAULT, "keep.txt", b"kept").await;
+    {
+        let conn = rusqlite::Connection::open(s.dir.join("vault.db")).unwrap();
+        conn.busy_timeout(Duration::from_secs(10)).unwrap();
+        let (vault, account): (i64, i64) = conn
+            .query_row(
+                "SELECT v.id, v.account_id FROM nodes v JOIN nodes a ON a.id = v.parent_id
+                 WHERE a.name = 'Acme' AND a.parent_id IS NULL AND v.name = 'My First Vault'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        let tx = conn.unchecked_transaction().unwrap();
+        let mut parent = vault;
+        for i in 0..1100 {
+            let name = if i == 0 { "deep" } else { "d" };
+            tx.execute(
+                "INSERT INTO nodes (parent_id, account_id, kind, name, created_on, modified_on)
+                 VALUES (?1, ?2, 2, ?3, 0, 0)",
+                rusqlite::params![parent, account, name],
+            )
+            .unwrap();
+            parent = tx.last_insert_rowid();
+        }
+        tx.execute(
+            "INSERT INTO nodes (parent_id, account_id, kind, name, created_on, modified_on)
+             VALUES (?1, ?2, 3, 'bottom.txt', 0, 0)",
+            rusqlite::params![parent, account],
+        )
+        .unwrap();
+        tx.commit().unwrap();
+    }
+    let (st, v) = api
+        .call(Method::DELETE, &format!("{VAULT}/deep"), None)
+        .await;
+    let text = v.to_string();
+    assert!(
+        !text.contains("trigger") && !text.contains("database"),
+        "database text in the answer: {text}"
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_error(&api.get(&format!("{VAULT}/deep")).await, 404, "not_found");
+    assert_eq!(api.download(&id).await, b"kept");
+    let left: i64 = rusqlite::Connection::open(s.dir.join("vault.db"))
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM nodes WHERE name IN ('d', 'deep', 'bottom.txt')",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(left, 0);
+    assert!(s.store.check_integrity().unwrap().is_empty());
+}
+
+// ----- stalled transfers (issue 19, item 3) -----
+
+/// Opens a raw connection and sends `head` and `body`, then nothing more (a stalled client).
+async fn stalled(addr: &str, head: &str, body: &[u8]) -> tokio::net::TcpStream {
+    let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+    sock.write_all(head.as_bytes()).await.unwrap();
+    sock.write_all(body).await.unwrap();
+    sock.flush().await.unwrap();
+    sock
+}
+
+/// Upload step 2 for `len` bytes; returns step 3's path.
+async fn pending_version(api: &Api, id: &str, len: usize) -> String {
+    let (st, v) = api
+        .call(
+            Method::PUT,
+            &format!("/nodes/upload/{id}"),
+            Some(json!({"length": len})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    v["message"]["fileExProperties"]["upload_uri"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// A step 3 that sends one byte of `len` and then nothing.
+fn stalled_upload(api: &Api, uri: &str, len: usize) -> String {
+    let c = api.creds.clone().unwrap();
+    let addr = api.base.trim_start_matches("http://");
+    format!(
+        "PUT {uri} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {}\r\nContent-Type: application/binary\r\nContent-Length: {len}\r\n\r\n",
+        base64_basic(&c.email, &c.token)
+    )
+}
+
+/// A download whose answer is never read.
+fn unread_download(api: &Api, id: &str) -> String {
+    let c = api.creds.clone().unwrap();
+    let addr = api.base.trim_start_matches("http://");
+    format!(
+        "GET /files/id/Document/{id} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {}\r\n\r\n",
+        base64_basic(&c.email, &c.token)
+    )
+}
+
+/// How many of a second user's everyday requests (list, create a folder, upload, download)
+/// answer within `secs`, out of `rounds` rounds of 4.
+async fn still_answering(api: &Api, rounds: usize, secs: u64) -> usize {
+    let mut answered = 0;
+    for i in 0..rounds {
+        let work = async {
+            let (st, _) = api.get(&format!("{BOB_VAULT}?children=1")).await;
+            let mut n = usize::from(st == 200);
+            let (st, _) = api
+                .call(Method::PUT, &format!("{BOB_VAULT}/f{i}"), Some(json!({})))
+                .await;
+            n += usize::from(st == 200);
+            let id = api
+                .upload(BOB_VAULT, &format!("n{i}.txt"), b"still here")
+                .await;
+            n += 1;
+            n += usize::from(api.download(&id).await == b"still here");
+            n
+        };
+        match tokio::time::timeout(Duration::from_secs(secs), work).await {
+            Ok(n) => answered += n,
+            Err(_) => break,
+        }
+    }
+    answered
+}
+
+const BOB_VAULT: &str = "/nodes/pth/Bobco/My%20First%20Vault";
+
+/// 520 uploads that send one byte and then nothing, and 520 downloads nobody reads (more than
+/// tokio's 512 blocking threads, which each used to pin), all by one user: every request of
+/// another user still answers. (Before the fix none did.) Limits are raised here so that only
+/// the way transfers wait is tested; the next test covers the limits.
+#[tokio::test(flavor = "multi_thread")]
+async fn stalled_transfers_do_not_stop_the_server() {
+    let options = vaultfs::server::ServerOptions {
+        max_transfers_per_user: 100_000,
+        transfer_idle_timeout: Duration::from_secs(600),
+        ..Default::default()
+    };
+    let s = TestServer::start_with(Default::default(), options).await;
+    let alice = Api::new(&s, &s.user("alice@example.com", "Acme").await);
+    let bob = Api::new(&s, &s.user("bob@example.com", "Bobco").await);
+    // Larger than what the sockets' buffers take in, so an unread download really waits.
+    let big: Vec<u8> = (0..8 << 20).map(|i| (i % 251) as u8).collect();
+    let big_id = alice.upload(VAULT, "big.bin", &big).await;
+    let id = alice.upload(VAULT, "up.bin", b"x").await;
+    let uri = pending_version(&alice, &id, 1000).await;
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let (up, down) = (
+        stalled_upload(&alice, &uri, 1000),
+        unread_download(&alice, &big_id),
+    );
+    let mut socks = Vec::new();
+    for _ in 0..520 {
+        socks.push(stalled(&addr, &up, b"x").await);
+        socks.push(stalled(&addr, &down, b"").await);
+    }
+    // Give the server time to take them all in.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let answered = still_answering(&bob, 5, 20).await;
+    println!("{answered} of 20 requests answered under 1040 stalled transfers");
+    assert_eq!(
+        answered, 20,
+        "requests went unanswered under stalled transfers"
+    );
+    drop(socks);
+    assert!(s.store.check_integrity().unwrap().is_empty());
+}
+
+/// One user runs at most `max_transfers_per_user` transfers: the next one is 503
+/// `too_many_transfers` with `Retry-After`, other users are not affected; an upload that sends
+/// nothing for `transfer_idle_timeout` is aborted and a download nobody reads is dropped, which
+/// frees their slots.
+#[tokio::test(flavor = "multi_thread")]
+async fn transfers_per_user_are_limited_and_stalls_are_cut_off() {
+    let options = vaultfs::server::ServerOptions {
+        max_transfers_per_user: 3,
+        transfer_idle_timeout: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let s = TestServer::start_with(Default::default(), options).await;
+    let alice = Api::new(&s, &s.user("alice@example.com", "Acme").await);
+    let bob = Api::new(&s, &s.user("bob@example.com", "Bobco").await);
+    let big: Vec<u8> = (0..8 << 20).map(|i| (i % 251) as u8).collect();
+    let big_id = alice.upload(VAULT, "big.bin", &big).await;
+    let small_id = alice.upload(VAULT, "small.txt", b"small").await;
+    let bob_id = bob.upload(BOB_VAULT, "b.txt", b"bob's").await;
+    let id = alice.upload(VAULT, "up.bin", b"x").await;
+    let uri = pending_version(&alice, &id, 1000).await;
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let busy = |api: &Api, id: String| {
+        let r = api.req(Method::GET, &format!("/files/id/Document/{id}"));
+        async move { r.send().await.unwrap() }
+    };
+
+    // Three stalled uploads take Alice's three slots.
+    let mut ups = Vec::new();
+    for _ in 0..3 {
+        ups.push(stalled(&addr, &stalled_upload(&alice, &uri, 1000), b"x").await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let resp = busy(&alice, small_id.clone()).await;
+    assert_eq!(resp.status(), 503);
+    assert!(resp.headers().contains_key("retry-after"));
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["error_code"], "too_many_transfers", "{v}");
+    assert_eq!(bob.download(&bob_id).await, b"bob's");
+    // The idle timeout aborts them: each gets its answer, and the slots come back.
+    for mut sock in ups {
+        use tokio::io::AsyncReadExt;
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), sock.read_to_end(&mut answer))
+            .await
+            .expect("a stalled upload was not cut off")
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+        assert!(answer.contains("upload_interrupted"), "{answer}");
+    }
+    assert_eq!(alice.download(&small_id).await, b"small");
+
+    // Three unread downloads take the slots again; once their clients have read nothing for a
+    // second, their connections are dropped and the slots come back.
+    let mut downs = Vec::new();
+    for _ in 0..3 {
+        downs.push(stalled(&addr, &unread_download(&alice, &big_id), b"").await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(busy(&alice, small_id.clone()).await.status(), 503);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let st = busy(&alice, small_id.clone()).await.status();
+        if st == 200 {
+            break;
+        }
+        assert_eq!(st, 503);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "unread downloads kept their slots"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(downs);
+    // The file was never changed by the aborted uploads.
+    assert_eq!(alice.download(&id).await, b"x");
+    assert!(s.store.check_integrity().unwrap().is_empty());
+}

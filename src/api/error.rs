@@ -29,6 +29,8 @@ pub enum ErrorKind {
     TooManyRequests,
     /// The store's disk is full.
     InsufficientStorage,
+    /// The server is at one of its limits (password checks, transfers): 503 with `Retry-After`.
+    Unavailable,
     /// Client side: the server could not be reached or the connection broke.
     Network,
     /// A bug, an I/O failure, or an answer that makes no sense.
@@ -51,6 +53,7 @@ impl ErrorKind {
             ErrorKind::TooManyRequests => 429,
             ErrorKind::Server => 500,
             ErrorKind::Network => 502,
+            ErrorKind::Unavailable => 503,
             ErrorKind::InsufficientStorage => 507,
         }
     }
@@ -72,6 +75,7 @@ impl ErrorKind {
             416 => ErrorKind::RangeNotSatisfiable,
             429 => ErrorKind::TooManyRequests,
             507 => ErrorKind::InsufficientStorage,
+            // A 503 (a server at its limits, with Retry-After) is retried like a network failure.
             502..=504 => ErrorKind::Network,
             400..=499 => ErrorKind::BadRequest,
             _ => ErrorKind::Server,
@@ -92,6 +96,7 @@ impl ErrorKind {
             ErrorKind::RangeNotSatisfiable => "range_not_satisfiable",
             ErrorKind::TooManyRequests => "too_many_requests",
             ErrorKind::InsufficientStorage => "insufficient_storage",
+            ErrorKind::Unavailable => "unavailable",
             ErrorKind::Network => "network_error",
             ErrorKind::Server => "internal_error",
         }

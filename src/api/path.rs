@@ -13,6 +13,15 @@ pub const NODES_PREFIX: &str = "/nodes/pth";
 /// Longest name, in bytes, that a node may have (NAME_MAX of the filesystems we mount on).
 pub const MAX_NAME_BYTES: usize = 255;
 
+/// Most segments a node path may have (account, vault, folders and name). Deeper paths are 400
+/// `path_too_deep` on every route, and a copy or move that would put a node deeper is refused
+/// the same way; the mount's mkdir gets ENAMETOOLONG. It bounds the work one request can ask
+/// of the tree (walks, copies, deletes).
+pub const MAX_PATH_DEPTH: usize = 256;
+
+/// Longest file or version ID, in bytes, that the client accepts from a server.
+pub const MAX_ID_BYTES: usize = 256;
+
 /// Everything but RFC 3986's unreserved characters is encoded in a segment.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'-')
@@ -50,6 +59,38 @@ pub fn validate_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// The error of a path over [`MAX_PATH_DEPTH`] segments.
+pub fn path_too_deep(depth: usize) -> Error {
+    Error::bad_request(
+        "path_too_deep",
+        format!("a path has at most {MAX_PATH_DEPTH} segments; this one would have {depth}"),
+    )
+}
+
+/// Checks an ID (file or version) that a server sent. IDs are opaque (decimal digits on our
+/// server and the public service), but they end up in request lines, logs and the mount's
+/// extended attributes, so the client takes only what is harmless there: 1 to
+/// [`MAX_ID_BYTES`] bytes, no `/`, no NUL or other control character. (The mount never derives
+/// a local file name from an ID: its read cache names files by a hash.)
+pub fn validate_id(id: &str) -> Result<()> {
+    let ok = !id.is_empty()
+        && id.len() <= MAX_ID_BYTES
+        && !id.contains('/')
+        && !id.chars().any(char::is_control);
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::new(
+            super::ErrorKind::Server,
+            "bad_response",
+            format!(
+                "the server sent an unusable ID ({} bytes; IDs are 1 to {MAX_ID_BYTES} bytes without `/` or control characters)",
+                id.len()
+            ),
+        ))
+    }
+}
+
 impl NodePath {
     pub fn root() -> Self {
         NodePath::default()
@@ -80,6 +121,10 @@ impl NodePath {
         if rest.is_empty() {
             return Ok(NodePath::root());
         }
+        let depth = rest.split('/').count();
+        if depth > MAX_PATH_DEPTH {
+            return Err(path_too_deep(depth));
+        }
         let mut segments = Vec::new();
         for raw in rest.split('/') {
             let decoded = percent_decode_str(raw)
@@ -104,7 +149,20 @@ impl NodePath {
         if rest.is_empty() {
             return Ok(NodePath::root());
         }
+        let depth = rest.split('/').count();
+        if depth > MAX_PATH_DEPTH {
+            return Err(path_too_deep(depth));
+        }
         Self::from_segments(rest.split('/'))
+    }
+
+    /// 400 `path_too_deep` when the path has more than [`MAX_PATH_DEPTH`] segments. (Parsing
+    /// checks it; paths built with [`NodePath::child`] are checked where they are created.)
+    pub fn check_depth(&self) -> Result<()> {
+        if self.depth() > MAX_PATH_DEPTH {
+            return Err(path_too_deep(self.depth()));
+        }
+        Ok(())
     }
 
     pub fn segments(&self) -> &[String] {
@@ -227,6 +285,58 @@ mod tests {
         }
         assert!(NodePath::parse_encoded(&format!("/{}", "x".repeat(256))).is_err());
         assert!(NodePath::parse_encoded(&format!("/{}", "x".repeat(255))).is_ok());
+    }
+
+    #[test]
+    fn depth_is_bounded() {
+        let at_limit = format!("/{}", vec!["d"; MAX_PATH_DEPTH].join("/"));
+        let over = format!("/{}", vec!["d"; MAX_PATH_DEPTH + 1].join("/"));
+        assert_eq!(
+            NodePath::parse_encoded(&at_limit).unwrap().depth(),
+            MAX_PATH_DEPTH
+        );
+        assert_eq!(
+            NodePath::parse_encoded(&over).unwrap_err().code,
+            "path_too_deep"
+        );
+        assert!(NodePath::parse_uri(&format!("{NODES_PREFIX}{at_limit}")).is_ok());
+        let e = NodePath::parse_uri(&format!("{NODES_PREFIX}{over}")).unwrap_err();
+        assert_eq!((e.code.as_ref(), e.status()), ("path_too_deep", 400));
+        // A million empty segments are refused by counting, before anything is decoded.
+        assert!(NodePath::parse_encoded(&"/".repeat(1_000_000)).is_err());
+        let deep = NodePath::parse_encoded(&at_limit).unwrap();
+        assert!(deep.check_depth().is_ok());
+        assert_eq!(
+            deep.child("x").unwrap().check_depth().unwrap_err().code,
+            "path_too_deep"
+        );
+    }
+
+    #[test]
+    fn ids_from_a_server_are_checked() {
+        for good in [
+            "1",
+            "4711",
+            "abc-DEF_1.2",
+            "x".repeat(MAX_ID_BYTES).as_str(),
+            "é",
+        ] {
+            assert!(validate_id(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "../../../../tmp/x",
+            "a/b",
+            "/",
+            "a\0b",
+            "a\nb",
+            "\u{1b}[31m",
+            "\u{7f}",
+            "x".repeat(MAX_ID_BYTES + 1).as_str(),
+        ] {
+            let e = validate_id(bad).unwrap_err();
+            assert_eq!(e.code, "bad_response", "{bad:?}");
+        }
     }
 
     #[test]

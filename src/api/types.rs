@@ -6,7 +6,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::path::encode_segment;
+use super::error::Result;
+use super::path::{encode_segment, validate_id};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum NodeType {
@@ -111,6 +112,23 @@ impl Node {
 
     pub fn is_file(&self) -> bool {
         self.node_type.is_file()
+    }
+
+    /// Checks every ID this node and its children carry (`id` or the one after `&id=`, and the
+    /// version ID of step 2) with [`validate_id`]: what a client reads from a server goes
+    /// through here before it is used.
+    pub fn check_ids(&self) -> Result<()> {
+        let mut todo = vec![self];
+        while let Some(n) = todo.pop() {
+            if let Some(id) = n.file_id() {
+                validate_id(&id)?;
+            }
+            if let Some(v) = n.version_id() {
+                validate_id(&v)?;
+            }
+            todo.extend(n.children.iter().flatten());
+        }
+        Ok(())
     }
 
     /// The document version ID of upload step 2's answer: `version_id`, or else the last
@@ -301,6 +319,26 @@ mod tests {
         let n: Node = serde_json::from_str(r#"{"id": 12, "nodeType": "SomethingNew"}"#).unwrap();
         assert_eq!(n.id.as_deref(), Some("12"));
         assert_eq!(n.node_type, NodeType::Unknown);
+    }
+
+    #[test]
+    fn hostile_ids_are_refused() {
+        let ok: Node = serde_json::from_str(
+            r#"{"id":"12","children":[{"name":"a","link_uri":"/x?y=1&id=13"}],
+                "fileExProperties":{"upload_uri":"/nodes/upload/12/7"}}"#,
+        )
+        .unwrap();
+        assert!(ok.check_ids().is_ok());
+        for json in [
+            r#"{"id":"../../../../tmp/x"}"#,
+            r#"{"id":""}"#,
+            r#"{"children":[{"children":[{"id":"a/b"}]}]}"#,
+            r#"{"children":[{"link_uri":"/files?x=1&id=../../etc"}]}"#,
+            r#"{"id":"1","fileExProperties":{"version_id":"1\u0000"}}"#,
+        ] {
+            let n: Node = serde_json::from_str(json).unwrap();
+            assert_eq!(n.check_ids().unwrap_err().code, "bad_response", "{json}");
+        }
     }
 
     #[test]

@@ -1,23 +1,32 @@
 //! The backend over the built-in store, in process: what `vaultfs mount` uses by default and
-//! what `vaultfs serve` exposes. Store calls run on blocking threads; upload bytes are hashed and
-//! written on one blocking thread fed through a bounded channel, so the network side and the disk
-//! side overlap and memory stays bounded.
+//! what `vaultfs serve` exposes. Store calls run on blocking threads; upload bytes are gathered in
+//! batches, each hashed and written by a short blocking task while the next batch arrives, so the
+//! network side and the disk side overlap, memory stays bounded (two batches per upload), and no
+//! thread waits for a slow client.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::BytesMut;
 use futures_util::StreamExt;
-use tokio::sync::mpsc;
 
 use super::{Backend, ByteStream, Download, PreviewImage, reader_stream};
 use crate::api::{
     Error, Node, NodePath, PageSize, PreviewMeta, PreviewPage, PreviewStatus, RangeRequest, Result,
 };
+use crate::store::blobs::BlobWriter;
 use crate::store::{PreviewState, Scope, Store, TransferMode, length_mismatch};
 
-/// Chunks in flight between the network and the disk during an upload.
-const UPLOAD_QUEUE: usize = 16;
+/// Bytes of an upload gathered before a blocking task writes them.
+const WRITE_BATCH: usize = 256 * 1024;
+
+/// The writer back from a write task.
+fn joined(
+    r: std::result::Result<std::io::Result<BlobWriter>, tokio::task::JoinError>,
+) -> Result<BlobWriter> {
+    r.map_err(|e| Error::internal(format!("upload write task failed: {e}")))?
+        .map_err(Error::from)
+}
 
 #[derive(Clone)]
 pub struct LocalBackend {
@@ -58,12 +67,6 @@ impl LocalBackend {
             .await
             .map_err(|e| Error::internal(format!("store task failed: {e}")))?
     }
-}
-
-enum Chunk {
-    Data(Bytes),
-    /// The body broke off: the staging file must not be committed.
-    Abort,
 }
 
 impl Backend for LocalBackend {
@@ -140,49 +143,59 @@ impl Backend for LocalBackend {
                 .await?
         };
         let expected = pending.length;
-        let (tx, mut rx) = mpsc::channel::<Chunk>(UPLOAD_QUEUE);
-        let store = self.store.clone();
-        let scope = self.scope;
-        let writer = tokio::task::spawn_blocking(move || -> Result<Node> {
-            let mut w = store.blob_writer()?;
-            loop {
-                match rx.blocking_recv() {
-                    Some(Chunk::Data(b)) => {
-                        if w.len() + b.len() as u64 > expected {
-                            return Err(length_mismatch(expected, w.len() + b.len() as u64));
-                        }
-                        w.write(b)?;
+        // No thread waits for the network: the bytes are gathered here and each batch is
+        // written (and hashed) by a short blocking task, while the next batch arrives.
+        let mut writer = Some(self.run(|s, _| Ok(s.blob_writer()?)).await?);
+        let mut writing: Option<tokio::task::JoinHandle<std::io::Result<BlobWriter>>> = None;
+        let mut batch = BytesMut::new();
+        let mut received = 0u64;
+        loop {
+            let item = body.next().await;
+            let end = match item {
+                Some(Ok(b)) => {
+                    received += b.len() as u64;
+                    if received > expected {
+                        return Err(length_mismatch(expected, received));
                     }
-                    Some(Chunk::Abort) => {
-                        return Err(Error::bad_request(
-                            "upload_interrupted",
-                            "the upload was interrupted",
-                        ));
-                    }
-                    None => break,
+                    batch.extend_from_slice(&b);
+                    false
                 }
-            }
-            let staged = w.finish()?;
-            store.commit_upload(scope, &id, &vid, staged)
-        });
-        while let Some(item) = body.next().await {
-            let msg = match item {
-                Ok(b) if b.is_empty() => continue,
-                Ok(b) => Chunk::Data(b),
-                Err(e) => {
+                Some(Err(e)) => {
                     log::debug!("upload body broke off: {e}");
-                    Chunk::Abort
+                    return Err(Error::bad_request(
+                        "upload_interrupted",
+                        "the upload was interrupted",
+                    ));
                 }
+                None => true,
             };
-            let abort = matches!(msg, Chunk::Abort);
-            if tx.send(msg).await.is_err() || abort {
-                break; // the writer stopped (length exceeded, disk error) or the body failed
+            if batch.len() >= WRITE_BATCH || (end && !batch.is_empty()) {
+                if let Some(w) = writing.take() {
+                    writer = Some(joined(w.await)?);
+                }
+                let mut w = writer.take().expect("the writer is back");
+                let data = batch.split().freeze();
+                writing = Some(tokio::task::spawn_blocking(move || {
+                    w.write(data)?;
+                    Ok(w)
+                }));
+            }
+            if end {
+                break;
             }
         }
-        drop(tx);
-        writer
-            .await
-            .map_err(|e| Error::internal(format!("upload task failed: {e}")))?
+        if let Some(w) = writing.take() {
+            writer = Some(joined(w.await)?);
+        }
+        let w = writer.take().expect("the writer is back");
+        let store = self.store.clone();
+        let scope = self.scope;
+        tokio::task::spawn_blocking(move || -> Result<Node> {
+            let staged = w.finish()?;
+            store.commit_upload(scope, &id, &vid, staged)
+        })
+        .await
+        .map_err(|e| Error::internal(format!("upload task failed: {e}")))?
     }
 
     async fn download(&self, file_id: &str, range: Option<RangeRequest>) -> Result<Download> {

@@ -20,30 +20,43 @@ pub type ByteStream = Pin<Box<dyn Stream<Item = io::Result<Bytes>> + Send + 'sta
 /// Size of the chunks a reader stream yields.
 const READ_CHUNK: usize = 256 * 1024;
 
-/// Streams a blocking reader (a file) in chunks, read on a blocking thread through a small
-/// bounded queue, so memory stays bounded whatever the size.
-pub fn reader_stream<R: std::io::Read + Send + 'static>(mut reader: R) -> ByteStream {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<io::Result<Bytes>>(4);
-    tokio::task::spawn_blocking(move || {
-        loop {
+/// Streams a blocking reader (a file) in chunks. Each chunk is read by a short blocking task
+/// (the next one is read ahead while the current one is sent), so no thread waits on a slow or
+/// stalled consumer, and memory stays bounded whatever the size: at most two chunks per stream.
+pub fn reader_stream<R: std::io::Read + Send + 'static>(reader: R) -> ByteStream {
+    type Read<R> = tokio::task::JoinHandle<(R, io::Result<Option<Bytes>>)>;
+    fn read_next<R: std::io::Read + Send + 'static>(mut reader: R) -> Read<R> {
+        tokio::task::spawn_blocking(move || {
             let mut buf = vec![0u8; READ_CHUNK];
-            match reader.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    buf.truncate(n);
-                    if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
-                        break; // the receiver went away (the client disconnected)
+            let r = loop {
+                match reader.read(&mut buf) {
+                    Ok(0) => break Ok(None),
+                    Ok(n) => {
+                        buf.truncate(n);
+                        break Ok(Some(Bytes::from(buf)));
                     }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => break Err(e),
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    let _ = tx.blocking_send(Err(e));
-                    break;
-                }
+            };
+            (reader, r)
+        })
+    }
+    let first = read_next(reader);
+    Box::pin(futures_util::stream::unfold(
+        Some(first),
+        |pending: Option<Read<R>>| async move {
+            let (reader, r) = match pending?.await {
+                Ok(done) => done,
+                Err(e) => return Some((Err(io::Error::other(e)), None)),
+            };
+            match r {
+                Ok(Some(chunk)) => Some((Ok(chunk), Some(read_next(reader)))),
+                Ok(None) => None,
+                Err(e) => Some((Err(e), None)),
             }
-        }
-    });
-    Box::pin(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+        },
+    ))
 }
 
 /// A download in progress: what is being sent, and the bytes.

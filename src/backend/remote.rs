@@ -258,6 +258,13 @@ fn not_json(status: u16, ctype: &str, body: &[u8], why: &str) -> Error {
     bad_response(format!("the server answered {status} with {what}"))
 }
 
+/// A node from the server, once its IDs are known to be harmless (see [`Node::check_ids`]).
+fn checked(node: Node, what: &str) -> Result<Node> {
+    node.check_ids()
+        .map_err(|e| bad_response(format!("{what}: {}", e.message)))?;
+    Ok(node)
+}
+
 fn required<T>(v: Option<T>, what: &str) -> Result<T> {
     v.ok_or_else(|| bad_response(format!("the answer to {what} has no `message`")))
 }
@@ -520,6 +527,14 @@ impl RemoteBackend {
     async fn call_message<T: DeserializeOwned>(&self, req: Req) -> Result<T> {
         let what = req.what();
         required(self.call(req).await?, &what)
+    }
+
+    /// A JSON call answered by a node (with its children): every ID in it is checked before
+    /// anything uses it (a hostile server's `../../x` never reaches the mount).
+    async fn call_node(&self, req: Req) -> Result<Node> {
+        let what = req.what();
+        let node: Node = self.call_message(req).await?;
+        checked(node, &what)
     }
 
     /// `POST /pin/end`: the URL where the user authorizes `client_id` and is shown the pin.
@@ -861,7 +876,7 @@ fn counted_body(body: ByteStream, length: u64, progress: Arc<Progress>) -> reqwe
 
 impl Backend for RemoteBackend {
     async fn node(&self, path: &NodePath) -> Result<Node> {
-        self.call_message(Req::get(path.encoded())).await
+        self.call_node(Req::get(path.encoded())).await
     }
 
     async fn list(&self, path: &NodePath, page: u64, per_page: u64) -> Result<Node> {
@@ -869,7 +884,7 @@ impl Backend for RemoteBackend {
             "{}?children=1&page={page}&per_page={per_page}",
             path.encoded()
         );
-        self.call_message(Req::get(p)).await
+        self.call_node(Req::get(p)).await
     }
 
     async fn create_folder(&self, path: &NodePath) -> Result<Node> {
@@ -879,7 +894,7 @@ impl Backend for RemoteBackend {
             &serde_json::json!({}),
             Retry::UnsentOnly,
         );
-        self.call_message(req).await
+        self.call_node(req).await
     }
 
     async fn create_file(&self, folder: &NodePath, name: &str) -> Result<Node> {
@@ -887,7 +902,7 @@ impl Backend for RemoteBackend {
         // Idempotent: an existing file of that name is returned as it is.
         let req = Req::with_body(Method::PUT, folder.encoded(), &body, Retry::Idempotent);
         let what = req.what();
-        let parent: Node = self.call_message(req).await?;
+        let parent: Node = self.call_node(req).await?;
         let mut children = parent.children.unwrap_or_default();
         let at = children
             .iter()
@@ -910,7 +925,7 @@ impl Backend for RemoteBackend {
         let path = format!("/nodes/upload/{}", encode_segment(file_id));
         let req = Req::with_body(Method::PUT, path, &body, Retry::UnsentOnly);
         let what = req.what();
-        let mut node: Node = self.call_message(req).await?;
+        let mut node: Node = self.call_node(req).await?;
         let ex = node
             .file_ex_properties
             .as_mut()
@@ -926,7 +941,7 @@ impl Backend for RemoteBackend {
         if ex.version_id.is_none() {
             return Err(bad_response(format!("{what}: no document version ID")));
         }
-        Ok(node)
+        checked(node, &what)
     }
 
     async fn upload(
@@ -986,7 +1001,8 @@ impl Backend for RemoteBackend {
             .envelope(resp)
             .await
             .map_err(|e| self.with_hint(e, true))?;
-        required(node, &format!("PUT {path}"))
+        let what = format!("PUT {path}");
+        checked(required(node, &what)?, &what)
     }
 
     async fn download(&self, file_id: &str, range: Option<RangeRequest>) -> Result<Download> {
@@ -1001,12 +1017,12 @@ impl Backend for RemoteBackend {
         } else {
             Retry::UnsentOnly
         };
-        self.call_message(transfer_req("copy", src, dst, replace, retry))
+        self.call_node(transfer_req("copy", src, dst, replace, retry))
             .await
     }
 
     async fn rename(&self, src: &NodePath, dst: &NodePath, replace: bool) -> Result<Node> {
-        self.call_message(transfer_req("move", src, dst, replace, Retry::UnsentOnly))
+        self.call_node(transfer_req("move", src, dst, replace, Retry::UnsentOnly))
             .await
     }
 

@@ -121,6 +121,22 @@ struct ServeArgs {
     /// Threads rendering previews in the background (low priority) [default: half the cores]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     preview_workers: Option<u16>,
+    /// Seconds an upload may send nothing, or a download's client read nothing, before the
+    /// transfer is cut off
+    #[arg(long, default_value_t = server::DEFAULT_TRANSFER_IDLE_SECS, value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    transfer_idle_timeout: u64,
+    /// Uploads and downloads one user may run at once; more are answered 503 with Retry-After
+    #[arg(long, default_value_t = server::DEFAULT_MAX_TRANSFERS_PER_USER as u64, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    max_transfers_per_user: u64,
+    /// Password checks (argon2id, about 19 MiB each) run at once [default: the number of cores]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    password_checks: Option<u64>,
+    /// Sign-ins that may wait for a password check; more are answered 503 with Retry-After
+    #[arg(long, default_value_t = server::DEFAULT_PASSWORD_QUEUE as u64, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    password_queue: u64,
 }
 
 /// Entry point of the binary.
@@ -172,11 +188,17 @@ pub fn main() -> ExitCode {
 /// glibc gives each thread that allocates its own arena, and those keep freed memory: a server
 /// answering many requests at once grew past its memory target that way. Two arenas are enough
 /// for a daemon whose threads mostly wait on I/O.
+///
+/// Large blocks (1 MiB and more: a password check's 19 MiB, a preview's pixels) are mapped and
+/// unmapped on their own. Left to glibc's sliding threshold they come from the arenas once one
+/// has been freed, and small allocations that land in the freed space keep those pages resident:
+/// 300 sign-ins (never more than two checks at once) left `vaultfs serve` at 950 MiB.
 fn limit_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt before any other thread exists; it only tunes the allocator.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
     }
 }
 
@@ -224,6 +246,12 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     let options = ServerOptions {
         max_json_body: args.max_json_body,
         public_url: args.public_url,
+        transfer_idle_timeout: Duration::from_secs(args.transfer_idle_timeout),
+        max_transfers_per_user: args.max_transfers_per_user as usize,
+        password_checks: args
+            .password_checks
+            .map_or_else(server::limits::cores, |n| n as usize),
+        password_queue: args.password_queue as usize,
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {

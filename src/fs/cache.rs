@@ -2,6 +2,9 @@
 //! by ranged downloads in 1 MiB chunks, with read-ahead that grows for sequential readers. An LRU
 //! bounds its bytes. A chunk is marked present only once all its bytes are written, so a reader
 //! never sees a hole as data; the cache starts empty on each mount.
+//!
+//! File names in the cache dir never come from the server: the ID and md5 it sends are only
+//! hashed (sha256) into a name, so no answer can make the mount write outside the cache dir.
 
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
@@ -100,6 +103,7 @@ struct Inner {
     bytes: u64,
 }
 
+/// The in-memory key of a cached version. (Never a file name: see [`ReadCache::file_for`].)
 fn key(id: &str, md5: Option<&str>) -> String {
     format!("{id}-{}", md5.unwrap_or("none"))
 }
@@ -153,12 +157,17 @@ impl ReadCache {
     }
 
     /// A new file name for an entry: never one an older entry (still being read) has, since
-    /// an entry removes its file when dropped.
+    /// an entry removes its file when dropped. The key holds what the server sent (ID, md5), so
+    /// the name is its sha256 in hex: a plain name in the cache dir whatever the server said.
     fn file_for(&self, key: &str) -> PathBuf {
-        self.dir.join(format!(
-            "{key}.{}",
-            self.files.fetch_add(1, Ordering::Relaxed)
-        ))
+        use sha2::{Digest, Sha256};
+        let hash = Sha256::digest(key.as_bytes());
+        let mut name = String::with_capacity(64 + 21);
+        for b in hash {
+            name.push_str(&format!("{b:02x}"));
+        }
+        name.push_str(&format!(".{}", self.files.fetch_add(1, Ordering::Relaxed)));
+        self.dir.join(name)
     }
 
     /// Records an entry (replacing one of the same key) and evicts down to the bound.
@@ -427,4 +436,35 @@ async fn fetch<B: Backend>(backend: &B, e: &Entry, first: u64, last: u64) -> Res
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whatever ID and md5 a server sent, the cache's files are plain names in its own dir.
+    #[test]
+    fn file_names_never_come_from_the_server() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("cache");
+        let cache = ReadCache::open(dir.clone(), 1 << 30).unwrap();
+        let hostile = [
+            ("../../../../../../../../../../tmp/x", None),
+            ("7", Some("/../../../../etc/passwd")),
+            ("/abs/path", Some("..")),
+            ("a\0b", None),
+            ("", Some("")),
+        ];
+        for (id, md5) in hostile {
+            let e = cache.entry(id, md5, 10).unwrap();
+            assert_eq!(e.path.parent(), Some(dir.as_path()), "{id:?} {md5:?}");
+            let name = e.path.file_name().unwrap().to_str().unwrap();
+            let (hash, n) = name.split_once('.').unwrap();
+            assert!(hash.len() == 64 && hash.bytes().all(|c| c.is_ascii_hexdigit()));
+            assert!(n.parse::<u64>().is_ok(), "{name}");
+        }
+        let names = fs::read_dir(&dir).unwrap().count();
+        assert_eq!(names, hostile.len());
+        assert!(!tmp.path().join("tmp").exists());
+    }
 }

@@ -12,6 +12,7 @@ pub fn errno(e: &Error) -> Errno {
         "not_a_folder" => return Errno::ENOTDIR,
         "move_into_self" => return Errno::EINVAL,
         "bad_path" => return Errno::EINVAL,
+        "path_too_deep" => return Errno::ENAMETOOLONG,
         "file_too_large" => return Errno::EFBIG,
         _ => {}
     }
@@ -29,7 +30,7 @@ pub fn errno(e: &Error) -> Errno {
         ErrorKind::MethodNotAllowed => Errno::ENOTSUP,
         ErrorKind::TooLarge => Errno::EFBIG,
         ErrorKind::InsufficientStorage => Errno::ENOSPC,
-        ErrorKind::TooManyRequests => Errno::EAGAIN,
+        ErrorKind::TooManyRequests | ErrorKind::Unavailable => Errno::EAGAIN,
         ErrorKind::Network | ErrorKind::Server => {
             log::warn!("backend failure: {e}");
             Errno::EIO
@@ -49,6 +50,7 @@ pub fn is_transient(e: &Error) -> bool {
         ErrorKind::Network
             | ErrorKind::Server
             | ErrorKind::TooManyRequests
+            | ErrorKind::Unavailable
             | ErrorKind::InsufficientStorage
             | ErrorKind::Auth
     )

@@ -13,6 +13,8 @@ use crate::backend::local::LocalBackend;
 /// The authenticated caller, as the backend limited to their account.
 pub struct Caller {
     pub backend: LocalBackend,
+    /// The user, for the limits per user.
+    pub user_id: i64,
 }
 
 fn unauthorized(msg: &str) -> ApiError {
@@ -55,7 +57,10 @@ impl FromRequestParts<AppState> for Caller {
             .await
             .map_err(|e| ApiError(Error::internal(format!("auth task failed: {e}"))))??;
         let backend = LocalBackend::for_account(state.store.clone(), principal.account_id);
-        Ok(Caller { backend })
+        Ok(Caller {
+            backend,
+            user_id: principal.user_id,
+        })
     }
 }
 

@@ -88,7 +88,20 @@ async fn into_envelope(resp: Response, id: &str) -> Response {
             "unsupported content type",
         ),
         s if s.is_client_error() => (ErrorKind::BadRequest, "bad_request", "bad request"),
-        _ => (ErrorKind::Server, "internal_error", "internal error"),
+        _ => (
+            ErrorKind::Server,
+            "internal_error",
+            super::reply::INTERNAL_ERROR_TEXT,
+        ),
+    };
+    // A server error's text stays in the log.
+    let text = if kind == ErrorKind::Server {
+        if let Some(t) = &text {
+            log::error!("{id} {t}");
+        }
+        None
+    } else {
+        text
     };
     // The status becomes our kind's (a 422 of the framework is a 400 here), so the HTTP status
     // and `status_code` always agree.

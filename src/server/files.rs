@@ -3,11 +3,13 @@
 use std::collections::HashMap;
 
 use axum::body::Body;
-use axum::extract::{Path, Query};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use super::AppState;
 use super::auth::Caller;
+use super::limits::holding;
 use super::openapi::{ErrorEnvelope, PreviewEnvelope};
 use super::reply::{ApiResult, ok};
 use crate::api::{Error, ErrorKind, PageSize, RangeRequest};
@@ -98,10 +100,16 @@ fn send(d: Download, ctype: &str) -> Response {
         (status = 403, description = "`forbidden`: another account's file", body = ErrorEnvelope),
         (status = 404, description = "`not_found`", body = ErrorEnvelope),
         (status = 416, description = "`bad_range`: malformed, several ranges, or past the end", body = ErrorEnvelope),
+        (status = 503, description = "`too_many_transfers`: the user runs the most uploads and downloads allowed at once (`Retry-After`)", body = ErrorEnvelope),
     ),
     security(("basic" = [])),
 )]
-pub async fn download(caller: Caller, Path(id): Path<String>, headers: HeaderMap) -> ApiResult {
+pub async fn download(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult {
     let range = headers
         .get(header::RANGE)
         .map(|v| {
@@ -116,7 +124,10 @@ pub async fn download(caller: Caller, Path(id): Path<String>, headers: HeaderMap
         .transpose()?
         .map(RangeRequest::parse)
         .transpose()?;
-    let d = caller.backend.download(&id, range).await?;
+    // Held by the body until it is sent, or dropped with its connection.
+    let slot = state.limits.transfers.take(caller.user_id)?;
+    let mut d = caller.backend.download(&id, range).await?;
+    d.body = holding(d.body, slot);
     let ctype = content_type(&d.node.name);
     Ok(send(d, ctype))
 }
@@ -176,16 +187,20 @@ fn bounded(q: &HashMap<String, String>, name: &str, max: u32) -> Result<Option<u
         (status = 403, description = "`forbidden`: another account's file", body = ErrorEnvelope),
         (status = 404, description = "`not_found`, `preview_not_supported`, or a page past the end", body = ErrorEnvelope),
         (status = 409, description = "`preview_not_ready`: still `InProgress`", body = ErrorEnvelope),
+        (status = 503, description = "`too_many_transfers` (the PDF): the user runs the most uploads and downloads allowed at once (`Retry-After`)", body = ErrorEnvelope),
     ),
     security(("basic" = [])),
 )]
 pub async fn preview_page(
+    State(state): State<AppState>,
     caller: Caller,
     Path((id, page)): Path<(String, String)>,
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult {
     if page == "pdf" {
-        let d = caller.backend.preview_pdf(&id).await?;
+        let slot = state.limits.transfers.take(caller.user_id)?;
+        let mut d = caller.backend.preview_pdf(&id).await?;
+        d.body = holding(d.body, slot);
         return Ok(send(d, "application/pdf"));
     }
     let page: u32 = page.parse().ok().filter(|p| *p >= 1).ok_or_else(|| {

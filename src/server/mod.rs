@@ -4,6 +4,7 @@
 mod auth;
 mod context;
 mod files;
+pub mod limits;
 mod nodes;
 mod openapi;
 mod pin;
@@ -11,6 +12,7 @@ mod reply;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -29,13 +31,31 @@ pub struct ServerOptions {
     pub max_json_body: usize,
     /// Base URL that authorization links start with; by default taken from the request's Host.
     pub public_url: Option<String>,
+    /// An upload body that sends nothing, or a client that reads nothing of an answer, for
+    /// this long is cut off (see [`limits`]).
+    pub transfer_idle_timeout: Duration,
+    /// Uploads (step 3) and downloads one user may run at once; beyond: 503 with Retry-After.
+    pub max_transfers_per_user: usize,
+    /// Password checks (argon2id) run at once; by default the number of cores.
+    pub password_checks: usize,
+    /// Sign-ins that may wait for a password check; beyond: 503 with Retry-After.
+    pub password_queue: usize,
 }
+
+/// Defaults of the limits (`vaultfs serve --help` shows them).
+pub const DEFAULT_TRANSFER_IDLE_SECS: u64 = 60;
+pub const DEFAULT_MAX_TRANSFERS_PER_USER: usize = 128;
+pub const DEFAULT_PASSWORD_QUEUE: usize = 64;
 
 impl Default for ServerOptions {
     fn default() -> Self {
         ServerOptions {
             max_json_body: 64 * 1024,
             public_url: None,
+            transfer_idle_timeout: Duration::from_secs(DEFAULT_TRANSFER_IDLE_SECS),
+            max_transfers_per_user: DEFAULT_MAX_TRANSFERS_PER_USER,
+            password_checks: limits::cores(),
+            password_queue: DEFAULT_PASSWORD_QUEUE,
         }
     }
 }
@@ -44,6 +64,7 @@ impl Default for ServerOptions {
 pub(crate) struct AppState {
     store: Arc<Store>,
     options: Arc<ServerOptions>,
+    limits: Arc<limits::Limits>,
     openapi: openapi::Document,
 }
 
@@ -86,6 +107,7 @@ pub fn router(store: Arc<Store>, options: ServerOptions) -> Router {
     let state = AppState {
         store,
         options: Arc::new(options.clone()),
+        limits: Arc::new(limits::Limits::new(&options)),
         openapi: Arc::new(doc),
     };
     app.fallback(|| async {
@@ -110,9 +132,19 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let addr: SocketAddr = listener.local_addr()?;
     log::info!("serving {} on http://{addr}", store.dir().display());
+    let listener = guarded(listener, &options);
     axum::serve(listener, router(store, options))
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+/// The listener to serve [`router`] on: its connections are closed when their client reads
+/// nothing for `transfer_idle_timeout` (see [`limits::StallGuard`]).
+pub fn guarded(
+    listener: tokio::net::TcpListener,
+    options: &ServerOptions,
+) -> limits::GuardedListener {
+    limits::GuardedListener::new(listener, options.transfer_idle_timeout)
 }
 
 /// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called, so call it

@@ -4,12 +4,13 @@
 use std::collections::HashMap;
 
 use axum::body::Body;
-use axum::extract::{Path, Query};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, Uri, header};
 use bytes::Bytes;
 use futures_util::TryStreamExt;
 use serde::de::DeserializeOwned;
 
+use super::AppState;
 use super::auth::Caller;
 use super::openapi::{
     ErrorEnvelope, NodeEnvelope, PutNodeBody, SuccessEnvelope, TransferBody,
@@ -74,7 +75,7 @@ fn number(q: &HashMap<String, String>, name: &str) -> Result<Option<u64>, Error>
     ),
     responses(
         (status = 200, description = "The node", body = NodeEnvelope),
-        (status = 400, description = "`bad_path` (empty, `.`/`..`, NUL or encoded `/` segment), `bad_parameter`", body = ErrorEnvelope),
+        (status = 400, description = "`bad_path` (empty, `.`/`..`, NUL or encoded `/` segment), `path_too_deep` (over 256 segments), `bad_parameter`", body = ErrorEnvelope),
         (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
         (status = 403, description = "`forbidden`: outside the caller's account", body = ErrorEnvelope),
         (status = 404, description = "`not_found`", body = ErrorEnvelope),
@@ -109,7 +110,7 @@ pub async fn get(caller: Caller, uri: Uri, Query(q): Query<HashMap<String, Strin
     request_body(content = PutNodeBody, content_type = "application/json", description = "An empty body counts as `{}`"),
     responses(
         (status = 200, description = "The new folder, or the folder with the new (or existing) files as `children`", body = NodeEnvelope),
-        (status = 400, description = "`bad_path`, `bad_json`, `bad_request`, `missing_parameter`", body = ErrorEnvelope),
+        (status = 400, description = "`bad_path`, `path_too_deep`, `bad_json`, `bad_request`, `missing_parameter`", body = ErrorEnvelope),
         (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
         (status = 403, description = "`forbidden`: outside the caller's account, or not allowed on an account", body = ErrorEnvelope),
         (status = 404, description = "`not_found`: the parent folder", body = ErrorEnvelope),
@@ -178,7 +179,7 @@ pub async fn put(caller: Caller, uri: Uri, body: Bytes) -> ApiResult {
     request_body(content = TransferBody, content_type = "application/json"),
     responses(
         (status = 200, description = "The node at its destination", body = NodeEnvelope),
-        (status = 400, description = "`bad_path`, `bad_json`, `bad_request`, `bad_parameter`, `missing_parameter`; a folder into itself", body = ErrorEnvelope),
+        (status = 400, description = "`bad_path`, `path_too_deep` (also when a node of the subtree would end up over 256 segments deep), `bad_json`, `bad_request`, `bad_parameter`, `missing_parameter`; a folder into itself", body = ErrorEnvelope),
         (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
         (status = 403, description = "`forbidden`: source or destination outside the caller's account, or an account or vault", body = ErrorEnvelope),
         (status = 404, description = "`not_found`: the source or the destination's folder", body = ErrorEnvelope),
@@ -233,7 +234,7 @@ pub async fn post(caller: Caller, uri: Uri, body: Bytes) -> ApiResult {
     params(("path" = String, Path, description = "Percent-encoded UTF-8 segments joined by `/`", example = "Acme/My%20First%20Vault/a.txt")),
     responses(
         (status = 200, description = "The default success object", body = SuccessEnvelope),
-        (status = 400, description = "`bad_path`", body = ErrorEnvelope),
+        (status = 400, description = "`bad_path`, `path_too_deep`", body = ErrorEnvelope),
         (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
         (status = 403, description = "`forbidden`: outside the caller's account, or an account or vault", body = ErrorEnvelope),
         (status = 404, description = "`not_found`", body = ErrorEnvelope),
@@ -377,11 +378,13 @@ pub async fn begin_version(caller: Caller, Path(id): Path<String>, body: Bytes) 
         (status = 409, description = "The version is no longer pending", body = ErrorEnvelope),
         (status = 413, description = "`file_too_large`", body = ErrorEnvelope),
         (status = 415, description = "`unsupported_media_type`: not `application/binary`", body = ErrorEnvelope),
+        (status = 503, description = "`too_many_transfers`: the user runs the most uploads and downloads allowed at once (`Retry-After`)", body = ErrorEnvelope),
         (status = 507, description = "`insufficient_storage`", body = ErrorEnvelope),
     ),
     security(("basic" = [])),
 )]
 pub async fn upload(
+    State(state): State<AppState>,
     caller: Caller,
     Path((id, version)): Path<(String, String)>,
     headers: HeaderMap,
@@ -410,9 +413,12 @@ pub async fn upload(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
+    // Held until the upload ends, fails or its connection goes away.
+    let _slot = state.limits.transfers.take(caller.user_id)?;
     let stream = body.into_data_stream().map_err(std::io::Error::other);
+    let stream = super::limits::idle_limited(stream, state.limits.transfer_idle);
     Ok(ok(caller
         .backend
-        .upload(&id, &version, length, Box::pin(stream))
+        .upload(&id, &version, length, stream)
         .await?))
 }

@@ -217,6 +217,7 @@ pub async fn page(
         (status = 413, description = "`body_too_large`", body = ErrorEnvelope),
         (status = 415, description = "`unsupported_media_type`: not a form", body = ErrorEnvelope),
         (status = 429, description = "The form again: too many failed attempts", content_type = "text/html", body = String),
+        (status = 503, description = "The form again: too many sign-ins at once (`Retry-After`)", content_type = "text/html", body = String),
     ),
     security(()),
 )]
@@ -240,9 +241,31 @@ pub async fn sign_in(
             ),
         );
     }
+    // A bounded number of password checks at once, and of sign-ins waiting for one: each check
+    // takes argon2's memory, so beyond that the answer is "later", before any is spent.
+    let turn = match state.limits.passwords.enter().await {
+        Ok(turn) => turn,
+        Err(e) => {
+            let mut resp = html(
+                StatusCode::SERVICE_UNAVAILABLE,
+                form(&client_id, &email, Some(&e.message)),
+            );
+            resp.headers_mut().insert(
+                header::RETRY_AFTER,
+                axum::http::HeaderValue::from(super::reply::RETRY_AFTER_SECS),
+            );
+            return resp;
+        }
+    };
     let store = state.store.clone();
     let (e2, c2) = (email.clone(), client_id.clone());
-    match blocking(move || store.sign_in_for_pin(&e2, &password, &c2)).await {
+    // The turn ends with the check itself, even if this request is dropped meanwhile.
+    match blocking(move || {
+        let _turn = turn;
+        store.sign_in_for_pin(&e2, &password, &c2)
+    })
+    .await
+    {
         Ok(pin) => {
             log::info!("{email} signed in on the authorization page for client {client_id}");
             html(

@@ -59,6 +59,21 @@ impl Attempt {
     }
 }
 
+/// A hash of a password nobody has, with the parameters of real ones: what an unknown e-mail's
+/// password is checked against.
+fn dummy_hash() -> &'static str {
+    static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DUMMY.get_or_init(|| {
+        let salt = SaltString::generate(&mut argon2::password_hash::rand_core::OsRng);
+        let mut secret = [0u8; 32];
+        rand::rng().fill(&mut secret);
+        Argon2::default()
+            .hash_password(&secret, &salt)
+            .map(|h| h.to_string())
+            .unwrap_or_default()
+    })
+}
+
 fn token_hash(token: &str) -> Vec<u8> {
     Sha256::digest(token.as_bytes()).to_vec()
 }
@@ -251,11 +266,11 @@ impl Store {
         self.require_client(client_id)?;
         let bad = || Error::auth("invalid_credentials", "wrong e-mail address or password");
         let Some((user_id, hash)) = self.user_by_email(email)? else {
-            // Same cost as a real check, so timing does not tell which e-mails exist.
-            let _ = Argon2::default().hash_password(
-                password.as_bytes(),
-                &SaltString::from_b64("c29tZXNhbHRzb21lc2FsdA").unwrap(),
-            );
+            // The same check against a dummy hash: the same cost (and memory) as a real one, so
+            // timing does not tell which e-mails exist.
+            if let Ok(dummy) = PasswordHash::new(dummy_hash()) {
+                let _ = Argon2::default().verify_password(password.as_bytes(), &dummy);
+            }
             return Err(bad());
         };
         self.check_lockout(user_id, Attempt::Password)?;

@@ -286,15 +286,45 @@ pub(super) fn ensure_account(tx: &Transaction, name: &str) -> Result<i64> {
 
 /// Deletes a node and everything under it; returns the blobs no version uses any more, to be
 /// removed from disk once the transaction has committed.
+///
+/// Bottom-up, one level at a time: deleting the top node alone would let SQLite's `ON DELETE
+/// CASCADE` walk the tree as nested triggers, which fails past 1000 levels ("too many levels of
+/// trigger recursion"). Here each level's nodes have no children left when they go, so the
+/// cascade reaches only their versions, whatever the depth. (The recursive CTE is a queue in
+/// SQLite, not a recursion.)
 fn delete_subtree(tx: &Transaction, id: i64) -> Result<Vec<String>> {
+    tx.execute_batch(
+        "CREATE TEMP TABLE IF NOT EXISTS doomed (id INTEGER PRIMARY KEY, depth INTEGER NOT NULL);
+         CREATE INDEX IF NOT EXISTS temp.doomed_by_depth ON doomed(depth);
+         DELETE FROM temp.doomed;",
+    )?;
+    tx.execute(
+        "INSERT INTO temp.doomed (id, depth)
+         WITH RECURSIVE sub(id, depth) AS (SELECT ?1, 0 UNION ALL
+             SELECT n.id, sub.depth + 1 FROM nodes n JOIN sub ON n.parent_id = sub.id)
+         SELECT id, depth FROM sub",
+        [id],
+    )?;
     let hashes: Vec<String> = tx
         .prepare(
-            "WITH RECURSIVE sub(id) AS (SELECT ?1 UNION ALL SELECT n.id FROM nodes n JOIN sub ON n.parent_id = sub.id)
-             SELECT DISTINCT v.blob FROM versions v JOIN sub ON v.file_id = sub.id WHERE v.blob IS NOT NULL",
+            "SELECT DISTINCT v.blob FROM versions v JOIN temp.doomed d ON v.file_id = d.id
+             WHERE v.blob IS NOT NULL",
         )?
-        .query_map([id], |r| r.get(0))?
+        .query_map([], |r| r.get(0))?
         .collect::<rusqlite::Result<_>>()?;
-    tx.execute("DELETE FROM nodes WHERE id = ?1", [id])?;
+    let deepest: i64 =
+        tx.query_row("SELECT coalesce(max(depth), 0) FROM temp.doomed", [], |r| {
+            r.get(0)
+        })?;
+    {
+        let mut level = tx.prepare_cached(
+            "DELETE FROM nodes WHERE id IN (SELECT id FROM temp.doomed WHERE depth = ?1)",
+        )?;
+        for depth in (0..=deepest).rev() {
+            level.execute([depth])?;
+        }
+    }
+    tx.execute("DELETE FROM temp.doomed", [])?;
     let mut freed = Vec::new();
     let mut free = tx.prepare_cached(
         "DELETE FROM blobs WHERE hash = ?1 AND NOT EXISTS (SELECT 1 FROM versions WHERE blob = ?1)",
@@ -307,7 +337,50 @@ fn delete_subtree(tx: &Transaction, id: i64) -> Result<Vec<String>> {
     Ok(freed)
 }
 
+/// Levels of the subtree at `id`: 1 for a file or an empty folder.
+fn subtree_height(conn: &Connection, id: i64) -> Result<usize> {
+    let h: i64 = conn.query_row(
+        "WITH RECURSIVE sub(id, depth) AS (SELECT ?1, 1 UNION ALL
+             SELECT n.id, sub.depth + 1 FROM nodes n JOIN sub ON n.parent_id = sub.id)
+         SELECT max(depth) FROM sub",
+        [id],
+        |r| r.get(0),
+    )?;
+    Ok(h as usize)
+}
+
+/// Copies the subtree `src` as `name` into `dst_parent`; returns the new top node's ID. A
+/// work list, not a recursion: the depth of the tree costs no stack.
 fn copy_tree(
+    tx: &Transaction,
+    src: &NodeRow,
+    dst_parent: &NodeRow,
+    name: &str,
+    now: i64,
+) -> Result<i64> {
+    let top = copy_node(tx, src, dst_parent, name, now)?;
+    // (source folder, its copy) pairs whose children are still to copy.
+    let mut todo: Vec<(i64, NodeRow)> = Vec::new();
+    if !src.is_file() {
+        todo.push((src.id, get_row(tx, top)?.expect("node just inserted")));
+    }
+    let mut children_of = tx.prepare(&format!("{SELECT} WHERE n.parent_id = ?1"))?;
+    while let Some((from, to)) = todo.pop() {
+        let children: Vec<NodeRow> = children_of
+            .query_map([from], read_row)?
+            .collect::<rusqlite::Result<_>>()?;
+        for child in &children {
+            let new_id = copy_node(tx, child, &to, &child.name, now)?;
+            if !child.is_file() {
+                todo.push((child.id, get_row(tx, new_id)?.expect("node just inserted")));
+            }
+        }
+    }
+    Ok(top)
+}
+
+/// Copies one node (a file with its current version, or a folder without its children).
+fn copy_node(
     tx: &Transaction,
     src: &NodeRow,
     dst_parent: &NodeRow,
@@ -329,15 +402,6 @@ fn copy_tree(
                 "UPDATE nodes SET current_version = ?2 WHERE id = ?1",
                 params![new_id, vid],
             )?;
-        }
-    } else {
-        let children: Vec<NodeRow> = tx
-            .prepare(&format!("{SELECT} WHERE n.parent_id = ?1"))?
-            .query_map([src.id], read_row)?
-            .collect::<rusqlite::Result<_>>()?;
-        let new_row = get_row(tx, new_id)?.expect("node just inserted");
-        for child in &children {
-            copy_tree(tx, child, &new_row, &child.name, now)?;
         }
     }
     Ok(new_id)
@@ -418,6 +482,7 @@ impl Store {
 
     /// Creates the folder `path` (its parent must exist).
     pub fn create_folder(&self, scope: Scope, path: &NodePath) -> Result<Node> {
+        path.check_depth()?;
         let (parent_path, name) = split(path)?;
         let mut conn = self.lock();
         let tx = conn.transaction()?;
@@ -445,6 +510,7 @@ impl Store {
     /// Upload step 1: the file `name` in `folder`, created empty unless it exists.
     pub fn create_file(&self, scope: Scope, folder: &NodePath, name: &str) -> Result<Node> {
         let path = folder.child(name)?;
+        path.check_depth()?;
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         let row = create_file_row(&tx, scope, &path, now_ns())?;
@@ -715,6 +781,7 @@ impl Store {
         if dst.depth() < 3 {
             return Err(Error::forbidden("the destination must be inside a vault"));
         }
+        dst.check_depth()?;
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         let s = resolve(&tx, scope, src)?;
@@ -738,6 +805,13 @@ impl Store {
                 "move_into_self",
                 format!("cannot put {src} inside itself"),
             ));
+        }
+        // Deeper than it was: its deepest node must stay within the bound of a path.
+        if !s.is_file() && dst.depth() > src.depth() {
+            let deepest = dst.depth() - 1 + subtree_height(&tx, s.id)?;
+            if deepest > crate::api::path::MAX_PATH_DEPTH {
+                return Err(crate::api::path::path_too_deep(deepest));
+            }
         }
         let mut freed = Vec::new();
         if let Some(existing) = child_row(&tx, dp.id, name)? {

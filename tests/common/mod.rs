@@ -65,6 +65,8 @@ impl TestServer {
         let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = oneshot::channel::<()>();
+        // As `vaultfs serve` does: connections whose client reads nothing are closed.
+        let listener = server::guarded(listener, &options);
         let app = server::router(store.clone(), options);
         let task = tokio::spawn(async move {
             axum::serve(listener, app)

@@ -1,0 +1,363 @@
+//! The limits that keep one client from stopping the server for everyone (docs/security.md):
+//!
+//! - **Transfers** (upload step 3, downloads, preview PDFs) hold no thread while they wait for
+//!   the network (the disk I/O of each chunk is a short blocking task). A request body that sends
+//!   nothing for `transfer_idle_timeout` is aborted ([`idle_limited`]); a connection whose client
+//!   reads nothing of an answer for as long is closed ([`StallGuard`], on every connection of
+//!   [`GuardedListener`]). One user runs at most `max_transfers_per_user` at once
+//!   ([`TransferSlots`]); beyond that: 503 `too_many_transfers` with `Retry-After`.
+//! - **Password checks** (argon2id, ~19 MiB and tens of milliseconds each) run at most
+//!   `password_checks` at once (the cores, by default) with at most `password_queue` waiting
+//!   ([`HashGate`]); beyond that: 503 with `Retry-After`, before any memory is spent.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Sleep;
+
+use crate::api::{Error, ErrorKind};
+use crate::backend::ByteStream;
+
+/// The limits of one server, shared by its requests.
+pub struct Limits {
+    pub transfers: Arc<TransferSlots>,
+    pub passwords: HashGate,
+    pub transfer_idle: Duration,
+}
+
+impl Limits {
+    pub fn new(options: &super::ServerOptions) -> Limits {
+        Limits {
+            transfers: Arc::new(TransferSlots::new(options.max_transfers_per_user)),
+            passwords: HashGate::new(options.password_checks, options.password_queue),
+            transfer_idle: options.transfer_idle_timeout,
+        }
+    }
+}
+
+// ----- transfers per user -----
+
+/// Counts the transfers each user has running.
+pub struct TransferSlots {
+    per_user: usize,
+    running: Mutex<HashMap<i64, usize>>,
+}
+
+/// One running transfer; its slot is free again when this is dropped (the transfer ended,
+/// failed, or its connection went away).
+pub struct TransferSlot {
+    slots: Arc<TransferSlots>,
+    user: i64,
+}
+
+impl TransferSlots {
+    pub fn new(per_user: usize) -> TransferSlots {
+        TransferSlots {
+            per_user: per_user.max(1),
+            running: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, usize>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A slot for one more transfer of `user`, or 503 `too_many_transfers`.
+    pub fn take(self: &Arc<Self>, user: i64) -> Result<TransferSlot, Error> {
+        let mut running = self.lock();
+        let n = running.entry(user).or_insert(0);
+        if *n >= self.per_user {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                "too_many_transfers",
+                format!(
+                    "you have {} uploads and downloads running, the most this server allows at once; \
+                     try again when one has finished",
+                    self.per_user
+                ),
+            ));
+        }
+        *n += 1;
+        Ok(TransferSlot {
+            slots: self.clone(),
+            user,
+        })
+    }
+
+    /// Transfers running for `user` (tests, status).
+    pub fn running(&self, user: i64) -> usize {
+        self.lock().get(&user).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for TransferSlot {
+    fn drop(&mut self) {
+        let mut running = self.slots.lock();
+        if let Some(n) = running.get_mut(&self.user) {
+            *n -= 1;
+            if *n == 0 {
+                running.remove(&self.user);
+            }
+        }
+    }
+}
+
+/// A body that holds `slot` until it ends or is dropped.
+pub fn holding(body: ByteStream, slot: TransferSlot) -> ByteStream {
+    Box::pin(body.map(move |item| {
+        let _ = &slot;
+        item
+    }))
+}
+
+/// A request body that fails with `TimedOut` when no bytes come for `idle`.
+pub fn idle_limited<S>(body: S, idle: Duration) -> ByteStream
+where
+    S: Stream<Item = io::Result<Bytes>> + Send + 'static,
+{
+    let body: ByteStream = Box::pin(body);
+    Box::pin(futures_util::stream::unfold(
+        (body, false),
+        move |(mut body, done)| async move {
+            if done {
+                return None;
+            }
+            match tokio::time::timeout(idle, body.next()).await {
+                Ok(Some(item)) => Some((item, (body, false))),
+                Ok(None) => None,
+                Err(_) => {
+                    let e = io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("the client sent nothing for {idle:?}"),
+                    );
+                    Some((Err(e), (body, true)))
+                }
+            }
+        },
+    ))
+}
+
+// ----- connections whose client stops reading -----
+
+/// A connection that fails its writes once the peer has taken nothing for `limit` (a download
+/// nobody reads, an answer to a client that went silent). Reads are passed through.
+pub struct StallGuard<S> {
+    inner: S,
+    limit: Duration,
+    /// Armed when a write could not proceed; reset by any progress.
+    stalled: Option<Pin<Box<Sleep>>>,
+}
+
+impl<S> StallGuard<S> {
+    pub fn new(inner: S, limit: Duration) -> StallGuard<S> {
+        StallGuard {
+            inner,
+            limit,
+            stalled: None,
+        }
+    }
+
+    /// After a write returned `Pending`: `Pending` until the peer has taken nothing for
+    /// `limit`, then an error that makes the server drop the connection.
+    fn stall(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        let limit = self.limit;
+        let timer = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the client read nothing for {limit:?}"),
+            )),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn progress<T>(&mut self, r: Poll<io::Result<T>>, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        match r {
+            Poll::Ready(r) => {
+                self.stalled = None;
+                Poll::Ready(r)
+            }
+            Poll::Pending => self.stall(cx).map(Err),
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for StallGuard<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for StallGuard<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.progress(r, cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.progress(r, cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.progress(r, cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.progress(r, cx)
+    }
+}
+
+/// A TCP listener whose connections are [`StallGuard`]ed.
+pub struct GuardedListener {
+    inner: TcpListener,
+    limit: Duration,
+}
+
+impl GuardedListener {
+    pub fn new(inner: TcpListener, limit: Duration) -> GuardedListener {
+        GuardedListener { inner, limit }
+    }
+}
+
+impl axum::serve::Listener for GuardedListener {
+    type Io = StallGuard<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        // TcpListener's own accept retries (and backs off on errors such as EMFILE).
+        let (io, addr) = axum::serve::Listener::accept(&mut self.inner).await;
+        (StallGuard::new(io, self.limit), addr)
+    }
+
+    fn local_addr(&self) -> io::Result<Self::Addr> {
+        self.inner.local_addr()
+    }
+}
+
+// ----- password hashing -----
+
+/// At most `running` password checks at once, at most `queue` more waiting for their turn.
+pub struct HashGate {
+    permits: Arc<Semaphore>,
+    waiting: Arc<AtomicUsize>,
+    queue: usize,
+}
+
+/// One waiting request, counted until it gets its turn or goes away.
+struct Waiting(Arc<AtomicUsize>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl HashGate {
+    pub fn new(running: usize, queue: usize) -> HashGate {
+        HashGate {
+            permits: Arc::new(Semaphore::new(running.max(1))),
+            waiting: Arc::new(AtomicUsize::new(0)),
+            queue,
+        }
+    }
+
+    /// A turn to check a password (held until dropped), or 503 `busy` when the queue is full.
+    pub async fn enter(&self) -> Result<OwnedSemaphorePermit, Error> {
+        if let Ok(p) = self.permits.clone().try_acquire_owned() {
+            return Ok(p);
+        }
+        if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.queue {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(busy());
+        }
+        let _waiting = Waiting(self.waiting.clone());
+        self.permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| busy())
+    }
+}
+
+fn busy() -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        "busy",
+        "the server is checking too many passwords right now; try again in a moment",
+    )
+}
+
+/// Cores of this machine: the default number of password checks at once.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transfer_slots_are_per_user_and_come_back() {
+        let slots = Arc::new(TransferSlots::new(2));
+        let a1 = slots.take(1).unwrap();
+        let _a2 = slots.take(1).unwrap();
+        let e = slots.take(1).err().unwrap();
+        assert_eq!((e.status(), e.code.as_ref()), (503, "too_many_transfers"));
+        let _b = slots.take(2).unwrap();
+        drop(a1);
+        let _a3 = slots.take(1).unwrap();
+        assert_eq!(slots.running(1), 2);
+    }
+
+    #[tokio::test]
+    async fn hash_gate_queues_a_bounded_number() {
+        let gate = Arc::new(HashGate::new(1, 2));
+        let first = gate.enter().await.unwrap();
+        let (g1, g2) = (gate.clone(), gate.clone());
+        let w1 = tokio::spawn(async move { g1.enter().await.map(drop) });
+        let w2 = tokio::spawn(async move { g2.enter().await.map(drop) });
+        while gate.waiting.load(Ordering::SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
+        let e = gate.enter().await.err().unwrap();
+        assert_eq!(e.status(), 503);
+        drop(first);
+        w1.await.unwrap().unwrap();
+        w2.await.unwrap().unwrap();
+        assert_eq!(gate.waiting.load(Ordering::SeqCst), 0);
+        drop(gate.enter().await.unwrap());
+    }
+}
