@@ -176,7 +176,7 @@ impl SyncMode {
                 }
                 Ok(())
             }
-            SyncMode::EachFile => files.map(File::sync_data).collect(),
+            SyncMode::EachFile => files.into_iter().try_for_each(File::sync_data),
         }
     }
 
