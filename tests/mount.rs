@@ -82,6 +82,67 @@ fn journaled_files_stay_listed_while_the_next_mount_uploads_them() {
     m.unmount();
 }
 
+/// The daemon is SIGKILLed at several points of a burst of 2,000 small files (the built-in
+/// store, whose write-back stores them in batches): every file whose `close` returned is
+/// stored or journaled, the store is whole (no version without its bytes, no half batch), and
+/// the next mount stores the rest with the right bytes.
+#[test]
+fn daemon_killed_during_a_burst_loses_no_closed_file() {
+    const N: usize = 2000;
+    let Some(env) = Env::new(Via::Local) else {
+        return;
+    };
+    // Kill points spread over the burst (deterministic: a test must not depend on luck).
+    for (round, kill_after) in [40u64, 150, 400].into_iter().enumerate() {
+        let m = env.mount(&[]);
+        let dir = env.vault().join(format!("burst{round}"));
+        fs::create_dir(&dir).unwrap();
+        let closed = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let writer = {
+            let (dir, closed) = (dir.clone(), closed.clone());
+            std::thread::spawn(move || {
+                for i in 0..N {
+                    let p = dir.join(format!("f{i:04}"));
+                    let ok = File::create(&p)
+                        .and_then(|mut f| f.write_all(&pattern(1000 + i % 3000, i as u64)));
+                    if ok.is_err() {
+                        break; // the mount is gone
+                    }
+                    closed.lock().unwrap().push(i);
+                }
+            })
+        };
+        std::thread::sleep(Duration::from_millis(kill_after));
+        m.kill();
+        writer.join().unwrap();
+        let closed = closed.lock().unwrap().clone();
+        assert!(
+            !closed.is_empty(),
+            "round {round}: nothing was written before the kill"
+        );
+        // The store as the crash left it: consistent on its own.
+        {
+            let store = vaultfs::store::Store::open_local(&env.data).unwrap();
+            let problems = store.check_integrity().unwrap();
+            assert!(problems.is_empty(), "round {round}: {problems:?}");
+        }
+        let m = env.mount(&[]);
+        env.wait_uploaded();
+        for &i in &closed {
+            let p = dir.join(format!("f{i:04}"));
+            assert_eq!(
+                fs::read(&p).unwrap_or_default(),
+                pattern(1000 + i % 3000, i as u64),
+                "round {round}: f{i:04} ({} closed before the kill)",
+                closed.len()
+            );
+        }
+        m.unmount();
+    }
+    let store = vaultfs::store::Store::open_local(&env.data).unwrap();
+    assert_eq!(store.check_integrity().unwrap(), Vec::<String>::new());
+}
+
 /// A server that accepts connections and never answers (a black-holed network, a stopped
 /// process): saving a new file into a folder listed before must not wait for it. The listing,
 /// older than its TTL, is used while its refresh hangs; the file is stored once the server
