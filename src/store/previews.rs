@@ -245,8 +245,13 @@ impl Shared {
             return;
         }
         q.queued.insert(job.hash.clone(), Tier::Background);
+        // A thread only sleeps without a timeout on an empty queue (or until an asked-for job
+        // ends, which wakes it): no wake-up per commit during a burst of writes.
+        let wake = q.background.is_empty();
         q.background.push_back(job);
-        self.more.notify_all();
+        if wake {
+            self.more.notify_all();
+        }
     }
 
     /// Moves an asked-for job to the front; true when there is one (queued or running).
