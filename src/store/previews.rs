@@ -915,7 +915,7 @@ impl Pool {
     fn supervise(&self, mut slots: Vec<Arc<Slot>>) {
         if let Err(e) = self.open_db().and_then(|mut c| {
             self.measure_old(&mut c)?;
-            self.keep_bound(&mut c, None)
+            self.keep_bound(&mut c, None, 0)
         }) {
             log::warn!("could not check the preview cache: {e}");
         }
@@ -1057,10 +1057,16 @@ impl Pool {
             o => o,
         };
         log::debug!("preview of {} done in {:?}", job.name, started.elapsed());
+        // Room is made before the new preview is placed, so the bound holds at every moment.
+        if let Outcome::Done { bytes, .. } = &outcome {
+            if let Err(e) = self.keep_bound(conn, Some(&job.hash), *bytes) {
+                log::warn!("could not keep the previews within their bound: {e}");
+            }
+        }
         if let Err(e) = self.finish(conn, job, outcome) {
             log::warn!("could not record the preview of {}: {e}", job.name);
         }
-        if let Err(e) = self.keep_bound(conn, Some(&job.hash)) {
+        if let Err(e) = self.keep_bound(conn, Some(&job.hash), 0) {
             log::warn!("could not keep the previews within their bound: {e}");
         }
         true
@@ -1286,12 +1292,13 @@ impl Pool {
         Ok(())
     }
 
-    /// Removes least recently used previews until they fit the cache size again (never
-    /// `keep`, the one just made): first those of bytes that are no file's current version,
-    /// then those nobody asked for, then the rest, oldest use first.
-    fn keep_bound(&self, conn: &mut Connection, keep: Option<&str>) -> Result<()> {
-        let (mut total, _) = preview_bytes(conn)?;
-        let bound = self.shared.cache_size;
+    /// Removes least recently used previews until they and `incoming` more bytes fit the cache
+    /// size (never `keep`, the one being made): first those of bytes that are no file's current
+    /// version, then those nobody asked for, then the rest, oldest use first.
+    fn keep_bound(&self, conn: &mut Connection, keep: Option<&str>, incoming: u64) -> Result<()> {
+        let (total, _) = preview_bytes(conn)?;
+        let bound = self.shared.cache_size.saturating_sub(incoming);
+        let mut total = total;
         if total <= bound {
             return Ok(());
         }
@@ -1335,7 +1342,7 @@ impl Pool {
             log::debug!(
                 "{} preview(s) removed to stay within {} bytes",
                 gone.len(),
-                bound
+                self.shared.cache_size
             );
         }
         Ok(())
