@@ -279,6 +279,11 @@ async fn main() {
                     let name = format!("busy-{label}-{i}.txt");
                     queued.push(put(b, folder, &name, Arc::new(text(20, 1000 + i))).await);
                 }
+                // Asked for, so they render during the transfers (on-demand renders files this
+                // small only when asked).
+                for q in &queued {
+                    b.preview(q).await.unwrap();
+                }
             }
             let t = Instant::now();
             let id = put(b, folder, &format!("big-{label}.bin"), big).await;
