@@ -7,8 +7,17 @@
 //!    (cached);
 //! 3. upload and download throughput of a large file alone, then while previews render.
 //!
+//! 4. (`--section burst`) a burst of small distinct text files (3,000 by default) on both
+//!    backends, with previews off (no preview threads) and on (`--previews`): create throughput,
+//!    then the time until one more file asked for is `Ready` and its first page served, and the
+//!    bytes of the previews nobody asked for against the files' bytes once the store is idle;
+//! 5. (`--section tree`) a tree of 20,000 small files of which a few hundred are asked for,
+//!    under a small `--preview-cache-size`: the largest size of the previews seen.
+//!
 //! ```sh
 //! cargo run --release --example preview_bench -- [--dir /var/tmp] [--size-mib 256] [--runs 5]
+//! cargo run --release --example preview_bench -- --section burst [--files 3000] [--previews eager]
+//! cargo run --release --example preview_bench -- --section tree [--files 20000] [--asked 300]
 //! ```
 //!
 //! Prints a Markdown table (medians, with min-max) and the machine's load average.
@@ -24,9 +33,10 @@ mod fixtures;
 use futures_util::StreamExt;
 
 use vaultfs::api::{NodePath, PageSize, PreviewStatus};
+use vaultfs::backend::local::LocalBackend;
 use vaultfs::backend::remote::{RemoteBackend, RemoteConfig};
 use vaultfs::backend::{Backend, ByteStream};
-use vaultfs::store::{Store, StoreConfig, default_preview_workers};
+use vaultfs::store::{PreviewMode, Store, StoreConfig, default_preview_workers};
 
 #[derive(Parser)]
 #[command(about = "Preview latency and its effect on transfers")]
@@ -43,6 +53,24 @@ struct Args {
     /// Files rendered while the large file is transferred
     #[arg(long, default_value_t = 24)]
     busy_files: usize,
+    /// latency (1-3), burst (4) or tree (5)
+    #[arg(long, default_value = "latency")]
+    section: String,
+    /// Files of the burst (default 3000) or of the tree (default 20000)
+    #[arg(long)]
+    files: Option<usize>,
+    /// Uploads at once in the burst (the mount's upload slots)
+    #[arg(long, default_value_t = 8)]
+    parallel: usize,
+    /// Preview mode of the store: on-demand or eager
+    #[arg(long, default_value = "on-demand", value_parser = |s: &str| s.parse::<PreviewMode>())]
+    previews: PreviewMode,
+    /// Files of the tree asked for
+    #[arg(long, default_value_t = 300)]
+    asked: usize,
+    /// Preview cache bound of the tree, bytes
+    #[arg(long, default_value_t = 4 << 20)]
+    cache_size: u64,
 }
 
 fn stream(data: Arc<Vec<u8>>) -> ByteStream {
@@ -122,6 +150,12 @@ async fn download_all(b: &RemoteBackend, id: &str) -> u64 {
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
+    match args.section.as_str() {
+        "latency" => {}
+        "burst" => return burst(&args).await,
+        "tree" => return tree(&args).await,
+        s => panic!("unknown section {s}"),
+    }
     let tmp = tempfile::Builder::new()
         .prefix("vaultfs-preview-bench")
         .tempdir_in(&args.dir)
@@ -245,6 +279,11 @@ async fn main() {
                     let name = format!("busy-{label}-{i}.txt");
                     queued.push(put(b, folder, &name, Arc::new(text(20, 1000 + i))).await);
                 }
+                // Asked for, so they render during the transfers (on-demand renders files this
+                // small only when asked).
+                for q in &queued {
+                    b.preview(q).await.unwrap();
+                }
             }
             let t = Instant::now();
             let id = put(b, folder, &format!("big-{label}.bin"), big).await;
@@ -301,6 +340,309 @@ async fn main() {
             .join(" ")
     );
     println!("| measure | result (median, min-max) | target |");
+    println!("|---|---|---|");
+    for (a, b, c) in rows {
+        println!("| {a} | {b} | {c} |");
+    }
+}
+
+/// A 4 KiB text file, different for each `i`.
+fn small(i: usize) -> Vec<u8> {
+    let mut t = format!("small file {i}\n");
+    while t.len() < 4096 - 40 {
+        t.push_str(&format!("line {} of file {i}: some words\n", t.len()));
+    }
+    t.truncate(4096);
+    t.into_bytes()
+}
+
+/// A store in `dir` with the mode and bound asked for, its threads started or not.
+fn open_store(dir: &std::path::Path, args: &Args, cache: u64, previews: bool) -> Arc<Store> {
+    let config = StoreConfig {
+        previews: args.previews,
+        preview_cache_size: cache,
+        ..StoreConfig::default()
+    };
+    let store = Arc::new(Store::open(dir, config).unwrap());
+    if previews {
+        store.start_previews(default_preview_workers()).unwrap();
+    }
+    store
+        .add_user("bench@example.com", "Bench", "bench-password")
+        .unwrap();
+    store
+}
+
+/// The built-in backend, or the remote one over a server on loopback.
+enum Either {
+    Local(LocalBackend),
+    Remote(RemoteBackend),
+}
+
+async fn backend_for(store: &Arc<Store>, remote: bool) -> Either {
+    if !remote {
+        let acct = store.ensure_account("Bench").unwrap();
+        return Either::Local(LocalBackend::for_account(store.clone(), acct));
+    }
+    let pin = store
+        .sign_in_for_pin("bench@example.com", "bench-password", "vaultfs")
+        .unwrap();
+    let token = store
+        .exchange_pin("bench@example.com", "vaultfs", &pin)
+        .unwrap()
+        .token;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = vaultfs::server::router(store.clone(), Default::default());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Either::Remote(
+        RemoteBackend::new(RemoteConfig::new(&base, "bench@example.com", &token)).unwrap(),
+    )
+}
+
+async fn put_any<B: Backend>(b: &B, folder: &NodePath, name: String, data: Vec<u8>) -> String {
+    let name = name.as_str();
+    let f = b.create_file(folder, name).await.unwrap();
+    let id = f.file_id().unwrap();
+    let v = b.begin_version(&id, data.len() as u64, None).await.unwrap();
+    let vid = v.file_ex_properties.unwrap().version_id.unwrap();
+    let len = data.len() as u64;
+    b.upload(&id, &vid, len, stream(Arc::new(data)))
+        .await
+        .unwrap();
+    id
+}
+
+/// Writes `n` small files, `parallel` at once; files per second.
+async fn write_burst<B: Backend>(b: &B, folder: &NodePath, n: usize, parallel: usize) -> f64 {
+    let t = Instant::now();
+    futures_util::stream::iter(0..n)
+        .map(|i| put_any(b, folder, format!("f{i:05}.txt"), small(i)))
+        .buffer_unordered(parallel)
+        .for_each(|_| async {})
+        .await;
+    n as f64 / t.elapsed().as_secs_f64()
+}
+
+/// Time until the preview of `id` is Ready, and until its first page is served.
+async fn asked<B: Backend>(b: &B, id: &str) -> (Duration, Duration) {
+    let t = Instant::now();
+    let ready = loop {
+        let m = b.preview(id).await.unwrap();
+        if m.status == PreviewStatus::Ready {
+            break t.elapsed();
+        }
+        assert!(t.elapsed() < Duration::from_secs(600), "never ready");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    b.preview_page(id, 1, PageSize::default()).await.unwrap();
+    (ready, t.elapsed())
+}
+
+fn du(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut n = 0;
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let m = e.metadata().unwrap();
+            n += if m.is_dir() {
+                du(&e.path())
+            } else {
+                m.blocks() * 512
+            };
+        }
+    }
+    n
+}
+
+async fn burst_on<B: Backend>(
+    b: &B,
+    store: &Arc<Store>,
+    dir: &std::path::Path,
+    args: &Args,
+    n: usize,
+    on: bool,
+) -> (f64, Option<(Duration, Duration, u64, u64)>) {
+    let folder = NodePath::parse_uri("/nodes/pth/Bench/My First Vault").unwrap();
+    let rate = write_burst(b, &folder, n, args.parallel).await;
+    if !on {
+        return (rate, None);
+    }
+    // Straight after the burst: one more file, asked for at once.
+    let id = put_any(b, &folder, "notes.txt".into(), text(3, 7)).await;
+    let (ready, page) = asked(b, &id).await;
+    // Then idle: whatever the background does with the burst.
+    let t = Instant::now();
+    while store.preview_stats().unwrap().background_pending > 0
+        && t.elapsed() < Duration::from_secs(900)
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(IDLE_WAIT).await;
+    let s = store.preview_stats().unwrap();
+    (
+        rate,
+        Some((
+            ready,
+            page,
+            s.unrequested_bytes,
+            du(&dir.join("data/previews")),
+        )),
+    )
+}
+
+const IDLE_WAIT: Duration = Duration::from_secs(3);
+
+async fn burst(args: &Args) {
+    let n = args.files.unwrap_or(3000);
+    let mut rows: Vec<(String, String, String)> = Vec::new();
+    let files_bytes = (n * 4096) as f64;
+    for remote in [false, true] {
+        let which = if remote {
+            "remote (HTTP loopback)"
+        } else {
+            "local"
+        };
+        let mut rates = [Vec::new(), Vec::new()];
+        let mut after = None;
+        let runs = (0..args.runs.max(1)).flat_map(|_| [false, true]);
+        for on in runs {
+            let k = on as usize;
+            let tmp = tempfile::Builder::new()
+                .prefix("vaultfs-preview-burst")
+                .tempdir_in(&args.dir)
+                .unwrap();
+            let store = open_store(&tmp.path().join("data"), args, 1 << 30, on);
+            let r = match backend_for(&store, remote).await {
+                Either::Local(b) => burst_on(&b, &store, tmp.path(), args, n, on).await,
+                Either::Remote(b) => burst_on(&b, &store, tmp.path(), args, n, on).await,
+            };
+            rates[k].push(r.0);
+            if r.1.is_some() {
+                after = r.1;
+            }
+        }
+        let [off, on] = rates.map(stat);
+        rows.push((
+            format!(
+                "{which}: create {n} x 4 KiB, {} at once, previews off / {} ({} runs each, alternating)",
+                args.parallel, args.previews, args.runs
+            ),
+            format!(
+                "{:.0} ({:.0}-{:.0}) / {:.0} ({:.0}-{:.0}) files/s ({:+.1}%)",
+                off.median,
+                off.min,
+                off.max,
+                on.median,
+                on.min,
+                on.max,
+                100.0 * (on.median / off.median - 1.0)
+            ),
+            "within 10%".into(),
+        ));
+        let (ready, page, unrequested, on_disk) = after.expect("previews on ran");
+        rows.push((
+            format!("{which}: one more file asked for after the burst → Ready / first page"),
+            format!(
+                "{:.0} ms / {:.0} ms",
+                ready.as_secs_f64() * 1e3,
+                page.as_secs_f64() * 1e3
+            ),
+            "< 2000 ms / < 1000 ms".into(),
+        ));
+        rows.push((
+            format!("{which}: unrequested previews, idle after the burst (du of previews/)"),
+            format!(
+                "{:.2} MiB ({:.1}% of the files' {:.1} MiB); du {:.2} MiB",
+                unrequested as f64 / 1048576.0,
+                100.0 * unrequested as f64 / files_bytes,
+                files_bytes / 1048576.0,
+                on_disk as f64 / 1048576.0
+            ),
+            "≤ 25%".into(),
+        ));
+    }
+    print_rows(args, &rows);
+}
+
+async fn tree(args: &Args) {
+    let n = args.files.unwrap_or(20000);
+    let tmp = tempfile::Builder::new()
+        .prefix("vaultfs-preview-tree")
+        .tempdir_in(&args.dir)
+        .unwrap();
+    let store = open_store(&tmp.path().join("data"), args, args.cache_size, true);
+    let acct = store.ensure_account("Bench").unwrap();
+    let b = LocalBackend::for_account(store.clone(), acct);
+    let root = NodePath::parse_uri("/nodes/pth/Bench/My First Vault").unwrap();
+    let mut ids = Vec::new();
+    let t = Instant::now();
+    for d in 0..n.div_ceil(500) {
+        let folder = root.child(&format!("d{d:03}")).unwrap();
+        b.create_folder(&folder).await.unwrap();
+        let names: Vec<usize> = (d * 500..((d + 1) * 500).min(n)).collect();
+        let got: Vec<String> = futures_util::stream::iter(names)
+            .map(|i| put_any(&b, &folder, format!("f{i:05}.txt"), small(i)))
+            .buffered(args.parallel)
+            .collect()
+            .await;
+        ids.extend(got);
+    }
+    let write = t.elapsed();
+    let mut max_bytes = 0;
+    let step = (n / args.asked.max(1)).max(1);
+    let t = Instant::now();
+    for id in ids.iter().step_by(step).take(args.asked) {
+        asked(&b, id).await;
+        max_bytes = max_bytes.max(store.preview_stats().unwrap().bytes);
+    }
+    let asking = t.elapsed();
+    tokio::time::sleep(IDLE_WAIT).await;
+    let s = store.preview_stats().unwrap();
+    max_bytes = max_bytes.max(s.bytes);
+    let on_disk = du(&tmp.path().join("data/previews"));
+    let rows = vec![
+        (
+            format!(
+                "{n} files written ({:.0} files/s)",
+                n as f64 / write.as_secs_f64()
+            ),
+            format!("{} asked for in {:.1} s", args.asked, asking.as_secs_f64()),
+            String::new(),
+        ),
+        (
+            format!(
+                "preview bytes, bound {:.1} MiB ({})",
+                args.cache_size as f64 / 1048576.0,
+                args.previews
+            ),
+            format!(
+                "largest seen {:.2} MiB, at the end {:.2} MiB (du {:.2} MiB), {} evicted, {} ready",
+                max_bytes as f64 / 1048576.0,
+                s.bytes as f64 / 1048576.0,
+                on_disk as f64 / 1048576.0,
+                s.evicted,
+                s.ready
+            ),
+            "within the bound".into(),
+        ),
+    ];
+    print_rows(args, &rows);
+}
+
+fn print_rows(args: &Args, rows: &[(String, String, String)]) {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "Preview benchmark ({}): {} preview thread(s) of each kind, {} cores, load average {}\n",
+        args.section,
+        default_preview_workers(),
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!("| measure | result | target |");
     println!("|---|---|---|");
     for (a, b, c) in rows {
         println!("| {a} | {b} | {c} |");

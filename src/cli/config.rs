@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 /// Flags `vaultfs mount` accepts from the config file.
-const KEYS: [&str; 13] = [
+const KEYS: [&str; 15] = [
     "data_dir",
     "server",
     "timeout",
@@ -21,6 +21,8 @@ const KEYS: [&str; 13] = [
     "flush_timeout",
     "daemon",
     "log_file",
+    "previews",
+    "preview_cache_size",
 ];
 
 pub fn config_path() -> PathBuf {
@@ -113,6 +115,22 @@ fn push_flag(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn preview_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.toml");
+        std::fs::write(
+            &file,
+            "[mount]\npreviews = \"eager\"\npreview_cache_size = \"256M\"\n",
+        )
+        .unwrap();
+        let flags = mount_flags(&file, &dir.path().join("mnt")).unwrap();
+        assert_eq!(
+            flags,
+            ["--preview-cache-size", "256M", "--previews", "eager"].map(OsString::from)
+        );
+    }
 
     #[test]
     fn general_then_own_section() {

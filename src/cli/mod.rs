@@ -20,7 +20,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::server::{self, ServerOptions};
-use crate::store::{Store, StoreConfig};
+use crate::store::{PreviewMode, Store, StoreConfig};
 
 #[derive(Parser)]
 #[command(name = "vaultfs", version, about = "A document store as an ordinary folder", long_about = None)]
@@ -118,7 +118,8 @@ struct ServeArgs {
     /// [default: http://<Host header of the request>]
     #[arg(long, value_name = "URL")]
     public_url: Option<String>,
-    /// Threads rendering previews in the background (low priority) [default: half the cores]
+    /// Threads rendering previews asked for, and as many for the background (idle priority)
+    /// [default: half the cores]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     preview_workers: Option<u16>,
     /// Seconds an upload may send nothing, or a download's client read nothing, before the
@@ -137,6 +138,37 @@ struct ServeArgs {
     #[arg(long, default_value_t = server::DEFAULT_PASSWORD_QUEUE as u64, value_name = "N",
           value_parser = clap::value_parser!(u64).range(0..=100_000))]
     password_queue: u64,
+    #[command(flatten)]
+    previews: PreviewArgs,
+}
+
+/// How the built-in store makes previews (`vaultfs serve`, and `vaultfs mount` of the built-in
+/// store).
+#[derive(Args, Clone)]
+pub struct PreviewArgs {
+    /// What is rendered without being asked for: `on-demand` renders a preview when it is asked
+    /// for (at once, ahead of everything else) and, when the machine is idle, large files within
+    /// a quarter of the files' bytes; `eager` renders every stored version when idle
+    #[arg(long = "previews", default_value = "on-demand", value_name = "MODE",
+          value_parser = clap::builder::TypedValueParser::map(
+              clap::builder::PossibleValuesParser::new(["on-demand", "eager"]),
+              |s| s.parse::<PreviewMode>().expect("a listed mode")))]
+    pub mode: PreviewMode,
+    /// Bound of the previews kept on disk (least recently used removed, rendered again when
+    /// asked for), in bytes (suffixes K, M, G allowed)
+    #[arg(long, default_value = "1G", value_parser = mount::parse_size, value_name = "BYTES")]
+    pub preview_cache_size: u64,
+}
+
+impl PreviewArgs {
+    /// The store configuration with these preview settings.
+    pub fn apply(&self, config: StoreConfig) -> StoreConfig {
+        StoreConfig {
+            previews: self.mode,
+            preview_cache_size: self.preview_cache_size,
+            ..config
+        }
+    }
 }
 
 /// Entry point of the binary.
@@ -230,10 +262,11 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let config = StoreConfig {
+    let config = args.previews.apply(StoreConfig {
         max_file_size: args.max_file_size,
         token_ttl: Duration::from_secs(args.token_ttl),
-    };
+        ..StoreConfig::default()
+    });
     let dir = args.data.path();
     let store = Arc::new(
         Store::open(&dir, config)
@@ -262,4 +295,44 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         server::serve(listener, store, options, shutdown).await?;
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn previews_of(argv: &[&str]) -> Result<(PreviewMode, u64), clap::Error> {
+        let cli = Cli::try_parse_from(argv)?;
+        let p = match cli.command {
+            Command::Serve(a) => a.previews,
+            Command::Mount(a) => a.previews,
+            _ => unreachable!(),
+        };
+        Ok((p.mode, p.preview_cache_size))
+    }
+
+    #[test]
+    fn preview_flags_of_serve_and_mount() {
+        let on_demand = (PreviewMode::OnDemand, 1 << 30);
+        assert_eq!(previews_of(&["vaultfs", "serve"]).unwrap(), on_demand);
+        assert_eq!(previews_of(&["vaultfs", "mount", "/m"]).unwrap(), on_demand);
+        assert_eq!(
+            previews_of(&[
+                "vaultfs",
+                "serve",
+                "--previews",
+                "eager",
+                "--preview-cache-size",
+                "64M"
+            ])
+            .unwrap(),
+            (PreviewMode::Eager, 64 << 20)
+        );
+        assert_eq!(
+            previews_of(&["vaultfs", "mount", "/m", "--previews", "on-demand"]).unwrap(),
+            on_demand
+        );
+        assert!(previews_of(&["vaultfs", "serve", "--previews", "lazy"]).is_err());
+        assert!(previews_of(&["vaultfs", "serve", "--preview-cache-size", "1Q"]).is_err());
+    }
 }

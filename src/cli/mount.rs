@@ -59,6 +59,9 @@ pub struct MountArgs {
     /// Log file of --daemon [default: $XDG_STATE_HOME/vaultfs/<mount point>.log]
     #[arg(long, value_name = "FILE")]
     log_file: Option<PathBuf>,
+    /// Previews of the built-in store (a server has its own)
+    #[command(flatten)]
+    pub(super) previews: super::PreviewArgs,
 }
 
 impl MountArgs {
@@ -225,7 +228,8 @@ fn mount_checked(
         }
         None => {
             let data_dir = args.data.path();
-            let store = Store::open_local(&data_dir)
+            let config = args.previews.apply(crate::store::StoreConfig::default());
+            let store = Store::open_local_with(&data_dir, config)
                 .map_err(|e| format!("cannot open the store in {}: {e}", data_dir.display()))?;
             store.start_previews(crate::store::default_preview_workers())?;
             let identity = std::fs::canonicalize(&data_dir).unwrap_or(data_dir.clone());

@@ -61,6 +61,8 @@ const VALUED: &[(&str, &str)] = &[
     ("dir_ttl", "--dir-ttl"),
     ("flush_timeout", "--flush-timeout"),
     ("log_file", "--log-file"),
+    ("previews", "--previews"),
+    ("preview_cache_size", "--preview-cache-size"),
 ];
 
 /// `mount.fuse.vaultfs SOURCE DIR [-o OPTS]... [-n] [-s] [-v] [-f]` -> the arguments of

@@ -30,8 +30,9 @@ use crate::backend::Backend;
 pub const DIR_NAME: &str = ".preview";
 /// Set in every virtual inode number (the table's numbers count up from 1 and never get there).
 const FLAG: Ino = 1 << 62;
-/// The metadata of a preview in progress is asked again after this long.
-const IN_PROGRESS_TTL: Duration = Duration::from_secs(1);
+/// The metadata of a preview in progress is asked again after this long (each ask also keeps
+/// its job at the front of the store's queue; a small file's preview takes about this long).
+const IN_PROGRESS_TTL: Duration = Duration::from_millis(200);
 /// Previews asked for at once while listing a `.preview` directory.
 const LIST_CONCURRENCY: usize = 8;
 /// Thumbnails are pages at this scale (percent).

@@ -26,7 +26,10 @@ use crate::api::{Error, Result};
 use blobs::BlobDir;
 
 pub use nodes::{Kind, NodeRow, PendingUpload, TransferMode, VersionInfo, length_mismatch};
-pub use previews::{MAX_INPUT as MAX_PREVIEW_INPUT, PreviewState, default_preview_workers};
+pub use previews::{
+    DEFAULT_PREVIEW_CACHE_SIZE, MAX_INPUT as MAX_PREVIEW_INPUT, PreviewMode, PreviewState,
+    PreviewStats, default_preview_workers,
+};
 pub use put::PutFile;
 
 /// The vault every new account starts with.
@@ -49,6 +52,10 @@ pub struct StoreConfig {
     pub max_file_size: u64,
     /// Lifetime of delegation tokens.
     pub token_ttl: Duration,
+    /// What is rendered without being asked for (`--previews`).
+    pub previews: PreviewMode,
+    /// Bound of the previews on disk, in bytes (`--preview-cache-size`).
+    pub preview_cache_size: u64,
 }
 
 impl Default for StoreConfig {
@@ -56,6 +63,8 @@ impl Default for StoreConfig {
         StoreConfig {
             max_file_size: 1 << 40,
             token_ttl: Duration::from_secs(14 * 24 * 3600),
+            previews: PreviewMode::default(),
+            preview_cache_size: DEFAULT_PREVIEW_CACHE_SIZE,
         }
     }
 }
@@ -109,7 +118,7 @@ impl Store {
         // Other users of the machine have no business reading the store.
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
         let blobs = BlobDir::open(dir)?;
-        let previews = previews::Previews::new(dir)?;
+        let previews = previews::Previews::new(dir, config.previews, config.preview_cache_size)?;
         let lock = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -120,6 +129,7 @@ impl Store {
         let alone = flock(&lock, libc::LOCK_EX | libc::LOCK_NB);
         let mut conn = Connection::open(dir.join("vault.db"))?;
         schema::prepare(&mut conn)?;
+        previews::migrate(&conn)?;
         let store = Store {
             dir: dir.to_path_buf(),
             conn: Mutex::new(conn),
@@ -141,7 +151,12 @@ impl Store {
 
     /// Opens the store of `vaultfs mount` with its `Local` account.
     pub fn open_local(dir: &Path) -> Result<Store> {
-        let store = Store::open(dir, StoreConfig::default())?;
+        Store::open_local_with(dir, StoreConfig::default())
+    }
+
+    /// The same with a configuration (the mount's preview flags).
+    pub fn open_local_with(dir: &Path, config: StoreConfig) -> Result<Store> {
+        let store = Store::open(dir, config)?;
         store.ensure_account(LOCAL_ACCOUNT)?;
         Ok(store)
     }
@@ -168,7 +183,7 @@ impl Store {
         if stale > 0 {
             log::info!("removed {stale} staging file(s) of interrupted uploads");
         }
-        self.previews.clear_tmp()?;
+        self.previews.recover(&conn)?;
         let mut orphans = 0;
         {
             let mut known = conn.prepare("SELECT 1 FROM blobs WHERE hash = ?1")?;

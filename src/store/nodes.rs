@@ -593,6 +593,7 @@ impl Store {
         version_id: &str,
         staged: Staged,
     ) -> Result<Node> {
+        self.note_write_activity();
         let me = Arc::new(PendingCommit {
             scope,
             file_id: file_id.to_string(),

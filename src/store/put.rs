@@ -197,6 +197,8 @@ impl SyncMode {
 impl Store {
     /// Stores a batch of whole files (see the module's comment). One result per file, in order.
     pub fn put_files(&self, scope: Scope, files: &[PutFile]) -> Vec<Result<Node>> {
+        // Background previews wait while files are being written.
+        self.note_write_activity();
         let started = std::time::Instant::now();
         let prepared: Vec<Result<Prepared>> = files.iter().map(|f| self.prepare(f)).collect();
         let hashed = started.elapsed();
