@@ -509,7 +509,7 @@ impl<B: Backend> Fs<B> {
             .await?;
         if existing.is_none() {
             // A new file is a change even with no bytes written: it must be created remotely.
-            staged.truncate(0).map_err(|e| io_errno(&e))?;
+            staged.mark_changed();
         }
         let attr = {
             let mut t = self.table();
@@ -527,6 +527,103 @@ impl<B: Backend> Fs<B> {
             staged: Some(staged),
         });
         Ok((attr, fh))
+    }
+
+    /// The listing of `dir` when it is loaded and younger than its TTL (no backend call needed).
+    fn fresh_listing<'t>(
+        &self,
+        t: &'t super::table::Table,
+        dir: Ino,
+    ) -> Option<&'t std::collections::BTreeMap<String, Ino>> {
+        let (at, names) = t.get(dir)?.listing()?;
+        (at.elapsed() < self.opts.dir_ttl).then_some(names)
+    }
+
+    /// LOOKUP answered from memory when the folder's listing is fresh: on the FUSE thread, with
+    /// no task and no wait (`None`: the backend may be needed).
+    fn lookup_cached(&self, parent: Ino, name: &str) -> Option<OpResult<fuser::FileAttr>> {
+        if is_virtual(parent) || name == DIR_NAME {
+            return None;
+        }
+        let mut t = self.table();
+        let child = self.fresh_listing(&t, parent)?.get(name).copied();
+        let Some(ino) = child else {
+            return Some(Err(Errno::ENOENT));
+        };
+        t.get_mut(ino)?.lookups += 1;
+        Some(t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT))
+    }
+
+    /// GETATTR answered from memory when the attributes need no refresh (see `do_getattr`).
+    fn getattr_cached(&self, ino: Ino) -> Option<fuser::FileAttr> {
+        if is_virtual(ino) {
+            return None;
+        }
+        let t = self.table();
+        let i = t.get(ino)?;
+        let stale = ino != ROOT
+            && i.staged.is_none()
+            && !i.unlinked
+            && i.fetched.elapsed() >= self.opts.dir_ttl;
+        if stale && !self.offline() {
+            return None;
+        }
+        t.attr(ino, self.uid, self.gid)
+    }
+
+    /// CREATE of a name a fresh listing does not have: all of it is local (the staging file,
+    /// its journal entry), so it is answered on the FUSE thread. `None`: the slow path decides.
+    fn create_cached(
+        self: &Arc<Self>,
+        parent: Ino,
+        name: &str,
+    ) -> Option<OpResult<(fuser::FileAttr, u64)>> {
+        if let Err(e) = Self::outside_previews(parent, name).and_then(|()| self.writable()) {
+            return Some(Err(e));
+        }
+        let path = {
+            let t = self.table();
+            if self.fresh_listing(&t, parent)?.contains_key(name) {
+                return None;
+            }
+            t.get(parent)?.path.child(name).ok()?
+        };
+        let staged = match self.journal.create(&path, None) {
+            Ok(s) => Arc::new(s),
+            Err(e) => return Some(Err(io_errno(&e))),
+        };
+        // A new file is a change even with no bytes written: it must be created remotely.
+        staged.mark_changed();
+        staged.writers.store(1, Ordering::SeqCst);
+        let mut t = self.table();
+        let taken = self
+            .fresh_listing(&t, parent)
+            .is_none_or(|n| n.contains_key(name))
+            || t.ino_of(&path)
+                .and_then(|i| t.get(i))
+                .is_some_and(|i| i.staged.is_some() || i.kind == Kind::Dir);
+        if taken {
+            // Made or listed meanwhile: the slow path sorts it out.
+            drop(t);
+            self.journal.finish(&staged);
+            return None;
+        }
+        let ino = t.ensure(&path, Kind::File);
+        t.touch(ino);
+        t.set_staged(ino, Some(staged.clone()));
+        t.link_into_parent(ino);
+        t.entries_changed(parent);
+        let i = t.get_mut(ino)?;
+        i.unlinked = false;
+        i.lookups += 1;
+        i.open_handles += 1;
+        let attr = t.attr(ino, self.uid, self.gid)?;
+        drop(t);
+        let fh = self.new_fh(Handle::File {
+            ino,
+            staged: Some(staged),
+        });
+        Some(Ok((attr, fh)))
     }
 
     async fn do_open(self: &Arc<Self>, ino: Ino, flags: OpenFlags) -> OpResult<(u64, FopenFlags)> {
@@ -924,6 +1021,11 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         };
         let fs = self.0.clone();
         let ttl = fs.ttl();
+        match fs.lookup_cached(parent.0, &name) {
+            Some(Ok(attr)) => return reply.entry(&ttl, &attr, Generation(0)),
+            Some(Err(e)) => return reply.error(e),
+            None => {}
+        }
         spawn(
             &self.0,
             async move { fs.do_lookup(parent.0, &name).await },
@@ -941,6 +1043,9 @@ impl<B: Backend> Filesystem for VaultFs<B> {
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let fs = self.0.clone();
         let ttl = fs.ttl();
+        if let Some(attr) = fs.getattr_cached(ino.0) {
+            return reply.attr(&ttl, &attr);
+        }
         spawn(
             &self.0,
             async move { fs.do_getattr(ino.0).await },
@@ -1425,6 +1530,19 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         };
         let fs = self.0.clone();
         let ttl = fs.ttl();
+        match fs.create_cached(parent.0, &name) {
+            Some(Ok((attr, fh))) => {
+                return reply.created(
+                    &ttl,
+                    &attr,
+                    Generation(0),
+                    FileHandle(fh),
+                    FopenFlags::empty(),
+                );
+            }
+            Some(Err(e)) => return reply.error(e),
+            None => {}
+        }
         spawn(
             &self.0,
             async move { fs.do_create(parent.0, &name, flags).await },

@@ -151,6 +151,12 @@ impl Staged {
         Ok(())
     }
 
+    /// A change with no bytes written (a new file must be created remotely even if empty).
+    pub fn mark_changed(&self) {
+        let _order = self.order();
+        self.changed();
+    }
+
     pub fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
         let _order = self.order();
         self.unshare()?;

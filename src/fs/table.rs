@@ -347,9 +347,20 @@ impl Table {
         else {
             return;
         };
-        if let Some(pino) = self.by_path.get(&parent).copied() {
-            if let Some(names) = self.inodes.get_mut(&pino).and_then(Inode::listing_mut) {
-                names.insert(name, ino);
+        let is_dir = inode.kind == Kind::Dir;
+        if let Some(p) = self
+            .by_path
+            .get(&parent)
+            .copied()
+            .and_then(|pino| self.inodes.get_mut(&pino))
+        {
+            if let Some((_, names)) = p.listing.as_mut() {
+                // A new file leaves the folder's subfolder count as it is (a create burst
+                // would otherwise recount the whole listing at every GETATTR of the folder).
+                let old = names.insert(name, ino);
+                if is_dir || old.is_some_and(|o| o != ino) {
+                    p.subdirs.set(None);
+                }
             }
         }
     }
