@@ -58,13 +58,7 @@ fn journaled_files_stay_listed_while_the_next_mount_uploads_them() {
     m.kill();
     assert_eq!(common::env::pending_uploads(&env.cache), N);
 
-    let data = env.data.clone();
-    env.server = Some(env.rt.block_on(common::TestServer::start_at(
-        &data,
-        &addr,
-        Default::default(),
-        Default::default(),
-    )));
+    env.serve_again(&addr);
     let m = env.mount(&["--dir-ttl", "0"]);
     let mut listings = 0;
     loop {
@@ -189,13 +183,7 @@ fn a_create_does_not_wait_on_a_silent_server() {
     // The server answers again: everything is stored.
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     silent.join().unwrap();
-    let data = env.data.clone();
-    env.server = Some(env.rt.block_on(common::TestServer::start_at(
-        &data,
-        &addr,
-        Default::default(),
-        Default::default(),
-    )));
+    env.serve_again(&addr);
     env.wait_uploaded();
     m.unmount();
     let b = env.backend();

@@ -123,37 +123,58 @@ impl<B: Backend> Fs<B> {
         if !have {
             return self.refresh_listing(dir, &path).await;
         }
-        // A listing we have, even old, beats waiting on a slow or silent server: the refresh
-        // runs on its own, and this waits for it only briefly (a create, a lookup never stall
-        // for a server's timeout). One refresh per folder at a time.
-        if !self
-            .refreshing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(dir)
-        {
-            return Ok(());
-        }
-        let (tx, rx) = tokio::sync::oneshot::channel();
+        // A listing we have, even old, beats waiting on a slow or silent server.
         let fs = self.clone();
-        self.rt.spawn(async move {
+        let refresh = async move {
             let r = fs.refresh_listing(dir, &path).await;
-            fs.refreshing
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&dir);
             if r == Err(Errno::EIO) {
                 // Backend away: for a while no `ls` waits for the network to fail again.
                 log::debug!("listing {path} from cache: backend unreachable");
                 *fs.offline_until.lock().unwrap_or_else(|p| p.into_inner()) =
                     Some(Instant::now() + OFFLINE_GRACE);
             }
-            let _ = tx.send(r);
-        });
-        match tokio::time::timeout(STALE_LISTING_WAIT, rx).await {
-            Ok(Ok(Err(e))) if e != Errno::EIO => Err(e),
+            r
+        };
+        match self
+            .refresh_briefly(|fs| &fs.refreshing, dir, refresh)
+            .await
+        {
+            Some(Err(e)) if e != Errno::EIO => Err(e),
             _ => Ok(()),
         }
+    }
+
+    /// Runs `refresh` of `ino` as its own task, unless one runs already (`running` picks the
+    /// set of inodes with such a refresh under way), and waits for it at most [`STALE_LISTING_WAIT`]: its
+    /// result if it came by then. A request is then answered from what the mount has, and a
+    /// slow or silent server never holds it up for longer.
+    async fn refresh_briefly(
+        self: &Arc<Self>,
+        running: fn(&Self) -> &std::sync::Mutex<std::collections::HashSet<Ino>>,
+        ino: Ino,
+        refresh: impl std::future::Future<Output = OpResult<()>> + Send + 'static,
+    ) -> Option<OpResult<()>> {
+        if !running(self)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(ino)
+        {
+            return None;
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let fs = self.clone();
+        self.rt.spawn(async move {
+            let r = refresh.await;
+            running(&fs)
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&ino);
+            let _ = tx.send(r);
+        });
+        tokio::time::timeout(STALE_LISTING_WAIT, rx)
+            .await
+            .ok()
+            .and_then(Result::ok)
     }
 
     /// Fetches a listing from the backend and merges it with what exists only here.
@@ -397,26 +418,14 @@ impl<B: Backend> Fs<B> {
                 && i.fetched.elapsed() >= self.opts.dir_ttl)
                 .then(|| i.path.clone())
         };
-        // Attributes we have beat waiting on a slow or silent server: the refresh runs on its
-        // own (one per inode at a time) and this waits for it only briefly.
-        let refresh = stale.filter(|_| {
-            self.attr_refreshing
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(ino)
-        });
-        if let Some(path) = refresh {
-            let (tx, rx) = tokio::sync::oneshot::channel();
+        // Attributes we have beat waiting on a slow or silent server.
+        if let Some(path) = stale {
             let fs = self.clone();
-            self.rt.spawn(async move {
-                let r = fs.refresh_attr(ino, &path).await;
-                fs.attr_refreshing
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&ino);
-                let _ = tx.send(r);
-            });
-            if let Ok(Ok(Err(e))) = tokio::time::timeout(STALE_LISTING_WAIT, rx).await {
+            let refresh = async move { fs.refresh_attr(ino, &path).await };
+            if let Some(Err(e)) = self
+                .refresh_briefly(|fs| &fs.attr_refreshing, ino, refresh)
+                .await
+            {
                 return Err(e);
             }
         }

@@ -102,6 +102,17 @@ impl Env {
         LocalBackend::new(store)
     }
 
+    /// Starts the server again on `addr` over the same data dir (after a test stopped it).
+    pub fn serve_again(&mut self, addr: &str) {
+        let data = self.data.clone();
+        self.server = Some(self.rt.block_on(super::TestServer::start_at(
+            &data,
+            addr,
+            Default::default(),
+            Default::default(),
+        )));
+    }
+
     /// Waits until no staged file is left: every file written is stored.
     pub fn wait_uploaded(&self) {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
