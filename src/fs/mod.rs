@@ -139,6 +139,26 @@ pub(crate) fn private_dir(dir: &std::path::Path) -> io::Result<()> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
+/// The read cache keeps each cached file open, and every file being written has its staging
+/// file open: the soft limit of open files (often 1,024) goes up to the hard limit, so a large
+/// tree copied in or read does not end in EMFILE.
+fn raise_open_file_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a struct of ours.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            let before = lim.rlim_cur;
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                log::debug!("open files: limit raised from {before} to {}", lim.rlim_max);
+            }
+        }
+    }
+}
+
 /// auto_unmount goes through fusermount3 (from fuse3), which allows the kernel's allow_other
 /// for root, or for others when /etc/fuse.conf says `user_allow_other`.
 fn auto_unmount_possible() -> bool {
@@ -163,6 +183,7 @@ pub fn mount<B: Backend>(
     ready: impl FnOnce(status::Control),
 ) -> io::Result<()> {
     private_dir(&opts.cache_dir)?;
+    raise_open_file_limit();
     let journal = Journal::open(&opts.cache_dir)?;
     let cache = ReadCache::open(opts.cache_dir.join("cache"), opts.cache_size)?;
     // SAFETY: getuid/getgid cannot fail.

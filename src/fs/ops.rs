@@ -708,12 +708,7 @@ impl<B: Backend> Fs<B> {
         uid: Option<u32>,
         gid: Option<u32>,
     ) -> OpResult<fuser::FileAttr> {
-        if is_virtual(ino) {
-            return Err(Errno::EROFS);
-        }
-        if uid.is_some_and(|u| u != self.uid) || gid.is_some_and(|g| g != self.gid) {
-            return Err(Errno::EPERM);
-        }
+        self.may_setattr(ino, uid, gid)?;
         if let Some(size) = size {
             self.writable()?;
             if self.path_of(ino)?.1 == Kind::Dir {
@@ -726,6 +721,27 @@ impl<B: Backend> Fs<B> {
             self.release_staged(ino, &staged);
             r.map_err(|e| io_errno(&e))?;
         }
+        self.set_times(ino, (atime, mtime))
+    }
+
+    /// Nothing in `.preview` changes; files belong to the mounting user.
+    fn may_setattr(&self, ino: Ino, uid: Option<u32>, gid: Option<u32>) -> OpResult<()> {
+        if is_virtual(ino) {
+            return Err(Errno::EROFS);
+        }
+        if uid.is_some_and(|u| u != self.uid) || gid.is_some_and(|g| g != self.gid) {
+            return Err(Errno::EPERM);
+        }
+        Ok(())
+    }
+
+    /// SETATTR of times (and the no-op chmod, a chown to oneself): all in memory, so answered
+    /// on the FUSE thread (`tar x` and `cp -p` set them on every file).
+    fn set_times(
+        &self,
+        ino: Ino,
+        (atime, mtime): (Option<TimeOrNow>, Option<TimeOrNow>),
+    ) -> OpResult<fuser::FileAttr> {
         let when = |t: TimeOrNow| match t {
             TimeOrNow::SpecificTime(t) => t,
             TimeOrNow::Now => SystemTime::now(),
@@ -1086,6 +1102,15 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         // chmod is accepted and has no effect: modes are fixed (DESIGN.md §3).
         let fs = self.0.clone();
         let ttl = fs.ttl();
+        if size.is_none() {
+            let r = fs
+                .may_setattr(ino.0, uid, gid)
+                .and_then(|()| fs.set_times(ino.0, (atime, mtime)));
+            return match r {
+                Ok(attr) => reply.attr(&ttl, &attr),
+                Err(e) => reply.error(e),
+            };
+        }
         spawn(
             &self.0,
             async move { fs.do_setattr(ino.0, size, (atime, mtime), uid, gid).await },

@@ -134,7 +134,14 @@ impl Store {
             dir: dir.to_path_buf(),
             conn: Mutex::new(conn),
             commits: Mutex::new(Vec::new()),
-            sync_mode: put::SyncMode::of(dir),
+            sync_mode: {
+                let mode = put::SyncMode::of(dir);
+                log::debug!(
+                    "store in {}: batches made durable by {mode:?}",
+                    dir.display()
+                );
+                mode
+            },
             blobs,
             previews,
             config,
