@@ -5,7 +5,6 @@ mod common;
 
 use std::io::Write;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_vaultfs");
 
@@ -130,11 +129,7 @@ async fn operator_commands_and_serve_process() {
         .spawn()
         .unwrap();
     let base = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::wait_for_port(port);
     let token = common::login(&base, "ops@example.com", "s3cret pass").await;
     let resp = reqwest::Client::new()
         .get(format!("{base}/nodes/pth/Ops?children=1"))

@@ -82,11 +82,7 @@ fn serve(data: &Path, log: &Path) -> (Child, String) {
         .stderr(std::fs::File::create(log).unwrap())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "vaultfs serve did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::wait_for_port(port);
     (child, format!("http://127.0.0.1:{port}"))
 }
 

@@ -261,11 +261,7 @@ fn the_server_data_dir_is_private() {
             cmd.arg("--data-dir").arg(d);
         }
         let mut server = cmd.spawn().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "vaultfs serve did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        common::wait_for_port(port);
         assert_eq!(
             mode(&dir) & 0o077,
             0,
@@ -379,11 +375,7 @@ impl Served {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "vaultfs serve did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        common::wait_for_port(port);
         Served {
             child,
             base: format!("http://127.0.0.1:{port}"),

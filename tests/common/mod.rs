@@ -133,6 +133,19 @@ fn attr_after(html: &str, marker: &str, attr: &str) -> Option<String> {
 }
 
 /// The pin shown on a page: the text of the element with `id="pin"`.
+/// Waits (at most 20 s) until a `vaultfs serve` started by a test accepts connections on `port`.
+#[allow(dead_code)] // not every test binary starts a server process
+pub fn wait_for_port(port: u16) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "vaultfs serve did not start on port {port}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 pub fn pin_in(html: &str) -> Option<String> {
     let at = html.find("id=\"pin\"")?;
     let text_start = at + html[at..].find('>')? + 1;
