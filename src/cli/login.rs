@@ -251,6 +251,34 @@ fn open_browser(url: &str) {
     }
 }
 
+/// The authorization address a server sent, made safe to print and to open: a web address
+/// (http or https; one relative to the server is joined to it), with no control or
+/// bidirectional-formatting character that could rewrite the terminal. Anything else is
+/// refused (a server could send `file:///etc/passwd` or escape sequences).
+fn authorization_url(server: &str, sent: &str) -> Result<String, String> {
+    let bad = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    let shown: String = sent
+        .chars()
+        .take(200)
+        .map(|c| if bad(c) { '\u{fffd}' } else { c })
+        .collect();
+    let refuse =
+        || format!("{server} sent an authorization address that is not a web page: {shown}");
+    if sent.chars().any(bad) {
+        return Err(refuse());
+    }
+    let base = reqwest::Url::parse(&format!("{}/", server.trim_end_matches('/')))
+        .map_err(|e| format!("bad server address {server}: {e}"))?;
+    let url = base.join(sent).map_err(|_| refuse())?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(refuse());
+    }
+    Ok(url.to_string())
+}
+
 /// Reads the pin from standard input (the terminal, or a pipe).
 fn read_pin() -> Result<String, String> {
     let stdin = io::stdin();
@@ -283,9 +311,10 @@ pub fn login(args: LoginArgs) -> Result<(), Box<dyn std::error::Error>> {
         Some(pin) => check_pin(&pin)?,
         None => {
             let remote = anonymous(&server)?;
-            let url = rt
+            let sent = rt
                 .block_on(remote.pin_end(CLIENT_ID))
                 .map_err(|e| format!("cannot start the login at {server}: {e}"))?;
+            let url = authorization_url(&server, &sent)?;
             eprintln!(
                 "Open this address, sign in as {} and authorize vaultfs:",
                 args.email
@@ -325,6 +354,32 @@ pub fn logout(args: LogoutArgs) -> Result<(), Box<dyn std::error::Error>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_web_addresses_without_control_characters_are_shown_or_opened() {
+        let s = "https://vault.example.com";
+        let ok = |u: &str| authorization_url(s, u);
+        assert_eq!(
+            ok("https://vault.example.com/pin/authorize?client_id=vaultfs").unwrap(),
+            "https://vault.example.com/pin/authorize?client_id=vaultfs"
+        );
+        assert_eq!(
+            ok("/pin/authorize?client_id=vaultfs").unwrap(),
+            "https://vault.example.com/pin/authorize?client_id=vaultfs"
+        );
+        assert!(ok("http://other.example/x").is_ok());
+        for bad in [
+            "file:///etc/passwd",
+            "javascript:alert(1)",
+            "https://vault.example.com/\u{1b}[2J\u{1b}]0;owned\u{7}",
+            "https://vault.example.com/\u{202e}fdp.exe",
+            "https://vault.example.com/a\nb",
+            "data:text/html,hi",
+        ] {
+            let e = ok(bad).unwrap_err();
+            assert!(!e.chars().any(|c| c.is_control()), "{e:?}");
+        }
+    }
 
     fn creds(server: &str, token: &str, expires_at: SystemTime) -> Credentials {
         Credentials {
