@@ -233,19 +233,6 @@ impl Staged {
 /// md5 (hex) of the first `size` bytes of `file`; a sparse tail reads as zeros.
 pub fn md5_of(file: &File, size: u64) -> io::Result<String> {
     let mut h = Md5::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut off = 0;
-    while off < size {
-        let want = (size - off).min(1 << 20) as usize;
-        let n = file.read_at(&mut buf[..want], off)?;
-        if n == 0 {
-            buf[..want].fill(0);
-            h.update(&buf[..want]);
-            off += want as u64;
-            continue;
-        }
-        h.update(&buf[..n]);
-        off += n as u64;
-    }
+    crate::store::blobs::read_chunks(file, size, |b| h.update(b))?;
     Ok(crate::store::blobs::hex(&h.finalize()))
 }

@@ -11,9 +11,9 @@ use super::table::{Ino, Kind};
 use crate::api::{Error, ErrorKind, Result};
 use crate::backend::{Backend, reader_stream};
 
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
+pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// Permanent failures (the folder is gone, say) tolerated before the bytes are set aside.
-const PERMANENT_ATTEMPTS: u32 = 3;
+pub(super) const PERMANENT_ATTEMPTS: u32 = 3;
 
 /// Queues the uploads a previous run left in the journal.
 pub fn recover<B: Backend>(fs: &Arc<Fs<B>>) -> std::io::Result<()> {

@@ -21,6 +21,7 @@ use super::Fs;
 use super::errno::is_transient;
 use super::staging::Staged;
 use super::table::{Ino, Table};
+use super::upload::{MAX_BACKOFF, PERMANENT_ATTEMPTS};
 use crate::api::Error;
 use crate::backend::{Backend, PutFile};
 
@@ -28,9 +29,6 @@ use crate::backend::{Backend, PutFile};
 const MAX_FILES: usize = 1024;
 /// Most bytes in one batch (a few large files do not hold up the small ones for long).
 const MAX_BYTES: u64 = 256 << 20;
-/// Permanent failures tolerated before a file's bytes are set aside in `lost+found`.
-const PERMANENT_ATTEMPTS: u32 = 3;
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 #[derive(Default)]
 pub struct Writeback {

@@ -4,7 +4,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -171,7 +171,6 @@ pub fn copy_range(from: &File, to: &File, len: u64) -> io::Result<()> {
 
 /// Copies bytes `from..len` of `from` to the same offsets of `to` through a buffer.
 fn copy_buffered(from: &File, to: &File, mut off: u64, len: u64) -> io::Result<()> {
-    use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; (len - off).min(1 << 20) as usize];
     while off < len {
         let want = (len - off).min(buf.len() as u64) as usize;
@@ -180,6 +179,28 @@ fn copy_buffered(from: &File, to: &File, mut off: u64, len: u64) -> io::Result<(
             break; // a short source: the rest is a sparse tail
         }
         to.write_all_at(&buf[..n], off)?;
+        off += n as u64;
+    }
+    Ok(())
+}
+
+/// Feeds the first `len` bytes of `f` to `eat`, a chunk at a time; a sparse or short tail
+/// reads as zeros (as a staging file's size says).
+pub fn read_chunks(f: &File, len: u64, mut eat: impl FnMut(&[u8])) -> io::Result<()> {
+    let mut buf = vec![0u8; (len.min(1 << 20) as usize).max(1)];
+    let mut off = 0u64;
+    while off < len {
+        let want = (len - off).min(buf.len() as u64) as usize;
+        let n = match f.read_at(&mut buf[..want], off) {
+            Ok(0) => {
+                buf[..want].fill(0);
+                want
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        eat(&buf[..n]);
         off += n as u64;
     }
     Ok(())

@@ -517,15 +517,8 @@ impl Store {
         Ok(row.to_api(&path))
     }
 
-    /// Upload step 2: opens a pending version of `length` bytes (and the md5, if given).
-    pub fn begin_version(
-        &self,
-        scope: Scope,
-        file_id: &str,
-        length: u64,
-        md5: Option<&str>,
-    ) -> Result<Node> {
-        let md5 = md5.map(normalize_md5).transpose()?;
+    /// A version of `length` bytes is within the configured limit (413 `file_too_large`).
+    pub(super) fn check_file_size(&self, length: u64) -> Result<()> {
         if length > self.config.max_file_size {
             return Err(Error::new(
                 crate::api::ErrorKind::TooLarge,
@@ -536,6 +529,19 @@ impl Store {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// Upload step 2: opens a pending version of `length` bytes (and the md5, if given).
+    pub fn begin_version(
+        &self,
+        scope: Scope,
+        file_id: &str,
+        length: u64,
+        md5: Option<&str>,
+    ) -> Result<Node> {
+        let md5 = md5.map(normalize_md5).transpose()?;
+        self.check_file_size(length)?;
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         let file = file_by_id(&tx, scope, file_id)?;

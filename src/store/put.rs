@@ -24,14 +24,14 @@
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use md5::{Digest, Md5};
 use rusqlite::params;
 use sha2::Sha256;
 
-use super::blobs::hex;
+use super::blobs::{hex, read_chunks};
 use super::nodes::{self, Kind};
 use super::{Scope, Store, now_ns};
 use crate::api::{Error, Node, NodePath, Result};
@@ -93,27 +93,6 @@ fn hash_file(f: &File, len: u64) -> io::Result<(String, String)> {
             .map_err(|_| io::Error::other("the md5 thread panicked"))??;
         Ok((md5, hex(&sha.finalize())))
     })
-}
-
-/// Feeds the first `len` bytes of `f` to `eat`, a chunk at a time.
-fn read_chunks(f: &File, len: u64, mut eat: impl FnMut(&[u8])) -> io::Result<()> {
-    let mut buf = vec![0u8; (len.min(1 << 20) as usize).max(1)];
-    let mut off = 0u64;
-    while off < len {
-        let want = (len - off).min(buf.len() as u64) as usize;
-        let n = match f.read_at(&mut buf[..want], off) {
-            Ok(0) => {
-                buf[..want].fill(0);
-                want
-            }
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        eat(&buf[..n]);
-        off += n as u64;
-    }
-    Ok(())
 }
 
 /// Links the open file `f` at `dest` (through /proc: the descriptor, not a path someone may
@@ -322,16 +301,7 @@ impl Store {
 
     /// Phase 1 of one file: hashes, and the bytes in `tmp/`.
     fn prepare(&self, f: &PutFile) -> Result<Prepared> {
-        if f.len > self.config.max_file_size {
-            return Err(Error::new(
-                crate::api::ErrorKind::TooLarge,
-                "file_too_large",
-                format!(
-                    "{} bytes is over this store's limit of {} bytes",
-                    f.len, self.config.max_file_size
-                ),
-            ));
-        }
+        self.check_file_size(f.len)?;
         // Placed first, hashed after: what is hashed is what is kept, even if an unsealed
         // source is written to meanwhile.
         let tmp = self.blobs.tmp_name("put");
