@@ -275,12 +275,7 @@ impl Journal {
         super::private_dir(&self.lost)?;
         let name = format!("{}-{}", staged.id, path.name().unwrap_or("file"));
         let dest = self.lost.join(name);
-        let out = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&dest)?;
-        crate::store::blobs::copy_range(&staged.file(), &out, staged.size())?;
+        crate::store::blobs::copy_to_new(&staged.file(), staged.size(), &dest)?;
         self.finish(staged);
         Ok(dest)
     }

@@ -1,9 +1,9 @@
 //! Write staging: a file opened for writing works on a staging file on local disk, whose entry
 //! in the upload journal (`journal.rs`) says where its bytes belong.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -138,13 +138,7 @@ impl Staged {
         }
         let tmp = self.data_path.with_extension("cow");
         let _ = fs::remove_file(&tmp);
-        let copy = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        crate::store::blobs::copy_range(&self.file(), &copy, self.size())?;
+        let copy = crate::store::blobs::copy_to_new(&self.file(), self.size(), &tmp)?;
         fs::rename(&tmp, &self.data_path)?;
         *self.data.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(copy);
         self.sealed.store(false, Ordering::SeqCst);

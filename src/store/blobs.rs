@@ -131,6 +131,19 @@ impl Drop for BlobWriter {
     }
 }
 
+/// A new private file (0600, readable and writable) at `dest` holding the first `len` bytes of
+/// `from` (see [`copy_range`]); `dest` must not exist.
+pub fn copy_to_new(from: &File, len: u64, dest: &Path) -> io::Result<File> {
+    let out = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(dest)?;
+    copy_range(from, &out, len)?;
+    Ok(out)
+}
+
 /// Copies the first `len` bytes of `from` into `to` (in the kernel: copy_file_range, which
 /// shares extents where the file system can), then sets `to`'s length to `len`.
 pub fn copy_range(from: &File, to: &File, len: u64) -> io::Result<()> {

@@ -21,10 +21,9 @@
 //! by the next recovery); after it, every file of the batch is stored. Each file has its own
 //! savepoint, so one failing (its folder removed meanwhile, say) fails alone.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use md5::{Digest, Md5};
@@ -115,16 +114,6 @@ fn link_fd(f: &File, dest: &Path) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
-}
-
-/// Copies the first `len` bytes of `f` to a new file `dest`, in the kernel where it can.
-fn copy_fd(f: &File, len: u64, dest: &Path) -> io::Result<()> {
-    let out = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(dest)?;
-    super::blobs::copy_range(f, &out, len)
 }
 
 /// How a batch is made durable on the file system of the blobs.
@@ -314,8 +303,8 @@ impl Store {
             sha256: String::new(),
         };
         if !linked {
-            copy_fd(&f.source, f.len, &prepared.tmp)?;
-            prepared.file = std::sync::Arc::new(File::open(&prepared.tmp)?);
+            let copy = super::blobs::copy_to_new(&f.source, f.len, &prepared.tmp)?;
+            prepared.file = std::sync::Arc::new(copy);
         }
         (prepared.md5, prepared.sha256) = hash_file(&prepared.file, f.len)?;
         Ok(prepared)
