@@ -29,7 +29,9 @@ pub struct Entry {
     pub md5: Option<String>,
     pub size: u64,
     file: File,
-    path: PathBuf,
+    /// Its name in the cache dir; `None` for adopted bytes, which live in an open descriptor
+    /// only (see `adopt`).
+    path: Option<PathBuf>,
     present: Mutex<HashSet<u64>>,
     /// One download at a time per file: concurrent readers of the same chunks wait for it
     /// instead of fetching twice.
@@ -45,7 +47,7 @@ impl Entry {
         md5: Option<&str>,
         size: u64,
         file: File,
-        path: PathBuf,
+        path: Option<PathBuf>,
         present: HashSet<u64>,
     ) -> Arc<Entry> {
         Arc::new(Entry {
@@ -87,7 +89,9 @@ impl Entry {
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        let _ = fs::remove_file(&self.path);
+        if let Some(path) = &self.path {
+            let _ = fs::remove_file(path);
+        }
     }
 }
 
@@ -151,7 +155,7 @@ impl ReadCache {
             .mode(0o600)
             .open(&path)?;
         file.set_len(size)?;
-        let e = Entry::new(id, md5, size, file, path, HashSet::new());
+        let e = Entry::new(id, md5, size, file, Some(path), HashSet::new());
         self.insert(&mut inner, k, e.clone());
         Ok(e)
     }
@@ -297,22 +301,16 @@ impl ReadCache {
     }
 
     /// Makes the bytes of a just-uploaded staging file the cached content of that version,
-    /// so reading back what was written needs no download.
-    pub fn adopt(
-        &self,
-        id: &str,
-        md5: Option<&str>,
-        size: u64,
-        staged: &std::path::Path,
-    ) -> Result<()> {
-        let k = key(id, md5);
-        let path = self.file_for(&k);
-        fs::hard_link(staged, &path).or_else(|_| fs::copy(staged, &path).map(|_| ()))?;
-        let file = OpenOptions::new().read(true).write(true).open(&path)?;
+    /// so reading back what was written needs no download. The entry keeps a descriptor of
+    /// the staging file, not a name: no link to make per stored file, and nothing to remove
+    /// when it is evicted (closing it frees the bytes, unless the store keeps the very file as
+    /// its blob). The staged file is never written again once it is retired.
+    pub fn adopt(&self, id: &str, md5: Option<&str>, size: u64, staged: &File) -> Result<()> {
+        let file = staged.try_clone()?;
         let chunks = if size == 0 { 0 } else { (size - 1) / CHUNK + 1 };
-        let e = Entry::new(id, md5, size, file, path, (0..chunks).collect());
+        let e = Entry::new(id, md5, size, file, None, (0..chunks).collect());
         let mut inner = self.lock();
-        self.insert(&mut inner, k, e);
+        self.insert(&mut inner, key(id, md5), e);
         Ok(())
     }
 }
@@ -457,8 +455,9 @@ mod tests {
         ];
         for (id, md5) in hostile {
             let e = cache.entry(id, md5, 10).unwrap();
-            assert_eq!(e.path.parent(), Some(dir.as_path()), "{id:?} {md5:?}");
-            let name = e.path.file_name().unwrap().to_str().unwrap();
+            let path = e.path.as_ref().unwrap();
+            assert_eq!(path.parent(), Some(dir.as_path()), "{id:?} {md5:?}");
+            let name = path.file_name().unwrap().to_str().unwrap();
             let (hash, n) = name.split_once('.').unwrap();
             assert!(hash.len() == 64 && hash.bytes().all(|c| c.is_ascii_hexdigit()));
             assert!(n.parse::<u64>().is_ok(), "{name}");

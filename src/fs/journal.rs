@@ -179,17 +179,27 @@ impl Journal {
 
     /// Appends one record (one write); compacts the log once it is large.
     fn append(&self, rec: &Record) -> io::Result<()> {
-        let mut line = serde_json::to_vec(rec).map_err(io::Error::other)?;
-        line.push(b'\n');
+        self.append_all(std::slice::from_ref(rec))
+    }
+
+    /// Appends records with one write (a batch's ends cost one system call, not one each).
+    fn append_all(&self, recs: &[Record]) -> io::Result<()> {
+        let mut lines = Vec::new();
+        for rec in recs {
+            serde_json::to_writer(&mut lines, rec).map_err(io::Error::other)?;
+            lines.push(b'\n');
+        }
         let mut log = self.log();
-        log.file.write_all(&line)?;
-        log.len += line.len() as u64;
-        match rec {
-            Record::Put { id, entry } => {
-                log.live.insert(*id, entry.clone());
-            }
-            Record::Done { id } => {
-                log.live.remove(id);
+        log.file.write_all(&lines)?;
+        log.len += lines.len() as u64;
+        for rec in recs {
+            match rec {
+                Record::Put { id, entry } => {
+                    log.live.insert(*id, entry.clone());
+                }
+                Record::Done { id } => {
+                    log.live.remove(id);
+                }
             }
         }
         if log.len >= COMPACT_AT {
@@ -249,22 +259,33 @@ impl Journal {
 
     /// The upload is done (or the file is gone): forget the entry and the staging name.
     pub fn finish(&self, staged: &Staged) {
-        {
-            let mut state = staged.journal.lock().unwrap_or_else(|p| p.into_inner());
-            if state.finished {
-                return;
-            }
-            state.finished = true;
+        self.finish_all([staged]);
+    }
+
+    /// `finish` for several staged files, their ends journaled with one write.
+    pub fn finish_all<'a>(&self, staged: impl IntoIterator<Item = &'a Staged>) {
+        let ending: Vec<&Staged> = staged
+            .into_iter()
+            .filter(|s| {
+                let mut state = s.journal.lock().unwrap_or_else(|p| p.into_inner());
+                !std::mem::replace(&mut state.finished, true)
+            })
+            .collect();
+        if ending.is_empty() {
+            return;
         }
-        if let Err(e) = self.append(&Record::Done { id: staged.id }) {
+        let recs: Vec<Record> = ending.iter().map(|s| Record::Done { id: s.id }).collect();
+        if let Err(e) = self.append_all(&recs) {
             log::warn!(
-                "could not journal the end of staged file {}: {e}",
-                staged.id
+                "could not journal the end of {} staged file(s): {e}",
+                recs.len()
             );
         }
-        if let Err(e) = fs::remove_file(staged.data_path()) {
-            if e.kind() != io::ErrorKind::NotFound {
-                log::warn!("could not remove {}: {e}", staged.data_path().display());
+        for s in ending {
+            if let Err(e) = fs::remove_file(s.data_path()) {
+                if e.kind() != io::ErrorKind::NotFound {
+                    log::warn!("could not remove {}: {e}", s.data_path().display());
+                }
             }
         }
     }

@@ -229,6 +229,9 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
     if let Some(node) = &node {
         inode.update_from(node);
     }
-    super::writeback::retire(fs, &mut t, ino, &staged);
+    if super::writeback::retire(fs, &mut t, ino, &staged) {
+        drop(t);
+        fs.journal.finish(&staged);
+    }
     Ok(())
 }

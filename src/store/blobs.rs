@@ -14,6 +14,8 @@ use sha2::Sha256;
 pub struct BlobDir {
     blobs: PathBuf,
     tmp: PathBuf,
+    /// The device of the blobs' file system: a file elsewhere cannot be linked in.
+    dev: u64,
 }
 
 /// A fully written, fsynced staging file with its length and hashes.
@@ -230,13 +232,17 @@ pub fn hex(bytes: &[u8]) -> String {
 
 impl BlobDir {
     pub fn open(root: &Path) -> io::Result<BlobDir> {
-        let dir = BlobDir {
-            blobs: root.join("blobs"),
-            tmp: root.join("tmp"),
-        };
-        fs::create_dir_all(&dir.blobs)?;
-        fs::create_dir_all(&dir.tmp)?;
-        Ok(dir)
+        let (blobs, tmp) = (root.join("blobs"), root.join("tmp"));
+        fs::create_dir_all(&blobs)?;
+        fs::create_dir_all(&tmp)?;
+        let dev = std::os::unix::fs::MetadataExt::dev(&fs::metadata(&blobs)?);
+        Ok(BlobDir { blobs, tmp, dev })
+    }
+
+    /// Whether an open file is on the blobs' file system (and can become a blob by a link).
+    pub fn can_link(&self, f: &File) -> bool {
+        f.metadata()
+            .is_ok_and(|m| std::os::unix::fs::MetadataExt::dev(&m) == self.dev)
     }
 
     pub fn path(&self, hash: &str) -> PathBuf {

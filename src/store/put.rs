@@ -5,21 +5,22 @@
 //! so [`Store::put_files`] takes a batch of them and does the durable work once per batch:
 //!
 //! 1. without the store's lock: each file is hashed (md5 and sha256 in one pass, from the page
-//!    cache) and linked into `tmp/` (a hard link of a file its owner has sealed: no byte copied;
-//!    otherwise an in-kernel copy); their writeback is started for all of them first and waited
-//!    for after (`sync_file_range`, then `fdatasync` each), so the file system commits its
-//!    journal once for the batch, not once per file;
+//!    cache); a file its owner has sealed is kept as it is (it becomes the blob by a hard link:
+//!    no byte copied), any other is copied into `tmp/` first. Their writeback is started for all
+//!    of them first and waited for after (`sync_file_range`, or `fdatasync` each), so the file
+//!    system commits its journal once for the batch, not once per file;
 //! 2. under the lock, in one transaction: the file nodes (created when new), one committed
-//!    version each, blobs renamed into place where their hash is new; the folders that got a
-//!    blob fsynced (again one journal commit in all), then the commit with the WAL fsynced
-//!    (`Durable`).
+//!    version each, blobs linked (or renamed) into place where their hash is new; the folders
+//!    that got a blob fsynced (again one journal commit in all), then the commit with the WAL
+//!    fsynced (`Durable`).
 //!
 //! Not `syncfs`: it would also wait for every other dirty file of the file system (a build
 //! beside the store made it take seconds).
 //!
-//! A crash before the commit leaves the tree as it was (renamed blobs are unrecorded and swept
-//! by the next recovery); after it, every file of the batch is stored. Each file has its own
-//! savepoint, so one failing (its folder removed meanwhile, say) fails alone.
+//! A crash before the commit leaves the tree as it was (blobs placed are unrecorded: the next
+//! batch of the same bytes takes them, recovery sweeps the rest); after it, every file of the
+//! batch is stored. Each file has its own savepoint, so one failing (its folder removed
+//! meanwhile, say) fails alone.
 
 use std::fs::{self, File};
 use std::io;
@@ -47,10 +48,11 @@ pub struct PutFile {
     pub sealed: bool,
 }
 
-/// A file of the batch after phase 1: its hashes and its bytes in `tmp/`.
+/// A file of the batch after phase 1: its hashes and its bytes.
 struct Prepared {
+    /// The copy in `tmp/` of an unsealed source (empty for a sealed one, and once placed).
     tmp: PathBuf,
-    /// The bytes as placed in `tmp/` (the source itself when linked).
+    /// The bytes to keep: the copy, or the sealed source itself.
     file: std::sync::Arc<File>,
     md5: String,
     sha256: String,
@@ -288,26 +290,64 @@ impl Store {
         }
     }
 
-    /// Phase 1 of one file: hashes, and the bytes in `tmp/`.
+    /// Phase 1 of one file: its hashes, and its bytes where phase 2 can place them. A sealed
+    /// source on the blobs' file system is never written again: it is hashed as it is and
+    /// linked into place in phase 2 (no byte copied, no name in `tmp/`). Any other source is
+    /// copied into `tmp/` first (in the kernel where it can) and the copy hashed: what is
+    /// hashed is what is kept, even if the source is written to meanwhile.
     fn prepare(&self, f: &PutFile) -> Result<Prepared> {
         self.check_file_size(f.len)?;
-        // Placed first, hashed after: what is hashed is what is kept, even if an unsealed
-        // source is written to meanwhile.
-        let tmp = self.blobs.tmp_name("put");
-        let same_size = f.source.metadata().is_ok_and(|m| m.len() == f.len);
-        let linked = f.sealed && same_size && link_fd(&f.source, &tmp).is_ok();
         let mut prepared = Prepared {
-            tmp,
+            tmp: PathBuf::new(),
             file: f.source.clone(),
             md5: String::new(),
             sha256: String::new(),
         };
-        if !linked {
+        if !(f.sealed && self.blobs.can_link(&f.source)) {
+            prepared.tmp = self.blobs.tmp_name("put");
             let copy = super::blobs::copy_to_new(&f.source, f.len, &prepared.tmp)?;
             prepared.file = std::sync::Arc::new(copy);
         }
         (prepared.md5, prepared.sha256) = hash_file(&prepared.file, f.len)?;
         Ok(prepared)
+    }
+
+    /// Gives a new blob its name: the copy in `tmp/` renamed, or the sealed source linked.
+    /// Its bytes are durable already (phase 1), so a blob name never holds less than its
+    /// bytes; a name already there is such a blob, left by a batch that did not commit.
+    /// True when the name is new.
+    fn place(&self, p: &mut Prepared, dest: &Path, len: u64) -> io::Result<bool> {
+        let attempt = |p: &Prepared| {
+            if p.tmp.as_os_str().is_empty() {
+                link_fd(&p.file, dest)
+            } else {
+                fs::rename(&p.tmp, dest)
+            }
+        };
+        let r = match attempt(p) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir_all(dest.parent().expect("a blob path has a folder"))?;
+                attempt(p).map(|()| true)
+            }
+            r => r.map(|()| false),
+        };
+        match r {
+            Ok(new_dir) => {
+                p.tmp = PathBuf::new();
+                Ok(new_dir)
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            // A link refused for another reason (a file system without hard links): a copy,
+            // made durable before it is named, as phase 1 would have.
+            Err(e) if p.tmp.as_os_str().is_empty() => {
+                log::debug!("linking a blob failed ({e}); copying it");
+                p.tmp = self.blobs.tmp_name("put");
+                let copy = super::blobs::copy_to_new(&p.file, len, &p.tmp)?;
+                copy.sync_data()?;
+                self.place(p, dest, len)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Phase 2 of one file, inside the batch's transaction: (node, preview wanted, name, sha256).
@@ -331,14 +371,11 @@ impl Store {
         if !known {
             let dest = self.blobs.path(&p.sha256);
             let dir = dest.parent().expect("a blob path has a folder");
-            if !dir.is_dir() {
-                fs::create_dir_all(dir)?;
-                // The new folder's own entry, too.
+            if self.place(&mut p, &dest, f.len)? {
+                // A new folder: its own entry, too.
                 dirs.push(dir.parent().expect("blobs/ has a parent").to_path_buf());
             }
-            fs::rename(&p.tmp, &dest)?;
-            p.tmp = PathBuf::new();
-            // Last renamed into, last in the list (OneCommit syncs that one).
+            // Last placed into, last in the list (OneCommit syncs that one).
             dirs.retain(|d| d != dir);
             dirs.push(dir.to_path_buf());
             tx.prepare_cached("INSERT INTO blobs (hash, size, md5) VALUES (?1, ?2, ?3)")?
