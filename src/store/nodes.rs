@@ -197,8 +197,36 @@ pub(super) fn create_file_row(
     path: &NodePath,
     now: i64,
 ) -> Result<NodeRow> {
+    create_file_row_in(tx, scope, path, now, &mut Folders::default())
+}
+
+/// Folders resolved within one transaction, for a batch of files that mostly share a few: a
+/// path is walked from its account down once, not once per file. Valid while the caller holds
+/// the store's lock and the transaction (nothing else can move or remove a folder).
+#[derive(Default)]
+pub(super) struct Folders(std::collections::HashMap<NodePath, NodeRow>);
+
+impl Folders {
+    fn resolve(&mut self, conn: &Connection, scope: Scope, path: &NodePath) -> Result<NodeRow> {
+        if let Some(row) = self.0.get(path) {
+            return Ok(row.clone());
+        }
+        let row = resolve(conn, scope, path)?;
+        self.0.insert(path.clone(), row.clone());
+        Ok(row)
+    }
+}
+
+/// `create_file_row` with the folder looked up in (and remembered by) `folders`.
+pub(super) fn create_file_row_in(
+    tx: &Connection,
+    scope: Scope,
+    path: &NodePath,
+    now: i64,
+    folders: &mut Folders,
+) -> Result<NodeRow> {
     let (folder, name) = split(path)?;
-    let parent = resolve(tx, scope, &folder)?;
+    let parent = folders.resolve(tx, scope, &folder)?;
     require_folder(&parent, &folder)?;
     match child_row(tx, parent.id, name)? {
         Some(existing) if existing.is_file() => Ok(existing),
