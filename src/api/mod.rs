@@ -1,6 +1,7 @@
 //! Wire types of the interface (`shared/spec/interface.md`) and of DESIGN.md §2, shared by the
 //! server and the HTTP client, plus the helpers both sides need: paths, ranges, times.
 
+pub mod digest;
 pub mod envelope;
 pub mod error;
 pub mod path;

@@ -80,16 +80,6 @@ impl Backend for LocalBackend {
 
     async fn put_files(&self, files: Vec<super::PutFile>) -> Vec<Result<Node>> {
         let n = files.len();
-        let files: Vec<crate::store::PutFile> = files
-            .into_iter()
-            .map(|f| crate::store::PutFile {
-                path: f.path,
-                file_id: f.file_id,
-                source: f.source,
-                len: f.len,
-                sealed: f.sealed,
-            })
-            .collect();
         match self
             .run(move |s, scope| Ok(s.put_files(scope, &files)))
             .await

@@ -121,16 +121,9 @@ pub async fn list_all<B: Backend>(b: &B, path: &NodePath, per_page: u64) -> Resu
     Ok(node)
 }
 
-/// A whole local file to store, for [`Backend::put_files`]: the first `len` bytes of `source`
-/// become the content of the file with ID `file_id`, or at `path` (created when new).
-pub struct PutFile {
-    pub path: NodePath,
-    pub file_id: Option<String>,
-    pub source: std::sync::Arc<std::fs::File>,
-    pub len: u64,
-    /// The caller never writes to `source` again (the store may keep that very file).
-    pub sealed: bool,
-}
+/// A whole local file to store, for [`Backend::put_files`] (the built-in store's type: only
+/// it stores batches).
+pub use crate::store::PutFile;
 
 /// The interface of the document store (spec §4 and DESIGN.md §2).
 pub trait Backend: Send + Sync + 'static {

@@ -109,7 +109,7 @@ fn cache_base() -> PathBuf {
 /// A cache directory name per backend, so journals never mix between stores.
 fn backend_key(kind: &str, identity: &str) -> String {
     use md5::{Digest, Md5};
-    let h = crate::store::blobs::hex(&Md5::digest(identity.as_bytes()));
+    let h = crate::api::digest::hex(&Md5::digest(identity.as_bytes()));
     format!("{kind}-{}", &h[..12])
 }
 

@@ -282,6 +282,7 @@ impl Journal {
             );
         }
         for s in ending {
+            s.stop_hashing();
             if let Err(e) = fs::remove_file(s.data_path()) {
                 if e.kind() != io::ErrorKind::NotFound {
                     log::warn!("could not remove {}: {e}", s.data_path().display());

@@ -1282,7 +1282,11 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         };
         match staged.write_at(offset, data) {
             Ok(()) => reply.written(data.len() as u32),
-            Err(e) => reply.error(io_errno(&e)),
+            Err(e) => return reply.error(io_errno(&e)),
+        }
+        // A large file written in order is hashed while it is written, beside the writer.
+        if let Some(job) = staged.hash_ahead() {
+            self.0.rt.spawn_blocking(job);
         }
     }
 

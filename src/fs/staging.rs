@@ -6,10 +6,10 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use md5::{Digest, Md5};
+use crate::api::digest::{Digests, read_range};
 
 /// A staged file: the bytes a writer sees, and how far they are from being uploaded.
 ///
@@ -36,7 +36,61 @@ pub struct Staged {
     /// Orders journal writes of this file; remembers what was last written (to skip rewriting
     /// the same entry) and whether the entry is finished (never written back after that).
     pub(super) journal: Mutex<JournalState>,
+    /// md5 and sha256 of the bytes written so far, hashed in the background while sequential
+    /// writes arrive (`hash_ahead`), so an upload reads only what is not hashed yet.
+    ahead: Arc<Ahead>,
 }
+
+/// The hashing-ahead state, shared with the hasher task, which holds the staged file only
+/// while it reads a chunk: a file removed while being hashed gives its space back at once.
+#[derive(Default)]
+struct Ahead {
+    state: Mutex<HashAhead>,
+    idle: Condvar,
+}
+
+impl Ahead {
+    fn lock(&self) -> MutexGuard<'_, HashAhead> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Stops a running hasher after its current chunk and waits for it to be gone.
+    fn pause(&self) -> MutexGuard<'_, HashAhead> {
+        let mut a = self.lock();
+        a.stop = true;
+        while a.running {
+            a = self.idle.wait(a).unwrap_or_else(|p| p.into_inner());
+        }
+        a.stop = false;
+        a
+    }
+}
+
+/// Hashing ahead of the upload. The invariant: bytes below `reading_to` are never changed
+/// while `valid` holds. A change below it (an overwrite, a cut) ends the hashing until the
+/// file is emptied; appends, the sequential writer's case, go on. The hasher never reads the
+/// range of a change in progress (`changing`).
+#[derive(Default)]
+struct HashAhead {
+    valid: bool,
+    /// The prefix hashed so far (taken out while a hasher works on it).
+    digests: Option<Digests>,
+    /// Hashed, or being hashed, up to here.
+    reading_to: u64,
+    /// The offset of a change under way (changes are ordered by `Staged::order`).
+    changing: Option<u64>,
+    /// Bumped when the prefix is dropped or restarted: a hasher's work from before is void.
+    epoch: u64,
+    running: bool,
+    /// An upload wants the prefix now: the hasher stops after its current chunk.
+    stop: bool,
+}
+
+/// The hasher starts once this much is written and not hashed (small files are hashed at
+/// upload, from the page cache, in less time than a task takes to start).
+const HASH_AHEAD_FROM: u64 = 8 << 20;
+/// What the hasher reads at a time (between chunks it checks for a waiting upload).
+const HASH_CHUNK: u64 = 4 << 20;
 
 /// What the journal last wrote for a staged file, and whether its entry is finished (never
 /// written back after that).
@@ -51,6 +105,8 @@ pub struct Snapshot {
     pub file: Arc<File>,
     pub size: u64,
     pub generation: u64,
+    /// md5 and sha256 of the first bytes of `file`, as hashed ahead.
+    pub digests: Option<Digests>,
 }
 
 impl Staged {
@@ -67,7 +123,107 @@ impl Staged {
             mtime: Mutex::new(SystemTime::now()),
             order: Mutex::new(()),
             journal: Mutex::new(JournalState::default()),
+            ahead: Arc::new(Ahead {
+                state: Mutex::new(HashAhead {
+                    // Content already there (a copy of the stored file) is hashed at upload.
+                    valid: size == 0,
+                    digests: Some(Digests::default()),
+                    ..HashAhead::default()
+                }),
+                idle: Condvar::new(),
+            }),
         }
+    }
+
+    fn ahead(&self) -> MutexGuard<'_, HashAhead> {
+        self.ahead.lock()
+    }
+
+    /// Before a change of the bytes from `offset` on (with `order` held).
+    fn begin_change(&self, offset: u64) {
+        let mut a = self.ahead();
+        if a.valid && offset < a.reading_to {
+            a.valid = false;
+            a.digests = None;
+            a.epoch += 1;
+        }
+        a.changing = Some(offset);
+    }
+
+    fn end_change(&self) {
+        self.ahead().changing = None;
+    }
+
+    /// A hasher to run on a blocking thread, when one should start now: once enough is
+    /// written and not hashed, and none runs. It hashes what is written a chunk at a time until
+    /// it has caught up (or an upload wants the prefix, or a change voids it).
+    pub fn hash_ahead(self: &Arc<Self>) -> Option<impl FnOnce() + Send + 'static> {
+        {
+            let mut a = self.ahead();
+            let start = a.valid
+                && !a.running
+                && self.size().saturating_sub(a.reading_to) >= HASH_AHEAD_FROM;
+            if !start {
+                return None;
+            }
+            a.running = true;
+        }
+        let (staged, ahead) = (Arc::downgrade(self), self.ahead.clone());
+        Some(move || {
+            while let Some(s) = staged.upgrade() {
+                if !s.hash_chunk() {
+                    break;
+                }
+            }
+            ahead.lock().running = false;
+            ahead.idle.notify_all();
+        })
+    }
+
+    /// One chunk of `hash_ahead`; false when there is nothing (more) to do.
+    fn hash_chunk(&self) -> bool {
+        let (mut d, from, to, epoch) = {
+            let mut a = self.ahead();
+            let limit = a.changing.unwrap_or(u64::MAX).min(self.size());
+            let d = match a.digests.take() {
+                Some(d) if a.valid && !a.stop && d.len() < limit => d,
+                d => {
+                    a.digests = d;
+                    return false;
+                }
+            };
+            let from = d.len();
+            let to = limit.min(from + HASH_CHUNK);
+            a.reading_to = to;
+            (d, from, to, a.epoch)
+        };
+        let read = read_range(&self.file(), from, to, |b| d.update(b));
+        let mut a = self.ahead();
+        if a.epoch == epoch {
+            match read {
+                Ok(()) => a.digests = Some(d),
+                Err(e) => {
+                    log::debug!("hashing staged file {} ahead: {e}", self.id);
+                    a.valid = false;
+                }
+            }
+        }
+        true
+    }
+
+    /// The digests of the first bytes of the file, for an upload to finish; `None` when they
+    /// are not known. Taken with `order` held, as the snapshot is: a later change cannot slip in.
+    fn digests(&self) -> Option<Digests> {
+        let a = self.ahead.pause();
+        if a.valid { a.digests.clone() } else { None }
+    }
+
+    /// The file is done with (stored, or removed): a hasher still reading it stops.
+    pub fn stop_hashing(&self) {
+        let mut a = self.ahead.pause();
+        a.valid = false;
+        a.digests = None;
+        a.epoch += 1;
     }
 
     /// The staging file as it is now.
@@ -117,6 +273,7 @@ impl Staged {
             file: self.file(),
             size: self.size(),
             generation: self.generation(),
+            digests: self.digests(),
         }
     }
 
@@ -127,6 +284,7 @@ impl Staged {
             file: self.file(),
             size: self.size(),
             generation: self.generation(),
+            digests: self.digests(),
         }
     }
 
@@ -154,18 +312,22 @@ impl Staged {
     pub fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
         let _order = self.order();
         self.unshare()?;
-        self.file().write_all_at(data, offset)?;
+        self.begin_change(offset);
+        let written = self.file().write_all_at(data, offset);
+        self.end_change();
+        written?;
         self.size
             .fetch_max(offset + data.len() as u64, Ordering::SeqCst);
         self.changed();
         Ok(())
     }
 
-    /// md5 of the whole staged content (read back from the page cache, off the write path:
-    /// hashing while writing made md5 the bottleneck of every write).
+    /// md5 of the whole staged content: what was hashed ahead, and the rest read back from
+    /// the page cache (hashing on the write path made md5 the bottleneck of every write).
     pub fn md5(&self) -> io::Result<String> {
         let snap = self.snapshot();
-        md5_of(&snap.file, snap.size)
+        let digests = snap.digests.unwrap_or_default();
+        Ok(digests.finish_from(&snap.file, snap.size)?.0)
     }
 
     pub fn read_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
@@ -190,8 +352,19 @@ impl Staged {
     pub fn truncate(&self, size: u64) -> io::Result<()> {
         let _order = self.order();
         self.unshare()?;
-        self.file().set_len(size)?;
+        self.begin_change(size);
+        let cut = self.file().set_len(size);
+        self.end_change();
+        cut?;
         self.size.store(size, Ordering::SeqCst);
+        if size == 0 {
+            // Emptied (O_TRUNC): hashing starts over (a running hasher's work is void).
+            let mut a = self.ahead();
+            a.valid = true;
+            a.digests = Some(Digests::default());
+            a.reading_to = 0;
+            a.epoch += 1;
+        }
         self.changed();
         Ok(())
     }
@@ -224,9 +397,72 @@ impl Staged {
     }
 }
 
-/// md5 (hex) of the first `size` bytes of `file`; a sparse tail reads as zeros.
-pub fn md5_of(file: &File, size: u64) -> io::Result<String> {
-    let mut h = Md5::new();
-    crate::store::blobs::read_chunks(file, size, |b| h.update(b))?;
-    Ok(crate::store::blobs::hex(&h.finalize()))
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::digest::hash_file;
+
+    fn staged(dir: &Path) -> Arc<Staged> {
+        let path = dir.join("1.data");
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        Arc::new(Staged::new(1, file, path, 0, false))
+    }
+
+    /// Whatever the writes (appends with a hasher running beside them, overwrites, cuts), the
+    /// digests a snapshot carries are those of its file's first bytes.
+    #[test]
+    fn digests_hashed_ahead_always_match_the_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = staged(dir.path());
+        let chunk: Vec<u8> = (0..128 * 1024u32).map(|i| (i % 253) as u8).collect();
+        let check = |s: &Staged| {
+            let snap = s.snapshot();
+            let known = snap.digests.clone();
+            let want = hash_file(&snap.file, snap.size).unwrap();
+            if let Some(d) = known {
+                assert!(d.len() <= snap.size);
+                assert_eq!(d.finish_from(&snap.file, snap.size).unwrap(), want);
+            }
+            snap.digests.is_some_and(|d| !d.is_empty())
+        };
+        let mut hashed_ahead = false;
+        for round in 0..3u64 {
+            s.truncate(0).unwrap();
+            let hasher = std::thread::scope(|sc| {
+                let mut handles = Vec::new();
+                for i in 0..200u64 {
+                    s.write_at(i * chunk.len() as u64, &chunk).unwrap();
+                    if let Some(job) = s.hash_ahead() {
+                        handles.push(sc.spawn(job));
+                    }
+                    // Round 1 overwrites now and then, racing the hasher.
+                    if round == 1 && i % 50 == 49 {
+                        s.write_at(i * 1000, b"changed").unwrap();
+                    }
+                }
+                handles.len()
+            });
+            hashed_ahead |= check(&s);
+            if round == 1 {
+                // Below what is hashed (the hashers have caught up): nothing is known after.
+                s.write_at(1000, b"changed").unwrap();
+                assert!(s.snapshot().digests.is_none());
+                check(&s);
+            }
+            assert!(hasher > 0);
+        }
+        assert!(hashed_ahead, "the hasher never got ahead");
+        // Sealed, then written to: the copy takes the change, the sealed file keeps its digests.
+        let sealed = s.seal();
+        s.write_at(0, b"after the seal").unwrap();
+        let want = hash_file(&sealed.file, sealed.size).unwrap();
+        let d = sealed.digests.expect("hashed ahead before the seal");
+        assert_eq!(d.finish_from(&sealed.file, sealed.size).unwrap(), want);
+        check(&s);
+    }
 }

@@ -210,6 +210,7 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
             source: snap.file,
             len: snap.size,
             sealed: true,
+            digests: snap.digests,
         });
         drop(t);
         items.push(Item {

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use md5::{Digest, Md5};
+
+use crate::api::digest::hex;
 use sha2::Sha256;
 
 pub struct BlobDir {
@@ -197,37 +199,6 @@ fn copy_buffered(from: &File, to: &File, mut off: u64, len: u64) -> io::Result<(
         off += n as u64;
     }
     Ok(())
-}
-
-/// Feeds the first `len` bytes of `f` to `eat`, a chunk at a time; a sparse or short tail
-/// reads as zeros (as a staging file's size says).
-pub fn read_chunks(f: &File, len: u64, mut eat: impl FnMut(&[u8])) -> io::Result<()> {
-    let mut buf = vec![0u8; (len.min(1 << 20) as usize).max(1)];
-    let mut off = 0u64;
-    while off < len {
-        let want = (len - off).min(buf.len() as u64) as usize;
-        let n = match f.read_at(&mut buf[..want], off) {
-            Ok(0) => {
-                buf[..want].fill(0);
-                want
-            }
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        eat(&buf[..n]);
-        off += n as u64;
-    }
-    Ok(())
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
 }
 
 impl BlobDir {

@@ -27,13 +27,11 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use md5::{Digest, Md5};
 use rusqlite::params;
-use sha2::Sha256;
 
-use super::blobs::{hex, read_chunks};
 use super::nodes::{self, Kind};
 use super::{Scope, Store, now_ns};
+use crate::api::digest::{Digests, hash_file};
 use crate::api::{Error, Node, NodePath, Result};
 
 /// One whole file to store: the first `len` bytes of `source` become the current version of the
@@ -46,6 +44,9 @@ pub struct PutFile {
     /// The caller never writes to `source` again: the store may keep the very file (a hard
     /// link) instead of a copy.
     pub sealed: bool,
+    /// md5 and sha256 of the first bytes of `source` (of a sealed one), hashed as they were
+    /// written: only the rest is read.
+    pub digests: Option<Digests>,
 }
 
 /// A file of the batch after phase 1: its hashes and its bytes.
@@ -65,35 +66,6 @@ impl Drop for Prepared {
             let _ = fs::remove_file(&self.tmp);
         }
     }
-}
-
-/// Files from this size on are hashed by two threads (md5 is the slower by far).
-const PARALLEL_HASH_FROM: u64 = 4 << 20;
-
-/// md5 and sha256 (hex) of the first `len` bytes of `f` (a sparse or short tail reads as
-/// zeros, as a staging file's size says). A large file is read twice from the page cache, md5
-/// on a thread of its own beside sha256, which takes its time from md5's instead of adding it.
-fn hash_file(f: &File, len: u64) -> io::Result<(String, String)> {
-    if len < PARALLEL_HASH_FROM {
-        let (mut md5, mut sha) = (Md5::new(), Sha256::new());
-        read_chunks(f, len, |b| {
-            md5.update(b);
-            sha.update(b);
-        })?;
-        return Ok((hex(&md5.finalize()), hex(&sha.finalize())));
-    }
-    std::thread::scope(|s| {
-        let md5 = s.spawn(|| {
-            let mut h = Md5::new();
-            read_chunks(f, len, |b| h.update(b)).map(|()| hex(&h.finalize()))
-        });
-        let mut sha = Sha256::new();
-        read_chunks(f, len, |b| sha.update(b))?;
-        let md5 = md5
-            .join()
-            .map_err(|_| io::Error::other("the md5 thread panicked"))??;
-        Ok((md5, hex(&sha.finalize())))
-    })
 }
 
 /// Links the open file `f` at `dest` (through /proc: the descriptor, not a path someone may
@@ -308,12 +280,18 @@ impl Store {
             md5: String::new(),
             sha256: String::new(),
         };
-        if !(f.sealed && self.blobs.can_link(&f.source)) {
+        let digests = if f.sealed && self.blobs.can_link(&f.source) {
+            f.digests.clone().filter(|d| d.len() <= f.len)
+        } else {
             prepared.tmp = self.blobs.tmp_name("put");
             let copy = super::blobs::copy_to_new(&f.source, f.len, &prepared.tmp)?;
             prepared.file = std::sync::Arc::new(copy);
-        }
-        (prepared.md5, prepared.sha256) = hash_file(&prepared.file, f.len)?;
+            None
+        };
+        (prepared.md5, prepared.sha256) = match digests {
+            Some(d) => d.finish_from(&prepared.file, f.len)?,
+            None => hash_file(&prepared.file, f.len)?,
+        };
         Ok(prepared)
     }
 
@@ -408,6 +386,9 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::digest::hex;
+    use md5::{Digest, Md5};
+    use sha2::Sha256;
 
     #[test]
     fn only_a_journaled_file_system_gets_one_commit_per_batch() {
@@ -427,6 +408,7 @@ mod tests {
             source,
             len: data.len() as u64,
             sealed: true,
+            digests: None,
         }
     }
 
@@ -482,18 +464,5 @@ mod tests {
         let lost = NodePath::from_segments(["Local", "My First Vault", "gone", "lost.txt"]);
         assert!(store.node(Scope::All, &lost.unwrap()).is_err());
         assert!(store.check_integrity().unwrap().is_empty());
-    }
-
-    #[test]
-    fn large_and_small_files_hash_the_same_as_one_pass() {
-        let dir = tempfile::tempdir().unwrap();
-        for len in [0u64, 1, 4096, PARALLEL_HASH_FROM + 12345] {
-            let p = dir.path().join(format!("f{len}"));
-            let data: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
-            fs::write(&p, &data).unwrap();
-            let (md5, sha) = hash_file(&File::open(&p).unwrap(), len).unwrap();
-            assert_eq!(md5, hex(&Md5::digest(&data)));
-            assert_eq!(sha, hex(&Sha256::digest(&data)));
-        }
     }
 }
