@@ -1771,13 +1771,17 @@ const BOB_VAULT: &str = "/nodes/pth/Bobco/My%20First%20Vault";
 
 /// 520 uploads that send one byte and then nothing, and 520 downloads nobody reads (more than
 /// tokio's 512 blocking threads, which each used to pin), all by one user: every request of
-/// another user still answers. (Before the fix none did.) Limits are raised here so that only
-/// the way transfers wait is tested; the next test covers the limits.
+/// another user still answers. (Before the fix none did.) Limits (transfers and connections)
+/// are raised here so that only the way transfers wait is tested; the next test and
+/// tests/abuse.rs cover the limits.
 #[tokio::test(flavor = "multi_thread")]
 async fn stalled_transfers_do_not_stop_the_server() {
     let options = vaultfs::server::ServerOptions {
         max_transfers_per_user: 100_000,
         transfer_idle_timeout: Duration::from_secs(600),
+        header_timeout: Duration::from_secs(600),
+        max_connections: 100_000,
+        max_connections_per_source: 100_000,
         ..Default::default()
     };
     let s = TestServer::start_with(Default::default(), options).await;

@@ -122,8 +122,8 @@ struct ServeArgs {
     /// [default: half the cores]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     preview_workers: Option<u16>,
-    /// Seconds an upload may send nothing, or a download's client read nothing, before the
-    /// transfer is cut off
+    /// Seconds a request body (an upload's or any other) may send nothing, or a client read
+    /// nothing of an answer, before the request is cut off
     #[arg(long, default_value_t = server::DEFAULT_TRANSFER_IDLE_SECS, value_name = "SECONDS",
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     transfer_idle_timeout: u64,
@@ -138,6 +138,20 @@ struct ServeArgs {
     #[arg(long, default_value_t = server::DEFAULT_PASSWORD_QUEUE as u64, value_name = "N",
           value_parser = clap::value_parser!(u64).range(0..=100_000))]
     password_queue: u64,
+    /// Seconds within which a request's head must arrive; also how long an idle kept-alive
+    /// connection stays open
+    #[arg(long, default_value_t = server::DEFAULT_HEADER_TIMEOUT_SECS, value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    header_timeout: u64,
+    /// Connections open at once (more wait to be accepted); lowered to what the open-file limit
+    /// allows
+    #[arg(long, default_value_t = server::DEFAULT_MAX_CONNECTIONS as u64, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_connections: u64,
+    /// Connections one source address may hold at once; more are closed at once
+    #[arg(long, default_value_t = server::DEFAULT_MAX_CONNECTIONS_PER_SOURCE as u64, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_connections_per_source: u64,
     #[command(flatten)]
     previews: PreviewArgs,
 }
@@ -285,6 +299,9 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             .password_checks
             .map_or_else(server::limits::cores, |n| n as usize),
         password_queue: args.password_queue as usize,
+        header_timeout: Duration::from_secs(args.header_timeout),
+        max_connections: server::connections_within_open_file_limit(args.max_connections as usize),
+        max_connections_per_source: args.max_connections_per_source as usize,
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {

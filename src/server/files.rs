@@ -125,7 +125,7 @@ pub async fn download(
         .map(RangeRequest::parse)
         .transpose()?;
     // Held by the body until it is sent, or dropped with its connection.
-    let slot = state.limits.transfers.take(caller.user_id)?;
+    let slot = state.limits.transfer(caller.user_id)?;
     let mut d = caller.backend.download(&id, range).await?;
     d.body = holding(d.body, slot);
     let ctype = content_type(&d.node.name);
@@ -198,7 +198,7 @@ pub async fn preview_page(
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult {
     if page == "pdf" {
-        let slot = state.limits.transfers.take(caller.user_id)?;
+        let slot = state.limits.transfer(caller.user_id)?;
         let mut d = caller.backend.preview_pdf(&id).await?;
         d.body = holding(d.body, slot);
         return Ok(send(d, "application/pdf"));

@@ -414,9 +414,9 @@ pub async fn upload(
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     // Held until the upload ends, fails or its connection goes away.
-    let _slot = state.limits.transfers.take(caller.user_id)?;
-    let stream = body.into_data_stream().map_err(std::io::Error::other);
-    let stream = super::limits::idle_limited(stream, state.limits.transfer_idle);
+    let _slot = state.limits.transfer(caller.user_id)?;
+    // Already idle-limited, as every request body is (`conn::body_idle_limited`).
+    let stream = Box::pin(body.into_data_stream().map_err(super::limits::io_error));
     Ok(ok(caller
         .backend
         .upload(&id, &version, length, stream)

@@ -65,16 +65,14 @@ impl TestServer {
         let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = oneshot::channel::<()>();
-        // As `vaultfs serve` does: connections whose client reads nothing are closed.
-        let listener = server::guarded(listener, &options);
-        let app = server::router(store.clone(), options);
+        // As `vaultfs serve` does (its connections bounded and timed).
+        let app_store = store.clone();
         let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await
-                .unwrap();
+            server::serve(listener, app_store, options, async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
         });
         TestServer {
             base,
