@@ -1402,7 +1402,7 @@ async fn login_stores_a_token_that_the_remote_backend_uses() {
     server.store.add_user("a@acme.test", "Acme", "pw").unwrap();
     let pin = server
         .store
-        .sign_in_for_pin("a@acme.test", "pw", login::CLIENT_ID)
+        .sign_in_for_pin("a@acme.test", "pw", login::CLIENT_ID, "")
         .unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("vaultfs/credentials.toml");

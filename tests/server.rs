@@ -1024,10 +1024,10 @@ async fn pin_exchange_errors_page_and_lockout() {
         .unwrap();
     assert_eq!(unknown.status(), 400);
 
-    // The same pin is shown on every visit.
+    // Each sign-in shows a new pin, which replaces the one before.
+    let pin0 = pin_in(&sign_in(&s, "right password").await).unwrap();
     let pin1 = pin_in(&sign_in(&s, "right password").await).unwrap();
-    let pin2 = pin_in(&sign_in(&s, "right password").await).unwrap();
-    assert_eq!(pin1, pin2);
+    assert_ne!(pin0, pin1);
     assert_eq!(pin1.len(), 8);
 
     let auth = |body: Value| {
@@ -1065,6 +1065,8 @@ async fn pin_exchange_errors_page_and_lockout() {
     );
     assert_error(&auth(json!({"user_email": "nobody@example.com", "pin_info": {"client_id": "vaultfs", "pin": 1}})).await, 401, "invalid_pin");
 
+    let replaced = json!({"user_email": "carol@example.com", "pin_info": {"client_id": "vaultfs", "pin": pin0.parse::<u64>().unwrap()}});
+    assert_error(&auth(replaced).await, 401, "invalid_pin");
     let good = json!({"user_email": "carol@example.com", "pin_info": {"client_id": "vaultfs", "pin": pin1.parse::<u64>().unwrap()}});
     let (st, v) = auth(good.clone()).await;
     assert_eq!(st, 200, "{v}");
@@ -1072,13 +1074,15 @@ async fn pin_exchange_errors_page_and_lockout() {
     assert_eq!(v["message"]["expires_in"], 14 * 24 * 3600);
     assert!(v["message"]["token"].as_str().unwrap().len() >= 40);
 
+    // A pin works once.
+    assert_error(&auth(good.clone()).await, 401, "invalid_pin");
     // Five wrong pins lock the exchange, even for the right pin.
     let wrong_pin: u64 = if pin1 == "12345678" {
         87654321
     } else {
         12345678
     };
-    for _ in 0..5 {
+    for _ in 0..4 {
         let bad = json!({"user_email": "carol@example.com", "pin_info": {"client_id": "vaultfs", "pin": wrong_pin}});
         assert_error(&auth(bad).await, 401, "invalid_pin");
     }

@@ -114,10 +114,15 @@ struct ServeArgs {
     /// Lifetime of the tokens handed out by `/pin/auth`, in seconds (default: 14 days)
     #[arg(long, default_value_t = 14 * 24 * 3600, value_name = "SECONDS")]
     token_ttl: u64,
-    /// Base URL of this server as browsers reach it, for the authorization link
-    /// [default: http://<Host header of the request>]
-    #[arg(long, value_name = "URL")]
+    /// Base URL of this server as browsers reach it (http or https), for the authorization
+    /// link. Without it, only clients on this machine can log in (a link from a request's Host
+    /// header could send users anywhere)
+    #[arg(long, value_name = "URL", value_parser = parse_public_url)]
     public_url: Option<String>,
+    /// Minutes a pin shown on the authorization page may wait to be exchanged (once)
+    #[arg(long, default_value_t = 15, value_name = "MINUTES",
+          value_parser = clap::value_parser!(u64).range(1..=7 * 24 * 60))]
+    pin_ttl: u64,
     /// Threads rendering previews asked for, and as many for the background (idle priority)
     /// [default: half the cores]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
@@ -275,10 +280,26 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     }
 }
 
+/// `--public-url`: an http(s) address with a host, as browsers will be sent to it.
+fn parse_public_url(s: &str) -> Result<String, String> {
+    let url = reqwest::Url::parse(s).map_err(|e| format!("not a web address: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err("an http:// or https:// address with a host".into());
+    }
+    Ok(s.trim_end_matches('/').to_string())
+}
+
 fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
+    if args.public_url.is_none() && !args.listen.ip().is_loopback() {
+        log::warn!(
+            "no --public-url: users on other machines cannot log in (set it to the address \
+             browsers reach this server at)"
+        );
+    }
     let config = args.previews.apply(StoreConfig {
         max_file_size: args.max_file_size,
         token_ttl: Duration::from_secs(args.token_ttl),
+        pin_ttl: Duration::from_secs(args.pin_ttl * 60),
         ..StoreConfig::default()
     });
     let dir = args.data.path();

@@ -9,13 +9,14 @@
 //!   (nothing is accepted, so no descriptor is spent); one source address holds at most
 //!   `max_connections_per_source`: beyond, a new one is closed at once.
 
+use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Request};
+use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::Response;
 use futures_util::TryStreamExt;
@@ -50,16 +51,20 @@ pub async fn serve(
             r = accept(&listener) => r,
             () = &mut shutdown => break,
         };
-        let Some(source_slot) = per_source.take(peer.ip()) else {
+        let Some(source_slot) = per_source.take(peer.ip().to_canonical()) else {
             log::debug!("{peer}: over the connections allowed per source, closed");
             continue;
         };
         let _ = stream.set_nodelay(true);
+        let local = stream.local_addr().unwrap_or(peer);
         let io = TokioIo::new(StallGuard::new(stream, options.transfer_idle_timeout));
         let service = app
             .clone()
             .map_request(move |mut req: Request<hyper::body::Incoming>| {
-                req.extensions_mut().insert(ConnectInfo(peer));
+                req.extensions_mut().insert(Peer {
+                    remote: peer,
+                    local,
+                });
                 req.map(Body::new)
             });
         let mut builder = hyper::server::conn::http1::Builder::new();
@@ -124,4 +129,43 @@ pub async fn body_idle_limited(
         ))
     });
     next.run(req).await
+}
+
+/// The two ends of the connection a request came on (in its extensions when it came through
+/// [`serve`]; the router alone, as some tests run it, has none).
+#[derive(Debug, Clone, Copy)]
+pub struct Peer {
+    pub remote: SocketAddr,
+    /// The server's address the client reached.
+    pub local: SocketAddr,
+}
+
+impl Peer {
+    /// Whether the client is on this machine.
+    pub fn is_loopback(&self) -> bool {
+        self.remote.ip().to_canonical().is_loopback()
+    }
+}
+
+/// The [`Peer`] of a request, if known.
+pub struct Source(pub Option<Peer>);
+
+impl Source {
+    /// The client's address as the lockout counts it ('' when not known).
+    pub fn key(&self) -> String {
+        self.0
+            .map(|p| p.remote.ip().to_canonical().to_string())
+            .unwrap_or_default()
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Source {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(Source(parts.extensions.get::<Peer>().copied()))
+    }
 }

@@ -36,6 +36,8 @@ pub use put::PutFile;
 pub const FIRST_VAULT: &str = "My First Vault";
 /// The account of the built-in store that `vaultfs mount` uses.
 pub const LOCAL_ACCOUNT: &str = "Local";
+/// How long a pin may wait to be exchanged, by default.
+pub const DEFAULT_PIN_TTL: Duration = Duration::from_secs(15 * 60);
 /// Pending versions never uploaded are dropped after this long.
 const PENDING_VERSION_TTL: Duration = Duration::from_secs(24 * 3600);
 
@@ -56,6 +58,8 @@ pub struct StoreConfig {
     pub previews: PreviewMode,
     /// Bound of the previews on disk, in bytes (`--preview-cache-size`).
     pub preview_cache_size: u64,
+    /// How long a pin may wait to be exchanged (`--pin-ttl`).
+    pub pin_ttl: Duration,
 }
 
 impl Default for StoreConfig {
@@ -65,6 +69,7 @@ impl Default for StoreConfig {
             token_ttl: Duration::from_secs(14 * 24 * 3600),
             previews: PreviewMode::default(),
             preview_cache_size: DEFAULT_PREVIEW_CACHE_SIZE,
+            pin_ttl: DEFAULT_PIN_TTL,
         }
     }
 }
@@ -79,6 +84,8 @@ pub struct Store {
     sync_mode: put::SyncMode,
     previews: previews::Previews,
     config: StoreConfig,
+    /// The key of the pins' hashes (`pin.key`, beside the database but not in it).
+    pin_key: [u8; 32],
     /// A shared lock on `lock` for as long as the store is open.
     _lock: fs::File,
 }
@@ -98,6 +105,32 @@ pub(crate) fn now_ns() -> i64 {
 
 pub fn ns_to_time(ns: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(ns.max(0) as u64)
+}
+
+/// The 32 random bytes in `path`, written (mode 0600) on first use.
+fn secret_key(path: &Path) -> Result<[u8; 32]> {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut key = [0u8; 32];
+    match fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(mut f) => {
+            rand::Rng::fill(&mut rand::rng(), &mut key);
+            f.write_all(&key)?;
+            f.sync_all()?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            fs::File::open(path)?
+                .read_exact(&mut key)
+                .map_err(|e| Error::internal(format!("{} is not a key: {e}", path.display())))?;
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok(key)
 }
 
 impl From<rusqlite::Error> for Error {
@@ -127,6 +160,7 @@ impl Store {
         // Alone with the store (no server, mount or CLI has it open): clean up after crashes.
         // Otherwise another process may be mid-upload, and its staging files are not garbage.
         let alone = flock(&lock, libc::LOCK_EX | libc::LOCK_NB);
+        let pin_key = secret_key(&dir.join("pin.key"))?;
         let mut conn = Connection::open(dir.join("vault.db"))?;
         schema::prepare(&mut conn)?;
         previews::migrate(&conn)?;
@@ -145,6 +179,7 @@ impl Store {
             blobs,
             previews,
             config,
+            pin_key,
             _lock: lock,
         };
         if alone {

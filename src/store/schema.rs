@@ -4,7 +4,7 @@
 use rusqlite::Connection;
 
 /// Bumped when the schema changes; `migrate` brings older databases forward.
-const VERSION: i64 = 2;
+const VERSION: i64 = 3;
 
 const V1: &str = "
 CREATE TABLE nodes (
@@ -105,6 +105,29 @@ BEGIN
 END;
 ";
 
+/// Pins become a keyed hash with an expiry (earlier pins, kept as they were, are dropped: their
+/// users sign in again); failed attempts are counted per e-mail as typed and source address,
+/// not per user, so unknown e-mails are answered as known ones and nobody can lock out others.
+const V3: &str = "
+DROP TABLE pins;
+CREATE TABLE pins (
+    user_id    INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    client_id  TEXT NOT NULL REFERENCES clients(client_id) ON DELETE CASCADE,
+    hash       BLOB NOT NULL,          -- HMAC-SHA256 under the key in pin.key
+    created_on INTEGER NOT NULL,
+    expires_on INTEGER NOT NULL,       -- unused until then; used once
+    PRIMARY KEY (user_id, client_id)
+);
+DROP TABLE auth_failures;
+CREATE TABLE auth_attempts (
+    email  TEXT NOT NULL,              -- lower-cased, whether a user has it or not
+    source TEXT NOT NULL,              -- the client's address ('' when not known)
+    kind   TEXT NOT NULL,              -- 'pin' or 'password'
+    at     INTEGER NOT NULL
+);
+CREATE INDEX auth_attempts_by_pair ON auth_attempts(email, source, kind, at);
+";
+
 /// Opens the connection's pragmas and brings the schema to the current version.
 pub fn prepare(conn: &mut Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
@@ -125,12 +148,18 @@ pub fn prepare(conn: &mut Connection) -> rusqlite::Result<()> {
         tx.pragma_update(None, "user_version", 1)?;
         tx.commit()?;
     }
-    if version < 2 {
-        let tx = conn.transaction()?;
-        tx.execute_batch(V2)?;
-        tx.pragma_update(None, "user_version", VERSION)?;
-        tx.commit()?;
+    for (to, sql) in [(2, V2), (3, V3)] {
+        if version < to {
+            let tx = conn.transaction()?;
+            tx.execute_batch(sql)?;
+            tx.pragma_update(None, "user_version", to)?;
+            tx.commit()?;
+        }
     }
+    debug_assert_eq!(
+        conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))?,
+        VERSION
+    );
     Ok(())
 }
 
