@@ -585,3 +585,62 @@ async fn the_authorization_link_comes_from_the_public_url() {
     let v: serde_json::Value = r.json().await.unwrap();
     assert_eq!(v["error"]["error_code"], "no_public_url", "{v}");
 }
+
+// ----- other accounts' IDs (item 9) -----
+
+/// Another account's file ID and an ID nobody uses get the same answer on every route that
+/// takes an ID (before: 403 for the first, 404 for the second, which let anyone count them).
+#[tokio::test(flavor = "multi_thread")]
+async fn other_accounts_ids_cannot_be_told_from_unused_ones() {
+    let s = TestServer::start().await;
+    let alice = s.user("alice@example.com", "Acme").await;
+    let bob = s.user("bob@example.com", "Bobco").await;
+    let http = client_from("127.0.0.1");
+    // Alice's file, through the three upload steps.
+    let v: serde_json::Value = http
+        .put(s.url("/nodes/pth/Acme/My%20First%20Vault"))
+        .basic_auth(&alice.email, Some(&alice.token))
+        .json(&serde_json::json!({"create_file": [{"name": "secret.txt"}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let taken: u64 = v["message"]["children"][0]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v}"))
+        .parse()
+        .unwrap();
+    let unused = taken + 1000;
+    let answer = async |id: u64, method: reqwest::Method, path: String| {
+        let mut req = http
+            .request(method.clone(), s.url(&path.replace("ID", &id.to_string())))
+            .basic_auth(&bob.email, Some(&bob.token));
+        if method == reqwest::Method::PUT {
+            req = req
+                .header("Content-Type", "application/json")
+                .body(r#"{"length": 1}"#);
+        }
+        let r = req.send().await.unwrap();
+        let st = r.status().as_u16();
+        let v: serde_json::Value = r.json().await.unwrap();
+        let text = v["error"]["error_text"]
+            .as_str()
+            .unwrap_or("")
+            .replace(&id.to_string(), "ID");
+        (st, v["error"]["error_code"].clone(), text)
+    };
+    use reqwest::Method;
+    for (method, path) in [
+        (Method::GET, "/files/id/Document/ID"),
+        (Method::GET, "/preview/id/Document/ID"),
+        (Method::GET, "/preview/id/Document/ID/1"),
+        (Method::PUT, "/nodes/upload/ID"),
+    ] {
+        let a = answer(taken, method.clone(), path.into()).await;
+        let b = answer(unused, method, path.into()).await;
+        assert_eq!(a.0, 404, "{path}: {a:?}");
+        assert_eq!(a, b, "{path} tells a taken ID from an unused one");
+    }
+}

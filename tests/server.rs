@@ -897,15 +897,16 @@ async fn authentication_and_account_isolation() {
         "forbidden",
     );
     assert_error(&bob.get("/nodes/pth/NoSuchAccount").await, 403, "forbidden");
+    // By ID: not found, as an unused ID (tests/abuse.rs compares the two).
     assert_error(
         &bob.get(&format!("/files/id/Document/{id}")).await,
-        403,
-        "forbidden",
+        404,
+        "not_found",
     );
     assert_error(
         &bob.get(&format!("/preview/id/Document/{id}")).await,
-        403,
-        "forbidden",
+        404,
+        "not_found",
     );
     assert_error(
         &bob.call(
@@ -914,8 +915,8 @@ async fn authentication_and_account_isolation() {
             Some(json!({"length": 1})),
         )
         .await,
-        403,
-        "forbidden",
+        404,
+        "not_found",
     );
     assert_error(
         &bob.call(Method::DELETE, &format!("{VAULT}/secret.txt"), None)

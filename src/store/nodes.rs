@@ -171,17 +171,19 @@ fn resolve(conn: &Connection, scope: Scope, path: &NodePath) -> Result<NodeRow> 
     Ok(row)
 }
 
-/// Resolves a file ID (opaque to clients; decimal digits here) with the account check.
+/// Resolves a file ID (opaque to clients; decimal digits here) with the account check. Another
+/// account's file is "not found", exactly as an unused ID: IDs are sequential, and a different
+/// answer would let anyone count the files of others.
 pub(super) fn file_by_id(conn: &Connection, scope: Scope, id: &str) -> Result<NodeRow> {
     let not_found = || Error::not_found(format!("no file with ID {id}"));
     let n: i64 = id.parse().map_err(|_| not_found())?;
-    let row = get_row(conn, n)?
-        .filter(NodeRow::is_file)
-        .ok_or_else(not_found)?;
-    match scope {
-        Scope::Account(a) if a != row.account_id => Err(outside()),
-        _ => Ok(row),
-    }
+    get_row(conn, n)?
+        .filter(|row| row.is_file())
+        .filter(|row| match scope {
+            Scope::Account(a) => a == row.account_id,
+            Scope::All => true,
+        })
+        .ok_or_else(not_found)
 }
 
 /// The row of a node known to exist.
