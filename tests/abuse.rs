@@ -644,3 +644,149 @@ async fn other_accounts_ids_cannot_be_told_from_unused_ones() {
         assert_eq!(a, b, "{path} tells a taken ID from an unused one");
     }
 }
+
+// ----- quotas (item 12) -----
+
+/// A JSON request as `who`; the status and the error code ("ok" on success).
+async fn call(
+    s: &TestServer,
+    who: &common::Creds,
+    method: reqwest::Method,
+    path: &str,
+    body: serde_json::Value,
+) -> (u16, String) {
+    let r = client_from("127.0.0.1")
+        .request(method, s.url(path))
+        .basic_auth(&who.email, Some(&who.token))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let st = r.status().as_u16();
+    let v: serde_json::Value = r.json().await.unwrap();
+    let code = v["error"]["error_code"]
+        .as_str()
+        .unwrap_or("ok")
+        .to_string();
+    (st, code)
+}
+
+/// The doubling (copy a tree beside itself, move the copy into it, again and again:
+/// 38 requests made 1.5 million nodes) stops at the bound of one request; an account stops at
+/// its quotas of nodes and bytes with 507, and another account is not affected.
+#[tokio::test(flavor = "multi_thread")]
+async fn copies_and_accounts_are_bounded() {
+    use reqwest::Method;
+    let s = TestServer::start_with(
+        vaultfs::store::StoreConfig {
+            max_nodes_per_account: 300,
+            max_bytes_per_account: 10_000,
+            max_nodes_per_request: 100,
+            ..Default::default()
+        },
+        Default::default(),
+    )
+    .await;
+    let alice = s.user("alice@example.com", "Acme").await;
+    let bob = s.user("bob@example.com", "Bobco").await;
+    let v = "/nodes/pth/Acme/My%20First%20Vault";
+    assert_eq!(
+        call(
+            &s,
+            &alice,
+            Method::PUT,
+            &format!("{v}/t"),
+            serde_json::json!({})
+        )
+        .await,
+        (200, "ok".into())
+    );
+    let mut last = (200, "ok".to_string());
+    let mut doubled = 0;
+    for i in 0..38 {
+        let dst = format!("/nodes/pth/Acme/My First Vault/t/c{i}");
+        let tmp = "/nodes/pth/Acme/My First Vault/c".to_string();
+        last = call(
+            &s,
+            &alice,
+            Method::POST,
+            &format!("{v}/t"),
+            serde_json::json!({"copy": {"dst_uri": tmp, "replace": "fail"}}),
+        )
+        .await;
+        if last.0 != 200 {
+            break;
+        }
+        let moved = call(
+            &s,
+            &alice,
+            Method::POST,
+            &format!("{v}/c"),
+            serde_json::json!({"move": {"dst_uri": dst, "replace": "fail"}}),
+        )
+        .await;
+        assert_eq!(moved, (200, "ok".into()));
+        doubled += 1;
+    }
+    println!("the tree doubled {doubled} times, then: {last:?}");
+    assert_eq!(last, (413, "too_many_nodes".into()));
+    assert!(doubled <= 7, "doubled {doubled} times");
+    // Folders until the account's quota of nodes.
+    let mut i = 0;
+    let refused = loop {
+        let r = call(
+            &s,
+            &alice,
+            Method::PUT,
+            &format!("{v}/f{i}"),
+            serde_json::json!({}),
+        )
+        .await;
+        if r.0 != 200 {
+            break r;
+        }
+        i += 1;
+        assert!(i < 400, "no quota of nodes");
+    };
+    assert_eq!(refused, (507, "quota_exceeded".into()));
+    // Bob is not affected; his quota of bytes is his own.
+    let bv = "/nodes/pth/Bobco/My%20First%20Vault";
+    assert_eq!(
+        call(
+            &s,
+            &bob,
+            Method::PUT,
+            &format!("{bv}/d"),
+            serde_json::json!({})
+        )
+        .await,
+        (200, "ok".into())
+    );
+    let r: serde_json::Value = client_from("127.0.0.1")
+        .put(s.url(bv))
+        .basic_auth(&bob.email, Some(&bob.token))
+        .json(&serde_json::json!({"create_file": [{"name": "big.bin"}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = r["message"]["children"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let announce = async |len: u64| {
+        call(
+            &s,
+            &bob,
+            Method::PUT,
+            &format!("/nodes/upload/{id}"),
+            serde_json::json!({"length": len}),
+        )
+        .await
+    };
+    assert_eq!(announce(20_000).await, (507, "quota_exceeded".into()));
+    assert_eq!(announce(5_000).await, (200, "ok".into()));
+    assert!(s.store.check_integrity().unwrap().is_empty());
+}

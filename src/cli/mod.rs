@@ -119,6 +119,19 @@ struct ServeArgs {
     /// header could send users anywhere)
     #[arg(long, value_name = "URL", value_parser = parse_public_url)]
     public_url: Option<String>,
+    /// Files and folders one account may hold; more are refused with 507 quota_exceeded
+    #[arg(long, default_value_t = crate::store::DEFAULT_MAX_NODES_PER_ACCOUNT, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_nodes_per_account: u64,
+    /// Bytes one account may hold, every version counted (suffixes K, M, G, T allowed)
+    /// [default: no limit]
+    #[arg(long, value_parser = mount::parse_size, value_name = "BYTES")]
+    max_bytes_per_account: Option<u64>,
+    /// Files and folders one request (a copy) may create; more are refused with 413
+    /// too_many_nodes
+    #[arg(long, default_value_t = crate::store::DEFAULT_MAX_NODES_PER_REQUEST, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_nodes_per_request: u64,
     /// Minutes a pin shown on the authorization page may wait to be exchanged (once)
     #[arg(long, default_value_t = 15, value_name = "MINUTES",
           value_parser = clap::value_parser!(u64).range(1..=7 * 24 * 60))]
@@ -300,6 +313,9 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         max_file_size: args.max_file_size,
         token_ttl: Duration::from_secs(args.token_ttl),
         pin_ttl: Duration::from_secs(args.pin_ttl * 60),
+        max_nodes_per_account: args.max_nodes_per_account,
+        max_bytes_per_account: args.max_bytes_per_account.unwrap_or(u64::MAX),
+        max_nodes_per_request: args.max_nodes_per_request,
         ..StoreConfig::default()
     });
     let dir = args.data.path();

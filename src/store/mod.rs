@@ -38,6 +38,11 @@ pub const FIRST_VAULT: &str = "My First Vault";
 pub const LOCAL_ACCOUNT: &str = "Local";
 /// How long a pin may wait to be exchanged, by default.
 pub const DEFAULT_PIN_TTL: Duration = Duration::from_secs(15 * 60);
+/// Files and folders an account of `vaultfs serve` may hold, by default.
+pub const DEFAULT_MAX_NODES_PER_ACCOUNT: u64 = 1_000_000;
+/// Nodes one request may create, by default: a copy at this bound holds the store's lock for a
+/// fraction of a second.
+pub const DEFAULT_MAX_NODES_PER_REQUEST: u64 = 10_000;
 /// Pending versions never uploaded are dropped after this long.
 const PENDING_VERSION_TTL: Duration = Duration::from_secs(24 * 3600);
 
@@ -60,6 +65,12 @@ pub struct StoreConfig {
     pub preview_cache_size: u64,
     /// How long a pin may wait to be exchanged (`--pin-ttl`).
     pub pin_ttl: Duration,
+    /// Quotas of each account of `vaultfs serve` (files and folders; bytes of every version
+    /// kept); the built-in store of a mount has none (`Scope::All`).
+    pub max_nodes_per_account: u64,
+    pub max_bytes_per_account: u64,
+    /// Nodes one request (a copy) may create.
+    pub max_nodes_per_request: u64,
 }
 
 impl Default for StoreConfig {
@@ -70,6 +81,9 @@ impl Default for StoreConfig {
             previews: PreviewMode::default(),
             preview_cache_size: DEFAULT_PREVIEW_CACHE_SIZE,
             pin_ttl: DEFAULT_PIN_TTL,
+            max_nodes_per_account: DEFAULT_MAX_NODES_PER_ACCOUNT,
+            max_bytes_per_account: u64::MAX,
+            max_nodes_per_request: DEFAULT_MAX_NODES_PER_REQUEST,
         }
     }
 }
@@ -285,6 +299,29 @@ impl Store {
         )?;
         if unused > 0 {
             problems.push(format!("{unused} blob(s) recorded but used by no version"));
+        }
+        // The counts the quotas read, against the tree they count.
+        let mut wrong = conn.prepare(
+            "WITH real AS (SELECT n.account_id AS a, count(*) AS nodes,
+                 (SELECT coalesce(sum(v.length), 0) FROM versions v JOIN nodes m ON m.id = v.file_id
+                  WHERE v.committed = 1 AND m.account_id = n.account_id) AS bytes
+                 FROM nodes n GROUP BY n.account_id)
+             SELECT real.a, real.nodes, real.bytes, u.nodes, u.bytes FROM real
+             LEFT JOIN usage u ON u.account_id = real.a
+             WHERE u.nodes IS NOT real.nodes OR u.bytes IS NOT real.bytes",
+        )?;
+        let rows = wrong.query_map([], |r| {
+            Ok(format!(
+                "account {}: {} nodes and {} bytes, usage says {:?} and {:?}",
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, Option<i64>>(3)?,
+                r.get::<_, Option<i64>>(4)?
+            ))
+        })?;
+        for row in rows {
+            problems.push(row?);
         }
         Ok(problems)
     }

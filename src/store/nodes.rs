@@ -186,6 +186,57 @@ pub(super) fn file_by_id(conn: &Connection, scope: Scope, id: &str) -> Result<No
         .ok_or_else(not_found)
 }
 
+/// 507 `quota_exceeded` when `scope`'s account would hold more than its quota with `nodes` more
+/// nodes and `bytes` more bytes (a server's account; the mount's store has no quota).
+pub(super) fn check_quota(
+    conn: &Connection,
+    config: &super::StoreConfig,
+    scope: Scope,
+    nodes: u64,
+    bytes: u64,
+) -> Result<()> {
+    let Scope::Account(account) = scope else {
+        return Ok(());
+    };
+    let (held_nodes, held_bytes): (i64, i64) = conn
+        .prepare_cached("SELECT nodes, bytes FROM usage WHERE account_id = ?1")?
+        .query_row([account], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
+        .unwrap_or((0, 0));
+    for (what, held, more, max) in [
+        (
+            "files and folders",
+            held_nodes,
+            nodes,
+            config.max_nodes_per_account,
+        ),
+        ("bytes", held_bytes, bytes, config.max_bytes_per_account),
+    ] {
+        if (held.max(0) as u64).saturating_add(more) > max {
+            return Err(Error::new(
+                crate::api::ErrorKind::InsufficientStorage,
+                "quota_exceeded",
+                format!("your account holds {held} {what}; this server allows {max}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The nodes and bytes (committed versions) of the subtree at `id`, counted up to `limit`
+/// nodes: a copy beyond it is refused before any is made.
+fn subtree_size(conn: &Connection, id: i64, limit: u64) -> Result<(u64, u64)> {
+    let (n, bytes): (i64, i64) = conn.query_row(
+        "WITH RECURSIVE sub(id) AS (SELECT ?1 UNION ALL
+             SELECT n.id FROM nodes n JOIN sub ON n.parent_id = sub.id LIMIT ?2)
+         SELECT count(*), (SELECT coalesce(sum(v.length), 0) FROM versions v
+             WHERE v.committed = 1 AND v.file_id IN sub) FROM sub",
+        params![id, limit.saturating_add(1).min(i64::MAX as u64) as i64],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    Ok((n as u64, bytes as u64))
+}
+
 /// The row of a node known to exist.
 pub(super) fn row(conn: &Connection, id: i64) -> Result<NodeRow> {
     get_row(conn, id)?.ok_or_else(|| Error::internal(format!("node {id} vanished")))
@@ -500,6 +551,7 @@ impl Store {
                 format!("{path} already exists as {what}"),
             ));
         }
+        check_quota(&tx, &self.config, scope, 1, 0)?;
         let now = now_ns();
         let id = insert_node(&tx, &parent, Kind::Folder, name, now)?;
         touch(&tx, Some(parent.id), now)?;
@@ -514,6 +566,7 @@ impl Store {
         path.check_depth()?;
         let mut conn = self.lock();
         let tx = conn.transaction()?;
+        check_quota(&tx, &self.config, scope, 1, 0)?;
         let row = create_file_row(&tx, scope, &path, now_ns())?;
         tx.commit()?;
         Ok(row.to_api(&path))
@@ -547,6 +600,8 @@ impl Store {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         let file = file_by_id(&tx, scope, file_id)?;
+        // Versions are kept: each one counts, the announced length now.
+        check_quota(&tx, &self.config, scope, 0, length)?;
         tx.execute(
             "INSERT INTO versions (file_id, length, md5, committed, created_on) VALUES (?1, ?2, ?3, 0, ?4)",
             params![file.id, length as i64, md5, now_ns()],
@@ -701,6 +756,8 @@ impl Store {
             }
         } else {
             check_upload(length, md5.as_deref(), staged)?;
+            // Again at commit: versions announced together could pass the check of step 2.
+            check_quota(tx, &self.config, p.scope, 0, length)?;
             let known = tx
                 .prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?
                 .exists([&staged.sha256])?;
@@ -857,7 +914,22 @@ impl Store {
                 touch(&tx, s.parent_id, now)?;
                 s.id
             }
-            TransferMode::Copy => copy_tree(&tx, &s, &dp, name, now)?,
+            TransferMode::Copy => {
+                let limit = self.config.max_nodes_per_request;
+                let (nodes, bytes) = subtree_size(&tx, s.id, limit)?;
+                if nodes > limit {
+                    return Err(Error::new(
+                        crate::api::ErrorKind::TooLarge,
+                        "too_many_nodes",
+                        format!(
+                            "{src} holds more than {limit} files and folders, the most one copy \
+                             may create on this server; copy its parts one by one"
+                        ),
+                    ));
+                }
+                check_quota(&tx, &self.config, scope, nodes, bytes)?;
+                copy_tree(&tx, &s, &dp, name, now)?
+            }
         };
         touch(&tx, Some(dp.id), now)?;
         let row = get_row(&tx, id)?.expect("node exists");

@@ -4,7 +4,7 @@
 use rusqlite::Connection;
 
 /// Bumped when the schema changes; `migrate` brings older databases forward.
-const VERSION: i64 = 3;
+const VERSION: i64 = 4;
 
 const V1: &str = "
 CREATE TABLE nodes (
@@ -128,6 +128,51 @@ CREATE TABLE auth_attempts (
 CREATE INDEX auth_attempts_by_pair ON auth_attempts(email, source, kind, at);
 ";
 
+/// What each account holds (nodes, and bytes of committed versions, old ones included), kept by
+/// triggers so that a quota check is one row read, whatever path changed the tree. A node's
+/// bytes leave with it (before its versions are cascaded away, when it can no longer be found).
+const V4: &str = "
+CREATE TABLE usage (
+    account_id INTEGER PRIMARY KEY,
+    nodes      INTEGER NOT NULL DEFAULT 0,
+    bytes      INTEGER NOT NULL DEFAULT 0
+);
+INSERT INTO usage (account_id, nodes) SELECT account_id, count(*) FROM nodes GROUP BY account_id;
+UPDATE usage SET bytes = (SELECT coalesce(sum(v.length), 0) FROM versions v
+    JOIN nodes n ON n.id = v.file_id WHERE v.committed = 1 AND n.account_id = usage.account_id);
+CREATE TRIGGER usage_node_added AFTER INSERT ON nodes BEGIN
+    INSERT INTO usage (account_id, nodes) VALUES (NEW.account_id, 1)
+        ON CONFLICT (account_id) DO UPDATE SET nodes = nodes + 1;
+END;
+CREATE TRIGGER usage_node_removed BEFORE DELETE ON nodes BEGIN
+    UPDATE usage SET nodes = nodes - 1, bytes = bytes - (SELECT coalesce(sum(length), 0)
+        FROM versions WHERE file_id = OLD.id AND committed = 1)
+    WHERE account_id = OLD.account_id;
+END;
+CREATE TRIGGER usage_node_moved AFTER UPDATE OF account_id ON nodes
+WHEN OLD.account_id <> NEW.account_id BEGIN
+    UPDATE usage SET nodes = nodes - 1, bytes = bytes - (SELECT coalesce(sum(length), 0)
+        FROM versions WHERE file_id = OLD.id AND committed = 1)
+    WHERE account_id = OLD.account_id;
+    INSERT INTO usage (account_id, nodes, bytes) VALUES (NEW.account_id, 1,
+        (SELECT coalesce(sum(length), 0) FROM versions WHERE file_id = NEW.id AND committed = 1))
+        ON CONFLICT (account_id) DO UPDATE SET nodes = nodes + 1, bytes = bytes + excluded.bytes;
+END;
+CREATE TRIGGER usage_version_added AFTER INSERT ON versions WHEN NEW.committed = 1 BEGIN
+    UPDATE usage SET bytes = bytes + NEW.length
+    WHERE account_id = (SELECT account_id FROM nodes WHERE id = NEW.file_id);
+END;
+CREATE TRIGGER usage_version_committed AFTER UPDATE OF committed ON versions
+WHEN NEW.committed = 1 AND OLD.committed = 0 BEGIN
+    UPDATE usage SET bytes = bytes + NEW.length
+    WHERE account_id = (SELECT account_id FROM nodes WHERE id = NEW.file_id);
+END;
+CREATE TRIGGER usage_version_removed AFTER DELETE ON versions WHEN OLD.committed = 1 BEGIN
+    UPDATE usage SET bytes = bytes - OLD.length
+    WHERE account_id = (SELECT account_id FROM nodes WHERE id = OLD.file_id);
+END;
+";
+
 /// Opens the connection's pragmas and brings the schema to the current version.
 pub fn prepare(conn: &mut Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
@@ -148,7 +193,7 @@ pub fn prepare(conn: &mut Connection) -> rusqlite::Result<()> {
         tx.pragma_update(None, "user_version", 1)?;
         tx.commit()?;
     }
-    for (to, sql) in [(2, V2), (3, V3)] {
+    for (to, sql) in [(2, V2), (3, V3), (4, V4)] {
         if version < to {
             let tx = conn.transaction()?;
             tx.execute_batch(sql)?;
