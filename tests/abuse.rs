@@ -887,3 +887,108 @@ fn a_squatted_control_folder_is_refused() {
     );
     assert!(text.contains("another user"), "{text}");
 }
+
+// ----- names (item 15) -----
+
+/// Names of new nodes are stored in NFC (the two spellings of `é` are one name, reached by
+/// either), and names with control or bidirectional-formatting characters are refused (before:
+/// both spellings made two files, and `evil\u{202e}fdp.exe` was accepted).
+#[tokio::test(flavor = "multi_thread")]
+async fn names_are_nfc_without_control_characters() {
+    use reqwest::Method;
+    let s = TestServer::start().await;
+    let a = s.user("n@example.com", "N").await;
+    let v = "/nodes/pth/N/My%20First%20Vault";
+    let enc = |name: &str| {
+        percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC).to_string()
+    };
+    let create = async |name: &str| {
+        call(
+            &s,
+            &a,
+            Method::PUT,
+            v,
+            serde_json::json!({"create_file": [{"name": name}]}),
+        )
+        .await
+    };
+    assert_eq!(create("e\u{301}te\u{301}.txt").await, (200, "ok".into()));
+    assert_eq!(create("\u{e9}t\u{e9}.txt").await, (200, "ok".into()));
+    assert_eq!(
+        call(
+            &s,
+            &a,
+            Method::PUT,
+            &format!("{v}/{}", enc("cafe\u{301}")),
+            serde_json::json!({})
+        )
+        .await,
+        (200, "ok".into())
+    );
+    let list: serde_json::Value = client_from("127.0.0.1")
+        .get(s.url(&format!("{v}?children=1")))
+        .basic_auth(&a.email, Some(&a.token))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut names: Vec<String> = list["message"]["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap().to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["caf\u{e9}", "\u{e9}t\u{e9}.txt"]);
+    // Either spelling reaches it.
+    for spelling in ["e\u{301}te\u{301}.txt", "\u{e9}t\u{e9}.txt"] {
+        assert_eq!(
+            call(
+                &s,
+                &a,
+                Method::GET,
+                &format!("{v}/{}", enc(spelling)),
+                serde_json::json!({})
+            )
+            .await,
+            (200, "ok".into()),
+            "{spelling:?}"
+        );
+    }
+    for bad in [
+        "a\nb.txt",
+        "\u{1b}[2J.txt",
+        "evil\u{202e}fdp.exe",
+        "del\u{7f}",
+        "c1\u{85}x",
+    ] {
+        assert_eq!(create(bad).await, (400, "bad_path".into()), "{bad:?}");
+        assert_eq!(
+            call(
+                &s,
+                &a,
+                Method::PUT,
+                &format!("{v}/{}", enc(bad)),
+                serde_json::json!({})
+            )
+            .await,
+            (400, "bad_path".into()),
+            "{bad:?}"
+        );
+        let dst = format!("/nodes/pth/N/My First Vault/{bad}");
+        assert_eq!(
+            call(
+                &s,
+                &a,
+                Method::POST,
+                &format!("{v}/{}", enc("\u{e9}t\u{e9}.txt")),
+                serde_json::json!({"move": {"dst_uri": dst, "replace": "fail"}}),
+            )
+            .await,
+            (400, "bad_path".into()),
+            "{bad:?}"
+        );
+    }
+}

@@ -132,6 +132,18 @@ fn child_row(conn: &Connection, parent: i64, name: &str) -> Result<Option<NodeRo
         .optional()?)
 }
 
+/// The child `name` of `parent`, spelled as given or, as new names are stored, in NFC.
+fn find_child(conn: &Connection, parent: i64, name: &str) -> Result<Option<NodeRow>> {
+    if let Some(row) = child_row(conn, parent, name)? {
+        return Ok(Some(row));
+    }
+    let nfc = crate::api::path::nfc(name);
+    if nfc == name {
+        return Ok(None);
+    }
+    child_row(conn, parent, &nfc)
+}
+
 fn has_children(conn: &Connection, id: i64) -> Result<bool> {
     Ok(conn
         .prepare_cached("SELECT 1 FROM nodes WHERE parent_id = ?1 LIMIT 1")?
@@ -165,7 +177,7 @@ fn resolve(conn: &Connection, scope: Scope, path: &NodePath) -> Result<NodeRow> 
         if row.is_file() {
             return Err(Error::not_found(format!("{path} not found")));
         }
-        row = child_row(conn, row.id, seg)?
+        row = find_child(conn, row.id, seg)?
             .ok_or_else(|| Error::not_found(format!("{path} not found")))?;
     }
     Ok(row)
@@ -251,9 +263,10 @@ pub(super) fn create_file_row(
     now: i64,
 ) -> Result<NodeRow> {
     let (folder, name) = split(path)?;
+    let name = &crate::api::path::new_name(name)?;
     let parent = resolve(tx, scope, &folder)?;
     require_folder(&parent, &folder)?;
-    match child_row(tx, parent.id, name)? {
+    match find_child(tx, parent.id, name)? {
         Some(existing) if existing.is_file() => Ok(existing),
         Some(_) => Err(Error::conflict("exists", format!("{path} is a folder"))),
         None => {
@@ -536,6 +549,8 @@ impl Store {
     pub fn create_folder(&self, scope: Scope, path: &NodePath) -> Result<Node> {
         path.check_depth()?;
         let (parent_path, name) = split(path)?;
+        let name = &crate::api::path::new_name(name)?;
+        let path = &parent_path.child(name)?;
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         let parent = resolve(&tx, scope, &parent_path)?;
@@ -562,7 +577,7 @@ impl Store {
 
     /// Upload step 1: the file `name` in `folder`, created empty unless it exists.
     pub fn create_file(&self, scope: Scope, folder: &NodePath, name: &str) -> Result<Node> {
-        let path = folder.child(name)?;
+        let path = folder.child(&crate::api::path::new_name(name)?)?;
         path.check_depth()?;
         let mut conn = self.lock();
         let tx = conn.transaction()?;
@@ -843,6 +858,8 @@ impl Store {
             ));
         }
         let (dst_parent_path, name) = split(dst)?;
+        let name = &crate::api::path::new_name(name)?;
+        let dst = &dst_parent_path.child(name)?;
         if dst.depth() < 3 {
             return Err(Error::forbidden("the destination must be inside a vault"));
         }
