@@ -102,13 +102,11 @@ async fn connections_held_for_nothing_are_closed() {
     });
     // Someone else is answered meanwhile.
     let other = client_from("127.0.0.2");
-    let r = other
-        .get(s.url("/nodes/pth/A"))
-        .basic_auth(&a.email, Some(&a.token))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let status_of = async |path: &str| {
+        let r = other.get(s.url(path)).basic_auth(&a.email, Some(&a.token));
+        r.send().await.unwrap().status().as_u16()
+    };
+    assert_eq!(status_of("/nodes/pth/A").await, 200);
     for (what, c) in &mut held {
         assert!(
             closed_within(c, Duration::from_secs(15)).await,
@@ -117,13 +115,7 @@ async fn connections_held_for_nothing_are_closed() {
     }
     assert!(slow.await.unwrap(), "a head sent byte by byte stays open");
     // The stalled bodies created nothing, and the server still answers.
-    let r = other
-        .get(s.url("/nodes/pth/A/My%20First%20Vault/d"))
-        .basic_auth(&a.email, Some(&a.token))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 404);
+    assert_eq!(status_of("/nodes/pth/A/My%20First%20Vault/d").await, 404);
 }
 
 /// One source holds at most its share of connections: more are closed at once, while other
@@ -195,11 +187,7 @@ async fn connections_are_bounded_in_all_and_per_source() {
 async fn idle_connections_cannot_exhaust_the_descriptors() {
     use std::os::unix::process::CommandExt;
     let tmp = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::free_port();
     let mut cmd = Command::new(BIN);
     cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .arg("--data-dir")
@@ -278,6 +266,28 @@ async fn sign_in_from(
     (r.status().as_u16(), r.text().await.unwrap())
 }
 
+/// The status of an answer and its error code ("ok" when it has none).
+async fn status_and_code(r: reqwest::Response) -> (u16, String) {
+    let st = r.status().as_u16();
+    let v: serde_json::Value = r.json().await.unwrap();
+    let code = v["error"]["error_code"]
+        .as_str()
+        .unwrap_or("ok")
+        .to_string();
+    (st, code)
+}
+
+/// `POST /pin/end` from `from` (with extra headers): the whole answer.
+async fn pin_end(s: &TestServer, from: &str, headers: &[(&str, &str)]) -> serde_json::Value {
+    let mut req = client_from(from)
+        .post(s.url("/pin/end"))
+        .json(&serde_json::json!({"client_id": "vaultfs"}));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.send().await.unwrap().json().await.unwrap()
+}
+
 /// `/pin/auth` from `from`: the status and error code (or "ok").
 async fn exchange_from(s: &TestServer, from: &str, email: &str, pin: &str) -> (u16, String) {
     let r = client_from(from)
@@ -286,13 +296,7 @@ async fn exchange_from(s: &TestServer, from: &str, email: &str, pin: &str) -> (u
         .send()
         .await
         .unwrap();
-    let st = r.status().as_u16();
-    let v: serde_json::Value = r.json().await.unwrap();
-    let code = v["error"]["error_code"]
-        .as_str()
-        .unwrap_or("ok")
-        .to_string();
-    (st, code)
+    status_and_code(r).await
 }
 
 /// 100 wrong passwords for one user at once: five are checked, the rest are 429 (before: 41
@@ -509,16 +513,7 @@ async fn the_authorization_page_is_guarded() {
     assert_eq!(h(&r, "cache-control"), "no-store");
     assert!(common::pin_in(&r.text().await.unwrap()).is_some());
     // A forged Host does not make the link point elsewhere.
-    let v: serde_json::Value = client_from("127.0.0.1")
-        .post(s.url("/pin/end"))
-        .header("Host", "evil.example")
-        .json(&serde_json::json!({"client_id": "vaultfs"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = pin_end(&s, "127.0.0.1", &[("Host", "evil.example")]).await;
     let uri = v["message"]["authorization_uri"].as_str().unwrap();
     assert!(
         uri.starts_with(&format!("{}/pin/authorize", s.base)),
@@ -538,16 +533,7 @@ async fn the_authorization_link_comes_from_the_public_url() {
         },
     )
     .await;
-    let v: serde_json::Value = reqwest::Client::new()
-        .post(s.url("/pin/end"))
-        .header("Host", "evil.example")
-        .json(&serde_json::json!({"client_id": "vaultfs"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = pin_end(&s, "127.0.0.1", &[("Host", "evil.example")]).await;
     assert_eq!(
         v["message"]["authorization_uri"],
         "https://vault.example.com/pin/authorize?client_id=vaultfs"
@@ -596,22 +582,16 @@ async fn other_accounts_ids_cannot_be_told_from_unused_ones() {
     let alice = s.user("alice@example.com", "Acme").await;
     let bob = s.user("bob@example.com", "Bobco").await;
     let http = client_from("127.0.0.1");
-    // Alice's file, through the three upload steps.
-    let v: serde_json::Value = http
-        .put(s.url("/nodes/pth/Acme/My%20First%20Vault"))
-        .basic_auth(&alice.email, Some(&alice.token))
-        .json(&serde_json::json!({"create_file": [{"name": "secret.txt"}]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let taken: u64 = v["message"]["children"][0]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{v}"))
-        .parse()
-        .unwrap();
+    // Alice's file (upload step 1).
+    let taken: u64 = new_file(
+        &s,
+        &alice,
+        "/nodes/pth/Acme/My%20First%20Vault",
+        "secret.txt",
+    )
+    .await
+    .parse()
+    .unwrap();
     let unused = taken + 1000;
     let answer = async |id: u64, method: reqwest::Method, path: String| {
         let mut req = http
@@ -662,13 +642,30 @@ async fn call(
         .send()
         .await
         .unwrap();
-    let st = r.status().as_u16();
-    let v: serde_json::Value = r.json().await.unwrap();
-    let code = v["error"]["error_code"]
+    status_and_code(r).await
+}
+
+/// A new folder at `path` (encoded) as `who`: the status and error code.
+async fn mkdir(s: &TestServer, who: &common::Creds, path: &str) -> (u16, String) {
+    call(s, who, reqwest::Method::PUT, path, serde_json::json!({})).await
+}
+
+/// Upload step 1 of `name` in the folder at `path` (encoded) as `who`: the new file's ID.
+async fn new_file(s: &TestServer, who: &common::Creds, path: &str, name: &str) -> String {
+    let v: serde_json::Value = client_from("127.0.0.1")
+        .put(s.url(path))
+        .basic_auth(&who.email, Some(&who.token))
+        .json(&serde_json::json!({"create_file": [{"name": name}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["message"]["children"][0]["id"]
         .as_str()
-        .unwrap_or("ok")
-        .to_string();
-    (st, code)
+        .unwrap_or_else(|| panic!("{v}"))
+        .to_string()
 }
 
 /// The doubling (copy a tree beside itself, move the copy into it, again and again:
@@ -691,40 +688,23 @@ async fn copies_and_accounts_are_bounded() {
     let bob = s.user("bob@example.com", "Bobco").await;
     let v = "/nodes/pth/Acme/My%20First%20Vault";
     assert_eq!(
-        call(
-            &s,
-            &alice,
-            Method::PUT,
-            &format!("{v}/t"),
-            serde_json::json!({})
-        )
-        .await,
+        mkdir(&s, &alice, &format!("{v}/t")).await,
         (200, "ok".into())
     );
     let mut last = (200, "ok".to_string());
     let mut doubled = 0;
+    // Copy or move the node `from` of the vault to `to`.
+    let transfer = async |how: &str, from: &str, to: String| {
+        let body = serde_json::json!({how: {"dst_uri": to, "replace": "fail"}});
+        call(&s, &alice, Method::POST, &format!("{v}/{from}"), body).await
+    };
     for i in 0..38 {
         let dst = format!("/nodes/pth/Acme/My First Vault/t/c{i}");
-        let tmp = "/nodes/pth/Acme/My First Vault/c".to_string();
-        last = call(
-            &s,
-            &alice,
-            Method::POST,
-            &format!("{v}/t"),
-            serde_json::json!({"copy": {"dst_uri": tmp, "replace": "fail"}}),
-        )
-        .await;
+        last = transfer("copy", "t", "/nodes/pth/Acme/My First Vault/c".into()).await;
         if last.0 != 200 {
             break;
         }
-        let moved = call(
-            &s,
-            &alice,
-            Method::POST,
-            &format!("{v}/c"),
-            serde_json::json!({"move": {"dst_uri": dst, "replace": "fail"}}),
-        )
-        .await;
+        let moved = transfer("move", "c", dst).await;
         assert_eq!(moved, (200, "ok".into()));
         doubled += 1;
     }
@@ -734,14 +714,7 @@ async fn copies_and_accounts_are_bounded() {
     // Folders until the account's quota of nodes.
     let mut i = 0;
     let refused = loop {
-        let r = call(
-            &s,
-            &alice,
-            Method::PUT,
-            &format!("{v}/f{i}"),
-            serde_json::json!({}),
-        )
-        .await;
+        let r = mkdir(&s, &alice, &format!("{v}/f{i}")).await;
         if r.0 != 200 {
             break r;
         }
@@ -752,30 +725,10 @@ async fn copies_and_accounts_are_bounded() {
     // Bob is not affected; his quota of bytes is his own.
     let bv = "/nodes/pth/Bobco/My%20First%20Vault";
     assert_eq!(
-        call(
-            &s,
-            &bob,
-            Method::PUT,
-            &format!("{bv}/d"),
-            serde_json::json!({})
-        )
-        .await,
+        mkdir(&s, &bob, &format!("{bv}/d")).await,
         (200, "ok".into())
     );
-    let r: serde_json::Value = client_from("127.0.0.1")
-        .put(s.url(bv))
-        .basic_auth(&bob.email, Some(&bob.token))
-        .json(&serde_json::json!({"create_file": [{"name": "big.bin"}]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = r["message"]["children"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = new_file(&s, &bob, bv, "big.bin").await;
     let announce = async |len: u64| {
         call(
             &s,
@@ -912,17 +865,14 @@ async fn names_are_nfc_without_control_characters() {
         )
         .await
     };
+    // A request on the node `name` of the vault.
+    let at = async |method: Method, name: &str, body: serde_json::Value| {
+        call(&s, &a, method, &format!("{v}/{}", enc(name)), body).await
+    };
     assert_eq!(create("e\u{301}te\u{301}.txt").await, (200, "ok".into()));
     assert_eq!(create("\u{e9}t\u{e9}.txt").await, (200, "ok".into()));
     assert_eq!(
-        call(
-            &s,
-            &a,
-            Method::PUT,
-            &format!("{v}/{}", enc("cafe\u{301}")),
-            serde_json::json!({})
-        )
-        .await,
+        at(Method::PUT, "cafe\u{301}", serde_json::json!({})).await,
         (200, "ok".into())
     );
     let list: serde_json::Value = client_from("127.0.0.1")
@@ -945,14 +895,7 @@ async fn names_are_nfc_without_control_characters() {
     // Either spelling reaches it.
     for spelling in ["e\u{301}te\u{301}.txt", "\u{e9}t\u{e9}.txt"] {
         assert_eq!(
-            call(
-                &s,
-                &a,
-                Method::GET,
-                &format!("{v}/{}", enc(spelling)),
-                serde_json::json!({})
-            )
-            .await,
+            at(Method::GET, spelling, serde_json::json!({})).await,
             (200, "ok".into()),
             "{spelling:?}"
         );
@@ -966,24 +909,15 @@ async fn names_are_nfc_without_control_characters() {
     ] {
         assert_eq!(create(bad).await, (400, "bad_path".into()), "{bad:?}");
         assert_eq!(
-            call(
-                &s,
-                &a,
-                Method::PUT,
-                &format!("{v}/{}", enc(bad)),
-                serde_json::json!({})
-            )
-            .await,
+            at(Method::PUT, bad, serde_json::json!({})).await,
             (400, "bad_path".into()),
             "{bad:?}"
         );
         let dst = format!("/nodes/pth/N/My First Vault/{bad}");
         assert_eq!(
-            call(
-                &s,
-                &a,
+            at(
                 Method::POST,
-                &format!("{v}/{}", enc("\u{e9}t\u{e9}.txt")),
+                "\u{e9}t\u{e9}.txt",
                 serde_json::json!({"move": {"dst_uri": dst, "replace": "fail"}}),
             )
             .await,

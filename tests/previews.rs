@@ -206,8 +206,12 @@ async fn not_ready_is_409_then_rendered_once_threads_start() {
     let acme = store.ensure_account("Acme").unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let app = vaultfs::server::router(store.clone(), Default::default());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    tokio::spawn(vaultfs::server::serve(
+        listener,
+        store.clone(),
+        Default::default(),
+        std::future::pending(),
+    ));
     let token = common::login(&base, "a@acme.test", "pw").await;
     let remote = RemoteBackend::new(RemoteConfig::new(&base, "a@acme.test", &token)).unwrap();
     let local = LocalBackend::for_account(store.clone(), acme);
