@@ -4,7 +4,7 @@
 use rusqlite::Connection;
 
 /// Bumped when the schema changes; `migrate` brings older databases forward.
-const VERSION: i64 = 4;
+const VERSION: i64 = 5;
 
 const V1: &str = "
 CREATE TABLE nodes (
@@ -173,6 +173,24 @@ CREATE TRIGGER usage_version_removed AFTER DELETE ON versions WHEN OLD.committed
 END;
 ";
 
+/// Previews are made once per content, but what an account is told of one is its own
+/// (issue 19, item 8): `render_ns` is how long a preview took to make, and `preview_access`
+/// when each account may see it ready: an account that asks for a preview made before it was
+/// interested waits as long as making it took, so "ready at once" does not tell that another
+/// account holds the same bytes. A preview made again (after eviction) starts afresh.
+const V5: &str = "
+ALTER TABLE previews ADD COLUMN render_ns INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE preview_access (
+    account_id INTEGER NOT NULL,
+    blob       TEXT NOT NULL,
+    ready_on   INTEGER NOT NULL,       -- ns; 0: as the preview is
+    PRIMARY KEY (account_id, blob)
+);
+CREATE TRIGGER previews_drop_access AFTER DELETE ON previews BEGIN
+    DELETE FROM preview_access WHERE blob = OLD.blob;
+END;
+";
+
 /// Opens the connection's pragmas and brings the schema to the current version.
 pub fn prepare(conn: &mut Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
@@ -193,7 +211,7 @@ pub fn prepare(conn: &mut Connection) -> rusqlite::Result<()> {
         tx.pragma_update(None, "user_version", 1)?;
         tx.commit()?;
     }
-    for (to, sql) in [(2, V2), (3, V3), (4, V4)] {
+    for (to, sql) in [(2, V2), (3, V3), (4, V4), (5, V5)] {
         if version < to {
             let tx = conn.transaction()?;
             tx.execute_batch(sql)?;
