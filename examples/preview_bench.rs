@@ -167,10 +167,10 @@ async fn main() {
         .add_user("bench@example.com", "Bench", "bench-password")
         .unwrap();
     let pin = store
-        .sign_in_for_pin("bench@example.com", "bench-password", "vaultfs")
+        .sign_in_for_pin("bench@example.com", "bench-password", "vaultfs", "")
         .unwrap();
     let token = store
-        .exchange_pin("bench@example.com", "vaultfs", &pin)
+        .exchange_pin("bench@example.com", "vaultfs", &pin, "")
         .unwrap()
         .token;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -385,10 +385,10 @@ async fn backend_for(store: &Arc<Store>, remote: bool) -> Either {
         return Either::Local(LocalBackend::for_account(store.clone(), acct));
     }
     let pin = store
-        .sign_in_for_pin("bench@example.com", "bench-password", "vaultfs")
+        .sign_in_for_pin("bench@example.com", "bench-password", "vaultfs", "")
         .unwrap();
     let token = store
-        .exchange_pin("bench@example.com", "vaultfs", &pin)
+        .exchange_pin("bench@example.com", "vaultfs", &pin, "")
         .unwrap()
         .token;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

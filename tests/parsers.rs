@@ -78,3 +78,24 @@ proptest! {
         prop_assert_eq!(env.into_result(status).is_ok(), success);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// The names the built-in store creates: whatever is accepted is valid, in NFC, free of
+    /// control and bidirectional characters, and stays itself when given again.
+    #[test]
+    fn new_names_are_nfc_and_clean(name in prop_oneof![
+        any::<String>(),
+        "([a-z]|e\u{301}|\u{e9}|A\u{30a}|\u{212b}|\u{202e}|\u{200f}|\n|\u{1b}|\u{85}|\u{7f}){1,12}",
+    ]) {
+        if let Ok(n) = vaultfs::api::path::new_name(&name) {
+            prop_assert!(validate_name(&n).is_ok());
+            prop_assert_eq!(vaultfs::api::path::nfc(&n), n.clone());
+            let bad = |c: char| c.is_control()
+                || matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+            prop_assert!(!n.chars().any(bad), "{:?}", n);
+            prop_assert_eq!(vaultfs::api::path::new_name(&n).unwrap(), n);
+        }
+    }
+}

@@ -206,8 +206,12 @@ async fn not_ready_is_409_then_rendered_once_threads_start() {
     let acme = store.ensure_account("Acme").unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let app = vaultfs::server::router(store.clone(), Default::default());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    tokio::spawn(vaultfs::server::serve(
+        listener,
+        store.clone(),
+        Default::default(),
+        std::future::pending(),
+    ));
     let token = common::login(&base, "a@acme.test", "pw").await;
     let remote = RemoteBackend::new(RemoteConfig::new(&base, "a@acme.test", &token)).unwrap();
     let local = LocalBackend::for_account(store.clone(), acme);
@@ -754,4 +758,63 @@ fn a_preview_asked_for_in_the_mount_goes_first(via: Via) {
         .count();
     assert_eq!(unasked, 0, "small files rendered without being asked for");
     m.unmount();
+}
+
+/// Another account's bytes cannot be confirmed through previews (issue 19, item 8): Bob uploads
+/// the bytes Alice has, under another name, and asks for their preview. It is made once, but
+/// Bob is told it is in progress first, for as long as making it took, as for bytes nobody had
+/// (before: `Ready` at once, which told him somebody holds them). Then it is ready for him too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_preview_made_for_another_account_is_not_ready_at_once() {
+    let s = common::TestServer::start().await;
+    let remote_of = |c: &common::Creds| {
+        RemoteBackend::new(RemoteConfig::new(&s.base, &c.email, &c.token)).unwrap()
+    };
+    let alice = remote_of(&s.user("alice@example.com", "Acme").await);
+    let bob = remote_of(&s.user("bob@example.com", "Bobco").await);
+    let settle = async |b: &RemoteBackend, id: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let st = b.preview(id).await.unwrap().status;
+            if st != PreviewStatus::InProgress {
+                return st;
+            }
+            assert!(Instant::now() < deadline, "still in progress after 60 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let text = sample_text();
+    let theirs = put(
+        &alice,
+        &NodePath::parse_uri("/nodes/pth/Acme/My First Vault").unwrap(),
+        "secret.txt",
+        &text,
+    )
+    .await;
+    assert_eq!(settle(&alice, &theirs).await, PreviewStatus::Ready);
+    let mine = put(
+        &bob,
+        &NodePath::parse_uri("/nodes/pth/Bobco/My First Vault").unwrap(),
+        "guess.txt",
+        &text,
+    )
+    .await;
+    assert_eq!(
+        bob.preview(&mine).await.unwrap().status,
+        PreviewStatus::InProgress,
+        "a preview made for another account is ready at once"
+    );
+    let e = bob
+        .preview_page(&mine, 1, Default::default())
+        .await
+        .err()
+        .expect("a page before it is ready");
+    assert_eq!(e.kind, ErrorKind::Conflict, "{e}");
+    assert_eq!(settle(&bob, &mine).await, PreviewStatus::Ready);
+    // Alice, who waited for it the first time, is not made to wait again.
+    assert_eq!(
+        alice.preview(&theirs).await.unwrap().status,
+        PreviewStatus::Ready
+    );
+    assert!(s.store.check_integrity().unwrap().is_empty());
 }

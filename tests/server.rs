@@ -897,15 +897,16 @@ async fn authentication_and_account_isolation() {
         "forbidden",
     );
     assert_error(&bob.get("/nodes/pth/NoSuchAccount").await, 403, "forbidden");
+    // By ID: not found, as an unused ID (tests/abuse.rs compares the two).
     assert_error(
         &bob.get(&format!("/files/id/Document/{id}")).await,
-        403,
-        "forbidden",
+        404,
+        "not_found",
     );
     assert_error(
         &bob.get(&format!("/preview/id/Document/{id}")).await,
-        403,
-        "forbidden",
+        404,
+        "not_found",
     );
     assert_error(
         &bob.call(
@@ -914,8 +915,8 @@ async fn authentication_and_account_isolation() {
             Some(json!({"length": 1})),
         )
         .await,
-        403,
-        "forbidden",
+        404,
+        "not_found",
     );
     assert_error(
         &bob.call(Method::DELETE, &format!("{VAULT}/secret.txt"), None)
@@ -1024,10 +1025,10 @@ async fn pin_exchange_errors_page_and_lockout() {
         .unwrap();
     assert_eq!(unknown.status(), 400);
 
-    // The same pin is shown on every visit.
+    // Each sign-in shows a new pin, which replaces the one before.
+    let pin0 = pin_in(&sign_in(&s, "right password").await).unwrap();
     let pin1 = pin_in(&sign_in(&s, "right password").await).unwrap();
-    let pin2 = pin_in(&sign_in(&s, "right password").await).unwrap();
-    assert_eq!(pin1, pin2);
+    assert_ne!(pin0, pin1);
     assert_eq!(pin1.len(), 8);
 
     let auth = |body: Value| {
@@ -1065,6 +1066,8 @@ async fn pin_exchange_errors_page_and_lockout() {
     );
     assert_error(&auth(json!({"user_email": "nobody@example.com", "pin_info": {"client_id": "vaultfs", "pin": 1}})).await, 401, "invalid_pin");
 
+    let replaced = json!({"user_email": "carol@example.com", "pin_info": {"client_id": "vaultfs", "pin": pin0.parse::<u64>().unwrap()}});
+    assert_error(&auth(replaced).await, 401, "invalid_pin");
     let good = json!({"user_email": "carol@example.com", "pin_info": {"client_id": "vaultfs", "pin": pin1.parse::<u64>().unwrap()}});
     let (st, v) = auth(good.clone()).await;
     assert_eq!(st, 200, "{v}");
@@ -1072,13 +1075,15 @@ async fn pin_exchange_errors_page_and_lockout() {
     assert_eq!(v["message"]["expires_in"], 14 * 24 * 3600);
     assert!(v["message"]["token"].as_str().unwrap().len() >= 40);
 
+    // A pin works once.
+    assert_error(&auth(good.clone()).await, 401, "invalid_pin");
     // Five wrong pins lock the exchange, even for the right pin.
     let wrong_pin: u64 = if pin1 == "12345678" {
         87654321
     } else {
         12345678
     };
-    for _ in 0..5 {
+    for _ in 0..4 {
         let bad = json!({"user_email": "carol@example.com", "pin_info": {"client_id": "vaultfs", "pin": wrong_pin}});
         assert_error(&auth(bad).await, 401, "invalid_pin");
     }
@@ -1771,13 +1776,17 @@ const BOB_VAULT: &str = "/nodes/pth/Bobco/My%20First%20Vault";
 
 /// 520 uploads that send one byte and then nothing, and 520 downloads nobody reads (more than
 /// tokio's 512 blocking threads, which each used to pin), all by one user: every request of
-/// another user still answers. (Before the fix none did.) Limits are raised here so that only
-/// the way transfers wait is tested; the next test covers the limits.
+/// another user still answers. (Before the fix none did.) Limits (transfers and connections)
+/// are raised here so that only the way transfers wait is tested; the next test and
+/// tests/abuse.rs cover the limits.
 #[tokio::test(flavor = "multi_thread")]
 async fn stalled_transfers_do_not_stop_the_server() {
     let options = vaultfs::server::ServerOptions {
         max_transfers_per_user: 100_000,
         transfer_idle_timeout: Duration::from_secs(600),
+        header_timeout: Duration::from_secs(600),
+        max_connections: 100_000,
+        max_connections_per_source: 100_000,
         ..Default::default()
     };
     let s = TestServer::start_with(Default::default(), options).await;

@@ -59,6 +59,37 @@ pub fn validate_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Characters that reorder how text is displayed (bidirectional overrides, embeddings, isolates
+/// and marks): in a name they make `evil\u{202e}fdp.exe` show as `evilexe.pdf`.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// The name of a node being created in the built-in store (a folder, a file, a copy's or a
+/// move's destination), as it is stored: in Unicode NFC, so the two spellings of `é` are one
+/// name; without control characters (C0, DEL, C1: a newline or an escape sequence in a name
+/// breaks scripts and terminals) or bidirectional controls. Besides, [`validate_name`]'s rules.
+/// Names already stored, and names a server sends the client, are taken as they are.
+pub fn new_name(name: &str) -> Result<String> {
+    validate_name(name)?;
+    if let Some(c) = name.chars().find(|&c| c.is_control() || is_bidi_control(c)) {
+        return Err(Error::bad_path(format!(
+            "a name cannot contain the control character U+{:04X}",
+            c as u32
+        )));
+    }
+    let nfc = nfc(name);
+    validate_name(&nfc)?;
+    Ok(nfc)
+}
+
+/// `s` in Unicode normalization form C (how the built-in store keeps and looks up names).
+pub fn nfc(s: &str) -> String {
+    icu_normalizer::ComposingNormalizerBorrowed::new_nfc()
+        .normalize(s)
+        .into_owned()
+}
+
 /// The error of a path over [`MAX_PATH_DEPTH`] segments.
 pub fn path_too_deep(depth: usize) -> Error {
     Error::bad_request(
@@ -285,6 +316,29 @@ mod tests {
         }
         assert!(NodePath::parse_encoded(&format!("/{}", "x".repeat(256))).is_err());
         assert!(NodePath::parse_encoded(&format!("/{}", "x".repeat(255))).is_ok());
+    }
+
+    #[test]
+    fn new_names_are_nfc_without_control_characters() {
+        assert_eq!(
+            new_name("e\u{301}te\u{301}.txt").unwrap(),
+            "\u{e9}t\u{e9}.txt"
+        );
+        assert_eq!(new_name("plain name.txt").unwrap(), "plain name.txt");
+        assert_eq!(new_name("日本語").unwrap(), "日本語");
+        for bad in [
+            "a\nb",
+            "tab\there",
+            "\u{1b}[2Jx",
+            "del\u{7f}",
+            "c1\u{85}",
+            "evil\u{202e}fdp.exe",
+            "iso\u{2066}late",
+            "mark\u{200f}",
+        ] {
+            let e = new_name(bad).unwrap_err();
+            assert_eq!(e.code, "bad_path", "{bad:?}");
+        }
     }
 
     #[test]

@@ -2,9 +2,15 @@
 //! (mode 0600, in a 0700 folder). One request per connection, one line each way:
 //! `status` -> the mount's [`Status`] as JSON; `unmount` -> `{"unmounting":true}` at once, then
 //! the [`Shutdown`] as JSON once the mount has ended and its uploads are done or journaled.
+//!
+//! The folder may be `/tmp/vaultfs-<uid>` (no `XDG_RUNTIME_DIR`), which another local user could
+//! create first and fill with a socket of theirs. So, as ssh-agent and tmux do, both sides use
+//! the folder only if it is a real directory owned by this user and closed to others, and each
+//! checks who is at the other end of a connection (`SO_PEERCRED`): the same user (or root, for
+//! the daemon).
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -23,6 +29,71 @@ pub fn runtime_dir() -> PathBuf {
         0 => PathBuf::from("/run/vaultfs"),
         uid => std::env::temp_dir().join(format!("vaultfs-{uid}")),
     }
+}
+
+fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// `dir` is a directory (not a link to one) of this user that others cannot enter.
+fn check_private_dir(dir: &Path) -> Result<(), String> {
+    let m = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !m.file_type().is_dir() || m.uid() != euid() || m.mode() & 0o077 != 0 {
+        return Err(format!(
+            "{} is not a private folder of this user (owner {}, mode {:o}): another user may have \
+             made it; remove it, or set XDG_RUNTIME_DIR",
+            dir.display(),
+            m.uid(),
+            m.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+/// Makes the control sockets' folder, or checks the one that is there.
+fn private_dir(dir: &Path) -> Result<(), String> {
+    if let Some(parent) = dir.parent() {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            // Ours but opened up (an older vaultfs, a chmod): closed again. Not ours: refused.
+            if let Ok(m) = std::fs::symlink_metadata(dir) {
+                if m.file_type().is_dir() && m.uid() == euid() && m.mode() & 0o077 != 0 {
+                    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+                }
+            }
+        }
+        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+    }
+    check_private_dir(dir)
+}
+
+/// The user at the other end of a Unix socket.
+fn peer_uid(s: &UnixStream) -> std::io::Result<u32> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt fills a ucred of ours, of the size given.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(cred.uid)
 }
 
 /// The mount point as the daemon names it: canonical where it can be resolved.
@@ -66,8 +137,7 @@ pub fn start(
 ) -> std::io::Result<Server> {
     let path = socket_path(mountpoint);
     let dir = path.parent().expect("socket in a folder");
-    std::fs::create_dir_all(dir)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    private_dir(dir).map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e))?;
     // A socket left by a daemon that died: this mount point is ours now.
     let _ = std::fs::remove_file(&path);
     let listener = {
@@ -82,6 +152,14 @@ pub fn start(
             let Ok((conn, _)) = listener.accept().await else {
                 continue;
             };
+            // Only this user (or root) may ask; the socket's mode says so too.
+            match conn.peer_cred().map(|c| c.uid()) {
+                Ok(uid) if uid == euid() || uid == 0 => {}
+                other => {
+                    log::warn!("control socket: refused a connection from {other:?}");
+                    continue;
+                }
+            }
             let (control, info, busy) = (control.clone(), info.clone(), busy2.clone());
             tokio::spawn(async move {
                 if let Err(e) = serve_one(conn, control, info, busy).await {
@@ -141,15 +219,36 @@ impl Server {
     }
 }
 
-/// A connection to the daemon of `mountpoint`, `None` if no daemon listens there.
-fn connect(mountpoint: &Path) -> Option<UnixStream> {
+/// A connection to the daemon of `mountpoint`: `None` if no daemon listens there, an error if
+/// the folder or the answering process is not this user's.
+fn connect(mountpoint: &Path) -> Option<Result<UnixStream, String>> {
     connect_path(&socket_path(mountpoint))
 }
 
-fn connect_path(path: &Path) -> Option<UnixStream> {
+fn connect_path(path: &Path) -> Option<Result<UnixStream, String>> {
+    let dir = path.parent()?;
+    if std::fs::symlink_metadata(dir).is_err() {
+        return None;
+    }
+    if let Err(e) = check_private_dir(dir) {
+        return Some(Err(e));
+    }
     let s = UnixStream::connect(path).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    Some(s)
+    Some((|| {
+        match peer_uid(&s) {
+            Ok(uid) if uid == euid() => {}
+            Ok(uid) => {
+                return Err(format!(
+                    "{} is answered by another user (uid {uid}), not by a vaultfs of yours",
+                    path.display()
+                ));
+            }
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        }
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .map_err(|e| e.to_string())?;
+        Ok(s)
+    })())
 }
 
 fn read_status(mut s: UnixStream) -> Result<Status, String> {
@@ -163,7 +262,7 @@ fn read_status(mut s: UnixStream) -> Result<Status, String> {
 
 /// The status of the daemon of `mountpoint`, `None` if none runs there.
 pub fn status(mountpoint: &Path) -> Option<Result<Status, String>> {
-    connect(mountpoint).map(read_status)
+    connect(mountpoint).map(|c| c.and_then(read_status))
 }
 
 /// The status of every daemon with a control socket.
@@ -175,7 +274,7 @@ pub fn status_all() -> Vec<Status> {
         .filter_map(|e| e.ok())
         .filter(|e| e.path().extension().is_some_and(|x| x == "sock"))
         .filter_map(|e| connect_path(&e.path()))
-        .filter_map(|s| read_status(s).ok())
+        .filter_map(|c| c.and_then(read_status).ok())
         .collect();
     all.sort_by(|a, b| a.mountpoint.cmp(&b.mountpoint));
     all
@@ -184,7 +283,10 @@ pub fn status_all() -> Vec<Status> {
 /// Asks the daemon of `mountpoint` to unmount and waits (at most `wait`) until it has; `None`
 /// if no daemon listens there.
 pub fn unmount(mountpoint: &Path, wait: Duration) -> Option<Result<Shutdown, String>> {
-    let mut s = connect(mountpoint)?;
+    let mut s = match connect(mountpoint)? {
+        Ok(s) => s,
+        Err(e) => return Some(Err(e)),
+    };
     Some((|| {
         s.set_read_timeout(Some(wait)).map_err(|e| e.to_string())?;
         s.write_all(b"unmount\n").map_err(|e| e.to_string())?;

@@ -26,9 +26,11 @@ pub struct LoginArgs {
     /// Your e-mail address on that service
     #[arg(long, value_name = "EMAIL")]
     email: String,
-    /// The pin shown after authorizing (otherwise asked for on the terminal)
-    #[arg(long, env = "VAULTFS_PIN", value_name = "PIN", hide_env_values = true)]
-    pin: Option<String>,
+    /// Read a pin you already have from standard input (a line) instead of starting the flow;
+    /// `VAULTFS_PIN` in the environment does the same. A pin is never taken from the command
+    /// line, where other users of the machine see it (`ps`, /proc/PID/cmdline)
+    #[arg(long)]
+    pin_stdin: bool,
     /// Print the authorization URL without opening a browser
     #[arg(long)]
     no_browser: bool,
@@ -306,9 +308,11 @@ fn check_pin(pin: &str) -> Result<String, String> {
 pub fn login(args: LoginArgs) -> Result<(), Box<dyn std::error::Error>> {
     let server = normalize_server(&args.server);
     let rt = tokio::runtime::Runtime::new()?;
-    let pin = match args.pin {
-        // A pin at hand (it stays the same until revoked): straight to the exchange.
+    let from_env = std::env::var("VAULTFS_PIN").ok().filter(|p| !p.is_empty());
+    let pin = match from_env {
+        // A pin at hand: straight to the exchange.
         Some(pin) => check_pin(&pin)?,
+        None if args.pin_stdin => check_pin(&read_pin()?)?,
         None => {
             let remote = anonymous(&server)?;
             let sent = rt

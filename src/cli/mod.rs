@@ -114,16 +114,34 @@ struct ServeArgs {
     /// Lifetime of the tokens handed out by `/pin/auth`, in seconds (default: 14 days)
     #[arg(long, default_value_t = 14 * 24 * 3600, value_name = "SECONDS")]
     token_ttl: u64,
-    /// Base URL of this server as browsers reach it, for the authorization link
-    /// [default: http://<Host header of the request>]
-    #[arg(long, value_name = "URL")]
+    /// Base URL of this server as browsers reach it (http or https), for the authorization
+    /// link. Without it, only clients on this machine can log in (a link from a request's Host
+    /// header could send users anywhere)
+    #[arg(long, value_name = "URL", value_parser = parse_public_url)]
     public_url: Option<String>,
+    /// Files and folders one account may hold; more are refused with 507 quota_exceeded
+    #[arg(long, default_value_t = crate::store::DEFAULT_MAX_NODES_PER_ACCOUNT, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_nodes_per_account: u64,
+    /// Bytes one account may hold, every version counted (suffixes K, M, G, T allowed)
+    /// [default: no limit]
+    #[arg(long, value_parser = mount::parse_size, value_name = "BYTES")]
+    max_bytes_per_account: Option<u64>,
+    /// Files and folders one request (a copy) may create; more are refused with 413
+    /// too_many_nodes
+    #[arg(long, default_value_t = crate::store::DEFAULT_MAX_NODES_PER_REQUEST, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_nodes_per_request: u64,
+    /// Minutes a pin shown on the authorization page may wait to be exchanged (once)
+    #[arg(long, default_value_t = 15, value_name = "MINUTES",
+          value_parser = clap::value_parser!(u64).range(1..=7 * 24 * 60))]
+    pin_ttl: u64,
     /// Threads rendering previews asked for, and as many for the background (idle priority)
     /// [default: half the cores]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     preview_workers: Option<u16>,
-    /// Seconds an upload may send nothing, or a download's client read nothing, before the
-    /// transfer is cut off
+    /// Seconds a request body (an upload's or any other) may send nothing, or a client read
+    /// nothing of an answer, before the request is cut off
     #[arg(long, default_value_t = server::DEFAULT_TRANSFER_IDLE_SECS, value_name = "SECONDS",
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     transfer_idle_timeout: u64,
@@ -138,6 +156,20 @@ struct ServeArgs {
     #[arg(long, default_value_t = server::DEFAULT_PASSWORD_QUEUE as u64, value_name = "N",
           value_parser = clap::value_parser!(u64).range(0..=100_000))]
     password_queue: u64,
+    /// Seconds within which a request's head must arrive; also how long an idle kept-alive
+    /// connection stays open
+    #[arg(long, default_value_t = server::DEFAULT_HEADER_TIMEOUT_SECS, value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    header_timeout: u64,
+    /// Connections open at once (more wait to be accepted); lowered to what the open-file limit
+    /// allows
+    #[arg(long, default_value_t = server::DEFAULT_MAX_CONNECTIONS as u64, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_connections: u64,
+    /// Connections one source address may hold at once; more are closed at once
+    #[arg(long, default_value_t = server::DEFAULT_MAX_CONNECTIONS_PER_SOURCE as u64, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_connections_per_source: u64,
     #[command(flatten)]
     previews: PreviewArgs,
 }
@@ -261,10 +293,29 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     }
 }
 
+/// `--public-url`: an http(s) address with a host, as browsers will be sent to it.
+fn parse_public_url(s: &str) -> Result<String, String> {
+    let url = reqwest::Url::parse(s).map_err(|e| format!("not a web address: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err("an http:// or https:// address with a host".into());
+    }
+    Ok(s.trim_end_matches('/').to_string())
+}
+
 fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
+    if args.public_url.is_none() && !args.listen.ip().is_loopback() {
+        log::warn!(
+            "no --public-url: users on other machines cannot log in (set it to the address \
+             browsers reach this server at)"
+        );
+    }
     let config = args.previews.apply(StoreConfig {
         max_file_size: args.max_file_size,
         token_ttl: Duration::from_secs(args.token_ttl),
+        pin_ttl: Duration::from_secs(args.pin_ttl * 60),
+        max_nodes_per_account: args.max_nodes_per_account,
+        max_bytes_per_account: args.max_bytes_per_account.unwrap_or(u64::MAX),
+        max_nodes_per_request: args.max_nodes_per_request,
         ..StoreConfig::default()
     });
     let dir = args.data.path();
@@ -285,6 +336,9 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             .password_checks
             .map_or_else(server::limits::cores, |n| n as usize),
         password_queue: args.password_queue as usize,
+        header_timeout: Duration::from_secs(args.header_timeout),
+        max_connections: server::connections_within_open_file_limit(args.max_connections as usize),
+        max_connections_per_source: args.max_connections_per_source as usize,
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {

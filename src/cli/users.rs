@@ -33,7 +33,7 @@ pub enum UserCommand {
         #[command(flatten)]
         data: DataDir,
     },
-    /// Revoke every token of a user (they must log in again).
+    /// Revoke every token and pin of a user (they must log in again).
     Revoke {
         email: String,
         #[command(flatten)]
@@ -90,7 +90,7 @@ pub fn user(cmd: UserCommand) -> CmdResult {
         }
         UserCommand::Revoke { email, data } => {
             let n = open(&data)?.revoke_tokens(&email)?;
-            println!("revoked {n} token(s) of {email}");
+            println!("revoked {n} token(s) of {email}, and any pin not yet used");
         }
     }
     Ok(())

@@ -141,8 +141,9 @@ pub(crate) fn private_dir(dir: &std::path::Path) -> io::Result<()> {
 
 /// The read cache keeps each cached file open, and every file being written has its staging
 /// file open: the soft limit of open files (often 1,024) goes up to the hard limit, so a large
-/// tree copied in or read does not end in EMFILE.
-fn raise_open_file_limit() {
+/// tree copied in or read does not end in EMFILE. (`vaultfs serve` too, for its connections.)
+/// Returns the limit now in force.
+pub(crate) fn raise_open_file_limit() -> libc::rlim_t {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -154,9 +155,12 @@ fn raise_open_file_limit() {
             lim.rlim_cur = lim.rlim_max;
             if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
                 log::debug!("open files: limit raised from {before} to {}", lim.rlim_max);
+            } else {
+                lim.rlim_cur = before;
             }
         }
     }
+    lim.rlim_cur
 }
 
 /// auto_unmount goes through fusermount3 (from fuse3), which allows the kernel's allow_other

@@ -97,8 +97,7 @@ fn send(d: Download, ctype: &str) -> Response {
         (status = 200, description = "The bytes, with `ETag` (the md5), `Last-Modified`, `Accept-Ranges: bytes` and a Content-Type from the name", content_type = "*/*", body = Vec<u8>),
         (status = 206, description = "The range, with `Content-Range`", content_type = "*/*", body = Vec<u8>),
         (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
-        (status = 403, description = "`forbidden`: another account's file", body = ErrorEnvelope),
-        (status = 404, description = "`not_found`", body = ErrorEnvelope),
+        (status = 404, description = "`not_found`: no such file (another account's file is not found either)", body = ErrorEnvelope),
         (status = 416, description = "`bad_range`: malformed, several ranges, or past the end", body = ErrorEnvelope),
         (status = 503, description = "`too_many_transfers`: the user runs the most uploads and downloads allowed at once (`Retry-After`)", body = ErrorEnvelope),
     ),
@@ -125,7 +124,7 @@ pub async fn download(
         .map(RangeRequest::parse)
         .transpose()?;
     // Held by the body until it is sent, or dropped with its connection.
-    let slot = state.limits.transfers.take(caller.user_id)?;
+    let slot = state.limits.transfer(caller.user_id)?;
     let mut d = caller.backend.download(&id, range).await?;
     d.body = holding(d.body, slot);
     let ctype = content_type(&d.node.name);
@@ -142,8 +141,7 @@ pub async fn download(
     responses(
         (status = 200, description = "The preview's status and pages", body = PreviewEnvelope),
         (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
-        (status = 403, description = "`forbidden`: another account's file", body = ErrorEnvelope),
-        (status = 404, description = "`not_found`", body = ErrorEnvelope),
+        (status = 404, description = "`not_found`: no such file (another account's file is not found either)", body = ErrorEnvelope),
     ),
     security(("basic" = [])),
 )]
@@ -184,7 +182,6 @@ fn bounded(q: &HashMap<String, String>, name: &str, max: u32) -> Result<Option<u
         (status = 200, description = "The page image or the PDF", content_type = "*/*", body = Vec<u8>),
         (status = 400, description = "`bad_parameter`", body = ErrorEnvelope),
         (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
-        (status = 403, description = "`forbidden`: another account's file", body = ErrorEnvelope),
         (status = 404, description = "`not_found`, `preview_not_supported`, or a page past the end", body = ErrorEnvelope),
         (status = 409, description = "`preview_not_ready`: still `InProgress`", body = ErrorEnvelope),
         (status = 503, description = "`too_many_transfers` (the PDF): the user runs the most uploads and downloads allowed at once (`Retry-After`)", body = ErrorEnvelope),
@@ -198,7 +195,7 @@ pub async fn preview_page(
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult {
     if page == "pdf" {
-        let slot = state.limits.transfers.take(caller.user_id)?;
+        let slot = state.limits.transfer(caller.user_id)?;
         let mut d = caller.backend.preview_pdf(&id).await?;
         d.body = holding(d.body, slot);
         return Ok(send(d, "application/pdf"));

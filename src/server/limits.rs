@@ -2,9 +2,9 @@
 //!
 //! - **Transfers** (upload step 3, downloads, preview PDFs) hold no thread while they wait for
 //!   the network (the disk I/O of each chunk is a short blocking task). A request body that sends
-//!   nothing for `transfer_idle_timeout` is aborted ([`idle_limited`]); a connection whose client
-//!   reads nothing of an answer for as long is closed ([`StallGuard`], on every connection of
-//!   [`GuardedListener`]). One user runs at most `max_transfers_per_user` at once
+//!   nothing for `transfer_idle_timeout` is aborted ([`idle_limited`], on every request); a
+//!   connection whose client reads nothing of an answer for as long is closed ([`StallGuard`], on
+//!   every connection: see `conn`). One user runs at most `max_transfers_per_user` at once
 //!   ([`TransferSlots`]); beyond that: 503 `too_many_transfers` with `Retry-After`.
 //! - **Password checks** (argon2id, ~19 MiB and tens of milliseconds each) run at most
 //!   `password_checks` at once (the cores, by default) with at most `password_queue` waiting
@@ -12,8 +12,8 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::hash::Hash;
 use std::io;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,7 +23,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 
@@ -47,70 +46,84 @@ impl Limits {
     }
 }
 
-// ----- transfers per user -----
+// ----- counted slots: transfers per user, connections per source -----
 
-/// Counts the transfers each user has running.
-pub struct TransferSlots {
-    per_user: usize,
-    running: Mutex<HashMap<i64, usize>>,
+/// At most `per_key` of something (transfers of a user, connections of a source address) at
+/// once for each key.
+pub struct Slots<K> {
+    per_key: usize,
+    running: Mutex<HashMap<K, usize>>,
 }
 
-/// One running transfer; its slot is free again when this is dropped (the transfer ended,
-/// failed, or its connection went away).
-pub struct TransferSlot {
-    slots: Arc<TransferSlots>,
-    user: i64,
+/// One slot taken; free again when this is dropped (the transfer or connection ended, failed,
+/// or went away).
+pub struct Slot<K: Eq + Hash + Copy> {
+    slots: Arc<Slots<K>>,
+    key: K,
 }
 
-impl TransferSlots {
-    pub fn new(per_user: usize) -> TransferSlots {
-        TransferSlots {
-            per_user: per_user.max(1),
+impl<K: Eq + Hash + Copy> Slots<K> {
+    pub fn new(per_key: usize) -> Slots<K> {
+        Slots {
+            per_key: per_key.max(1),
             running: Mutex::new(HashMap::new()),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, usize>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<K, usize>> {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A slot for one more transfer of `user`, or 503 `too_many_transfers`.
-    pub fn take(self: &Arc<Self>, user: i64) -> Result<TransferSlot, Error> {
+    /// A slot for one more of `key`, or `None` when it holds `per_key` already.
+    pub fn take(self: &Arc<Self>, key: K) -> Option<Slot<K>> {
         let mut running = self.lock();
-        let n = running.entry(user).or_insert(0);
-        if *n >= self.per_user {
-            return Err(Error::new(
+        let n = running.entry(key).or_insert(0);
+        if *n >= self.per_key {
+            return None;
+        }
+        *n += 1;
+        Some(Slot {
+            slots: self.clone(),
+            key,
+        })
+    }
+
+    /// Slots `key` holds (tests, status).
+    pub fn running(&self, key: K) -> usize {
+        self.lock().get(&key).copied().unwrap_or(0)
+    }
+}
+
+impl<K: Eq + Hash + Copy> Drop for Slot<K> {
+    fn drop(&mut self) {
+        let mut running = self.slots.lock();
+        if let Some(n) = running.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                running.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// The transfers (upload step 3, downloads, preview PDFs) of each user.
+pub type TransferSlots = Slots<i64>;
+pub type TransferSlot = Slot<i64>;
+
+impl Limits {
+    /// A slot for one more transfer of `user`, or 503 `too_many_transfers`.
+    pub fn transfer(&self, user: i64) -> Result<TransferSlot, Error> {
+        self.transfers.take(user).ok_or_else(|| {
+            Error::new(
                 ErrorKind::Unavailable,
                 "too_many_transfers",
                 format!(
                     "you have {} uploads and downloads running, the most this server allows at once; \
                      try again when one has finished",
-                    self.per_user
+                    self.transfers.per_key
                 ),
-            ));
-        }
-        *n += 1;
-        Ok(TransferSlot {
-            slots: self.clone(),
-            user,
+            )
         })
-    }
-
-    /// Transfers running for `user` (tests, status).
-    pub fn running(&self, user: i64) -> usize {
-        self.lock().get(&user).copied().unwrap_or(0)
-    }
-}
-
-impl Drop for TransferSlot {
-    fn drop(&mut self) {
-        let mut running = self.slots.lock();
-        if let Some(n) = running.get_mut(&self.user) {
-            *n -= 1;
-            if *n == 0 {
-                running.remove(&self.user);
-            }
-        }
     }
 }
 
@@ -120,6 +133,15 @@ pub fn holding(body: ByteStream, slot: TransferSlot) -> ByteStream {
         let _ = &slot;
         item
     }))
+}
+
+/// A request body's error as an I/O error: the one [`idle_limited`] made (`TimedOut`) is kept as
+/// it is.
+pub fn io_error(e: axum::Error) -> io::Error {
+    match e.into_inner().downcast::<io::Error>() {
+        Ok(e) => *e,
+        Err(e) => io::Error::other(e),
+    }
 }
 
 /// A request body that fails with `TimedOut` when no bytes come for `idle`.
@@ -240,33 +262,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for StallGuard<S> {
     }
 }
 
-/// A TCP listener whose connections are [`StallGuard`]ed.
-pub struct GuardedListener {
-    inner: TcpListener,
-    limit: Duration,
-}
-
-impl GuardedListener {
-    pub fn new(inner: TcpListener, limit: Duration) -> GuardedListener {
-        GuardedListener { inner, limit }
-    }
-}
-
-impl axum::serve::Listener for GuardedListener {
-    type Io = StallGuard<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        // TcpListener's own accept retries (and backs off on errors such as EMFILE).
-        let (io, addr) = axum::serve::Listener::accept(&mut self.inner).await;
-        (StallGuard::new(io, self.limit), addr)
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.inner.local_addr()
-    }
-}
-
 // ----- password hashing -----
 
 /// At most `running` password checks at once, at most `queue` more waiting for their turn.
@@ -331,15 +326,18 @@ mod tests {
 
     #[test]
     fn transfer_slots_are_per_user_and_come_back() {
-        let slots = Arc::new(TransferSlots::new(2));
-        let a1 = slots.take(1).unwrap();
-        let _a2 = slots.take(1).unwrap();
-        let e = slots.take(1).err().unwrap();
+        let limits = Limits::new(&crate::server::ServerOptions {
+            max_transfers_per_user: 2,
+            ..Default::default()
+        });
+        let a1 = limits.transfer(1).unwrap();
+        let _a2 = limits.transfer(1).unwrap();
+        let e = limits.transfer(1).err().unwrap();
         assert_eq!((e.status(), e.code.as_ref()), (503, "too_many_transfers"));
-        let _b = slots.take(2).unwrap();
+        let _b = limits.transfer(2).unwrap();
         drop(a1);
-        let _a3 = slots.take(1).unwrap();
-        assert_eq!(slots.running(1), 2);
+        let _a3 = limits.transfer(1).unwrap();
+        assert_eq!(limits.transfers.running(1), 2);
     }
 
     #[tokio::test]

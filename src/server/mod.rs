@@ -2,6 +2,7 @@
 //! local backend scoped to the caller's account.
 
 mod auth;
+mod conn;
 mod context;
 mod files;
 pub mod limits;
@@ -40,12 +41,22 @@ pub struct ServerOptions {
     pub password_checks: usize,
     /// Sign-ins that may wait for a password check; beyond: 503 with Retry-After.
     pub password_queue: usize,
+    /// The head of a request, and the next one on a kept-alive connection, must come within
+    /// this (see [`conn`]).
+    pub header_timeout: Duration,
+    /// Connections open at once; more wait to be accepted.
+    pub max_connections: usize,
+    /// Connections one source address may hold; more are closed at once.
+    pub max_connections_per_source: usize,
 }
 
 /// Defaults of the limits (`vaultfs serve --help` shows them).
 pub const DEFAULT_TRANSFER_IDLE_SECS: u64 = 60;
 pub const DEFAULT_MAX_TRANSFERS_PER_USER: usize = 128;
 pub const DEFAULT_PASSWORD_QUEUE: usize = 64;
+pub const DEFAULT_HEADER_TIMEOUT_SECS: u64 = 30;
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+pub const DEFAULT_MAX_CONNECTIONS_PER_SOURCE: usize = 256;
 
 impl Default for ServerOptions {
     fn default() -> Self {
@@ -56,6 +67,9 @@ impl Default for ServerOptions {
             max_transfers_per_user: DEFAULT_MAX_TRANSFERS_PER_USER,
             password_checks: limits::cores(),
             password_queue: DEFAULT_PASSWORD_QUEUE,
+            header_timeout: Duration::from_secs(DEFAULT_HEADER_TIMEOUT_SECS),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_source: DEFAULT_MAX_CONNECTIONS_PER_SOURCE,
         }
     }
 }
@@ -118,12 +132,16 @@ pub fn router(store: Arc<Store>, options: ServerOptions) -> Router {
         ))
     })
     .layer(DefaultBodyLimit::max(options.max_json_body))
+    .layer(axum::middleware::from_fn_with_state(
+        options.transfer_idle_timeout,
+        conn::body_idle_limited,
+    ))
     .layer(axum::middleware::from_fn(context::request_context))
     .with_state(state)
 }
 
 /// Serves until `shutdown` resolves (see [`shutdown_signal`]), then finishes the requests in
-/// flight.
+/// flight. The connections are bounded and timed as [`conn`] says.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     store: Arc<Store>,
@@ -132,19 +150,22 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let addr: SocketAddr = listener.local_addr()?;
     log::info!("serving {} on http://{addr}", store.dir().display());
-    let listener = guarded(listener, &options);
-    axum::serve(listener, router(store, options))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let app = router(store, options.clone());
+    conn::serve(listener, app, &options, shutdown).await
 }
 
-/// The listener to serve [`router`] on: its connections are closed when their client reads
-/// nothing for `transfer_idle_timeout` (see [`limits::StallGuard`]).
-pub fn guarded(
-    listener: tokio::net::TcpListener,
-    options: &ServerOptions,
-) -> limits::GuardedListener {
-    limits::GuardedListener::new(listener, options.transfer_idle_timeout)
+/// `wanted` connections, or fewer when the open-file limit (raised to its hard limit first) could
+/// not hold two descriptors for each (its socket and a file being downloaded) and some to spare:
+/// a server out of descriptors accepts nothing, for anyone.
+pub fn connections_within_open_file_limit(wanted: usize) -> usize {
+    let limit = crate::fs::raise_open_file_limit() as usize;
+    let fits = limit.saturating_sub(64) / 2;
+    if wanted > fits {
+        log::warn!(
+            "--max-connections {wanted} lowered to {fits}: the open-file limit is {limit} (ulimit -n)"
+        );
+    }
+    wanted.min(fits).max(1)
 }
 
 /// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called, so call it

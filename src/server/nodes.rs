@@ -116,7 +116,7 @@ pub async fn get(caller: Caller, uri: Uri, Query(q): Query<HashMap<String, Strin
         (status = 404, description = "`not_found`: the parent folder", body = ErrorEnvelope),
         (status = 409, description = "A node of that name exists (folder), or a folder of that name (file)", body = ErrorEnvelope),
         (status = 413, description = "`body_too_large`", body = ErrorEnvelope),
-        (status = 507, description = "`insufficient_storage`: the store's disk is full", body = ErrorEnvelope),
+        (status = 507, description = "`insufficient_storage`: the store's disk is full; `quota_exceeded`: the account holds the most files and folders allowed", body = ErrorEnvelope),
     ),
     security(("basic" = [])),
 )]
@@ -184,8 +184,8 @@ pub async fn put(caller: Caller, uri: Uri, body: Bytes) -> ApiResult {
         (status = 403, description = "`forbidden`: source or destination outside the caller's account, or an account or vault", body = ErrorEnvelope),
         (status = 404, description = "`not_found`: the source or the destination's folder", body = ErrorEnvelope),
         (status = 409, description = "The destination exists and `replace` is `fail`, or is of the other kind", body = ErrorEnvelope),
-        (status = 413, description = "`body_too_large`", body = ErrorEnvelope),
-        (status = 507, description = "`insufficient_storage`", body = ErrorEnvelope),
+        (status = 413, description = "`body_too_large`; `too_many_nodes`: a copy of more nodes than one request may create", body = ErrorEnvelope),
+        (status = 507, description = "`insufficient_storage`; `quota_exceeded`: the copy would take the account over its quota", body = ErrorEnvelope),
     ),
     security(("basic" = [])),
 )]
@@ -338,10 +338,9 @@ pub async fn delete_root(caller: Caller, uri: Uri) -> ApiResult {
         (status = 200, description = "The file, with `fileExProperties.upload_uri` for step 3", body = NodeEnvelope),
         (status = 400, description = "`bad_json`, `missing_parameter`, `bad_parameter`", body = ErrorEnvelope),
         (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
-        (status = 403, description = "`forbidden`: another account's file", body = ErrorEnvelope),
-        (status = 404, description = "`not_found`: no such file", body = ErrorEnvelope),
+        (status = 404, description = "`not_found`: no such file (another account's file is not found either)", body = ErrorEnvelope),
         (status = 413, description = "`file_too_large`, `body_too_large`", body = ErrorEnvelope),
-        (status = 507, description = "`insufficient_storage`", body = ErrorEnvelope),
+        (status = 507, description = "`insufficient_storage`; `quota_exceeded`: the version would take the account over its quota of bytes", body = ErrorEnvelope),
     ),
     security(("basic" = [])),
 )]
@@ -373,13 +372,12 @@ pub async fn begin_version(caller: Caller, Path(id): Path<String>, body: Bytes) 
         (status = 200, description = "The file; the new version is current", body = NodeEnvelope),
         (status = 400, description = "`length_mismatch`, `checksum_mismatch`: the file keeps its previous content", body = ErrorEnvelope),
         (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
-        (status = 403, description = "`forbidden`: another account's file", body = ErrorEnvelope),
         (status = 404, description = "`not_found`: no such file or pending version", body = ErrorEnvelope),
         (status = 409, description = "The version is no longer pending", body = ErrorEnvelope),
         (status = 413, description = "`file_too_large`", body = ErrorEnvelope),
         (status = 415, description = "`unsupported_media_type`: not `application/binary`", body = ErrorEnvelope),
         (status = 503, description = "`too_many_transfers`: the user runs the most uploads and downloads allowed at once (`Retry-After`)", body = ErrorEnvelope),
-        (status = 507, description = "`insufficient_storage`", body = ErrorEnvelope),
+        (status = 507, description = "`insufficient_storage`; `quota_exceeded`: the bytes would take the account over its quota", body = ErrorEnvelope),
     ),
     security(("basic" = [])),
 )]
@@ -414,9 +412,9 @@ pub async fn upload(
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     // Held until the upload ends, fails or its connection goes away.
-    let _slot = state.limits.transfers.take(caller.user_id)?;
-    let stream = body.into_data_stream().map_err(std::io::Error::other);
-    let stream = super::limits::idle_limited(stream, state.limits.transfer_idle);
+    let _slot = state.limits.transfer(caller.user_id)?;
+    // Already idle-limited, as every request body is (`conn::body_idle_limited`).
+    let stream = Box::pin(body.into_data_stream().map_err(super::limits::io_error));
     Ok(ok(caller
         .backend
         .upload(&id, &version, length, stream)

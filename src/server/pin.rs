@@ -1,5 +1,6 @@
 //! The pin exchange (spec §5, DESIGN.md §2): `/pin/end`, `/pin/auth`, and the authorization page
-//! where a user signs in and is shown their pin. The page is plain HTML with no JavaScript.
+//! where a user signs in and is shown their pin. The page is plain HTML with no JavaScript, may
+//! not be framed or cached, and takes its form only from its own origin.
 
 use std::collections::HashMap;
 
@@ -10,6 +11,7 @@ use axum::response::{Html, IntoResponse, Response};
 use bytes::Bytes;
 
 use super::AppState;
+use super::conn::Source;
 use super::nodes::parse_json;
 use super::openapi::{
     ErrorEnvelope, PinAuthEnvelope, PinAuthRequest as PinAuthBody, PinEndEnvelope,
@@ -35,16 +37,47 @@ fn required(v: Option<String>, name: &str) -> Result<String, Error> {
         .ok_or_else(|| Error::missing(name))
 }
 
-/// The base URL the user's browser reaches this server at.
-fn base_url(state: &AppState, headers: &HeaderMap) -> String {
+/// The base URL the user's browser reaches this server at: the configured public URL, never a
+/// request's Host header (which a client or a proxy's client chooses). Without one, only a
+/// client on this machine is answered, with the address it connected to.
+fn base_url(state: &AppState, source: &Source) -> Result<String, Error> {
     if let Some(u) = &state.options.public_url {
-        return u.trim_end_matches('/').to_string();
+        return Ok(u.trim_end_matches('/').to_string());
     }
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("localhost");
-    format!("http://{host}")
+    match source.0 {
+        Some(peer) if peer.is_loopback() => Ok(format!("http://{}", peer.local)),
+        _ => Err(Error::bad_request(
+            "no_public_url",
+            "this server does not know the address browsers reach it at; \
+             its operator sets it with `vaultfs serve --public-url`",
+        )),
+    }
+}
+
+/// Whether a form post comes from this server's own page: a browser says where the form was
+/// (`Origin`, else `Referer`) and whether that was another site (`Sec-Fetch-Site`); a client
+/// that is no browser says nothing and is let through (it could not be made to post by a
+/// page). The origin expected is the public URL's, or the one the browser asked for (`Host`).
+fn same_origin(state: &AppState, headers: &HeaderMap) -> bool {
+    let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    if text(header::HeaderName::from_static("sec-fetch-site"))
+        .is_some_and(|s| s.eq_ignore_ascii_case("cross-site"))
+    {
+        return false;
+    }
+    let origin_of = |url: &str| {
+        reqwest::Url::parse(url)
+            .ok()
+            .map(|u| u.origin().ascii_serialization())
+    };
+    let Some(sent) = text(header::ORIGIN).or_else(|| text(header::REFERER)) else {
+        return true;
+    };
+    let expected = match &state.options.public_url {
+        Some(u) => origin_of(u),
+        None => text(header::HOST).and_then(|h| origin_of(&format!("http://{h}"))),
+    };
+    expected.is_some() && origin_of(sent) == expected
 }
 
 #[utoipa::path(
@@ -56,12 +89,12 @@ fn base_url(state: &AppState, headers: &HeaderMap) -> String {
     request_body(content = PinEndBody, content_type = "application/json"),
     responses(
         (status = 200, description = "`authorization_uri`: the page to visit", body = PinEndEnvelope),
-        (status = 400, description = "`missing_parameter`, `unknown_client`, `bad_json`", body = ErrorEnvelope),
+        (status = 400, description = "`missing_parameter`, `unknown_client`, `bad_json`; `no_public_url`: a client on another machine while the server has no `--public-url`", body = ErrorEnvelope),
         (status = 413, description = "`body_too_large`", body = ErrorEnvelope),
     ),
     security(()),
 )]
-pub async fn end(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> ApiResult {
+pub async fn end(State(state): State<AppState>, source: Source, body: Bytes) -> ApiResult {
     let req: PinEndRequest = parse_json(&body)?;
     let client_id = required(req.client_id, "client_id")?;
     let store = state.store.clone();
@@ -75,7 +108,7 @@ pub async fn end(State(state): State<AppState>, headers: HeaderMap, body: Bytes)
     }
     let uri = format!(
         "{}/pin/authorize?client_id={}",
-        base_url(&state, &headers),
+        base_url(&state, &source)?,
         encode_segment(&client_id)
     );
     Ok(ok(PinEndResponse {
@@ -95,18 +128,19 @@ pub async fn end(State(state): State<AppState>, headers: HeaderMap, body: Bytes)
         (status = 400, description = "`missing_parameter`, `unknown_client`, `bad_json`", body = ErrorEnvelope),
         (status = 401, description = "`invalid_pin`", body = ErrorEnvelope),
         (status = 413, description = "`body_too_large`", body = ErrorEnvelope),
-        (status = 429, description = "`too_many_attempts`: 5 failures in 15 minutes lock the user's exchange", body = ErrorEnvelope),
+        (status = 429, description = "`too_many_attempts`: after 5 failures for one e-mail from one address, that pair waits (1 minute, doubling)", body = ErrorEnvelope),
     ),
     security(()),
 )]
-pub async fn auth(State(state): State<AppState>, body: Bytes) -> ApiResult {
+pub async fn auth(State(state): State<AppState>, source: Source, body: Bytes) -> ApiResult {
     let req: PinAuthRequest = parse_json(&body)?;
     let email = required(req.user_email, "user_email")?;
     let info = req.pin_info.ok_or_else(|| Error::missing("pin_info"))?;
     let client_id = required(info.client_id, "pin_info.client_id")?;
     let pin = required(info.pin, "pin_info.pin")?;
     let store = state.store.clone();
-    let issued = blocking(move || store.exchange_pin(&email, &client_id, &pin)).await?;
+    let source = source.key();
+    let issued = blocking(move || store.exchange_pin(&email, &client_id, &pin, &source)).await?;
     log::info!(
         "issued a token to {} for {} seconds",
         issued.email,
@@ -164,8 +198,21 @@ fn form(client_id: &str, email: &str, error: Option<&str>) -> String {
     )
 }
 
+/// Every page: no script, style only inline, the form posted only here, never framed (against
+/// clickjacking), never cached (it may show a pin), no address leaked to other sites.
 fn html(status: StatusCode, body: String) -> Response {
-    (status, Html(body)).into_response()
+    let headers = [
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; \
+             frame-ancestors 'none'; base-uri 'none'",
+        ),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::CACHE_CONTROL, "no-store"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    ];
+    (status, headers, Html(body)).into_response()
 }
 
 /// GET `/pin/authorize?client_id=...`: the sign-in form.
@@ -214,6 +261,7 @@ pub async fn page(
         (status = 200, description = "The pin (a page)", content_type = "text/html", body = String),
         (status = 400, description = "The form again: e-mail or password missing", content_type = "text/html", body = String),
         (status = 401, description = "The form again: wrong e-mail address or password", content_type = "text/html", body = String),
+        (status = 403, description = "A page: the form was posted from another site (`Origin`, `Referer`, `Sec-Fetch-Site`)", content_type = "text/html", body = String),
         (status = 413, description = "`body_too_large`", body = ErrorEnvelope),
         (status = 415, description = "`unsupported_media_type`: not a form", body = ErrorEnvelope),
         (status = 429, description = "The form again: too many failed attempts", content_type = "text/html", body = String),
@@ -223,9 +271,21 @@ pub async fn page(
 )]
 pub async fn sign_in(
     State(state): State<AppState>,
+    source: Source,
+    headers: HeaderMap,
     Form(f): Form<HashMap<String, String>>,
 ) -> Response {
     let client_id = f.get("client_id").cloned().unwrap_or_default();
+    if !same_origin(&state, &headers) {
+        return html(
+            StatusCode::FORBIDDEN,
+            page_html(
+                "Not signed in",
+                "<p class=\"error\">This form was sent from another site. Open the \
+                 authorization link you were given and sign in there.</p>",
+            ),
+        );
+    }
     let email = f
         .get("email")
         .map(|s| s.trim().to_string())
@@ -258,11 +318,11 @@ pub async fn sign_in(
         }
     };
     let store = state.store.clone();
-    let (e2, c2) = (email.clone(), client_id.clone());
+    let (e2, c2, source) = (email.clone(), client_id.clone(), source.key());
     // The turn ends with the check itself, even if this request is dropped meanwhile.
     match blocking(move || {
         let _turn = turn;
-        store.sign_in_for_pin(&e2, &password, &c2)
+        store.sign_in_for_pin(&e2, &password, &c2, &source)
     })
     .await
     {
@@ -275,8 +335,10 @@ pub async fn sign_in(
                     &format!(
                         "<p>Enter this pin in <b>{cid}</b> (for the vaultfs CLI: at the prompt of \
                          <code>vaultfs login</code>):</p><p><code id=\"pin\">{pin}</code></p>\
-                         <p>It stays the same for this application until it is revoked.</p>",
-                        cid = escape(&client_id)
+                         <p>It works once, within {minutes} minutes. Signing in again gives a new \
+                         one.</p>",
+                        cid = escape(&client_id),
+                        minutes = state.store.config().pin_ttl.as_secs().div_ceil(60),
                     ),
                 ),
             )

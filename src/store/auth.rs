@@ -1,7 +1,11 @@
 //! Users, registered clients, pins and delegation tokens of `vaultfs serve` (DESIGN.md §2).
 //!
-//! Passwords are argon2id hashes; tokens are 256 random bits kept only as their sha256; five
-//! failures in fifteen minutes lock a user's pin exchange (or sign-in) with 429.
+//! Passwords are argon2id hashes; tokens are 256 random bits kept only as their sha256; pins are
+//! kept as a keyed hash (HMAC-SHA256 under `pin.key`, a file of the data dir, so a copy of the
+//! database alone cannot be searched for them), are used once and expire. Failed sign-ins and
+//! pin exchanges are counted per e-mail address (known or not) and source address, before the
+//! check runs: five lock that pair out with a doubling backoff, which an attacker cannot aim at
+//! someone else's sign-in.
 
 use std::time::Duration;
 
@@ -17,8 +21,13 @@ use crate::api::{Error, ErrorKind, Result};
 
 /// The client ID that is always registered; the vaultfs CLI uses it.
 pub const DEFAULT_CLIENT: &str = "vaultfs";
+/// Failures of one (e-mail, source) pair before it must wait.
 const MAX_FAILURES: i64 = 5;
-const FAILURE_WINDOW: Duration = Duration::from_secs(15 * 60);
+/// The wait after the fifth failure; it doubles with each further one, up to `MAX_BACKOFF`.
+const FIRST_BACKOFF: Duration = Duration::from_secs(60);
+const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+/// Failures older than this are forgotten.
+const FAILURE_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
 /// Who a request acts for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,6 +85,43 @@ fn dummy_hash() -> &'static str {
 
 fn token_hash(token: &str) -> Vec<u8> {
     Sha256::digest(token.as_bytes()).to_vec()
+}
+
+/// HMAC-SHA256 (RFC 2104) of `msg` under `key` (at most one block long).
+fn hmac_sha256(key: &[u8; 32], msg: &[u8]) -> [u8; 32] {
+    let pad = |byte: u8| {
+        let mut p = [byte; 64];
+        p.iter_mut().zip(key).for_each(|(p, k)| *p ^= k);
+        p
+    };
+    let inner = Sha256::new()
+        .chain_update(pad(0x36))
+        .chain_update(msg)
+        .finalize();
+    Sha256::new()
+        .chain_update(pad(0x5c))
+        .chain_update(inner)
+        .finalize()
+        .into()
+}
+
+/// The stored form of a pin: keyed, and bound to its user and client.
+fn pin_hash(key: &[u8; 32], user_id: i64, client_id: &str, pin: &str) -> Vec<u8> {
+    hmac_sha256(key, format!("{user_id}\0{client_id}\0{pin}").as_bytes()).to_vec()
+}
+
+/// Equality that takes as long whatever the first difference.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+/// The wait imposed after `failures` recent failures of one (e-mail, source) pair.
+fn backoff(failures: i64) -> Duration {
+    if failures < MAX_FAILURES {
+        return Duration::ZERO;
+    }
+    let doublings = (failures - MAX_FAILURES).min(16) as u32;
+    (FIRST_BACKOFF * 2u32.pow(doublings)).min(MAX_BACKOFF)
 }
 
 fn validate_email(email: &str) -> Result<()> {
@@ -159,19 +205,24 @@ impl Store {
         Ok(())
     }
 
-    /// Revokes every token of a user; returns how many were live.
+    /// Revokes every token and pin of a user; returns how many tokens were live.
     pub fn revoke_tokens(&self, email: &str) -> Result<usize> {
-        let conn = self.lock();
-        let user: i64 = conn
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let user: i64 = tx
             .query_row("SELECT id FROM users WHERE email = ?1", [email], |r| {
                 r.get(0)
             })
             .optional()?
             .ok_or_else(|| Error::not_found(format!("no user {email}")))?;
-        Ok(conn.execute(
+        let n = tx.execute(
             "UPDATE tokens SET revoked = 1 WHERE user_id = ?1 AND revoked = 0",
             [user],
-        )?)
+        )?;
+        // A pin not yet exchanged would otherwise give a new token after the revocation.
+        tx.execute("DELETE FROM pins WHERE user_id = ?1", [user])?;
+        tx.commit()?;
+        Ok(n)
     }
 
     pub fn add_client(&self, client_id: &str) -> Result<()> {
@@ -212,39 +263,50 @@ impl Store {
         }
     }
 
-    /// 429 once a user has too many recent failures of this kind.
-    fn check_lockout(&self, user_id: i64, kind: Attempt) -> Result<()> {
+    /// Counts an attempt of `kind` by `source` for `email` before it is checked, atomically (the
+    /// store's lock): 429 while the pair waits out its backoff; otherwise the attempt is counted
+    /// as a failure until [`Store::attempt_succeeded`] clears the pair's count. So concurrent
+    /// attempts cannot all be checked before the first failures are seen.
+    fn begin_attempt(&self, email: &str, source: &str, kind: Attempt) -> Result<()> {
         let conn = self.lock();
-        let since = now_ns() - FAILURE_WINDOW.as_nanos() as i64;
-        let n: i64 = conn.query_row(
-            "SELECT count(*) FROM auth_failures WHERE user_id = ?1 AND kind = ?2 AND at > ?3",
-            params![user_id, kind.as_str(), since],
-            |r| r.get(0),
-        )?;
-        if n >= MAX_FAILURES {
+        let now = now_ns();
+        let email = email.to_lowercase();
+        let (n, last): (i64, Option<i64>) = conn
+            .prepare_cached(
+                "SELECT count(*), max(at) FROM auth_attempts
+                 WHERE email = ?1 AND source = ?2 AND kind = ?3 AND at > ?4",
+            )?
+            .query_row(
+                params![
+                    email,
+                    source,
+                    kind.as_str(),
+                    now - FAILURE_WINDOW.as_nanos() as i64
+                ],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
+        let wait_until = last.unwrap_or(0) + backoff(n).as_nanos() as i64;
+        if n >= MAX_FAILURES && wait_until > now {
+            let minutes = (wait_until - now + 59_999_999_999) / 60_000_000_000;
             return Err(Error::new(
                 ErrorKind::TooManyRequests,
                 "too_many_attempts",
-                "too many failed attempts; try again in 15 minutes",
+                format!("too many failed attempts; try again in {minutes} minute(s)"),
             ));
         }
+        conn.prepare_cached(
+            "INSERT INTO auth_attempts (email, source, kind, at) VALUES (?1, ?2, ?3, ?4)",
+        )?
+        .execute(params![email, source, kind.as_str(), now])?;
         Ok(())
     }
 
-    fn record_failure(&self, user_id: i64, kind: Attempt) -> Result<()> {
+    /// The attempt begun by [`Store::begin_attempt`] was right: the pair starts afresh.
+    fn attempt_succeeded(&self, email: &str, source: &str, kind: Attempt) -> Result<()> {
         let conn = self.lock();
         conn.execute(
-            "INSERT INTO auth_failures (user_id, kind, at) VALUES (?1, ?2, ?3)",
-            params![user_id, kind.as_str(), now_ns()],
-        )?;
-        Ok(())
-    }
-
-    fn clear_failures(&self, user_id: i64, kind: Attempt) -> Result<()> {
-        let conn = self.lock();
-        conn.execute(
-            "DELETE FROM auth_failures WHERE user_id = ?1 AND kind = ?2",
-            params![user_id, kind.as_str()],
+            "DELETE FROM auth_attempts WHERE email = ?1 AND source = ?2 AND kind = ?3",
+            params![email.to_lowercase(), source, kind.as_str()],
         )?;
         Ok(())
     }
@@ -260,11 +322,21 @@ impl Store {
             .optional()?)
     }
 
-    /// The sign-in of the authorization page: returns the user's pin for `client_id`, created on
-    /// first use. The argon2 check runs without the store's lock held.
-    pub fn sign_in_for_pin(&self, email: &str, password: &str, client_id: &str) -> Result<String> {
+    /// The sign-in of the authorization page from `source` (the client's address): returns a
+    /// new pin for `client_id`, which replaces any earlier one and expires unused after the pin
+    /// lifetime. The argon2 check runs without the store's lock held.
+    pub fn sign_in_for_pin(
+        &self,
+        email: &str,
+        password: &str,
+        client_id: &str,
+        source: &str,
+    ) -> Result<String> {
         self.require_client(client_id)?;
         let bad = || Error::auth("invalid_credentials", "wrong e-mail address or password");
+        // Counted before the check, for known and unknown e-mails alike: the answers do not
+        // tell which exist.
+        self.begin_attempt(email, source, Attempt::Password)?;
         let Some((user_id, hash)) = self.user_by_email(email)? else {
             // The same check against a dummy hash: the same cost (and memory) as a real one, so
             // timing does not tell which e-mails exist.
@@ -273,79 +345,85 @@ impl Store {
             }
             return Err(bad());
         };
-        self.check_lockout(user_id, Attempt::Password)?;
         let parsed = PasswordHash::new(&hash)
             .map_err(|e| Error::internal(format!("stored hash unreadable: {e}")))?;
         if Argon2::default()
             .verify_password(password.as_bytes(), &parsed)
             .is_err()
         {
-            self.record_failure(user_id, Attempt::Password)?;
             return Err(bad());
         }
-        self.clear_failures(user_id, Attempt::Password)?;
-        let conn = self.lock();
-        let existing: Option<String> = conn
-            .query_row(
-                "SELECT pin FROM pins WHERE user_id = ?1 AND client_id = ?2",
-                params![user_id, client_id],
-                |r| r.get(0),
-            )
-            .optional()?;
-        if let Some(pin) = existing {
-            return Ok(pin);
-        }
+        self.attempt_succeeded(email, source, Attempt::Password)?;
         // Eight digits without a leading zero, so it survives being sent as a JSON number.
         let pin = rand::rng()
             .random_range(10_000_000u32..100_000_000)
             .to_string();
+        let now = now_ns();
+        let conn = self.lock();
         conn.execute(
-            "INSERT INTO pins (user_id, client_id, pin, created_on) VALUES (?1, ?2, ?3, ?4)",
-            params![user_id, client_id, pin, now_ns()],
+            "INSERT OR REPLACE INTO pins (user_id, client_id, hash, created_on, expires_on)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                user_id,
+                client_id,
+                pin_hash(&self.pin_key, user_id, client_id, &pin),
+                now,
+                now + self.config.pin_ttl.as_nanos() as i64
+            ],
         )?;
         Ok(pin)
     }
 
-    /// `/pin/auth`: exchanges a pin for a delegation token.
-    pub fn exchange_pin(&self, email: &str, client_id: &str, pin: &str) -> Result<IssuedToken> {
+    /// `/pin/auth` from `source`: exchanges a pin for a delegation token. A pin is used once.
+    pub fn exchange_pin(
+        &self,
+        email: &str,
+        client_id: &str,
+        pin: &str,
+        source: &str,
+    ) -> Result<IssuedToken> {
         self.require_client(client_id)?;
         let invalid = || Error::auth("invalid_pin", "wrong pin for this user and client");
+        self.begin_attempt(email, source, Attempt::Pin)?;
         let Some((user_id, _)) = self.user_by_email(email)? else {
             return Err(invalid());
         };
-        self.check_lockout(user_id, Attempt::Pin)?;
-        let stored: Option<String> = {
-            let conn = self.lock();
-            conn.query_row(
-                "SELECT pin FROM pins WHERE user_id = ?1 AND client_id = ?2",
-                params![user_id, client_id],
-                |r| r.get(0),
-            )
-            .optional()?
-        };
-        if stored.as_deref() != Some(pin.trim()) {
-            self.record_failure(user_id, Attempt::Pin)?;
-            return Err(invalid());
-        }
-        self.clear_failures(user_id, Attempt::Pin)?;
         let mut raw = [0u8; 32];
         rand::rng().fill(&mut raw);
         let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw);
         let ttl = self.config.token_ttl;
         let now = now_ns();
-        let conn = self.lock();
-        conn.execute(
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        // Taken, checked and issued in one transaction: a pin gives one token.
+        let stored: Option<Vec<u8>> = tx
+            .query_row(
+                "DELETE FROM pins WHERE user_id = ?1 AND client_id = ?2 AND expires_on > ?3
+                 RETURNING hash",
+                params![user_id, client_id, now],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let given = pin_hash(&self.pin_key, user_id, client_id, pin.trim());
+        if !stored.is_some_and(|h| same(&h, &given)) {
+            // The transaction rolls back: a wrong guess does not burn the pin.
+            return Err(invalid());
+        }
+        tx.execute(
             "INSERT INTO tokens (hash, user_id, client_id, created_on, expires_on) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![token_hash(&token), user_id, client_id, now, now + ttl.as_nanos() as i64],
         )?;
-        let email: String =
-            conn.query_row("SELECT email FROM users WHERE id = ?1", [user_id], |r| {
+        let user_email: String =
+            tx.query_row("SELECT email FROM users WHERE id = ?1", [user_id], |r| {
                 r.get(0)
             })?;
+        tx.commit()?;
+        drop(conn);
+        self.attempt_succeeded(email, source, Attempt::Pin)?;
         Ok(IssuedToken {
             token,
             expires_in: ttl,
-            email,
+            email: user_email,
         })
     }
 
@@ -387,5 +465,30 @@ impl Store {
             "UPDATE tokens SET expires_on = ?2 WHERE user_id = (SELECT id FROM users WHERE email = ?1)",
             params![email, now_ns()],
         )?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hmac_is_rfc_4231() {
+        // RFC 4231 test case 2 ("Jefe"), the key zero-padded to 32 bytes as HMAC pads it anyway.
+        let mut key = [0u8; 32];
+        key[..4].copy_from_slice(b"Jefe");
+        let mac = hmac_sha256(&key, b"what do ya want for nothing?");
+        assert_eq!(
+            crate::api::digest::hex(&mac),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_from_the_fifth_failure() {
+        assert_eq!(backoff(4), Duration::ZERO);
+        assert_eq!(backoff(5), FIRST_BACKOFF);
+        assert_eq!(backoff(6), FIRST_BACKOFF * 2);
+        assert_eq!(backoff(1000), MAX_BACKOFF);
     }
 }

@@ -36,6 +36,13 @@ pub use put::PutFile;
 pub const FIRST_VAULT: &str = "My First Vault";
 /// The account of the built-in store that `vaultfs mount` uses.
 pub const LOCAL_ACCOUNT: &str = "Local";
+/// How long a pin may wait to be exchanged, by default.
+pub const DEFAULT_PIN_TTL: Duration = Duration::from_secs(15 * 60);
+/// Files and folders an account of `vaultfs serve` may hold, by default.
+pub const DEFAULT_MAX_NODES_PER_ACCOUNT: u64 = 1_000_000;
+/// Nodes one request may create, by default: a copy at this bound holds the store's lock for a
+/// fraction of a second.
+pub const DEFAULT_MAX_NODES_PER_REQUEST: u64 = 10_000;
 /// Pending versions never uploaded are dropped after this long.
 const PENDING_VERSION_TTL: Duration = Duration::from_secs(24 * 3600);
 
@@ -56,6 +63,14 @@ pub struct StoreConfig {
     pub previews: PreviewMode,
     /// Bound of the previews on disk, in bytes (`--preview-cache-size`).
     pub preview_cache_size: u64,
+    /// How long a pin may wait to be exchanged (`--pin-ttl`).
+    pub pin_ttl: Duration,
+    /// Quotas of each account of `vaultfs serve` (files and folders; bytes of every version
+    /// kept); the built-in store of a mount has none (`Scope::All`).
+    pub max_nodes_per_account: u64,
+    pub max_bytes_per_account: u64,
+    /// Nodes one request (a copy) may create.
+    pub max_nodes_per_request: u64,
 }
 
 impl Default for StoreConfig {
@@ -65,6 +80,10 @@ impl Default for StoreConfig {
             token_ttl: Duration::from_secs(14 * 24 * 3600),
             previews: PreviewMode::default(),
             preview_cache_size: DEFAULT_PREVIEW_CACHE_SIZE,
+            pin_ttl: DEFAULT_PIN_TTL,
+            max_nodes_per_account: DEFAULT_MAX_NODES_PER_ACCOUNT,
+            max_bytes_per_account: u64::MAX,
+            max_nodes_per_request: DEFAULT_MAX_NODES_PER_REQUEST,
         }
     }
 }
@@ -79,6 +98,8 @@ pub struct Store {
     sync_mode: put::SyncMode,
     previews: previews::Previews,
     config: StoreConfig,
+    /// The key of the pins' hashes (`pin.key`, beside the database but not in it).
+    pin_key: [u8; 32],
     /// A shared lock on `lock` for as long as the store is open.
     _lock: fs::File,
 }
@@ -98,6 +119,32 @@ pub(crate) fn now_ns() -> i64 {
 
 pub fn ns_to_time(ns: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(ns.max(0) as u64)
+}
+
+/// The 32 random bytes in `path`, written (mode 0600) on first use.
+fn secret_key(path: &Path) -> Result<[u8; 32]> {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut key = [0u8; 32];
+    match fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(mut f) => {
+            rand::Rng::fill(&mut rand::rng(), &mut key);
+            f.write_all(&key)?;
+            f.sync_all()?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            fs::File::open(path)?
+                .read_exact(&mut key)
+                .map_err(|e| Error::internal(format!("{} is not a key: {e}", path.display())))?;
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok(key)
 }
 
 impl From<rusqlite::Error> for Error {
@@ -127,6 +174,7 @@ impl Store {
         // Alone with the store (no server, mount or CLI has it open): clean up after crashes.
         // Otherwise another process may be mid-upload, and its staging files are not garbage.
         let alone = flock(&lock, libc::LOCK_EX | libc::LOCK_NB);
+        let pin_key = secret_key(&dir.join("pin.key"))?;
         let mut conn = Connection::open(dir.join("vault.db"))?;
         schema::prepare(&mut conn)?;
         previews::migrate(&conn)?;
@@ -145,6 +193,7 @@ impl Store {
             blobs,
             previews,
             config,
+            pin_key,
             _lock: lock,
         };
         if alone {
@@ -250,6 +299,29 @@ impl Store {
         )?;
         if unused > 0 {
             problems.push(format!("{unused} blob(s) recorded but used by no version"));
+        }
+        // The counts the quotas read, against the tree they count.
+        let mut wrong = conn.prepare(
+            "WITH real AS (SELECT n.account_id AS a, count(*) AS nodes,
+                 (SELECT coalesce(sum(v.length), 0) FROM versions v JOIN nodes m ON m.id = v.file_id
+                  WHERE v.committed = 1 AND m.account_id = n.account_id) AS bytes
+                 FROM nodes n GROUP BY n.account_id)
+             SELECT real.a, real.nodes, real.bytes, u.nodes, u.bytes FROM real
+             LEFT JOIN usage u ON u.account_id = real.a
+             WHERE u.nodes IS NOT real.nodes OR u.bytes IS NOT real.bytes",
+        )?;
+        let rows = wrong.query_map([], |r| {
+            Ok(format!(
+                "account {}: {} nodes and {} bytes, usage says {:?} and {:?}",
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, Option<i64>>(3)?,
+                r.get::<_, Option<i64>>(4)?
+            ))
+        })?;
+        for row in rows {
+            problems.push(row?);
         }
         Ok(problems)
     }

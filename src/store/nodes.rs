@@ -132,6 +132,18 @@ fn child_row(conn: &Connection, parent: i64, name: &str) -> Result<Option<NodeRo
         .optional()?)
 }
 
+/// The child `name` of `parent`, spelled as given or, as new names are stored, in NFC.
+fn find_child(conn: &Connection, parent: i64, name: &str) -> Result<Option<NodeRow>> {
+    if let Some(row) = child_row(conn, parent, name)? {
+        return Ok(Some(row));
+    }
+    let nfc = crate::api::path::nfc(name);
+    if nfc == name {
+        return Ok(None);
+    }
+    child_row(conn, parent, &nfc)
+}
+
 fn has_children(conn: &Connection, id: i64) -> Result<bool> {
     Ok(conn
         .prepare_cached("SELECT 1 FROM nodes WHERE parent_id = ?1 LIMIT 1")?
@@ -165,23 +177,76 @@ fn resolve(conn: &Connection, scope: Scope, path: &NodePath) -> Result<NodeRow> 
         if row.is_file() {
             return Err(Error::not_found(format!("{path} not found")));
         }
-        row = child_row(conn, row.id, seg)?
+        row = find_child(conn, row.id, seg)?
             .ok_or_else(|| Error::not_found(format!("{path} not found")))?;
     }
     Ok(row)
 }
 
-/// Resolves a file ID (opaque to clients; decimal digits here) with the account check.
+/// Resolves a file ID (opaque to clients; decimal digits here) with the account check. Another
+/// account's file is "not found", exactly as an unused ID: IDs are sequential, and a different
+/// answer would let anyone count the files of others.
 pub(super) fn file_by_id(conn: &Connection, scope: Scope, id: &str) -> Result<NodeRow> {
     let not_found = || Error::not_found(format!("no file with ID {id}"));
     let n: i64 = id.parse().map_err(|_| not_found())?;
-    let row = get_row(conn, n)?
-        .filter(NodeRow::is_file)
-        .ok_or_else(not_found)?;
-    match scope {
-        Scope::Account(a) if a != row.account_id => Err(outside()),
-        _ => Ok(row),
+    get_row(conn, n)?
+        .filter(|row| row.is_file())
+        .filter(|row| match scope {
+            Scope::Account(a) => a == row.account_id,
+            Scope::All => true,
+        })
+        .ok_or_else(not_found)
+}
+
+/// 507 `quota_exceeded` when `scope`'s account would hold more than its quota with `nodes` more
+/// nodes and `bytes` more bytes (a server's account; the mount's store has no quota).
+pub(super) fn check_quota(
+    conn: &Connection,
+    config: &super::StoreConfig,
+    scope: Scope,
+    nodes: u64,
+    bytes: u64,
+) -> Result<()> {
+    let Scope::Account(account) = scope else {
+        return Ok(());
+    };
+    let (held_nodes, held_bytes): (i64, i64) = conn
+        .prepare_cached("SELECT nodes, bytes FROM usage WHERE account_id = ?1")?
+        .query_row([account], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
+        .unwrap_or((0, 0));
+    for (what, held, more, max) in [
+        (
+            "files and folders",
+            held_nodes,
+            nodes,
+            config.max_nodes_per_account,
+        ),
+        ("bytes", held_bytes, bytes, config.max_bytes_per_account),
+    ] {
+        if (held.max(0) as u64).saturating_add(more) > max {
+            return Err(Error::new(
+                crate::api::ErrorKind::InsufficientStorage,
+                "quota_exceeded",
+                format!("your account holds {held} {what}; this server allows {max}"),
+            ));
+        }
     }
+    Ok(())
+}
+
+/// The nodes and bytes (committed versions) of the subtree at `id`, counted up to `limit`
+/// nodes: a copy beyond it is refused before any is made.
+fn subtree_size(conn: &Connection, id: i64, limit: u64) -> Result<(u64, u64)> {
+    let (n, bytes): (i64, i64) = conn.query_row(
+        "WITH RECURSIVE sub(id) AS (SELECT ?1 UNION ALL
+             SELECT n.id FROM nodes n JOIN sub ON n.parent_id = sub.id LIMIT ?2)
+         SELECT count(*), (SELECT coalesce(sum(v.length), 0) FROM versions v
+             WHERE v.committed = 1 AND v.file_id IN sub) FROM sub",
+        params![id, limit.saturating_add(1).min(i64::MAX as u64) as i64],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    Ok((n as u64, bytes as u64))
 }
 
 /// The row of a node known to exist.
@@ -201,19 +266,27 @@ pub(super) fn create_file_row(
 }
 
 /// Folders resolved within one transaction, for a batch of files that mostly share a few: a
-/// path is walked from its account down once, not once per file. Valid while the caller holds
-/// the store's lock and the transaction (nothing else can move or remove a folder).
+/// path is walked from its account down once, not once per file, and the folder's path as
+/// stored (names in NFC, which the caller's spelling may not be) is read once. Valid while
+/// the caller holds the store's lock and the transaction (nothing can move or remove a folder).
 #[derive(Default)]
-pub(super) struct Folders(std::collections::HashMap<NodePath, NodeRow>);
+pub(super) struct Folders(std::collections::HashMap<NodePath, (NodeRow, NodePath)>);
 
 impl Folders {
-    fn resolve(&mut self, conn: &Connection, scope: Scope, path: &NodePath) -> Result<NodeRow> {
-        if let Some(row) = self.0.get(path) {
-            return Ok(row.clone());
+    /// The folder at `path` and its path as stored.
+    pub(super) fn resolve(
+        &mut self,
+        conn: &Connection,
+        scope: Scope,
+        path: &NodePath,
+    ) -> Result<(NodeRow, NodePath)> {
+        if let Some(found) = self.0.get(path) {
+            return Ok(found.clone());
         }
         let row = resolve(conn, scope, path)?;
-        self.0.insert(path.clone(), row.clone());
-        Ok(row)
+        let stored = path_of(conn, row.id)?;
+        self.0.insert(path.clone(), (row.clone(), stored.clone()));
+        Ok((row, stored))
     }
 }
 
@@ -226,9 +299,10 @@ pub(super) fn create_file_row_in(
     folders: &mut Folders,
 ) -> Result<NodeRow> {
     let (folder, name) = split(path)?;
-    let parent = folders.resolve(tx, scope, &folder)?;
+    let name = &crate::api::path::new_name(name)?;
+    let parent = folders.resolve(tx, scope, &folder)?.0;
     require_folder(&parent, &folder)?;
-    match child_row(tx, parent.id, name)? {
+    match find_child(tx, parent.id, name)? {
         Some(existing) if existing.is_file() => Ok(existing),
         Some(_) => Err(Error::conflict("exists", format!("{path} is a folder"))),
         None => {
@@ -511,6 +585,8 @@ impl Store {
     pub fn create_folder(&self, scope: Scope, path: &NodePath) -> Result<Node> {
         path.check_depth()?;
         let (parent_path, name) = split(path)?;
+        let name = &crate::api::path::new_name(name)?;
+        let path = &parent_path.child(name)?;
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         let parent = resolve(&tx, scope, &parent_path)?;
@@ -526,6 +602,7 @@ impl Store {
                 format!("{path} already exists as {what}"),
             ));
         }
+        check_quota(&tx, &self.config, scope, 1, 0)?;
         let now = now_ns();
         let id = insert_node(&tx, &parent, Kind::Folder, name, now)?;
         touch(&tx, Some(parent.id), now)?;
@@ -536,10 +613,11 @@ impl Store {
 
     /// Upload step 1: the file `name` in `folder`, created empty unless it exists.
     pub fn create_file(&self, scope: Scope, folder: &NodePath, name: &str) -> Result<Node> {
-        let path = folder.child(name)?;
+        let path = folder.child(&crate::api::path::new_name(name)?)?;
         path.check_depth()?;
         let mut conn = self.lock();
         let tx = conn.transaction()?;
+        check_quota(&tx, &self.config, scope, 1, 0)?;
         let row = create_file_row(&tx, scope, &path, now_ns())?;
         tx.commit()?;
         Ok(row.to_api(&path))
@@ -573,6 +651,8 @@ impl Store {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         let file = file_by_id(&tx, scope, file_id)?;
+        // Versions are kept: each one counts, the announced length now.
+        check_quota(&tx, &self.config, scope, 0, length)?;
         tx.execute(
             "INSERT INTO versions (file_id, length, md5, committed, created_on) VALUES (?1, ?2, ?3, 0, ?4)",
             params![file.id, length as i64, md5, now_ns()],
@@ -727,6 +807,8 @@ impl Store {
             }
         } else {
             check_upload(length, md5.as_deref(), staged)?;
+            // Again at commit: versions announced together could pass the check of step 2.
+            check_quota(tx, &self.config, p.scope, 0, length)?;
             let known = tx
                 .prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?
                 .exists([&staged.sha256])?;
@@ -812,6 +894,8 @@ impl Store {
             ));
         }
         let (dst_parent_path, name) = split(dst)?;
+        let name = &crate::api::path::new_name(name)?;
+        let dst = &dst_parent_path.child(name)?;
         if dst.depth() < 3 {
             return Err(Error::forbidden("the destination must be inside a vault"));
         }
@@ -883,7 +967,22 @@ impl Store {
                 touch(&tx, s.parent_id, now)?;
                 s.id
             }
-            TransferMode::Copy => copy_tree(&tx, &s, &dp, name, now)?,
+            TransferMode::Copy => {
+                let limit = self.config.max_nodes_per_request;
+                let (nodes, bytes) = subtree_size(&tx, s.id, limit)?;
+                if nodes > limit {
+                    return Err(Error::new(
+                        crate::api::ErrorKind::TooLarge,
+                        "too_many_nodes",
+                        format!(
+                            "{src} holds more than {limit} files and folders, the most one copy \
+                             may create on this server; copy its parts one by one"
+                        ),
+                    ));
+                }
+                check_quota(&tx, &self.config, scope, nodes, bytes)?;
+                copy_tree(&tx, &s, &dp, name, now)?
+            }
         };
         touch(&tx, Some(dp.id), now)?;
         let row = get_row(&tx, id)?.expect("node exists");

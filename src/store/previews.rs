@@ -715,13 +715,31 @@ impl Store {
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
             )
             .optional()?;
+        if let (Scope::Account(account), Some((status, ..))) = (scope, &row) {
+            if *status != IN_PROGRESS && Self::still_making_for(&conn, account, &hash)? {
+                return Ok((PreviewState::InProgress, hash, false));
+            }
+        }
         let state = match row {
             None => {
                 want(&conn, &hash, &name)?;
+                if let Scope::Account(account) = scope {
+                    conn.prepare_cached(
+                        "INSERT OR IGNORE INTO preview_access (account_id, blob, ready_on) VALUES (?1, ?2, 0)",
+                    )?
+                    .execute(params![account, hash])?;
+                }
                 drop(conn);
                 self.ask(&hash, &name)?
             }
             Some((IN_PROGRESS, ..)) => {
+                if let Scope::Account(account) = scope {
+                    // Being made while this account waits: it sees it when it is done.
+                    conn.prepare_cached(
+                        "INSERT OR IGNORE INTO preview_access (account_id, blob, ready_on) VALUES (?1, ?2, 0)",
+                    )?
+                    .execute(params![account, hash])?;
+                }
                 drop(conn);
                 self.ask(&hash, &name)?
             }
@@ -741,6 +759,34 @@ impl Store {
             Some(_) => PreviewState::NotSupported,
         };
         Ok((state, hash, false))
+    }
+
+    /// Whether `account` is to be told a finished preview is still being made: the first time it
+    /// asks for a preview made before (maybe for another account), it waits as long as making
+    /// it took, as it would have for bytes nobody had. Later answers follow the preview.
+    fn still_making_for(conn: &Connection, account: i64, hash: &str) -> Result<bool> {
+        let now = now_ns();
+        let ready_on: Option<i64> = conn
+            .prepare_cached(
+                "SELECT ready_on FROM preview_access WHERE account_id = ?1 AND blob = ?2",
+            )?
+            .query_row(params![account, hash], |r| r.get(0))
+            .optional()?;
+        let ready_on = match ready_on {
+            Some(t) => t,
+            None => {
+                let took: i64 = conn
+                    .prepare_cached("SELECT render_ns FROM previews WHERE blob = ?1")?
+                    .query_row([hash], |r| r.get(0))?;
+                let t = now.saturating_add(took.max(0));
+                conn.prepare_cached(
+                    "INSERT INTO preview_access (account_id, blob, ready_on) VALUES (?1, ?2, ?3)",
+                )?
+                .execute(params![account, hash, t])?;
+                t
+            }
+        };
+        Ok(ready_on > now)
     }
 
     /// Somebody asked for a preview in progress: its job goes to the front. Bytes of a type
@@ -939,7 +985,7 @@ impl Pool {
                     let outcome = Outcome::NotSupported("rendering took too long".into());
                     if let Err(e) = self
                         .open_db()
-                        .and_then(|mut c| self.finish(&mut c, &job, outcome))
+                        .and_then(|mut c| self.finish(&mut c, &job, outcome, JOB_HARD_LIMIT))
                     {
                         log::warn!("could not record the preview of {}: {e}", job.name);
                     }
@@ -1063,7 +1109,7 @@ impl Pool {
                 log::warn!("could not keep the previews within their bound: {e}");
             }
         }
-        if let Err(e) = self.finish(conn, job, outcome) {
+        if let Err(e) = self.finish(conn, job, outcome, started.elapsed()) {
             log::warn!("could not record the preview of {}: {e}", job.name);
         }
         if let Err(e) = self.keep_bound(conn, Some(&job.hash), 0) {
@@ -1233,7 +1279,13 @@ impl Pool {
 
     /// Records a job's result, unless the blob went away meanwhile (or another process
     /// finished it first): then its files are dropped.
-    fn finish(&self, conn: &mut Connection, job: &Job, outcome: Outcome) -> Result<()> {
+    fn finish(
+        &self,
+        conn: &mut Connection,
+        job: &Job,
+        outcome: Outcome,
+        took: Duration,
+    ) -> Result<()> {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let status: Option<i64> = tx
             .query_row(
@@ -1273,17 +1325,33 @@ impl Pool {
                     let now = now_ns();
                     tx.execute(
                         "UPDATE previews SET status = ?2, pages = ?3, own_pdf = ?4, updated_on = ?5,
-                                used_on = ?5, bytes = ?6, requested = MAX(requested, ?7)
+                                used_on = ?5, bytes = ?6, requested = MAX(requested, ?7), render_ns = ?8
                          WHERE blob = ?1",
-                        params![job.hash, READY, sizes, own_pdf, now, bytes as i64, job.asked],
+                        params![
+                            job.hash,
+                            READY,
+                            sizes,
+                            own_pdf,
+                            now,
+                            bytes as i64,
+                            job.asked,
+                            took.as_nanos() as i64
+                        ],
                     )?;
                 }
             }
             Outcome::NotSupported(reason) => {
                 log::info!("no preview for {}: {reason}", job.name);
                 tx.execute(
-                    "UPDATE previews SET status = ?2, reason = ?3, updated_on = ?4 WHERE blob = ?1",
-                    params![job.hash, NOT_SUPPORTED, reason, now_ns()],
+                    "UPDATE previews SET status = ?2, reason = ?3, updated_on = ?4, render_ns = ?5
+                     WHERE blob = ?1",
+                    params![
+                        job.hash,
+                        NOT_SUPPORTED,
+                        reason,
+                        now_ns(),
+                        took.as_nanos() as i64
+                    ],
                 )?;
             }
             Outcome::Yielded | Outcome::Dropped(_) => {}

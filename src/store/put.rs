@@ -374,10 +374,10 @@ impl Store {
             .execute(params![file.id, vid, now])?;
         let render = super::previews::want(tx, &p.sha256, &file.name)?;
         let row = nodes::row(tx, file.id)?;
-        // By path: found or made at exactly that path (its names are the stored ones).
-        let path = match f.file_id {
-            Some(_) => nodes::path_of(tx, file.id)?,
-            None => f.path.clone(),
+        // By path: in a folder of the batch, whose path as stored is known already.
+        let path = match (&f.file_id, f.path.parent()) {
+            (None, Some(folder)) => folders.resolve(tx, scope, &folder)?.1.child(&file.name)?,
+            _ => nodes::path_of(tx, file.id)?,
         };
         Ok((row.to_api(&path), render, file.name, p.sha256.clone()))
     }

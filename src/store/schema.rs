@@ -4,7 +4,7 @@
 use rusqlite::Connection;
 
 /// Bumped when the schema changes; `migrate` brings older databases forward.
-const VERSION: i64 = 2;
+const VERSION: i64 = 5;
 
 const V1: &str = "
 CREATE TABLE nodes (
@@ -105,6 +105,92 @@ BEGIN
 END;
 ";
 
+/// Pins become a keyed hash with an expiry (earlier pins, kept as they were, are dropped: their
+/// users sign in again); failed attempts are counted per e-mail as typed and source address,
+/// not per user, so unknown e-mails are answered as known ones and nobody can lock out others.
+const V3: &str = "
+DROP TABLE pins;
+CREATE TABLE pins (
+    user_id    INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    client_id  TEXT NOT NULL REFERENCES clients(client_id) ON DELETE CASCADE,
+    hash       BLOB NOT NULL,          -- HMAC-SHA256 under the key in pin.key
+    created_on INTEGER NOT NULL,
+    expires_on INTEGER NOT NULL,       -- unused until then; used once
+    PRIMARY KEY (user_id, client_id)
+);
+DROP TABLE auth_failures;
+CREATE TABLE auth_attempts (
+    email  TEXT NOT NULL,              -- lower-cased, whether a user has it or not
+    source TEXT NOT NULL,              -- the client's address ('' when not known)
+    kind   TEXT NOT NULL,              -- 'pin' or 'password'
+    at     INTEGER NOT NULL
+);
+CREATE INDEX auth_attempts_by_pair ON auth_attempts(email, source, kind, at);
+";
+
+/// What each account holds (nodes, and bytes of committed versions, old ones included), kept by
+/// triggers so that a quota check is one row read, whatever path changed the tree. A node's
+/// bytes leave with it (before its versions are cascaded away, when it can no longer be found).
+const V4: &str = "
+CREATE TABLE usage (
+    account_id INTEGER PRIMARY KEY,
+    nodes      INTEGER NOT NULL DEFAULT 0,
+    bytes      INTEGER NOT NULL DEFAULT 0
+);
+INSERT INTO usage (account_id, nodes) SELECT account_id, count(*) FROM nodes GROUP BY account_id;
+UPDATE usage SET bytes = (SELECT coalesce(sum(v.length), 0) FROM versions v
+    JOIN nodes n ON n.id = v.file_id WHERE v.committed = 1 AND n.account_id = usage.account_id);
+CREATE TRIGGER usage_node_added AFTER INSERT ON nodes BEGIN
+    INSERT INTO usage (account_id, nodes) VALUES (NEW.account_id, 1)
+        ON CONFLICT (account_id) DO UPDATE SET nodes = nodes + 1;
+END;
+CREATE TRIGGER usage_node_removed BEFORE DELETE ON nodes BEGIN
+    UPDATE usage SET nodes = nodes - 1, bytes = bytes - (SELECT coalesce(sum(length), 0)
+        FROM versions WHERE file_id = OLD.id AND committed = 1)
+    WHERE account_id = OLD.account_id;
+END;
+CREATE TRIGGER usage_node_moved AFTER UPDATE OF account_id ON nodes
+WHEN OLD.account_id <> NEW.account_id BEGIN
+    UPDATE usage SET nodes = nodes - 1, bytes = bytes - (SELECT coalesce(sum(length), 0)
+        FROM versions WHERE file_id = OLD.id AND committed = 1)
+    WHERE account_id = OLD.account_id;
+    INSERT INTO usage (account_id, nodes, bytes) VALUES (NEW.account_id, 1,
+        (SELECT coalesce(sum(length), 0) FROM versions WHERE file_id = NEW.id AND committed = 1))
+        ON CONFLICT (account_id) DO UPDATE SET nodes = nodes + 1, bytes = bytes + excluded.bytes;
+END;
+CREATE TRIGGER usage_version_added AFTER INSERT ON versions WHEN NEW.committed = 1 BEGIN
+    UPDATE usage SET bytes = bytes + NEW.length
+    WHERE account_id = (SELECT account_id FROM nodes WHERE id = NEW.file_id);
+END;
+CREATE TRIGGER usage_version_committed AFTER UPDATE OF committed ON versions
+WHEN NEW.committed = 1 AND OLD.committed = 0 BEGIN
+    UPDATE usage SET bytes = bytes + NEW.length
+    WHERE account_id = (SELECT account_id FROM nodes WHERE id = NEW.file_id);
+END;
+CREATE TRIGGER usage_version_removed AFTER DELETE ON versions WHEN OLD.committed = 1 BEGIN
+    UPDATE usage SET bytes = bytes - OLD.length
+    WHERE account_id = (SELECT account_id FROM nodes WHERE id = OLD.file_id);
+END;
+";
+
+/// Previews are made once per content, but what an account is told of one is its own
+/// (issue 19, item 8): `render_ns` is how long a preview took to make, and `preview_access`
+/// when each account may see it ready: an account that asks for a preview made before it was
+/// interested waits as long as making it took, so "ready at once" does not tell that another
+/// account holds the same bytes. A preview made again (after eviction) starts afresh.
+const V5: &str = "
+ALTER TABLE previews ADD COLUMN render_ns INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE preview_access (
+    account_id INTEGER NOT NULL,
+    blob       TEXT NOT NULL,
+    ready_on   INTEGER NOT NULL,       -- ns; 0: as the preview is
+    PRIMARY KEY (account_id, blob)
+);
+CREATE TRIGGER previews_drop_access AFTER DELETE ON previews BEGIN
+    DELETE FROM preview_access WHERE blob = OLD.blob;
+END;
+";
+
 /// Opens the connection's pragmas and brings the schema to the current version.
 pub fn prepare(conn: &mut Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
@@ -125,12 +211,18 @@ pub fn prepare(conn: &mut Connection) -> rusqlite::Result<()> {
         tx.pragma_update(None, "user_version", 1)?;
         tx.commit()?;
     }
-    if version < 2 {
-        let tx = conn.transaction()?;
-        tx.execute_batch(V2)?;
-        tx.pragma_update(None, "user_version", VERSION)?;
-        tx.commit()?;
+    for (to, sql) in [(2, V2), (3, V3), (4, V4), (5, V5)] {
+        if version < to {
+            let tx = conn.transaction()?;
+            tx.execute_batch(sql)?;
+            tx.pragma_update(None, "user_version", to)?;
+            tx.commit()?;
+        }
     }
+    debug_assert_eq!(
+        conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))?,
+        VERSION
+    );
     Ok(())
 }
 

@@ -65,16 +65,14 @@ impl TestServer {
         let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = oneshot::channel::<()>();
-        // As `vaultfs serve` does: connections whose client reads nothing are closed.
-        let listener = server::guarded(listener, &options);
-        let app = server::router(store.clone(), options);
+        // As `vaultfs serve` does (its connections bounded and timed).
+        let app_store = store.clone();
         let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await
-                .unwrap();
+            server::serve(listener, app_store, options, async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
         });
         TestServer {
             base,
@@ -132,7 +130,16 @@ fn attr_after(html: &str, marker: &str, attr: &str) -> Option<String> {
     Some(tag[v..v + tag[v..].find('"')?].to_string())
 }
 
-/// The pin shown on a page: the text of the element with `id="pin"`.
+/// A loopback port free right now, for a `vaultfs serve` a test starts.
+#[allow(dead_code)] // not every test binary starts a server process
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Waits (at most 20 s) until a `vaultfs serve` started by a test accepts connections on `port`.
 #[allow(dead_code)] // not every test binary starts a server process
 pub fn wait_for_port(port: u16) {
@@ -146,6 +153,7 @@ pub fn wait_for_port(port: u16) {
     }
 }
 
+/// The pin shown on a page: the text of the element with `id="pin"`.
 pub fn pin_in(html: &str) -> Option<String> {
     let at = html.find("id=\"pin\"")?;
     let text_start = at + html[at..].find('>')? + 1;
