@@ -9,8 +9,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use md5::{Digest, Md5};
-
 /// A staged file: the bytes a writer sees, and how far they are from being uploaded.
 ///
 /// Sealing: a backend that keeps the staging file itself (a hard link into the built-in store)
@@ -138,7 +136,7 @@ impl Staged {
         }
         let tmp = self.data_path.with_extension("cow");
         let _ = fs::remove_file(&tmp);
-        let copy = crate::store::blobs::copy_to_new(&self.file(), self.size(), &tmp)?;
+        let copy = crate::api::files::copy_to_new(&self.file(), self.size(), &tmp)?;
         fs::rename(&tmp, &self.data_path)?;
         *self.data.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(copy);
         self.sealed.store(false, Ordering::SeqCst);
@@ -165,7 +163,7 @@ impl Staged {
     /// hashing while writing made md5 the bottleneck of every write).
     pub fn md5(&self) -> io::Result<String> {
         let snap = self.snapshot();
-        md5_of(&snap.file, snap.size)
+        crate::api::checksum::md5_of_file(&snap.file, snap.size)
     }
 
     pub fn read_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
@@ -222,11 +220,4 @@ impl Staged {
     pub fn data_path(&self) -> &Path {
         &self.data_path
     }
-}
-
-/// md5 (hex) of the first `size` bytes of `file`; a sparse tail reads as zeros.
-pub fn md5_of(file: &File, size: u64) -> io::Result<String> {
-    let mut h = Md5::new();
-    crate::store::blobs::read_chunks(file, size, |b| h.update(b))?;
-    Ok(crate::store::blobs::hex(&h.finalize()))
 }

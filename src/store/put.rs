@@ -30,9 +30,9 @@ use md5::{Digest, Md5};
 use rusqlite::params;
 use sha2::Sha256;
 
-use super::blobs::{hex, read_chunks};
 use super::nodes::{self, Kind};
 use super::{Scope, Store, now_ns};
+use crate::api::checksum::{hex, read_chunks};
 use crate::api::{Error, Node, NodePath, Result};
 
 /// One whole file to store: the first `len` bytes of `source` become the current version of the
@@ -303,7 +303,7 @@ impl Store {
             sha256: String::new(),
         };
         if !linked {
-            let copy = super::blobs::copy_to_new(&f.source, f.len, &prepared.tmp)?;
+            let copy = crate::api::files::copy_to_new(&f.source, f.len, &prepared.tmp)?;
             prepared.file = std::sync::Arc::new(copy);
         }
         (prepared.md5, prepared.sha256) = hash_file(&prepared.file, f.len)?;
