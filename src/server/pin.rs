@@ -115,7 +115,7 @@ pub async fn auth(State(state): State<AppState>, body: Bytes) -> ApiResult {
     Ok(ok(PinAuthResponse {
         token: issued.token,
         expires_in: issued.expires_in.as_secs(),
-        id: issued.email,
+        id: Some(issued.email),
     }))
 }
 
