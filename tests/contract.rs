@@ -1408,11 +1408,11 @@ async fn login_stores_a_token_that_the_remote_backend_uses() {
     let file = tmp.path().join("vaultfs/credentials.toml");
 
     let url = format!("{}/", server.base);
-    let wrong = login::exchange_pin(&url, "a@acme.test", "11111111")
+    let wrong = login::exchange_pin(&url, "a@acme.test", login::CLIENT_ID, "11111111")
         .await
         .unwrap_err();
     assert!(wrong.contains("pin"), "{wrong}");
-    let creds = login::exchange_pin(&url, "a@acme.test", &pin)
+    let creds = login::exchange_pin(&url, "a@acme.test", login::CLIENT_ID, &pin)
         .await
         .unwrap();
     assert_eq!(

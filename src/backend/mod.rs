@@ -208,6 +208,18 @@ pub trait Backend: Send + Sync + 'static {
         range: Option<RangeRequest>,
     ) -> impl Future<Output = Result<Download>> + Send;
 
+    /// [`Backend::download`] of a file whose size the caller knows (from its node): a server that
+    /// sends no Content-Length is held to it.
+    fn download_sized(
+        &self,
+        file_id: &str,
+        range: Option<RangeRequest>,
+        size: Option<u64>,
+    ) -> impl Future<Output = Result<Download>> + Send {
+        let _ = size;
+        self.download(file_id, range)
+    }
+
     /// Copies `src` to `dst` (full path, name included).
     fn copy(
         &self,
