@@ -2,6 +2,7 @@
 //! temporary directory, and the pin login done the way a person does it (the HTML page).
 #![allow(dead_code)]
 
+pub mod dialect;
 #[macro_use]
 pub mod env;
 pub mod fixtures;

@@ -53,11 +53,11 @@ impl RemoteBackend {
             .ok_or_else(|| bad_response(format!("{what}: no `fileExProperties`")))?;
         if ex.version_id.is_none() {
             // The upload address is `/nodes/upload/{file_id}/{version_id}`.
-            ex.version_id = ex
-                .upload_uri
-                .rsplit_once('/')
-                .map(|(_, v)| v.to_string())
-                .filter(|v| !v.is_empty() && v != file_id);
+            let mut segments = ex.upload_uri.trim_end_matches('/').rsplit('/');
+            let (version, file) = (segments.next(), segments.next());
+            ex.version_id = version
+                .filter(|v| !v.is_empty() && file == Some(file_id))
+                .map(str::to_string);
         }
         let Some(version) = ex.version_id.clone() else {
             return Err(bad_response(format!("{what}: no document version ID")));
