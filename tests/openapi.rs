@@ -266,7 +266,13 @@ fn schemas_have_the_fields_of_the_wire_types() {
     );
     expect.insert("PreviewPage", keys(PreviewPage::default()));
     expect.insert("PinEndResponse", keys(PinEndResponse::default()));
-    expect.insert("PinAuthResponse", keys(PinAuthResponse::default()));
+    expect.insert(
+        "PinAuthResponse",
+        keys(PinAuthResponse {
+            id: s(),
+            ..Default::default()
+        }),
+    );
     expect.insert(
         "VersionRequest",
         keys(VersionRequest {
