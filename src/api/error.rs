@@ -189,10 +189,16 @@ impl Error {
         match self.kind {
             ErrorKind::NotFound => code::NOT_FOUND,
             ErrorKind::Auth => code::AUTHORIZATION,
-            ErrorKind::Conflict if name == "exists" => code::ALREADY_EXISTS,
+            _ if self.already_exists() => code::ALREADY_EXISTS,
             ErrorKind::BadRequest if BAD_BODY_NAMES.contains(&name) => code::BAD_REQUEST_BODY,
             kind => code::own_code(kind.status()),
         }
+    }
+
+    /// "Object already exists": the name is taken (by the documented code, or by our name).
+    pub fn already_exists(&self) -> bool {
+        self.number == Some(code::ALREADY_EXISTS)
+            || (self.kind == ErrorKind::Conflict && self.code == "exists")
     }
 
     /// The error a server described: its integer and/or string code, `error_name`, text and the

@@ -227,7 +227,7 @@ impl Backend for RemoteBackend {
         let parent: Node = match self.call_node(req).await {
             // A server that refuses an existing name: the file is there, and step 2 adds a
             // version to it (a folder of that name stays a conflict).
-            Err(e) if e.kind == ErrorKind::Conflict && e.code == "exists" => {
+            Err(e) if e.already_exists() => {
                 let file = self.node(&folder.child(name)?).await?;
                 return match file.file_id() {
                     Some(id) if file.is_file() => Ok(Node {
