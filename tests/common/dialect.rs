@@ -103,15 +103,8 @@ impl DialectServer {
         let app = axum::Router::new()
             .fallback(handle)
             .with_state(shared.clone());
-        let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await
-                .unwrap();
-        });
+        let listener = vaultfs::server::guarded(listener, &Default::default());
+        let (tx, _task) = super::serve(listener, app);
         DialectServer {
             base,
             store,

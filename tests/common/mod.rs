@@ -65,18 +65,9 @@ impl TestServer {
         store.start_previews(1).unwrap();
         let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        let (tx, rx) = oneshot::channel::<()>();
         // As `vaultfs serve` does: connections whose client reads nothing are closed.
         let listener = server::guarded(listener, &options);
-        let app = server::router(store.clone(), options);
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await
-                .unwrap();
-        });
+        let (tx, task) = serve(listener, server::router(store.clone(), options));
         TestServer {
             base,
             store,
@@ -112,6 +103,23 @@ impl TestServer {
             token,
         }
     }
+}
+
+/// Serves `app` in a task until the sender is used or dropped.
+pub fn serve(
+    listener: server::limits::GuardedListener,
+    app: axum::Router,
+) -> (oneshot::Sender<()>, JoinHandle<()>) {
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+    });
+    (tx, task)
 }
 
 impl Drop for TestServer {
