@@ -358,7 +358,6 @@ pub struct VersionRequest {
     pub length: u64,
     /// md5 of what step 3 sends, in base64 (as the public service documents) or hex; when
     /// given, step 3 checks it.
-    #[schema(example = "D/pj1png88JDuzHAZ8xoEA==")]
     pub md5_checksum: Option<String>,
 }
 
