@@ -9,7 +9,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The integer `error_code`s the public service documents (its developer pages), which our
 /// server sends for the same cases. Every other error of our server carries
-/// [`own_code`]`(status)`; the snake_case name travels beside it as `error_name`.
+/// `own_code(status)`; the snake_case name travels beside it as `error_name`.
 pub mod code {
     /// "Object not found."
     pub const NOT_FOUND: i64 = -520093684;

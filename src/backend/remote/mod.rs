@@ -8,18 +8,28 @@
 //!   every `idle_timeout`. A dead server is [`ErrorKind::Network`], never a hang.
 //! - Retries (exponential backoff with jitter, at most `retries`) follow what a repeat would do:
 //!   calls that are idempotent on the server (GET, upload step 1, copy with `replace`) are
-//!   retried on connection failures, time-outs and 500/502/503/504. The others (DELETE, move,
+//!   retried on connection failures, time-outs and 500/502/503/504 whose error code is not one
+//!   that a repeat cannot change (the public service sends "already exists" with 500). The others (DELETE, move,
 //!   folder creation, upload step 2, the token exchange) are retried only when the connection
 //!   could not be established, i.e. the request surely never reached the server: a DELETE
 //!   repeated after it succeeded answers 404, a step 2 repeated creates a second version, a
 //!   move repeated fails. Upload step 3 is never retried here: the body stream can be sent only
 //!   once; a repeated identical step 3 succeeds on our server, so the caller retries with a
 //!   fresh stream.
-//! - Bodies are checked: a download shorter or longer than its headers say, or (for whole reads)
-//!   with another md5 than its ETag, ends its stream with an error, never with short data.
+//! - Bodies are checked: a download shorter or longer than its headers (or, without a
+//!   Content-Length, the node's size) say, or (for whole reads) with another md5 than its ETag,
+//!   ends its stream with an error, never with short data.
 //!   Errors inside a [`ByteStream`] are `io::Error`s wrapping an [`api::Error`](Error).
 //! - Answers that are not the interface's JSON (HTML, truncated, wrong types) are
 //!   [`ErrorKind::Server`] with code `bad_response`.
+//!
+//! The public service's dialect (DESIGN.md §2) is read wherever it can appear: integer or string
+//! error codes ([`crate::api::Error::from_server`]), md5 in hex or base64 (made hex in
+//! `transport::checked`), numbers as strings and other date forms (`api::types`, `api::time`).
+//! What is sent follows its documentation: base64 md5 (`upload`), `Replace`/`Fail`, numeric pins.
+//!
+//! The parts: `transport` (requests, retries, envelopes), `download`, `upload` (steps 2 and 3),
+//! `pin` (the pin exchange).
 
 mod download;
 mod pin;
