@@ -1512,6 +1512,29 @@ async fn dialect_refused_checksum_form_loses_no_write() {
     );
 }
 
+/// Pages capped below `per_page`, with and without `total_children`: every child listed once.
+#[tokio::test(flavor = "multi_thread")]
+async fn dialect_capped_pages_list_every_child_once() {
+    for counts in [true, false] {
+        let server = DialectServer::start(DialectOptions {
+            per_page_cap: 3,
+            counts,
+            ..Default::default()
+        })
+        .await;
+        server.add_user("a@acme.test", "Acme");
+        let token = server.login("a@acme.test").await;
+        let b = RemoteBackend::new(RemoteConfig::new(&server.base, "a@acme.test", &token)).unwrap();
+        let vault = path("/Acme/My First Vault");
+        let mut all: Vec<String> = (0..7).map(|i| format!("f{i}")).collect();
+        for n in &all {
+            put(&b, &vault, n, n.as_bytes()).await;
+        }
+        all.sort();
+        assert_eq!(names(&b, &vault).await, all, "counts: {counts}");
+    }
+}
+
 // ----- login -----
 
 #[tokio::test(flavor = "multi_thread")]

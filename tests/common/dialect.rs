@@ -36,6 +36,8 @@ pub struct DialectOptions {
     pub per_page_cap: u64,
     /// Refuses every `md5_checksum` in step 2 (a server that knows another form).
     pub refuse_checksums: bool,
+    /// Sends `total_children` with listings.
+    pub counts: bool,
 }
 
 impl Default for DialectOptions {
@@ -43,6 +45,7 @@ impl Default for DialectOptions {
         DialectOptions {
             per_page_cap: 50,
             refuse_checksums: false,
+            counts: true,
         }
     }
 }
@@ -468,7 +471,11 @@ async fn get_node(
     } else {
         b.node(p).await?
     };
-    Ok(ok(node_json(&node)))
+    let mut v = node_json(&node);
+    if !s.options.counts {
+        v.as_object_mut().unwrap().remove("total_children");
+    }
+    Ok(ok(v))
 }
 
 async fn put_node(b: &LocalBackend, p: &NodePath, body: Body) -> vaultfs::api::Result<Response> {
