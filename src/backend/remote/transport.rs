@@ -401,6 +401,30 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.kind, ErrorKind::Auth);
+        // Its integer codes, as numbers or strings, decide before the status; its text is kept.
+        let e = decode::<Node>(
+            500,
+            JSON,
+            br#"{"error":{"success":false,"error_code":-1593835510,"error_text":"Object already exists","status_code":"500"}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(
+            (e.kind, e.code.as_ref(), e.number, e.message.as_str()),
+            (
+                ErrorKind::Conflict,
+                "exists",
+                Some(-1593835510),
+                "Object already exists"
+            )
+        );
+        let e = decode::<Node>(
+            400,
+            JSON,
+            br#"{"error":{"success":false,"error_code":"-1593835519"}}"#,
+        )
+        .unwrap_err();
+        assert_eq!((e.kind, e.number), (ErrorKind::Auth, Some(-1593835519)));
+        assert!(e.message.contains("-1593835519"), "{}", e.message);
         let e = decode::<Node>(200, "text/html", b"<html><body>hi</body></html>").unwrap_err();
         assert_eq!(
             (e.kind, e.code.as_ref()),
