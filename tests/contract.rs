@@ -90,16 +90,9 @@ async fn remote_world() -> World<RemoteBackend> {
 
 async fn dialect_world() -> World<RemoteBackend> {
     let server = DialectServer::start(DialectOptions::default()).await;
-    let mut users = Vec::new();
-    for (email, account) in [("a@acme.test", "Acme"), ("b@other.test", "Other")] {
-        server.add_user(email, account);
-        let token = server.login(email).await;
-        users.push(RemoteBackend::new(RemoteConfig::new(&server.base, email, &token)).unwrap());
-    }
-    let other = users.pop().unwrap();
     World {
-        a: users.pop().unwrap(),
-        other,
+        a: server.user("a@acme.test", "Acme").await,
+        other: server.user("b@other.test", "Other").await,
         vault: path("/Acme/My First Vault"),
         other_vault: path("/Other/My First Vault"),
         store: server.store.clone(),
@@ -1486,9 +1479,7 @@ async fn dialect_refused_checksum_form_loses_no_write() {
         ..Default::default()
     })
     .await;
-    server.add_user("a@acme.test", "Acme");
-    let token = server.login("a@acme.test").await;
-    let b = RemoteBackend::new(RemoteConfig::new(&server.base, "a@acme.test", &token)).unwrap();
+    let b = server.user("a@acme.test", "Acme").await;
     let vault = path("/Acme/My First Vault");
     let data = pattern(300_000);
     let node = put(&b, &vault, "w.bin", &data).await;
@@ -1522,9 +1513,7 @@ async fn dialect_capped_pages_list_every_child_once() {
             ..Default::default()
         })
         .await;
-        server.add_user("a@acme.test", "Acme");
-        let token = server.login("a@acme.test").await;
-        let b = RemoteBackend::new(RemoteConfig::new(&server.base, "a@acme.test", &token)).unwrap();
+        let b = server.user("a@acme.test", "Acme").await;
         let vault = path("/Acme/My First Vault");
         let mut all: Vec<String> = (0..7).map(|i| format!("f{i}")).collect();
         for n in &all {

@@ -25,6 +25,7 @@ use tokio::sync::oneshot;
 use vaultfs::api::{Error, ErrorKind, Node, NodePath, PageSize, parse_time};
 use vaultfs::backend::Backend;
 use vaultfs::backend::local::LocalBackend;
+use vaultfs::backend::remote::{RemoteBackend, RemoteConfig};
 use vaultfs::store::{Store, StoreConfig};
 
 /// The client ID registered with this server (the only one it accepts).
@@ -149,10 +150,7 @@ impl DialectServer {
     /// The pin flow as vaultfs does it (`/pin/end` with the registered client ID, the page,
     /// `/pin/auth`), through the remote backend's own calls; returns the token.
     pub async fn login(&self, email: &str) -> String {
-        let remote = vaultfs::backend::remote::RemoteBackend::new(
-            vaultfs::backend::remote::RemoteConfig::new(&self.base, "", ""),
-        )
-        .unwrap();
+        let remote = RemoteBackend::new(RemoteConfig::new(&self.base, "", "")).unwrap();
         let page_uri = remote.pin_end(DIALECT_CLIENT).await.unwrap();
         let pin = pin_from_page(&page_uri, email).await;
         remote
@@ -160,6 +158,15 @@ impl DialectServer {
             .await
             .unwrap()
             .token
+    }
+}
+
+impl DialectServer {
+    /// A new user of `account`, logged in: the remote backend as that user.
+    pub async fn user(&self, email: &str, account: &str) -> RemoteBackend {
+        self.add_user(email, account);
+        let token = self.login(email).await;
+        RemoteBackend::new(RemoteConfig::new(&self.base, email, &token)).unwrap()
     }
 }
 
