@@ -93,7 +93,7 @@ async fn documented_routes_are_exactly_the_routes_served() {
             let body = resp.text().await.unwrap();
             let code = serde_json::from_str::<Value>(&body)
                 .ok()
-                .and_then(|v| v["error"]["error_code"].as_str().map(str::to_string));
+                .and_then(|v| v["error"]["error_name"].as_str().map(str::to_string));
             let documented = ops.contains(&(path.clone(), method.to_string()));
             if documented {
                 assert!(
@@ -266,7 +266,13 @@ fn schemas_have_the_fields_of_the_wire_types() {
     );
     expect.insert("PreviewPage", keys(PreviewPage::default()));
     expect.insert("PinEndResponse", keys(PinEndResponse::default()));
-    expect.insert("PinAuthResponse", keys(PinAuthResponse::default()));
+    expect.insert(
+        "PinAuthResponse",
+        keys(PinAuthResponse {
+            id: s(),
+            ..Default::default()
+        }),
+    );
     expect.insert(
         "VersionRequest",
         keys(VersionRequest {
@@ -292,7 +298,8 @@ fn schemas_have_the_fields_of_the_wire_types() {
     // The error object: success alone, or every failure field.
     let failure = ErrorObject {
         success: false,
-        error_code: s(),
+        error_code: Some(vaultfs::api::envelope::WireCode::Number(-1)),
+        error_name: s(),
         error_text: s(),
         instance_guid: s(),
         status_code: Some(400),

@@ -248,7 +248,7 @@ async fn not_ready_is_409_then_rendered_once_threads_start() {
     assert_eq!(resp.status(), 409);
     let body: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["success"], false);
-    assert_eq!(body["error"]["error_code"], "preview_not_ready");
+    assert_eq!(body["error"]["error_name"], "preview_not_ready");
 
     // Threads started later pick up what was left in progress.
     store.start_previews(1).unwrap();

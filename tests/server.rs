@@ -133,7 +133,8 @@ fn assert_error(got: &(StatusCode, Value), status: u16, code: &str) {
     let (st, v) = got;
     assert_eq!(st.as_u16(), status, "{v}");
     assert_eq!(v["error"]["success"], false, "{v}");
-    assert_eq!(v["error"]["error_code"], code, "{v}");
+    assert_eq!(v["error"]["error_name"], code, "{v}");
+    assert!(v["error"]["error_code"].is_i64(), "{v}");
     assert_eq!(v["error"]["status_code"], status, "{v}");
     assert!(
         v["error"]["error_text"]
@@ -1855,7 +1856,7 @@ async fn transfers_per_user_are_limited_and_stalls_are_cut_off() {
     assert_eq!(resp.status(), 503);
     assert!(resp.headers().contains_key("retry-after"));
     let v: Value = resp.json().await.unwrap();
-    assert_eq!(v["error"]["error_code"], "too_many_transfers", "{v}");
+    assert_eq!(v["error"]["error_name"], "too_many_transfers", "{v}");
     assert_eq!(bob.download(&bob_id).await, b"bob's");
     // The idle timeout aborts them: each gets its answer, and the slots come back.
     for mut sock in ups {

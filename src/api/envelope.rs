@@ -3,21 +3,55 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::error::{Error, ErrorKind};
+use super::error::Error;
 
-/// `error` of the envelope: `success`, and on failure the code, text, request id and status.
+/// `error` of the envelope: `success`, and on failure the code (an integer, as the public
+/// service documents; our server adds the snake_case `error_name`), text, request id and status.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ErrorObject {
     #[serde(default)]
     pub success: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_code: Option<String>,
+    pub error_code: Option<WireCode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_text: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_guid: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::types::lenient_number"
+    )]
     pub status_code: Option<u16>,
+}
+
+/// `error_code` as servers send it: an integer (the public service), a string of digits, or a
+/// name (`"not_found"`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum WireCode {
+    Number(i64),
+    Text(String),
+}
+
+impl WireCode {
+    /// The integer, also when it came as a string.
+    pub fn number(&self) -> Option<i64> {
+        match self {
+            WireCode::Number(n) => Some(*n),
+            WireCode::Text(t) => t.trim().parse().ok(),
+        }
+    }
+
+    /// The name, when the code is one (not digits).
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            WireCode::Text(t) if self.number().is_none() && !t.trim().is_empty() => Some(t.trim()),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -49,7 +83,8 @@ impl<T> Envelope<T> {
         Envelope {
             error: ErrorObject {
                 success: false,
-                error_code: Some(err.code.to_string()),
+                error_code: Some(WireCode::Number(err.wire_code())),
+                error_name: Some(err.code.to_string()),
                 error_text: Some(err.message.clone()),
                 instance_guid: Some(instance_guid.to_string()),
                 status_code: Some(err.status()),
@@ -69,16 +104,14 @@ impl<T> Envelope<T> {
         } else {
             status
         };
-        let kind = ErrorKind::from_status(status, self.error.error_code.as_deref());
-        let code = self
-            .error
-            .error_code
-            .unwrap_or_else(|| kind.default_code().to_string());
-        let text = self
-            .error
-            .error_text
-            .unwrap_or_else(|| format!("the server answered {status} ({code})"));
-        Err(Error::new(kind, code, text))
+        let e = self.error;
+        let number = e.error_code.as_ref().and_then(WireCode::number);
+        let name = e.error_name.filter(|n| !n.trim().is_empty()).or_else(|| {
+            e.error_code
+                .as_ref()
+                .and_then(|c| c.name().map(String::from))
+        });
+        Err(Error::from_server(number, name, e.error_text, status))
     }
 }
 

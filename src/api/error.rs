@@ -7,6 +7,41 @@ use std::fmt;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The integer `error_code`s the public service documents (its developer pages), which our
+/// server sends for the same cases. Every other error of our server carries
+/// `own_code(status)`; the snake_case name travels beside it as `error_name`.
+pub mod code {
+    /// "Object not found."
+    pub const NOT_FOUND: i64 = -520093684;
+    /// The token (or pin) is not accepted: log in again.
+    pub const AUTHORIZATION: i64 = -1593835519;
+    /// "Object already exists" (the service sends it with HTTP 500).
+    pub const ALREADY_EXISTS: i64 = -1593835510;
+    /// The request body is malformed or lacks a parameter.
+    pub const BAD_REQUEST_BODY: i64 = -2147467259;
+
+    /// The code of one of our errors that the service documents no code for.
+    pub const fn own_code(status: u16) -> i64 {
+        -100_000 - status as i64
+    }
+}
+
+/// The documented codes: what each means to a client, and the name it gets when a server sends
+/// no `error_name`.
+const DOCUMENTED: [(i64, ErrorKind, &str); 4] = [
+    (code::NOT_FOUND, ErrorKind::NotFound, "not_found"),
+    (code::AUTHORIZATION, ErrorKind::Auth, "invalid_token"),
+    (code::ALREADY_EXISTS, ErrorKind::Conflict, "exists"),
+    (code::BAD_REQUEST_BODY, ErrorKind::BadRequest, "bad_request"),
+];
+
+/// Names of errors that mean "log in again" whatever the status (the public service answers an
+/// invalid token with 400).
+const AUTH_NAMES: [&str; 2] = ["invalid_token", "token_expired"];
+
+/// Names of bad requests that the documented "bad request body" code covers.
+const BAD_BODY_NAMES: [&str; 3] = ["bad_json", "missing_parameter", "bad_parameter"];
+
 /// What went wrong, at the granularity callers act on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorKind {
@@ -58,12 +93,21 @@ impl ErrorKind {
         }
     }
 
-    /// The kind a client infers from a status (and the error code, which can override it: the
-    /// public service answers an invalid token with 400 `invalid_token`).
-    pub fn from_status(status: u16, code: Option<&str>) -> ErrorKind {
-        if matches!(code, Some("invalid_token" | "token_expired")) {
+    /// The kind a client infers from an error: the code first (a documented integer, then a
+    /// name), the status only when neither says more. "Already exists" comes with 500 from the
+    /// public service and must not be retried as a server failure.
+    pub fn classify(number: Option<i64>, name: Option<&str>, status: u16) -> ErrorKind {
+        if let Some(&(_, kind, _)) = DOCUMENTED.iter().find(|d| Some(d.0) == number) {
+            return kind;
+        }
+        if name.is_some_and(|n| AUTH_NAMES.contains(&n)) {
             return ErrorKind::Auth;
         }
+        Self::from_status(status)
+    }
+
+    /// The kind a client infers from a status alone.
+    pub fn from_status(status: u16) -> ErrorKind {
         match status {
             401 => ErrorKind::Auth,
             403 => ErrorKind::Forbidden,
@@ -103,12 +147,14 @@ impl ErrorKind {
     }
 }
 
-/// An error of the interface: a kind, a snake_case code and a sentence for people.
+/// An error of the interface: a kind, a snake_case code and a sentence for people; on the
+/// client side also the integer code the server sent, when it sent one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
     pub kind: ErrorKind,
     pub code: Cow<'static, str>,
     pub message: String,
+    pub number: Option<i64>,
 }
 
 impl fmt::Display for Error {
@@ -129,6 +175,60 @@ impl Error {
             kind,
             code: code.into(),
             message: message.into(),
+            number: None,
+        }
+    }
+
+    /// The integer `error_code` of this error on the wire: the one a server sent, else the
+    /// documented one for its case, else [`code::own_code`] of its status.
+    pub fn wire_code(&self) -> i64 {
+        if let Some(n) = self.number {
+            return n;
+        }
+        let name = self.code.as_ref();
+        match self.kind {
+            ErrorKind::NotFound => code::NOT_FOUND,
+            ErrorKind::Auth => code::AUTHORIZATION,
+            _ if self.already_exists() => code::ALREADY_EXISTS,
+            ErrorKind::BadRequest if BAD_BODY_NAMES.contains(&name) => code::BAD_REQUEST_BODY,
+            kind => code::own_code(kind.status()),
+        }
+    }
+
+    /// "Object already exists": the name is taken (by the documented code, or by our name).
+    pub fn already_exists(&self) -> bool {
+        self.number == Some(code::ALREADY_EXISTS)
+            || (self.kind == ErrorKind::Conflict && self.code == "exists")
+    }
+
+    /// The error a server described: its integer and/or string code, `error_name`, text and the
+    /// status it came with (see [`ErrorKind::classify`]). The server's text is kept as the message.
+    pub fn from_server(
+        number: Option<i64>,
+        name: Option<String>,
+        text: Option<String>,
+        status: u16,
+    ) -> Error {
+        let kind = ErrorKind::classify(number, name.as_deref(), status);
+        let code: Cow<'static, str> = match name {
+            Some(n) => n.into(),
+            None => DOCUMENTED
+                .iter()
+                .find(|d| Some(d.0) == number)
+                .map_or(kind.default_code(), |d| d.2)
+                .into(),
+        };
+        let message = text
+            .filter(|t| !t.trim().is_empty())
+            .unwrap_or_else(|| match number {
+                Some(n) => format!("the server answered {status} (error {n}, {code})"),
+                None => format!("the server answered {status} ({code})"),
+            });
+        Error {
+            kind,
+            code,
+            message,
+            number,
         }
     }
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
@@ -178,5 +278,69 @@ impl From<std::io::Error> for Error {
             ),
             _ => Error::internal(format!("I/O error: {e}")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The code decides before the status: "exists" with 500 is a conflict, not a server failure.
+    #[test]
+    fn classified_by_code_before_status() {
+        let e = |n: Option<i64>, name: Option<&str>, status| {
+            Error::from_server(n, name.map(String::from), None, status)
+        };
+        let exists = e(Some(code::ALREADY_EXISTS), None, 500);
+        assert_eq!(
+            (exists.kind, exists.code.as_ref()),
+            (ErrorKind::Conflict, "exists")
+        );
+        assert_eq!(
+            e(Some(code::NOT_FOUND), None, 500).kind,
+            ErrorKind::NotFound
+        );
+        assert_eq!(
+            e(Some(code::AUTHORIZATION), None, 400).kind,
+            ErrorKind::Auth
+        );
+        assert_eq!(
+            e(Some(code::BAD_REQUEST_BODY), None, 500).kind,
+            ErrorKind::BadRequest
+        );
+        assert_eq!(e(None, Some("invalid_token"), 400).kind, ErrorKind::Auth);
+        assert_eq!(e(Some(-7), None, 503).kind, ErrorKind::Network);
+        assert_eq!(e(Some(-7), None, 500).kind, ErrorKind::Server);
+        let named = e(Some(code::own_code(409)), Some("preview_not_ready"), 409);
+        assert_eq!(
+            (named.kind, named.code.as_ref()),
+            (ErrorKind::Conflict, "preview_not_ready")
+        );
+        assert!(named.message.contains("409"), "{}", named.message);
+    }
+
+    /// What our server sends back turns into the same kind and name on the client.
+    #[test]
+    fn wire_codes_round_trip() {
+        for err in [
+            Error::not_found("x"),
+            Error::auth("token_expired", "x"),
+            Error::conflict("exists", "x"),
+            Error::conflict("preview_not_ready", "x"),
+            Error::missing("length"),
+            Error::bad_request("checksum_mismatch", "x"),
+            Error::forbidden("x"),
+            Error::new(ErrorKind::TooManyRequests, "too_many_attempts", "x"),
+        ] {
+            let back = Error::from_server(
+                Some(err.wire_code()),
+                Some(err.code.to_string()),
+                Some(err.message.clone()),
+                err.status(),
+            );
+            assert_eq!((back.kind, &back.code), (err.kind, &err.code), "{err:?}");
+        }
+        assert_eq!(Error::missing("x").wire_code(), code::BAD_REQUEST_BODY);
+        assert_eq!(Error::forbidden("x").wire_code(), -100_403);
     }
 }

@@ -1,13 +1,16 @@
 //! Wire types of the interface (`shared/spec/interface.md`) and of DESIGN.md §2, shared by the
 //! server and the HTTP client, plus the helpers both sides need: paths, ranges, times.
 
-pub mod digest;
+pub mod checksum;
 pub mod envelope;
 pub mod error;
+pub mod files;
 pub mod path;
 pub mod range;
+pub mod time;
 pub mod types;
 
+pub use self::time::{format_time, parse_time};
 pub use envelope::{Envelope, ErrorObject};
 pub use error::{Error, ErrorKind, Result};
 pub use path::NodePath;

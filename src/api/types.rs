@@ -2,12 +2,13 @@
 //! exchange and preview metadata. Unknown fields are ignored and optional ones tolerated, so the
 //! client also reads the public service's richer objects.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
 use super::error::Result;
 use super::path::{encode_segment, validate_id};
+use super::time::parse_time;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum NodeType {
@@ -51,11 +52,19 @@ pub struct Node {
         skip_serializing_if = "Option::is_none"
     )]
     pub modified_on: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_number"
+    )]
     pub size: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub md5_checksum: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_number"
+    )]
     pub total_children: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub children: Option<Vec<Node>>,
@@ -83,6 +92,34 @@ pub struct FileExProperties {
     pub upload_uri: String,
     #[serde(default, deserialize_with = "lenient_string")]
     pub version_id: Option<String>,
+}
+
+/// A number, also when a server writes it as a string (`"size": "1024"`); null is none. Anything
+/// else is an error, so garbage is still refused.
+pub(crate) fn lenient_number<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: std::str::FromStr,
+{
+    use serde::de::Error as _;
+    let text = match Option::<serde_json::Value>::deserialize(d)? {
+        None | Some(serde_json::Value::Null) => return Ok(None),
+        Some(serde_json::Value::Number(n)) => n.to_string(),
+        Some(serde_json::Value::String(s)) => s.trim().to_string(),
+        Some(other) => return Err(D::Error::custom(format!("expected a number, got {other}"))),
+    };
+    text.parse()
+        .map(Some)
+        .map_err(|_| D::Error::custom(format!("expected a number, got {text:?}")))
+}
+
+/// [`lenient_number`] for a field that must be there.
+fn required_number<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: std::str::FromStr,
+{
+    lenient_number(d)?.ok_or_else(|| serde::de::Error::custom("expected a number, got null"))
 }
 
 /// IDs are opaque strings, but the reference types some as numbers: accept both.
@@ -160,24 +197,6 @@ pub fn file_links(node: &mut Node, id: &str) {
     node.preview_link_uri = Some(format!("/preview/id/Document/{enc}?view=preview&id={id}"));
     node.download_link_uri = Some(format!("/files/id/Document/{enc}?download=1&id={id}"));
     node.download_uri = Some(format!("/files/id/Document/{enc}"));
-}
-
-/// RFC 3339 in UTC with the precision the time has, e.g. `2026-11-21T10:00:00.123456789Z`.
-pub fn format_time(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let dt = time::OffsetDateTime::UNIX_EPOCH
-        + time::Duration::new(d.as_secs() as i64, d.subsec_nanos() as i32);
-    dt.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
-}
-
-pub fn parse_time(s: &str) -> Option<SystemTime> {
-    let dt = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()?;
-    // Whole seconds and nanoseconds apart: nanoseconds since 1970 overflow a u64 after 2554.
-    let secs = u64::try_from(dt.unix_timestamp()).ok();
-    Some(secs.map_or(UNIX_EPOCH, |secs| {
-        UNIX_EPOCH + Duration::new(secs, dt.nanosecond())
-    }))
 }
 
 // ----- request bodies -----
@@ -259,9 +278,15 @@ pub struct PinInfo {
 pub struct PinAuthResponse {
     pub token: String,
     /// Seconds until the token expires.
+    #[serde(deserialize_with = "required_number")]
     pub expires_in: u64,
-    /// The user's e-mail address.
-    pub id: String,
+    /// The user's ID (our server: the e-mail address).
+    #[serde(
+        default,
+        deserialize_with = "lenient_string",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub id: Option<String>,
 }
 
 // ----- previews -----
@@ -287,9 +312,12 @@ pub struct PreviewMeta {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PreviewPage {
+    #[serde(deserialize_with = "required_number")]
     pub page_number: u32,
     pub page_uri: String,
+    #[serde(deserialize_with = "required_number")]
     pub width: u32,
+    #[serde(deserialize_with = "required_number")]
     pub height: u32,
 }
 
@@ -316,6 +344,16 @@ mod tests {
         assert_eq!(n.file_id().as_deref(), Some("4711"));
         assert!(n.is_file());
         assert!(n.created_time().is_some());
+        // Sizes as strings, dates with an offset or in the Microsoft form.
+        let n: Node = serde_json::from_str(
+            r#"{"size":"1024","total_children":"3","modifiedOn":"2024-01-02T04:04:05+01:00",
+                "createdOn":"/Date(1704164645000)/"}"#,
+        )
+        .unwrap();
+        assert_eq!((n.size, n.total_children), (Some(1024), Some(3)));
+        assert_eq!(n.modified_time(), n.created_time());
+        assert!(n.modified_time().is_some());
+        assert!(serde_json::from_str::<Node>(r#"{"size":"big"}"#).is_err());
         let n: Node = serde_json::from_str(r#"{"id": 12, "nodeType": "SomethingNew"}"#).unwrap();
         assert_eq!(n.id.as_deref(), Some("12"));
         assert_eq!(n.node_type, NodeType::Unknown);
@@ -339,13 +377,5 @@ mod tests {
             let n: Node = serde_json::from_str(json).unwrap();
             assert_eq!(n.check_ids().unwrap_err().code, "bad_response", "{json}");
         }
-    }
-
-    #[test]
-    fn time_round_trip() {
-        let t = UNIX_EPOCH + Duration::new(1_700_000_000, 123_456_789);
-        let s = format_time(t);
-        assert_eq!(s, "2023-11-14T22:13:20.123456789Z");
-        assert_eq!(parse_time(&s), Some(t));
     }
 }

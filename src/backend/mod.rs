@@ -94,27 +94,33 @@ pub struct PreviewImage {
 pub const LIST_PAGE: u64 = 1000;
 
 /// A folder with all its children (`children=1`), following `page`/`per_page` until
-/// `total_children` is reached. A server may cap pages below what was asked, so a short page
-/// ends the listing only when there is no count; an empty page always does (no endless loop on a
-/// miscounting server).
+/// `total_children` is reached. A server may cap pages below what was asked, so without a count
+/// a short page does not end the listing: an empty page does, or one that brings no name not
+/// seen before (a server that ignores `page`), so a miscounting server loops no more than that.
 pub async fn list_all<B: Backend>(b: &B, path: &NodePath, per_page: u64) -> Result<Node> {
     let per_page = per_page.max(1);
     let mut node = b.list(path, 0, per_page).await?;
     let mut children = node.children.take().unwrap_or_default();
+    let mut seen: std::collections::HashSet<String> =
+        children.iter().map(|c| c.name.clone()).collect();
     let mut last = children.len() as u64;
     let mut page = 1;
     loop {
         let done = match node.total_children {
             Some(total) => children.len() as u64 >= total,
-            None => last < per_page,
+            None => false,
         };
         if done || last == 0 {
             break;
         }
         let next = b.list(path, page, per_page).await?;
         let got = next.children.unwrap_or_default();
-        last = got.len() as u64;
-        children.extend(got);
+        let fresh: Vec<Node> = got
+            .into_iter()
+            .filter(|c| seen.insert(c.name.clone()))
+            .collect();
+        last = fresh.len() as u64;
+        children.extend(fresh);
         page += 1;
     }
     node.children = Some(children);
@@ -200,6 +206,18 @@ pub trait Backend: Send + Sync + 'static {
         file_id: &str,
         range: Option<RangeRequest>,
     ) -> impl Future<Output = Result<Download>> + Send;
+
+    /// [`Backend::download`] of a file whose size the caller knows (from its node): a server that
+    /// sends no Content-Length is held to it.
+    fn download_sized(
+        &self,
+        file_id: &str,
+        range: Option<RangeRequest>,
+        size: Option<u64>,
+    ) -> impl Future<Output = Result<Download>> + Send {
+        let _ = size;
+        self.download(file_id, range)
+    }
 
     /// Copies `src` to `dst` (full path, name included).
     fn copy(

@@ -1,7 +1,8 @@
 //! `$XDG_CONFIG_HOME/vaultfs/config.toml`: defaults for `vaultfs mount`, for every mount
 //! (`[mount]`) and per mount point (`[mount."/home/me/Vault"]`). Keys are the long flags
 //! (`cache_size = "4G"`, `read_only = true`, `server = "https://..."`); flags given on the command
-//! line override them.
+//! line override them. `[server."URL"]` holds what belongs to a server rather than a mount:
+//! `client_id`, the ID `vaultfs login` registers as there.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -29,6 +30,40 @@ pub fn config_path() -> PathBuf {
     super::xdg_dir("XDG_CONFIG_HOME", ".config").join("config.toml")
 }
 
+/// The file's table; `None` when there is no file.
+fn read_doc(file: &Path) -> Result<Option<toml::Table>, String> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot read {}: {e}", file.display())),
+    };
+    text.parse()
+        .map(Some)
+        .map_err(|e| format!("{}: {e}", file.display()))
+}
+
+/// `client_id` of `[server."URL"]` (the URL without trailing slashes), if the file sets one.
+pub fn server_client_id(file: &Path, server: &str) -> Result<Option<String>, String> {
+    let Some(doc) = read_doc(file)? else {
+        return Ok(None);
+    };
+    let Some(servers) = doc.get("server").and_then(toml::Value::as_table) else {
+        return Ok(None);
+    };
+    let section = servers
+        .iter()
+        .find(|(url, _)| url.trim().trim_end_matches('/') == server)
+        .map(|(_, v)| v);
+    match section.and_then(|t| t.get("client_id")) {
+        None => Ok(None),
+        Some(toml::Value::String(id)) if !id.trim().is_empty() => Ok(Some(id.trim().to_string())),
+        Some(_) => Err(format!(
+            "{}: `client_id` of [server.\"{server}\"] must be a non-empty string",
+            file.display()
+        )),
+    }
+}
+
 /// `~/x` and relative paths made absolute, so sections match however the path is written.
 fn normalize(p: &str) -> PathBuf {
     let p = match p.strip_prefix("~/") {
@@ -44,14 +79,9 @@ fn normalize(p: &str) -> PathBuf {
 /// The flags the config file gives a mount at `mountpoint` (general section first, then the
 /// mount point's own, so the latter wins; the command line comes after both).
 pub fn mount_flags(file: &Path, mountpoint: &Path) -> Result<Vec<OsString>, String> {
-    let text = match std::fs::read_to_string(file) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(format!("cannot read {}: {e}", file.display())),
+    let Some(doc) = read_doc(file)? else {
+        return Ok(Vec::new());
     };
-    let doc: toml::Table = text
-        .parse()
-        .map_err(|e| format!("{}: {e}", file.display()))?;
     let Some(mount) = doc.get("mount") else {
         return Ok(Vec::new());
     };
@@ -176,5 +206,26 @@ mod tests {
         );
         std::fs::write(&file, "[mount\n").unwrap();
         assert!(mount_flags(&file, &mnt).is_err());
+    }
+
+    #[test]
+    fn client_id_per_server() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.toml");
+        assert_eq!(server_client_id(&file, "https://x").unwrap(), None);
+        std::fs::write(
+            &file,
+            "[mount]\ncache_size = \"1G\"\n[server.\"https://x/\"]\nclient_id = \"acme-7\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            server_client_id(&file, "https://x").unwrap().as_deref(),
+            Some("acme-7")
+        );
+        assert_eq!(server_client_id(&file, "https://y").unwrap(), None);
+        // The mount ignores the server sections.
+        assert_eq!(mount_flags(&file, &dir.path().join("m")).unwrap().len(), 2);
+        std::fs::write(&file, "[server.\"https://x\"]\nclient_id = 3\n").unwrap();
+        assert!(server_client_id(&file, "https://x").is_err());
     }
 }

@@ -108,7 +108,7 @@ pub fn canonical(mountpoint: &Path) -> PathBuf {
 pub fn socket_path(mountpoint: &Path) -> PathBuf {
     use md5::{Digest, Md5};
     let canon = canonical(mountpoint);
-    let h = crate::api::digest::hex(&Md5::digest(canon.as_os_str().as_encoded_bytes()));
+    let h = crate::api::checksum::hex(&Md5::digest(canon.as_os_str().as_encoded_bytes()));
     runtime_dir().join(format!("{}.sock", &h[..16]))
 }
 

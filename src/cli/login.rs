@@ -15,7 +15,9 @@ use serde::{Deserialize, Serialize};
 use crate::api::{format_time, parse_time};
 use crate::backend::remote::{RemoteBackend, RemoteConfig};
 
-/// The client ID the CLI is registered as.
+/// The client ID the CLI uses unless told otherwise (`vaultfs serve` always knows it). The
+/// public service accepts only IDs registered in a developer account: `--client-id`, or
+/// `client_id` in the server's section of config.toml.
 pub const CLIENT_ID: &str = "vaultfs";
 
 #[derive(Args)]
@@ -34,6 +36,11 @@ pub struct LoginArgs {
     /// Print the authorization URL without opening a browser
     #[arg(long)]
     no_browser: bool,
+    /// The client ID to log in as (registered with the service); default: `client_id` of
+    /// `[server."URL"]` in config.toml, else the one of the last login to this server, else
+    /// `vaultfs`
+    #[arg(long, value_name = "ID")]
+    client_id: Option<String>,
 }
 
 #[derive(Args)]
@@ -84,6 +91,9 @@ struct Entry {
     token: String,
     /// RFC 3339, UTC.
     expires_at: String,
+    /// The client ID the token was issued to (absent in files written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    client_id: Option<String>,
 }
 
 /// The key a server is stored under: the URL as given, without trailing slashes.
@@ -174,6 +184,11 @@ fn write_file(file: &Path, content: &CredentialsFile) -> Result<(), String> {
 
 /// Stores (or replaces) the login of `creds.server` in `file`.
 pub fn save_credentials(file: &Path, creds: &Credentials) -> Result<(), String> {
+    save_login(file, creds, None)
+}
+
+/// [`save_credentials`], noting the client ID the token was issued to.
+pub fn save_login(file: &Path, creds: &Credentials, client_id: Option<&str>) -> Result<(), String> {
     let mut content = read_file(file)?;
     content.servers.insert(
         normalize_server(&creds.server),
@@ -181,9 +196,32 @@ pub fn save_credentials(file: &Path, creds: &Credentials) -> Result<(), String> 
             email: creds.email.clone(),
             token: creds.token.clone(),
             expires_at: format_time(creds.expires_at),
+            client_id: client_id.map(str::to_string),
         },
     );
     write_file(file, &content)
+}
+
+/// The client ID to log in to `server` as: the one given, else `client_id` of the server's
+/// section in `config` (`[server."URL"]`), else the one of the last login stored in
+/// `credentials`, else [`CLIENT_ID`].
+pub fn client_id_for(
+    given: Option<&str>,
+    config: &Path,
+    credentials: &Path,
+    server: &str,
+) -> Result<String, String> {
+    if let Some(id) = given {
+        return Ok(id.to_string());
+    }
+    if let Some(id) = super::config::server_client_id(config, &normalize_server(server))? {
+        return Ok(id);
+    }
+    let last = read_file(credentials)?
+        .servers
+        .remove(&normalize_server(server))
+        .and_then(|e| e.client_id);
+    Ok(last.unwrap_or_else(|| CLIENT_ID.to_string()))
 }
 
 /// Removes the login of `server_url` from `file`; false when there was none.
@@ -201,10 +239,15 @@ pub fn remove_credentials(file: &Path, server_url: &str) -> Result<bool, String>
 }
 
 /// `POST /pin/auth`: the pin exchanged for a login (not yet stored).
-pub async fn exchange_pin(server: &str, email: &str, pin: &str) -> Result<Credentials, String> {
+pub async fn exchange_pin(
+    server: &str,
+    email: &str,
+    client_id: &str,
+    pin: &str,
+) -> Result<Credentials, String> {
     let remote = anonymous(server)?;
     let issued = remote
-        .pin_auth(email, CLIENT_ID, pin)
+        .pin_auth(email, client_id, pin)
         .await
         .map_err(|e| format!("the pin was not accepted: {e}"))?;
     if issued.token.is_empty() {
@@ -212,10 +255,9 @@ pub async fn exchange_pin(server: &str, email: &str, pin: &str) -> Result<Creden
     }
     // The expiry is kept as an absolute time: `expires_in` counts from now.
     let expires_at = SystemTime::now() + Duration::from_secs(issued.expires_in);
-    let email = if issued.id.contains('@') {
-        issued.id
-    } else {
-        email.to_string()
+    let email = match issued.id {
+        Some(id) if id.contains('@') => id,
+        _ => email.to_string(),
     };
     Ok(Credentials {
         server: normalize_server(server),
@@ -307,6 +349,12 @@ fn check_pin(pin: &str) -> Result<String, String> {
 /// `vaultfs login`.
 pub fn login(args: LoginArgs) -> Result<(), Box<dyn std::error::Error>> {
     let server = normalize_server(&args.server);
+    let file = credentials_path();
+    let client_id = args.client_id.as_deref().map(str::trim);
+    if client_id.is_some_and(str::is_empty) {
+        return Err("--client-id cannot be empty".into());
+    }
+    let client_id = client_id_for(client_id, &super::config::config_path(), &file, &server)?;
     let rt = tokio::runtime::Runtime::new()?;
     let from_env = std::env::var("VAULTFS_PIN").ok().filter(|p| !p.is_empty());
     let pin = match from_env {
@@ -316,11 +364,11 @@ pub fn login(args: LoginArgs) -> Result<(), Box<dyn std::error::Error>> {
         None => {
             let remote = anonymous(&server)?;
             let sent = rt
-                .block_on(remote.pin_end(CLIENT_ID))
+                .block_on(remote.pin_end(&client_id))
                 .map_err(|e| format!("cannot start the login at {server}: {e}"))?;
             let url = authorization_url(&server, &sent)?;
             eprintln!(
-                "Open this address, sign in as {} and authorize vaultfs:",
+                "Open this address, sign in as {} and authorize {client_id}:",
                 args.email
             );
             println!("{url}");
@@ -331,9 +379,8 @@ pub fn login(args: LoginArgs) -> Result<(), Box<dyn std::error::Error>> {
             check_pin(&read_pin()?)?
         }
     };
-    let creds = rt.block_on(exchange_pin(&server, &args.email, &pin))?;
-    let file = credentials_path();
-    save_credentials(&file, &creds)?;
+    let creds = rt.block_on(exchange_pin(&server, &args.email, &client_id, &pin))?;
+    save_login(&file, &creds, Some(&client_id))?;
     eprintln!(
         "Logged in to {server} as {} until {} (stored in {}).",
         creds.email,

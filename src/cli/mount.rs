@@ -109,7 +109,7 @@ fn cache_base() -> PathBuf {
 /// A cache directory name per backend, so journals never mix between stores.
 fn backend_key(kind: &str, identity: &str) -> String {
     use md5::{Digest, Md5};
-    let h = crate::api::digest::hex(&Md5::digest(identity.as_bytes()));
+    let h = crate::api::checksum::hex(&Md5::digest(identity.as_bytes()));
     format!("{kind}-{}", &h[..12])
 }
 
@@ -221,7 +221,7 @@ fn mount_checked(
             let identity = format!("{} {}", creds.server, creds.email);
             let info = Info {
                 backend: format!("{} as {}", creds.server, creds.email),
-                token_expires: Some(crate::fs::status::rfc3339(creds.expires_at)),
+                token_expires: Some(crate::api::format_time(creds.expires_at)),
             };
             let key = backend_key("remote", &identity);
             run(backend, args, opts, &rt, key, info, verdict)

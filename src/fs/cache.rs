@@ -165,11 +165,7 @@ impl ReadCache {
     /// the name is its sha256 in hex: a plain name in the cache dir whatever the server said.
     fn file_for(&self, key: &str) -> PathBuf {
         use sha2::{Digest, Sha256};
-        let hash = Sha256::digest(key.as_bytes());
-        let mut name = String::with_capacity(64 + 21);
-        for b in hash {
-            name.push_str(&format!("{b:02x}"));
-        }
+        let mut name = crate::api::checksum::hex(&Sha256::digest(key.as_bytes()));
         name.push_str(&format!(".{}", self.files.fetch_add(1, Ordering::Relaxed)));
         self.dir.join(name)
     }
@@ -398,7 +394,9 @@ async fn fetch<B: Backend>(backend: &B, e: &Entry, first: u64, last: u64) -> Res
     let start = first * CHUNK;
     let end = ((last + 1) * CHUNK).min(e.size);
     let range = RangeRequest::span(start, end - start);
-    let mut d = backend.download(&e.id, Some(range)).await?;
+    let mut d = backend
+        .download_sized(&e.id, Some(range), Some(e.size))
+        .await?;
     if d.node.md5_checksum.is_some() && e.md5.is_some() && d.node.md5_checksum != e.md5 {
         return Err(Error::new(
             crate::api::ErrorKind::Conflict,

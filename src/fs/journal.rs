@@ -297,7 +297,7 @@ impl Journal {
         super::private_dir(&self.lost)?;
         let name = format!("{}-{}", staged.id, path.name().unwrap_or("file"));
         let dest = self.lost.join(name);
-        crate::store::blobs::copy_to_new(&staged.file(), staged.size(), &dest)?;
+        crate::api::files::copy_to_new(&staged.file(), staged.size(), &dest)?;
         self.finish(staged);
         Ok(dest)
     }

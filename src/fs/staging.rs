@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use crate::api::digest::{Digests, read_range};
+use crate::api::checksum::{Digests, read_range};
 
 /// A staged file: the bytes a writer sees, and how far they are from being uploaded.
 ///
@@ -296,7 +296,7 @@ impl Staged {
         }
         let tmp = self.data_path.with_extension("cow");
         let _ = fs::remove_file(&tmp);
-        let copy = crate::store::blobs::copy_to_new(&self.file(), self.size(), &tmp)?;
+        let copy = crate::api::files::copy_to_new(&self.file(), self.size(), &tmp)?;
         fs::rename(&tmp, &self.data_path)?;
         *self.data.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(copy);
         self.sealed.store(false, Ordering::SeqCst);
@@ -400,7 +400,7 @@ impl Staged {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::digest::hash_file;
+    use crate::api::checksum::hash_file;
 
     fn staged(dir: &Path) -> Arc<Staged> {
         let path = dir.join("1.data");

@@ -129,7 +129,7 @@ impl Tracker {
             e.pop_front();
         }
         e.push_back(RecentError {
-            at: rfc3339(SystemTime::now()),
+            at: crate::api::format_time(SystemTime::now()),
             message,
         });
     }
@@ -259,12 +259,6 @@ pub fn human_bytes(n: u64) -> String {
     } else {
         format!("{v:.1} {}", UNITS[u])
     }
-}
-
-pub(crate) fn rfc3339(t: SystemTime) -> String {
-    time::OffsetDateTime::from(t)
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
 }
 
 /// The command layer's handle on a running mount: its status, and a clean unmount.

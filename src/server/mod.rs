@@ -2,7 +2,7 @@
 //! local backend scoped to the caller's account.
 
 mod auth;
-mod conn;
+pub mod conn;
 mod context;
 mod files;
 pub mod limits;

@@ -50,8 +50,9 @@ pub(super) fn finish(mut doc: OpenApi) -> OpenApi {
         "The storage interface served by `vaultfs serve` (shared/spec/interface.md with the \
          decisions of DESIGN.md §2). Every JSON answer is an envelope `{\"error\": {...}, \
          \"message\": ...}`; `error.success` says whether the call succeeded. Failures carry \
-         `error_code`, `error_text`, `instance_guid` and `status_code` (equal to the HTTP status) \
-         and no `message`. Besides the statuses listed per operation, any route answers 405 \
+         `error_code` (an integer: the public service's documented codes where it has one), \
+         `error_name` (snake_case), `error_text`, `instance_guid` and `status_code` (equal to \
+         the HTTP status) and no `message`. Besides the statuses listed per operation, any route answers 405 \
          `method_not_allowed` to a method it does not have, any other path is 404 \
          `unknown_route`, and a JSON body over the configured limit (64 KiB) is 413 \
          `body_too_large`, all in the same envelope."
@@ -123,9 +124,14 @@ pub struct Failure {
     /// Always false here.
     #[schema(example = false)]
     pub success: bool,
-    /// snake_case, e.g. `not_found`, `bad_path`, `invalid_token`, `forbidden`.
+    /// An integer, as the public service documents: -520093684 not found, -1593835519
+    /// authorization (log in again), -1593835510 already exists, -2147467259 malformed or
+    /// missing request body parameter; any other error is -100000 minus its HTTP status.
+    #[schema(example = -520093684)]
+    pub error_code: i64,
+    /// The error's snake_case name, e.g. `not_found`, `bad_path`, `invalid_token`, `exists`.
     #[schema(example = "not_found")]
-    pub error_code: String,
+    pub error_name: String,
     /// A sentence for people.
     pub error_text: String,
     /// The request's id, also in the server's log line for it.
@@ -339,8 +345,8 @@ pub struct Transfer {
     /// The decoded destination path with its name, beginning with `/nodes/pth`.
     #[schema(example = "/nodes/pth/Acme/My First Vault/copy.txt")]
     pub dst_uri: String,
-    /// `fail` or `replace`, in any letter case.
-    #[schema(example = "fail")]
+    /// `Fail` or `Replace`, in any letter case.
+    #[schema(example = "Replace")]
     pub replace: String,
 }
 
@@ -350,7 +356,8 @@ pub struct VersionRequest {
     /// Exact size in bytes of what step 3 sends.
     #[schema(minimum = 0)]
     pub length: u64,
-    /// md5 of what step 3 sends, hex; when given, step 3 checks it.
+    /// md5 of what step 3 sends, in base64 (as the public service documents) or hex; when
+    /// given, step 3 checks it.
     pub md5_checksum: Option<String>,
 }
 

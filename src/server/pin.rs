@@ -149,7 +149,7 @@ pub async fn auth(State(state): State<AppState>, source: Source, body: Bytes) ->
     Ok(ok(PinAuthResponse {
         token: issued.token,
         expires_in: issued.expires_in.as_secs(),
-        id: issued.email,
+        id: Some(issued.email),
     }))
 }
 

@@ -479,7 +479,7 @@ mod tests {
         key[..4].copy_from_slice(b"Jefe");
         let mac = hmac_sha256(&key, b"what do ya want for nothing?");
         assert_eq!(
-            crate::api::digest::hex(&mac),
+            crate::api::checksum::hex(&mac),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
     }

@@ -1018,15 +1018,14 @@ fn split(path: &NodePath) -> Result<(NodePath, &str)> {
     }
 }
 
+/// The md5 of step 2 as hex, from hex or base64 (the public service's clients send base64).
 fn normalize_md5(md5: &str) -> Result<String> {
-    let m = md5.trim().to_ascii_lowercase();
-    if m.len() != 32 || !m.bytes().all(|c| c.is_ascii_hexdigit()) {
-        return Err(Error::bad_request(
+    crate::api::checksum::md5_hex(md5).ok_or_else(|| {
+        Error::bad_request(
             "bad_checksum",
-            "md5_checksum must be 32 hexadecimal digits",
-        ));
-    }
-    Ok(m)
+            "md5_checksum must be an md5: 32 hexadecimal digits or 24 characters of base64",
+        )
+    })
 }
 
 /// (length, md5, committed) of a version of `file_id`.

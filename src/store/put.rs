@@ -31,7 +31,7 @@ use rusqlite::params;
 
 use super::nodes::{self, Kind};
 use super::{Scope, Store, now_ns};
-use crate::api::digest::{Digests, hash_file};
+use crate::api::checksum::{Digests, hash_file};
 use crate::api::{Error, Node, NodePath, Result};
 
 /// One whole file to store: the first `len` bytes of `source` become the current version of the
@@ -284,7 +284,7 @@ impl Store {
             f.digests.clone().filter(|d| d.len() <= f.len)
         } else {
             prepared.tmp = self.blobs.tmp_name("put");
-            let copy = super::blobs::copy_to_new(&f.source, f.len, &prepared.tmp)?;
+            let copy = crate::api::files::copy_to_new(&f.source, f.len, &prepared.tmp)?;
             prepared.file = std::sync::Arc::new(copy);
             None
         };
@@ -325,7 +325,7 @@ impl Store {
             Err(e) if p.tmp.as_os_str().is_empty() => {
                 log::debug!("linking a blob failed ({e}); copying it");
                 p.tmp = self.blobs.tmp_name("put");
-                let copy = super::blobs::copy_to_new(&p.file, len, &p.tmp)?;
+                let copy = crate::api::files::copy_to_new(&p.file, len, &p.tmp)?;
                 copy.sync_data()?;
                 self.place(p, dest, len)
             }
@@ -386,7 +386,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::digest::hex;
+    use crate::api::checksum::hex;
     use md5::{Digest, Md5};
     use sha2::Sha256;
 

@@ -2,6 +2,7 @@
 //! temporary directory, and the pin login done the way a person does it (the HTML page).
 #![allow(dead_code)]
 
+pub mod dialect;
 #[macro_use]
 pub mod env;
 pub mod fixtures;
@@ -64,16 +65,12 @@ impl TestServer {
         store.start_previews(1).unwrap();
         let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        let (tx, rx) = oneshot::channel::<()>();
         // As `vaultfs serve` does (its connections bounded and timed).
-        let app_store = store.clone();
-        let task = tokio::spawn(async move {
-            server::serve(listener, app_store, options, async {
-                let _ = rx.await;
-            })
-            .await
-            .unwrap();
-        });
+        let (tx, task) = serve(
+            listener,
+            server::router(store.clone(), options.clone()),
+            options,
+        );
         TestServer {
             base,
             store,
@@ -109,6 +106,23 @@ impl TestServer {
             token,
         }
     }
+}
+
+/// Serves `app` in a task until the sender is used or dropped.
+pub fn serve(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    options: ServerOptions,
+) -> (oneshot::Sender<()>, JoinHandle<()>) {
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        server::conn::serve(listener, app, &options, async {
+            let _ = rx.await;
+        })
+        .await
+        .unwrap();
+    });
+    (tx, task)
 }
 
 impl Drop for TestServer {

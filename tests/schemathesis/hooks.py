@@ -11,9 +11,9 @@ HTML_PAGES = {"/pin/authorize"}
 
 @schemathesis.check
 def error_envelope(ctx, response, case):
-    """Every answer outside 2xx is the error envelope: JSON, `error.success` false, an
-    `error_code`, an `error_text`, an `instance_guid`, `status_code` equal to the HTTP status,
-    and no `message`."""
+    """Every answer outside 2xx is the error envelope: JSON, `error.success` false, an integer
+    `error_code` (the public service's documented codes), an `error_name`, an `error_text`, an
+    `instance_guid`, `status_code` equal to the HTTP status, and no `message`."""
     status = response.status_code
     if 200 <= status < 300:
         return
@@ -31,7 +31,10 @@ def error_envelope(ctx, response, case):
         raise AssertionError(f"{status} answered without an `error` object: {body!r}")
     if err.get("success") is not False:
         raise AssertionError(f"{status} answered with error.success = {err.get('success')!r}")
-    for field in ("error_code", "error_text", "instance_guid"):
+    code = err.get("error_code")
+    if not isinstance(code, int) or isinstance(code, bool) or code >= 0:
+        raise AssertionError(f"{status} answered without a negative integer `error.error_code`: {body!r}")
+    for field in ("error_name", "error_text", "instance_guid"):
         if not isinstance(err.get(field), str) or not err[field]:
             raise AssertionError(f"{status} answered without `error.{field}`: {body!r}")
     if err.get("status_code") != status:

@@ -1,0 +1,377 @@
+//! The backend over HTTP: the interface (spec §4, DESIGN.md §2) spoken to `vaultfs serve` or to
+//! the public service, with one pooled client.
+//!
+//! Failure handling, decided once here:
+//! - Every wait is bounded. JSON calls (with their retries) end within `total_timeout`; a
+//!   download must produce its headers within `total_timeout` and then a byte at least every
+//!   `idle_timeout` (its total time is unbounded, as its size is); an upload must make progress
+//!   every `idle_timeout`. A dead server is [`ErrorKind::Network`], never a hang.
+//! - Retries (exponential backoff with jitter, at most `retries`) follow what a repeat would do:
+//!   calls that are idempotent on the server (GET, upload step 1, copy with `replace`) are
+//!   retried on connection failures, time-outs and 500/502/503/504 whose error code is not one
+//!   that a repeat cannot change (the public service sends "already exists" with 500). The others (DELETE, move,
+//!   folder creation, upload step 2, the token exchange) are retried only when the connection
+//!   could not be established, i.e. the request surely never reached the server: a DELETE
+//!   repeated after it succeeded answers 404, a step 2 repeated creates a second version, a
+//!   move repeated fails. Upload step 3 is never retried here: the body stream can be sent only
+//!   once; a repeated identical step 3 succeeds on our server, so the caller retries with a
+//!   fresh stream.
+//! - Bodies are checked: a download shorter or longer than its headers (or, without a
+//!   Content-Length, the node's size) say, or (for whole reads) with another md5 than its ETag,
+//!   ends its stream with an error, never with short data.
+//!   Errors inside a [`ByteStream`] are `io::Error`s wrapping an [`api::Error`](Error).
+//! - Answers that are not the interface's JSON (HTML, truncated, wrong types) are
+//!   [`ErrorKind::Server`] with code `bad_response`.
+//!
+//! The public service's dialect (DESIGN.md §2) is read wherever it can appear: integer or string
+//! error codes ([`crate::api::Error::from_server`]), md5 in hex or base64 (made hex in
+//! `transport::checked`), numbers as strings and other date forms (`api::types`, `api::time`).
+//! What is sent follows its documentation: base64 md5 (`upload`), `Replace`/`Fail`, numeric pins.
+//!
+//! The parts: `transport` (requests, retries, envelopes), `download`, `upload` (steps 2 and 3),
+//! `pin` (the pin exchange).
+
+mod download;
+mod pin;
+mod transport;
+mod upload;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest::Method;
+use reqwest::header::{self, HeaderValue};
+
+use super::{Backend, ByteStream, Download, PreviewImage};
+use crate::api::path::encode_segment;
+use crate::api::{Error, ErrorKind, Node, NodePath, PageSize, PreviewMeta, RangeRequest, Result};
+use download::{RANGES_NO, RANGES_UNKNOWN, RANGES_YES};
+use transport::{Req, Retry, bad_response, header_str};
+
+/// Settings of a [`RemoteBackend`].
+#[derive(Clone)]
+pub struct RemoteConfig {
+    /// `https://rest.smartvault.com` or `http://127.0.0.1:8080` (a path prefix is kept).
+    pub base_url: String,
+    /// The user's e-mail and delegation token; both empty for the pin exchange only.
+    pub email: String,
+    pub token: String,
+    /// Time to establish a connection (TCP and TLS).
+    pub connect_timeout: Duration,
+    /// Longest wait for the next byte of an answer, or for an upload to make progress.
+    pub idle_timeout: Duration,
+    /// Bound on a whole JSON call, retries included, and on waiting for a download's headers.
+    pub total_timeout: Duration,
+    /// Retries after the first attempt (see the module documentation for which calls).
+    pub retries: u32,
+    /// First backoff delay; doubled each retry up to `backoff_max`, with jitter.
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+    /// Largest JSON answer accepted, in bytes.
+    pub max_json_response: usize,
+    /// Largest download read without a Content-Length when its size is not known otherwise
+    /// (it is held in memory to learn its length).
+    pub max_unsized_body: usize,
+}
+
+impl RemoteConfig {
+    pub fn new(base_url: &str, email: &str, token: &str) -> RemoteConfig {
+        RemoteConfig {
+            base_url: base_url.to_string(),
+            email: email.to_string(),
+            token: token.to_string(),
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+            total_timeout: Duration::from_secs(60),
+            retries: 3,
+            backoff_base: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(5),
+            max_json_response: 64 << 20,
+            max_unsized_body: 64 << 20,
+        }
+    }
+}
+
+// The token never appears in logs or panics.
+impl std::fmt::Debug for RemoteConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteConfig")
+            .field("base_url", &self.base_url)
+            .field("email", &self.email)
+            .field("token", &"<redacted>")
+            .field("connect_timeout", &self.connect_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("total_timeout", &self.total_timeout)
+            .field("retries", &self.retries)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Clone)]
+pub struct RemoteBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    http: reqwest::Client,
+    /// Base URL without a trailing slash.
+    base: String,
+    auth: Option<HeaderValue>,
+    config: RemoteConfig,
+    ranges: AtomicU8,
+    /// The md5 (hex) of each version announced in step 2 and not yet sent, by (file ID,
+    /// version ID): step 3's answer is checked against it, also when step 2 had to go without.
+    announced: Mutex<HashMap<(String, String), String>>,
+}
+
+impl RemoteBackend {
+    pub fn new(config: RemoteConfig) -> Result<RemoteBackend> {
+        let base = config.base_url.trim().trim_end_matches('/').to_string();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(Error::bad_request(
+                "bad_url",
+                format!("`{base}` is not an http:// or https:// URL"),
+            ));
+        }
+        let auth = if config.email.is_empty() || config.token.is_empty() {
+            None
+        } else {
+            use base64::Engine;
+            let raw = format!("{}:{}", config.email, config.token);
+            let value = format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(raw)
+            );
+            let mut v = HeaderValue::from_str(&value).map_err(|_| {
+                Error::bad_request("bad_credentials", "the e-mail address is not valid here")
+            })?;
+            v.set_sensitive(true); // kept out of debug output
+            Some(v)
+        };
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .read_timeout(config.idle_timeout)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .user_agent(concat!("vaultfs/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| Error::internal(format!("cannot set up the HTTP client: {e}")))?;
+        Ok(RemoteBackend {
+            inner: Arc::new(Inner {
+                http,
+                base,
+                auth,
+                config,
+                ranges: AtomicU8::new(RANGES_UNKNOWN),
+                announced: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &RemoteConfig {
+        &self.inner.config
+    }
+
+    /// The base URL, without a trailing slash.
+    pub fn base_url(&self) -> &str {
+        &self.inner.base
+    }
+
+    /// Whether the server is known to answer `Range` requests (`None`: not learned yet).
+    pub fn supports_ranges(&self) -> Option<bool> {
+        match self.inner.ranges.load(Ordering::Relaxed) {
+            RANGES_YES => Some(true),
+            RANGES_NO => Some(false),
+            _ => None,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{}", self.inner.base, path)
+    }
+
+    /// Adds what to do to an authentication failure of a logged-in call.
+    fn with_hint(&self, mut e: Error, auth: bool) -> Error {
+        if auth && e.kind == ErrorKind::Auth {
+            e.message = format!(
+                "{} (the login for {base} is not valid any more: run `vaultfs login --server {base} \
+                 --email {email}` again)",
+                e.message,
+                base = self.inner.base,
+                email = self.inner.config.email,
+            );
+        }
+        e
+    }
+}
+
+impl Backend for RemoteBackend {
+    async fn node(&self, path: &NodePath) -> Result<Node> {
+        self.call_node(Req::get(path.encoded())).await
+    }
+
+    async fn list(&self, path: &NodePath, page: u64, per_page: u64) -> Result<Node> {
+        let p = format!(
+            "{}?children=1&page={page}&per_page={per_page}",
+            path.encoded()
+        );
+        self.call_node(Req::get(p)).await
+    }
+
+    async fn create_folder(&self, path: &NodePath) -> Result<Node> {
+        let req = Req::with_body(
+            Method::PUT,
+            path.encoded(),
+            &serde_json::json!({}),
+            Retry::UnsentOnly,
+        );
+        self.call_node(req).await
+    }
+
+    async fn create_file(&self, folder: &NodePath, name: &str) -> Result<Node> {
+        let body = serde_json::json!({ "create_file": [{ "name": name }] });
+        // Idempotent: an existing file of that name is returned as it is.
+        let req = Req::with_body(Method::PUT, folder.encoded(), &body, Retry::Idempotent);
+        let what = req.what();
+        let parent: Node = match self.call_node(req).await {
+            // A server that refuses an existing name: the file is there, and step 2 adds a
+            // version to it (a folder of that name stays a conflict).
+            Err(e) if e.already_exists() => {
+                let file = self.node(&folder.child(name)?).await?;
+                return match file.file_id() {
+                    Some(id) if file.is_file() => Ok(Node {
+                        id: Some(id),
+                        ..file
+                    }),
+                    _ => Err(e),
+                };
+            }
+            other => other?,
+        };
+        let mut children = parent.children.unwrap_or_default();
+        let at = children
+            .iter()
+            .position(|c| c.name == name)
+            .or_else(|| (children.len() == 1).then_some(0))
+            .ok_or_else(|| bad_response(format!("{what}: `{name}` is not among the children")))?;
+        let mut node = children.swap_remove(at);
+        let id = node
+            .file_id()
+            .ok_or_else(|| bad_response(format!("{what}: the new file has no ID")))?;
+        node.id = Some(id);
+        Ok(node)
+    }
+
+    async fn begin_version(&self, file_id: &str, length: u64, md5: Option<&str>) -> Result<Node> {
+        self.announce_version(file_id, length, md5).await
+    }
+
+    async fn upload(
+        &self,
+        file_id: &str,
+        version_id: &str,
+        length: u64,
+        body: ByteStream,
+    ) -> Result<Node> {
+        self.send_version(file_id, version_id, length, body).await
+    }
+
+    async fn download(&self, file_id: &str, range: Option<RangeRequest>) -> Result<Download> {
+        self.download_sized(file_id, range, None).await
+    }
+
+    async fn download_sized(
+        &self,
+        file_id: &str,
+        range: Option<RangeRequest>,
+        size: Option<u64>,
+    ) -> Result<Download> {
+        let path = format!("/files/id/Document/{}", encode_segment(file_id));
+        self.fetch(path, file_id, range, size).await
+    }
+
+    async fn copy(&self, src: &NodePath, dst: &NodePath, replace: bool) -> Result<Node> {
+        // Copying with `replace` again gives the same result; with `fail` it would not.
+        let retry = if replace {
+            Retry::Idempotent
+        } else {
+            Retry::UnsentOnly
+        };
+        self.call_node(transfer_req("copy", src, dst, replace, retry))
+            .await
+    }
+
+    async fn rename(&self, src: &NodePath, dst: &NodePath, replace: bool) -> Result<Node> {
+        self.call_node(transfer_req("move", src, dst, replace, Retry::UnsentOnly))
+            .await
+    }
+
+    async fn delete(&self, path: &NodePath) -> Result<()> {
+        let mut req = Req::get(path.encoded());
+        req.method = Method::DELETE;
+        req.retry = Retry::UnsentOnly;
+        self.call::<serde_json::Value>(req).await.map(|_| ())
+    }
+
+    async fn preview(&self, file_id: &str) -> Result<PreviewMeta> {
+        let path = format!("/preview/id/Document/{}", encode_segment(file_id));
+        self.call_message(Req::get(path)).await
+    }
+
+    async fn preview_page(&self, file_id: &str, page: u32, size: PageSize) -> Result<PreviewImage> {
+        let mut path = format!("/preview/id/Document/{}/{page}", encode_segment(file_id));
+        let query: Vec<String> = [
+            ("scale", size.scale),
+            ("max_width", size.max_width),
+            ("max_height", size.max_height),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| format!("{k}={v}")))
+        .collect();
+        if !query.is_empty() {
+            path = format!("{path}?{}", query.join("&"));
+        }
+        let mut req = Req::get(path);
+        req.accept = "image/*, application/json;q=0.5";
+        let what = req.what();
+        self.bounded(&what, async {
+            let resp = self.send(&req).await?;
+            let status = resp.status();
+            if !status.is_success() {
+                self.envelope::<serde_json::Value>(resp).await?;
+                return Err(bad_response(format!("{what}: answered {status}")));
+            }
+            let content_type = header_str(resp.headers(), header::CONTENT_TYPE)
+                .unwrap_or("application/octet-stream")
+                .to_string();
+            let data = self.read_body(resp).await?;
+            Ok(PreviewImage { content_type, data })
+        })
+        .await
+        .map_err(|e| self.with_hint(e, true))
+    }
+
+    async fn preview_pdf(&self, file_id: &str) -> Result<Download> {
+        let path = format!("/preview/id/Document/{}/pdf", encode_segment(file_id));
+        self.fetch(path, file_id, None, None).await
+    }
+}
+
+fn transfer_req(op: &str, src: &NodePath, dst: &NodePath, replace: bool, retry: Retry) -> Req {
+    // The documented sample's spelling; our server matches it in any case.
+    let replace = if replace { "Replace" } else { "Fail" };
+    let body = serde_json::json!({ op: { "dst_uri": dst.uri(), "replace": replace } });
+    Req::with_body(Method::POST, src.encoded(), &body, retry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_debug_hides_the_token() {
+        let c = RemoteConfig::new("http://x", "a@b.c", "s3cret-token");
+        assert!(!format!("{c:?}").contains("s3cret"));
+    }
+}

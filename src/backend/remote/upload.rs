@@ -1,0 +1,257 @@
+//! Upload steps 2 and 3: the version announced with its length and md5, the bytes streamed with
+//! a watchdog on progress.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use reqwest::Method;
+use reqwest::header;
+
+use super::RemoteBackend;
+use super::transport::{JSON, Req, Retry, bad_response, checked, describe, network, required};
+use crate::api::checksum::{md5_base64, md5_hex};
+use crate::api::path::encode_segment;
+use crate::api::{Error, ErrorKind, Node, Result, VersionRequest};
+use crate::backend::ByteStream;
+
+/// Versions announced and never sent are forgotten beyond this many (the map stays small).
+const ANNOUNCED_MAX: usize = 4096;
+
+impl RemoteBackend {
+    /// Upload step 2. The md5 goes in base64, as the public service documents; a server that
+    /// refuses it (400) gets the request again without one (the spec makes it optional), and
+    /// step 3's answer is compared with it instead. A write is never lost to a spelling.
+    pub(super) async fn announce_version(
+        &self,
+        file_id: &str,
+        length: u64,
+        md5: Option<&str>,
+    ) -> Result<Node> {
+        let md5 = match md5 {
+            Some(m) => Some(md5_hex(m).ok_or_else(|| {
+                Error::bad_request("bad_checksum", format!("`{m}` is not an md5"))
+            })?),
+            None => None,
+        };
+        let mut node = match self.version_request(file_id, length, md5.as_deref()).await {
+            Err(e) if e.kind == ErrorKind::BadRequest && md5.is_some() => {
+                log::info!(
+                    "{}: step 2 with an md5 was refused ({e}); announcing the length alone",
+                    self.inner.base
+                );
+                self.version_request(file_id, length, None).await?
+            }
+            other => other?,
+        };
+        let what = format!("PUT /nodes/upload/{file_id}");
+        let ex = node
+            .file_ex_properties
+            .as_mut()
+            .ok_or_else(|| bad_response(format!("{what}: no `fileExProperties`")))?;
+        if ex.version_id.is_none() {
+            // The upload address is `/nodes/upload/{file_id}/{version_id}`.
+            let mut segments = ex.upload_uri.trim_end_matches('/').rsplit('/');
+            let (version, file) = (segments.next(), segments.next());
+            ex.version_id = version
+                .filter(|v| !v.is_empty() && file == Some(file_id))
+                .map(str::to_string);
+        }
+        let Some(version) = ex.version_id.clone() else {
+            return Err(bad_response(format!("{what}: no document version ID")));
+        };
+        let node = checked(node, &what)?;
+        if let Some(md5) = md5 {
+            let mut announced = self
+                .inner
+                .announced
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if announced.len() >= ANNOUNCED_MAX {
+                announced.clear();
+            }
+            announced.insert((file_id.to_string(), version), md5);
+        }
+        Ok(node)
+    }
+
+    async fn version_request(&self, file_id: &str, length: u64, md5: Option<&str>) -> Result<Node> {
+        let body = VersionRequest {
+            length: Some(length),
+            md5_checksum: md5.and_then(md5_base64),
+        };
+        let path = format!("/nodes/upload/{}", encode_segment(file_id));
+        self.call_node(Req::with_body(Method::PUT, path, &body, Retry::UnsentOnly))
+            .await
+    }
+
+    /// Upload step 3, then the stored md5 compared with the one announced in step 2.
+    pub(super) async fn send_version(
+        &self,
+        file_id: &str,
+        version_id: &str,
+        length: u64,
+        body: ByteStream,
+    ) -> Result<Node> {
+        let key = (file_id.to_string(), version_id.to_string());
+        let want = self
+            .inner
+            .announced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .cloned();
+        let node = self.put_bytes(file_id, version_id, length, body).await?;
+        self.inner
+            .announced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key);
+        if let (Some(want), Some(got)) = (want, &node.md5_checksum) {
+            if &want != got {
+                return Err(Error::new(
+                    ErrorKind::Server,
+                    "checksum_mismatch",
+                    format!(
+                        "the server stored md5 {got} for file {file_id}; the bytes sent have {want}"
+                    ),
+                ));
+            }
+        }
+        Ok(node)
+    }
+
+    async fn put_bytes(
+        &self,
+        file_id: &str,
+        version_id: &str,
+        length: u64,
+        body: ByteStream,
+    ) -> Result<Node> {
+        let path = format!(
+            "/nodes/upload/{}/{}",
+            encode_segment(file_id),
+            encode_segment(version_id)
+        );
+        let progress = Arc::new(Progress {
+            start: Instant::now(),
+            last_ms: AtomicU64::new(0),
+            failure: Mutex::new(None),
+        });
+        let mut rb = self
+            .inner
+            .http
+            .put(self.url(&path))
+            .header(header::ACCEPT, JSON)
+            .header(header::CONTENT_TYPE, "application/binary")
+            .header(header::CONTENT_LENGTH, length)
+            .body(counted_body(body, length, progress.clone()));
+        if let Some(a) = &self.inner.auth {
+            rb = rb.header(header::AUTHORIZATION, a.clone());
+        }
+        let idle = self.inner.config.idle_timeout;
+        let tick = (idle / 4).max(Duration::from_millis(20));
+        let send = rb.send();
+        tokio::pin!(send);
+        // The whole upload may take long; what must not happen is no progress for `idle`.
+        let outcome = loop {
+            tokio::select! {
+                r = &mut send => break r,
+                _ = tokio::time::sleep(tick) => {
+                    if progress.idle() > idle {
+                        return Err(network(format!(
+                            "PUT {path}: the upload made no progress for {idle:?}"
+                        )));
+                    }
+                }
+            }
+        };
+        let resp = match outcome {
+            Ok(resp) => resp,
+            Err(e) => {
+                return Err(progress.failure().unwrap_or_else(|| {
+                    network(format!("PUT {path}: the upload failed: {}", describe(&e)))
+                }));
+            }
+        };
+        let node: Option<Node> = self
+            .envelope(resp)
+            .await
+            .map_err(|e| self.with_hint(e, true))?;
+        let what = format!("PUT {path}");
+        checked(required(node, &what)?, &what)
+    }
+}
+
+/// Upload progress, shared by the body stream and the watchdog of [`RemoteBackend::upload`].
+struct Progress {
+    start: Instant,
+    /// Milliseconds since `start` of the last chunk taken by the connection.
+    last_ms: AtomicU64,
+    /// Why the body stream failed, when it did.
+    failure: Mutex<Option<Error>>,
+}
+
+impl Progress {
+    fn touch(&self) {
+        let ms = self.start.elapsed().as_millis() as u64;
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+    fn idle(&self) -> Duration {
+        let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        self.start.elapsed().saturating_sub(last)
+    }
+    fn fail(&self, e: Error) -> io::Error {
+        let err = io::Error::other(e.clone());
+        *self.failure.lock().unwrap() = Some(e);
+        err
+    }
+    fn failure(&self) -> Option<Error> {
+        self.failure.lock().unwrap().clone()
+    }
+}
+
+/// The upload body, checked to be exactly `length` bytes (the Content-Length sent).
+fn counted_body(body: ByteStream, length: u64, progress: Arc<Progress>) -> reqwest::Body {
+    let mismatch = move |sent: u64| {
+        Error::bad_request(
+            "length_mismatch",
+            format!(
+                "the bytes to upload do not match the announced length: {length} announced, {sent} given"
+            ),
+        )
+    };
+    let stream =
+        futures_util::stream::unfold((body, 0u64, false), move |(mut body, sent, done)| {
+            let progress = progress.clone();
+            async move {
+                if done {
+                    return None;
+                }
+                let (item, done) = match body.next().await {
+                    Some(Ok(chunk)) => {
+                        let sent = sent + chunk.len() as u64;
+                        if sent > length {
+                            return Some((Err(progress.fail(mismatch(sent))), (body, sent, true)));
+                        }
+                        progress.touch();
+                        return Some((Ok(chunk), (body, sent, false)));
+                    }
+                    Some(Err(e)) => {
+                        let err = Error::new(
+                            ErrorKind::Server,
+                            "upload_body_failed",
+                            format!("reading the bytes to upload failed: {e}"),
+                        );
+                        (Err(progress.fail(err)), true)
+                    }
+                    None if sent < length => (Err(progress.fail(mismatch(sent))), true),
+                    None => return None,
+                };
+                Some((item, (body, sent, done)))
+            }
+        });
+    reqwest::Body::wrap_stream(stream)
+}
