@@ -266,11 +266,11 @@ async fn sign_in_from(
     (r.status().as_u16(), r.text().await.unwrap())
 }
 
-/// The status of an answer and its error code ("ok" when it has none).
+/// The status of an answer and its error name ("ok" when it has none).
 async fn status_and_code(r: reqwest::Response) -> (u16, String) {
     let st = r.status().as_u16();
     let v: serde_json::Value = r.json().await.unwrap();
-    let code = v["error"]["error_code"]
+    let code = v["error"]["error_name"]
         .as_str()
         .unwrap_or("ok")
         .to_string();
@@ -569,7 +569,7 @@ async fn the_authorization_link_comes_from_the_public_url() {
         .unwrap();
     assert_eq!(r.status(), 400);
     let v: serde_json::Value = r.json().await.unwrap();
-    assert_eq!(v["error"]["error_code"], "no_public_url", "{v}");
+    assert_eq!(v["error"]["error_name"], "no_public_url", "{v}");
 }
 
 // ----- other accounts' IDs (item 9) -----
@@ -609,7 +609,7 @@ async fn other_accounts_ids_cannot_be_told_from_unused_ones() {
             .as_str()
             .unwrap_or("")
             .replace(&id.to_string(), "ID");
-        (st, v["error"]["error_code"].clone(), text)
+        (st, v["error"]["error_name"].clone(), text)
     };
     use reqwest::Method;
     for (method, path) in [

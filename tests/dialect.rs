@@ -36,10 +36,13 @@ fn login(config: &Path, args: &[&str], pin: Option<&dyn Fn(&str) -> String>) -> 
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     if let Some(pin) = pin {
+        // Given outright on standard input, or read from the page whose address is printed.
         let mut url = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut url)
-            .unwrap();
+        if !args.contains(&"--pin-stdin") {
+            BufReader::new(child.stdout.take().unwrap())
+                .read_line(&mut url)
+                .unwrap();
+        }
         writeln!(stdin, "{}", pin(url.trim())).unwrap();
     }
     drop(stdin);
@@ -99,8 +102,8 @@ fn login_with_the_service_client_id_and_mount() {
     // The next login at this server remembers the client ID (the pin given outright).
     let (ok, err) = login(
         &config,
-        &["--server", &base, "--email", EMAIL, "--pin", &shown_pin],
-        None,
+        &["--server", &base, "--email", EMAIL, "--pin-stdin"],
+        Some(&|_: &str| shown_pin.clone()),
     );
     assert!(ok, "{err}");
 
