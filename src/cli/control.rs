@@ -122,6 +122,9 @@ pub struct Info {
 /// A running control server; [`Server::close`] ends it.
 pub struct Server {
     path: PathBuf,
+    /// The socket's inode: on close, the name is removed only if it is still this socket (a
+    /// new daemon of the same mount point may have bound its own there meanwhile).
+    ino: u64,
     task: tokio::task::JoinHandle<()>,
     /// Dropped on close: the unmount requests still writing their answer hold clones.
     busy: tokio::sync::mpsc::Sender<()>,
@@ -145,6 +148,7 @@ pub fn start(
         tokio::net::UnixListener::bind(&path)?
     };
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&path)?);
     let (busy, idle) = tokio::sync::mpsc::channel(1);
     let busy2 = busy.clone();
     let task = rt.spawn(async move {
@@ -170,6 +174,7 @@ pub fn start(
     });
     Ok(Server {
         path,
+        ino,
         task,
         busy,
         idle,
@@ -215,7 +220,11 @@ impl Server {
         self.task.abort();
         drop(self.busy);
         let _ = tokio::time::timeout(Duration::from_secs(2), self.idle.recv()).await;
-        let _ = std::fs::remove_file(&self.path);
+        let ours = std::fs::symlink_metadata(&self.path)
+            .is_ok_and(|m| std::os::unix::fs::MetadataExt::ino(&m) == self.ino);
+        if ours {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 

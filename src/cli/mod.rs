@@ -8,6 +8,7 @@ pub mod login;
 mod mount;
 mod mount_helper;
 mod notify;
+mod owner;
 mod status;
 mod users;
 

@@ -124,11 +124,21 @@ fn check_mountpoint(p: &Path) -> Result<(), String> {
             .map_err(|e| format!("cannot unmount the stale mount {}: {e}", p.display()))?;
     }
     if let Some(Ok(st)) = super::control::status(p) {
-        return Err(format!(
-            "{} is already mounted by vaultfs (pid {}); `vaultfs unmount {0}` first",
+        // A daemon answers for this point. Still mounted: refused. Unmounted by the kernel
+        // (`umount`, a restart) and still storing what was written: this mount takes its
+        // journal over (`owner`), so scripts and fstab can remount at once.
+        if fs::unmount::is_vaultfs_mount(&super::control::canonical(p)) {
+            return Err(format!(
+                "{} is already mounted by vaultfs (pid {}); `vaultfs unmount {0}` first",
+                p.display(),
+                st.pid
+            ));
+        }
+        log::info!(
+            "{} was unmounted; its daemon (pid {}) is finishing its uploads",
             p.display(),
             st.pid
-        ));
+        );
     }
     match std::fs::metadata(p) {
         Ok(m) if m.is_dir() => Ok(()),
@@ -254,10 +264,11 @@ fn run<B: Backend>(
     verdict: Option<Arc<super::daemon::Verdict>>,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let what = info.backend.clone();
-    opts.cache_dir = args
+    let cache_dir = args
         .cache_dir
         .clone()
         .unwrap_or_else(|| cache_base().join(key));
+    opts.cache_dir = super::owner::own_cache_dir(&cache_dir, &args.mountpoint)?;
     // The mount root must exist before the kernel is asked to show it.
     rt.block_on(backend.node(&opts.root))
         .map_err(|e| format!("cannot reach {} in {what}: {e}", opts.root))?;

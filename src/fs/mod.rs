@@ -23,7 +23,7 @@ mod writeback;
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -35,6 +35,10 @@ use cache::ReadCache;
 use journal::Journal;
 use staging::Staged;
 use table::{Ino, Table};
+
+/// How long an unmounted daemon asked for its journal lets what it is storing finish (the new
+/// daemon waits for it longer: `cli::owner`).
+const HANDOVER_FINISH: Duration = Duration::from_secs(5);
 
 /// How to mount.
 #[derive(Debug, Clone)]
@@ -112,6 +116,10 @@ pub(crate) struct Fs<B: Backend> {
     previews: Mutex<preview::Tree>,
     /// Closed files waiting for the next batch (backends that store batches).
     writeback: writeback::Writeback,
+    /// The journal is being handed to a new daemon: no upload or batch starts any more.
+    handing_over: std::sync::atomic::AtomicBool,
+    /// Uploads and batches between their start and their journal entry's end.
+    storing: std::sync::atomic::AtomicUsize,
     /// Folders whose listing is being fetched again.
     refreshing: Mutex<HashSet<Ino>>,
     /// Nodes whose attributes are being fetched again.
@@ -210,6 +218,8 @@ pub fn mount<B: Backend>(
         tracker: status::Tracker::default(),
         previews: Mutex::default(),
         writeback: writeback::Writeback::default(),
+        handing_over: std::sync::atomic::AtomicBool::new(false),
+        storing: std::sync::atomic::AtomicUsize::new(0),
         refreshing: Mutex::default(),
         attr_refreshing: Mutex::default(),
     });
@@ -260,6 +270,12 @@ pub fn mount<B: Backend>(
     };
     ready(control);
 
+    // A new daemon of this mount point asks for the journal with SIGUSR1 (see
+    // `cli::mount::own_cache_dir`); handled from now on, honoured once unmounted.
+    let mut handover = {
+        let _guard = rt.enter();
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())?
+    };
     let mut unmounter = session.unmount_callable();
     let mp = mountpoint.to_path_buf();
     rt.spawn(async move {
@@ -285,6 +301,8 @@ pub fn mount<B: Backend>(
     });
     let result = session.run();
     // Unmounted: give uploads in flight a bounded time to finish; the journal keeps the rest.
+    // A new mount of the same point may come meanwhile: it asks for the journal (SIGUSR1),
+    // and this daemon leaves at once, its batch in flight committed or not at all.
     let running = fs.uploading.lock().unwrap_or_else(|p| p.into_inner()).len();
     if running > 0 {
         log::info!(
@@ -301,7 +319,20 @@ pub fn mount<B: Backend>(
             .is_empty()
             && tokio::time::Instant::now() < deadline
         {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                _ = handover.recv() => {
+                    // What is being stored finishes (and ends its journal entry), so the next
+                    // daemon does not store it again; nothing new starts.
+                    fs.handing_over.store(true, Ordering::SeqCst);
+                    let cut = tokio::time::Instant::now() + HANDOVER_FINISH;
+                    while fs.storing.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < cut {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    log::info!("a new mount of {} takes the journal over", mountpoint.display());
+                    break;
+                }
+            }
         }
     });
     let pending = fs.journal.len();

@@ -3,6 +3,7 @@
 //! the backend is away. The journal entry goes only after the backend has the bytes.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::Fs;
@@ -58,7 +59,13 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
     loop {
         let result = {
             let _slot = fs.upload_slots.acquire().await.expect("semaphore open");
-            upload_once(fs, ino).await
+            if fs.handing_over.load(Ordering::SeqCst) {
+                return; // the next daemon uploads it (see `fs::mount`)
+            }
+            fs.storing.fetch_add(1, Ordering::SeqCst);
+            let r = upload_once(fs, ino).await;
+            fs.storing.fetch_sub(1, Ordering::SeqCst);
+            r
         };
         match result {
             Ok(()) => {

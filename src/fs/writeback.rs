@@ -12,6 +12,7 @@
 //! `uploading` set, then the inode table (then a staged file's own locks), then the handles.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -133,13 +134,18 @@ pub fn start<B: Backend>(fs: &Arc<Fs<B>>) {
                     }
                 }
             }
+            if fs.handing_over.load(Ordering::SeqCst) {
+                return; // the next daemon stores the rest (see `fs::mount`)
+            }
             let batch = fs.writeback.take(&fs);
             if batch.is_empty() {
                 fs.writeback.wake.notified().await;
                 continue;
             }
             last = Some(tokio::time::Instant::now());
+            fs.storing.fetch_add(1, Ordering::SeqCst);
             run_batch(&fs, batch).await;
+            fs.storing.fetch_sub(1, Ordering::SeqCst);
         }
     });
 }

@@ -87,6 +87,13 @@ impl Mount {
         self.stop();
     }
 
+    /// `umount` and nothing more: the kernel lets go, the daemon goes on storing what is left
+    /// (it is waited for when this is dropped).
+    pub fn umount_only(&mut self) {
+        let st = Command::new("umount").arg(&self.dir).status().unwrap();
+        assert!(st.success(), "umount {}", self.dir.display());
+    }
+
     /// Kills the daemon with SIGKILL, as a crash would, and clears the dead mount.
     pub fn kill(mut self) {
         if let Some(mut c) = self.child.take() {
