@@ -134,7 +134,8 @@ fn check_mountpoint(p: &Path) -> Result<(), String> {
                 st.pid
             ));
         }
-        log::info!(
+        // Not on the terminal of `mount`: nothing is wrong.
+        log::debug!(
             "{} was unmounted; its daemon (pid {}) is finishing its uploads",
             p.display(),
             st.pid
