@@ -1298,3 +1298,30 @@ fn remount_cycles(via: Via) {
     }
     assert!(b.store().check_integrity().unwrap().is_empty());
 }
+
+/// `findmnt -S`, `df` and `umount SOURCE` find a mount by its source: it names the store
+/// (`local:DIR`, the server's URL), with the type `fuse.vaultfs`; `noatime` is shown.
+#[test]
+fn the_mount_source_names_the_store() {
+    for via in [Via::Local, Via::Remote] {
+        let Some(env) = Env::new(via) else {
+            return;
+        };
+        let m = env.mount(&[]);
+        let want = match via {
+            Via::Local => format!("local:{}", fs::canonicalize(&env.data).unwrap().display()),
+            Via::Remote => env.server.as_ref().unwrap().base.clone(),
+        };
+        let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
+        let mnt = env.mnt.display().to_string();
+        let line = mounts
+            .lines()
+            .find(|l| l.split(' ').nth(1) == Some(&*mnt))
+            .unwrap_or_else(|| panic!("{mnt} not in {mounts}"));
+        let fields: Vec<&str> = line.split(' ').collect();
+        assert_eq!((fields[0], fields[2]), (&*want, "fuse.vaultfs"), "{line}");
+        // Access times are not kept, and the options say so.
+        assert!(fields[3].split(',').any(|o| o == "noatime"), "{line}");
+        m.unmount();
+    }
+}

@@ -74,6 +74,11 @@ pub struct DataDir {
 }
 
 impl DataDir {
+    /// Whether a directory was given (else the default).
+    pub fn is_given(&self) -> bool {
+        self.data_dir.is_some()
+    }
+
     pub fn path(&self) -> PathBuf {
         self.data_dir.clone().unwrap_or_else(default_data_dir)
     }

@@ -235,6 +235,10 @@ fn mount_checked(
                 token_expires: Some(crate::api::format_time(creds.expires_at)),
             };
             let key = backend_key("remote", &identity);
+            let opts = MountOptions {
+                source: url.clone(),
+                ..opts
+            };
             run(backend, args, opts, &rt, key, info, verdict)
         }
         None => {
@@ -250,6 +254,10 @@ fn mount_checked(
                 token_expires: None,
             };
             let backend = LocalBackend::new(Arc::new(store));
+            let mut opts = opts;
+            if args.data.is_given() {
+                opts.source = format!("local:{}", identity.display());
+            }
             run(backend, args, opts, &rt, key, info, verdict)
         }
     }

@@ -36,6 +36,16 @@ use journal::Journal;
 use staging::Staged;
 use table::{Ino, Table};
 
+/// The source as a mount option can carry it: the kernel's option string splits at commas and
+/// tools split `/proc/mounts` at white space, so those become `_`.
+fn mount_source(source: &str) -> String {
+    let s: String = source
+        .chars()
+        .map(|c| if c == ',' || c.is_whitespace() || c.is_control() { '_' } else { c })
+        .collect();
+    if s.is_empty() { "vaultfs".into() } else { s }
+}
+
 /// How long an unmounted daemon asked for its journal lets what it is storing finish (the new
 /// daemon waits for it longer: `cli::owner`).
 const HANDOVER_FINISH: Duration = Duration::from_secs(5);
@@ -62,6 +72,9 @@ pub struct MountOptions {
     pub upload_concurrency: usize,
     /// How long an unmount waits for pending uploads before leaving them to the journal.
     pub flush_timeout: Duration,
+    /// The mount's source as `/proc/mounts`, `df` and `findmnt -S` show it: `vaultfs` for the
+    /// default store, `local:DIR` for another, the server's URL for a remote one.
+    pub source: String,
 }
 
 impl Default for MountOptions {
@@ -77,6 +90,7 @@ impl Default for MountOptions {
             threads: 4,
             upload_concurrency: 4,
             flush_timeout: Duration::from_secs(30),
+            source: "vaultfs".into(),
         }
     }
 }
@@ -229,11 +243,14 @@ pub fn mount<B: Backend>(
     upload::recover(&fs)?;
 
     let mut options = vec![
-        MountOption::FSName("vaultfs".into()),
+        MountOption::FSName(mount_source(&opts.source)),
         MountOption::Subtype("vaultfs".into()),
         MountOption::DefaultPermissions,
         MountOption::NoDev,
         MountOption::NoSuid,
+        // Access times are not kept (reads never reach the store as changes): said plainly,
+        // as `/proc/mounts` shows it, instead of the kernel's default `relatime`.
+        MountOption::NoAtime,
     ];
     if opts.read_only {
         options.push(MountOption::RO);
