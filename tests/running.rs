@@ -326,12 +326,36 @@ fn the_mount_helper_works_through_mount_t_fuse_vaultfs() {
         .args(["-o", &opts])
         .output()
         .unwrap();
-    if ours {
-        let _ = fs::remove_file(helper);
-    }
     assert!(out.status.success(), "{}", text(&out));
     assert!(is_mounted(&env.mnt));
     fs::write(env.vault().join("via-fstab.txt"), "hi").unwrap();
+    // `mount -o remount`: read-only and back, what the kernel changes by itself; options the
+    // daemon would have to reopen are refused with the way to change them.
+    let remount = |o: &str| {
+        Command::new("mount")
+            .args(["-o", &format!("remount,{o}")])
+            .arg(&env.mnt)
+            .output()
+            .unwrap()
+    };
+    let out = remount("ro");
+    assert!(out.status.success(), "{}", text(&out));
+    let err = fs::write(env.vault().join("ro.txt"), "no").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    assert_eq!(fs::read(env.vault().join("via-fstab.txt")).unwrap(), b"hi");
+    let out = remount("rw");
+    assert!(out.status.success(), "{}", text(&out));
+    fs::write(env.vault().join("rw.txt"), "yes").unwrap();
+    let out = remount("cache_size=1G");
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("cannot change while vaultfs runs"),
+        "{}",
+        text(&out)
+    );
+    if ours {
+        let _ = fs::remove_file(helper);
+    }
     let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
     assert!(
         mounts

@@ -218,6 +218,14 @@ pub fn main() -> ExitCode {
         .is_some_and(|a| mount_helper::is_helper_name(a))
     {
         mount_helper::fill_environment();
+        match mount_helper::remount(&argv[1..]) {
+            Some(Ok(())) => return ExitCode::SUCCESS,
+            Some(Err(e)) => {
+                eprintln!("mount.fuse.vaultfs: {e}");
+                return ExitCode::from(1);
+            }
+            None => {}
+        }
         match mount_helper::translate(&argv[1..]) {
             Ok(Some(args)) => argv = std::iter::once("vaultfs".into()).chain(args).collect(),
             Ok(None) => return ExitCode::SUCCESS,

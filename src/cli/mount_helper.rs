@@ -65,9 +65,9 @@ const VALUED: &[(&str, &str)] = &[
     ("preview_cache_size", "--preview-cache-size"),
 ];
 
-/// `mount.fuse.vaultfs SOURCE DIR [-o OPTS]... [-n] [-s] [-v] [-f]` -> the arguments of
-/// `vaultfs mount` (with `--daemon`), or `None` for a fake mount (`-f`).
-pub fn translate(args: &[OsString]) -> Result<Option<Vec<OsString>>, String> {
+/// The helper's arguments: positional ones, the `-o` options one by one, and whether `-f`
+/// (a fake mount) was given.
+fn parse(args: &[OsString]) -> Result<(Vec<OsString>, Vec<String>, bool), String> {
     let mut positional = Vec::new();
     let mut opts: Vec<String> = Vec::new();
     let mut it = args.iter();
@@ -92,6 +92,89 @@ pub fn translate(args: &[OsString]) -> Result<Option<Vec<OsString>>, String> {
             _ => positional.push(a.clone()),
         }
     }
+    Ok((positional, opts, fake))
+}
+
+/// `mount -o remount,...` (`None` when the options do not ask for one): what the kernel can
+/// change on a running FUSE mount by itself, done with mount(2); anything the daemon would
+/// have to reopen is refused, saying how to change it.
+pub fn remount(args: &[OsString]) -> Option<Result<(), String>> {
+    let (positional, opts, fake) = parse(args).ok()?;
+    if !opts.iter().any(|o| o == "remount") {
+        return None;
+    }
+    Some((|| {
+        let flags = remount_flags(&opts)?;
+        let dir = positional.last().ok_or("usage: mount -o remount DIR")?;
+        if fake {
+            return Ok(());
+        }
+        let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str()))
+            .map_err(|_| "NUL in the mount point".to_string())?;
+        // SAFETY: a valid C string; no source, type or data (a remount keeps them).
+        let r = unsafe {
+            libc::mount(
+                std::ptr::null(),
+                c.as_ptr(),
+                std::ptr::null(),
+                flags,
+                std::ptr::null(),
+            )
+        };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(format!("remount of {}: {e}", dir.to_string_lossy()));
+        }
+        Ok(())
+    })())
+}
+
+/// The FUSE kernel's own options, shown in `/proc/mounts` and passed back by `mount -o
+/// remount`; they stay as they are.
+const FUSE_KERNEL: &[&str] = &[
+    "user_id",
+    "group_id",
+    "default_permissions",
+    "allow_other",
+    "rootmode",
+    "max_read",
+    "blksize",
+    "fd",
+    "fsname",
+    "subtype",
+];
+
+/// mount(2) flags of a remount with `opts`: ro or rw and exec or noexec change; vaultfs keeps
+/// nosuid, nodev and noatime; its own options cannot change while it runs.
+fn remount_flags(opts: &[String]) -> Result<libc::c_ulong, String> {
+    let mut flags = libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOATIME;
+    for o in opts.iter().filter(|o| !o.is_empty() && *o != "remount") {
+        match o.as_str() {
+            "ro" => flags |= libc::MS_RDONLY,
+            "noexec" => flags |= libc::MS_NOEXEC,
+            "suid" | "dev" => {
+                return Err(format!("`{o}`: a vaultfs mount is always nosuid,nodev"));
+            }
+            k if IGNORED.contains(&k) || k.starts_with("x-") || k.starts_with("comment") => {}
+            _ => {
+                let k = o.split_once('=').map_or(o.as_str(), |(k, _)| k);
+                // mount(8) repeats the FUSE kernel's options of the running mount.
+                if FUSE_KERNEL.contains(&k) {
+                    continue;
+                }
+                return Err(format!(
+                    "`{k}` cannot change while vaultfs runs: unmount it and mount it again"
+                ));
+            }
+        }
+    }
+    Ok(flags)
+}
+
+/// `mount.fuse.vaultfs SOURCE DIR [-o OPTS]... [-n] [-s] [-v] [-f]` -> the arguments of
+/// `vaultfs mount` (with `--daemon`), or `None` for a fake mount (`-f`).
+pub fn translate(args: &[OsString]) -> Result<Option<Vec<OsString>>, String> {
+    let (positional, opts, fake) = parse(args)?;
     let [source, dir] = <[OsString; 2]>::try_from(positional)
         .map_err(|_| "usage: mount.fuse.vaultfs SOURCE DIR [-o OPTIONS]".to_string())?;
     let mut out: Vec<OsString> = vec!["mount".into(), dir, "--daemon".into()];
@@ -158,6 +241,31 @@ pub fn fill_environment() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_remount_changes_what_the_kernel_can_and_refuses_the_rest() {
+        let o = |s: &str| s.split(',').map(str::to_string).collect::<Vec<_>>();
+        let base = libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOATIME;
+        // As mount(8) passes them: the new flag and the running mount's options.
+        let ro = o("remount,ro,nosuid,nodev,noatime,user_id=0,group_id=0,default_permissions");
+        assert_eq!(remount_flags(&ro), Ok(base | libc::MS_RDONLY));
+        assert_eq!(
+            remount_flags(&o("remount,rw,noexec")),
+            Ok(base | libc::MS_NOEXEC)
+        );
+        for bad in [
+            "remount,cache_size=1G",
+            "remount,server=http://x",
+            "remount,suid",
+        ] {
+            assert!(remount_flags(&o(bad)).is_err(), "{bad}");
+        }
+        let args: Vec<OsString> = ["vaultfs", "/mnt/v", "-o", "remount,ro", "-f"]
+            .map(OsString::from)
+            .to_vec();
+        assert_eq!(remount(&args), Some(Ok(())));
+        assert_eq!(remount(&args[..2]), None);
+    }
 
     fn t(args: &[&str]) -> Result<Option<Vec<String>>, String> {
         let args: Vec<OsString> = args.iter().map(OsString::from).collect();

@@ -41,7 +41,13 @@ use table::{Ino, Table};
 fn mount_source(source: &str) -> String {
     let s: String = source
         .chars()
-        .map(|c| if c == ',' || c.is_whitespace() || c.is_control() { '_' } else { c })
+        .map(|c| {
+            if c == ',' || c.is_whitespace() || c.is_control() {
+                '_'
+            } else {
+                c
+            }
+        })
         .collect();
     if s.is_empty() { "vaultfs".into() } else { s }
 }
