@@ -14,6 +14,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -34,6 +35,7 @@ pub fn own_cache_dir(base: &Path, mountpoint: &Path) -> Result<PathBuf, String> 
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(0o600)
             .open(dir.join("owner"))
             .map_err(|e| format!("cannot open {}: {e}", dir.join("owner").display()))?;
         let mut owned = try_lock(&f);
