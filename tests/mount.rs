@@ -1328,3 +1328,30 @@ fn the_mount_source_names_the_store() {
         m.unmount();
     }
 }
+
+/// A folder removed, or renamed over by another, while open: `fstat` on it says no links are
+/// left (0), as for a file (fstests generic/035).
+#[test]
+fn a_folder_replaced_by_rename_has_no_links_left() {
+    use std::os::unix::fs::MetadataExt;
+    for via in [Via::Local, Via::Remote] {
+        let Some(env) = Env::new(via) else {
+            return;
+        };
+        let m = env.mount(&[]);
+        let v = env.vault();
+        fs::create_dir(v.join("a")).unwrap();
+        fs::create_dir(v.join("b")).unwrap();
+        fs::create_dir(v.join("c")).unwrap();
+        let b = File::open(v.join("b")).unwrap();
+        let c = File::open(v.join("c")).unwrap();
+        assert_eq!(b.metadata().unwrap().nlink(), 2);
+        fs::rename(v.join("a"), v.join("b")).unwrap();
+        assert_eq!(b.metadata().unwrap().nlink(), 0, "{via:?}: renamed over");
+        fs::remove_dir(v.join("c")).unwrap();
+        assert_eq!(c.metadata().unwrap().nlink(), 0, "{via:?}: removed");
+        assert_eq!(fs::metadata(v.join("b")).unwrap().nlink(), 2);
+        drop((b, c));
+        m.unmount();
+    }
+}

@@ -122,6 +122,8 @@ impl Inode {
     /// Attributes as the kernel sees them; `subdirs` counts a folder's subfolders (for nlink).
     fn attr_with(&self, uid: u32, gid: u32, subdirs: u32) -> FileAttr {
         let (kind, perm, nlink, size) = match self.kind {
+            // A removed folder (or one renamed over) still open has no links left.
+            Kind::Dir if self.unlinked => (FileType::Directory, 0o755, 0, 4096),
             Kind::Dir => (FileType::Directory, 0o755, 2 + subdirs, 4096),
             // An unlinked file that is still open has no name left.
             Kind::File => (
