@@ -1355,3 +1355,35 @@ fn a_folder_replaced_by_rename_has_no_links_left() {
         m.unmount();
     }
 }
+
+/// A write, a cut or a reservation past the largest file the store takes fails at once with
+/// EFBIG (fstests generic/308: a 4 KiB write at 16 TiB used to tie the remote mount up hashing
+/// a sparse file the server would refuse); what fits is written and stored.
+#[test]
+fn a_file_past_the_store_limit_is_efbig_at_once() {
+    for via in [Via::Local, Via::Remote] {
+        let Some(env) = Env::new(via) else {
+            return;
+        };
+        let m = env.mount(&["--max-file-size", "1M"]);
+        let v = env.vault();
+        let f = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .write(true)
+            .open(v.join("sparse.bin"))
+            .unwrap();
+        let efbig = |r: std::io::Result<()>| {
+            assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EFBIG), "{via:?}")
+        };
+        efbig(f.write_all_at(b"x", 16 << 40));
+        efbig(f.write_all_at(&[7u8; 4096], (1 << 20) - 100));
+        efbig(f.set_len((1 << 20) + 1));
+        f.write_all_at(b"fits", (1 << 20) - 4).unwrap();
+        f.sync_all().unwrap();
+        drop(f);
+        assert_eq!(fs::metadata(v.join("sparse.bin")).unwrap().len(), 1 << 20);
+        env.wait_uploaded();
+        m.unmount();
+    }
+}

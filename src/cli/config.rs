@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 /// Flags `vaultfs mount` accepts from the config file.
-const KEYS: [&str; 15] = [
+const KEYS: [&str; 16] = [
     "data_dir",
     "server",
     "timeout",
@@ -17,6 +17,7 @@ const KEYS: [&str; 15] = [
     "allow_other",
     "cache_dir",
     "cache_size",
+    "max_file_size",
     "attr_ttl",
     "dir_ttl",
     "flush_timeout",

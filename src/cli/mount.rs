@@ -42,6 +42,10 @@ pub struct MountArgs {
     /// Bound of the read cache, in bytes (suffixes K, M, G allowed)
     #[arg(long, default_value = "2G", value_parser = parse_size, value_name = "BYTES")]
     cache_size: u64,
+    /// Largest file the store takes; writing past it fails at once with EFBIG [default: the
+    /// built-in store's own limit, 1T for a server]
+    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    max_file_size: Option<u64>,
     /// Seconds the kernel may keep file attributes and names
     #[arg(long, default_value_t = 1.0, value_name = "S")]
     attr_ttl: f64,
@@ -237,6 +241,7 @@ fn mount_checked(
             let key = backend_key("remote", &identity);
             let opts = MountOptions {
                 source: url.clone(),
+                max_file_size: args.max_file_size.unwrap_or(opts.max_file_size),
                 ..opts
             };
             run(backend, args, opts, &rt, key, info, verdict)
@@ -253,8 +258,10 @@ fn mount_checked(
                 backend: format!("the built-in store in {}", data_dir.display()),
                 token_expires: None,
             };
+            let store_max = store.config().max_file_size;
             let backend = LocalBackend::new(Arc::new(store));
             let mut opts = opts;
+            opts.max_file_size = args.max_file_size.unwrap_or(store_max).min(store_max);
             if args.data.is_given() {
                 opts.source = format!("local:{}", identity.display());
             }

@@ -52,6 +52,7 @@ const IGNORED: &[&str] = &[
 /// Options with a value, and the flag each becomes.
 const VALUED: &[(&str, &str)] = &[
     ("cache_size", "--cache-size"),
+    ("max_file_size", "--max-file-size"),
     ("cache_dir", "--cache-dir"),
     ("data_dir", "--data-dir"),
     ("server", "--server"),

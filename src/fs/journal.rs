@@ -64,6 +64,8 @@ pub struct Journal {
     lost: PathBuf,
     next: AtomicU64,
     log: Mutex<Log>,
+    /// The backend's largest file (see `Staged::limited`).
+    max_file_size: u64,
 }
 
 fn open_append(path: &Path) -> io::Result<File> {
@@ -88,7 +90,7 @@ fn ids(dir: &Path, ext: &str) -> io::Result<Vec<u64>> {
 impl Journal {
     /// Opens the journal of `cache_dir`: reads what an earlier run left and rewrites the log
     /// with just that.
-    pub fn open(cache_dir: &Path) -> io::Result<Journal> {
+    pub fn open(cache_dir: &Path, max_file_size: u64) -> io::Result<Journal> {
         let staging = cache_dir.join("staging");
         let dir = cache_dir.join("journal");
         super::private_dir(&staging)?;
@@ -142,6 +144,7 @@ impl Journal {
             lost: cache_dir.join("lost+found"),
             next: AtomicU64::new(max + 1),
             log: Mutex::new(Log { file, len, live }),
+            max_file_size,
         })
     }
 
@@ -229,7 +232,7 @@ impl Journal {
             .create_new(true)
             .mode(0o600)
             .open(&data_path)?;
-        let staged = Staged::new(id, file, data_path, 0, false);
+        let staged = Staged::new(id, file, data_path, 0, false).limited(self.max_file_size);
         self.record(&staged, path, file_id)?;
         Ok(staged)
     }
@@ -333,7 +336,7 @@ impl Journal {
         for (id, entry, path, file, data_path) in found {
             let size = file.metadata()?.len();
             // Dirty: generation 1, nothing uploaded.
-            let staged = Staged::new(id, file, data_path, size, true);
+            let staged = Staged::new(id, file, data_path, size, true).limited(self.max_file_size);
             if newest.get(&path) != Some(&id) {
                 log::info!("journal entry {id} superseded by a newer one of {path}");
                 self.finish(&staged);

@@ -81,6 +81,8 @@ pub struct MountOptions {
     /// The mount's source as `/proc/mounts`, `df` and `findmnt -S` show it: `vaultfs` for the
     /// default store, `local:DIR` for another, the server's URL for a remote one.
     pub source: String,
+    /// The largest file the backend takes: writing past it is EFBIG.
+    pub max_file_size: u64,
 }
 
 impl Default for MountOptions {
@@ -97,6 +99,7 @@ impl Default for MountOptions {
             upload_concurrency: 4,
             flush_timeout: Duration::from_secs(30),
             source: "vaultfs".into(),
+            max_file_size: 1 << 40,
         }
     }
 }
@@ -216,7 +219,7 @@ pub fn mount<B: Backend>(
 ) -> io::Result<()> {
     private_dir(&opts.cache_dir)?;
     raise_open_file_limit();
-    let journal = Journal::open(&opts.cache_dir)?;
+    let journal = Journal::open(&opts.cache_dir, opts.max_file_size)?;
     let cache = ReadCache::open(opts.cache_dir.join("cache"), opts.cache_size)?;
     // SAFETY: getuid/getgid cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };

@@ -24,6 +24,9 @@ pub struct Staged {
     sealed: AtomicBool,
     data_path: PathBuf,
     size: AtomicU64,
+    /// The largest file the backend takes: a write, cut or reservation past it is EFBIG at
+    /// once, not an upload refused later (or a sparse terabyte hashed first).
+    max_size: u64,
     /// Bumped by every change; an upload records the generation it sent.
     generation: AtomicU64,
     uploaded: AtomicU64,
@@ -117,6 +120,7 @@ impl Staged {
             sealed: AtomicBool::new(false),
             data_path,
             size: AtomicU64::new(size),
+            max_size: u64::MAX,
             generation: AtomicU64::new(u64::from(dirty)),
             uploaded: AtomicU64::new(0),
             writers: AtomicU32::new(0),
@@ -133,6 +137,20 @@ impl Staged {
                 idle: Condvar::new(),
             }),
         }
+    }
+
+    /// The same with the backend's largest file size.
+    pub(super) fn limited(mut self, max_size: u64) -> Staged {
+        self.max_size = max_size;
+        self
+    }
+
+    /// EFBIG when the file would end past `max_size`.
+    fn fits(&self, end: u64) -> io::Result<()> {
+        if end > self.max_size {
+            return Err(io::Error::from_raw_os_error(libc::EFBIG));
+        }
+        Ok(())
     }
 
     fn ahead(&self) -> MutexGuard<'_, HashAhead> {
@@ -310,6 +328,7 @@ impl Staged {
     }
 
     pub fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.fits(offset.saturating_add(data.len() as u64))?;
         let _order = self.order();
         self.unshare()?;
         self.begin_change(offset);
@@ -350,6 +369,7 @@ impl Staged {
     }
 
     pub fn truncate(&self, size: u64) -> io::Result<()> {
+        self.fits(size)?;
         let _order = self.order();
         self.unshare()?;
         self.begin_change(size);
@@ -372,6 +392,9 @@ impl Staged {
     /// Reserves space (fallocate mode 0 or KEEP_SIZE), so a later write cannot hit ENOSPC.
     pub fn allocate(&self, offset: u64, len: u64, keep_size: bool) -> io::Result<()> {
         use std::os::fd::AsRawFd;
+        if !keep_size {
+            self.fits(offset.saturating_add(len))?;
+        }
         let _order = self.order();
         self.unshare()?;
         let mode = if keep_size {
