@@ -8,6 +8,7 @@
 //! stalls unrelated operations; writes and reads of staged or cached bytes are answered on the
 //! FUSE threads directly.
 
+mod attrs;
 mod cache;
 mod errno;
 mod journal;

@@ -349,7 +349,7 @@ impl<B: Backend> Fs<B> {
     }
 
     /// With no writer left: upload if dirty, else retire the staged copy.
-    fn settle(self: &Arc<Self>, ino: Ino, staged: &Arc<Staged>) {
+    pub(super) fn settle(self: &Arc<Self>, ino: Ino, staged: &Arc<Staged>) {
         let mut t = self.table();
         let Some(inode) = t.get(ino) else { return };
         if inode.unlinked {
@@ -704,9 +704,9 @@ impl<B: Backend> Fs<B> {
         self: &Arc<Self>,
         ino: Ino,
         size: Option<u64>,
-        (atime, mtime): (Option<TimeOrNow>, Option<TimeOrNow>),
-        uid: Option<u32>,
-        gid: Option<u32>,
+        times: (Option<TimeOrNow>, Option<TimeOrNow>),
+        mode: Option<u32>,
+        (uid, gid): (Option<u32>, Option<u32>),
     ) -> OpResult<fuser::FileAttr> {
         self.may_setattr(ino, uid, gid)?;
         if let Some(size) = size {
@@ -721,7 +721,7 @@ impl<B: Backend> Fs<B> {
             self.release_staged(ino, &staged);
             r.map_err(|e| io_errno(&e))?;
         }
-        self.set_times(ino, (atime, mtime))
+        self.set_attrs(ino, times, mode).await
     }
 
     /// Nothing in `.preview` changes; files belong to the mounting user.
@@ -735,33 +735,16 @@ impl<B: Backend> Fs<B> {
         Ok(())
     }
 
-    /// SETATTR of times (and the no-op chmod, a chown to oneself): all in memory, so answered
-    /// on the FUSE thread (`tar x` and `cp -p` set them on every file).
-    fn set_times(
-        &self,
+    /// SETATTR of times and mode (and a chown to oneself): set in the inode table, then kept
+    /// by the backend (`attrs.rs`).
+    async fn set_attrs(
+        self: &Arc<Self>,
         ino: Ino,
-        (atime, mtime): (Option<TimeOrNow>, Option<TimeOrNow>),
+        times: (Option<TimeOrNow>, Option<TimeOrNow>),
+        mode: Option<u32>,
     ) -> OpResult<fuser::FileAttr> {
-        let when = |t: TimeOrNow| match t {
-            TimeOrNow::SpecificTime(t) => t,
-            TimeOrNow::Now => SystemTime::now(),
-        };
-        if mtime.is_some() || atime.is_some() {
-            let mut tab = self.table();
-            if let Some(i) = tab.get_mut(ino) {
-                // Times live here only: the interface has no way to set them.
-                if let Some(t) = mtime.map(when) {
-                    match &i.staged {
-                        Some(s) => s.set_mtime(t),
-                        None => i.mtime = t,
-                    }
-                }
-                if let Some(t) = atime.map(when) {
-                    i.atime = t;
-                }
-                i.ctime = SystemTime::now();
-            }
-        }
+        let keep = self.set_attrs_here(ino, times, mode);
+        self.keep_attrs(ino, keep).await;
         self.attr(ino)
     }
 
@@ -1085,7 +1068,7 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _mode: Option<u32>,
+        mode: Option<u32>,
         uid: Option<u32>,
         gid: Option<u32>,
         size: Option<u64>,
@@ -1099,21 +1082,41 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        // chmod is accepted and has no effect: modes are fixed (DESIGN.md §3).
+        // chmod keeps the execute bits (DESIGN.md §3). Without a size and with nothing the
+        // backend keeps (atime, a folder's time), answered on the FUSE thread: `tar x` and
+        // `cp -p` set times on every file.
         let fs = self.0.clone();
         let ttl = fs.ttl();
+        let times = (atime, mtime);
         if size.is_none() {
-            let r = fs
-                .may_setattr(ino.0, uid, gid)
-                .and_then(|()| fs.set_times(ino.0, (atime, mtime)));
-            return match r {
-                Ok(attr) => reply.attr(&ttl, &attr),
-                Err(e) => reply.error(e),
-            };
+            if let Err(e) = fs.may_setattr(ino.0, uid, gid) {
+                return reply.error(e);
+            }
+            match fs.set_attrs_here(ino.0, times, mode) {
+                super::attrs::Keep::Nothing => {
+                    return match fs.attr(ino.0) {
+                        Ok(attr) => reply.attr(&ttl, &attr),
+                        Err(e) => reply.error(e),
+                    };
+                }
+                keep => {
+                    return spawn(
+                        &self.0,
+                        async move {
+                            fs.keep_attrs(ino.0, keep).await;
+                            fs.attr(ino.0)
+                        },
+                        move |r| match r {
+                            Ok(attr) => reply.attr(&ttl, &attr),
+                            Err(e) => reply.error(e),
+                        },
+                    );
+                }
+            }
         }
         spawn(
             &self.0,
-            async move { fs.do_setattr(ino.0, size, (atime, mtime), uid, gid).await },
+            async move { fs.do_setattr(ino.0, size, times, mode, (uid, gid)).await },
             move |r| match r {
                 Ok(attr) => reply.attr(&ttl, &attr),
                 Err(e) => reply.error(e),

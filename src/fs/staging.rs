@@ -107,6 +107,8 @@ pub struct Snapshot {
     pub generation: u64,
     /// md5 and sha256 of the first bytes of `file`, as hashed ahead.
     pub digests: Option<Digests>,
+    /// The modification time that goes with this generation.
+    pub mtime: SystemTime,
 }
 
 impl Staged {
@@ -239,7 +241,7 @@ impl Staged {
         *self.mtime.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn set_mtime(&self, t: SystemTime) {
+    fn set_mtime(&self, t: SystemTime) {
         *self.mtime.lock().unwrap_or_else(|p| p.into_inner()) = t;
     }
 
@@ -274,6 +276,7 @@ impl Staged {
             size: self.size(),
             generation: self.generation(),
             digests: self.digests(),
+            mtime: self.mtime(),
         }
     }
 
@@ -285,6 +288,7 @@ impl Staged {
             size: self.size(),
             generation: self.generation(),
             digests: self.digests(),
+            mtime: self.mtime(),
         }
     }
 
@@ -301,6 +305,16 @@ impl Staged {
         *self.data.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(copy);
         self.sealed.store(false, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// A change of attributes (a time set, a chmod): a generation to store like a write, so an
+    /// upload under way that took the earlier ones is followed by one that carries these.
+    pub fn set_attrs(&self, mtime: Option<SystemTime>) {
+        let _order = self.order();
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        if let Some(t) = mtime {
+            self.set_mtime(t);
+        }
     }
 
     /// A change with no bytes written (a new file must be created remotely even if empty).

@@ -10,7 +10,7 @@ use std::time::{Instant, SystemTime};
 use fuser::{FileAttr, FileType, INodeNo};
 
 use super::staging::Staged;
-use crate::api::{Node, NodePath, NodeType};
+use crate::api::{EXEC_BITS, Node, NodePath, NodeType, file_mode};
 
 pub type Ino = u64;
 pub const ROOT: Ino = 1;
@@ -39,6 +39,8 @@ pub struct Inode {
     /// Files known to the backend; `None` for a file that so far exists only here.
     pub remote: Option<Remote>,
     pub mtime: SystemTime,
+    /// Files: the execute bits (of 0o111) chmod gave, kept by the backend like times.
+    pub exec: u32,
     pub ctime: SystemTime,
     pub crtime: SystemTime,
     pub atime: SystemTime,
@@ -76,6 +78,7 @@ impl Inode {
             kind,
             remote: None,
             mtime: now,
+            exec: 0,
             ctime: now,
             crtime: now,
             atime: now,
@@ -126,7 +129,7 @@ impl Inode {
             // An unlinked file that is still open has no name left.
             Kind::File => (
                 FileType::RegularFile,
-                0o644,
+                file_mode(self.exec) as u16,
                 u32::from(!self.unlinked),
                 self.size(),
             ),
@@ -158,11 +161,15 @@ impl Inode {
     /// Returns true when the file's content changed remotely.
     pub fn update_from(&mut self, node: &Node) -> bool {
         self.fetched = Instant::now();
-        if let Some(t) = node.modified_time() {
-            if self.staged.is_none() {
+        if self.staged.is_none() {
+            if let Some(t) = node.modified_time() {
                 self.mtime = t;
                 self.ctime = t;
                 self.atime = t;
+            }
+            // A backend that keeps no modes says none: the bits set here stay.
+            if let Some(m) = node.mode {
+                self.exec = m & EXEC_BITS;
             }
         }
         if let Some(t) = node.created_time() {

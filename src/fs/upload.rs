@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::Fs;
 use super::errno::is_transient;
 use super::table::{Ino, Kind};
-use crate::api::{Error, ErrorKind, Result};
+use crate::api::{Error, ErrorKind, FileAttrs, Result, file_mode};
 use crate::backend::{Backend, reader_stream};
 
 pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -147,7 +147,7 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
         None => return Ok(()),
     };
     let _io = io.lock().await;
-    let (path, remote_id, remote_md5, staged) = {
+    let (path, remote_id, remote_md5, staged, exec) = {
         let t = fs.table();
         let Some(inode) = t.get(ino) else {
             return Ok(());
@@ -164,9 +164,15 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
             r.map(|r| r.id.clone()),
             r.and_then(|r| r.md5.clone()),
             staged,
+            inode.exec,
         )
     };
     let generation = staged.generation();
+    // Read after the generation: attributes set later make another round.
+    let attrs = FileAttrs {
+        modified: Some(staged.mtime()),
+        mode: Some(file_mode(exec)),
+    };
     let size = staged.size();
     // A backend in this process hashes what it stores anyway; a remote one gets the md5 so
     // the server can check the bytes that crossed the network.
@@ -184,8 +190,10 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
         (Some(p), Some(n)) => (p, n.to_string()),
         _ => return Err(Error::bad_path("cannot upload to the root")),
     };
-    let node = if md5.is_some() && remote_md5 == md5 && remote_id.is_some() {
-        // Same bytes as stored (opened for writing, nothing changed): nothing to send.
+    let node = if let (Some(id), true) = (&remote_id, md5.is_some() && remote_md5 == md5) {
+        // Same bytes as stored (opened for writing, or only its attributes changed): no bytes
+        // to send.
+        super::attrs::store(fs, id, attrs).await?;
         None
     } else {
         let id = match remote_id {
@@ -201,7 +209,10 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
                 id
             }
         };
-        let ticket = fs.backend.begin_version(&id, size, md5.as_deref()).await?;
+        let ticket = fs
+            .backend
+            .begin_version_with(&id, size, md5.as_deref(), attrs)
+            .await?;
         let vid = ticket
             .version_id()
             .ok_or_else(|| Error::internal("upload step 2 returned no version"))?;

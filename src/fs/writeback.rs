@@ -22,7 +22,7 @@ use super::errno::is_transient;
 use super::staging::Staged;
 use super::table::{Ino, Table};
 use super::upload::{MAX_BACKOFF, PERMANENT_ATTEMPTS};
-use crate::api::Error;
+use crate::api::{Error, FileAttrs, file_mode};
 use crate::backend::{Backend, PutFile};
 
 /// Most files in one batch.
@@ -211,6 +211,10 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
             len: snap.size,
             sealed: true,
             digests: snap.digests,
+            attrs: FileAttrs {
+                modified: Some(snap.mtime),
+                mode: Some(file_mode(inode.exec)),
+            },
         });
         drop(t);
         items.push(Item {

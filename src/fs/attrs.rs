@@ -1,0 +1,137 @@
+//! Attributes set through the mount (modification times from `touch`, `cp -p`, `tar x`,
+//! `rsync -a`; the execute bits of a chmod), kept by the backend so that they outlive the
+//! listing's TTL and a remount. A file with local changes carries them with its upload (the
+//! staged file's time, the inode's bits); a stored file gets them alone
+//! ([`Backend::set_attrs`]).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::TimeOrNow;
+
+use super::Fs;
+use super::table::{Ino, Kind};
+use crate::api::{EXEC_BITS, FileAttrs, Result, file_mode};
+use crate::backend::Backend;
+
+/// What a setattr leaves to do after the inode table has the new attributes.
+pub(super) enum Keep {
+    /// Nothing to store (atime only, a folder, nothing changed).
+    Nothing,
+    /// A staged file with no writer: its next upload carries them; start it.
+    Settle(Arc<super::staging::Staged>),
+    /// A stored file: set them on the backend.
+    Send(String, FileAttrs),
+}
+
+impl<B: Backend> Fs<B> {
+    /// Applies times and a mode to the inode (on the FUSE thread: no backend call) and says
+    /// how they are to be kept.
+    pub(super) fn set_attrs_here(
+        &self,
+        ino: Ino,
+        (atime, mtime): (Option<TimeOrNow>, Option<TimeOrNow>),
+        mode: Option<u32>,
+    ) -> Keep {
+        let when = |t: TimeOrNow| match t {
+            TimeOrNow::SpecificTime(t) => from_kernel(t),
+            TimeOrNow::Now => SystemTime::now(),
+        };
+        if mtime.is_none() && atime.is_none() && mode.is_none() {
+            return Keep::Nothing;
+        }
+        let mut t = self.table();
+        let Some(i) = t.get_mut(ino) else {
+            return Keep::Nothing;
+        };
+        let mtime = mtime.map(when);
+        if let Some(t) = atime.map(when) {
+            i.atime = t;
+        }
+        i.ctime = SystemTime::now();
+        let exec_changed = i.kind == Kind::File
+            && mode.is_some_and(|m| {
+                let old = std::mem::replace(&mut i.exec, m & EXEC_BITS);
+                old != i.exec
+            });
+        if i.kind != Kind::File || i.unlinked || (mtime.is_none() && !exec_changed) {
+            // Folders keep their times here only: the store sets a folder's time as its
+            // entries change.
+            if let Some(t) = mtime {
+                i.mtime = t;
+            }
+            return Keep::Nothing;
+        }
+        if let Some(s) = &i.staged {
+            s.set_attrs(mtime);
+            return match s.writers.load(std::sync::atomic::Ordering::SeqCst) {
+                0 => Keep::Settle(s.clone()),
+                _ => Keep::Nothing,
+            };
+        }
+        if let Some(t) = mtime {
+            i.mtime = t;
+        }
+        match &i.remote {
+            Some(r) => Keep::Send(
+                r.id.clone(),
+                FileAttrs {
+                    modified: Some(i.mtime),
+                    mode: Some(file_mode(i.exec)),
+                },
+            ),
+            None => Keep::Nothing,
+        }
+    }
+
+    /// Does what [`Fs::set_attrs_here`] left to do.
+    pub(super) async fn keep_attrs(self: &Arc<Self>, ino: Ino, keep: Keep) {
+        match keep {
+            Keep::Nothing => {}
+            Keep::Settle(staged) => self.settle(ino, &staged),
+            Keep::Send(id, attrs) => {
+                if let Err(e) = store(self, &id, attrs).await {
+                    // Kept in the inode table meanwhile, as before this existed.
+                    log::warn!("could not store the times or mode of file {id}: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// A time of a SETATTR as the kernel meant it. fuser 0.18 reads a time before 1970, sent as
+/// (negative seconds, nanoseconds counting up), as `epoch - (seconds + nanoseconds)`
+/// (`system_time_from_time`, its own TODO): the nanoseconds are added back here.
+fn from_kernel(t: SystemTime) -> SystemTime {
+    match UNIX_EPOCH.duration_since(t) {
+        Ok(d) if d.subsec_nanos() != 0 => {
+            UNIX_EPOCH - Duration::from_secs(d.as_secs())
+                + Duration::from_nanos(d.subsec_nanos().into())
+        }
+        _ => t,
+    }
+}
+
+/// Sets a stored file's attributes on the backend.
+pub(super) async fn store<B: Backend>(fs: &Fs<B>, id: &str, attrs: FileAttrs) -> Result<()> {
+    fs.backend.set_attrs(id, attrs).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_times_before_1970_keep_their_nanoseconds() {
+        // 1960-01-01T00:00:00.123456789Z reaches us as epoch - 315619200.123456789 s.
+        let sent = UNIX_EPOCH - Duration::new(315_619_200, 123_456_789);
+        let meant =
+            UNIX_EPOCH - Duration::from_secs(315_619_200) + Duration::from_nanos(123_456_789);
+        assert_eq!(from_kernel(sent), meant);
+        let whole = UNIX_EPOCH - Duration::from_secs(5);
+        assert_eq!(from_kernel(whole), whole);
+        let later = UNIX_EPOCH + Duration::new(5, 1);
+        assert_eq!(from_kernel(later), later);
+    }
+}
