@@ -193,10 +193,12 @@ pub fn mount<B: Backend>(
     let cache = ReadCache::open(opts.cache_dir.join("cache"), opts.cache_size)?;
     // SAFETY: getuid/getgid cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let mut table = Table::new(opts.root.clone());
+    table.kept = attrs::KeptHere::load(&opts.cache_dir.join("attrs"))?;
     let fs = Arc::new(Fs {
         backend: Arc::new(backend),
         rt: rt.handle().clone(),
-        table: Mutex::new(Table::new(opts.root.clone())),
+        table: Mutex::new(table),
         handles: Mutex::new(HashMap::new()),
         next_fh: AtomicU64::new(1),
         cache,

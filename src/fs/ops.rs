@@ -230,10 +230,10 @@ impl<B: Backend> Fs<B> {
                     gone.push((name, ino));
                 }
             }
+            if dir != ROOT {
+                t.update_from(dir, &node);
+            }
             if let Some(i) = t.get_mut(dir) {
-                if dir != ROOT {
-                    i.update_from(&node);
-                }
                 i.set_listing(names);
                 i.hidden_preview = hidden_preview;
             }
@@ -436,11 +436,7 @@ impl<B: Backend> Fs<B> {
     async fn refresh_attr(self: &Arc<Self>, ino: Ino, path: &NodePath) -> OpResult<()> {
         match self.backend.node(path).await {
             Ok(node) => {
-                let changed = self
-                    .table()
-                    .get_mut(ino)
-                    .map(|i| i.update_from(&node))
-                    .unwrap_or(false);
+                let changed = self.table().update_from(ino, &node);
                 if changed {
                     if let Some(n) = self.notifier.get().cloned() {
                         tokio::task::spawn_blocking(move || n.inval_inode(INodeNo(ino), 0, 0));

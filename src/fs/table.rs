@@ -9,6 +9,7 @@ use std::time::{Instant, SystemTime};
 
 use fuser::{FileAttr, FileType, INodeNo};
 
+use super::attrs::{Kept, KeptHere};
 use super::staging::Staged;
 use crate::api::{EXEC_BITS, Node, NodePath, NodeType, file_mode};
 
@@ -157,19 +158,20 @@ impl Inode {
         }
     }
 
-    /// Takes what a backend node says, keeping local changes that are not uploaded yet.
-    /// Returns true when the file's content changed remotely.
-    pub fn update_from(&mut self, node: &Node) -> bool {
+    /// Takes what a backend node says (and what the cache dir keeps of it where the backend
+    /// keeps no attributes), keeping local changes that are not uploaded yet. Returns true
+    /// when the file's content changed remotely.
+    fn update_from(&mut self, node: &Node, kept: Option<&Kept>) -> bool {
         self.fetched = Instant::now();
         if self.staged.is_none() {
-            if let Some(t) = node.modified_time() {
+            if let Some(t) = kept.and_then(|k| k.mtime).or(node.modified_time()) {
                 self.mtime = t;
                 self.ctime = t;
                 self.atime = t;
             }
             // A backend that keeps no modes says none: the bits set here stay.
-            if let Some(m) = node.mode {
-                self.exec = m & EXEC_BITS;
+            if let Some(x) = kept.and_then(|k| k.exec).or(node.mode) {
+                self.exec = x & EXEC_BITS;
             }
         }
         if let Some(t) = node.created_time() {
@@ -218,6 +220,8 @@ pub struct Table {
     recent: HashMap<Ino, Instant>,
     /// When `recent` was last pruned.
     recent_pruned: Instant,
+    /// Attributes kept here for a backend that does not keep them.
+    pub kept: KeptHere,
 }
 
 /// How long removals are remembered (longer than any listing takes to fetch).
@@ -233,6 +237,7 @@ impl Table {
             removed: HashMap::new(),
             recent: HashMap::new(),
             recent_pruned: Instant::now(),
+            kept: KeptHere::default(),
         };
         let mut r = Inode::new(ROOT, root.clone(), Kind::Dir);
         r.lookups = 1;
@@ -300,12 +305,19 @@ impl Table {
     /// changed remotely.
     pub fn upsert(&mut self, path: &NodePath, node: &Node) -> (Ino, bool) {
         let ino = self.ensure(path, kind_of(node));
-        let changed = self
-            .inodes
-            .get_mut(&ino)
-            .expect("just ensured")
-            .update_from(node);
-        (ino, changed)
+        (ino, self.update_from(ino, node))
+    }
+
+    /// Updates inode `ino` from a backend node (see [`Inode::update_from`]); true when its
+    /// content changed remotely.
+    pub fn update_from(&mut self, ino: Ino, node: &Node) -> bool {
+        let kept = node
+            .file_id()
+            .and_then(|id| self.kept.get(&id, node.md5_checksum.as_deref()));
+        match self.inodes.get_mut(&ino) {
+            Some(i) => i.update_from(node, kept),
+            None => false,
+        }
     }
 
     fn note_removed(&mut self, path: &NodePath) {

@@ -193,7 +193,7 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
     let node = if let (Some(id), true) = (&remote_id, md5.is_some() && remote_md5 == md5) {
         // Same bytes as stored (opened for writing, or only its attributes changed): no bytes
         // to send.
-        super::attrs::store(fs, id, attrs).await?;
+        super::attrs::store(fs, id, md5.clone(), attrs).await?;
         None
     } else {
         let id = match remote_id {
@@ -203,9 +203,7 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
                 let id = file
                     .file_id()
                     .ok_or_else(|| Error::internal("create_file returned no file ID"))?;
-                if let Some(i) = fs.table().get_mut(ino) {
-                    i.update_from(&file);
-                }
+                fs.table().update_from(ino, &file);
                 id
             }
         };
@@ -234,11 +232,11 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
     staged.mark_uploaded(generation);
     log::info!("uploaded {path} ({size} bytes)");
     let mut t = fs.table();
-    let Some(inode) = t.get_mut(ino) else {
-        return Ok(());
-    };
     if let Some(node) = &node {
-        inode.update_from(node);
+        if let Some(id) = node.file_id() {
+            super::attrs::answered(&mut t, &id, node, attrs);
+        }
+        t.update_from(ino, node);
     }
     if super::writeback::retire(fs, &mut t, ino, &staged) {
         drop(t);

@@ -247,9 +247,7 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
                 log::debug!("stored inode {} ({} bytes)", item.ino, item.size);
                 {
                     let mut t = fs.table();
-                    if let Some(i) = t.get_mut(item.ino) {
-                        i.update_from(&node);
-                    }
+                    t.update_from(item.ino, &node);
                     if retire(fs, &mut t, item.ino, &item.staged) {
                         retired.push(item.staged.clone());
                     }
