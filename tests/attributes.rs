@@ -208,6 +208,11 @@ fn chmod_x_runs_after_a_remount(via: Via) {
         &v,
         "printf '#!/bin/sh\\necho fresh\\n' > fresh.sh && chmod 755 fresh.sh && cp -p fresh.sh copied.sh",
     );
+    // A program copied in without -p: created with its mode (as `cp` and `install` do).
+    let prog = env._tmp.path().join("prog.sh");
+    fs::write(&prog, "#!/bin/sh\necho copied in\n").unwrap();
+    fs::set_permissions(&prog, fs::Permissions::from_mode(0o755)).unwrap();
+    sh(&v, &format!("cp '{}' prog.sh", prog.display()));
     // One made executable and back again.
     sh(
         &v,
@@ -228,6 +233,7 @@ fn chmod_x_runs_after_a_remount(via: Via) {
     assert_eq!(mode(&v.join("plain.txt")), 0o644);
     assert_eq!(sh(&v, "./hello.sh"), "hello from the mount\n");
     assert_eq!(sh(&v, "./fresh.sh && ./copied.sh"), "fresh\nfresh\n");
+    assert_eq!(sh(&v, "./prog.sh"), "copied in\n");
     assert!(
         !Command::new(v.join("plain.txt"))
             .status()

@@ -480,11 +480,13 @@ impl<B: Backend> Fs<B> {
         t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT)
     }
 
+    /// `exec`: the execute bits of the mode a new file is created with (kept like a chmod's).
     async fn do_create(
         self: &Arc<Self>,
         parent: Ino,
         name: &str,
         flags: i32,
+        exec: u32,
     ) -> OpResult<(fuser::FileAttr, u64)> {
         Self::outside_previews(parent, name)?;
         self.writable()?;
@@ -505,6 +507,7 @@ impl<B: Backend> Fs<B> {
                 t.touch(ino);
                 if let Some(i) = t.get_mut(ino) {
                     i.unlinked = false;
+                    i.exec = exec;
                 }
                 ino
             }
@@ -582,6 +585,7 @@ impl<B: Backend> Fs<B> {
         self: &Arc<Self>,
         parent: Ino,
         name: &str,
+        exec: u32,
     ) -> Option<OpResult<(fuser::FileAttr, u64)>> {
         if let Err(e) = Self::outside_previews(parent, name).and_then(|()| self.writable()) {
             return Some(Err(e));
@@ -620,6 +624,7 @@ impl<B: Backend> Fs<B> {
         t.entries_changed(parent);
         let i = t.get_mut(ino)?;
         i.unlinked = false;
+        i.exec = exec;
         i.lookups += 1;
         i.open_handles += 1;
         let attr = t.attr(ino, self.uid, self.gid)?;
@@ -1556,18 +1561,19 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         _req: &Request,
         parent: INodeNo,
         name: &OsStr,
-        _mode: u32,
-        _umask: u32,
+        mode: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let exec = mode & !umask & crate::api::EXEC_BITS;
         let name = match name_of(name) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
         };
         let fs = self.0.clone();
         let ttl = fs.ttl();
-        match fs.create_cached(parent.0, &name) {
+        match fs.create_cached(parent.0, &name, exec) {
             Some(Ok((attr, fh))) => {
                 return reply.created(
                     &ttl,
@@ -1582,7 +1588,7 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         }
         spawn(
             &self.0,
-            async move { fs.do_create(parent.0, &name, flags).await },
+            async move { fs.do_create(parent.0, &name, flags, exec).await },
             move |r| match r {
                 Ok((attr, fh)) => reply.created(
                     &ttl,
