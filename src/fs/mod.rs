@@ -86,6 +86,9 @@ enum Handle {
     },
     Dir {
         entries: Vec<(Ino, fuser::FileType, String)>,
+        /// Some of `entries` were read: a read from offset 0 again (rewinddir) lists the
+        /// folder afresh.
+        read: bool,
     },
 }
 

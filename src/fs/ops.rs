@@ -929,6 +929,102 @@ impl<B: Backend> Fs<B> {
         Ok(())
     }
 
+    /// A read from offset 0 of a directory handle already read: `rewinddir`, after which
+    /// names added since `opendir` must show (POSIX), so the folder is listed again.
+    fn rewound(&self, fh: u64, offset: u64) -> bool {
+        offset == 0
+            && matches!(
+                self.handles().get(&fh),
+                Some(Handle::Dir { read: true, .. })
+            )
+    }
+
+    /// Takes a new snapshot of folder `ino` for handle `fh` (see [`Fs::rewound`]).
+    async fn relist(self: &Arc<Self>, ino: Ino, fh: u64) -> OpResult<()> {
+        let fresh = self.do_readdir_snapshot(ino).await?;
+        match self.handles().get_mut(&fh) {
+            Some(Handle::Dir { entries, read }) => {
+                *entries = fresh;
+                *read = false;
+                Ok(())
+            }
+            _ => Err(Errno::EBADF),
+        }
+    }
+
+    /// READDIR from the handle's snapshot.
+    fn fill_readdir(&self, fh: u64, offset: u64, mut reply: ReplyDirectory) {
+        let mut handles = self.handles();
+        let Some(Handle::Dir { entries, read }) = handles.get_mut(&fh) else {
+            return reply.error(Errno::EBADF);
+        };
+        *read = true;
+        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(*ino), (i + 1) as u64, *kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    /// READDIRPLUS from the handle's snapshot, with each entry's attributes.
+    fn fill_readdirplus(&self, ino: Ino, fh: u64, offset: u64, mut reply: ReplyDirectoryPlus) {
+        // At most this many per reply (the kernel asks again from the next offset); cloned so
+        // the handle and table locks are never held together.
+        const MAX_BATCH: usize = 4096;
+        let batch: Vec<(Ino, FileType, String)> = {
+            let mut handles = self.handles();
+            let Some(Handle::Dir { entries, read }) = handles.get_mut(&fh) else {
+                return reply.error(Errno::EBADF);
+            };
+            *read = true;
+            entries
+                .iter()
+                .skip(offset as usize)
+                .take(MAX_BATCH)
+                .cloned()
+                .collect()
+        };
+        let fs = self;
+        let ttl = fs.ttl();
+        let mut t = fs.table();
+        for (i, (cino, kind, name)) in batch.iter().enumerate() {
+            let dots = name == "." || name == "..";
+            let virt = is_virtual(*cino) || is_virtual(ino);
+            let real = if virt {
+                None
+            } else {
+                t.attr(*cino, fs.uid, fs.gid)
+            };
+            let (attr, valid) = match real {
+                Some(attr) => (attr, ttl),
+                // Preview entries: their sizes are known only once fetched, so they come with
+                // no validity and the kernel asks (LOOKUP, GETATTR) when one is used.
+                None if virt || dots => {
+                    let dir = *kind == FileType::Directory;
+                    (
+                        fs.virtual_attr(*cino, dir, 0, SystemTime::now()),
+                        Duration::ZERO,
+                    )
+                }
+                // Gone since the listing was taken.
+                None => continue,
+            };
+            let next = offset + i as u64 + 1;
+            if reply.add(INodeNo(*cino), next, name, &valid, &attr, Generation(0)) {
+                break;
+            }
+            // Like a LOOKUP, each entry but `.` and `..` is a reference the kernel will forget.
+            if !dots && !virt {
+                if let Some(c) = t.get_mut(*cino) {
+                    c.lookups += 1;
+                }
+            }
+        }
+        drop(t);
+        reply.ok();
+    }
+
     async fn do_readdir_snapshot(
         self: &Arc<Self>,
         ino: Ino,
@@ -1349,7 +1445,10 @@ impl<B: Backend> Filesystem for VaultFs<B> {
                 let fs = self.0.clone();
                 move |r| match r {
                     Ok(entries) => reply.opened(
-                        FileHandle(fs.new_fh(Handle::Dir { entries })),
+                        FileHandle(fs.new_fh(Handle::Dir {
+                            entries,
+                            read: false,
+                        })),
                         FopenFlags::empty(),
                     ),
                     Err(e) => reply.error(e),
@@ -1361,21 +1460,26 @@ impl<B: Backend> Filesystem for VaultFs<B> {
     fn readdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
-        let handles = self.0.handles();
-        let Some(Handle::Dir { entries }) = handles.get(&fh.0) else {
-            return reply.error(Errno::EBADF);
-        };
-        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(*ino), (i + 1) as u64, *kind, name) {
-                break;
-            }
+        let fs = self.0.clone();
+        if !fs.rewound(fh.0, offset) {
+            return fs.fill_readdir(fh.0, offset, reply);
         }
-        reply.ok();
+        spawn(
+            &self.0,
+            {
+                let fs = fs.clone();
+                async move { fs.relist(ino.0, fh.0).await }
+            },
+            move |r| match r {
+                Ok(()) => fs.fill_readdir(fh.0, offset, reply),
+                Err(e) => reply.error(e),
+            },
+        );
     }
 
     fn readdirplus(
@@ -1384,61 +1488,23 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
+        reply: ReplyDirectoryPlus,
     ) {
-        // At most this many per reply (the kernel asks again from the next offset); cloned so
-        // the handle and table locks are never held together.
-        const MAX_BATCH: usize = 4096;
-        let batch: Vec<(Ino, FileType, String)> = {
-            let handles = self.0.handles();
-            let Some(Handle::Dir { entries }) = handles.get(&fh.0) else {
-                return reply.error(Errno::EBADF);
-            };
-            entries
-                .iter()
-                .skip(offset as usize)
-                .take(MAX_BATCH)
-                .cloned()
-                .collect()
-        };
-        let fs = &self.0;
-        let ttl = fs.ttl();
-        let mut t = fs.table();
-        for (i, (cino, kind, name)) in batch.iter().enumerate() {
-            let dots = name == "." || name == "..";
-            let virt = is_virtual(*cino) || is_virtual(ino.0);
-            let real = if virt {
-                None
-            } else {
-                t.attr(*cino, fs.uid, fs.gid)
-            };
-            let (attr, valid) = match real {
-                Some(attr) => (attr, ttl),
-                // Preview entries: their sizes are known only once fetched, so they come with
-                // no validity and the kernel asks (LOOKUP, GETATTR) when one is used.
-                None if virt || dots => {
-                    let dir = *kind == FileType::Directory;
-                    (
-                        fs.virtual_attr(*cino, dir, 0, SystemTime::now()),
-                        Duration::ZERO,
-                    )
-                }
-                // Gone since the listing was taken.
-                None => continue,
-            };
-            let next = offset + i as u64 + 1;
-            if reply.add(INodeNo(*cino), next, name, &valid, &attr, Generation(0)) {
-                break;
-            }
-            // Like a LOOKUP, each entry but `.` and `..` is a reference the kernel will forget.
-            if !dots && !virt {
-                if let Some(c) = t.get_mut(*cino) {
-                    c.lookups += 1;
-                }
-            }
+        let fs = self.0.clone();
+        if !fs.rewound(fh.0, offset) {
+            return fs.fill_readdirplus(ino.0, fh.0, offset, reply);
         }
-        drop(t);
-        reply.ok();
+        spawn(
+            &self.0,
+            {
+                let fs = fs.clone();
+                async move { fs.relist(ino.0, fh.0).await }
+            },
+            move |r| match r {
+                Ok(()) => fs.fill_readdirplus(ino.0, fh.0, offset, reply),
+                Err(e) => reply.error(e),
+            },
+        );
     }
 
     fn releasedir(
