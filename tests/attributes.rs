@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::env::{Env, Via};
-use common::mount::Mount;
+use common::mount::{Mount, sh};
 
 both!(
     set_times_survive_the_listing_ttl_and_a_remount,
@@ -22,22 +22,6 @@ both!(
 
 /// Short TTLs: the listing (and with it every attribute) is read from the store again soon.
 const TTLS: [&str; 4] = ["--dir-ttl", "0.2", "--attr-ttl", "0.1"];
-
-fn sh(cwd: &Path, script: &str) -> String {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .current_dir(cwd)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "`{script}` failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// Past the listing's TTL, with the folder listed again (as `ls` would).
 fn after_the_ttl(dir: &Path) {

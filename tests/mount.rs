@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::env::{Env, VAULT, Via, within};
-use common::mount::{md5_of, pattern, wait_for};
+use common::mount::{md5_of, pattern, sh, wait_for};
 use md5::{Digest, Md5};
 use vaultfs::api::NodePath;
 use vaultfs::backend::Backend;
@@ -313,22 +313,6 @@ fn server_outage_stages_writes_and_uploads_them_later() {
         "{}",
         m.log_text()
     );
-}
-
-fn sh(cwd: &Path, script: &str) -> String {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .current_dir(cwd)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "`{script}` failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn errno_of(r: std::io::Result<impl Sized>) -> i32 {
