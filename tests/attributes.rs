@@ -225,3 +225,34 @@ fn chmod_x_runs_after_a_remount(via: Via) {
         "a file without the execute bits must not run"
     );
 }
+
+/// A write to an executable that is uploaded only by the next mount (the daemon killed while
+/// the server was away) leaves the file executable: a resumed upload that never heard of the
+/// bits does not clear them.
+#[test]
+fn execute_bits_survive_a_resumed_upload() {
+    let Some(mut env) = Env::new(Via::Remote) else {
+        return;
+    };
+    let m = env.mount(&["--timeout", "2"]);
+    let v = env.vault();
+    fs::write(v.join("tool.sh"), "#!/bin/sh\necho one\n").unwrap();
+    sh(&v, "chmod +x tool.sh");
+    env.wait_uploaded();
+    let server = env.server.take().unwrap();
+    let addr = server.base.trim_start_matches("http://").to_string();
+    env.rt.block_on(server.stop());
+    fs::write(v.join("tool.sh"), "#!/bin/sh\necho two\n").unwrap();
+    m.kill();
+    env.serve_again(&addr);
+    let m = env.mount(&TTLS);
+    env.wait_uploaded();
+    after_the_ttl(&v);
+    let mode = fs::metadata(v.join("tool.sh"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o755, "{}", m.log_text());
+    assert_eq!(sh(&v, "./tool.sh"), "two\n");
+}

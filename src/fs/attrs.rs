@@ -60,7 +60,7 @@ impl<B: Backend> Fs<B> {
         i.ctime = SystemTime::now();
         let exec_changed = i.kind == Kind::File
             && mode.is_some_and(|m| {
-                let old = std::mem::replace(&mut i.exec, m & EXEC_BITS);
+                let old = i.exec.replace(m & EXEC_BITS);
                 old != i.exec
             });
         if i.kind != Kind::File || i.unlinked || (mtime.is_none() && !exec_changed) {
@@ -87,7 +87,7 @@ impl<B: Backend> Fs<B> {
                 r.md5.clone(),
                 FileAttrs {
                     modified: Some(i.mtime),
-                    mode: Some(file_mode(i.exec)),
+                    mode: i.exec.map(file_mode),
                 },
             ),
             None => Keep::Nothing,

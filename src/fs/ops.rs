@@ -507,7 +507,7 @@ impl<B: Backend> Fs<B> {
                 t.touch(ino);
                 if let Some(i) = t.get_mut(ino) {
                     i.unlinked = false;
-                    i.exec = exec;
+                    i.exec = Some(exec);
                 }
                 ino
             }
@@ -624,7 +624,7 @@ impl<B: Backend> Fs<B> {
         t.entries_changed(parent);
         let i = t.get_mut(ino)?;
         i.unlinked = false;
-        i.exec = exec;
+        i.exec = Some(exec);
         i.lookups += 1;
         i.open_handles += 1;
         let attr = t.attr(ino, self.uid, self.gid)?;

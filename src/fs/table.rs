@@ -40,8 +40,10 @@ pub struct Inode {
     /// Files known to the backend; `None` for a file that so far exists only here.
     pub remote: Option<Remote>,
     pub mtime: SystemTime,
-    /// Files: the execute bits (of 0o111) chmod gave, kept by the backend like times.
-    pub exec: u32,
+    /// Files: the execute bits (of 0o111) chmod gave, kept by the backend like times. `None`
+    /// until known (from the backend, or set here): an upload then leaves the stored ones as
+    /// they are (a file whose upload resumes after a restart keeps its bits).
+    pub exec: Option<u32>,
     pub ctime: SystemTime,
     pub crtime: SystemTime,
     pub atime: SystemTime,
@@ -79,7 +81,7 @@ impl Inode {
             kind,
             remote: None,
             mtime: now,
-            exec: 0,
+            exec: None,
             ctime: now,
             crtime: now,
             atime: now,
@@ -130,7 +132,7 @@ impl Inode {
             // An unlinked file that is still open has no name left.
             Kind::File => (
                 FileType::RegularFile,
-                file_mode(self.exec) as u16,
+                file_mode(self.exec.unwrap_or(0)) as u16,
                 u32::from(!self.unlinked),
                 self.size(),
             ),
@@ -171,7 +173,7 @@ impl Inode {
             }
             // A backend that keeps no modes says none: the bits set here stay.
             if let Some(x) = kept.and_then(|k| k.exec).or(node.mode) {
-                self.exec = x & EXEC_BITS;
+                self.exec = Some(x & EXEC_BITS);
             }
         }
         if let Some(t) = node.created_time() {

@@ -171,7 +171,7 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
     // Read after the generation: attributes set later make another round.
     let attrs = FileAttrs {
         modified: Some(staged.mtime()),
-        mode: Some(file_mode(exec)),
+        mode: exec.map(file_mode),
     };
     let size = staged.size();
     // A backend in this process hashes what it stores anyway; a remote one gets the md5 so

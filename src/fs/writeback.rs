@@ -213,7 +213,7 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
             digests: snap.digests,
             attrs: FileAttrs {
                 modified: Some(snap.mtime),
-                mode: Some(file_mode(inode.exec)),
+                mode: inode.exec.map(file_mode),
             },
         });
         drop(t);
