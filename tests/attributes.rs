@@ -11,8 +11,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::env::{Env, Via};
+use common::env::{Env, VAULT, Via};
 use common::mount::{Mount, sh};
+use vaultfs::api::NodePath;
+use vaultfs::backend::Backend;
 
 both!(
     set_times_survive_the_listing_ttl_and_a_remount,
@@ -82,6 +84,14 @@ fn set_times_survive_the_listing_ttl_and_a_remount(via: Via) {
     };
     check(&v, "at once", &m);
     env.wait_uploaded();
+    // Times set on a stored file are stored alone: no new version of the same bytes.
+    let b = env.backend();
+    for name in ["stored-2001", "stored-1960", "stored-2100"] {
+        let p = NodePath::parse_uri(&format!("/nodes/pth/{VAULT}/{name}")).unwrap();
+        let id = env.rt.block_on(b.node(&p)).unwrap().file_id().unwrap();
+        let versions = b.store().version_history(&id).unwrap();
+        assert_eq!(versions.len(), 1, "{name}: {versions:?}");
+    }
     after_the_ttl(&v);
     check(&v, "after the listing TTL", &m);
     m.unmount();

@@ -71,22 +71,31 @@ impl<B: Backend> Fs<B> {
             }
             return Keep::Nothing;
         }
-        if let Some(s) = &i.staged {
-            s.set_attrs(mtime);
-            return match s.writers.load(std::sync::atomic::Ordering::SeqCst) {
-                0 => Keep::Settle(s.clone()),
-                _ => Keep::Nothing,
-            };
-        }
-        if let Some(t) = mtime {
-            i.mtime = t;
-        }
+        let modified = match &i.staged {
+            Some(s) if s.set_attrs(mtime) => {
+                return match s.writers.load(std::sync::atomic::Ordering::SeqCst) {
+                    0 => Keep::Settle(s.clone()),
+                    _ => Keep::Nothing,
+                };
+            }
+            Some(s) => {
+                // Also the inode's: a clean staged copy is dropped at close without retiring.
+                i.mtime = s.mtime();
+                i.mtime
+            }
+            None => {
+                if let Some(t) = mtime {
+                    i.mtime = t;
+                }
+                i.mtime
+            }
+        };
         match &i.remote {
             Some(r) => Keep::Send(
                 r.id.clone(),
                 r.md5.clone(),
                 FileAttrs {
-                    modified: Some(i.mtime),
+                    modified: Some(modified),
                     mode: i.exec.map(file_mode),
                 },
             ),

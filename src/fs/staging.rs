@@ -307,14 +307,20 @@ impl Staged {
         Ok(())
     }
 
-    /// A change of attributes (a time set, a chmod): a generation to store like a write, so an
-    /// upload under way that took the earlier ones is followed by one that carries these.
-    pub fn set_attrs(&self, mtime: Option<SystemTime>) {
+    /// A change of attributes (a time set, a chmod). With content not yet stored it is a
+    /// generation to store like a write (true), so an upload under way that took the earlier
+    /// ones is followed by one that carries these. Otherwise (a stored file open for writing,
+    /// `touch` does that) the bytes need no new version: the caller stores the attributes alone.
+    pub fn set_attrs(&self, mtime: Option<SystemTime>) -> bool {
         let _order = self.order();
-        self.generation.fetch_add(1, Ordering::SeqCst);
+        let pending = self.is_dirty();
+        if pending {
+            self.generation.fetch_add(1, Ordering::SeqCst);
+        }
         if let Some(t) = mtime {
             self.set_mtime(t);
         }
+        pending
     }
 
     /// A change with no bytes written (a new file must be created remotely even if empty).
