@@ -41,6 +41,8 @@ struct World<B: Backend> {
     vault: NodePath,
     other_vault: NodePath,
     store: Arc<Store>,
+    /// The server keeps the times and modes clients set (ours; not the public service).
+    keeps_attrs: bool,
     _keep: Keep,
 }
 
@@ -67,6 +69,7 @@ async fn local_world() -> World<LocalBackend> {
         vault: path("/Acme/My First Vault"),
         other_vault: path("/Other/My First Vault"),
         store,
+        keeps_attrs: true,
         _keep: Keep::Dir(tmp),
     }
 }
@@ -84,6 +87,7 @@ async fn remote_world() -> World<RemoteBackend> {
         vault: path("/Acme/My First Vault"),
         other_vault: path("/Other/My First Vault"),
         store: server.store.clone(),
+        keeps_attrs: true,
         _keep: Keep::Server(server),
     }
 }
@@ -96,6 +100,7 @@ async fn dialect_world() -> World<RemoteBackend> {
         vault: path("/Acme/My First Vault"),
         other_vault: path("/Other/My First Vault"),
         store: server.store.clone(),
+        keeps_attrs: false,
         _keep: Keep::Dialect(server),
     }
 }
@@ -135,6 +140,7 @@ contract!(
     folders,
     create_file_cases,
     begin_version_cases,
+    attribute_cases,
     upload_cases,
     concurrent_uploads_get_their_own_answers,
     download_cases,
@@ -409,6 +415,97 @@ async fn begin_version_cases<B: Backend>(w: &World<B>) {
     // Without an md5 the server computes it.
     let node = b.upload(&id, &vid, 3, stream(b"abc")).await.unwrap();
     assert_eq!(node.md5_checksum.as_deref(), Some(md5hex(b"abc").as_str()));
+}
+
+/// Times and modes a client sets (issue 22): with a new version (step 2) or alone, before 1970
+/// and after 2038 to the nanosecond. A server that keeps none (the public service) refuses the
+/// update alone and stores a version as if no attributes had been given.
+async fn attribute_cases<B: Backend>(w: &World<B>) {
+    use vaultfs::api::FileAttrs;
+    let b = &w.a;
+    let epoch = SystemTime::UNIX_EPOCH;
+    let before_1970 = epoch - Duration::new(315_619_200, 0) + Duration::from_nanos(123_456_789);
+    let after_2038 = epoch + Duration::new(4_102_444_800, 987_654_321);
+    let in_2001 = epoch + Duration::from_secs(1_000_000_000);
+    let started = SystemTime::now() - Duration::from_secs(2);
+    let file = put(b, &w.vault, "times.sh", b"#!/bin/sh\n").await;
+    let id = file.file_id().unwrap();
+    let p = at(&w.vault, "times.sh");
+    let set = |modified, mode| FileAttrs { modified, mode };
+
+    if !w.keeps_attrs {
+        assert_err(
+            b.set_attrs(&id, set(Some(in_2001), None)).await,
+            ErrorKind::BadRequest,
+            None,
+        );
+        let v = b
+            .begin_version_with(&id, 2, None, set(Some(in_2001), Some(0o755)))
+            .await
+            .unwrap();
+        let vid = v.version_id().unwrap();
+        let node = b.upload(&id, &vid, 2, stream(b"ok")).await.unwrap();
+        assert!(node.modified_time().unwrap() >= started, "{node:?}");
+        assert_ne!(node.mode, Some(0o755));
+        return;
+    }
+
+    assert_eq!(file.mode, Some(0o644));
+    let node = b
+        .set_attrs(&id, set(Some(before_1970), Some(0o755)))
+        .await
+        .unwrap();
+    assert_eq!(node.modified_time(), Some(before_1970), "{node:?}");
+    assert_eq!(node.mode, Some(0o755));
+    let node = b.node(&p).await.unwrap();
+    assert_eq!(node.modified_time(), Some(before_1970));
+    assert_eq!(node.mode, Some(0o755));
+    // One attribute alone leaves the other as it is; only the execute bits are kept.
+    let node = b.set_attrs(&id, set(Some(after_2038), None)).await.unwrap();
+    assert_eq!(node.modified_time(), Some(after_2038));
+    assert_eq!(node.mode, Some(0o755));
+    let node = b.set_attrs(&id, set(None, Some(0o700))).await.unwrap();
+    assert_eq!(
+        (node.modified_time(), node.mode),
+        (Some(after_2038), Some(0o744))
+    );
+    let listed = b.list(&w.vault, 0, 100).await.unwrap().children.unwrap();
+    let listed = listed.iter().find(|c| c.name == "times.sh").unwrap();
+    assert_eq!(
+        (listed.modified_time(), listed.mode),
+        (Some(after_2038), Some(0o744))
+    );
+
+    // With a version: taken when it is committed, not before.
+    let v = b
+        .begin_version_with(&id, 2, None, set(Some(in_2001), Some(0o644)))
+        .await
+        .unwrap();
+    assert_eq!(v.modified_time(), Some(after_2038));
+    let vid = v.version_id().unwrap();
+    let node = b.upload(&id, &vid, 2, stream(b"ok")).await.unwrap();
+    assert_eq!(
+        (node.modified_time(), node.mode),
+        (Some(in_2001), Some(0o644))
+    );
+    // A version without a time is modified at its commit; the bits stay.
+    b.set_attrs(&id, set(None, Some(0o755))).await.unwrap();
+    let node = put(b, &w.vault, "times.sh", b"again").await;
+    assert!(node.modified_time().unwrap() >= started, "{node:?}");
+    assert_eq!(node.mode, Some(0o755));
+
+    assert_err(
+        b.set_attrs("999999999", set(Some(in_2001), None)).await,
+        ErrorKind::NotFound,
+        None,
+    );
+    // Another account's file is not found either, and keeps its time.
+    assert_err(
+        w.other.set_attrs(&id, set(Some(in_2001), None)).await,
+        ErrorKind::NotFound,
+        None,
+    );
+    assert_ne!(b.node(&p).await.unwrap().modified_time(), Some(in_2001));
 }
 
 /// Step 3s that arrive together are committed together (one durable transaction); each still

@@ -8,8 +8,10 @@ mod common;
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::{Duration, UNIX_EPOCH};
 
 use common::dialect::{DIALECT_CLIENT, DialectOptions, DialectServer, pin_from_page};
 use common::env::pending_uploads;
@@ -119,6 +121,8 @@ fn login_with_the_service_client_id_and_mount() {
                 cache.to_str().unwrap(),
                 "--timeout",
                 "10",
+                "--dir-ttl",
+                "0.2",
             ],
             &[("XDG_CONFIG_HOME", &config)],
         )
@@ -212,6 +216,43 @@ fn login_with_the_service_client_id_and_mount() {
     assert_eq!(stored("sub/inner.txt"), b"inner");
     let in_store = rt.block_on(list_all(&b, &at(""), 1000)).unwrap();
     assert_eq!(in_store.children.unwrap().len(), names.len());
+
+    // Times and execute bits: this server keeps none, so the cache dir keeps them, past the
+    // listing's TTL and across a remount with that cache dir.
+    let in_2001 = UNIX_EPOCH + Duration::new(1_000_000_000, 500_000_000);
+    let in_1960 = UNIX_EPOCH - Duration::new(315_619_200, 0) + Duration::from_nanos(123_456_789);
+    fs::write(vault.join("timed.txt"), b"timed").unwrap();
+    let sh = |script: &str| {
+        let ok = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(&vault)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "{script}");
+    };
+    sh("touch -m -d @1000000000.5 f00.txt && touch -m -d @-315619199.876543211 timed.txt");
+    sh("chmod +x f05.txt");
+    uploaded(&cache, &m);
+    let times_kept = |m: &Mount| {
+        std::thread::sleep(Duration::from_millis(500));
+        let _ = fs::read_dir(&vault).unwrap().count();
+        let meta = |n: &str| fs::metadata(vault.join(n)).unwrap();
+        assert_eq!(
+            meta("f00.txt").modified().unwrap(),
+            in_2001,
+            "{}",
+            m.log_text()
+        );
+        assert_eq!(meta("timed.txt").modified().unwrap(), in_1960);
+        assert_eq!(meta("f05.txt").permissions().mode() & 0o777, 0o755);
+        assert_eq!(meta("f06.txt").permissions().mode() & 0o777, 0o644);
+    };
+    times_kept(&m);
+    m.unmount();
+    let m = mount(&cache);
+    times_kept(&m);
     m.unmount();
 
     let m = mount(&tmp.path().join("cache2"));

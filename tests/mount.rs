@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::env::{Env, VAULT, Via, within};
-use common::mount::{md5_of, pattern, wait_for};
+use common::mount::{md5_of, pattern, sh, wait_for};
 use md5::{Digest, Md5};
 use vaultfs::api::NodePath;
 use vaultfs::backend::Backend;
@@ -30,6 +30,7 @@ both!(
     killed_daemon_loses_no_byte,
     errors_are_the_posix_ones,
     folder_link_counts_follow_subfolders,
+    rewinddir_shows_names_added_since_opendir,
     listed_attributes_survive_the_kernel_forgetting,
     read_only_mount_and_changes_made_elsewhere,
     read_cache_stays_within_its_bound,
@@ -312,22 +313,6 @@ fn server_outage_stages_writes_and_uploads_them_later() {
         "{}",
         m.log_text()
     );
-}
-
-fn sh(cwd: &Path, script: &str) -> String {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .current_dir(cwd)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "`{script}` failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn errno_of(r: std::io::Result<impl Sized>) -> i32 {
@@ -676,6 +661,47 @@ fn killed_daemon_loses_no_byte(via: Via) {
 /// A folder's link count is 2 plus its subfolders (what `find` relies on), through mkdir,
 /// rmdir, renames in and out, files that do not count, and a remount (once listed: until then
 /// a folder shows 2).
+/// The names `readdir` gives from where the stream is, to its end.
+fn read_names(d: *mut libc::DIR) -> Vec<String> {
+    let mut names = Vec::new();
+    loop {
+        // SAFETY: `d` is an open directory stream; the entry is read before the next call.
+        let e = unsafe { libc::readdir(d) };
+        if e.is_null() {
+            break;
+        }
+        let name = unsafe { std::ffi::CStr::from_ptr((*e).d_name.as_ptr()) };
+        let name = name.to_string_lossy().into_owned();
+        if name != "." && name != ".." {
+            names.push(name);
+        }
+    }
+    names.sort();
+    names
+}
+
+/// POSIX: after `rewinddir`, the stream shows the folder as it is now (generic/471).
+fn rewinddir_shows_names_added_since_opendir(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let _m = env.mount(&[]);
+    let dir = env.vault().join("rewind");
+    fs::create_dir(&dir).unwrap();
+    fs::write(dir.join("a"), "a").unwrap();
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path; the stream is closed below.
+    let d = unsafe { libc::opendir(c.as_ptr()) };
+    assert!(!d.is_null());
+    assert_eq!(read_names(d), ["a"]);
+    fs::write(dir.join("b"), "b").unwrap();
+    fs::remove_file(dir.join("a")).unwrap();
+    unsafe { libc::rewinddir(d) };
+    assert_eq!(read_names(d), ["b"]);
+    fs::create_dir(dir.join("c")).unwrap();
+    unsafe { libc::rewinddir(d) };
+    assert_eq!(read_names(d), ["b", "c"]);
+    unsafe { libc::closedir(d) };
+}
+
 fn folder_link_counts_follow_subfolders(via: Via) {
     use std::os::unix::fs::MetadataExt;
     let Some(env) = Env::new(via) else { return };

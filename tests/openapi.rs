@@ -242,6 +242,7 @@ fn schemas_have_the_fields_of_the_wire_types() {
         modified_on: s(),
         size: Some(1),
         md5_checksum: s(),
+        mode: Some(0o644),
         total_children: Some(1),
         children: Some(vec![]),
         link_uri: s(),
@@ -278,6 +279,8 @@ fn schemas_have_the_fields_of_the_wire_types() {
         keys(VersionRequest {
             length: Some(1),
             md5_checksum: s(),
+            modified_on: s(),
+            mode: Some(0o755),
         }),
     );
     expect.insert("Transfer", keys(Transfer::default()));

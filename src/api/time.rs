@@ -8,10 +8,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use time::format_description::well_known::Rfc3339;
 
 /// RFC 3339 in UTC with the precision the time has, e.g. `2026-11-21T10:00:00.123456789Z`.
+/// Times before 1970 are written as such (`1960-...`), not clamped.
 pub fn format_time(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let dt = time::OffsetDateTime::UNIX_EPOCH
-        + time::Duration::new(d.as_secs() as i64, d.subsec_nanos() as i32);
+    let dt = match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => time::OffsetDateTime::UNIX_EPOCH + d,
+        Err(e) => time::OffsetDateTime::UNIX_EPOCH - e.duration(),
+    };
     dt.format(&Rfc3339).unwrap_or_default()
 }
 
@@ -28,10 +30,13 @@ pub fn parse_time(s: &str) -> Option<SystemTime> {
         Err(_) => return None,
     };
     // Whole seconds and nanoseconds apart: nanoseconds since 1970 overflow a u64 after 2554.
-    let secs = u64::try_from(dt.unix_timestamp()).ok();
-    Some(secs.map_or(UNIX_EPOCH, |secs| {
-        UNIX_EPOCH + Duration::new(secs, dt.nanosecond())
-    }))
+    // Before 1970 the seconds count down and the nanoseconds still count up.
+    let secs = dt.unix_timestamp();
+    let whole = match u64::try_from(secs) {
+        Ok(s) => UNIX_EPOCH + Duration::from_secs(s),
+        Err(_) => UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()),
+    };
+    Some(whole + Duration::from_nanos(u64::from(dt.nanosecond())))
 }
 
 /// Whether the time part of an RFC 3339-like string ends in `Z` or an offset.
@@ -71,6 +76,21 @@ mod tests {
         let s = format_time(t);
         assert_eq!(s, "2023-11-14T22:13:20.123456789Z");
         assert_eq!(parse_time(&s), Some(t));
+    }
+
+    #[test]
+    fn before_1970_and_after_2038_round_trip() {
+        for t in [
+            UNIX_EPOCH - Duration::new(1_000_000_000, 0) + Duration::from_nanos(250),
+            UNIX_EPOCH - Duration::from_nanos(1),
+            UNIX_EPOCH + Duration::new(4_102_444_800, 999_999_999),
+        ] {
+            assert_eq!(parse_time(&format_time(t)), Some(t), "{}", format_time(t));
+        }
+        assert_eq!(
+            format_time(UNIX_EPOCH - Duration::from_secs(86_400)),
+            "1969-12-31T00:00:00Z"
+        );
     }
 
     #[test]

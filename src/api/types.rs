@@ -60,6 +60,14 @@ pub struct Node {
     pub size: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub md5_checksum: Option<String>,
+    /// Files: permission bits, of which the execute bits (0o111) are kept (an extension of
+    /// ours: absent from servers that keep no modes, and then 0644).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_number"
+    )]
+    pub mode: Option<u32>,
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -213,13 +221,47 @@ pub struct NameEntry {
     pub name: Option<String>,
 }
 
-/// Upload step 2: `{"length": 123, "md5_checksum": "..."}`.
+/// Upload step 2: `{"length": 123, "md5_checksum": "..."}`, with our optional file attributes
+/// (`modifiedOn`, `mode`). Without `length`, the attributes alone update the file: no new
+/// version, no bytes.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct VersionRequest {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub length: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub md5_checksum: Option<String>,
+    #[serde(
+        rename = "modifiedOn",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub modified_on: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
+}
+
+/// Attributes a client sets on a file (times from `touch`, `cp -p`, `rsync -a`; `chmod +x`):
+/// with a new version (step 2) or alone. `None` leaves one as it is (a new version without a
+/// time is modified at its commit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FileAttrs {
+    pub modified: Option<SystemTime>,
+    /// Permission bits; the execute bits (0o111) are what is kept.
+    pub mode: Option<u32>,
+}
+
+impl FileAttrs {
+    pub fn is_empty(&self) -> bool {
+        self.modified.is_none() && self.mode.is_none()
+    }
+}
+
+/// The execute bits of a permission mode: what a file keeps of a chmod.
+pub const EXEC_BITS: u32 = 0o111;
+
+/// A file's permission bits as served: 0644 plus the execute bits it keeps.
+pub fn file_mode(exec: u32) -> u32 {
+    0o644 | (exec & EXEC_BITS)
 }
 
 /// The object under `copy` or `move`.

@@ -12,7 +12,8 @@ use futures_util::StreamExt;
 
 use super::{Backend, ByteStream, Download, PreviewImage, reader_stream};
 use crate::api::{
-    Error, Node, NodePath, PageSize, PreviewMeta, PreviewPage, PreviewStatus, RangeRequest, Result,
+    Error, FileAttrs, Node, NodePath, PageSize, PreviewMeta, PreviewPage, PreviewStatus,
+    RangeRequest, Result,
 };
 use crate::store::blobs::BlobWriter;
 use crate::store::{PreviewState, Scope, Store, TransferMode, length_mismatch};
@@ -112,9 +113,21 @@ impl Backend for LocalBackend {
             .await
     }
 
-    async fn begin_version(&self, file_id: &str, length: u64, md5: Option<&str>) -> Result<Node> {
+    async fn begin_version_with(
+        &self,
+        file_id: &str,
+        length: u64,
+        md5: Option<&str>,
+        attrs: FileAttrs,
+    ) -> Result<Node> {
         let (id, md5) = (file_id.to_string(), md5.map(str::to_string));
-        self.run(move |s, scope| s.begin_version(scope, &id, length, md5.as_deref()))
+        self.run(move |s, scope| s.begin_version(scope, &id, length, md5.as_deref(), attrs))
+            .await
+    }
+
+    async fn set_attrs(&self, file_id: &str, attrs: FileAttrs) -> Result<Node> {
+        let id = file_id.to_string();
+        self.run(move |s, scope| s.set_attrs(scope, &id, attrs))
             .await
     }
 

@@ -12,7 +12,7 @@ use std::pin::Pin;
 use bytes::Bytes;
 use futures_util::Stream;
 
-use crate::api::{Node, NodePath, PageSize, PreviewMeta, RangeRequest, Result};
+use crate::api::{FileAttrs, Node, NodePath, PageSize, PreviewMeta, RangeRequest, Result};
 
 /// A body of bytes flowing in either direction, never held whole in memory.
 pub type ByteStream = Pin<Box<dyn Stream<Item = io::Result<Bytes>> + Send + 'static>>;
@@ -189,6 +189,27 @@ pub trait Backend: Send + Sync + 'static {
         file_id: &str,
         length: u64,
         md5: Option<&str>,
+    ) -> impl Future<Output = Result<Node>> + Send {
+        self.begin_version_with(file_id, length, md5, FileAttrs::default())
+    }
+
+    /// [`Backend::begin_version`] with the attributes (modification time, mode) the file takes
+    /// when the version is committed. A server that keeps none ignores them: the node it returns
+    /// then says what it kept.
+    fn begin_version_with(
+        &self,
+        file_id: &str,
+        length: u64,
+        md5: Option<&str>,
+        attrs: FileAttrs,
+    ) -> impl Future<Output = Result<Node>> + Send;
+
+    /// Sets a file's attributes without new bytes; returns the file as the backend has it now
+    /// (its `modifiedOn` and `mode` unchanged where the backend keeps no attributes).
+    fn set_attrs(
+        &self,
+        file_id: &str,
+        attrs: FileAttrs,
     ) -> impl Future<Output = Result<Node>> + Send;
 
     /// Upload step 3: the bytes of the version, streamed. `length` is the length of step 2.

@@ -8,6 +8,7 @@
 //! stalls unrelated operations; writes and reads of staged or cached bytes are answered on the
 //! FUSE threads directly.
 
+mod attrs;
 mod cache;
 mod errno;
 mod journal;
@@ -112,6 +113,9 @@ enum Handle {
     },
     Dir {
         entries: Vec<(Ino, fuser::FileType, String)>,
+        /// Some of `entries` were read: a read from offset 0 again (rewinddir) lists the
+        /// folder afresh.
+        read: bool,
     },
 }
 
@@ -223,10 +227,12 @@ pub fn mount<B: Backend>(
     let cache = ReadCache::open(opts.cache_dir.join("cache"), opts.cache_size)?;
     // SAFETY: getuid/getgid cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let mut table = Table::new(opts.root.clone());
+    table.kept = attrs::KeptHere::load(&opts.cache_dir.join("attrs"))?;
     let fs = Arc::new(Fs {
         backend: Arc::new(backend),
         rt: rt.handle().clone(),
-        table: Mutex::new(Table::new(opts.root.clone())),
+        table: Mutex::new(table),
         handles: Mutex::new(HashMap::new()),
         next_fh: AtomicU64::new(1),
         cache,

@@ -230,10 +230,10 @@ impl<B: Backend> Fs<B> {
                     gone.push((name, ino));
                 }
             }
+            if dir != ROOT {
+                t.update_from(dir, &node);
+            }
             if let Some(i) = t.get_mut(dir) {
-                if dir != ROOT {
-                    i.update_from(&node);
-                }
                 i.set_listing(names);
                 i.hidden_preview = hidden_preview;
             }
@@ -349,7 +349,7 @@ impl<B: Backend> Fs<B> {
     }
 
     /// With no writer left: upload if dirty, else retire the staged copy.
-    fn settle(self: &Arc<Self>, ino: Ino, staged: &Arc<Staged>) {
+    pub(super) fn settle(self: &Arc<Self>, ino: Ino, staged: &Arc<Staged>) {
         let mut t = self.table();
         let Some(inode) = t.get(ino) else { return };
         if inode.unlinked {
@@ -436,11 +436,7 @@ impl<B: Backend> Fs<B> {
     async fn refresh_attr(self: &Arc<Self>, ino: Ino, path: &NodePath) -> OpResult<()> {
         match self.backend.node(path).await {
             Ok(node) => {
-                let changed = self
-                    .table()
-                    .get_mut(ino)
-                    .map(|i| i.update_from(&node))
-                    .unwrap_or(false);
+                let changed = self.table().update_from(ino, &node);
                 if changed {
                     if let Some(n) = self.notifier.get().cloned() {
                         tokio::task::spawn_blocking(move || n.inval_inode(INodeNo(ino), 0, 0));
@@ -484,11 +480,13 @@ impl<B: Backend> Fs<B> {
         t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT)
     }
 
+    /// `exec`: the execute bits of the mode a new file is created with (kept like a chmod's).
     async fn do_create(
         self: &Arc<Self>,
         parent: Ino,
         name: &str,
         flags: i32,
+        exec: u32,
     ) -> OpResult<(fuser::FileAttr, u64)> {
         Self::outside_previews(parent, name)?;
         self.writable()?;
@@ -509,6 +507,7 @@ impl<B: Backend> Fs<B> {
                 t.touch(ino);
                 if let Some(i) = t.get_mut(ino) {
                     i.unlinked = false;
+                    i.exec = Some(exec);
                 }
                 ino
             }
@@ -586,6 +585,7 @@ impl<B: Backend> Fs<B> {
         self: &Arc<Self>,
         parent: Ino,
         name: &str,
+        exec: u32,
     ) -> Option<OpResult<(fuser::FileAttr, u64)>> {
         if let Err(e) = Self::outside_previews(parent, name).and_then(|()| self.writable()) {
             return Some(Err(e));
@@ -624,6 +624,7 @@ impl<B: Backend> Fs<B> {
         t.entries_changed(parent);
         let i = t.get_mut(ino)?;
         i.unlinked = false;
+        i.exec = Some(exec);
         i.lookups += 1;
         i.open_handles += 1;
         let attr = t.attr(ino, self.uid, self.gid)?;
@@ -704,9 +705,9 @@ impl<B: Backend> Fs<B> {
         self: &Arc<Self>,
         ino: Ino,
         size: Option<u64>,
-        (atime, mtime): (Option<TimeOrNow>, Option<TimeOrNow>),
-        uid: Option<u32>,
-        gid: Option<u32>,
+        times: (Option<TimeOrNow>, Option<TimeOrNow>),
+        mode: Option<u32>,
+        (uid, gid): (Option<u32>, Option<u32>),
     ) -> OpResult<fuser::FileAttr> {
         self.may_setattr(ino, uid, gid)?;
         if let Some(size) = size {
@@ -721,7 +722,7 @@ impl<B: Backend> Fs<B> {
             self.release_staged(ino, &staged);
             r.map_err(|e| io_errno(&e))?;
         }
-        self.set_times(ino, (atime, mtime))
+        self.set_attrs(ino, times, mode).await
     }
 
     /// Nothing in `.preview` changes; files belong to the mounting user.
@@ -735,33 +736,16 @@ impl<B: Backend> Fs<B> {
         Ok(())
     }
 
-    /// SETATTR of times (and the no-op chmod, a chown to oneself): all in memory, so answered
-    /// on the FUSE thread (`tar x` and `cp -p` set them on every file).
-    fn set_times(
-        &self,
+    /// SETATTR of times and mode (and a chown to oneself): set in the inode table, then kept
+    /// by the backend (`attrs.rs`).
+    async fn set_attrs(
+        self: &Arc<Self>,
         ino: Ino,
-        (atime, mtime): (Option<TimeOrNow>, Option<TimeOrNow>),
+        times: (Option<TimeOrNow>, Option<TimeOrNow>),
+        mode: Option<u32>,
     ) -> OpResult<fuser::FileAttr> {
-        let when = |t: TimeOrNow| match t {
-            TimeOrNow::SpecificTime(t) => t,
-            TimeOrNow::Now => SystemTime::now(),
-        };
-        if mtime.is_some() || atime.is_some() {
-            let mut tab = self.table();
-            if let Some(i) = tab.get_mut(ino) {
-                // Times live here only: the interface has no way to set them.
-                if let Some(t) = mtime.map(when) {
-                    match &i.staged {
-                        Some(s) => s.set_mtime(t),
-                        None => i.mtime = t,
-                    }
-                }
-                if let Some(t) = atime.map(when) {
-                    i.atime = t;
-                }
-                i.ctime = SystemTime::now();
-            }
-        }
+        let keep = self.set_attrs_here(ino, times, mode);
+        self.keep_attrs(ino, keep).await;
         self.attr(ino)
     }
 
@@ -945,6 +929,102 @@ impl<B: Backend> Fs<B> {
         Ok(())
     }
 
+    /// A read from offset 0 of a directory handle already read: `rewinddir`, after which
+    /// names added since `opendir` must show (POSIX), so the folder is listed again.
+    fn rewound(&self, fh: u64, offset: u64) -> bool {
+        offset == 0
+            && matches!(
+                self.handles().get(&fh),
+                Some(Handle::Dir { read: true, .. })
+            )
+    }
+
+    /// Takes a new snapshot of folder `ino` for handle `fh` (see [`Fs::rewound`]).
+    async fn relist(self: &Arc<Self>, ino: Ino, fh: u64) -> OpResult<()> {
+        let fresh = self.do_readdir_snapshot(ino).await?;
+        match self.handles().get_mut(&fh) {
+            Some(Handle::Dir { entries, read }) => {
+                *entries = fresh;
+                *read = false;
+                Ok(())
+            }
+            _ => Err(Errno::EBADF),
+        }
+    }
+
+    /// READDIR from the handle's snapshot.
+    fn fill_readdir(&self, fh: u64, offset: u64, mut reply: ReplyDirectory) {
+        let mut handles = self.handles();
+        let Some(Handle::Dir { entries, read }) = handles.get_mut(&fh) else {
+            return reply.error(Errno::EBADF);
+        };
+        *read = true;
+        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(*ino), (i + 1) as u64, *kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    /// READDIRPLUS from the handle's snapshot, with each entry's attributes.
+    fn fill_readdirplus(&self, ino: Ino, fh: u64, offset: u64, mut reply: ReplyDirectoryPlus) {
+        // At most this many per reply (the kernel asks again from the next offset); cloned so
+        // the handle and table locks are never held together.
+        const MAX_BATCH: usize = 4096;
+        let batch: Vec<(Ino, FileType, String)> = {
+            let mut handles = self.handles();
+            let Some(Handle::Dir { entries, read }) = handles.get_mut(&fh) else {
+                return reply.error(Errno::EBADF);
+            };
+            *read = true;
+            entries
+                .iter()
+                .skip(offset as usize)
+                .take(MAX_BATCH)
+                .cloned()
+                .collect()
+        };
+        let fs = self;
+        let ttl = fs.ttl();
+        let mut t = fs.table();
+        for (i, (cino, kind, name)) in batch.iter().enumerate() {
+            let dots = name == "." || name == "..";
+            let virt = is_virtual(*cino) || is_virtual(ino);
+            let real = if virt {
+                None
+            } else {
+                t.attr(*cino, fs.uid, fs.gid)
+            };
+            let (attr, valid) = match real {
+                Some(attr) => (attr, ttl),
+                // Preview entries: their sizes are known only once fetched, so they come with
+                // no validity and the kernel asks (LOOKUP, GETATTR) when one is used.
+                None if virt || dots => {
+                    let dir = *kind == FileType::Directory;
+                    (
+                        fs.virtual_attr(*cino, dir, 0, SystemTime::now()),
+                        Duration::ZERO,
+                    )
+                }
+                // Gone since the listing was taken.
+                None => continue,
+            };
+            let next = offset + i as u64 + 1;
+            if reply.add(INodeNo(*cino), next, name, &valid, &attr, Generation(0)) {
+                break;
+            }
+            // Like a LOOKUP, each entry but `.` and `..` is a reference the kernel will forget.
+            if !dots && !virt {
+                if let Some(c) = t.get_mut(*cino) {
+                    c.lookups += 1;
+                }
+            }
+        }
+        drop(t);
+        reply.ok();
+    }
+
     async fn do_readdir_snapshot(
         self: &Arc<Self>,
         ino: Ino,
@@ -1085,7 +1165,7 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _mode: Option<u32>,
+        mode: Option<u32>,
         uid: Option<u32>,
         gid: Option<u32>,
         size: Option<u64>,
@@ -1099,21 +1179,41 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        // chmod is accepted and has no effect: modes are fixed (DESIGN.md §3).
+        // chmod keeps the execute bits (DESIGN.md §3). Without a size and with nothing the
+        // backend keeps (atime, a folder's time), answered on the FUSE thread: `tar x` and
+        // `cp -p` set times on every file.
         let fs = self.0.clone();
         let ttl = fs.ttl();
+        let times = (atime, mtime);
         if size.is_none() {
-            let r = fs
-                .may_setattr(ino.0, uid, gid)
-                .and_then(|()| fs.set_times(ino.0, (atime, mtime)));
-            return match r {
-                Ok(attr) => reply.attr(&ttl, &attr),
-                Err(e) => reply.error(e),
-            };
+            if let Err(e) = fs.may_setattr(ino.0, uid, gid) {
+                return reply.error(e);
+            }
+            match fs.set_attrs_here(ino.0, times, mode) {
+                super::attrs::Keep::Nothing => {
+                    return match fs.attr(ino.0) {
+                        Ok(attr) => reply.attr(&ttl, &attr),
+                        Err(e) => reply.error(e),
+                    };
+                }
+                keep => {
+                    return spawn(
+                        &self.0,
+                        async move {
+                            fs.keep_attrs(ino.0, keep).await;
+                            fs.attr(ino.0)
+                        },
+                        move |r| match r {
+                            Ok(attr) => reply.attr(&ttl, &attr),
+                            Err(e) => reply.error(e),
+                        },
+                    );
+                }
+            }
         }
         spawn(
             &self.0,
-            async move { fs.do_setattr(ino.0, size, (atime, mtime), uid, gid).await },
+            async move { fs.do_setattr(ino.0, size, times, mode, (uid, gid)).await },
             move |r| match r {
                 Ok(attr) => reply.attr(&ttl, &attr),
                 Err(e) => reply.error(e),
@@ -1345,7 +1445,10 @@ impl<B: Backend> Filesystem for VaultFs<B> {
                 let fs = self.0.clone();
                 move |r| match r {
                     Ok(entries) => reply.opened(
-                        FileHandle(fs.new_fh(Handle::Dir { entries })),
+                        FileHandle(fs.new_fh(Handle::Dir {
+                            entries,
+                            read: false,
+                        })),
                         FopenFlags::empty(),
                     ),
                     Err(e) => reply.error(e),
@@ -1357,21 +1460,26 @@ impl<B: Backend> Filesystem for VaultFs<B> {
     fn readdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
-        let handles = self.0.handles();
-        let Some(Handle::Dir { entries }) = handles.get(&fh.0) else {
-            return reply.error(Errno::EBADF);
-        };
-        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(*ino), (i + 1) as u64, *kind, name) {
-                break;
-            }
+        let fs = self.0.clone();
+        if !fs.rewound(fh.0, offset) {
+            return fs.fill_readdir(fh.0, offset, reply);
         }
-        reply.ok();
+        spawn(
+            &self.0,
+            {
+                let fs = fs.clone();
+                async move { fs.relist(ino.0, fh.0).await }
+            },
+            move |r| match r {
+                Ok(()) => fs.fill_readdir(fh.0, offset, reply),
+                Err(e) => reply.error(e),
+            },
+        );
     }
 
     fn readdirplus(
@@ -1380,61 +1488,23 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
+        reply: ReplyDirectoryPlus,
     ) {
-        // At most this many per reply (the kernel asks again from the next offset); cloned so
-        // the handle and table locks are never held together.
-        const MAX_BATCH: usize = 4096;
-        let batch: Vec<(Ino, FileType, String)> = {
-            let handles = self.0.handles();
-            let Some(Handle::Dir { entries }) = handles.get(&fh.0) else {
-                return reply.error(Errno::EBADF);
-            };
-            entries
-                .iter()
-                .skip(offset as usize)
-                .take(MAX_BATCH)
-                .cloned()
-                .collect()
-        };
-        let fs = &self.0;
-        let ttl = fs.ttl();
-        let mut t = fs.table();
-        for (i, (cino, kind, name)) in batch.iter().enumerate() {
-            let dots = name == "." || name == "..";
-            let virt = is_virtual(*cino) || is_virtual(ino.0);
-            let real = if virt {
-                None
-            } else {
-                t.attr(*cino, fs.uid, fs.gid)
-            };
-            let (attr, valid) = match real {
-                Some(attr) => (attr, ttl),
-                // Preview entries: their sizes are known only once fetched, so they come with
-                // no validity and the kernel asks (LOOKUP, GETATTR) when one is used.
-                None if virt || dots => {
-                    let dir = *kind == FileType::Directory;
-                    (
-                        fs.virtual_attr(*cino, dir, 0, SystemTime::now()),
-                        Duration::ZERO,
-                    )
-                }
-                // Gone since the listing was taken.
-                None => continue,
-            };
-            let next = offset + i as u64 + 1;
-            if reply.add(INodeNo(*cino), next, name, &valid, &attr, Generation(0)) {
-                break;
-            }
-            // Like a LOOKUP, each entry but `.` and `..` is a reference the kernel will forget.
-            if !dots && !virt {
-                if let Some(c) = t.get_mut(*cino) {
-                    c.lookups += 1;
-                }
-            }
+        let fs = self.0.clone();
+        if !fs.rewound(fh.0, offset) {
+            return fs.fill_readdirplus(ino.0, fh.0, offset, reply);
         }
-        drop(t);
-        reply.ok();
+        spawn(
+            &self.0,
+            {
+                let fs = fs.clone();
+                async move { fs.relist(ino.0, fh.0).await }
+            },
+            move |r| match r {
+                Ok(()) => fs.fill_readdirplus(ino.0, fh.0, offset, reply),
+                Err(e) => reply.error(e),
+            },
+        );
     }
 
     fn releasedir(
@@ -1557,18 +1627,19 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         _req: &Request,
         parent: INodeNo,
         name: &OsStr,
-        _mode: u32,
-        _umask: u32,
+        mode: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let exec = mode & !umask & crate::api::EXEC_BITS;
         let name = match name_of(name) {
             Ok(n) => n.to_string(),
             Err(e) => return reply.error(e),
         };
         let fs = self.0.clone();
         let ttl = fs.ttl();
-        match fs.create_cached(parent.0, &name) {
+        match fs.create_cached(parent.0, &name, exec) {
             Some(Ok((attr, fh))) => {
                 return reply.created(
                     &ttl,
@@ -1583,7 +1654,7 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         }
         spawn(
             &self.0,
-            async move { fs.do_create(parent.0, &name, flags).await },
+            async move { fs.do_create(parent.0, &name, flags, exec).await },
             move |r| match r {
                 Ok((attr, fh)) => reply.created(
                     &ttl,

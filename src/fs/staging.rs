@@ -110,6 +110,8 @@ pub struct Snapshot {
     pub generation: u64,
     /// md5 and sha256 of the first bytes of `file`, as hashed ahead.
     pub digests: Option<Digests>,
+    /// The modification time that goes with this generation.
+    pub mtime: SystemTime,
 }
 
 impl Staged {
@@ -257,7 +259,7 @@ impl Staged {
         *self.mtime.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn set_mtime(&self, t: SystemTime) {
+    fn set_mtime(&self, t: SystemTime) {
         *self.mtime.lock().unwrap_or_else(|p| p.into_inner()) = t;
     }
 
@@ -292,6 +294,7 @@ impl Staged {
             size: self.size(),
             generation: self.generation(),
             digests: self.digests(),
+            mtime: self.mtime(),
         }
     }
 
@@ -303,6 +306,7 @@ impl Staged {
             size: self.size(),
             generation: self.generation(),
             digests: self.digests(),
+            mtime: self.mtime(),
         }
     }
 
@@ -319,6 +323,22 @@ impl Staged {
         *self.data.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(copy);
         self.sealed.store(false, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// A change of attributes (a time set, a chmod). With content not yet stored it is a
+    /// generation to store like a write (true), so an upload under way that took the earlier
+    /// ones is followed by one that carries these. Otherwise (a stored file open for writing,
+    /// `touch` does that) the bytes need no new version: the caller stores the attributes alone.
+    pub fn set_attrs(&self, mtime: Option<SystemTime>) -> bool {
+        let _order = self.order();
+        let pending = self.is_dirty();
+        if pending {
+            self.generation.fetch_add(1, Ordering::SeqCst);
+        }
+        if let Some(t) = mtime {
+            self.set_mtime(t);
+        }
+        pending
     }
 
     /// A change with no bytes written (a new file must be created remotely even if empty).

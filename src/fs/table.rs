@@ -9,8 +9,9 @@ use std::time::{Instant, SystemTime};
 
 use fuser::{FileAttr, FileType, INodeNo};
 
+use super::attrs::{Kept, KeptHere};
 use super::staging::Staged;
-use crate::api::{Node, NodePath, NodeType};
+use crate::api::{EXEC_BITS, Node, NodePath, NodeType, file_mode};
 
 pub type Ino = u64;
 pub const ROOT: Ino = 1;
@@ -39,6 +40,10 @@ pub struct Inode {
     /// Files known to the backend; `None` for a file that so far exists only here.
     pub remote: Option<Remote>,
     pub mtime: SystemTime,
+    /// Files: the execute bits (of 0o111) chmod gave, kept by the backend like times. `None`
+    /// until known (from the backend, or set here): an upload then leaves the stored ones as
+    /// they are (a file whose upload resumes after a restart keeps its bits).
+    pub exec: Option<u32>,
     pub ctime: SystemTime,
     pub crtime: SystemTime,
     pub atime: SystemTime,
@@ -76,6 +81,7 @@ impl Inode {
             kind,
             remote: None,
             mtime: now,
+            exec: None,
             ctime: now,
             crtime: now,
             atime: now,
@@ -128,7 +134,7 @@ impl Inode {
             // An unlinked file that is still open has no name left.
             Kind::File => (
                 FileType::RegularFile,
-                0o644,
+                file_mode(self.exec.unwrap_or(0)) as u16,
                 u32::from(!self.unlinked),
                 self.size(),
             ),
@@ -156,15 +162,20 @@ impl Inode {
         }
     }
 
-    /// Takes what a backend node says, keeping local changes that are not uploaded yet.
-    /// Returns true when the file's content changed remotely.
-    pub fn update_from(&mut self, node: &Node) -> bool {
+    /// Takes what a backend node says (and what the cache dir keeps of it where the backend
+    /// keeps no attributes), keeping local changes that are not uploaded yet. Returns true
+    /// when the file's content changed remotely.
+    fn update_from(&mut self, node: &Node, kept: Option<&Kept>) -> bool {
         self.fetched = Instant::now();
-        if let Some(t) = node.modified_time() {
-            if self.staged.is_none() {
+        if self.staged.is_none() {
+            if let Some(t) = kept.and_then(|k| k.mtime).or(node.modified_time()) {
                 self.mtime = t;
                 self.ctime = t;
                 self.atime = t;
+            }
+            // A backend that keeps no modes says none: the bits set here stay.
+            if let Some(x) = kept.and_then(|k| k.exec).or(node.mode) {
+                self.exec = Some(x & EXEC_BITS);
             }
         }
         if let Some(t) = node.created_time() {
@@ -213,6 +224,8 @@ pub struct Table {
     recent: HashMap<Ino, Instant>,
     /// When `recent` was last pruned.
     recent_pruned: Instant,
+    /// Attributes kept here for a backend that does not keep them.
+    pub kept: KeptHere,
 }
 
 /// How long removals are remembered (longer than any listing takes to fetch).
@@ -228,6 +241,7 @@ impl Table {
             removed: HashMap::new(),
             recent: HashMap::new(),
             recent_pruned: Instant::now(),
+            kept: KeptHere::default(),
         };
         let mut r = Inode::new(ROOT, root.clone(), Kind::Dir);
         r.lookups = 1;
@@ -295,12 +309,19 @@ impl Table {
     /// changed remotely.
     pub fn upsert(&mut self, path: &NodePath, node: &Node) -> (Ino, bool) {
         let ino = self.ensure(path, kind_of(node));
-        let changed = self
-            .inodes
-            .get_mut(&ino)
-            .expect("just ensured")
-            .update_from(node);
-        (ino, changed)
+        (ino, self.update_from(ino, node))
+    }
+
+    /// Updates inode `ino` from a backend node (see [`Inode::update_from`]); true when its
+    /// content changed remotely.
+    pub fn update_from(&mut self, ino: Ino, node: &Node) -> bool {
+        let kept = node
+            .file_id()
+            .and_then(|id| self.kept.get(&id, node.md5_checksum.as_deref()));
+        match self.inodes.get_mut(&ino) {
+            Some(i) => i.update_from(node, kept),
+            None => false,
+        }
     }
 
     fn note_removed(&mut self, path: &NodePath) {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::Fs;
 use super::errno::is_transient;
 use super::table::{Ino, Kind};
-use crate::api::{Error, ErrorKind, Result};
+use crate::api::{Error, ErrorKind, FileAttrs, Result, file_mode};
 use crate::backend::{Backend, reader_stream};
 
 pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -154,7 +154,7 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
         None => return Ok(()),
     };
     let _io = io.lock().await;
-    let (path, remote_id, remote_md5, staged) = {
+    let (path, remote_id, remote_md5, staged, exec) = {
         let t = fs.table();
         let Some(inode) = t.get(ino) else {
             return Ok(());
@@ -171,9 +171,15 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
             r.map(|r| r.id.clone()),
             r.and_then(|r| r.md5.clone()),
             staged,
+            inode.exec,
         )
     };
     let generation = staged.generation();
+    // Read after the generation: attributes set later make another round.
+    let attrs = FileAttrs {
+        modified: Some(staged.mtime()),
+        mode: exec.map(file_mode),
+    };
     let size = staged.size();
     // A backend in this process hashes what it stores anyway; a remote one gets the md5 so
     // the server can check the bytes that crossed the network.
@@ -191,8 +197,10 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
         (Some(p), Some(n)) => (p, n.to_string()),
         _ => return Err(Error::bad_path("cannot upload to the root")),
     };
-    let node = if md5.is_some() && remote_md5 == md5 && remote_id.is_some() {
-        // Same bytes as stored (opened for writing, nothing changed): nothing to send.
+    let node = if let (Some(id), true) = (&remote_id, md5.is_some() && remote_md5 == md5) {
+        // Same bytes as stored (opened for writing, or only its attributes changed): no bytes
+        // to send.
+        super::attrs::store(fs, id, md5.clone(), attrs).await?;
         None
     } else {
         let id = match remote_id {
@@ -202,13 +210,14 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
                 let id = file
                     .file_id()
                     .ok_or_else(|| Error::internal("create_file returned no file ID"))?;
-                if let Some(i) = fs.table().get_mut(ino) {
-                    i.update_from(&file);
-                }
+                fs.table().update_from(ino, &file);
                 id
             }
         };
-        let ticket = fs.backend.begin_version(&id, size, md5.as_deref()).await?;
+        let ticket = fs
+            .backend
+            .begin_version_with(&id, size, md5.as_deref(), attrs)
+            .await?;
         let vid = ticket
             .version_id()
             .ok_or_else(|| Error::internal("upload step 2 returned no version"))?;
@@ -230,11 +239,11 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
     staged.mark_uploaded(generation);
     log::info!("uploaded {path} ({size} bytes)");
     let mut t = fs.table();
-    let Some(inode) = t.get_mut(ino) else {
-        return Ok(());
-    };
     if let Some(node) = &node {
-        inode.update_from(node);
+        if let Some(id) = node.file_id() {
+            super::attrs::answered(&mut t, &id, node, attrs);
+        }
+        t.update_from(ino, node);
     }
     if super::writeback::retire(fs, &mut t, ino, &staged) {
         drop(t);

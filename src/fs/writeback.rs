@@ -23,7 +23,7 @@ use super::errno::is_transient;
 use super::staging::Staged;
 use super::table::{Ino, Table};
 use super::upload::{MAX_BACKOFF, PERMANENT_ATTEMPTS};
-use crate::api::Error;
+use crate::api::{Error, FileAttrs, file_mode};
 use crate::backend::{Backend, PutFile};
 
 /// Most files in one batch.
@@ -217,6 +217,10 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
             len: snap.size,
             sealed: true,
             digests: snap.digests,
+            attrs: FileAttrs {
+                modified: Some(snap.mtime),
+                mode: inode.exec.map(file_mode),
+            },
         });
         drop(t);
         items.push(Item {
@@ -249,9 +253,7 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
                 log::debug!("stored inode {} ({} bytes)", item.ino, item.size);
                 {
                     let mut t = fs.table();
-                    if let Some(i) = t.get_mut(item.ino) {
-                        i.update_from(&node);
-                    }
+                    t.update_from(item.ino, &node);
                     if retire(fs, &mut t, item.ino, &item.staged) {
                         retired.push(item.staged.clone());
                     }

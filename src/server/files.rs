@@ -64,7 +64,12 @@ fn send(d: Download, ctype: &str) -> Response {
             h.insert(header::ETAG, v);
         }
     }
-    if let Some(t) = d.node.modified_time() {
+    // httpdate panics before 1970 (a time a client may set): no header for those.
+    if let Some(t) = d
+        .node
+        .modified_time()
+        .filter(|t| *t >= std::time::UNIX_EPOCH)
+    {
         if let Ok(v) = HeaderValue::from_str(&httpdate::fmt_http_date(t)) {
             h.insert(header::LAST_MODIFIED, v);
         }

@@ -19,7 +19,8 @@ use super::openapi::{
 use super::reply::{ApiResult, ok, success};
 use crate::api::path::NODES_PREFIX;
 use crate::api::{
-    CreateFileRequest, Error, ErrorKind, NodePath, Transfer, VersionRequest, parse_replace,
+    CreateFileRequest, Error, ErrorKind, FileAttrs, NodePath, Transfer, VersionRequest,
+    parse_replace, parse_time,
 };
 use crate::backend::Backend;
 
@@ -331,7 +332,7 @@ pub async fn delete_root(caller: Caller, uri: Uri) -> ApiResult {
     path = "/nodes/upload/{id}",
     tag = "upload",
     operation_id = "begin_version",
-    summary = "Upload step 2: announce a version of this length (and md5)",
+    summary = "Upload step 2: announce a version of this length (and md5); without a length, set the file's modification time or mode",
     params(("id" = String, Path, description = "The file ID (from step 1)", example = "1")),
     request_body(content = VersionBody, content_type = "application/json"),
     responses(
@@ -346,10 +347,28 @@ pub async fn delete_root(caller: Caller, uri: Uri) -> ApiResult {
 )]
 pub async fn begin_version(caller: Caller, Path(id): Path<String>, body: Bytes) -> ApiResult {
     let req: VersionRequest = parse_json(&body)?;
-    let length = req.length.ok_or_else(|| Error::missing("length"))?;
+    let modified = match &req.modified_on {
+        Some(t) => Some(parse_time(t).ok_or_else(|| {
+            Error::bad_request(
+                "bad_parameter",
+                format!("`modifiedOn`: `{t}` is not a time"),
+            )
+        })?),
+        None => None,
+    };
+    let attrs = FileAttrs {
+        modified,
+        mode: req.mode,
+    };
+    let Some(length) = req.length else {
+        if attrs.is_empty() {
+            return Err(Error::missing("length").into());
+        }
+        return Ok(ok(caller.backend.set_attrs(&id, attrs).await?));
+    };
     Ok(ok(caller
         .backend
-        .begin_version(&id, length, req.md5_checksum.as_deref())
+        .begin_version_with(&id, length, req.md5_checksum.as_deref(), attrs)
         .await?))
 }
 

@@ -217,6 +217,10 @@ pub struct Node {
     pub size: Option<u64>,
     /// Files: md5 of the content, hex.
     pub md5_checksum: Option<String>,
+    /// Files (an extension of ours): permission bits, 0644 plus the execute bits a client set
+    /// (420 or 493 for 0644 or 0755). Absent from servers that keep no modes.
+    #[schema(minimum = 0, maximum = 511)]
+    pub mode: Option<u32>,
     /// Containers listed with `children=1`: how many children there are in all pages.
     #[schema(minimum = 0)]
     pub total_children: Option<u64>,
@@ -350,15 +354,26 @@ pub struct Transfer {
     pub replace: String,
 }
 
-/// Upload step 2.
+/// Upload step 2, or (without `length`) an update of the file's attributes alone.
 #[derive(Serialize, ToSchema)]
 pub struct VersionRequest {
-    /// Exact size in bytes of what step 3 sends.
+    /// Exact size in bytes of what step 3 sends. Without it, `modifiedOn` or `mode` must be
+    /// given: they are set on the file at once, with no new version.
     #[schema(minimum = 0)]
-    pub length: u64,
+    pub length: Option<u64>,
     /// md5 of what step 3 sends, in base64 (as the public service documents) or hex; when
     /// given, step 3 checks it.
     pub md5_checksum: Option<String>,
+    /// An extension of ours: the file's modification time (RFC 3339, any offset; before 1970
+    /// and after 2038 too), set when the version is committed (or at once, without `length`).
+    /// Without it a new version's time is that of its commit.
+    #[serde(rename = "modifiedOn")]
+    #[schema(format = DateTime)]
+    pub modified_on: Option<String>,
+    /// An extension of ours: the file's permission bits, of which the execute bits (0o111) are
+    /// kept. Without it the file keeps its bits.
+    #[schema(minimum = 0, maximum = 4095)]
+    pub mode: Option<u32>,
 }
 
 #[derive(Serialize, ToSchema)]

@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 
 use super::blobs::{BlobWriter, Staged};
-use super::{FIRST_VAULT, Scope, Store, now_ns, ns_to_time};
+use super::{FIRST_VAULT, Scope, Store, now_ns, ns_to_time, time_to_ns};
 use crate::api::{
-    Error, FileExProperties, Node, NodePath, NodeType, Result, file_links, format_time,
+    EXEC_BITS, Error, FileAttrs, FileExProperties, Node, NodePath, NodeType, Result, file_links,
+    file_mode, format_time,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,13 +59,15 @@ pub struct NodeRow {
     pub modified_on: i64,
     pub size: Option<u64>,
     pub md5: Option<String>,
+    /// Files: the execute bits a client set.
+    pub exec: u32,
 }
 
 /// md5 of no bytes: the checksum of a file created in step 1 and not uploaded yet.
 const EMPTY_MD5: &str = "d41d8cd98f00b204e9800998ecf8427e";
 
 const SELECT: &str = "SELECT n.id, n.parent_id, n.account_id, n.kind, n.name, n.created_on, n.modified_on, \
-                      v.length, v.md5 FROM nodes n LEFT JOIN versions v ON v.id = n.current_version";
+                      v.length, v.md5, n.exec FROM nodes n LEFT JOIN versions v ON v.id = n.current_version";
 
 fn read_row(r: &Row) -> rusqlite::Result<NodeRow> {
     Ok(NodeRow {
@@ -77,6 +80,7 @@ fn read_row(r: &Row) -> rusqlite::Result<NodeRow> {
         modified_on: r.get(6)?,
         size: r.get::<_, Option<i64>>(7)?.map(|s| s as u64),
         md5: r.get(8)?,
+        exec: r.get(9)?,
     })
 }
 
@@ -99,6 +103,7 @@ impl NodeRow {
             let id = self.id.to_string();
             node.size = Some(self.size.unwrap_or(0));
             node.md5_checksum = Some(self.md5.clone().unwrap_or_else(|| EMPTY_MD5.to_string()));
+            node.mode = Some(file_mode(self.exec));
             file_links(&mut node, &id);
             node.id = Some(id);
         }
@@ -500,8 +505,8 @@ fn copy_node(
         if copied == 1 {
             let vid = tx.last_insert_rowid();
             tx.execute(
-                "UPDATE nodes SET current_version = ?2 WHERE id = ?1",
-                params![new_id, vid],
+                "UPDATE nodes SET current_version = ?2, exec = ?3 WHERE id = ?1",
+                params![new_id, vid, src.exec],
             )?;
         }
     }
@@ -638,13 +643,15 @@ impl Store {
         Ok(())
     }
 
-    /// Upload step 2: opens a pending version of `length` bytes (and the md5, if given).
+    /// Upload step 2: opens a pending version of `length` bytes (and the md5, if given), with
+    /// the attributes the file takes when it is committed.
     pub fn begin_version(
         &self,
         scope: Scope,
         file_id: &str,
         length: u64,
         md5: Option<&str>,
+        attrs: FileAttrs,
     ) -> Result<Node> {
         let md5 = md5.map(normalize_md5).transpose()?;
         self.check_file_size(length)?;
@@ -654,8 +661,8 @@ impl Store {
         // Versions are kept: each one counts, the announced length now.
         check_quota(&tx, &self.config, scope, 0, length)?;
         tx.execute(
-            "INSERT INTO versions (file_id, length, md5, committed, created_on) VALUES (?1, ?2, ?3, 0, ?4)",
-            params![file.id, length as i64, md5, now_ns()],
+            "INSERT INTO versions (file_id, length, md5, committed, created_on, modified_on, exec) VALUES (?1, ?2, ?3, 0, ?4, ?5, ?6)",
+            params![file.id, length as i64, md5, now_ns(), attrs.modified.map(time_to_ns), attrs.mode.map(|m| m & EXEC_BITS)],
         )?;
         let vid = tx.last_insert_rowid();
         let path = path_of(&tx, file.id)?;
@@ -666,6 +673,21 @@ impl Store {
             version_id: Some(vid.to_string()),
         });
         Ok(node)
+    }
+
+    /// Sets a file's attributes without a new version (our step 2 without `length`).
+    pub fn set_attrs(&self, scope: Scope, file_id: &str, attrs: FileAttrs) -> Result<Node> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let file = file_by_id(&tx, scope, file_id)?;
+        tx.execute(
+            "UPDATE nodes SET modified_on = coalesce(?2, modified_on), exec = coalesce(?3, exec) WHERE id = ?1",
+            params![file.id, attrs.modified.map(time_to_ns), attrs.mode.map(|m| m & EXEC_BITS)],
+        )?;
+        let row = row(&tx, file.id)?;
+        let path = path_of(&tx, file.id)?;
+        tx.commit()?;
+        Ok(row.to_api(&path))
     }
 
     /// Upload step 3, before the body: the version's announced length and md5.
@@ -825,8 +847,9 @@ impl Store {
                 params![vid, staged.sha256, staged.md5, now],
             )?;
             tx.execute(
-                "UPDATE nodes SET current_version = ?2, modified_on = ?3 WHERE id = ?1",
-                params![file.id, vid, now],
+                "UPDATE nodes SET current_version = v.id, modified_on = coalesce(v.modified_on, ?2),
+                 exec = coalesce(v.exec, nodes.exec) FROM versions v WHERE nodes.id = ?1 AND v.id = ?3",
+                params![file.id, now, vid],
             )?;
         }
         // Its preview is wanted from now on (InProgress until rendered), unless these bytes

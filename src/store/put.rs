@@ -30,9 +30,9 @@ use std::path::{Path, PathBuf};
 use rusqlite::params;
 
 use super::nodes::{self, Kind};
-use super::{Scope, Store, now_ns};
+use super::{Scope, Store, now_ns, time_to_ns};
 use crate::api::checksum::{Digests, hash_file};
-use crate::api::{Error, Node, NodePath, Result};
+use crate::api::{EXEC_BITS, Error, FileAttrs, Node, NodePath, Result};
 
 /// One whole file to store: the first `len` bytes of `source` become the current version of the
 /// file (by ID when it has one, else at `path`, created when missing).
@@ -47,6 +47,8 @@ pub struct PutFile {
     /// md5 and sha256 of the first bytes of `source` (of a sealed one), hashed as they were
     /// written: only the rest is read.
     pub digests: Option<Digests>,
+    /// The staged file's modification time and mode, kept with the version.
+    pub attrs: FileAttrs,
 }
 
 /// A file of the batch after phase 1: its hashes and its bytes.
@@ -370,8 +372,15 @@ impl Store {
         )?
         .execute(params![file.id, f.len as i64, p.md5, p.sha256, now])?;
         let vid = tx.last_insert_rowid();
-        tx.prepare_cached("UPDATE nodes SET current_version = ?2, modified_on = ?3 WHERE id = ?1")?
-            .execute(params![file.id, vid, now])?;
+        tx.prepare_cached(
+            "UPDATE nodes SET current_version = ?2, modified_on = ?3, exec = coalesce(?4, exec) WHERE id = ?1",
+        )?
+        .execute(params![
+            file.id,
+            vid,
+            f.attrs.modified.map_or(now, time_to_ns),
+            f.attrs.mode.map(|m| m & EXEC_BITS)
+        ])?;
         let render = super::previews::want(tx, &p.sha256, &file.name)?;
         let row = nodes::row(tx, file.id)?;
         // By path: in a folder of the batch, whose path as stored is known already.
@@ -409,6 +418,7 @@ mod tests {
             len: data.len() as u64,
             sealed: true,
             digests: None,
+            attrs: FileAttrs::default(),
         }
     }
 

@@ -4,7 +4,7 @@
 use rusqlite::Connection;
 
 /// Bumped when the schema changes; `migrate` brings older databases forward.
-const VERSION: i64 = 5;
+const VERSION: i64 = 6;
 
 const V1: &str = "
 CREATE TABLE nodes (
@@ -191,6 +191,15 @@ CREATE TRIGGER previews_drop_access AFTER DELETE ON previews BEGIN
 END;
 ";
 
+/// Attributes a client sets on a file (issue 22): its modification time (`nodes.modified_on`,
+/// which a commit sets to the version's time when step 2 gave one) and the execute bits a
+/// chmod gave it. A pending version keeps what step 2 said until it is committed.
+const V6: &str = "
+ALTER TABLE nodes ADD COLUMN exec INTEGER NOT NULL DEFAULT 0;   -- files: mode & 0o111
+ALTER TABLE versions ADD COLUMN modified_on INTEGER;  -- ns, signed; NULL: the commit's time
+ALTER TABLE versions ADD COLUMN exec INTEGER;         -- NULL: the file's bits as they are
+";
+
 /// Opens the connection's pragmas and brings the schema to the current version.
 pub fn prepare(conn: &mut Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
@@ -211,7 +220,7 @@ pub fn prepare(conn: &mut Connection) -> rusqlite::Result<()> {
         tx.pragma_update(None, "user_version", 1)?;
         tx.commit()?;
     }
-    for (to, sql) in [(2, V2), (3, V3), (4, V4), (5, V5)] {
+    for (to, sql) in [(2, V2), (3, V3), (4, V4), (5, V5), (6, V6)] {
         if version < to {
             let tx = conn.transaction()?;
             tx.execute_batch(sql)?;

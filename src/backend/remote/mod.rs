@@ -46,7 +46,9 @@ use reqwest::header::{self, HeaderValue};
 
 use super::{Backend, ByteStream, Download, PreviewImage};
 use crate::api::path::encode_segment;
-use crate::api::{Error, ErrorKind, Node, NodePath, PageSize, PreviewMeta, RangeRequest, Result};
+use crate::api::{
+    Error, ErrorKind, FileAttrs, Node, NodePath, PageSize, PreviewMeta, RangeRequest, Result,
+};
 use download::{RANGES_NO, RANGES_UNKNOWN, RANGES_YES};
 use transport::{Req, Retry, bad_response, header_str};
 
@@ -263,8 +265,18 @@ impl Backend for RemoteBackend {
         Ok(node)
     }
 
-    async fn begin_version(&self, file_id: &str, length: u64, md5: Option<&str>) -> Result<Node> {
-        self.announce_version(file_id, length, md5).await
+    async fn begin_version_with(
+        &self,
+        file_id: &str,
+        length: u64,
+        md5: Option<&str>,
+        attrs: FileAttrs,
+    ) -> Result<Node> {
+        self.announce_version(file_id, length, md5, attrs).await
+    }
+
+    async fn set_attrs(&self, file_id: &str, attrs: FileAttrs) -> Result<Node> {
+        self.update_attrs(file_id, attrs).await
     }
 
     async fn upload(

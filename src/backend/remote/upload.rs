@@ -14,7 +14,7 @@ use super::RemoteBackend;
 use super::transport::{JSON, Req, Retry, bad_response, checked, describe, network, required};
 use crate::api::checksum::{md5_base64, md5_hex};
 use crate::api::path::encode_segment;
-use crate::api::{Error, ErrorKind, Node, Result, VersionRequest};
+use crate::api::{Error, ErrorKind, FileAttrs, Node, Result, VersionRequest, format_time};
 use crate::backend::ByteStream;
 
 /// Versions announced and never sent are forgotten beyond this many (the map stays small).
@@ -29,6 +29,7 @@ impl RemoteBackend {
         file_id: &str,
         length: u64,
         md5: Option<&str>,
+        attrs: FileAttrs,
     ) -> Result<Node> {
         let md5 = match md5 {
             Some(m) => Some(md5_hex(m).ok_or_else(|| {
@@ -36,13 +37,17 @@ impl RemoteBackend {
             })?),
             None => None,
         };
-        let mut node = match self.version_request(file_id, length, md5.as_deref()).await {
-            Err(e) if e.kind == ErrorKind::BadRequest && md5.is_some() => {
+        let mut node = match self
+            .version_request(file_id, Some(length), md5.as_deref(), attrs)
+            .await
+        {
+            Err(e) if e.kind == ErrorKind::BadRequest && (md5.is_some() || !attrs.is_empty()) => {
                 log::info!(
-                    "{}: step 2 with an md5 was refused ({e}); announcing the length alone",
+                    "{}: step 2 with an md5 or attributes was refused ({e}); announcing the length alone",
                     self.inner.base
                 );
-                self.version_request(file_id, length, None).await?
+                self.version_request(file_id, Some(length), None, FileAttrs::default())
+                    .await?
             }
             other => other?,
         };
@@ -77,13 +82,33 @@ impl RemoteBackend {
         Ok(node)
     }
 
-    async fn version_request(&self, file_id: &str, length: u64, md5: Option<&str>) -> Result<Node> {
+    /// Our update of a file's attributes alone: step 2 without a length. A server that keeps
+    /// none answers with an error or with the file as it was; the caller compares.
+    pub(super) async fn update_attrs(&self, file_id: &str, attrs: FileAttrs) -> Result<Node> {
+        let node = self.version_request(file_id, None, None, attrs).await?;
+        checked(node, &format!("PUT /nodes/upload/{file_id}"))
+    }
+
+    /// Step 2; without a length, our update of the attributes alone (which may be repeated).
+    async fn version_request(
+        &self,
+        file_id: &str,
+        length: Option<u64>,
+        md5: Option<&str>,
+        attrs: FileAttrs,
+    ) -> Result<Node> {
         let body = VersionRequest {
-            length: Some(length),
+            length,
             md5_checksum: md5.and_then(md5_base64),
+            modified_on: attrs.modified.map(format_time),
+            mode: attrs.mode,
+        };
+        let retry = match length {
+            Some(_) => Retry::UnsentOnly,
+            None => Retry::Idempotent,
         };
         let path = format!("/nodes/upload/{}", encode_segment(file_id));
-        self.call_node(Req::with_body(Method::PUT, path, &body, Retry::UnsentOnly))
+        self.call_node(Req::with_body(Method::PUT, path, &body, retry))
             .await
     }
 

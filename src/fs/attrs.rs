@@ -1,0 +1,324 @@
+//! Attributes set through the mount (modification times from `touch`, `cp -p`, `tar x`,
+//! `rsync -a`; the execute bits of a chmod), kept by the backend so that they outlive the
+//! listing's TTL and a remount. A file with local changes carries them with its upload (the
+//! staged file's time, the inode's bits); a stored file gets them alone
+//! ([`Backend::set_attrs`]).
+//!
+//! A backend that does not keep them (the public service: it refuses the update alone and
+//! answers a version with its own time) has them kept in the cache dir instead
+//! ([`KeptHere`]), by file ID and content (md5): they hold until the file's content changes.
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::TimeOrNow;
+
+use super::Fs;
+use super::errno::is_transient;
+use super::table::{Ino, Kind, Table};
+use crate::api::{EXEC_BITS, FileAttrs, Node, Result, file_mode};
+use crate::backend::Backend;
+use crate::store::{ns_to_time, time_to_ns};
+
+/// What a setattr leaves to do after the inode table has the new attributes.
+pub(super) enum Keep {
+    /// Nothing to store (atime only, a folder, nothing changed).
+    Nothing,
+    /// A staged file with no writer: its next upload carries them; start it.
+    Settle(Arc<super::staging::Staged>),
+    /// A stored file (ID, md5): set them on the backend.
+    Send(String, Option<String>, FileAttrs),
+}
+
+impl<B: Backend> Fs<B> {
+    /// Applies times and a mode to the inode (on the FUSE thread: no backend call) and says
+    /// how they are to be kept.
+    pub(super) fn set_attrs_here(
+        &self,
+        ino: Ino,
+        (atime, mtime): (Option<TimeOrNow>, Option<TimeOrNow>),
+        mode: Option<u32>,
+    ) -> Keep {
+        let when = |t: TimeOrNow| match t {
+            TimeOrNow::SpecificTime(t) => from_kernel(t),
+            TimeOrNow::Now => SystemTime::now(),
+        };
+        if mtime.is_none() && atime.is_none() && mode.is_none() {
+            return Keep::Nothing;
+        }
+        let mut t = self.table();
+        let Some(i) = t.get_mut(ino) else {
+            return Keep::Nothing;
+        };
+        let mtime = mtime.map(when);
+        if let Some(t) = atime.map(when) {
+            i.atime = t;
+        }
+        i.ctime = SystemTime::now();
+        let exec_changed = i.kind == Kind::File
+            && mode.is_some_and(|m| {
+                let old = i.exec.replace(m & EXEC_BITS);
+                old != i.exec
+            });
+        if i.kind != Kind::File || i.unlinked || (mtime.is_none() && !exec_changed) {
+            // Folders keep their times here only: the store sets a folder's time as its
+            // entries change.
+            if let Some(t) = mtime {
+                i.mtime = t;
+            }
+            return Keep::Nothing;
+        }
+        let modified = match &i.staged {
+            Some(s) if s.set_attrs(mtime) => {
+                return match s.writers.load(std::sync::atomic::Ordering::SeqCst) {
+                    0 => Keep::Settle(s.clone()),
+                    _ => Keep::Nothing,
+                };
+            }
+            Some(s) => {
+                // Also the inode's: a clean staged copy is dropped at close without retiring.
+                i.mtime = s.mtime();
+                i.mtime
+            }
+            None => {
+                if let Some(t) = mtime {
+                    i.mtime = t;
+                }
+                i.mtime
+            }
+        };
+        match &i.remote {
+            Some(r) => Keep::Send(
+                r.id.clone(),
+                r.md5.clone(),
+                FileAttrs {
+                    modified: Some(modified),
+                    mode: i.exec.map(file_mode),
+                },
+            ),
+            None => Keep::Nothing,
+        }
+    }
+
+    /// Does what [`Fs::set_attrs_here`] left to do.
+    pub(super) async fn keep_attrs(self: &Arc<Self>, ino: Ino, keep: Keep) {
+        match keep {
+            Keep::Nothing => {}
+            Keep::Settle(staged) => self.settle(ino, &staged),
+            Keep::Send(id, md5, attrs) => {
+                if let Err(e) = store(self, &id, md5, attrs).await {
+                    log::warn!("could not store the times or mode of file {id} ({e}): kept here");
+                }
+            }
+        }
+    }
+}
+
+/// A time of a SETATTR as the kernel meant it. fuser 0.18 reads a time before 1970, sent as
+/// (negative seconds, nanoseconds counting up), as `epoch - (seconds + nanoseconds)`
+/// (`system_time_from_time`, its own TODO): the nanoseconds are added back here.
+fn from_kernel(t: SystemTime) -> SystemTime {
+    match UNIX_EPOCH.duration_since(t) {
+        Ok(d) if d.subsec_nanos() != 0 => {
+            UNIX_EPOCH - Duration::from_secs(d.as_secs())
+                + Duration::from_nanos(d.subsec_nanos().into())
+        }
+        _ => t,
+    }
+}
+
+/// Sets a stored file's attributes (its content's md5 given) on the backend, or where the
+/// backend does not keep them, here. An error only when the backend could not be reached
+/// (they are kept here meanwhile; an upload tries again).
+pub(super) async fn store<B: Backend>(
+    fs: &Fs<B>,
+    id: &str,
+    md5: Option<String>,
+    attrs: FileAttrs,
+) -> Result<()> {
+    match fs.backend.set_attrs(id, attrs).await {
+        Ok(node) => {
+            answered(&mut fs.table(), id, &node, attrs);
+            Ok(())
+        }
+        Err(e) => {
+            let mut t = fs.table();
+            t.kept.remember(id, md5, attrs);
+            if is_transient(&e) { Err(e) } else { Ok(()) }
+        }
+    }
+}
+
+/// The backend answered a request that carried `attrs` for file `id` with `node`: what it did
+/// not keep is kept here, and what it kept needs nothing here.
+pub(super) fn answered(t: &mut Table, id: &str, node: &Node, attrs: FileAttrs) {
+    let time_kept = attrs.modified.is_none() || node.modified_time() == attrs.modified;
+    let mode_kept = attrs
+        .mode
+        .is_none_or(|m| node.mode.map_or(0, |n| n & EXEC_BITS) == m & EXEC_BITS);
+    if time_kept && mode_kept {
+        t.kept.forget(id);
+    } else {
+        t.kept.remember(id, node.md5_checksum.clone(), attrs);
+    }
+}
+
+/// What the cache dir keeps of one file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kept {
+    /// The content they were set on.
+    pub md5: Option<String>,
+    pub mtime: Option<SystemTime>,
+    pub exec: Option<u32>,
+}
+
+/// Attributes of files whose backend does not keep them, in `attrs/` of the cache dir: one
+/// file per file ID (named by the ID in hex), `md5 mtime_ns exec` (`-` for none). All read at
+/// mount; written as they change (a small file renamed into place).
+#[derive(Default)]
+pub struct KeptHere {
+    dir: Option<PathBuf>,
+    files: HashMap<String, Kept>,
+}
+
+impl KeptHere {
+    pub fn load(dir: &Path) -> io::Result<KeptHere> {
+        super::private_dir(dir)?;
+        let mut files = HashMap::new();
+        for e in std::fs::read_dir(dir)?.flatten() {
+            let name = e.file_name();
+            let Some(id) = name.to_str().and_then(unhex) else {
+                continue;
+            };
+            let Ok(text) = std::fs::read_to_string(e.path()) else {
+                continue;
+            };
+            let f: Vec<&str> = text.split_whitespace().collect();
+            if let [md5, mtime, exec] = f[..] {
+                let some = |s: &str| (s != "-").then(|| s.to_string());
+                files.insert(
+                    id,
+                    Kept {
+                        md5: some(md5),
+                        mtime: some(mtime).and_then(|t| t.parse().ok()).map(ns_to_time),
+                        exec: some(exec).and_then(|x| x.parse().ok()),
+                    },
+                );
+            }
+        }
+        Ok(KeptHere {
+            dir: Some(dir.to_path_buf()),
+            files,
+        })
+    }
+
+    /// What is kept for file `id` with content `md5`.
+    pub fn get(&self, id: &str, md5: Option<&str>) -> Option<&Kept> {
+        self.files.get(id).filter(|k| k.md5.as_deref() == md5)
+    }
+
+    fn remember(&mut self, id: &str, md5: Option<String>, attrs: FileAttrs) {
+        let old = self.files.get(id).filter(|k| k.md5 == md5);
+        let kept = Kept {
+            mtime: attrs.modified.or(old.and_then(|k| k.mtime)),
+            exec: attrs
+                .mode
+                .map(|m| m & EXEC_BITS)
+                .or(old.and_then(|k| k.exec)),
+            md5,
+        };
+        if let Err(e) = self.write(id, Some(&kept)) {
+            log::warn!("could not keep the times of file {id} in the cache dir: {e}");
+        }
+        self.files.insert(id.to_string(), kept);
+    }
+
+    fn forget(&mut self, id: &str) {
+        if self.files.remove(id).is_some() {
+            if let Err(e) = self.write(id, None) {
+                log::warn!("could not forget the times of file {id} in the cache dir: {e}");
+            }
+        }
+    }
+
+    fn write(&self, id: &str, kept: Option<&Kept>) -> io::Result<()> {
+        let Some(dir) = &self.dir else { return Ok(()) };
+        let path = dir.join(hex(id));
+        let Some(k) = kept else {
+            return match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            };
+        };
+        let text = format!(
+            "{} {} {}\n",
+            k.md5.as_deref().unwrap_or("-"),
+            k.mtime.map_or("-".into(), |t| time_to_ns(t).to_string()),
+            k.exec.map_or("-".into(), |x| x.to_string()),
+        );
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, &path)
+    }
+}
+
+fn hex(id: &str) -> String {
+    id.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(name: &str) -> Option<String> {
+    if name.len() % 2 != 0 {
+        return None;
+    }
+    let bytes = (0..name.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(name.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    String::from_utf8(bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_times_before_1970_keep_their_nanoseconds() {
+        // 1960-01-01T00:00:00.123456789Z reaches us as epoch - 315619200.123456789 s.
+        let sent = UNIX_EPOCH - Duration::new(315_619_200, 123_456_789);
+        let meant =
+            UNIX_EPOCH - Duration::from_secs(315_619_200) + Duration::from_nanos(123_456_789);
+        assert_eq!(from_kernel(sent), meant);
+        let whole = UNIX_EPOCH - Duration::from_secs(5);
+        assert_eq!(from_kernel(whole), whole);
+        let later = UNIX_EPOCH + Duration::new(5, 1);
+        assert_eq!(from_kernel(later), later);
+    }
+
+    #[test]
+    fn kept_here_survives_a_reload_and_holds_for_its_content_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("attrs");
+        let t = UNIX_EPOCH - Duration::new(100, 5);
+        let mut k = KeptHere::load(&dir).unwrap();
+        let attrs = FileAttrs {
+            modified: Some(t),
+            mode: Some(0o755),
+        };
+        k.remember("id/1 é", Some("abc".into()), attrs);
+        k.remember("2", None, attrs);
+        let k = KeptHere::load(&dir).unwrap();
+        let want = Kept {
+            md5: Some("abc".into()),
+            mtime: Some(t),
+            exec: Some(0o111),
+        };
+        assert_eq!(k.get("id/1 é", Some("abc")), Some(&want));
+        assert_eq!(k.get("id/1 é", Some("def")), None);
+        let mut k = k;
+        k.forget("2");
+        assert!(KeptHere::load(&dir).unwrap().get("2", None).is_none());
+    }
+}

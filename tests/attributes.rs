@@ -1,0 +1,268 @@
+//! Times and execute bits set through the mount (issue 22) on both backends: what `touch -d`,
+//! `utimensat`, `rsync -a`, `cp -p` and `chmod +x` set is there after the listing is read from
+//! the store again (past `--dir-ttl`) and after an unmount and a mount.
+
+#[macro_use]
+mod common;
+
+use std::fs::{self, File};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::env::{Env, VAULT, Via};
+use common::mount::{Mount, sh};
+use vaultfs::api::NodePath;
+use vaultfs::backend::Backend;
+
+both!(
+    set_times_survive_the_listing_ttl_and_a_remount,
+    rsync_a_twice_copies_nothing_the_second_time,
+    chmod_x_runs_after_a_remount,
+);
+
+/// Short TTLs: the listing (and with it every attribute) is read from the store again soon.
+const TTLS: [&str; 4] = ["--dir-ttl", "0.2", "--attr-ttl", "0.1"];
+
+/// Past the listing's TTL, with the folder listed again (as `ls` would).
+fn after_the_ttl(dir: &Path) {
+    std::thread::sleep(Duration::from_millis(600));
+    let _ = fs::read_dir(dir).unwrap().count();
+}
+
+fn mtime(p: &Path) -> SystemTime {
+    fs::metadata(p).unwrap().modified().unwrap()
+}
+
+fn set_times_survive_the_listing_ttl_and_a_remount(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&TTLS);
+    let v = env.vault();
+    let in_2001 = UNIX_EPOCH + Duration::new(1_000_000_000, 500_000_000);
+    let in_1960 = UNIX_EPOCH - Duration::new(315_619_200, 0) + Duration::from_nanos(123_456_789);
+    let in_2100 = UNIX_EPOCH + Duration::new(4_102_444_800, 987_654_321);
+
+    // Stored before their times are set: the times go alone.
+    for name in ["stored-2001", "stored-1960", "stored-2100"] {
+        fs::write(v.join(name), name).unwrap();
+    }
+    env.wait_uploaded();
+    sh(&v, "touch -m -d @1000000000.5 stored-2001");
+    sh(&v, "touch -m -d @-315619199.876543211 stored-1960");
+    File::options()
+        .write(true)
+        .open(v.join("stored-2100"))
+        .unwrap()
+        .set_modified(in_2100)
+        .unwrap();
+    // Set right after the close, while the upload may be under way (as `tar x` does), and
+    // through the open descriptor before the close (as `cp -p` does).
+    for name in ["fresh-2001", "fresh-1960"] {
+        fs::write(v.join(name), name).unwrap();
+    }
+    sh(&v, "touch -m -d @1000000000.5 fresh-2001");
+    sh(&v, "touch -m -d @-315619199.876543211 fresh-1960");
+    let f = File::create(v.join("fresh-2100")).unwrap();
+    std::io::Write::write_all(&mut &f, b"fresh-2100").unwrap();
+    f.set_modified(in_2100).unwrap();
+    drop(f);
+
+    let want = [
+        ("stored-2001", in_2001),
+        ("stored-1960", in_1960),
+        ("stored-2100", in_2100),
+        ("fresh-2001", in_2001),
+        ("fresh-1960", in_1960),
+        ("fresh-2100", in_2100),
+    ];
+    let check = |v: &Path, when: &str, m: &Mount| {
+        for (name, t) in want {
+            assert_eq!(mtime(&v.join(name)), t, "{name} {when}: {}", m.log_text());
+            assert_eq!(fs::read_to_string(v.join(name)).unwrap(), name);
+        }
+    };
+    check(&v, "at once", &m);
+    env.wait_uploaded();
+    // Times set on a stored file are stored alone: no new version of the same bytes.
+    let b = env.backend();
+    for name in ["stored-2001", "stored-1960", "stored-2100"] {
+        let p = NodePath::parse_uri(&format!("/nodes/pth/{VAULT}/{name}")).unwrap();
+        let id = env.rt.block_on(b.node(&p)).unwrap().file_id().unwrap();
+        let versions = b.store().version_history(&id).unwrap();
+        assert_eq!(versions.len(), 1, "{name}: {versions:?}");
+    }
+    after_the_ttl(&v);
+    check(&v, "after the listing TTL", &m);
+    m.unmount();
+
+    let m = env.mount(&TTLS);
+    check(&env.vault(), "after a remount", &m);
+    // A write afterwards makes the file modified now, and that is kept too.
+    let before = SystemTime::now() - Duration::from_secs(1);
+    fs::write(env.vault().join("fresh-1960"), "fresh-1960").unwrap();
+    env.wait_uploaded();
+    after_the_ttl(&env.vault());
+    assert!(mtime(&env.vault().join("fresh-1960")) >= before);
+}
+
+/// The second `rsync -a` of the same tree finds every file up to date (`cp -p` and a
+/// comparison of the times where rsync is not installed).
+fn rsync_a_twice_copies_nothing_the_second_time(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let src = env._tmp.path().join("src");
+    fs::create_dir_all(src.join("sub")).unwrap();
+    for (i, name) in ["a.txt", "b.bin", "sub/c.txt", "sub/run.sh"]
+        .into_iter()
+        .enumerate()
+    {
+        let p = src.join(name);
+        fs::write(&p, format!("{name} {i}\n").repeat(100 * i + 1)).unwrap();
+        let mode = if name.ends_with(".sh") { 0o755 } else { 0o644 };
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+        File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(UNIX_EPOCH + Duration::new(1_500_000_000 + i as u64, 250_000_000))
+            .unwrap();
+    }
+    let m = env.mount(&TTLS);
+    let dst = env.vault().join("dst");
+    let rsync = Command::new("rsync").arg("--version").output().is_ok();
+    let copy = |dst: &Path| {
+        if rsync {
+            sh(
+                dst.parent().unwrap(),
+                &format!(
+                    "rsync -a --itemize-changes '{}/' '{}/'",
+                    src.display(),
+                    dst.display()
+                ),
+            )
+        } else {
+            sh(
+                dst.parent().unwrap(),
+                &format!(
+                    "mkdir -p '{1}' && cp -pr '{0}/.' '{1}/'",
+                    src.display(),
+                    dst.display()
+                ),
+            )
+        }
+    };
+    // Files transferred: itemized as `>f...` (sent) or `cf...` (created).
+    let transferred = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.starts_with(">f") || l.starts_with("cf"))
+            .map(str::to_string)
+            .collect()
+    };
+    let first = copy(&dst);
+    if rsync {
+        assert_eq!(transferred(&first).len(), 4, "{first}");
+    }
+    env.wait_uploaded();
+    after_the_ttl(&dst);
+    after_the_ttl(&dst.join("sub"));
+    let same = |dst: &Path, m: &Mount| {
+        for name in ["a.txt", "b.bin", "sub/c.txt", "sub/run.sh"] {
+            let (a, b) = (src.join(name), dst.join(name));
+            assert_eq!(mtime(&a), mtime(&b), "{name}: {}", m.log_text());
+            assert_eq!(fs::read(&a).unwrap(), fs::read(&b).unwrap());
+            let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode(&a), mode(&b), "{name}");
+        }
+    };
+    same(&dst, &m);
+    if rsync {
+        let second = copy(&dst);
+        assert!(transferred(&second).is_empty(), "{second}");
+    }
+    m.unmount();
+
+    let m = env.mount(&TTLS);
+    let dst = env.vault().join("dst");
+    same(&dst, &m);
+    if rsync {
+        let third = copy(&dst);
+        assert!(transferred(&third).is_empty(), "{third}\n{}", m.log_text());
+    }
+}
+
+fn chmod_x_runs_after_a_remount(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&TTLS);
+    let v = env.vault();
+    fs::write(v.join("hello.sh"), "#!/bin/sh\necho hello from the mount\n").unwrap();
+    env.wait_uploaded();
+    sh(&v, "chmod +x hello.sh");
+    // A script written and made executable at once (its upload carries the bits).
+    sh(
+        &v,
+        "printf '#!/bin/sh\\necho fresh\\n' > fresh.sh && chmod 755 fresh.sh && cp -p fresh.sh copied.sh",
+    );
+    // A program copied in without -p: created with its mode (as `cp` and `install` do).
+    let prog = env._tmp.path().join("prog.sh");
+    fs::write(&prog, "#!/bin/sh\necho copied in\n").unwrap();
+    fs::set_permissions(&prog, fs::Permissions::from_mode(0o755)).unwrap();
+    sh(&v, &format!("cp '{}' prog.sh", prog.display()));
+    // One made executable and back again.
+    sh(
+        &v,
+        "echo x > plain.txt && chmod +x plain.txt && chmod -x plain.txt",
+    );
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&v.join("hello.sh")), 0o755);
+    env.wait_uploaded();
+    after_the_ttl(&v);
+    assert_eq!(mode(&v.join("hello.sh")), 0o755, "{}", m.log_text());
+    m.unmount();
+
+    let m = env.mount(&TTLS);
+    let v = env.vault();
+    assert_eq!(mode(&v.join("hello.sh")), 0o755, "{}", m.log_text());
+    assert_eq!(mode(&v.join("fresh.sh")), 0o755);
+    assert_eq!(mode(&v.join("copied.sh")), 0o755);
+    assert_eq!(mode(&v.join("plain.txt")), 0o644);
+    assert_eq!(sh(&v, "./hello.sh"), "hello from the mount\n");
+    assert_eq!(sh(&v, "./fresh.sh && ./copied.sh"), "fresh\nfresh\n");
+    assert_eq!(sh(&v, "./prog.sh"), "copied in\n");
+    assert!(
+        !Command::new(v.join("plain.txt"))
+            .status()
+            .is_ok_and(|s| s.success()),
+        "a file without the execute bits must not run"
+    );
+}
+
+/// A write to an executable that is uploaded only by the next mount (the daemon killed while
+/// the server was away) leaves the file executable: a resumed upload that never heard of the
+/// bits does not clear them.
+#[test]
+fn execute_bits_survive_a_resumed_upload() {
+    let Some(mut env) = Env::new(Via::Remote) else {
+        return;
+    };
+    let m = env.mount(&["--timeout", "2"]);
+    let v = env.vault();
+    fs::write(v.join("tool.sh"), "#!/bin/sh\necho one\n").unwrap();
+    sh(&v, "chmod +x tool.sh");
+    env.wait_uploaded();
+    let server = env.server.take().unwrap();
+    let addr = server.base.trim_start_matches("http://").to_string();
+    env.rt.block_on(server.stop());
+    fs::write(v.join("tool.sh"), "#!/bin/sh\necho two\n").unwrap();
+    m.kill();
+    env.serve_again(&addr);
+    let m = env.mount(&TTLS);
+    env.wait_uploaded();
+    after_the_ttl(&v);
+    let mode = fs::metadata(v.join("tool.sh"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o755, "{}", m.log_text());
+    assert_eq!(sh(&v, "./tool.sh"), "two\n");
+}
