@@ -1395,6 +1395,7 @@ fn a_file_past_the_store_limit_is_efbig_at_once() {
         let v = env.vault();
         let f = OpenOptions::new()
             .create(true)
+            .truncate(true)
             .read(true)
             .write(true)
             .open(v.join("sparse.bin"))
