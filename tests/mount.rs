@@ -700,6 +700,13 @@ fn rewinddir_shows_names_added_since_opendir(via: Via) {
     unsafe { libc::rewinddir(d) };
     assert_eq!(read_names(d), ["b", "c"]);
     unsafe { libc::closedir(d) };
+    // Opened, names added, rewound before any read (fstests generic/471).
+    let d = unsafe { libc::opendir(c.as_ptr()) };
+    assert!(!d.is_null());
+    fs::write(dir.join("d"), "d").unwrap();
+    unsafe { libc::rewinddir(d) };
+    assert_eq!(read_names(d), ["b", "c", "d"]);
+    unsafe { libc::closedir(d) };
 }
 
 fn folder_link_counts_follow_subfolders(via: Via) {

@@ -116,6 +116,9 @@ enum Handle {
         /// Some of `entries` were read: a read from offset 0 again (rewinddir) lists the
         /// folder afresh.
         read: bool,
+        /// The folder's time when `entries` were taken: changed since (a name added after
+        /// `opendir`), a read from offset 0 lists it afresh too.
+        taken: Option<std::time::SystemTime>,
     },
 }
 

@@ -929,23 +929,39 @@ impl<B: Backend> Fs<B> {
         Ok(())
     }
 
-    /// A read from offset 0 of a directory handle already read: `rewinddir`, after which
-    /// names added since `opendir` must show (POSIX), so the folder is listed again.
-    fn rewound(&self, fh: u64, offset: u64) -> bool {
-        offset == 0
-            && matches!(
-                self.handles().get(&fh),
-                Some(Handle::Dir { read: true, .. })
-            )
+    /// A read from offset 0 of a directory handle already read (`rewinddir`), or of one whose
+    /// folder changed since its snapshot: names added since `opendir` must show (POSIX), so the
+    /// folder is listed again.
+    fn rewound(&self, ino: Ino, fh: u64, offset: u64) -> bool {
+        if offset != 0 {
+            return false;
+        }
+        let now = self.folder_time(ino);
+        matches!(
+            self.handles().get(&fh),
+            Some(Handle::Dir { read, taken, .. }) if *read || *taken != now
+        )
+    }
+
+    /// A folder's time as this mount last changed or saw it (`Table::entries_changed`).
+    fn folder_time(&self, ino: Ino) -> Option<std::time::SystemTime> {
+        self.table().get(ino).map(|i| i.mtime)
     }
 
     /// Takes a new snapshot of folder `ino` for handle `fh` (see [`Fs::rewound`]).
     async fn relist(self: &Arc<Self>, ino: Ino, fh: u64) -> OpResult<()> {
+        // Read before the snapshot: a change while it is taken shows as a change after it.
+        let before = self.folder_time(ino);
         let fresh = self.do_readdir_snapshot(ino).await?;
         match self.handles().get_mut(&fh) {
-            Some(Handle::Dir { entries, read }) => {
+            Some(Handle::Dir {
+                entries,
+                read,
+                taken,
+            }) => {
                 *entries = fresh;
                 *read = false;
+                *taken = before;
                 Ok(())
             }
             _ => Err(Errno::EBADF),
@@ -955,7 +971,7 @@ impl<B: Backend> Fs<B> {
     /// READDIR from the handle's snapshot.
     fn fill_readdir(&self, fh: u64, offset: u64, mut reply: ReplyDirectory) {
         let mut handles = self.handles();
-        let Some(Handle::Dir { entries, read }) = handles.get_mut(&fh) else {
+        let Some(Handle::Dir { entries, read, .. }) = handles.get_mut(&fh) else {
             return reply.error(Errno::EBADF);
         };
         *read = true;
@@ -974,7 +990,7 @@ impl<B: Backend> Fs<B> {
         const MAX_BATCH: usize = 4096;
         let batch: Vec<(Ino, FileType, String)> = {
             let mut handles = self.handles();
-            let Some(Handle::Dir { entries, read }) = handles.get_mut(&fh) else {
+            let Some(Handle::Dir { entries, read, .. }) = handles.get_mut(&fh) else {
                 return reply.error(Errno::EBADF);
             };
             *read = true;
@@ -1440,14 +1456,18 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         let fs = self.0.clone();
         spawn(
             &self.0,
-            async move { fs.do_readdir_snapshot(ino.0).await },
+            async move {
+                let before = fs.folder_time(ino.0);
+                fs.do_readdir_snapshot(ino.0).await.map(|e| (e, before))
+            },
             {
                 let fs = self.0.clone();
                 move |r| match r {
-                    Ok(entries) => reply.opened(
+                    Ok((entries, taken)) => reply.opened(
                         FileHandle(fs.new_fh(Handle::Dir {
                             entries,
                             read: false,
+                            taken,
                         })),
                         FopenFlags::empty(),
                     ),
@@ -1466,7 +1486,7 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         reply: ReplyDirectory,
     ) {
         let fs = self.0.clone();
-        if !fs.rewound(fh.0, offset) {
+        if !fs.rewound(ino.0, fh.0, offset) {
             return fs.fill_readdir(fh.0, offset, reply);
         }
         spawn(
@@ -1491,7 +1511,7 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         reply: ReplyDirectoryPlus,
     ) {
         let fs = self.0.clone();
-        if !fs.rewound(fh.0, offset) {
+        if !fs.rewound(ino.0, fh.0, offset) {
             return fs.fill_readdirplus(ino.0, fh.0, offset, reply);
         }
         spawn(
