@@ -55,9 +55,7 @@ pub fn md5_base64(hex: &str) -> Option<String> {
 
 /// md5 (hex) of the first `len` bytes of `f`; a sparse or short tail reads as zeros.
 pub fn md5_of_file(f: &File, len: u64) -> io::Result<String> {
-    let mut h = Md5::new();
-    read_chunks(f, len, |b| h.update(b))?;
-    Ok(hex(&h.finalize()))
+    Digests::default().md5_from(f, len)
 }
 
 /// Feeds bytes `from..to` of `f` to `eat`, a chunk at a time; a sparse or short tail reads as
@@ -112,6 +110,16 @@ impl Digests {
         self.md5.update(bytes);
         self.sha256.update(bytes);
         self.len += bytes.len() as u64;
+    }
+
+    /// `finish_from` for the md5 alone (an upload to a server, which needs no sha256).
+    pub fn md5_from(self, f: &File, len: u64) -> io::Result<String> {
+        let (mut md5, from) = (self.md5, self.len);
+        if from > len {
+            return Err(io::Error::other("hashed past the end of the file"));
+        }
+        read_range(f, from, len, |b| md5.update(b))?;
+        Ok(hex(&md5.finalize()))
     }
 
     /// Hashes `f` from `self.len()` to `len` (the bytes before are the ones already hashed)
@@ -196,6 +204,11 @@ mod tests {
                 let mut d = Digests::default();
                 d.update(&data[..cut as usize]);
                 assert_eq!(d.len(), cut);
+                assert_eq!(
+                    d.clone().md5_from(&f, len).unwrap(),
+                    want.0,
+                    "{len} cut at {cut}"
+                );
                 assert_eq!(d.finish_from(&f, len).unwrap(), want, "{len} cut at {cut}");
             }
         }

@@ -366,7 +366,7 @@ impl Staged {
     pub fn md5(&self) -> io::Result<String> {
         let snap = self.snapshot();
         let digests = snap.digests.unwrap_or_default();
-        Ok(digests.finish_from(&snap.file, snap.size)?.0)
+        digests.md5_from(&snap.file, snap.size)
     }
 
     pub fn read_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
