@@ -14,13 +14,14 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, File};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::fs;
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::env::{Env, VAULT, Via};
 use common::mount::{fuse_available, md5_of};
+use common::suite::{expected_failures, find_tool, run_logged, skip_suites, suite_file, tail};
 use vaultfs::api::NodePath;
 use vaultfs::backend::Backend;
 
@@ -33,25 +34,10 @@ const TOOL_TIMEOUT: Duration = Duration::from_secs(900);
 
 both!(pjdfstest, fsx);
 
-/// The path of an installed tool: on PATH, or in cargo's bin directory.
-fn find_tool(name: &str) -> Option<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    if let Some(h) = std::env::var_os("CARGO_HOME") {
-        dirs.push(PathBuf::from(h).join("bin"));
-    }
-    if let Some(h) = std::env::var_os("HOME") {
-        dirs.push(PathBuf::from(h).join(".cargo/bin"));
-    }
-    dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file())
-}
-
 /// The tool to run, or None when this test is to be skipped (no FUSE here, or
 /// `VAULTFS_SKIP_SUITES=1`). A missing tool fails the test: CI installs it.
 fn tool(name: &str) -> Option<PathBuf> {
-    if std::env::var("VAULTFS_SKIP_SUITES").as_deref() == Ok("1") {
-        eprintln!("skipped: VAULTFS_SKIP_SUITES=1");
+    if skip_suites() {
         return None;
     }
     if !fuse_available() {
@@ -66,104 +52,6 @@ fn tool(name: &str) -> Option<PathBuf> {
              to skip the third-party suites"
         ),
     }
-}
-
-/// Runs `cmd` with its output to `out`, killing it after [`TOOL_TIMEOUT`]. Returns whether it
-/// exited successfully, and its output.
-fn run_logged(mut cmd: Command, out: &Path) -> (bool, String) {
-    let f = File::create(out).unwrap();
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(f.try_clone().unwrap())
-        .stderr(f)
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + TOOL_TIMEOUT;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let text = strip_ansi(&fs::read_to_string(out).unwrap_or_default());
-    match status {
-        Some(s) => (s.success(), text),
-        None => panic!(
-            "{cmd:?} did not finish within {TOOL_TIMEOUT:?}; its output so far:\n{}",
-            tail(&text, 60)
-        ),
-    }
-}
-
-/// `s` without terminal colour sequences.
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// The last `n` lines of `s`.
-fn tail(s: &str, n: usize) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-fn suite_file(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join(rel)
-}
-
-/// The expected failures for `via`: `[all]` and the backend's own table, name -> reason.
-fn expected_failures(via: Via) -> BTreeMap<String, String> {
-    let path = suite_file("pjdfstest/expected-failures.toml");
-    let text = fs::read_to_string(&path).unwrap();
-    let doc: toml::Table = toml::from_str(&text)
-        .unwrap_or_else(|e| panic!("{} is not valid TOML: {e}", path.display()));
-    let own = match via {
-        Via::Local => "local",
-        Via::Remote => "remote",
-    };
-    let mut out = BTreeMap::new();
-    for (section, entries) in &doc {
-        assert!(
-            ["all", "local", "remote"].contains(&section.as_str()),
-            "{}: unknown table [{section}] (use [all], [local] or [remote])",
-            path.display()
-        );
-        if section != "all" && section != own {
-            continue;
-        }
-        let entries = entries
-            .as_table()
-            .unwrap_or_else(|| panic!("{}: [{section}] must be a table", path.display()));
-        for (name, reason) in entries {
-            let reason = reason.as_str().unwrap_or_default().trim();
-            assert!(
-                !reason.is_empty(),
-                "{}: `{name}` needs a reason",
-                path.display()
-            );
-            out.insert(name.clone(), reason.to_string());
-        }
-    }
-    out
 }
 
 /// What one pjdfstest run said about each test case.
@@ -216,7 +104,7 @@ fn pjdfstest(via: Via) {
     let Some(env) = Env::new(via) else { return };
     // The suite switches to the dummy users of its config: they need to reach the mount.
     let m = env.mount(&["--allow-other"]);
-    let expected = expected_failures(via);
+    let expected = expected_failures("pjdfstest/expected-failures.toml", via);
 
     // The committed config, plus the expected failures, so pjdfstest reports them as such.
     let cfg_path = suite_file("pjdfstest/pjdfstest.toml");
@@ -248,7 +136,7 @@ fn pjdfstest(via: Via) {
         .env("NO_COLOR", "1")
         .env("RUST_BACKTRACE", "0");
     let started = Instant::now();
-    let (_, out) = run_logged(cmd, &env._tmp.path().join("pjdfstest.out"));
+    let (_, out) = run_logged(cmd, &env._tmp.path().join("pjdfstest.out"), TOOL_TIMEOUT);
     let elapsed = started.elapsed();
     let r = parse_pjdfstest(&out);
     assert!(
@@ -340,7 +228,7 @@ fn fsx(via: Via) {
         .arg(&artifacts)
         .arg(&file);
     let started = Instant::now();
-    let (ok, out) = run_logged(cmd, &env._tmp.path().join("fsx.out"));
+    let (ok, out) = run_logged(cmd, &env._tmp.path().join("fsx.out"), TOOL_TIMEOUT);
     let elapsed = started.elapsed();
     if !ok {
         let log = fs::read_dir(&artifacts)

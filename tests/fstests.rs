@@ -1,0 +1,227 @@
+//! fstests, the Linux file system test suite, against the built-in store through the mount
+//! helper (`mount -t fuse.vaultfs local:DIR MNT`), as `../shared/xfstests/setup.sh` sets it up:
+//! the cases of `tests/xfstests/ci-tests.txt` (5-7 minutes). Every failure must be listed in
+//! `tests/xfstests/expected-failures.toml` with its reason, every listed case that is run must
+//! fail, and every case of the list must run (a case the suite skips here is a setup fault).
+//!
+//! `.ci/run` builds the suite from the tarball in `tests/xfstests/` into
+//! `~/.cache/vaultfs-ci/xfstests` (`VAULTFS_FSTESTS_DIR` overrides); without it this test fails,
+//! unless `VAULTFS_SKIP_SUITES=1`. It has a binary of its own so that nothing else runs beside
+//! it: several cases race processes against each other on purpose.
+
+#[macro_use]
+mod common;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::env::Via;
+use common::mount::fuse_available;
+use common::suite::{expected_failures, run_logged, skip_suites, suite_file, tail};
+
+/// The list takes 5-7 minutes here; a stalled case must not hold CI for long.
+const RUN_LIMIT: Duration = Duration::from_secs(25 * 60);
+
+/// Where the mount helper must be for `mount -t fuse.vaultfs` (util-linux looks only in /sbin).
+const HELPER: &str = "/sbin/mount.fuse.vaultfs";
+
+/// The built suite, or None when this test is to be skipped.
+fn suite_dir() -> Option<PathBuf> {
+    if skip_suites() {
+        return None;
+    }
+    if !fuse_available() {
+        eprintln!("skipped: needs root and /dev/fuse");
+        return None;
+    }
+    let dir = match std::env::var_os("VAULTFS_FSTESTS_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => {
+            let cache = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                .expect("neither XDG_CACHE_HOME nor HOME is set");
+            cache.join("vaultfs-ci/xfstests")
+        }
+    };
+    assert!(
+        dir.join("check").is_file() && dir.join("src/feature").is_file(),
+        "fstests is not built in {}. Run .ci/run, which builds it from \
+         tests/xfstests/xfstests-*.tar.gz, set VAULTFS_FSTESTS_DIR to a built suite, or set \
+         VAULTFS_SKIP_SUITES=1 to skip the third-party suites",
+        dir.display()
+    );
+    Some(dir)
+}
+
+/// Points the mount helper at this build's binary for as long as it lives, then puts back
+/// whatever was there (a developer's own link, or nothing).
+struct HelperLink {
+    before: Option<PathBuf>,
+}
+
+impl HelperLink {
+    fn to(bin: &Path) -> HelperLink {
+        let before = fs::read_link(HELPER).ok();
+        let _ = fs::remove_file(HELPER);
+        std::os::unix::fs::symlink(bin, HELPER)
+            .unwrap_or_else(|e| panic!("cannot link {HELPER} to {}: {e}", bin.display()));
+        HelperLink { before }
+    }
+}
+
+impl Drop for HelperLink {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(HELPER);
+        if let Some(b) = &self.before {
+            let _ = std::os::unix::fs::symlink(b, HELPER);
+        }
+    }
+}
+
+/// Unmounts whatever a stopped or failed run left on `mnt`.
+fn unmount_all(mnt: &Path) {
+    for _ in 0..4 {
+        let st = Command::new("umount").arg(mnt).output();
+        if !st.is_ok_and(|o| o.status.success()) {
+            break;
+        }
+    }
+}
+
+/// The cases named after `label:` in the summary `./check` prints (a line, maybe continued).
+fn summary_list(out: &str, label: &str) -> BTreeSet<String> {
+    let mut set = BTreeSet::new();
+    let mut lines = out.lines().skip_while(|l| !l.starts_with(label));
+    if let Some(first) = lines.next() {
+        let rest = lines.take_while(|l| l.starts_with(char::is_whitespace));
+        for w in first[label.len()..]
+            .split_whitespace()
+            .chain(rest.flat_map(str::split_whitespace))
+        {
+            set.insert(w.to_string());
+        }
+    }
+    set
+}
+
+/// What went wrong in `case`: its output's difference from the expected one, and its log.
+fn case_detail(suite: &Path, results: &Path, case: &str) -> String {
+    let bad = results.join(format!("{case}.out.bad"));
+    let diff = Command::new("diff")
+        .arg("-u")
+        .arg(suite.join(format!("tests/{case}.out")))
+        .arg(&bad)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let full = fs::read_to_string(results.join(format!("{case}.full"))).unwrap_or_default();
+    format!(
+        "--- {case}: output against the expected\n{}\n--- {case}.full (end)\n{}",
+        tail(&diff, 30),
+        tail(&full, 15)
+    )
+}
+
+#[test]
+fn fstests_chosen_cases_on_the_built_in_store() {
+    let Some(suite) = suite_dir() else { return };
+    let list_path = suite_file("xfstests/ci-tests.txt");
+    let cases: Vec<String> = fs::read_to_string(&list_path)
+        .unwrap()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect();
+    assert!(!cases.is_empty(), "{} lists no case", list_path.display());
+    let expected = expected_failures("xfstests/expected-failures.toml", Via::Local);
+
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    for d in ["tdata", "sdata", "cfg/vaultfs", "run", "test", "scratch"] {
+        fs::create_dir_all(t.join(d)).unwrap();
+    }
+    // Kept after the run, to read what a case did (`<case>.full`, `.out.bad`).
+    let results = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fstests-results");
+    let _ = fs::remove_dir_all(&results);
+    fs::create_dir_all(&results).unwrap();
+    // The vault folder, not the store's root (where mkdir would create accounts).
+    fs::write(
+        t.join("cfg/vaultfs/config.toml"),
+        "[mount]\nroot = \"Local/My First Vault\"\n",
+    )
+    .unwrap();
+    let config = t.join("local.config");
+    fs::write(
+        &config,
+        format!(
+            "export FSTYP=fuse\nexport FUSE_SUBTYP=.vaultfs\n\
+             export TEST_DEV=local:{0}/tdata\nexport TEST_DIR={0}/test\n\
+             export SCRATCH_DEV=local:{0}/sdata\nexport SCRATCH_MNT={0}/scratch\n\
+             export XDG_CONFIG_HOME={0}/cfg\nexport XDG_RUNTIME_DIR={0}/run\n",
+            t.display()
+        ),
+    )
+    .unwrap();
+    let _helper = HelperLink::to(Path::new(env!("CARGO_BIN_EXE_vaultfs")));
+
+    let mut cmd = Command::new("./check");
+    cmd.current_dir(&suite)
+        .env("HOST_OPTIONS", &config)
+        .env("RESULT_BASE", &results)
+        .args(&cases);
+    let (_, out) = run_logged(cmd, &results.join("check.out"), RUN_LIMIT);
+    unmount_all(&t.join("test"));
+    unmount_all(&t.join("scratch"));
+
+    let failed = summary_list(&out, "Failures:");
+    let not_run = summary_list(&out, "Not run:");
+    let ran_all = out.contains(&format!("Passed all {} tests", cases.len()))
+        || out.contains(&format!("Failed {} of {} tests", failed.len(), cases.len()));
+    assert!(
+        ran_all,
+        "./check did not report on all {} cases; its output ends:\n{}",
+        cases.len(),
+        tail(&out, 40)
+    );
+
+    let mut problems = Vec::new();
+    for c in &not_run {
+        let why = fs::read_to_string(results.join(format!("{c}.notrun"))).unwrap_or_default();
+        problems.push(format!("{c} was not run: {}", why.trim()));
+    }
+    for c in &failed {
+        if !expected.contains_key(c) {
+            problems.push(format!(
+                "{c} failed and is not in expected-failures.toml:\n{}",
+                case_detail(&suite, &results, c)
+            ));
+        }
+    }
+    for c in cases.iter().filter(|c| expected.contains_key(*c)) {
+        if !failed.contains(c) && !not_run.contains(c) {
+            problems.push(format!(
+                "{c} passed but expected-failures.toml lists it ({}): take it off the list",
+                expected[c]
+            ));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{} of {} fstests cases went wrong (their output is in {}):\n\n{}\n\n./check's summary:\n{}",
+        problems.len(),
+        cases.len(),
+        results.display(),
+        problems.join("\n\n"),
+        tail(&out, 12)
+    );
+    eprintln!(
+        "fstests: {} cases, {} failed as expected",
+        cases.len(),
+        failed.len()
+    );
+}
