@@ -79,6 +79,10 @@ impl Backend for LocalBackend {
         true
     }
 
+    fn foreign_changes(&self) -> Option<u64> {
+        Some(self.store.foreign_commits())
+    }
+
     async fn put_files(&self, files: Vec<super::PutFile>) -> Vec<Result<Node>> {
         let n = files.len();
         match self

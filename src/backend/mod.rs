@@ -139,6 +139,14 @@ pub trait Backend: Send + Sync + 'static {
         false
     }
 
+    /// A number that changes when someone else changed the store, known at once and without
+    /// waiting: the built-in store counts other processes' commits (another mount of the same
+    /// folder, `vaultfs serve` on it). None where that cannot be known cheaply (a server: others'
+    /// changes show when a listing is fetched again, after the listing TTL).
+    fn foreign_changes(&self) -> Option<u64> {
+        None
+    }
+
     /// Stores whole files together, durably before it returns: one result per file, in order.
     /// Only where [`Backend::puts_batches`] says so.
     fn put_files(&self, files: Vec<PutFile>) -> impl Future<Output = Vec<Result<Node>>> + Send {

@@ -11,6 +11,7 @@
 mod attrs;
 mod cache;
 mod errno;
+mod freshness;
 mod journal;
 mod ops;
 mod preview;
@@ -154,6 +155,8 @@ pub(crate) struct Fs<B: Backend> {
     refreshing: Mutex<HashSet<Ino>>,
     /// Nodes whose attributes are being fetched again.
     attr_refreshing: Mutex<HashSet<Ino>>,
+    /// Whether a listing or attributes fetched at some time may still be used.
+    freshness: freshness::Freshness,
 }
 
 impl<B: Backend> Fs<B> {
@@ -163,6 +166,11 @@ impl<B: Backend> Fs<B> {
 
     fn handles(&self) -> MutexGuard<'_, HashMap<u64, Handle>> {
         self.handles.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a listing or attributes fetched at `at` may be used without asking the backend.
+    fn fresh(&self, at: std::time::Instant) -> bool {
+        self.freshness.fresh(at, || self.backend.foreign_changes())
     }
 }
 
@@ -254,6 +262,7 @@ pub fn mount<B: Backend>(
         storing: std::sync::atomic::AtomicUsize::new(0),
         refreshing: Mutex::default(),
         attr_refreshing: Mutex::default(),
+        freshness: freshness::Freshness::new(opts.dir_ttl),
     });
     if fs.backend.puts_batches() {
         writeback::start(&fs);

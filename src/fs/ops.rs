@@ -110,9 +110,7 @@ impl<B: Backend> Fs<B> {
             if i.kind != Kind::Dir {
                 return Err(Errno::ENOTDIR);
             }
-            if i.listing()
-                .is_some_and(|(at, _)| at.elapsed() < self.opts.dir_ttl)
-            {
+            if i.listing().is_some_and(|(at, _)| self.fresh(*at)) {
                 return Ok(());
             }
             (i.path.clone(), i.listing().is_some())
@@ -415,8 +413,8 @@ impl<B: Backend> Fs<B> {
                 && !self.offline()
                 && i.staged.is_none()
                 && !i.unlinked
-                && i.fetched.elapsed() >= self.opts.dir_ttl)
-                .then(|| i.path.clone())
+                && !self.fresh(i.fetched))
+            .then(|| i.path.clone())
         };
         // Attributes we have beat waiting on a slow or silent server.
         if let Some(path) = stale {
@@ -544,7 +542,7 @@ impl<B: Backend> Fs<B> {
         dir: Ino,
     ) -> Option<&'t std::collections::BTreeMap<String, Ino>> {
         let (at, names) = t.get(dir)?.listing()?;
-        (at.elapsed() < self.opts.dir_ttl).then_some(names)
+        self.fresh(*at).then_some(names)
     }
 
     /// LOOKUP answered from memory when the folder's listing is fresh: on the FUSE thread, with
@@ -569,10 +567,7 @@ impl<B: Backend> Fs<B> {
         }
         let t = self.table();
         let i = t.get(ino)?;
-        let stale = ino != ROOT
-            && i.staged.is_none()
-            && !i.unlinked
-            && i.fetched.elapsed() >= self.opts.dir_ttl;
+        let stale = ino != ROOT && i.staged.is_none() && !i.unlinked && !self.fresh(i.fetched);
         if stale && !self.offline() {
             return None;
         }

@@ -17,7 +17,8 @@ mod schema;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::Connection;
@@ -102,6 +103,8 @@ pub struct Store {
     pin_key: [u8; 32],
     /// A shared lock on `lock` for as long as the store is open.
     _lock: fs::File,
+    /// What [`Store::foreign_commits`] read last.
+    foreign: AtomicU64,
 }
 
 fn flock(f: &fs::File, op: i32) -> bool {
@@ -207,6 +210,7 @@ impl Store {
             config,
             pin_key,
             _lock: lock,
+            foreign: AtomicU64::new(0),
         };
         if alone {
             store.recover()?;
@@ -235,6 +239,34 @@ impl Store {
 
     pub fn config(&self) -> &StoreConfig {
         &self.config
+    }
+
+    /// A count of the commits other processes made to the database (another mount of this
+    /// store, `vaultfs serve`, the CLI): SQLite's `data_version` of our one connection, which
+    /// our own commits leave alone. A mount compares it to tell its cached listings are stale.
+    /// Never waits: while the connection is busy with our own work, the value read last (the
+    /// next call sees what that missed).
+    pub fn foreign_commits(&self) -> u64 {
+        let conn = match self.conn.try_lock() {
+            Ok(c) => c,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return self.foreign.load(Ordering::Relaxed),
+        };
+        // Starting the read transaction this needs is what notices other commits (no I/O
+        // while nothing changed: SQLite compares the WAL index header in shared memory).
+        match conn
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut st| st.query_row([], |r| r.get::<_, i64>(0)))
+        {
+            Ok(v) => {
+                self.foreign.store(v as u64, Ordering::Relaxed);
+                v as u64
+            }
+            Err(e) => {
+                log::debug!("PRAGMA data_version: {e}");
+                self.foreign.load(Ordering::Relaxed)
+            }
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Connection> {

@@ -1,0 +1,40 @@
+//! Whether what the mount fetched from the store (a folder's listing, a node's attributes) may
+//! still be used without asking again: younger than the listing TTL, and fetched after the last
+//! change someone else made to the store, where the backend can tell at once (two mounts of one
+//! built-in store see each other's renames at once: fstests generic/732). A server's changes by
+//! other clients show once the TTL has run out.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub(super) struct Freshness {
+    ttl: Duration,
+    /// The backend's count of others' changes seen last, and since when it has that value.
+    seen: Mutex<(Option<u64>, Instant)>,
+}
+
+impl Freshness {
+    pub(super) fn new(ttl: Duration) -> Freshness {
+        Freshness {
+            ttl,
+            seen: Mutex::new((None, Instant::now())),
+        }
+    }
+
+    /// Whether something fetched at `at` is fresh; `foreign` reads the backend's count of
+    /// others' changes (`Backend::foreign_changes`), only when the TTL leaves it to decide.
+    pub(super) fn fresh(&self, at: Instant, foreign: impl FnOnce() -> Option<u64>) -> bool {
+        if at.elapsed() >= self.ttl {
+            return false;
+        }
+        let Some(now) = foreign() else { return true };
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        match seen.0 {
+            Some(v) if v == now => {}
+            // The first count read says nothing about what came before it.
+            None => seen.0 = Some(now),
+            Some(_) => *seen = (Some(now), Instant::now()),
+        }
+        at >= seen.1
+    }
+}
