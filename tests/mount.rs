@@ -1421,3 +1421,129 @@ fn a_file_past_the_store_limit_is_efbig_at_once() {
         m.unmount();
     }
 }
+
+/// Two mounts of one built-in store see each other's changes at once, listings cached or not
+/// (fstests generic/732: a file renamed back and forth through the two).
+#[test]
+fn two_mounts_of_one_store_see_each_others_changes_at_once() {
+    let Some(env) = Env::new(Via::Local) else {
+        return;
+    };
+    let m1 = env.mount(&[]);
+    let mnt2 = env._tmp.path().join("mnt2");
+    let cache2 = env._tmp.path().join("cache2");
+    let m2 = common::mount::Mount::start(
+        &mnt2,
+        &[
+            "--cache-dir",
+            cache2.to_str().unwrap(),
+            "--data-dir",
+            env.data.to_str().unwrap(),
+        ],
+    );
+    let (v1, v2) = (env.vault(), mnt2.join(VAULT));
+    fs::create_dir(v1.join("A")).unwrap();
+    fs::create_dir(v1.join("B")).unwrap();
+    fs::write(v1.join("A/f"), b"one").unwrap();
+    File::open(v1.join("A/f")).unwrap().sync_all().unwrap();
+    // Both mounts list both folders, so each has them cached.
+    for v in [&v1, &v2] {
+        assert_eq!(names(&v.join("A")), ["f"]);
+        assert!(names(&v.join("B")).is_empty());
+    }
+    fs::rename(v1.join("A/f"), v1.join("B/f")).unwrap();
+    assert_eq!(fs::read(v2.join("B/f")).unwrap(), b"one");
+    assert!(names(&v2.join("A")).is_empty());
+    fs::rename(v2.join("B/f"), v2.join("A/f")).unwrap();
+    assert_eq!(fs::read(v1.join("A/f")).unwrap(), b"one");
+    assert!(names(&v1.join("B")).is_empty());
+    fs::rename(v1.join("A/f"), v1.join("B/f")).unwrap();
+
+    // New names, new bytes and removals, each way.
+    fs::create_dir(v2.join("C")).unwrap();
+    assert!(v1.join("C").is_dir());
+    let mut g = File::create(v1.join("B/g")).unwrap();
+    g.write_all(b"from one").unwrap();
+    g.sync_all().unwrap();
+    drop(g);
+    assert_eq!(fs::read(v2.join("B/g")).unwrap(), b"from one");
+    fs::write(v2.join("B/g"), b"changed by two").unwrap();
+    File::open(v2.join("B/g")).unwrap().sync_all().unwrap();
+    assert_eq!(fs::read(v1.join("B/g")).unwrap(), b"changed by two");
+    fs::remove_file(v1.join("B/f")).unwrap();
+    assert_eq!(names(&v2.join("B")), ["g"]);
+    assert!(!v2.join("B/f").exists());
+
+    m2.unmount();
+    m1.unmount();
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A time set on a file whose upload is still waiting (the server down) outlives a SIGKILL of
+/// the daemon: the next mount stores the file with that time, not the time of its recovery.
+#[test]
+fn a_time_set_before_the_upload_survives_a_crash() {
+    use std::os::unix::fs::MetadataExt;
+    let Some(mut env) = Env::new(Via::Remote) else {
+        return;
+    };
+    let server = env.server.take().unwrap();
+    let addr = server.base.trim_start_matches("http://").to_string();
+    let m = env.mount(&["--timeout", "2"]);
+    let v = env.vault();
+    fs::write(v.join("warmup.txt"), "listed").unwrap();
+    env.wait_uploaded();
+    env.rt.block_on(server.stop());
+
+    let v2 = v.clone();
+    within(
+        20,
+        "a write and a touch while the server is down",
+        move || {
+            fs::write(v2.join("old.txt"), "from 2001").unwrap();
+            let st = Command::new("touch")
+                .args(["-m", "-d", "2001-02-03 04:05:06 UTC"])
+                .arg(v2.join("old.txt"))
+                .status()
+                .unwrap();
+            assert!(st.success());
+        },
+    );
+    assert_eq!(
+        fs::metadata(v.join("old.txt")).unwrap().mtime(),
+        981_173_106
+    );
+    m.kill();
+
+    env.serve_again(&addr);
+    let m = env.mount(&[]);
+    env.wait_uploaded();
+    let b = env.backend();
+    let node = env.rt.block_on(async {
+        b.node(&NodePath::parse_uri("/nodes/pth/Local/My First Vault/old.txt").unwrap())
+            .await
+            .unwrap()
+    });
+    let stored = node.modified_time().unwrap();
+    assert_eq!(
+        stored
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs(),
+        981_173_106
+    );
+    assert_eq!(fs::read(v.join("old.txt")).unwrap(), b"from 2001");
+    assert_eq!(
+        fs::metadata(v.join("old.txt")).unwrap().mtime(),
+        981_173_106
+    );
+    m.unmount();
+}

@@ -334,9 +334,11 @@ impl Journal {
         }
         let mut out = Vec::new();
         for (id, entry, path, file, data_path) in found {
-            let size = file.metadata()?.len();
+            let meta = file.metadata()?;
             // Dirty: generation 1, nothing uploaded.
-            let staged = Staged::new(id, file, data_path, size, true).limited(self.max_file_size);
+            let staged = Staged::new(id, file, data_path, meta.len(), true)
+                .limited(self.max_file_size)
+                .with_file_mtime(&meta);
             if newest.get(&path) != Some(&id) {
                 log::info!("journal entry {id} superseded by a newer one of {path}");
                 self.finish(&staged);

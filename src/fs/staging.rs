@@ -337,8 +337,22 @@ impl Staged {
         }
         if let Some(t) = mtime {
             self.set_mtime(t);
+            // Also the staging file's own, which a crash leaves for the journal's recovery
+            // (`Staged::with_file_mtime`). Writes after this move both on.
+            if let Err(e) = self.file().set_modified(t) {
+                log::debug!("time of staging file {}: {e}", self.data_path.display());
+            }
         }
         pending
+    }
+
+    /// After a crash: the modification time is the staging file's (its last write, or a time
+    /// set through the mount before the crash), not the time of the recovery.
+    pub(super) fn with_file_mtime(self, meta: &fs::Metadata) -> Staged {
+        if let Ok(t) = meta.modified() {
+            self.set_mtime(t);
+        }
+        self
     }
 
     /// A change with no bytes written (a new file must be created remotely even if empty).
