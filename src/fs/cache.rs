@@ -280,19 +280,10 @@ impl ReadCache {
         }
         let (src, dst) = (e.file.try_clone()?, dest.try_clone()?);
         let size = e.size;
-        tokio::task::spawn_blocking(move || -> io::Result<()> {
-            let mut buf = vec![0u8; CHUNK as usize];
-            let mut off = 0;
-            while off < size {
-                let n = (size - off).min(CHUNK) as usize;
-                src.read_exact_at(&mut buf[..n], off)?;
-                dst.write_all_at(&buf[..n], off)?;
-                off += n as u64;
-            }
-            Ok(())
-        })
-        .await
-        .map_err(|err| Error::internal(format!("copy task failed: {err}")))??;
+        // In the kernel, and only the data: holes stay holes.
+        tokio::task::spawn_blocking(move || crate::api::files::copy_range(&src, &dst, size))
+            .await
+            .map_err(|err| Error::internal(format!("copy task failed: {err}")))??;
         Ok(())
     }
 
@@ -417,7 +408,11 @@ async fn fetch<B: Backend>(backend: &B, e: &Entry, first: u64, last: u64) -> Res
                 err.to_string(),
             )
         })?;
-        e.file.write_all_at(&bytes, off)?;
+        // The entry's file starts as one hole: zeros need not be written (a sparse file
+        // stays sparse here, and in the copies made from it).
+        if bytes.iter().any(|&b| b != 0) {
+            e.file.write_all_at(&bytes, off)?;
+        }
         off += bytes.len() as u64;
         while pending_chunk <= last && ((pending_chunk + 1) * CHUNK).min(e.size) <= off {
             e.mark(pending_chunk);
