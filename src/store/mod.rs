@@ -189,7 +189,7 @@ impl Store {
         let pin_key = secret_key(&dir.join("pin.key"))?;
         let mut conn = Connection::open(dir.join("vault.db"))?;
         schema::prepare(&mut conn)?;
-        previews::migrate(&conn)?;
+        schema::preview_cache_columns(&conn)?;
         let store = Store {
             dir: dir.to_path_buf(),
             conn: Mutex::new(conn),
@@ -208,6 +208,7 @@ impl Store {
             pin_key,
             _lock: lock,
         };
+        store.migrate_preview_kinds()?;
         if alone {
             store.recover()?;
         }

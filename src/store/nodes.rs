@@ -747,8 +747,8 @@ impl Store {
         let outcome = self.commit_batch(&conn, &batch);
         drop(conn);
         for (render, name, sha) in outcome {
-            if render {
-                self.previews.enqueue(&sha, &name);
+            if let Some(kind) = render {
+                self.previews.enqueue(&sha, kind, &name);
             }
         }
         relock(&me.result)
@@ -762,8 +762,8 @@ impl Store {
         &self,
         conn: &Connection,
         batch: &[Arc<PendingCommit>],
-    ) -> Vec<(bool, String, String)> {
-        let mut results: Vec<Result<(Node, bool, String, String)>> = Vec::new();
+    ) -> Vec<(Option<crate::preview::Kind>, String, String)> {
+        let mut results: Vec<Result<Committed>> = Vec::new();
         let committed = (|| -> Result<()> {
             // Durable before it returns: the clients will drop their copies of these bytes.
             let _durable = super::schema::Durable::new(conn)?;
@@ -812,7 +812,7 @@ impl Store {
         tx: &Connection,
         p: &PendingCommit,
         staged: &mut Staged,
-    ) -> Result<(Node, bool, String, String)> {
+    ) -> Result<Committed> {
         let file = file_by_id(tx, p.scope, &p.file_id)?;
         let (length, md5, committed) = version_of(tx, file.id, &p.version_id)?;
         let vid: i64 = p.version_id.parse().expect("checked by version_of");
@@ -854,7 +854,7 @@ impl Store {
         }
         // Its preview is wanted from now on (InProgress until rendered), unless these bytes
         // have one already.
-        let render = super::previews::want(tx, &staged.sha256, &file.name)?;
+        let render = super::previews::want(tx, &self.blobs, &staged.sha256, &file.name)?;
         let row = get_row(tx, file.id)?.expect("file exists");
         let path = path_of(tx, file.id)?;
         Ok((row.to_api(&path), render, file.name, staged.sha256.clone()))
@@ -1102,6 +1102,10 @@ pub fn length_mismatch(expected: u64, got: u64) -> Error {
         format!("step 2 announced {expected} bytes, {got} were sent"),
     )
 }
+
+/// A file stored: its node, the kind of preview to queue (when its bytes and kind are new),
+/// its name and blob hash.
+pub(super) type Committed = (Node, Option<crate::preview::Kind>, String, String);
 
 /// A step 3 waiting for the next group commit (see `Store::commit_upload`).
 pub(super) struct PendingCommit {
