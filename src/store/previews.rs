@@ -444,7 +444,12 @@ impl Previews {
     /// Removes the preview files of a blob that is gone, of every kind (their rows went with
     /// the blob's).
     pub(super) fn remove_files(&self, hash: &str) {
-        remove_dir(&self.root.join(&hash[..2]).join(hash));
+        remove_blob_dir(&self.root, hash);
+    }
+
+    /// `<data dir>/previews`
+    pub(super) fn root(&self) -> &Path {
+        &self.root
     }
 
     /// After a crash, alone with the store: empties `previews/tmp` (jobs that died with their
@@ -527,6 +532,11 @@ fn remove_dir(dir: &Path) {
             log::warn!("could not remove the preview {}: {e}", dir.display());
         }
     }
+}
+
+/// Removes the previews of every kind of a blob that is gone, under the previews' `root`.
+pub(super) fn remove_blob_dir(root: &Path, hash: &str) {
+    remove_dir(&root.join(&hash[..2]).join(hash));
 }
 
 /// Removes the preview of one kind, and the blob's folder when it was the last.
@@ -1730,7 +1740,7 @@ mod tests {
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 7);
+        assert_eq!(version, 8);
         let rows: Vec<(String, String, i64)> = conn
             .prepare("SELECT blob, kind, status FROM previews")
             .unwrap()

@@ -4,7 +4,7 @@
 use rusqlite::Connection;
 
 /// Bumped when the schema changes; `migrate` brings older databases forward.
-const VERSION: i64 = 7;
+const VERSION: i64 = 8;
 
 const V1: &str = "
 CREATE TABLE nodes (
@@ -252,6 +252,17 @@ CREATE TRIGGER previews_drop_access AFTER DELETE ON previews BEGIN
 END;
 ";
 
+/// Deletes of large trees are bounded per transaction (issue 19, item 12, `store::purge`): the
+/// request's transaction detaches the tree (its top gets no parent and the name `/<id>`) and
+/// lists it here; a thread deletes it in chunks, and a restart resumes what is listed.
+const V8: &str = "
+CREATE TABLE trash (
+    node_id     INTEGER PRIMARY KEY,   -- a detached top: parent_id NULL, not an account
+    account_id  INTEGER NOT NULL,
+    detached_on INTEGER NOT NULL
+);
+";
+
 /// Adds the columns of the preview cache to a database from before it (idempotent). Ready
 /// previews of such a database have their sizes measured once the threads start.
 pub fn preview_cache_columns(conn: &Connection) -> rusqlite::Result<()> {
@@ -294,7 +305,15 @@ pub(crate) fn prepare_to(conn: &mut Connection, target: i64) -> rusqlite::Result
         tx.pragma_update(None, "user_version", 1)?;
         tx.commit()?;
     }
-    for (to, sql) in [(2, V2), (3, V3), (4, V4), (5, V5), (6, V6), (7, V7)] {
+    for (to, sql) in [
+        (2, V2),
+        (3, V3),
+        (4, V4),
+        (5, V5),
+        (6, V6),
+        (7, V7),
+        (8, V8),
+    ] {
         if version < to && to <= target {
             let tx = conn.transaction()?;
             if to == 7 {
