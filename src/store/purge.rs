@@ -5,8 +5,8 @@
 //! path can spell, and is listed in `trash`), so its name is gone at once and it can be reached
 //! neither by path nor by ID (`nodes::file_by_id` finds only files under an account). A thread
 //! of the store then **purges** the detached trees in chunks of at most [`CHUNK_ROWS`] nodes
-//! (and about [`CHUNK_TIME`]), one transaction each under the store's lock, released between chunks, so that any other
-//! request waits for one chunk at most. A chunk takes children of the top: a file or an empty
+//! (and about [`CHUNK_TIME`]), one transaction each under the store's lock, released between
+//! chunks (for [`PAUSE`] at least, and half the chunk's time), so that any other request waits for one chunk at most. A chunk takes children of the top: a file or an empty
 //! folder is deleted (its versions with it), a folder with children has them moved up under the
 //! top (renamed `/<id>`, unique there), so the tree flattens as it goes, whatever its depth,
 //! and no node is visited more than twice. Blobs no version uses any more are removed with the
@@ -28,8 +28,9 @@ pub const INLINE_NODES: u64 = 1000;
 /// Nodes deleted or moved by one transaction of a purge, at most...
 pub const CHUNK_ROWS: usize = 1000;
 /// ...and for about this long at most (the chunk stops early on a busy machine).
-const CHUNK_TIME: Duration = Duration::from_millis(20);
-/// The lock is left free this long between two chunks, so waiting requests get it.
+const CHUNK_TIME: Duration = Duration::from_millis(10);
+/// The lock is left free this long between two chunks at least, and half as long as the last
+/// chunk took (a busy machine slows the purge, not the requests), so waiting requests get it.
 const PAUSE: Duration = Duration::from_millis(2);
 
 #[derive(Default)]
@@ -162,7 +163,7 @@ fn run(shared: &Shared, conn: &Mutex<Connection>, blobs: &BlobDir, previews: &st
                     st.chunks += 1;
                     st.longest = st.longest.max(took);
                     drop(st);
-                    std::thread::sleep(PAUSE);
+                    std::thread::sleep(PAUSE.max(took / 2));
                 }
                 Ok(false) => break,
                 Err(e) => {
