@@ -1687,6 +1687,8 @@ async fn a_tree_deeper_than_the_cascade_limit_is_deleted() {
     assert_eq!(st, 200, "{v}");
     assert_error(&api.get(&format!("{VAULT}/deep")).await, 404, "not_found");
     assert_eq!(api.download(&id).await, b"kept");
+    // More than a request deletes at once: detached, then purged in bounded steps.
+    assert!(s.store.wait_purged(Duration::from_secs(20)), "not purged");
     let left: i64 = rusqlite::Connection::open(s.dir.join("vault.db"))
         .unwrap()
         .query_row(

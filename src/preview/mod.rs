@@ -49,7 +49,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Instant;
 
 pub use scale::{fit, scale_png};
-pub use sniff::sniff;
+pub use sniff::{Kinds, kinds, name_class, sniff};
 pub use text::TEXT_MAX_BYTES;
 
 /// Pixels per PDF point of a page image at 100% (144 dpi).
@@ -101,6 +101,25 @@ pub enum Kind {
     Image,
     Text,
     Unsupported,
+}
+
+impl Kind {
+    /// Its name in the store (a preview's directory, a row's key).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Pdf => "pdf",
+            Kind::Image => "image",
+            Kind::Text => "text",
+            Kind::Unsupported => "none",
+        }
+    }
+
+    /// The kind of that name (`as_str`); None for any other string.
+    pub fn parse(s: &str) -> Option<Kind> {
+        [Kind::Pdf, Kind::Image, Kind::Text, Kind::Unsupported]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
 }
 
 /// One rendered page, 2 px per PDF point (144 dpi; a Letter page is 1224x1584), PNG-encoded.

@@ -35,6 +35,26 @@ pub fn sniff(name: &str, head: &[u8]) -> Kind {
     Kind::Unsupported
 }
 
+/// The kind of some bytes for each class of name ([`name_class`]): `sniff(name, head)` is
+/// `kinds(head)[name_class(name)]`. The same bytes can be two kinds under two names (a log full
+/// of control characters is text as `a.log`, nothing as `a.bin`).
+pub type Kinds = [Kind; 3];
+
+/// What a name tells [`sniff`], the only two facts of it that it reads: 0 for a `.pdf`, 1 for
+/// an extension of a text format, 2 for any other name.
+pub fn name_class(name: &str) -> usize {
+    match extension(name).as_deref() {
+        Some("pdf") => 0,
+        _ if is_text_name(name) => 1,
+        _ => 2,
+    }
+}
+
+/// The kind of `head` under a name of each class (see [`Kinds`]).
+pub fn kinds(head: &[u8]) -> Kinds {
+    ["x.pdf", "x.txt", "x"].map(|name| sniff(name, head))
+}
+
 /// The image format of the content by its magic bytes (only the formats we decode).
 pub(super) fn image_format(head: &[u8]) -> Option<image::ImageFormat> {
     use image::ImageFormat as F;

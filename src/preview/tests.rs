@@ -242,6 +242,51 @@ fn sniff_by_content_first() {
     assert_eq!(sniff("a.log", &noisy), Kind::Text);
 }
 
+/// A name's class is all `sniff` reads of it: the store keys previews by the kind so chosen.
+#[test]
+fn a_name_counts_only_by_its_class() {
+    let mut noisy = b"log line\n".repeat(20);
+    noisy.extend_from_slice(&[0x01; 8]);
+    let mut pdf_later = vec![b'\n'; 2000];
+    pdf_later.extend_from_slice(b"%PDF-1.7\n");
+    let heads: [&[u8]; 6] = [
+        &noisy,
+        &pdf_later,
+        b"plain text\n",
+        b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR",
+        b"",
+        b"PK\x03\x04\x14\0\0\0\x08\0",
+    ];
+    let names = [
+        "a.pdf",
+        "a.PDF",
+        "a.txt",
+        "a.csv",
+        "a.log",
+        "a",
+        "a.bin",
+        "a.pdf.bin",
+        ".pdf",
+        "b.Md",
+    ];
+    for head in heads {
+        for name in names {
+            assert_eq!(
+                sniff(name, head),
+                kinds(head)[name_class(name)],
+                "{name} {head:?}"
+            );
+        }
+    }
+    assert_eq!(
+        kinds(&noisy),
+        [Kind::Unsupported, Kind::Text, Kind::Unsupported]
+    );
+    for k in [Kind::Pdf, Kind::Image, Kind::Text, Kind::Unsupported] {
+        assert_eq!(Kind::parse(k.as_str()), Some(k));
+    }
+}
+
 fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
     // xorshift: deterministic, no dependency.
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;

@@ -13,6 +13,7 @@ use md5::{Digest, Md5};
 use crate::api::checksum::hex;
 use sha2::Sha256;
 
+#[derive(Clone)]
 pub struct BlobDir {
     blobs: PathBuf,
     tmp: PathBuf,

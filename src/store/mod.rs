@@ -11,6 +11,7 @@ pub mod auth;
 pub mod blobs;
 mod nodes;
 mod previews;
+mod purge;
 mod put;
 mod schema;
 
@@ -18,7 +19,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::Connection;
@@ -46,6 +47,16 @@ pub const DEFAULT_MAX_NODES_PER_ACCOUNT: u64 = 1_000_000;
 pub const DEFAULT_MAX_NODES_PER_REQUEST: u64 = 10_000;
 /// Pending versions never uploaded are dropped after this long.
 const PENDING_VERSION_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Trees detached by large deletes and their purge (`Store::purge_stats`).
+#[derive(Debug, Clone, Default)]
+pub struct PurgeStats {
+    /// Detached trees not yet purged.
+    pub trees: u64,
+    /// Chunks (transactions) this process purged, and the longest one's time under the lock.
+    pub chunks: u64,
+    pub longest_chunk: Duration,
+}
 
 /// Whose nodes a caller may reach: everything (the local mount, the operator) or one account.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +102,7 @@ impl Default for StoreConfig {
 
 pub struct Store {
     dir: PathBuf,
-    conn: Mutex<Connection>,
+    conn: Arc<Mutex<Connection>>,
     /// Upload commits waiting for the connection (committed together, see `commit_upload`).
     commits: Mutex<Vec<std::sync::Arc<nodes::PendingCommit>>>,
     blobs: BlobDir,
@@ -101,6 +112,8 @@ pub struct Store {
     config: StoreConfig,
     /// The key of the pins' hashes (`pin.key`, beside the database but not in it).
     pin_key: [u8; 32],
+    /// Purges the trees large deletes detached; set once the store is open.
+    purger: std::sync::OnceLock<purge::Purger>,
     /// A shared lock on `lock` for as long as the store is open.
     _lock: fs::File,
     /// What [`Store::foreign_commits`] read last.
@@ -192,10 +205,10 @@ impl Store {
         let pin_key = secret_key(&dir.join("pin.key"))?;
         let mut conn = Connection::open(dir.join("vault.db"))?;
         schema::prepare(&mut conn)?;
-        previews::migrate(&conn)?;
+        schema::preview_cache_columns(&conn)?;
         let store = Store {
             dir: dir.to_path_buf(),
-            conn: Mutex::new(conn),
+            conn: Arc::new(Mutex::new(conn)),
             commits: Mutex::new(Vec::new()),
             sync_mode: {
                 let mode = put::SyncMode::of(dir);
@@ -209,14 +222,23 @@ impl Store {
             previews,
             config,
             pin_key,
+            purger: std::sync::OnceLock::new(),
             _lock: lock,
             foreign: AtomicU64::new(0),
         };
+        store.migrate_preview_kinds()?;
         if alone {
             store.recover()?;
         }
         // Held while the store is open, so others know it is in use.
         flock(&store._lock, libc::LOCK_SH);
+        // Trees a stopped process left detached are purged again from where it was.
+        let purger = purge::Purger::start(
+            store.conn.clone(),
+            store.blobs.clone(),
+            store.previews.root().to_path_buf(),
+        )?;
+        let _ = store.purger.set(purger);
         store.add_client(auth::DEFAULT_CLIENT)?;
         Ok(store)
     }
@@ -344,6 +366,24 @@ impl Store {
         if unused > 0 {
             problems.push(format!("{unused} blob(s) recorded but used by no version"));
         }
+        // Every node is under an account or in a tree listed for the purge.
+        let stray: i64 = conn.query_row(
+            "SELECT count(*) FROM nodes WHERE parent_id IS NULL AND kind <> 0
+                 AND id NOT IN (SELECT node_id FROM trash)",
+            [],
+            |r| r.get(0),
+        )?;
+        if stray > 0 {
+            problems.push(format!("{stray} node(s) with no parent outside the trash"));
+        }
+        let lost: i64 = conn.query_row(
+            "SELECT count(*) FROM trash t WHERE NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = t.node_id)",
+            [],
+            |r| r.get(0),
+        )?;
+        if lost > 0 {
+            problems.push(format!("{lost} trash entr(ies) of no node"));
+        }
         // The counts the quotas read, against the tree they count.
         let mut wrong = conn.prepare(
             "WITH real AS (SELECT n.account_id AS a, count(*) AS nodes,
@@ -374,6 +414,31 @@ impl Store {
     fn forget_blob(&self, hash: &str) {
         self.blobs.remove(hash);
         self.previews.remove_files(hash);
+    }
+
+    fn purger(&self) -> &purge::Purger {
+        self.purger
+            .get()
+            .expect("the purge thread starts with the store")
+    }
+
+    /// Waits until the trees large deletes detached are purged (at most `timeout`); true when
+    /// none is left (tests, and a CLI command that wants a store without garbage).
+    pub fn wait_purged(&self, timeout: Duration) -> bool {
+        self.purger().wait_idle(timeout)
+    }
+
+    /// Trees detached by deletes and not yet purged, and what this process purged.
+    pub fn purge_stats(&self) -> Result<PurgeStats> {
+        let trees: i64 = self
+            .lock()
+            .query_row("SELECT count(*) FROM trash", [], |r| r.get(0))?;
+        let (chunks, longest_chunk) = self.purger().chunks();
+        Ok(PurgeStats {
+            trees: trees as u64,
+            chunks,
+            longest_chunk,
+        })
     }
 
     /// Number of blob files on disk (tests use it to see that deletes free bytes).

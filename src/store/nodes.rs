@@ -168,7 +168,7 @@ fn resolve(conn: &Connection, scope: Scope, path: &NodePath) -> Result<NodeRow> 
         .ok_or_else(|| Error::bad_path("the root has no node"))?;
     let account = conn
         .prepare_cached(&format!(
-            "{SELECT} WHERE n.parent_id IS NULL AND n.name = ?1"
+            "{SELECT} WHERE n.parent_id IS NULL AND n.kind = 0 AND n.name = ?1"
         ))?
         .query_row([first], read_row)
         .optional()?;
@@ -194,13 +194,32 @@ fn resolve(conn: &Connection, scope: Scope, path: &NodePath) -> Result<NodeRow> 
 pub(super) fn file_by_id(conn: &Connection, scope: Scope, id: &str) -> Result<NodeRow> {
     let not_found = || Error::not_found(format!("no file with ID {id}"));
     let n: i64 = id.parse().map_err(|_| not_found())?;
-    get_row(conn, n)?
+    let row = get_row(conn, n)?
         .filter(|row| row.is_file())
         .filter(|row| match scope {
             Scope::Account(a) => a == row.account_id,
             Scope::All => true,
         })
-        .ok_or_else(not_found)
+        .ok_or_else(not_found)?;
+    // A file of a tree being purged (deleted, detached from its account) is gone already.
+    if !attached(conn, row.id)? {
+        return Err(not_found());
+    }
+    Ok(row)
+}
+
+/// Whether the node is under an account, not in a tree a delete detached (`store::purge`).
+fn attached(conn: &Connection, id: i64) -> Result<bool> {
+    let root_kind: Option<i64> = conn
+        .prepare_cached(
+            "WITH RECURSIVE up(id, parent_id, kind) AS (
+                 SELECT id, parent_id, kind FROM nodes WHERE id = ?1
+                 UNION ALL SELECT n.id, n.parent_id, n.kind FROM nodes n JOIN up ON n.id = up.parent_id)
+             SELECT kind FROM up WHERE parent_id IS NULL",
+        )?
+        .query_row([id], |r| r.get(0))
+        .optional()?;
+    Ok(root_kind == Some(Kind::Account as i64))
 }
 
 /// 507 `quota_exceeded` when `scope`'s account would hold more than its quota with `nodes` more
@@ -369,7 +388,7 @@ fn require_folder(row: &NodeRow, path: &NodePath) -> Result<()> {
 pub(super) fn ensure_account(tx: &Transaction, name: &str) -> Result<i64> {
     if let Some(id) = tx
         .query_row(
-            "SELECT id FROM nodes WHERE parent_id IS NULL AND name = ?1",
+            "SELECT id FROM nodes WHERE parent_id IS NULL AND kind = 0 AND name = ?1",
             [name],
             |r| r.get(0),
         )
@@ -547,8 +566,8 @@ impl Store {
         let limit = per_page.min(i64::MAX as u64) as i64;
         let (mut node, rows, total) = if path.is_root() {
             let (filter, arg) = match scope {
-                Scope::All => ("n.parent_id IS NULL AND ?1 = ?1", 0),
-                Scope::Account(a) => ("n.parent_id IS NULL AND n.id = ?1", a),
+                Scope::All => ("n.parent_id IS NULL AND n.kind = 0 AND ?1 = ?1", 0),
+                Scope::Account(a) => ("n.parent_id IS NULL AND n.kind = 0 AND n.id = ?1", a),
             };
             let total: i64 = conn.query_row(
                 &format!("SELECT count(*) FROM nodes n WHERE {filter}"),
@@ -747,8 +766,8 @@ impl Store {
         let outcome = self.commit_batch(&conn, &batch);
         drop(conn);
         for (render, name, sha) in outcome {
-            if render {
-                self.previews.enqueue(&sha, &name);
+            if let Some(kind) = render {
+                self.previews.enqueue(&sha, kind, &name);
             }
         }
         relock(&me.result)
@@ -762,8 +781,8 @@ impl Store {
         &self,
         conn: &Connection,
         batch: &[Arc<PendingCommit>],
-    ) -> Vec<(bool, String, String)> {
-        let mut results: Vec<Result<(Node, bool, String, String)>> = Vec::new();
+    ) -> Vec<(Option<crate::preview::Kind>, String, String)> {
+        let mut results: Vec<Result<Committed>> = Vec::new();
         let committed = (|| -> Result<()> {
             // Durable before it returns: the clients will drop their copies of these bytes.
             let _durable = super::schema::Durable::new(conn)?;
@@ -812,7 +831,7 @@ impl Store {
         tx: &Connection,
         p: &PendingCommit,
         staged: &mut Staged,
-    ) -> Result<(Node, bool, String, String)> {
+    ) -> Result<Committed> {
         let file = file_by_id(tx, p.scope, &p.file_id)?;
         let (length, md5, committed) = version_of(tx, file.id, &p.version_id)?;
         let vid: i64 = p.version_id.parse().expect("checked by version_of");
@@ -854,7 +873,7 @@ impl Store {
         }
         // Its preview is wanted from now on (InProgress until rendered), unless these bytes
         // have one already.
-        let render = super::previews::want(tx, &staged.sha256, &file.name)?;
+        let render = super::previews::want(tx, &self.blobs, &staged.sha256, &file.name)?;
         let row = get_row(tx, file.id)?.expect("file exists");
         let path = path_of(tx, file.id)?;
         Ok((row.to_api(&path), render, file.name, staged.sha256.clone()))
@@ -1016,7 +1035,30 @@ impl Store {
         Ok(row.to_api(dst))
     }
 
+    /// Deletes a tree in one transaction, whatever its size, as every delete did before
+    /// deletes were bounded, then rolls it back (the tree stays): only for tests that measure
+    /// what the bound buys. Returns how long the store's lock was held.
+    #[doc(hidden)]
+    pub fn delete_in_one_transaction_rolled_back(
+        &self,
+        scope: Scope,
+        path: &NodePath,
+    ) -> Result<std::time::Duration> {
+        let mut conn = self.lock();
+        let started = std::time::Instant::now();
+        let tx = conn.transaction()?;
+        let row = resolve(&tx, scope, path)?;
+        delete_subtree(&tx, row.id)?;
+        touch(&tx, row.parent_id, now_ns())?;
+        tx.rollback()?;
+        Ok(started.elapsed())
+    }
+
     /// Deletes a file, or a folder with everything under it, and frees unshared bytes.
+    ///
+    /// A tree of more than [`super::purge::INLINE_NODES`] nodes is detached in this transaction
+    /// (its name is gone when this returns) and purged by the store's thread in bounded chunks,
+    /// so no request holds the store's lock for long (`store::purge`).
     pub fn delete(&self, scope: Scope, path: &NodePath) -> Result<()> {
         if path.depth() < 3 {
             return Err(Error::forbidden("accounts and vaults cannot be deleted"));
@@ -1024,8 +1066,24 @@ impl Store {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         let row = resolve(&tx, scope, path)?;
+        let now = now_ns();
+        let (nodes, _) = subtree_size(&tx, row.id, super::purge::INLINE_NODES)?;
+        if nodes > super::purge::INLINE_NODES {
+            tx.prepare_cached("UPDATE nodes SET parent_id = NULL, name = '/' || id WHERE id = ?1")?
+                .execute([row.id])?;
+            tx.prepare_cached(
+                "INSERT INTO trash (node_id, account_id, detached_on) VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![row.id, row.account_id, now])?;
+            touch(&tx, row.parent_id, now)?;
+            tx.commit()?;
+            drop(conn);
+            log::debug!("{path} detached, to be purged");
+            self.purger().wake();
+            return Ok(());
+        }
         let freed = delete_subtree(&tx, row.id)?;
-        touch(&tx, row.parent_id, now_ns())?;
+        touch(&tx, row.parent_id, now)?;
         tx.commit()?;
         for h in freed {
             self.forget_blob(&h);
@@ -1102,6 +1160,10 @@ pub fn length_mismatch(expected: u64, got: u64) -> Error {
         format!("step 2 announced {expected} bytes, {got} were sent"),
     )
 }
+
+/// A file stored: its node, the kind of preview to queue (when its bytes and kind are new),
+/// its name and blob hash.
+pub(super) type Committed = (Node, Option<crate::preview::Kind>, String, String);
 
 /// A step 3 waiting for the next group commit (see `Store::commit_upload`).
 pub(super) struct PendingCommit {

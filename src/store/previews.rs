@@ -1,7 +1,10 @@
 //! Previews of stored files (DESIGN.md §2), kept beside the blobs in
-//! `previews/<hash[0..2]>/<hash>/` (`page-0001.png`..., `document.pdf` when one was made). They
-//! are keyed by the blob, so copies share them and a new version gets its own; the `previews`
-//! table says where each blob stands.
+//! `previews/<hash[0..2]>/<hash>/<kind>/` (`page-0001.png`..., `document.pdf` when one was
+//! made). They are keyed by the blob and the kind its bytes are rendered as, which the file's
+//! name chooses (`crate::preview::name_class`; the kind of the bytes for each class of name is
+//! judged once and kept in `blobs.kinds`): copies and files whose names pick the same kind share
+//! one, each name gets the kind its own type implies, a new version gets its own; the
+//! `previews` table says where each (blob, kind) stands.
 //!
 //! **Asked-for work first.** Two queues: jobs somebody asked for (the metadata, page and PDF
 //! calls, whether from the mount's `.preview/` or over HTTP, all reach [`Store::preview`]) and
@@ -43,10 +46,11 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
+use super::blobs::BlobDir;
 use super::nodes::file_by_id;
 use super::{Scope, Store, now_ns, ns_to_time};
 use crate::api::{Error, PageSize, Result};
-use crate::preview::{self, DocumentPdf, Kind, Limits};
+use crate::preview::{self, DocumentPdf, Kind, Kinds, Limits};
 
 /// Cooperative time bound of one job (the renderer checks it between pages).
 const JOB_TIME: Duration = Duration::from_secs(60);
@@ -151,13 +155,25 @@ pub struct PreviewStats {
     pub evicted: u64,
 }
 
-/// One job: the bytes of a blob, a name they had (a hint to their type), and whether somebody
-/// asked for it.
+/// One job: the bytes of a blob, the kind they are rendered as (chosen by a name they had),
+/// that name (for the logs), and whether somebody asked for it.
 #[derive(Clone, Debug)]
 struct Job {
     hash: String,
+    kind: Kind,
     name: String,
     asked: bool,
+}
+
+impl Job {
+    /// What identifies a preview: the bytes and their kind.
+    fn key(&self) -> String {
+        key(&self.hash, self.kind)
+    }
+}
+
+fn key(hash: &str, kind: Kind) -> String {
+    format!("{hash}/{}", kind.as_str())
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -241,10 +257,11 @@ impl Shared {
 
     fn push_background(&self, job: Job) {
         let mut q = self.lock();
-        if q.closed || q.queued.contains_key(&job.hash) || q.running.contains_key(&job.hash) {
+        let key = job.key();
+        if q.closed || q.queued.contains_key(&key) || q.running.contains_key(&key) {
             return;
         }
-        q.queued.insert(job.hash.clone(), Tier::Background);
+        q.queued.insert(key, Tier::Background);
         // A thread only sleeps without a timeout on an empty queue (or until an asked-for job
         // ends, which wakes it): no wake-up per commit during a burst of writes.
         let wake = q.background.is_empty();
@@ -255,32 +272,34 @@ impl Shared {
     }
 
     /// Moves an asked-for job to the front; true when there is one (queued or running).
-    fn bump(&self, hash: &str) -> bool {
+    fn bump(&self, key: &str) -> bool {
         let mut q = self.lock();
-        if q.queued.get(hash) == Some(&Tier::Asked) {
-            if let Some(i) = q.asked.iter().position(|j| j.hash == hash) {
+        if q.queued.get(key) == Some(&Tier::Asked) {
+            if let Some(i) = q.asked.iter().position(|j| j.key() == key) {
                 let job = q.asked.remove(i).expect("found");
                 q.asked.push_front(job);
             }
             return true;
         }
-        q.running.contains_key(hash)
+        q.running.contains_key(key)
     }
 
     /// Queues a job somebody asked for at the front (taking it out of the background).
-    fn push_asked(&self, hash: &str, name: &str) {
+    fn push_asked(&self, hash: &str, kind: Kind, name: &str) {
+        let key = key(hash, kind);
         let mut q = self.lock();
-        if q.closed || q.running.contains_key(hash) {
+        if q.closed || q.running.contains_key(&key) {
             return;
         }
-        if q.queued.get(hash) == Some(&Tier::Asked) {
+        if q.queued.get(&key) == Some(&Tier::Asked) {
             drop(q);
-            self.bump(hash);
+            self.bump(&key);
             return;
         }
-        q.queued.insert(hash.to_string(), Tier::Asked);
+        q.queued.insert(key, Tier::Asked);
         q.asked.push_front(Job {
             hash: hash.to_string(),
+            kind,
             name: name.to_string(),
             asked: true,
         });
@@ -295,20 +314,20 @@ impl Shared {
                 return None;
             }
             if let Some(job) = q.asked.pop_front() {
-                q.queued.remove(&job.hash);
-                *q.running.entry(job.hash.clone()).or_default() += 1;
+                q.queued.remove(&job.key());
+                *q.running.entry(job.key()).or_default() += 1;
                 return Some(job);
             }
             q = self.more.wait(q).unwrap_or_else(|p| p.into_inner());
         }
     }
 
-    fn done_asked(&self, hash: &str) {
+    fn done_asked(&self, key: &str) {
         let mut q = self.lock();
-        if let Some(n) = q.running.get_mut(hash) {
+        if let Some(n) = q.running.get_mut(key) {
             *n -= 1;
             if *n == 0 {
-                q.running.remove(hash);
+                q.running.remove(key);
             }
         }
         self.more.notify_all();
@@ -331,8 +350,8 @@ impl Shared {
                     continue;
                 }
                 while let Some(job) = q.background.pop_back() {
-                    if q.queued.get(&job.hash) == Some(&Tier::Background) {
-                        q.queued.remove(&job.hash);
+                    if q.queued.get(&job.key()) == Some(&Tier::Background) {
+                        q.queued.remove(&job.key());
                         q.background_running += 1;
                         return Some(job);
                     }
@@ -382,7 +401,8 @@ struct Slot {
     abandoned: AtomicBool,
 }
 
-/// Scaled page images made on request, bounded by their bytes.
+/// Scaled page images made on request (by preview key, page, width, height), bounded by their
+/// bytes.
 struct Scaled {
     lru: lru::LruCache<(String, u32, u32, u32), Bytes>,
     bytes: usize,
@@ -417,13 +437,19 @@ impl Previews {
         })
     }
 
-    fn dir_of(&self, hash: &str) -> PathBuf {
-        dir_of(&self.root, hash)
+    fn dir_of(&self, hash: &str, kind: Kind) -> PathBuf {
+        dir_of(&self.root, hash, kind)
     }
 
-    /// Removes the preview files of a blob that is gone (its row went with the blob's).
+    /// Removes the preview files of a blob that is gone, of every kind (their rows went with
+    /// the blob's).
     pub(super) fn remove_files(&self, hash: &str) {
-        remove_dir(&self.dir_of(hash));
+        remove_blob_dir(&self.root, hash);
+    }
+
+    /// `<data dir>/previews`
+    pub(super) fn root(&self) -> &Path {
+        &self.root
     }
 
     /// After a crash, alone with the store: empties `previews/tmp` (jobs that died with their
@@ -434,7 +460,8 @@ impl Previews {
         for entry in fs::read_dir(&tmp)? {
             let _ = fs::remove_dir_all(entry?.path());
         }
-        let mut ready = conn.prepare("SELECT 1 FROM previews WHERE blob = ?1 AND status = 1")?;
+        let mut ready =
+            conn.prepare("SELECT 1 FROM previews WHERE blob = ?1 AND kind = ?2 AND status = 1")?;
         let mut removed = 0;
         for prefix in fs::read_dir(&self.root)? {
             let prefix = prefix?;
@@ -443,15 +470,25 @@ impl Previews {
             }
             for entry in fs::read_dir(prefix.path())? {
                 let entry = entry?;
-                let name = entry.file_name();
-                let known = match name.to_str() {
-                    Some(hash) => ready.exists([hash])?,
-                    None => false,
-                };
-                if !known {
+                let hash = entry.file_name();
+                let Some(hash) = hash.to_str().filter(|_| entry.path().is_dir()) else {
                     remove_dir(&entry.path());
                     removed += 1;
+                    continue;
+                };
+                for kind in fs::read_dir(entry.path())? {
+                    let kind = kind?;
+                    let known = match kind.file_name().to_str().and_then(Kind::parse) {
+                        Some(k) => ready.exists(params![hash, k.as_str()])?,
+                        None => false,
+                    };
+                    if !known {
+                        remove_dir(&kind.path());
+                        removed += 1;
+                    }
                 }
+                // Gone when no kind is left.
+                let _ = fs::remove_dir(entry.path());
             }
         }
         if removed > 0 {
@@ -461,9 +498,10 @@ impl Previews {
     }
 
     /// Queues the preview of a stored version for the background (the commit path).
-    pub(super) fn enqueue(&self, hash: &str, name: &str) {
+    pub(super) fn enqueue(&self, hash: &str, kind: Kind, name: &str) {
         self.shared.push_background(Job {
             hash: hash.to_string(),
+            kind,
             name: name.to_string(),
             asked: false,
         });
@@ -482,8 +520,10 @@ impl Drop for Previews {
     }
 }
 
-fn dir_of(root: &Path, hash: &str) -> PathBuf {
-    root.join(&hash[..2]).join(hash)
+/// `previews/<hash[0..2]>/<hash>/<kind>/`: every kind of some bytes in one folder, which goes
+/// with the bytes.
+fn dir_of(root: &Path, hash: &str, kind: Kind) -> PathBuf {
+    root.join(&hash[..2]).join(hash).join(kind.as_str())
 }
 
 fn remove_dir(dir: &Path) {
@@ -491,6 +531,19 @@ fn remove_dir(dir: &Path) {
         if e.kind() != std::io::ErrorKind::NotFound {
             log::warn!("could not remove the preview {}: {e}", dir.display());
         }
+    }
+}
+
+/// Removes the previews of every kind of a blob that is gone, under the previews' `root`.
+pub(super) fn remove_blob_dir(root: &Path, hash: &str) {
+    remove_dir(&root.join(&hash[..2]).join(hash));
+}
+
+/// Removes the preview of one kind, and the blob's folder when it was the last.
+fn remove_kind_dir(dir: &Path) {
+    remove_dir(dir);
+    if let Some(parent) = dir.parent() {
+        let _ = fs::remove_dir(parent);
     }
 }
 
@@ -518,40 +571,67 @@ fn not_supported() -> Error {
     )
 }
 
-/// Adds the columns of the preview cache to a database from before it (idempotent; run when
-/// the store opens). Ready previews of such a database have their sizes measured once the
-/// threads start.
-pub(super) fn migrate(conn: &Connection) -> Result<()> {
-    let has = |tx: &Connection| -> rusqlite::Result<bool> {
-        tx.prepare("SELECT 1 FROM pragma_table_info('previews') WHERE name = 'requested'")?
-            .exists([])
+/// The kind of a blob's bytes for each class of name, judged by their first bytes once and
+/// kept in `blobs.kinds`. Bytes that are gone have no kind with a preview.
+pub(super) fn blob_kinds(conn: &Connection, blobs: &BlobDir, hash: &str) -> Result<Kinds> {
+    let none = [Kind::Unsupported; 3];
+    let kept: Option<Option<String>> = conn
+        .prepare_cached("SELECT kinds FROM blobs WHERE hash = ?1")?
+        .query_row([hash], |r| r.get(0))
+        .optional()?;
+    let Some(kept) = kept else {
+        return Ok(none);
     };
-    if has(conn)? {
-        return Ok(());
+    if let Some(kinds) = kept.as_deref().and_then(parse_kinds) {
+        return Ok(kinds);
     }
-    let tx = conn.unchecked_transaction()?;
-    if !has(&tx)? {
-        tx.execute_batch(
-            "ALTER TABLE previews ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0;  -- on disk, 4 KiB blocks; -1: not measured yet
-             ALTER TABLE previews ADD COLUMN used_on INTEGER NOT NULL DEFAULT 0; -- last asked for (ns)
-             ALTER TABLE previews ADD COLUMN requested INTEGER NOT NULL DEFAULT 0; -- 1: somebody asked for it
-             UPDATE previews SET bytes = -1 WHERE status = 1;",
-        )?;
-    }
-    tx.commit()?;
-    Ok(())
+    let mut head = Vec::with_capacity(SNIFF_BYTES);
+    match File::open(blobs.path(hash)) {
+        Ok(f) => f.take(SNIFF_BYTES as u64).read_to_end(&mut head)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(none),
+        Err(e) => return Err(e.into()),
+    };
+    let kinds = preview::kinds(&head);
+    conn.prepare_cached("UPDATE blobs SET kinds = ?2 WHERE hash = ?1")?
+        .execute(params![hash, format_kinds(&kinds)])?;
+    Ok(kinds)
 }
 
-/// Marks the blob's preview as wanted (in progress) unless the store already knows about it;
-/// true when the row is new and a job should be queued. Runs inside the caller's transaction.
-pub(super) fn want(conn: &Connection, hash: &str, name: &str) -> Result<bool> {
+/// The kind of the bytes `hash` under `name`.
+pub(super) fn kind_of(conn: &Connection, blobs: &BlobDir, hash: &str, name: &str) -> Result<Kind> {
+    Ok(blob_kinds(conn, blobs, hash)?[preview::name_class(name)])
+}
+
+fn format_kinds(kinds: &Kinds) -> String {
+    kinds.map(|k| k.as_str()).join(",")
+}
+
+fn parse_kinds(s: &str) -> Option<Kinds> {
+    let mut it = s.split(',').map(Kind::parse);
+    let kinds = [it.next()??, it.next()??, it.next()??];
+    it.next().is_none().then_some(kinds)
+}
+
+/// Marks the preview of the blob under `name` (the kind the name chooses) as wanted (in
+/// progress) unless the store already knows about it; the kind when the row is new and a job
+/// should be queued (none for a kind with no preview). Runs inside the caller's transaction.
+pub(super) fn want(
+    conn: &Connection,
+    blobs: &BlobDir,
+    hash: &str,
+    name: &str,
+) -> Result<Option<Kind>> {
+    let kind = kind_of(conn, blobs, hash, name)?;
+    if kind == Kind::Unsupported {
+        return Ok(None);
+    }
     let now = now_ns();
     let n = conn
         .prepare_cached(
-            "INSERT OR IGNORE INTO previews (blob, status, name, updated_on, used_on) VALUES (?1, 0, ?2, ?3, ?3)",
+            "INSERT OR IGNORE INTO previews (blob, kind, status, name, updated_on, used_on) VALUES (?1, ?2, 0, ?3, ?4, ?4)",
         )?
-        .execute(params![hash, name, now])?;
-    Ok(n == 1)
+        .execute(params![hash, kind.as_str(), name, now])?;
+    Ok((n == 1).then_some(kind))
 }
 
 /// A blob opened and judged by its first bytes and its name.
@@ -562,15 +642,15 @@ struct Judged {
     kind: Kind,
 }
 
-/// Opens a blob and tells whether it can have a preview (`Err(reason)` when it cannot).
-fn judge(path: &Path, name: &str) -> std::io::Result<std::result::Result<Judged, String>> {
+/// Opens a blob and tells whether it can have a preview of that kind (`Err(reason)` when it
+/// cannot).
+fn judge(path: &Path, kind: Kind) -> std::io::Result<std::result::Result<Judged, String>> {
     let mut file = File::open(path)?;
     let size = file.metadata()?.len();
     let mut head = Vec::with_capacity(SNIFF_BYTES);
     (&mut file)
         .take(SNIFF_BYTES as u64)
         .read_to_end(&mut head)?;
-    let kind = preview::sniff(name, &head);
     Ok(match kind {
         Kind::Unsupported => Err("not a type with previews".into()),
         _ if size == 0 => Err("empty file".into()),
@@ -586,9 +666,10 @@ fn judge(path: &Path, name: &str) -> std::io::Result<std::result::Result<Judged,
     })
 }
 
-/// A ready preview: its blob, page sizes, and whether it made its own PDF.
+/// A ready preview: its blob and kind, page sizes, and whether it made its own PDF.
 struct ReadyPreview {
     hash: String,
+    kind: Kind,
     pages: Vec<(u32, u32)>,
     own_pdf: bool,
 }
@@ -602,15 +683,18 @@ impl Store {
         if p.started.set(()).is_err() {
             return Ok(());
         }
-        let pending: Vec<(String, String)> = {
+        let pending: Vec<(String, String, String)> = {
             let conn = self.lock();
-            let mut stmt = conn
-                .prepare("SELECT blob, name FROM previews WHERE status = 0 ORDER BY updated_on")?;
-            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            let mut stmt = conn.prepare(
+                "SELECT blob, kind, name FROM previews WHERE status = 0 ORDER BY updated_on",
+            )?;
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
                 .collect::<rusqlite::Result<_>>()?
         };
-        for (hash, name) in &pending {
-            p.enqueue(hash, name);
+        for (hash, kind, name) in &pending {
+            if let Some(kind) = Kind::parse(kind) {
+                p.enqueue(hash, kind, name);
+            }
         }
         let pool = Pool {
             root: p.root.clone(),
@@ -701,119 +785,142 @@ impl Store {
         Ok(self.preview_of(scope, file_id)?.0)
     }
 
-    /// The preview state and the blob it is of (and, when ready, whether it has its own PDF).
-    fn preview_of(&self, scope: Scope, file_id: &str) -> Result<(PreviewState, String, bool)> {
+    /// The preview state and the preview it is (the blob and the kind the file's name chooses;
+    /// when ready, whether it has its own PDF).
+    fn preview_of(
+        &self,
+        scope: Scope,
+        file_id: &str,
+    ) -> Result<(PreviewState, String, Kind, bool)> {
         let conn = self.lock();
         let (name, Some(hash)) = Self::current_blob(&conn, scope, file_id)? else {
-            return Ok((PreviewState::NotSupported, String::new(), false));
+            return Ok((
+                PreviewState::NotSupported,
+                String::new(),
+                Kind::Unsupported,
+                false,
+            ));
         };
+        let kind = kind_of(&conn, &self.blobs, &hash, &name)?;
+        if kind == Kind::Unsupported {
+            return Ok((PreviewState::NotSupported, hash, kind, false));
+        }
         type Row = (i64, Option<String>, bool, i64, bool);
         let row: Option<Row> = conn
-            .query_row(
-                "SELECT status, pages, own_pdf, used_on, requested FROM previews WHERE blob = ?1",
-                [&hash],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
-            )
+            .prepare_cached(
+                "SELECT status, pages, own_pdf, used_on, requested FROM previews
+                 WHERE blob = ?1 AND kind = ?2",
+            )?
+            .query_row(params![hash, kind.as_str()], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
             .optional()?;
         if let (Scope::Account(account), Some((status, ..))) = (scope, &row) {
-            if *status != IN_PROGRESS && Self::still_making_for(&conn, account, &hash)? {
-                return Ok((PreviewState::InProgress, hash, false));
+            if *status != IN_PROGRESS && Self::still_making_for(&conn, account, &hash, kind)? {
+                return Ok((PreviewState::InProgress, hash, kind, false));
             }
         }
+        let waiting = |conn: &Connection| -> Result<()> {
+            if let Scope::Account(account) = scope {
+                // Being made while this account waits: it sees it when it is done.
+                conn.prepare_cached(
+                    "INSERT OR IGNORE INTO preview_access (account_id, blob, kind, ready_on) VALUES (?1, ?2, ?3, 0)",
+                )?
+                .execute(params![account, hash, kind.as_str()])?;
+            }
+            Ok(())
+        };
         let state = match row {
             None => {
-                want(&conn, &hash, &name)?;
-                if let Scope::Account(account) = scope {
-                    conn.prepare_cached(
-                        "INSERT OR IGNORE INTO preview_access (account_id, blob, ready_on) VALUES (?1, ?2, 0)",
-                    )?
-                    .execute(params![account, hash])?;
-                }
+                want(&conn, &self.blobs, &hash, &name)?;
+                waiting(&conn)?;
                 drop(conn);
-                self.ask(&hash, &name)?
+                self.ask(&hash, kind, &name)?
             }
             Some((IN_PROGRESS, ..)) => {
-                if let Scope::Account(account) = scope {
-                    // Being made while this account waits: it sees it when it is done.
-                    conn.prepare_cached(
-                        "INSERT OR IGNORE INTO preview_access (account_id, blob, ready_on) VALUES (?1, ?2, 0)",
-                    )?
-                    .execute(params![account, hash])?;
-                }
+                waiting(&conn)?;
                 drop(conn);
-                self.ask(&hash, &name)?
+                self.ask(&hash, kind, &name)?
             }
             Some((READY, pages, own_pdf, used_on, requested)) => {
                 let now = now_ns();
                 if !requested || now - used_on > USE_GRANULARITY_NS {
                     conn.prepare_cached(
-                        "UPDATE previews SET used_on = ?2, requested = 1 WHERE blob = ?1",
+                        "UPDATE previews SET used_on = ?3, requested = 1 WHERE blob = ?1 AND kind = ?2",
                     )?
-                    .execute(params![hash, now])?;
+                    .execute(params![hash, kind.as_str(), now])?;
                 }
                 let pages = pages
                     .and_then(|p| serde_json::from_str(&p).ok())
                     .unwrap_or_default();
-                return Ok((PreviewState::Ready { pages }, hash, own_pdf));
+                return Ok((PreviewState::Ready { pages }, hash, kind, own_pdf));
             }
             Some(_) => PreviewState::NotSupported,
         };
-        Ok((state, hash, false))
+        Ok((state, hash, kind, false))
     }
 
     /// Whether `account` is to be told a finished preview is still being made: the first time it
     /// asks for a preview made before (maybe for another account), it waits as long as making
     /// it took, as it would have for bytes nobody had. Later answers follow the preview.
-    fn still_making_for(conn: &Connection, account: i64, hash: &str) -> Result<bool> {
+    fn still_making_for(conn: &Connection, account: i64, hash: &str, kind: Kind) -> Result<bool> {
         let now = now_ns();
         let ready_on: Option<i64> = conn
             .prepare_cached(
-                "SELECT ready_on FROM preview_access WHERE account_id = ?1 AND blob = ?2",
+                "SELECT ready_on FROM preview_access WHERE account_id = ?1 AND blob = ?2 AND kind = ?3",
             )?
-            .query_row(params![account, hash], |r| r.get(0))
+            .query_row(params![account, hash, kind.as_str()], |r| r.get(0))
             .optional()?;
         let ready_on = match ready_on {
             Some(t) => t,
             None => {
                 let took: i64 = conn
-                    .prepare_cached("SELECT render_ns FROM previews WHERE blob = ?1")?
-                    .query_row([hash], |r| r.get(0))?;
+                    .prepare_cached("SELECT render_ns FROM previews WHERE blob = ?1 AND kind = ?2")?
+                    .query_row(params![hash, kind.as_str()], |r| r.get(0))?;
                 let t = now.saturating_add(took.max(0));
                 conn.prepare_cached(
-                    "INSERT INTO preview_access (account_id, blob, ready_on) VALUES (?1, ?2, ?3)",
+                    "INSERT INTO preview_access (account_id, blob, kind, ready_on) VALUES (?1, ?2, ?3, ?4)",
                 )?
-                .execute(params![account, hash, t])?;
+                .execute(params![account, hash, kind.as_str(), t])?;
                 t
             }
         };
         Ok(ready_on > now)
     }
 
-    /// Somebody asked for a preview in progress: its job goes to the front. Bytes of a type
-    /// with no preview are recorded so at once (judged by their first bytes, no rendering).
-    fn ask(&self, hash: &str, name: &str) -> Result<PreviewState> {
+    /// Somebody asked for a preview in progress: its job goes to the front. Bytes that cannot
+    /// have a preview of that kind (too large) are recorded so at once, without rendering.
+    fn ask(&self, hash: &str, kind: Kind, name: &str) -> Result<PreviewState> {
         let shared = &self.previews.shared;
-        if shared.bump(hash) {
+        if shared.bump(&key(hash, kind)) {
             return Ok(PreviewState::InProgress);
         }
-        if let Ok(Err(reason)) = judge(&self.blobs.path(hash), name) {
+        if let Ok(Err(reason)) = judge(&self.blobs.path(hash), kind) {
             log::info!("no preview for {name}: {reason}");
             self.lock()
                 .prepare_cached(
-                    "UPDATE previews SET status = ?2, reason = ?3, updated_on = ?4 WHERE blob = ?1 AND status = 0",
+                    "UPDATE previews SET status = ?3, reason = ?4, updated_on = ?5
+                     WHERE blob = ?1 AND kind = ?2 AND status = 0",
                 )?
-                .execute(params![hash, NOT_SUPPORTED, reason, now_ns()])?;
+                .execute(params![
+                    hash,
+                    kind.as_str(),
+                    NOT_SUPPORTED,
+                    reason,
+                    now_ns()
+                ])?;
             return Ok(PreviewState::NotSupported);
         }
-        shared.push_asked(hash, name);
+        shared.push_asked(hash, kind, name);
         Ok(PreviewState::InProgress)
     }
 
     /// The blob of a file whose preview is ready, and its page sizes.
     fn ready(&self, scope: Scope, file_id: &str) -> Result<ReadyPreview> {
         match self.preview_of(scope, file_id)? {
-            (PreviewState::Ready { pages }, hash, own_pdf) => Ok(ReadyPreview {
+            (PreviewState::Ready { pages }, hash, kind, own_pdf) => Ok(ReadyPreview {
                 hash,
+                kind,
                 pages,
                 own_pdf,
             }),
@@ -842,22 +949,27 @@ impl Store {
         page: u32,
         size: &PageSize,
     ) -> Result<Bytes> {
-        let ReadyPreview { hash, pages, .. } = self.ready(scope, file_id)?;
+        let ReadyPreview {
+            hash, kind, pages, ..
+        } = self.ready(scope, file_id)?;
         let (w, h) = *pages
             .get((page as usize).wrapping_sub(1))
             .ok_or_else(|| Error::not_found(format!("the preview has {} page(s)", pages.len())))?;
         let (tw, th) = preview::fit(w, h, size);
-        let key = (hash.clone(), page, tw, th);
+        let cache_key = (key(&hash, kind), page, tw, th);
         let cache = &self.previews.scaled;
         if let Some(b) = cache
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .lru
-            .get(&key)
+            .get(&cache_key)
         {
             return Ok(b.clone());
         }
-        let path = self.previews.dir_of(&hash).join(page_file(page as usize));
+        let path = self
+            .previews
+            .dir_of(&hash, kind)
+            .join(page_file(page as usize));
         let png = fs::read(&path).map_err(|e| self.evicted_meanwhile(scope, file_id, e))?;
         if (tw, th) == (w, h) {
             return Ok(Bytes::from(png));
@@ -867,7 +979,7 @@ impl Store {
         let scaled = Bytes::from(scaled);
         let mut c = cache.lock().unwrap_or_else(|p| p.into_inner());
         c.bytes += scaled.len();
-        if let Some(old) = c.lru.put(key, scaled.clone()) {
+        if let Some(old) = c.lru.put(cache_key, scaled.clone()) {
             c.bytes -= old.len();
         }
         while c.bytes > SCALED_CACHE_BYTES {
@@ -883,8 +995,12 @@ impl Store {
     pub fn preview_pdf(&self, scope: Scope, file_id: &str) -> Result<(File, u64)> {
         let ready = self.ready(scope, file_id)?;
         let file = if ready.own_pdf {
-            File::open(self.previews.dir_of(&ready.hash).join("document.pdf"))
-                .map_err(|e| self.evicted_meanwhile(scope, file_id, e))?
+            File::open(
+                self.previews
+                    .dir_of(&ready.hash, ready.kind)
+                    .join("document.pdf"),
+            )
+            .map_err(|e| self.evicted_meanwhile(scope, file_id, e))?
         } else {
             // The preview of a PDF is the PDF itself.
             let _guard = self.lock(); // a delete cannot remove the blob meanwhile
@@ -892,6 +1008,58 @@ impl Store {
         };
         let len = file.metadata()?.len();
         Ok((file, len))
+    }
+
+    /// Gives the previews of a database from before kinds (schema 7) their kind: the one their
+    /// bytes have under the name they were rendered by, which their files move under. Rows of
+    /// bytes that are gone, or of a kind with no preview, go.
+    pub(super) fn migrate_preview_kinds(&self) -> Result<()> {
+        let mut conn = self.lock();
+        let old: Vec<(String, String)> = conn
+            .prepare("SELECT blob, name FROM previews WHERE kind = ''")?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        if old.is_empty() {
+            return Ok(());
+        }
+        let tx = conn.transaction()?;
+        let mut moved = 0;
+        for (hash, name) in &old {
+            let kind = kind_of(&tx, &self.blobs, hash, name)?;
+            let folder = self.previews.root.join(&hash[..2]).join(hash);
+            if kind == Kind::Unsupported {
+                tx.execute("DELETE FROM previews WHERE blob = ?1 AND kind = ''", [hash])?;
+                let _ = fs::remove_dir_all(&folder);
+                continue;
+            }
+            tx.execute(
+                "UPDATE preview_access SET kind = ?2 WHERE blob = ?1 AND kind = ''",
+                params![hash, kind.as_str()],
+            )?;
+            tx.execute(
+                "UPDATE previews SET kind = ?2 WHERE blob = ?1 AND kind = ''",
+                params![hash, kind.as_str()],
+            )?;
+            // The files of the old layout, `<hash>/page-0001.png`..., into `<hash>/<kind>/`.
+            let Ok(entries) = fs::read_dir(&folder) else {
+                continue;
+            };
+            let dest = folder.join(kind.as_str());
+            fs::create_dir_all(&dest)?;
+            for entry in entries {
+                let entry = entry?;
+                if entry.file_type()?.is_file() {
+                    fs::rename(entry.path(), dest.join(entry.file_name()))?;
+                }
+            }
+            moved += 1;
+        }
+        tx.commit()?;
+        log::info!(
+            "{} preview(s) from before preview kinds given theirs ({moved} with files moved)",
+            old.len()
+        );
+        Ok(())
     }
 }
 
@@ -989,7 +1157,7 @@ impl Pool {
                     {
                         log::warn!("could not record the preview of {}: {e}", job.name);
                     }
-                    self.shared.done_asked(&job.hash);
+                    self.shared.done_asked(&job.key());
                 } else {
                     // Starved or stuck: either way left for a request to render.
                     log::info!(
@@ -1023,7 +1191,7 @@ impl Pool {
             let Some(job) = job else { return };
             let go_on = self.run(&mut conn, slot, &job);
             match slot.tier {
-                Tier::Asked if go_on => self.shared.done_asked(&job.hash),
+                Tier::Asked if go_on => self.shared.done_asked(&job.key()),
                 Tier::Asked => {}
                 // (A yielded job is queued again before this.)
                 Tier::Background => self.shared.done_background(),
@@ -1105,14 +1273,14 @@ impl Pool {
         log::debug!("preview of {} done in {:?}", job.name, started.elapsed());
         // Room is made before the new preview is placed, so the bound holds at every moment.
         if let Outcome::Done { bytes, .. } = &outcome {
-            if let Err(e) = self.keep_bound(conn, Some(&job.hash), *bytes) {
+            if let Err(e) = self.keep_bound(conn, Some(job), *bytes) {
                 log::warn!("could not keep the previews within their bound: {e}");
             }
         }
         if let Err(e) = self.finish(conn, job, outcome, started.elapsed()) {
             log::warn!("could not record the preview of {}: {e}", job.name);
         }
-        if let Err(e) = self.keep_bound(conn, Some(&job.hash), 0) {
+        if let Err(e) = self.keep_bound(conn, Some(job), 0) {
             log::warn!("could not keep the previews within their bound: {e}");
         }
         true
@@ -1126,9 +1294,9 @@ impl Pool {
             .query_row(
                 &format!(
                     "SELECT p.status, b.size, {IS_CURRENT} FROM previews p
-                     LEFT JOIN blobs b ON b.hash = p.blob WHERE p.blob = ?1"
+                     LEFT JOIN blobs b ON b.hash = p.blob WHERE p.blob = ?1 AND p.kind = ?2"
                 ),
-                [&job.hash],
+                params![job.hash, job.kind.as_str()],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .optional()?;
@@ -1191,7 +1359,7 @@ impl Pool {
             return Ok(Outcome::Yielded);
         }
         let path = self.blobs.join(&job.hash[..2]).join(&job.hash);
-        let judged = match judge(&path, &job.name) {
+        let judged = match judge(&path, job.kind) {
             Ok(Ok(j)) => j,
             Ok(Err(why)) => return Ok(Outcome::NotSupported(why)),
             // Deleted meanwhile: finish() finds no row and drops the job.
@@ -1287,10 +1455,11 @@ impl Pool {
         took: Duration,
     ) -> Result<()> {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let kind = job.kind.as_str();
         let status: Option<i64> = tx
             .query_row(
-                "SELECT status FROM previews WHERE blob = ?1",
-                [&job.hash],
+                "SELECT status FROM previews WHERE blob = ?1 AND kind = ?2",
+                params![job.hash, kind],
                 |r| r.get(0),
             )
             .optional()?;
@@ -1307,7 +1476,7 @@ impl Pool {
                 own_pdf,
                 bytes,
             } => {
-                let dest = dir_of(&self.root, &job.hash);
+                let dest = dir_of(&self.root, &job.hash, job.kind);
                 let placed = (|| -> std::io::Result<()> {
                     let _ = fs::remove_dir_all(&dest);
                     let parent = dest.parent().expect("preview dir has a parent");
@@ -1319,14 +1488,17 @@ impl Pool {
                     // Disk full, say: forget it, so the next request tries again.
                     let _ = fs::remove_dir_all(&tmp);
                     log::warn!("could not store the preview of {}: {e}", job.name);
-                    tx.execute("DELETE FROM previews WHERE blob = ?1", [&job.hash])?;
+                    tx.execute(
+                        "DELETE FROM previews WHERE blob = ?1 AND kind = ?2",
+                        params![job.hash, kind],
+                    )?;
                 } else {
                     let sizes = serde_json::to_string(&pages).expect("sizes serialize");
                     let now = now_ns();
                     tx.execute(
                         "UPDATE previews SET status = ?2, pages = ?3, own_pdf = ?4, updated_on = ?5,
                                 used_on = ?5, bytes = ?6, requested = MAX(requested, ?7), render_ns = ?8
-                         WHERE blob = ?1",
+                         WHERE blob = ?1 AND kind = ?9",
                         params![
                             job.hash,
                             READY,
@@ -1335,7 +1507,8 @@ impl Pool {
                             now,
                             bytes as i64,
                             job.asked,
-                            took.as_nanos() as i64
+                            took.as_nanos() as i64,
+                            kind
                         ],
                     )?;
                 }
@@ -1344,13 +1517,14 @@ impl Pool {
                 log::info!("no preview for {}: {reason}", job.name);
                 tx.execute(
                     "UPDATE previews SET status = ?2, reason = ?3, updated_on = ?4, render_ns = ?5
-                     WHERE blob = ?1",
+                     WHERE blob = ?1 AND kind = ?6",
                     params![
                         job.hash,
                         NOT_SUPPORTED,
                         reason,
                         now_ns(),
-                        took.as_nanos() as i64
+                        took.as_nanos() as i64,
+                        kind
                     ],
                 )?;
             }
@@ -1363,45 +1537,51 @@ impl Pool {
     /// Removes least recently used previews until they and `incoming` more bytes fit the cache
     /// size (never `keep`, the one being made): first those of bytes that are no file's current
     /// version, then those nobody asked for, then the rest, oldest use first.
-    fn keep_bound(&self, conn: &mut Connection, keep: Option<&str>, incoming: u64) -> Result<()> {
+    fn keep_bound(&self, conn: &mut Connection, keep: Option<&Job>, incoming: u64) -> Result<()> {
         let (total, _) = preview_bytes(conn)?;
         let bound = self.shared.cache_size.saturating_sub(incoming);
         let mut total = total;
         if total <= bound {
             return Ok(());
         }
-        let candidates: Vec<(String, i64)> = {
+        let (keep_hash, keep_kind) = keep.map_or(("", ""), |j| (&j.hash, j.kind.as_str()));
+        let candidates: Vec<(String, String, i64)> = {
             let mut stmt = conn.prepare(&format!(
-                "SELECT p.blob, p.bytes FROM previews p WHERE p.status = 1 AND p.blob != ?1
+                "SELECT p.blob, p.kind, p.bytes FROM previews p
+                 WHERE p.status = 1 AND NOT (p.blob = ?1 AND p.kind = ?2)
                  ORDER BY {}, p.requested, p.used_on",
                 IS_CURRENT.replace("?1", "p.blob")
             ))?;
-            stmt.query_map([keep.unwrap_or("")], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<rusqlite::Result<_>>()?
+            stmt.query_map(params![keep_hash, keep_kind], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?
+            .collect::<rusqlite::Result<_>>()?
         };
         let mut evict = Vec::new();
-        for (hash, bytes) in candidates {
+        for (hash, kind, bytes) in candidates {
             if total <= bound {
                 break;
             }
             total = total.saturating_sub(bytes.max(0) as u64);
-            evict.push(hash);
+            evict.push((hash, kind));
         }
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut gone = Vec::new();
-        for hash in evict {
+        for (hash, kind) in evict {
             // Only if still ready (a row asked for again meanwhile is left as it is).
             if tx.execute(
-                "DELETE FROM previews WHERE blob = ?1 AND status = 1",
-                [&hash],
+                "DELETE FROM previews WHERE blob = ?1 AND kind = ?2 AND status = 1",
+                params![hash, kind],
             )? == 1
             {
-                gone.push(hash);
+                gone.push((hash, kind));
             }
         }
         tx.commit()?;
-        for hash in &gone {
-            remove_dir(&dir_of(&self.root, hash));
+        for (hash, kind) in &gone {
+            if let Some(kind) = Kind::parse(kind) {
+                remove_kind_dir(&dir_of(&self.root, hash, kind));
+            }
         }
         if !gone.is_empty() {
             self.shared
@@ -1418,19 +1598,20 @@ impl Pool {
 
     /// Ready previews from a database older than the cache get their sizes measured.
     fn measure_old(&self, conn: &mut Connection) -> Result<()> {
-        let old: Vec<String> = conn
-            .prepare("SELECT blob FROM previews WHERE status = 1 AND bytes < 0")?
-            .query_map([], |r| r.get(0))?
+        let old: Vec<(String, String)> = conn
+            .prepare("SELECT blob, kind FROM previews WHERE status = 1 AND bytes < 0")?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<rusqlite::Result<_>>()?;
         if old.is_empty() {
             return Ok(());
         }
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        for hash in &old {
-            let bytes = dir_bytes(&dir_of(&self.root, hash));
+        for (hash, kind) in &old {
+            let Some(k) = Kind::parse(kind) else { continue };
+            let bytes = dir_bytes(&dir_of(&self.root, hash, k));
             tx.execute(
-                "UPDATE previews SET bytes = ?2 WHERE blob = ?1",
-                params![hash, bytes as i64],
+                "UPDATE previews SET bytes = ?3 WHERE blob = ?1 AND kind = ?2",
+                params![hash, kind, bytes as i64],
             )?;
         }
         tx.commit()?;
@@ -1509,3 +1690,89 @@ fn lower_priority(tier: Tier) {
 
 #[cfg(not(target_os = "linux"))]
 fn lower_priority(_: Tier) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store of schema 6 (previews keyed by their bytes alone, files in `<hash>/`) opened by
+    /// this one: each preview gets the kind its bytes have under the name it was rendered by,
+    /// its files and its accounts' access move with it; one of a kind with no preview goes.
+    #[test]
+    fn previews_from_before_kinds_get_theirs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let mut noisy = b"log line\n".repeat(20);
+        noisy.extend_from_slice(&[0x01; 8]);
+        let (text, none) = ("aa".repeat(32), "bb".repeat(32));
+        {
+            let mut conn = Connection::open(dir.join("vault.db")).unwrap();
+            super::super::schema::prepare_to(&mut conn, 6).unwrap();
+            super::super::schema::preview_cache_columns(&conn).unwrap();
+            for (hash, name, status) in [(&text, "a.log", READY), (&none, "b.dat", NOT_SUPPORTED)] {
+                let blob = dir.join("blobs").join(&hash[..2]).join(hash);
+                fs::create_dir_all(blob.parent().unwrap()).unwrap();
+                fs::write(&blob, &noisy).unwrap();
+                conn.execute(
+                    "INSERT INTO blobs (hash, size, md5) VALUES (?1, ?2, 'x')",
+                    params![hash, noisy.len() as i64],
+                )
+                .unwrap();
+                conn.execute(
+                    "INSERT INTO previews (blob, status, pages, own_pdf, name, updated_on, bytes)
+                     VALUES (?1, ?2, '[[1224,1584]]', 1, ?3, 1, 8192)",
+                    params![hash, status, name],
+                )
+                .unwrap();
+                conn.execute(
+                    "INSERT INTO preview_access (account_id, blob, ready_on) VALUES (1, ?1, 5)",
+                    [hash],
+                )
+                .unwrap();
+                let files = dir.join("previews").join(&hash[..2]).join(hash);
+                fs::create_dir_all(&files).unwrap();
+                fs::write(files.join("page-0001.png"), b"png").unwrap();
+                fs::write(files.join("document.pdf"), b"pdf").unwrap();
+            }
+        }
+        let store = Store::open(dir, Default::default()).unwrap();
+        let conn = store.lock();
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 8);
+        let rows: Vec<(String, String, i64)> = conn
+            .prepare("SELECT blob, kind, status FROM previews")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(rows, [(text.clone(), "text".to_string(), READY)]);
+        let access: Vec<(String, String, i64)> = conn
+            .prepare("SELECT blob, kind, ready_on FROM preview_access")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(access, [(text.clone(), "text".to_string(), 5)]);
+        let kinds: String = conn
+            .query_row("SELECT kinds FROM blobs WHERE hash = ?1", [&text], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(kinds, "none,text,none");
+        let moved = dir_of(&dir.join("previews"), &text, Kind::Text);
+        assert_eq!(fs::read(moved.join("page-0001.png")).unwrap(), b"png");
+        assert_eq!(fs::read(moved.join("document.pdf")).unwrap(), b"pdf");
+        assert!(!moved.parent().unwrap().join("page-0001.png").exists());
+        let gone = dir.join("previews").join(&none[..2]).join(&none);
+        assert!(!gone.exists(), "the preview of no kind is removed");
+        // Opened again: nothing left to do, nothing undone.
+        drop(conn);
+        drop(store);
+        let _store = Store::open(dir, Default::default()).unwrap();
+        assert!(moved.join("page-0001.png").exists());
+    }
+}

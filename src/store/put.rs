@@ -235,8 +235,8 @@ impl Store {
                 match self.put_one(&tx, scope, f, p, &mut dirs, &mut folders) {
                     Ok((node, render, name, sha)) => {
                         run("RELEASE put_file")?;
-                        if render {
-                            previews.push((sha, name));
+                        if let Some(kind) = render {
+                            previews.push((sha, kind, name));
                         }
                         results.push(Ok(node));
                     }
@@ -260,8 +260,8 @@ impl Store {
         );
         match results {
             Ok(results) => {
-                for (sha, name) in previews {
-                    self.previews.enqueue(&sha, &name);
+                for (sha, kind, name) in previews {
+                    self.previews.enqueue(&sha, kind, &name);
                 }
                 results
             }
@@ -344,7 +344,7 @@ impl Store {
         mut p: Prepared,
         dirs: &mut Vec<PathBuf>,
         folders: &mut nodes::Folders,
-    ) -> Result<(Node, bool, String, String)> {
+    ) -> Result<nodes::Committed> {
         let now = now_ns();
         let file = match &f.file_id {
             Some(id) => nodes::file_by_id(tx, scope, id)?,
@@ -381,7 +381,7 @@ impl Store {
             f.attrs.modified.map_or(now, time_to_ns),
             f.attrs.mode.map(|m| m & EXEC_BITS)
         ])?;
-        let render = super::previews::want(tx, &p.sha256, &file.name)?;
+        let render = super::previews::want(tx, &self.blobs, &p.sha256, &file.name)?;
         let row = nodes::row(tx, file.id)?;
         // By path: in a folder of the batch, whose path as stored is known already.
         let path = match (&f.file_id, f.path.parent()) {

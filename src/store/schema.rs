@@ -4,7 +4,7 @@
 use rusqlite::Connection;
 
 /// Bumped when the schema changes; `migrate` brings older databases forward.
-const VERSION: i64 = 6;
+const VERSION: i64 = 8;
 
 const V1: &str = "
 CREATE TABLE nodes (
@@ -200,8 +200,93 @@ ALTER TABLE versions ADD COLUMN modified_on INTEGER;  -- ns, signed; NULL: the c
 ALTER TABLE versions ADD COLUMN exec INTEGER;         -- NULL: the file's bits as they are
 ";
 
+/// A preview is of some bytes rendered as one kind (issue 19, item 8): the same bytes under
+/// two names can be two kinds (a log full of control characters is text as `a.log`, no preview
+/// as `a.bin`), and each name gets the preview its own type implies; identical (bytes, kind)
+/// pairs still share one. `blobs.kinds` is the kind of the bytes for each class of name
+/// (`crate::preview::kinds`, three letters; NULL until first judged). Earlier rows get the kind
+/// `''` here and their real one when the store opens (`Store::migrate_preview_kinds`, which
+/// reads the bytes with the name they were rendered by, and moves their files from
+/// `previews/<hash>/` to `previews/<hash>/<kind>/`).
+const V7: &str = "
+ALTER TABLE blobs ADD COLUMN kinds TEXT;
+DROP TRIGGER blobs_drop_preview;
+DROP TRIGGER previews_drop_access;
+CREATE TABLE previews_v7 (
+    blob       TEXT NOT NULL,          -- sha256 of the bytes previewed
+    kind       TEXT NOT NULL,          -- pdf, image or text ('': from before kinds, not known yet)
+    status     INTEGER NOT NULL,       -- 0 in progress, 1 ready, 2 not supported
+    pages      TEXT,
+    own_pdf    INTEGER NOT NULL DEFAULT 0,
+    name       TEXT NOT NULL,          -- a name the bytes had under this kind (for the logs)
+    reason     TEXT,
+    updated_on INTEGER NOT NULL,
+    render_ns  INTEGER NOT NULL DEFAULT 0,
+    bytes      INTEGER NOT NULL DEFAULT 0,
+    used_on    INTEGER NOT NULL DEFAULT 0,
+    requested  INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (blob, kind)
+);
+INSERT INTO previews_v7 (blob, kind, status, pages, own_pdf, name, reason, updated_on, render_ns,
+        bytes, used_on, requested)
+    SELECT blob, '', status, pages, own_pdf, name, reason, updated_on, render_ns, bytes, used_on,
+        requested FROM previews;
+DROP TABLE previews;
+ALTER TABLE previews_v7 RENAME TO previews;
+CREATE INDEX previews_in_progress ON previews(status) WHERE status = 0;
+CREATE TABLE preview_access_v7 (
+    account_id INTEGER NOT NULL,
+    blob       TEXT NOT NULL,
+    kind       TEXT NOT NULL,
+    ready_on   INTEGER NOT NULL,
+    PRIMARY KEY (account_id, blob, kind)
+);
+INSERT INTO preview_access_v7 SELECT account_id, blob, '', ready_on FROM preview_access;
+DROP TABLE preview_access;
+ALTER TABLE preview_access_v7 RENAME TO preview_access;
+CREATE TRIGGER blobs_drop_preview AFTER DELETE ON blobs BEGIN
+    DELETE FROM previews WHERE blob = OLD.hash;
+END;
+CREATE TRIGGER previews_drop_access AFTER DELETE ON previews BEGIN
+    DELETE FROM preview_access WHERE blob = OLD.blob AND kind = OLD.kind;
+END;
+";
+
+/// Deletes of large trees are bounded per transaction (issue 19, item 12, `store::purge`): the
+/// request's transaction detaches the tree (its top gets no parent and the name `/<id>`) and
+/// lists it here; a thread deletes it in chunks, and a restart resumes what is listed.
+const V8: &str = "
+CREATE TABLE trash (
+    node_id     INTEGER PRIMARY KEY,   -- a detached top: parent_id NULL, not an account
+    account_id  INTEGER NOT NULL,
+    detached_on INTEGER NOT NULL
+);
+";
+
+/// Adds the columns of the preview cache to a database from before it (idempotent). Ready
+/// previews of such a database have their sizes measured once the threads start.
+pub fn preview_cache_columns(conn: &Connection) -> rusqlite::Result<()> {
+    let has = conn
+        .prepare("SELECT 1 FROM pragma_table_info('previews') WHERE name = 'requested'")?
+        .exists([])?;
+    if !has {
+        conn.execute_batch(
+            "ALTER TABLE previews ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0;  -- on disk, 4 KiB blocks; -1: not measured yet
+             ALTER TABLE previews ADD COLUMN used_on INTEGER NOT NULL DEFAULT 0; -- last asked for (ns)
+             ALTER TABLE previews ADD COLUMN requested INTEGER NOT NULL DEFAULT 0; -- 1: somebody asked for it
+             UPDATE previews SET bytes = -1 WHERE status = 1;",
+        )?;
+    }
+    Ok(())
+}
+
 /// Opens the connection's pragmas and brings the schema to the current version.
 pub fn prepare(conn: &mut Connection) -> rusqlite::Result<()> {
+    prepare_to(conn, VERSION)
+}
+
+/// The same up to version `target` (tests make older databases with it).
+pub(crate) fn prepare_to(conn: &mut Connection, target: i64) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
     // Transactions take the write lock when they begin: a deferred one that reads first and
     // writes later fails at once (SQLITE_BUSY_SNAPSHOT, not retried by the busy timeout) when
@@ -220,9 +305,21 @@ pub fn prepare(conn: &mut Connection) -> rusqlite::Result<()> {
         tx.pragma_update(None, "user_version", 1)?;
         tx.commit()?;
     }
-    for (to, sql) in [(2, V2), (3, V3), (4, V4), (5, V5), (6, V6)] {
-        if version < to {
+    for (to, sql) in [
+        (2, V2),
+        (3, V3),
+        (4, V4),
+        (5, V5),
+        (6, V6),
+        (7, V7),
+        (8, V8),
+    ] {
+        if version < to && to <= target {
             let tx = conn.transaction()?;
+            if to == 7 {
+                // V7 copies the cache's columns, which older stores added when they opened.
+                preview_cache_columns(&tx)?;
+            }
             tx.execute_batch(sql)?;
             tx.pragma_update(None, "user_version", to)?;
             tx.commit()?;
@@ -230,7 +327,7 @@ pub fn prepare(conn: &mut Connection) -> rusqlite::Result<()> {
     }
     debug_assert_eq!(
         conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))?,
-        VERSION
+        target.max(version)
     );
     Ok(())
 }
