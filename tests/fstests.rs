@@ -126,73 +126,175 @@ fn case_detail(suite: &Path, results: &Path, case: &str) -> String {
     )
 }
 
-#[test]
-fn fstests_chosen_cases_on_the_built_in_store() {
-    let Some(suite) = suite_dir() else { return };
-    let list_path = suite_file("xfstests/ci-tests.txt");
-    let cases: Vec<String> = fs::read_to_string(&list_path)
-        .unwrap()
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(String::from)
-        .collect();
-    assert!(!cases.is_empty(), "{} lists no case", list_path.display());
-    let expected = expected_failures("xfstests/expected-failures.toml", Via::Local);
+/// Which cases to run: a committed list (each must run), or a group of the suite.
+enum Cases {
+    List(&'static str),
+    Group(String),
+}
 
-    let tmp = tempfile::tempdir().unwrap();
-    let t = tmp.path();
-    for d in ["tdata", "sdata", "cfg/vaultfs", "run", "test", "scratch"] {
-        fs::create_dir_all(t.join(d)).unwrap();
+/// The stores the suite mounts: two folders of the built-in store, or two `vaultfs serve`
+/// on loopback with a user each, logged in (their sources are the servers' URLs).
+struct Stores {
+    tmp: tempfile::TempDir,
+    test_dev: String,
+    scratch_dev: String,
+    _servers: Vec<common::TestServer>,
+    _rt: Option<tokio::runtime::Runtime>,
+}
+
+impl Stores {
+    fn new(via: Via) -> Stores {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = tmp.path();
+        for d in ["tdata", "sdata", "cfg/vaultfs", "run", "test", "scratch"] {
+            fs::create_dir_all(t.join(d)).unwrap();
+        }
+        // The vault folder, not the store's root (where mkdir would create accounts); the
+        // same account name on both servers, so one setting covers every mount point.
+        fs::write(
+            t.join("cfg/vaultfs/config.toml"),
+            "[mount]\nroot = \"Local/My First Vault\"\n",
+        )
+        .unwrap();
+        if via == Via::Local {
+            return Stores {
+                test_dev: format!("local:{}/tdata", t.display()),
+                scratch_dev: format!("local:{}/sdata", t.display()),
+                tmp,
+                _servers: Vec::new(),
+                _rt: None,
+            };
+        }
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let servers: Vec<common::TestServer> = ["tdata", "sdata"]
+            .iter()
+            .map(|d| {
+                rt.block_on(async {
+                    let s = common::TestServer::start_in(
+                        &t.join(d),
+                        Default::default(),
+                        Default::default(),
+                    )
+                    .await;
+                    let creds = s.user(&format!("fstests-{d}@example.com"), "Local").await;
+                    let login = vaultfs::cli::login::Credentials {
+                        server: s.base.clone(),
+                        email: creds.email,
+                        token: creds.token,
+                        expires_at: std::time::SystemTime::now() + Duration::from_secs(86_400),
+                    };
+                    vaultfs::cli::login::save_credentials(
+                        &t.join("cfg/vaultfs/credentials.toml"),
+                        &login,
+                    )
+                    .unwrap();
+                    s
+                })
+            })
+            .collect();
+        Stores {
+            test_dev: servers[0].base.clone(),
+            scratch_dev: servers[1].base.clone(),
+            tmp,
+            _servers: servers,
+            _rt: Some(rt),
+        }
     }
+
+    /// The suite's configuration for these stores.
+    fn config(&self) -> PathBuf {
+        let t = self.tmp.path();
+        let config = t.join("local.config");
+        fs::write(
+            &config,
+            format!(
+                "export FSTYP=fuse\nexport FUSE_SUBTYP=.vaultfs\n\
+                 export TEST_DEV={1}\nexport TEST_DIR={0}/test\n\
+                 export SCRATCH_DEV={2}\nexport SCRATCH_MNT={0}/scratch\n\
+                 export XDG_CONFIG_HOME={0}/cfg\nexport XDG_RUNTIME_DIR={0}/run\n",
+                t.display(),
+                self.test_dev,
+                self.scratch_dev
+            ),
+        )
+        .unwrap();
+        config
+    }
+}
+
+/// One run of the suite at a time: they share the mount helper's link and the machine.
+static ONE_RUN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `cases` on `via`'s stores and checks the result against the expected failures: every
+/// failure listed, every listed case that ran failed; with a list, every case ran.
+fn run_suite(via: Via, cases: Cases) {
+    let Some(suite) = suite_dir() else { return };
+    let _one = ONE_RUN.lock().unwrap_or_else(|p| p.into_inner());
+    let (args, listed): (Vec<String>, Option<Vec<String>>) = match &cases {
+        Cases::List(rel) => {
+            let path = suite_file(rel);
+            let cases: Vec<String> = fs::read_to_string(&path)
+                .unwrap()
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(String::from)
+                .collect();
+            assert!(!cases.is_empty(), "{} lists no case", path.display());
+            (cases.clone(), Some(cases))
+        }
+        Cases::Group(args) => (args.split_whitespace().map(String::from).collect(), None),
+    };
+    let expected = expected_failures("xfstests/expected-failures.toml", via);
+    let stores = Stores::new(via);
+    let config = stores.config();
     // Kept after the run, to read what a case did (`<case>.full`, `.out.bad`).
-    let results = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fstests-results");
+    let results = Path::new(env!("CARGO_TARGET_TMPDIR")).join(match via {
+        Via::Local => "fstests-results",
+        Via::Remote => "fstests-results-remote",
+    });
     let _ = fs::remove_dir_all(&results);
     fs::create_dir_all(&results).unwrap();
-    // The vault folder, not the store's root (where mkdir would create accounts).
-    fs::write(
-        t.join("cfg/vaultfs/config.toml"),
-        "[mount]\nroot = \"Local/My First Vault\"\n",
-    )
-    .unwrap();
-    let config = t.join("local.config");
-    fs::write(
-        &config,
-        format!(
-            "export FSTYP=fuse\nexport FUSE_SUBTYP=.vaultfs\n\
-             export TEST_DEV=local:{0}/tdata\nexport TEST_DIR={0}/test\n\
-             export SCRATCH_DEV=local:{0}/sdata\nexport SCRATCH_MNT={0}/scratch\n\
-             export XDG_CONFIG_HOME={0}/cfg\nexport XDG_RUNTIME_DIR={0}/run\n",
-            t.display()
-        ),
-    )
-    .unwrap();
     let _helper = HelperLink::to(Path::new(env!("CARGO_BIN_EXE_vaultfs")));
 
     let mut cmd = Command::new("./check");
     cmd.current_dir(&suite)
         .env("HOST_OPTIONS", &config)
         .env("RESULT_BASE", &results)
-        .args(&cases);
+        .args(&args);
     let (_, out) = run_logged(cmd, &results.join("check.out"), RUN_LIMIT);
-    unmount_all(&t.join("test"));
-    unmount_all(&t.join("scratch"));
+    unmount_all(&stores.tmp.path().join("test"));
+    unmount_all(&stores.tmp.path().join("scratch"));
 
     let failed = summary_list(&out, "Failures:");
     let not_run = summary_list(&out, "Not run:");
-    let ran_all = out.contains(&format!("Passed all {} tests", cases.len()))
-        || out.contains(&format!("Failed {} of {} tests", failed.len(), cases.len()));
-    assert!(
-        ran_all,
-        "./check did not report on all {} cases; its output ends:\n{}",
-        cases.len(),
-        tail(&out, 40)
-    );
-
+    let total = out.lines().find_map(|l| {
+        let l = l.trim();
+        l.strip_prefix("Passed all ")
+            .or_else(|| {
+                l.strip_prefix("Failed ")
+                    .and_then(|r| r.split(" of ").nth(1))
+            })
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse::<usize>().ok())
+    });
+    let Some(total) = total else {
+        panic!(
+            "./check gave no summary; its output ends:\n{}",
+            tail(&out, 40)
+        );
+    };
     let mut problems = Vec::new();
-    for c in &not_run {
-        let why = fs::read_to_string(results.join(format!("{c}.notrun"))).unwrap_or_default();
-        problems.push(format!("{c} was not run: {}", why.trim()));
+    if let Some(listed) = &listed {
+        assert_eq!(
+            total,
+            listed.len(),
+            "./check ran another number of cases than listed"
+        );
+        for c in &not_run {
+            let why = fs::read_to_string(results.join(format!("{c}.notrun"))).unwrap_or_default();
+            problems.push(format!("{c} was not run: {}", why.trim()));
+        }
     }
     for c in &failed {
         if !expected.contains_key(c) {
@@ -202,8 +304,13 @@ fn fstests_chosen_cases_on_the_built_in_store() {
             ));
         }
     }
-    for c in cases.iter().filter(|c| expected.contains_key(*c)) {
-        if !failed.contains(c) && !not_run.contains(c) {
+    let ran = |c: &String| match &listed {
+        Some(l) => l.contains(c) && !not_run.contains(c),
+        // In a group: a case that appears in the output and was not skipped.
+        None => out.lines().any(|l| l.starts_with(c.as_str())) && !not_run.contains(c),
+    };
+    for c in expected.keys().filter(|c| ran(c)) {
+        if !failed.contains(c) {
             problems.push(format!(
                 "{c} passed but expected-failures.toml lists it ({}): take it off the list",
                 expected[c]
@@ -212,16 +319,42 @@ fn fstests_chosen_cases_on_the_built_in_store() {
     }
     assert!(
         problems.is_empty(),
-        "{} of {} fstests cases went wrong (their output is in {}):\n\n{}\n\n./check's summary:\n{}",
+        "{} of {total} fstests cases went wrong (their output is in {}):\n\n{}\n\n./check's summary:\n{}",
         problems.len(),
-        cases.len(),
         results.display(),
         problems.join("\n\n"),
         tail(&out, 12)
     );
     eprintln!(
-        "fstests: {} cases, {} failed as expected",
-        cases.len(),
+        "fstests on {via:?}: {total} cases, {} not run, {} failed as expected",
+        not_run.len(),
         failed.len()
     );
+}
+
+#[test]
+fn fstests_chosen_cases_on_the_built_in_store() {
+    run_suite(Via::Local, Cases::List("xfstests/ci-tests.txt"));
+}
+
+#[test]
+fn fstests_chosen_cases_over_vaultfs_serve() {
+    run_suite(Via::Remote, Cases::List("xfstests/ci-tests-remote.txt"));
+}
+
+/// A whole group (`VAULTFS_FSTESTS_GROUP`, default `-g quick`) on each backend
+/// (`VAULTFS_FSTESTS_VIA`: local, remote or both): about 25 minutes on the built-in store, more
+/// over a server. Run before an fstests-related change lands:
+/// `cargo test --release --test fstests -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn fstests_whole_group() {
+    let group = std::env::var("VAULTFS_FSTESTS_GROUP").unwrap_or_else(|_| "-g quick".into());
+    let via = std::env::var("VAULTFS_FSTESTS_VIA").unwrap_or_else(|_| "both".into());
+    if via != "remote" {
+        run_suite(Via::Local, Cases::Group(group.clone()));
+    }
+    if via != "local" {
+        run_suite(Via::Remote, Cases::Group(group));
+    }
 }
