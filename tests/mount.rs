@@ -1547,3 +1547,66 @@ fn a_time_set_before_the_upload_survives_a_crash() {
     );
     m.unmount();
 }
+
+/// Disk used by files under `dir` (allocated blocks, so holes count for nothing).
+fn allocated(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    for e in fs::read_dir(dir).unwrap().flatten() {
+        let m = e.metadata().unwrap();
+        total += if m.is_dir() {
+            allocated(&e.path())
+        } else {
+            m.blocks() * 512
+        };
+    }
+    total
+}
+
+/// The built-in store of a mount takes the room of what its files hold now: a file saved ten
+/// times keeps one version's bytes, and a sparse file's holes cost no disk, through rewrites
+/// and appends (fstests generic/013 filled 31 GB with fsstress's truncated files).
+#[test]
+fn saved_and_sparse_files_take_the_room_of_their_data() {
+    let Some(env) = Env::new(Via::Local) else {
+        return;
+    };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    for i in 0..10u64 {
+        let mut f = File::create(v.join("saved.bin")).unwrap();
+        f.write_all(&pattern(1 << 20, i)).unwrap();
+        f.sync_all().unwrap();
+    }
+    let sparse = v.join("sparse.img");
+    File::create(&sparse).unwrap().set_len(256 << 20).unwrap();
+    for tail in [&b"one"[..], b"two"] {
+        let mut f = OpenOptions::new().append(true).open(&sparse).unwrap();
+        f.write_all(tail).unwrap();
+        f.sync_all().unwrap();
+    }
+    env.wait_uploaded();
+    assert_eq!(fs::read(v.join("saved.bin")).unwrap(), pattern(1 << 20, 9));
+    let mut f = File::open(&sparse).unwrap();
+    let mut end = [0u8; 6];
+    f.seek(SeekFrom::End(-6)).unwrap();
+    f.read_exact(&mut end).unwrap();
+    assert_eq!(&end, b"onetwo");
+    assert_eq!(f.metadata().unwrap().len(), (256 << 20) + 6);
+    drop(f);
+    let blobs = allocated(&env.data.join("blobs"));
+    assert!(
+        blobs < 3 << 20,
+        "the store's blobs take {blobs} bytes for 1 MiB of data"
+    );
+    let b = env.backend();
+    let id = env
+        .rt
+        .block_on(b.node(&NodePath::parse_uri(&format!("/nodes/pth/{VAULT}/saved.bin")).unwrap()))
+        .unwrap()
+        .file_id()
+        .unwrap();
+    assert_eq!(b.store().version_history(&id).unwrap().len(), 1);
+    assert!(b.store().check_integrity().unwrap().is_empty());
+    m.unmount();
+}

@@ -138,6 +138,11 @@ struct ServeArgs {
     #[arg(long, default_value_t = crate::store::DEFAULT_MAX_NODES_PER_REQUEST, value_name = "N",
           value_parser = clap::value_parser!(u64).range(1..))]
     max_nodes_per_request: u64,
+    /// Earlier versions of each file kept besides the current one (nothing in the interface
+    /// reads them; an operator can, from the database) [default: all, bounded by
+    /// --max-bytes-per-account]
+    #[arg(long, value_name = "N")]
+    keep_versions: Option<u64>,
     /// Minutes a pin shown on the authorization page may wait to be exchanged (once)
     #[arg(long, default_value_t = 15, value_name = "MINUTES",
           value_parser = clap::value_parser!(u64).range(1..=7 * 24 * 60))]
@@ -330,6 +335,7 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         max_nodes_per_account: args.max_nodes_per_account,
         max_bytes_per_account: args.max_bytes_per_account.unwrap_or(u64::MAX),
         max_nodes_per_request: args.max_nodes_per_request,
+        earlier_versions: args.keep_versions,
         ..StoreConfig::default()
     });
     let dir = args.data.path();

@@ -248,7 +248,11 @@ fn mount_checked(
         }
         None => {
             let data_dir = args.data.path();
-            let config = args.previews.apply(crate::store::StoreConfig::default());
+            // An ordinary folder: a save replaces the file, and its earlier bytes go.
+            let config = args.previews.apply(crate::store::StoreConfig {
+                earlier_versions: Some(0),
+                ..crate::store::StoreConfig::default()
+            });
             let store = Store::open_local_with(&data_dir, config)
                 .map_err(|e| format!("cannot open the store in {}: {e}", data_dir.display()))?;
             store.start_previews(crate::store::default_preview_workers())?;

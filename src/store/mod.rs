@@ -83,6 +83,9 @@ pub struct StoreConfig {
     pub max_bytes_per_account: u64,
     /// Nodes one request (a copy) may create.
     pub max_nodes_per_request: u64,
+    /// How many earlier versions of each file are kept besides the current one (`None`: all,
+    /// bounded by the accounts' byte quotas). A mount's store keeps none.
+    pub earlier_versions: Option<u64>,
 }
 
 impl Default for StoreConfig {
@@ -96,6 +99,7 @@ impl Default for StoreConfig {
             max_nodes_per_account: DEFAULT_MAX_NODES_PER_ACCOUNT,
             max_bytes_per_account: u64::MAX,
             max_nodes_per_request: DEFAULT_MAX_NODES_PER_REQUEST,
+            earlier_versions: None,
         }
     }
 }

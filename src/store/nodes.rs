@@ -450,6 +450,15 @@ fn delete_subtree(tx: &Transaction, id: i64) -> Result<Vec<String>> {
         }
     }
     tx.execute("DELETE FROM temp.doomed", [])?;
+    free_blobs(tx, hashes)
+}
+
+/// Of `hashes`, the blobs no version uses any more: their rows are deleted and they are
+/// returned, for the caller to remove their files once the transaction is committed.
+pub(super) fn free_blobs(
+    tx: &Connection,
+    hashes: impl IntoIterator<Item = String>,
+) -> Result<Vec<String>> {
     let mut freed = Vec::new();
     let mut free = tx.prepare_cached(
         "DELETE FROM blobs WHERE hash = ?1 AND NOT EXISTS (SELECT 1 FROM versions WHERE blob = ?1)",
@@ -460,6 +469,27 @@ fn delete_subtree(tx: &Transaction, id: i64) -> Result<Vec<String>> {
         }
     }
     Ok(freed)
+}
+
+/// After a new version of `file` became current: drops its committed versions older than the
+/// `keep` newest earlier ones (`None`: all are kept), and returns the blobs that freed (see
+/// [`free_blobs`]). Nothing in the interface reads an earlier version; a mount's store keeps
+/// none, so a file saved a thousand times takes the room of one.
+pub(super) fn prune_versions(tx: &Connection, file: i64, keep: Option<u64>) -> Result<Vec<String>> {
+    let Some(keep) = keep else {
+        return Ok(Vec::new());
+    };
+    let hashes: Vec<Option<String>> = tx
+        .prepare_cached(
+            "DELETE FROM versions WHERE id IN (
+                 SELECT v.id FROM versions v JOIN nodes n ON n.id = v.file_id
+                 WHERE v.file_id = ?1 AND v.committed = 1 AND v.id <> n.current_version
+                 ORDER BY v.id DESC LIMIT -1 OFFSET ?2)
+             RETURNING blob",
+        )?
+        .query_map(params![file, keep as i64], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    free_blobs(tx, hashes.into_iter().flatten())
 }
 
 /// Levels of the subtree at `id`: 1 for a file or an empty folder.
@@ -806,15 +836,19 @@ impl Store {
                 }
             }
             tx.commit()?;
+            // Under the lock still: no upload can be about to reuse these bytes.
+            for h in results.iter().flatten().flat_map(|c| &c.freed) {
+                self.forget_blob(h);
+            }
             Ok(())
         })();
         let mut previews = Vec::new();
         for (i, p) in batch.iter().enumerate() {
             let r = match (&committed, results.get(i)) {
                 (Err(e), _) => Err(e.clone()),
-                (Ok(()), Some(Ok((node, render, name, sha)))) => {
-                    previews.push((*render, name.clone(), sha.clone()));
-                    Ok(node.clone())
+                (Ok(()), Some(Ok(c))) => {
+                    previews.push((c.render, c.name.clone(), c.sha.clone()));
+                    Ok(c.node.clone())
                 }
                 (Ok(()), Some(Err(e))) => Err(e.clone()),
                 (Ok(()), None) => Err(Error::internal("upload commit lost its result")),
@@ -874,9 +908,16 @@ impl Store {
         // Its preview is wanted from now on (InProgress until rendered), unless these bytes
         // have one already.
         let render = super::previews::want(tx, &self.blobs, &staged.sha256, &file.name)?;
+        let freed = prune_versions(tx, file.id, self.config.earlier_versions)?;
         let row = get_row(tx, file.id)?.expect("file exists");
         let path = path_of(tx, file.id)?;
-        Ok((row.to_api(&path), render, file.name, staged.sha256.clone()))
+        Ok(Committed {
+            node: row.to_api(&path),
+            render,
+            name: file.name,
+            sha: staged.sha256.clone(),
+            freed,
+        })
     }
 
     /// The file of that ID with its current bytes opened (`None` for a file never uploaded).
@@ -1163,7 +1204,15 @@ pub fn length_mismatch(expected: u64, got: u64) -> Error {
 
 /// A file stored: its node, the kind of preview to queue (when its bytes and kind are new),
 /// its name and blob hash.
-pub(super) type Committed = (Node, Option<crate::preview::Kind>, String, String);
+/// A version made current: the file, whether its preview is to be made, its name, the blob's
+/// hash, and the blobs the earlier versions it dropped no longer need.
+pub(super) struct Committed {
+    pub node: Node,
+    pub render: Option<crate::preview::Kind>,
+    pub name: String,
+    pub sha: String,
+    pub freed: Vec<String>,
+}
 
 /// A step 3 waiting for the next group commit (see `Store::commit_upload`).
 pub(super) struct PendingCommit {

@@ -243,17 +243,7 @@ fn chunk(conn: &mut Connection, blobs: &BlobDir, previews: &std::path::Path) -> 
             }
         }
     }
-    let mut freed = Vec::new();
-    {
-        let mut free = tx.prepare_cached(
-            "DELETE FROM blobs WHERE hash = ?1 AND NOT EXISTS (SELECT 1 FROM versions WHERE blob = ?1)",
-        )?;
-        for h in hashes {
-            if free.execute([&h])? == 1 {
-                freed.push(h);
-            }
-        }
-    }
+    let freed = super::nodes::free_blobs(&tx, hashes)?;
     tx.commit()?;
     // Still under the lock: no upload can be about to share these bytes.
     for h in freed {

@@ -220,6 +220,7 @@ impl Store {
             let mut results = Vec::with_capacity(files.len());
             let mut dirs = Vec::new();
             let mut folders = nodes::Folders::default();
+            let mut freed = Vec::new();
             for (f, p) in files.iter().zip(prepared) {
                 let p = match p {
                     Ok(p) => p,
@@ -233,12 +234,13 @@ impl Store {
                 let run = |sql: &str| tx.prepare_cached(sql)?.execute([]).map(drop);
                 run("SAVEPOINT put_file")?;
                 match self.put_one(&tx, scope, f, p, &mut dirs, &mut folders) {
-                    Ok((node, render, name, sha)) => {
+                    Ok(c) => {
                         run("RELEASE put_file")?;
-                        if let Some(kind) = render {
-                            previews.push((sha, kind, name));
+                        if let Some(kind) = c.render {
+                            previews.push((c.sha, kind, c.name));
                         }
-                        results.push(Ok(node));
+                        freed.extend(c.freed);
+                        results.push(Ok(c.node));
                     }
                     Err(e) => {
                         run("ROLLBACK TO put_file")?;
@@ -250,6 +252,10 @@ impl Store {
             // The renames, durable before the commit that refers to them.
             self.sync_mode.renames(&dirs)?;
             tx.commit()?;
+            // Under the lock still: no upload can be about to reuse these bytes.
+            for h in &freed {
+                self.forget_blob(h);
+            }
             Ok(results)
         })();
         drop(conn);
@@ -382,13 +388,24 @@ impl Store {
             f.attrs.mode.map(|m| m & EXEC_BITS)
         ])?;
         let render = super::previews::want(tx, &self.blobs, &p.sha256, &file.name)?;
+        // A file new in this batch has no earlier version to drop.
+        let freed = match f.file_id {
+            Some(_) => nodes::prune_versions(tx, file.id, self.config.earlier_versions)?,
+            None => Vec::new(),
+        };
         let row = nodes::row(tx, file.id)?;
         // By path: in a folder of the batch, whose path as stored is known already.
         let path = match (&f.file_id, f.path.parent()) {
             (None, Some(folder)) => folders.resolve(tx, scope, &folder)?.1.child(&file.name)?,
             _ => nodes::path_of(tx, file.id)?,
         };
-        Ok((row.to_api(&path), render, file.name, p.sha256.clone()))
+        Ok(nodes::Committed {
+            node: row.to_api(&path),
+            render,
+            name: file.name,
+            sha: p.sha256.clone(),
+            freed,
+        })
     }
 }
 
@@ -420,6 +437,42 @@ mod tests {
             digests: None,
             attrs: FileAttrs::default(),
         }
+    }
+
+    /// A store that keeps one earlier version: a file stored four times keeps its last two,
+    /// the bytes of the others are gone from disk, and bytes a kept version shares stay.
+    #[test]
+    fn earlier_versions_beyond_the_kept_number_are_dropped_with_their_bytes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = crate::store::StoreConfig {
+            earlier_versions: Some(1),
+            ..Default::default()
+        };
+        let store = Store::open_local_with(&tmp.path().join("store"), config).unwrap();
+        let src = tmp.path().join("staging");
+        fs::create_dir(&src).unwrap();
+        let mut id = None;
+        for (i, data) in [&b"one"[..], b"two", b"one", b"three"].iter().enumerate() {
+            let mut f = staged(&src, &format!("v{i}"), data);
+            f.path = NodePath::from_segments(["Local", "My First Vault", "f.txt"]).unwrap();
+            f.file_id = id.clone();
+            let node = store.put_files(Scope::All, &[f]).remove(0).unwrap();
+            id = node.id.clone();
+        }
+        let id = id.unwrap();
+        let kept: Vec<Option<String>> = store
+            .version_history(&id)
+            .unwrap()
+            .into_iter()
+            .map(|v| v.md5)
+            .collect();
+        let md5 = |d: &[u8]| Some(hex(&Md5::digest(d)));
+        assert_eq!(kept, [md5(b"one"), md5(b"three")]);
+        // "two" is gone; "one" is kept by the earlier version that holds it.
+        assert_eq!(store.blob_count().unwrap(), 2);
+        assert!(!store.blobs.path(&hex(&Sha256::digest(b"two"))).exists());
+        assert!(store.blobs.path(&hex(&Sha256::digest(b"one"))).exists());
+        assert!(store.check_integrity().unwrap().is_empty());
     }
 
     /// A batch where one file fails: the others are stored with their bytes (a sealed source
