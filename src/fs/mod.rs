@@ -45,6 +45,8 @@ mod preview;
 mod staging;
 pub mod status;
 mod table;
+#[cfg(test)]
+mod tests;
 pub mod unmount;
 mod upload;
 mod writeback;
