@@ -4,6 +4,7 @@
 //! batch the store reports stored and then loses (a server that restarts from before it).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -38,6 +39,9 @@ pub enum Fault {
     Fail(Error),
     /// It waits this long, then goes ahead.
     Delay(Duration),
+    /// It is carried out at once, and its answer comes back this much later (what it read
+    /// may have changed meanwhile).
+    SlowAnswer(Duration),
     /// It is carried out and reported done, then undone: [`Op::PutFiles`] and
     /// [`Op::CreateFolder`] only (what they stored is deleted again).
     Lose,
@@ -84,6 +88,7 @@ pub struct Faulty<B> {
 #[derive(Default)]
 struct Plan {
     delay: Duration,
+    answer_delay: Duration,
     fail: Option<Error>,
     lose: bool,
 }
@@ -170,6 +175,7 @@ impl<B: Backend> Faulty<B> {
             }
             match &r.fault {
                 Fault::Delay(d) => plan.delay += *d,
+                Fault::SlowAnswer(d) => plan.answer_delay += *d,
                 Fault::Fail(e) => {
                     plan.fail.get_or_insert_with(|| e.clone());
                 }
@@ -190,6 +196,19 @@ impl<B: Backend> Faulty<B> {
             Some(e) => Err(e),
             None => Ok(plan),
         }
+    }
+
+    /// `call` of the wrapped backend as the faults of `op` say.
+    async fn call<T, F>(&self, op: Op, call: impl FnOnce() -> F) -> Result<T>
+    where
+        F: Future<Output = Result<T>>,
+    {
+        let plan = self.enter(op).await?;
+        let r = call().await;
+        if !plan.answer_delay.is_zero() {
+            tokio::time::sleep(plan.answer_delay).await;
+        }
+        r
     }
 }
 
@@ -212,6 +231,7 @@ impl<B: Backend> Backend for Faulty<B> {
                 }
             }
         }
+        tokio::time::sleep(plan.answer_delay).await;
         results
     }
 
@@ -220,13 +240,12 @@ impl<B: Backend> Backend for Faulty<B> {
     }
 
     async fn node(&self, path: &NodePath) -> Result<Node> {
-        self.enter(Op::Node).await?;
-        self.inner.node(path).await
+        self.call(Op::Node, || self.inner.node(path)).await
     }
 
     async fn list(&self, path: &NodePath, page: u64, per_page: u64) -> Result<Node> {
-        self.enter(Op::List).await?;
-        self.inner.list(path, page, per_page).await
+        self.call(Op::List, || self.inner.list(path, page, per_page))
+            .await
     }
 
     async fn create_folder(&self, path: &NodePath) -> Result<Node> {
@@ -235,12 +254,13 @@ impl<B: Backend> Backend for Faulty<B> {
         if plan.lose {
             let _ = self.inner.delete(path).await;
         }
+        tokio::time::sleep(plan.answer_delay).await;
         Ok(node)
     }
 
     async fn create_file(&self, folder: &NodePath, name: &str) -> Result<Node> {
-        self.enter(Op::CreateFile).await?;
-        self.inner.create_file(folder, name).await
+        self.call(Op::CreateFile, || self.inner.create_file(folder, name))
+            .await
     }
 
     async fn begin_version_with(
@@ -250,15 +270,15 @@ impl<B: Backend> Backend for Faulty<B> {
         md5: Option<&str>,
         attrs: FileAttrs,
     ) -> Result<Node> {
-        self.enter(Op::BeginVersion).await?;
-        self.inner
-            .begin_version_with(file_id, length, md5, attrs)
-            .await
+        self.call(Op::BeginVersion, || {
+            self.inner.begin_version_with(file_id, length, md5, attrs)
+        })
+        .await
     }
 
     async fn set_attrs(&self, file_id: &str, attrs: FileAttrs) -> Result<Node> {
-        self.enter(Op::SetAttrs).await?;
-        self.inner.set_attrs(file_id, attrs).await
+        self.call(Op::SetAttrs, || self.inner.set_attrs(file_id, attrs))
+            .await
     }
 
     async fn upload(
@@ -268,13 +288,15 @@ impl<B: Backend> Backend for Faulty<B> {
         length: u64,
         body: ByteStream,
     ) -> Result<Node> {
-        self.enter(Op::Upload).await?;
-        self.inner.upload(file_id, version_id, length, body).await
+        self.call(Op::Upload, || {
+            self.inner.upload(file_id, version_id, length, body)
+        })
+        .await
     }
 
     async fn download(&self, file_id: &str, range: Option<RangeRequest>) -> Result<Download> {
-        self.enter(Op::Download).await?;
-        self.inner.download(file_id, range).await
+        self.call(Op::Download, || self.inner.download(file_id, range))
+            .await
     }
 
     async fn download_sized(
@@ -283,37 +305,37 @@ impl<B: Backend> Backend for Faulty<B> {
         range: Option<RangeRequest>,
         size: Option<u64>,
     ) -> Result<Download> {
-        self.enter(Op::Download).await?;
-        self.inner.download_sized(file_id, range, size).await
+        self.call(Op::Download, || {
+            self.inner.download_sized(file_id, range, size)
+        })
+        .await
     }
 
     async fn copy(&self, src: &NodePath, dst: &NodePath, replace: bool) -> Result<Node> {
-        self.enter(Op::Copy).await?;
-        self.inner.copy(src, dst, replace).await
+        self.call(Op::Copy, || self.inner.copy(src, dst, replace))
+            .await
     }
 
     async fn rename(&self, src: &NodePath, dst: &NodePath, replace: bool) -> Result<Node> {
-        self.enter(Op::Rename).await?;
-        self.inner.rename(src, dst, replace).await
+        self.call(Op::Rename, || self.inner.rename(src, dst, replace))
+            .await
     }
 
     async fn delete(&self, path: &NodePath) -> Result<()> {
-        self.enter(Op::Delete).await?;
-        self.inner.delete(path).await
+        self.call(Op::Delete, || self.inner.delete(path)).await
     }
 
     async fn preview(&self, file_id: &str) -> Result<PreviewMeta> {
-        self.enter(Op::Preview).await?;
-        self.inner.preview(file_id).await
+        self.call(Op::Preview, || self.inner.preview(file_id)).await
     }
 
     async fn preview_page(&self, file_id: &str, page: u32, size: PageSize) -> Result<PreviewImage> {
-        self.enter(Op::Preview).await?;
-        self.inner.preview_page(file_id, page, size).await
+        self.call(Op::Preview, || self.inner.preview_page(file_id, page, size))
+            .await
     }
 
     async fn preview_pdf(&self, file_id: &str) -> Result<Download> {
-        self.enter(Op::Preview).await?;
-        self.inner.preview_pdf(file_id).await
+        self.call(Op::Preview, || self.inner.preview_pdf(file_id))
+            .await
     }
 }
