@@ -162,7 +162,15 @@ impl<B: Backend> Fs<B> {
                 if t.removed_since(&cpath, started) {
                     continue; // removed here while the listing was on its way
                 }
-                let (ino, content_changed) = t.upsert(&cpath, child);
+                // Changed here (created, renamed, uploaded) or told by the backend since the
+                // listing was asked for: what the listing says of it is older.
+                let newer = t
+                    .ino_of(&cpath)
+                    .filter(|i| t.get(*i).is_some_and(|i| i.newer_than(started)));
+                let (ino, content_changed) = match newer {
+                    Some(ino) => (ino, false),
+                    None => t.upsert(&cpath, child),
+                };
                 if content_changed {
                     changed.push(ino);
                 }
@@ -266,7 +274,13 @@ impl<B: Backend> Fs<B> {
 
     /// Asks the backend for a node's attributes again; ENOENT when it is gone.
     pub(super) async fn refresh_attr(self: &Arc<Self>, ino: Ino, path: &NodePath) -> OpResult<()> {
-        match self.backend.node(path).await {
+        let started = Instant::now();
+        let answer = self.backend.node(path).await;
+        // Changed here or told by the backend while the answer was on its way: it is older.
+        if self.table().get(ino).is_some_and(|i| i.newer_than(started)) {
+            return Ok(());
+        }
+        match answer {
             Ok(node) => {
                 let changed = self.table().update_from(ino, &node);
                 if changed {

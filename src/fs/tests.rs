@@ -414,3 +414,71 @@ async fn a_batch_the_store_acknowledged_and_lost_is_gone_once_listed_again() {
     .await;
     assert_eq!(h.names(ROOT).await, Vec::<String>::new());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_taken_before_an_upload_does_not_bring_back_the_old_content() {
+    // A listing asked for before the mount's own upload is stored, and answered after it,
+    // holds the file's previous version: the mount must keep reading what it wrote.
+    let h = harness(false, Duration::from_millis(50));
+    h.put_remote("f.txt", b"old").await;
+    let ino = h.fs.lookup(ROOT, "f.txt").await.unwrap().ino.0;
+    assert_eq!(h.read_all(ino).await.unwrap(), b"old"); // in the read cache now
+    tokio::time::sleep(Duration::from_millis(100)).await; // the listing is old
+
+    h.faults()
+        .inject_times(Op::List, Fault::SlowAnswer(Duration::from_millis(500)), 1);
+    // This lookup starts a refresh (answered in 500 ms) and goes on from the old listing.
+    h.fs.lookup(ROOT, "f.txt").await.unwrap();
+    let opened =
+        h.fs.open(ino, fuser::OpenFlags(libc::O_WRONLY | libc::O_TRUNC))
+            .await
+            .unwrap();
+    h.fs.write(opened.fh, 0, b"new content").unwrap();
+    h.fs.fsync(ino).await.unwrap();
+    h.fs.release(opened.fh);
+    assert_eq!(
+        h.stored("f.txt").await.as_deref(),
+        Some(&b"new content"[..])
+    );
+    assert_eq!(h.read_all(ino).await.unwrap(), b"new content");
+
+    // The slow listing lands now.
+    eventually(
+        Duration::from_secs(5),
+        "the slow listing answered",
+        || async { h.faults().calls(Op::List) >= 2 && h.fs.refreshing.lock().unwrap().is_empty() },
+    )
+    .await;
+    assert_eq!(h.fs.getattr(ino).await.unwrap().size, 11);
+    assert_eq!(h.read_all(ino).await.unwrap(), b"new content");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attributes_asked_for_before_an_upload_do_not_bring_back_the_old_content() {
+    // The same with a GETATTR's refresh of one node.
+    let h = harness(false, Duration::from_millis(50));
+    h.put_remote("g.txt", b"old").await;
+    let ino = h.fs.lookup(ROOT, "g.txt").await.unwrap().ino.0;
+    assert_eq!(h.read_all(ino).await.unwrap(), b"old");
+    tokio::time::sleep(Duration::from_millis(100)).await; // the attributes are old
+
+    h.faults()
+        .inject_times(Op::Node, Fault::SlowAnswer(Duration::from_millis(500)), 1);
+    // Answered from what the mount has while the refresh goes on.
+    assert_eq!(h.fs.getattr(ino).await.unwrap().size, 3);
+    let opened =
+        h.fs.open(ino, fuser::OpenFlags(libc::O_WRONLY | libc::O_TRUNC))
+            .await
+            .unwrap();
+    h.fs.write(opened.fh, 0, b"new content").unwrap();
+    h.fs.fsync(ino).await.unwrap();
+    h.fs.release(opened.fh);
+    assert_eq!(h.read_all(ino).await.unwrap(), b"new content");
+
+    eventually(Duration::from_secs(5), "the slow answer came", || async {
+        h.fs.attr_refreshing.lock().unwrap().is_empty()
+    })
+    .await;
+    assert_eq!(h.fs.attr(ino).unwrap().size, 11);
+    assert_eq!(h.read_all(ino).await.unwrap(), b"new content");
+}
