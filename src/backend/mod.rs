@@ -2,6 +2,8 @@
 //! [`Backend`]; [`local::LocalBackend`] implements it in process over the store, and the remote
 //! backend over HTTP.
 
+#[cfg(test)]
+pub mod faulty;
 pub mod local;
 pub mod remote;
 

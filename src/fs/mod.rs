@@ -1,35 +1,67 @@
 //! The mount: a FUSE filesystem over any [`Backend`] (DESIGN.md §3).
 //!
+//! - `fuse`: the kernel's requests, converted and answered (fuser's `Filesystem`); the logic it
+//!   calls returns typed results and never sees a reply, so tests call it without a mount:
+//!   `listing` (listings, LOOKUP, GETATTR, READDIR), `namespace` (mkdir, create, unlink, rename,
+//!   setattr, xattrs), `io` (open, read, write, release, fsync);
 //! - `table`: inodes, attributes, cached listings; `errno`: the one error table;
-//! - `staging`: write staging files and the upload journal; `upload`: the uploader;
-//! - `cache`: the read cache; `ops`: the kernel's requests; `preview`: the virtual `.preview`.
+//! - `staging`: write staging files; `journal`: the upload journal; `upload`, `writeback`: the
+//!   uploaders (file by file, in batches);
+//! - `cache`: the read cache; `preview`: the virtual `.preview`; `attrs`: times and modes kept;
+//!   `freshness`: whether what was fetched may still be used.
 //!
 //! Requests that need the backend run as tokio tasks and reply when done, so a slow call never
 //! stalls unrelated operations; writes and reads of staged or cached bytes are answered on the
 //! FUSE threads directly.
+//!
+//! # Locks
+//!
+//! Taken in this order only (a lock may be taken while holding one above it, never one below):
+//!
+//! 1. a file's `io` (`Inode::io`, async, held across backend calls): uploads and namespace
+//!    changes of one node, one at a time; two at once only in inode order (rename);
+//! 2. the write-back queue (`Writeback::queue`);
+//! 3. the `uploading` set;
+//! 4. the `.preview` tree (`Fs::previews`);
+//! 5. the inode table (`Fs::table`; the attributes kept here live inside it);
+//! 6. a staged file's own: `order` (writes, truncates, seals) before its hashing-ahead state
+//!    (whose hasher it may wait for); its journal state before the journal's log; its data
+//!    and mtime locks are innermost;
+//! 7. the read cache's index, then a cache entry's `present` set (an entry's async `fetching`
+//!    is taken with none of the locks above held);
+//! 8. `Fs::freshness` (under the table; it asks the backend for its count of others' changes,
+//!    which never waits: the built-in store only tries its connection's lock).
+//!
+//! The handle map (`Fs::handles`), `refreshing`, `attr_refreshing`, `offline_until` and the
+//! status tracker's locks are taken alone: nothing else is locked while one is held, nor taken
+//! under it. No std lock is held across an `.await`.
 
 mod attrs;
 mod cache;
 mod errno;
 mod freshness;
+mod fuse;
+mod io;
 mod journal;
-mod ops;
+mod listing;
+mod namespace;
 mod preview;
 mod staging;
 pub mod status;
 mod table;
+#[cfg(test)]
+mod tests;
 pub mod unmount;
 mod upload;
 mod writeback;
 
 use std::collections::{HashMap, HashSet};
-use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use fuser::{Config, MountOption, Notifier, SessionACL};
+use fuser::{Config, Errno, MountOption, Notifier, SessionACL};
 
 use crate::api::NodePath;
 use crate::backend::Backend;
@@ -123,6 +155,9 @@ enum Handle {
     },
 }
 
+/// What the logic of a request returns: its result, or the errno the kernel gets.
+pub(crate) type OpResult<T> = Result<T, Errno>;
+
 /// The filesystem's state, shared by the FUSE threads and the tasks they start.
 pub(crate) struct Fs<B: Backend> {
     backend: Arc<B>,
@@ -160,6 +195,52 @@ pub(crate) struct Fs<B: Backend> {
 }
 
 impl<B: Backend> Fs<B> {
+    /// The file system's state over `backend`, with its uploaders running and what an earlier
+    /// run left in the journal queued; not mounted (`mount` does that, and sets the kernel's
+    /// notifier then: without one, nothing is invalidated in a kernel).
+    pub(crate) fn start(
+        backend: B,
+        opts: MountOptions,
+        rt: tokio::runtime::Handle,
+    ) -> std::io::Result<Arc<Self>> {
+        private_dir(&opts.cache_dir)?;
+        let journal = Journal::open(&opts.cache_dir, opts.max_file_size)?;
+        let cache = ReadCache::open(opts.cache_dir.join("cache"), opts.cache_size)?;
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let mut table = Table::new(opts.root.clone());
+        table.kept = attrs::KeptHere::load(&opts.cache_dir.join("attrs"))?;
+        let fs = Arc::new(Fs {
+            backend: Arc::new(backend),
+            rt,
+            table: Mutex::new(table),
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            cache,
+            journal,
+            uid,
+            gid,
+            uploading: Mutex::new(HashSet::new()),
+            upload_slots: tokio::sync::Semaphore::new(opts.upload_concurrency.max(1)),
+            notifier: OnceLock::new(),
+            offline_until: Mutex::new(None),
+            freshness: freshness::Freshness::new(opts.dir_ttl),
+            opts,
+            tracker: status::Tracker::default(),
+            previews: Mutex::default(),
+            writeback: writeback::Writeback::default(),
+            handing_over: std::sync::atomic::AtomicBool::new(false),
+            storing: std::sync::atomic::AtomicUsize::new(0),
+            refreshing: Mutex::default(),
+            attr_refreshing: Mutex::default(),
+        });
+        if fs.backend.puts_batches() {
+            writeback::start(&fs);
+        }
+        upload::recover(&fs)?;
+        Ok(fs)
+    }
+
     fn table(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -176,7 +257,7 @@ impl<B: Backend> Fs<B> {
 
 /// Creates (or keeps) a directory only its owner can enter: the cache dir holds the names and
 /// bytes of files waiting for upload.
-pub(crate) fn private_dir(dir: &std::path::Path) -> io::Result<()> {
+pub(crate) fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -231,43 +312,9 @@ pub fn mount<B: Backend>(
     opts: MountOptions,
     rt: &tokio::runtime::Runtime,
     ready: impl FnOnce(status::Control),
-) -> io::Result<()> {
-    private_dir(&opts.cache_dir)?;
+) -> std::io::Result<()> {
     raise_open_file_limit();
-    let journal = Journal::open(&opts.cache_dir, opts.max_file_size)?;
-    let cache = ReadCache::open(opts.cache_dir.join("cache"), opts.cache_size)?;
-    // SAFETY: getuid/getgid cannot fail.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    let mut table = Table::new(opts.root.clone());
-    table.kept = attrs::KeptHere::load(&opts.cache_dir.join("attrs"))?;
-    let fs = Arc::new(Fs {
-        backend: Arc::new(backend),
-        rt: rt.handle().clone(),
-        table: Mutex::new(table),
-        handles: Mutex::new(HashMap::new()),
-        next_fh: AtomicU64::new(1),
-        cache,
-        journal,
-        uid,
-        gid,
-        uploading: Mutex::new(HashSet::new()),
-        upload_slots: tokio::sync::Semaphore::new(opts.upload_concurrency.max(1)),
-        notifier: OnceLock::new(),
-        offline_until: Mutex::new(None),
-        opts: opts.clone(),
-        tracker: status::Tracker::default(),
-        previews: Mutex::default(),
-        writeback: writeback::Writeback::default(),
-        handing_over: std::sync::atomic::AtomicBool::new(false),
-        storing: std::sync::atomic::AtomicUsize::new(0),
-        refreshing: Mutex::default(),
-        attr_refreshing: Mutex::default(),
-        freshness: freshness::Freshness::new(opts.dir_ttl),
-    });
-    if fs.backend.puts_batches() {
-        writeback::start(&fs);
-    }
-    upload::recover(&fs)?;
+    let fs = Fs::start(backend, opts.clone(), rt.handle().clone())?;
 
     let mut options = vec![
         MountOption::FSName(mount_source(&opts.source)),
@@ -298,7 +345,7 @@ pub fn mount<B: Backend>(
     }
     config.mount_options = options;
     config.n_threads = Some(opts.threads.max(1));
-    let mut session = fuser::Session::new(ops::VaultFs(fs.clone()), mountpoint, &config)?;
+    let mut session = fuser::Session::new(fuse::VaultFs(fs.clone()), mountpoint, &config)?;
     let _ = fs.notifier.set(session.notifier());
     log::info!("mounted {} at {}", opts.root, mountpoint.display());
     let stop = Arc::new(tokio::sync::Notify::new());

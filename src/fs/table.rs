@@ -99,6 +99,12 @@ impl Inode {
         }
     }
 
+    /// Whether this inode changed here, or heard from the backend, at or after `t`: an answer
+    /// of the backend to a request sent at `t` is older than what it holds.
+    pub fn newer_than(&self, t: Instant) -> bool {
+        self.touched >= t || self.fetched >= t
+    }
+
     /// Directories: the cached listing (names to inodes) and when it was fetched.
     pub fn listing(&self) -> Option<&(Instant, BTreeMap<String, Ino>)> {
         self.listing.as_ref()

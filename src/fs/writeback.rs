@@ -8,8 +8,8 @@
 //! writer that comes back later writes to a copy (`Staged::seal`). Backends without batches
 //! upload file by file (`upload.rs`); both end in [`retire`].
 //!
-//! Lock order of the file system, everywhere: a file's `io` lock, then this queue, then the
-//! `uploading` set, then the inode table (then a staged file's own locks), then the handles.
+//! The queue's place in the file system's lock order: after a file's `io`, before the
+//! `uploading` set and the inode table (see `fs`, "Locks").
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering;

@@ -1,0 +1,592 @@
+//! The fuser adapter: each kernel request's arguments converted (names, inode numbers, flags),
+//! the logic of `listing`, `namespace` and `io` called, and its typed result turned into the
+//! reply. Calls that may need the backend run as tokio tasks that reply when done; the rest
+//! are answered on the FUSE thread.
+
+use std::ffi::OsStr;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use fuser::{
+    Errno, FileHandle, Filesystem, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
+};
+
+use super::namespace::SetattrNow;
+use super::{Fs, OpResult};
+use crate::api::path::{MAX_NAME_BYTES, validate_name};
+use crate::backend::Backend;
+
+/// The `Filesystem` the session runs: a handle on the shared state.
+pub struct VaultFs<B: Backend>(pub Arc<Fs<B>>);
+
+/// A name from the kernel as the backend takes it.
+fn name_of(name: &OsStr) -> OpResult<String> {
+    let s = name.to_str().ok_or(Errno::EINVAL)?;
+    if s.len() > MAX_NAME_BYTES {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    validate_name(s).map_err(|_| Errno::EINVAL)?;
+    Ok(s.to_string())
+}
+
+/// Runs `f` on the runtime and hands its result to `reply`.
+fn spawn<B, T, F, R>(fs: &Arc<Fs<B>>, f: F, reply: R)
+where
+    B: Backend,
+    T: Send + 'static,
+    F: std::future::Future<Output = OpResult<T>> + Send + 'static,
+    R: FnOnce(OpResult<T>) + Send + 'static,
+{
+    fs.rt.spawn(async move { reply(f.await) });
+}
+
+fn empty(reply: ReplyEmpty, r: OpResult<()>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
+/// An extended attribute's value (or the list of names) as the kernel asked: its size when
+/// `size` is 0, ERANGE when it does not fit.
+fn xattr(reply: ReplyXattr, size: u32, r: OpResult<Vec<u8>>) {
+    match r {
+        Err(e) => reply.error(e),
+        Ok(v) if size == 0 => reply.size(v.len() as u32),
+        Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+        Ok(v) => reply.data(&v),
+    }
+}
+
+impl<B: Backend> Filesystem for VaultFs<B> {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_readahead(1 << 20);
+        let _ = config.set_max_background(64);
+        // READDIRPLUS: a listing carries each entry's attributes, so `ls -l`, `find` and
+        // `stat` of a fresh folder need no LOOKUP per file (AUTO: the kernel uses it while
+        // the listing's entries are then looked at).
+        let _ = config
+            .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let name = match name_of(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let fs = self.0.clone();
+        let ttl = fs.ttl();
+        let entry = move |r: OpResult<fuser::FileAttr>| match r {
+            Ok(attr) => reply.entry(&ttl, &attr, Generation(0)),
+            Err(e) => reply.error(e),
+        };
+        if let Some(r) = fs.lookup_cached(parent.0, &name) {
+            return entry(r);
+        }
+        spawn(
+            &self.0,
+            async move { fs.lookup(parent.0, &name).await },
+            entry,
+        );
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.0.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let fs = self.0.clone();
+        let ttl = fs.ttl();
+        if let Some(attr) = fs.getattr_cached(ino.0) {
+            return reply.attr(&ttl, &attr);
+        }
+        spawn(
+            &self.0,
+            async move { fs.getattr(ino.0).await },
+            move |r| match r {
+                Ok(attr) => reply.attr(&ttl, &attr),
+                Err(e) => reply.error(e),
+            },
+        );
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let fs = self.0.clone();
+        let ttl = fs.ttl();
+        let times = (atime, mtime);
+        let attr = move |r: OpResult<fuser::FileAttr>| match r {
+            Ok(attr) => reply.attr(&ttl, &attr),
+            Err(e) => reply.error(e),
+        };
+        // Without a size and with nothing the backend keeps (atime, a folder's time),
+        // answered on the FUSE thread: `tar x` and `cp -p` set times on every file.
+        if size.is_none() {
+            return match fs.setattr_now(ino.0, times, mode, (uid, gid)) {
+                Ok(SetattrNow::Done(a)) => attr(Ok(a)),
+                Ok(SetattrNow::Keep(keep)) => spawn(
+                    &self.0,
+                    async move { fs.setattr_keep(ino.0, keep).await },
+                    attr,
+                ),
+                Err(e) => attr(Err(e)),
+            };
+        }
+        spawn(
+            &self.0,
+            async move { fs.setattr(ino.0, size, times, mode, (uid, gid)).await },
+            attr,
+        );
+    }
+
+    fn mknod(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        // Regular files come through create().
+        reply.error(Fs::<B>::refused(parent.0));
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let name = match name_of(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let fs = self.0.clone();
+        let ttl = fs.ttl();
+        spawn(
+            &self.0,
+            async move { fs.mkdir(parent.0, &name).await },
+            move |r| match r {
+                Ok(attr) => reply.entry(&ttl, &attr, Generation(0)),
+                Err(e) => reply.error(e),
+            },
+        );
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = match name_of(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let fs = self.0.clone();
+        spawn(
+            &self.0,
+            async move { fs.unlink(parent.0, &name).await },
+            move |r| empty(reply, r),
+        );
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = match name_of(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let fs = self.0.clone();
+        spawn(
+            &self.0,
+            async move { fs.rmdir(parent.0, &name).await },
+            move |r| empty(reply, r),
+        );
+    }
+
+    fn symlink(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        _link: &OsStr,
+        _target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Fs::<B>::refused(parent.0));
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Fs::<B>::refused(newparent.0));
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let (name, newname) = match (name_of(name), name_of(newname)) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => return reply.error(e),
+        };
+        let fs = self.0.clone();
+        spawn(
+            &self.0,
+            async move {
+                fs.rename(parent.0, &name, newparent.0, &newname, flags)
+                    .await
+            },
+            move |r| empty(reply, r),
+        );
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let fs = self.0.clone();
+        spawn(
+            &self.0,
+            async move { fs.open(ino.0, flags).await },
+            move |r| match r {
+                Ok(o) => reply.opened(FileHandle(o.fh), o.flags),
+                Err(e) => reply.error(e),
+            },
+        );
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let data = move |r: OpResult<Vec<u8>>| match r {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(e),
+        };
+        // Staged bytes are local: answer at once; the rest may need the network.
+        if let Some(r) = self.0.read_staged(ino.0, offset, size) {
+            return data(r);
+        }
+        let fs = self.0.clone();
+        spawn(
+            &self.0,
+            async move { fs.read(ino.0, offset, size).await },
+            data,
+        );
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _wf: WriteFlags,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.0.write(fh.0, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _lock: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        empty(reply, self.0.flush(fh.0));
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.0.release(fh.0);
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let fs = self.0.clone();
+        spawn(&self.0, async move { fs.fsync(ino.0).await }, move |r| {
+            empty(reply, r)
+        });
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let fs = self.0.clone();
+        spawn(
+            &self.0,
+            async move { fs.opendir(ino.0).await },
+            move |r| match r {
+                Ok(fh) => reply.opened(FileHandle(fh), fuser::FopenFlags::empty()),
+                Err(e) => reply.error(e),
+            },
+        );
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectory,
+    ) {
+        let fs = self.0.clone();
+        // A rewound handle is listed afresh first (see `Fs::rewound`).
+        if !fs.rewound(ino.0, fh.0, offset) {
+            return fill(&fs, fh.0, offset, reply);
+        }
+        spawn(
+            &self.0,
+            {
+                let fs = fs.clone();
+                async move { fs.relist(ino.0, fh.0).await }
+            },
+            move |r| match r {
+                Ok(()) => fill(&fs, fh.0, offset, reply),
+                Err(e) => reply.error(e),
+            },
+        );
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectoryPlus,
+    ) {
+        let fs = self.0.clone();
+        if !fs.rewound(ino.0, fh.0, offset) {
+            return fill_plus(&fs, ino.0, fh.0, offset, reply);
+        }
+        spawn(
+            &self.0,
+            {
+                let fs = fs.clone();
+                async move { fs.relist(ino.0, fh.0).await }
+            },
+            move |r| match r {
+                Ok(()) => fill_plus(&fs, ino.0, fh.0, offset, reply),
+                Err(e) => reply.error(e),
+            },
+        );
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.0.releasedir(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // Namespace changes are made on the backend before they are acknowledged.
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let s = self.0.statfs();
+        reply.statfs(
+            s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
+        );
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _pos: u32,
+        reply: ReplyEmpty,
+    ) {
+        empty(reply, self.0.change_xattr());
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        xattr(reply, size, self.0.getxattr(ino.0, name));
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        xattr(reply, size, Ok(self.0.listxattr(ino.0)));
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        empty(reply, self.0.change_xattr());
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        // default_permissions: the kernel checks modes itself.
+        reply.ok();
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        // The execute bits of the new file's mode are kept like a chmod's (DESIGN.md §3).
+        let exec = mode & !umask & crate::api::EXEC_BITS;
+        let name = match name_of(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let fs = self.0.clone();
+        let ttl = fs.ttl();
+        let created = move |r: OpResult<(fuser::FileAttr, u64)>| match r {
+            Ok((attr, fh)) => reply.created(
+                &ttl,
+                &attr,
+                Generation(0),
+                FileHandle(fh),
+                fuser::FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(e),
+        };
+        if let Some(r) = fs.create_cached(parent.0, &name, exec) {
+            return created(r);
+        }
+        spawn(
+            &self.0,
+            async move { fs.create(parent.0, &name, flags, exec).await },
+            created,
+        );
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        _fh_in: FileHandle,
+        _off_in: u64,
+        _ino_out: INodeNo,
+        _fh_out: FileHandle,
+        _off_out: u64,
+        _len: u64,
+        _flags: fuser::CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        match self.0.copy_file_range() {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        empty(reply, self.0.fallocate(fh.0, offset, length, mode));
+    }
+}
+
+/// READDIR from the handle's snapshot into `reply`.
+fn fill<B: Backend>(fs: &Fs<B>, fh: u64, offset: u64, mut reply: ReplyDirectory) {
+    let r = fs.readdir(fh, offset, |ino, next, kind, name| {
+        reply.add(INodeNo(ino), next, kind, name)
+    });
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
+/// READDIRPLUS from the handle's snapshot into `reply`.
+fn fill_plus<B: Backend>(
+    fs: &Fs<B>,
+    ino: u64,
+    fh: u64,
+    offset: u64,
+    mut reply: ReplyDirectoryPlus,
+) {
+    let r = fs.readdirplus(ino, fh, offset, |cino, next, name, valid, attr| {
+        reply.add(INodeNo(cino), next, name, valid, attr, Generation(0))
+    });
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}

@@ -1,0 +1,323 @@
+//! File contents: open, read, write, release, fsync and fallocate. Writes go to a staged copy
+//! on local disk (`staging.rs`); the last writer's release journals it and starts its upload
+//! (`upload.rs`, `writeback.rs`); fsync returns once the bytes are stored. Reads come from the
+//! staged copy while there is one, else from the read cache (`cache.rs`).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use fuser::{Errno, FopenFlags, OpenAccMode, OpenFlags};
+
+use super::errno::{errno, io_errno};
+use super::preview::is_virtual;
+use super::staging::Staged;
+use super::table::{Ino, Kind};
+use super::{Fs, Handle, OpResult, upload};
+use crate::backend::Backend;
+
+/// An open file: its handle, and how the kernel is to treat its cached pages.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Opened {
+    pub fh: u64,
+    pub flags: FopenFlags,
+}
+
+impl<B: Backend> Fs<B> {
+    pub(super) fn new_fh(&self, h: Handle) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
+        self.handles().insert(fh, h);
+        fh
+    }
+
+    /// The staged copy of a file, created (with its content, unless `truncate`) if there is
+    /// none, with one more writer counted. The count is taken with the table locked, where a
+    /// finished upload decides to retire the staged copy, so a writer never writes to a retired
+    /// copy; the caller gives it back with `release_staged`.
+    pub(super) async fn stage(self: &Arc<Self>, ino: Ino, truncate: bool) -> OpResult<Arc<Staged>> {
+        let (path, remote) = {
+            let t = self.table();
+            let i = t.get(ino).ok_or(Errno::ENOENT)?;
+            if let Some(s) = &i.staged {
+                let s = s.clone();
+                s.writers.fetch_add(1, Ordering::SeqCst);
+                drop(t);
+                if truncate {
+                    if let Err(e) = s.truncate(0) {
+                        self.release_staged(ino, &s);
+                        return Err(io_errno(&e));
+                    }
+                }
+                return Ok(s);
+            }
+            (i.path.clone(), i.remote.clone())
+        };
+        let staged = self
+            .journal
+            .create(&path, remote.as_ref().map(|r| r.id.clone()))
+            .map_err(|e| io_errno(&e))?;
+        if let Some(r) = remote.as_ref().filter(|r| !truncate && r.size > 0) {
+            let entry = self
+                .cache
+                .entry(&r.id, r.md5.as_deref(), r.size)
+                .map_err(|e| errno(&e))?;
+            if let Err(e) = self
+                .cache
+                .copy_into(self.backend.as_ref(), &entry, &staged.file())
+                .await
+            {
+                self.journal.finish(&staged);
+                return Err(errno(&e));
+            }
+            staged.truncate(r.size).map_err(|e| io_errno(&e))?;
+            // The copy is the stored content: not a change to upload by itself.
+            staged.mark_uploaded(staged.generation());
+        }
+        let staged = Arc::new(staged);
+        let mut t = self.table();
+        let (staged, truncate) = match t.get(ino).and_then(|i| i.staged.clone()) {
+            // Someone staged it meanwhile: use theirs.
+            Some(other) => {
+                self.journal.finish(&staged);
+                (other, truncate)
+            }
+            None => {
+                t.set_staged(ino, Some(staged.clone()));
+                (staged, truncate && remote.is_some())
+            }
+        };
+        staged.writers.fetch_add(1, Ordering::SeqCst);
+        drop(t);
+        if truncate {
+            if let Err(e) = staged.truncate(0) {
+                self.release_staged(ino, &staged);
+                return Err(io_errno(&e));
+            }
+        }
+        Ok(staged)
+    }
+
+    /// A writer is done with a staged file: journal it and start its upload when it was the
+    /// last one and something changed; drop the staged copy when nothing did.
+    pub(super) fn release_staged(self: &Arc<Self>, ino: Ino, staged: &Arc<Staged>) {
+        if staged.writers.fetch_sub(1, Ordering::SeqCst) != 1 {
+            return;
+        }
+        self.settle(ino, staged);
+    }
+
+    /// With no writer left: upload if dirty, else retire the staged copy.
+    pub(super) fn settle(self: &Arc<Self>, ino: Ino, staged: &Arc<Staged>) {
+        let mut t = self.table();
+        let Some(inode) = t.get(ino) else { return };
+        if inode.unlinked {
+            self.journal.finish(staged);
+            t.set_staged(ino, None);
+            t.maybe_drop(ino);
+            return;
+        }
+        if staged.is_dirty() {
+            let (path, id) = (
+                inode.path.clone(),
+                inode.remote.as_ref().map(|r| r.id.clone()),
+            );
+            if let Err(e) = self.journal.record(staged, &path, id) {
+                log::error!("could not journal {path}: {e}");
+            }
+            drop(t);
+            upload::schedule(self, ino);
+        } else {
+            // Clean: every generation is stored (or nothing was written). An upload task that
+            // still holds it finds nothing to do. (No `uploading` lock here: the uploader takes
+            // that lock before the table's, and the order must not be reversed.)
+            self.journal.finish(staged);
+            t.set_staged(ino, None);
+            t.maybe_drop(ino);
+        }
+    }
+
+    /// RELEASE: the journal entry is on disk before this returns (written when staging began
+    /// and rewritten here); the upload itself runs in the background.
+    pub(super) fn release(self: &Arc<Self>, fh: u64) {
+        let Some(h) = self.handles().remove(&fh) else {
+            return;
+        };
+        if let Handle::File { ino, staged } = h {
+            if let Some(s) = staged {
+                self.release_staged(ino, &s);
+            }
+            let mut t = self.table();
+            if let Some(i) = t.get_mut(ino) {
+                i.open_handles = i.open_handles.saturating_sub(1);
+            }
+            t.maybe_drop(ino);
+        }
+    }
+
+    /// OPEN: a handle; one opened for writing counts as a writer of the file's staged copy.
+    pub(super) async fn open(self: &Arc<Self>, ino: Ino, flags: OpenFlags) -> OpResult<Opened> {
+        let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY);
+        if is_virtual(ino) {
+            let flags = self.preview_open(ino, write || flags.0 & libc::O_TRUNC != 0)?;
+            let fh = self.new_fh(Handle::File { ino, staged: None });
+            return Ok(Opened { fh, flags });
+        }
+        let (kind, keep) = {
+            let mut t = self.table();
+            let i = t.get_mut(ino).ok_or(Errno::ENOENT)?;
+            // The kernel may keep its cached pages when the content is what it last saw.
+            let md5 = i.remote.as_ref().and_then(|r| r.md5.clone());
+            let keep = i.staged.is_some() || (md5.is_some() && md5 == i.kernel_md5);
+            if i.staged.is_none() {
+                i.kernel_md5 = md5;
+            }
+            (i.kind, keep)
+        };
+        if kind == Kind::Dir {
+            return Err(Errno::EISDIR);
+        }
+        let staged = if write {
+            self.writable()?;
+            Some(self.stage(ino, flags.0 & libc::O_TRUNC != 0).await?)
+        } else {
+            None
+        };
+        if let Some(i) = self.table().get_mut(ino) {
+            i.open_handles += 1;
+        }
+        let fh = self.new_fh(Handle::File { ino, staged });
+        let flags = if keep {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        };
+        Ok(Opened { fh, flags })
+    }
+
+    /// READ: from the staged copy, else from the read cache (which downloads what it lacks).
+    pub(super) async fn read(
+        self: &Arc<Self>,
+        ino: Ino,
+        offset: u64,
+        size: u32,
+    ) -> OpResult<Vec<u8>> {
+        if is_virtual(ino) {
+            return self.preview_read(ino, offset, size).await;
+        }
+        let (staged, remote) = {
+            let t = self.table();
+            let i = t.get(ino).ok_or(Errno::ENOENT)?;
+            (i.staged.clone(), i.remote.clone())
+        };
+        if let Some(s) = staged {
+            return s.read_at(offset, size as usize).map_err(|e| io_errno(&e));
+        }
+        let Some(r) = remote else {
+            return Ok(Vec::new());
+        };
+        let entry = self
+            .cache
+            .entry(&r.id, r.md5.as_deref(), r.size)
+            .map_err(|e| errno(&e))?;
+        self.cache
+            .read(self.backend.as_ref(), &entry, offset, size as usize)
+            .await
+            .map_err(|e| errno(&e))
+    }
+
+    /// FSYNC: returns once the file's bytes as they are now are stored, or says why not.
+    pub(super) async fn fsync(self: &Arc<Self>, ino: Ino) -> OpResult<()> {
+        let staged = self.table().get(ino).and_then(|i| i.staged.clone());
+        let Some(staged) = staged else { return Ok(()) };
+        if !staged.is_dirty() {
+            return Ok(());
+        }
+        {
+            let t = self.table();
+            if let Some(i) = t.get(ino) {
+                let _ =
+                    self.journal
+                        .record(&staged, &i.path, i.remote.as_ref().map(|r| r.id.clone()));
+            }
+        }
+        // fsync returns only once the bytes are stored remotely, or reports why not.
+        if self.backend.puts_batches() {
+            // Stored with the next batch (one durable commit for all of it).
+            return if super::writeback::flush(self, ino, staged.generation()).await {
+                Ok(())
+            } else {
+                Err(Errno::EIO)
+            };
+        }
+        upload::upload_once(self, ino).await.map_err(|e| {
+            log::warn!("fsync: upload failed: {e}");
+            upload::schedule(self, ino);
+            Errno::EIO
+        })?;
+        if staged.is_dirty() {
+            // Written to while uploading: upload again.
+            upload::upload_once(self, ino)
+                .await
+                .map_err(|_| Errno::EIO)?;
+        }
+        Ok(())
+    }
+
+    /// READ of a file with a staged copy: answered from local disk, on the FUSE thread
+    /// (`None`: not staged, [`Fs::read`] may need the network).
+    pub(super) fn read_staged(
+        &self,
+        ino: Ino,
+        offset: u64,
+        size: u32,
+    ) -> Option<OpResult<Vec<u8>>> {
+        let staged = self.table().get(ino).and_then(|i| i.staged.clone())?;
+        Some(
+            staged
+                .read_at(offset, size as usize)
+                .map_err(|e| io_errno(&e)),
+        )
+    }
+
+    /// The staged copy a handle writes to (EBADF: not open for writing).
+    pub(super) fn writing(&self, fh: u64) -> OpResult<Arc<Staged>> {
+        match self.handles().get(&fh) {
+            Some(Handle::File {
+                staged: Some(s), ..
+            }) => Ok(s.clone()),
+            _ => Err(Errno::EBADF),
+        }
+    }
+
+    /// WRITE through handle `fh`, to its staged copy: the number of bytes written.
+    pub(super) fn write(&self, fh: u64, offset: u64, data: &[u8]) -> OpResult<u32> {
+        let staged = self.writing(fh)?;
+        staged.write_at(offset, data).map_err(|e| io_errno(&e))?;
+        // A large file written in order is hashed while it is written, beside the writer.
+        if let Some(job) = staged.hash_ahead() {
+            self.rt.spawn_blocking(job);
+        }
+        Ok(data.len() as u32)
+    }
+
+    /// FLUSH (each close(2)): nothing to do; the last release starts the upload.
+    pub(super) fn flush(&self, _fh: u64) -> OpResult<()> {
+        Ok(())
+    }
+
+    /// FALLOCATE: only plain allocation is meaningful on a staging file; punching holes or
+    /// zeroing ranges is refused explicitly rather than half-done.
+    pub(super) fn fallocate(&self, fh: u64, offset: u64, length: u64, mode: i32) -> OpResult<()> {
+        if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
+            return Err(Errno::ENOTSUP);
+        }
+        let staged = self.writing(fh)?;
+        staged
+            .allocate(offset, length, mode & libc::FALLOC_FL_KEEP_SIZE != 0)
+            .map_err(|e| io_errno(&e))
+    }
+
+    /// COPY_FILE_RANGE: not offered; the kernel falls back to reads and writes.
+    pub(super) fn copy_file_range(&self) -> OpResult<u32> {
+        Err(Errno::ENOSYS)
+    }
+}

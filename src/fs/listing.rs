@@ -1,0 +1,519 @@
+//! Names and listings: folder listings fetched from the backend, cached while fresh (younger
+//! than `dir_ttl`, and no change by another process since: `freshness`) and merged with what
+//! exists only here; LOOKUP and GETATTR (from memory when fresh, else with a
+//! short wait on a refresh); directory handles' snapshots for READDIR(PLUS) and rewinddir.
+//! A listing we have, even an old one, beats waiting on a slow or silent server.
+
+use std::ffi::OsStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use fuser::{Errno, FileAttr, FileType, INodeNo};
+
+use super::errno::errno;
+use super::preview::{DIR_NAME, is_virtual};
+use super::table::{Ino, Kind, ROOT};
+use super::{Fs, Handle, OpResult};
+use crate::api::NodePath;
+use crate::backend::{Backend, LIST_PAGE, list_all};
+
+/// After the backend was unreachable, cached listings are served without retrying for this long.
+const OFFLINE_GRACE: Duration = Duration::from_secs(5);
+
+/// How long a request waits for the refresh of a folder listing it has (older than the listing
+/// TTL) before it is answered from that listing while the refresh goes on.
+const STALE_LISTING_WAIT: Duration = Duration::from_millis(100);
+
+impl<B: Backend> Fs<B> {
+    pub(super) fn ttl(&self) -> std::time::Duration {
+        self.opts.attr_ttl
+    }
+
+    /// The backend failed recently: serve what we have without asking again.
+    pub(super) fn offline(&self) -> bool {
+        self.offline_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|t| Instant::now() < t)
+    }
+
+    pub(super) fn attr(&self, ino: Ino) -> OpResult<FileAttr> {
+        self.table()
+            .attr(ino, self.uid, self.gid)
+            .ok_or(Errno::ENOENT)
+    }
+
+    pub(super) fn path_of(&self, ino: Ino) -> OpResult<(NodePath, Kind)> {
+        let t = self.table();
+        let i = t.get(ino).ok_or(Errno::ENOENT)?;
+        if i.unlinked {
+            return Err(Errno::ENOENT);
+        }
+        Ok((i.path.clone(), i.kind))
+    }
+
+    pub(super) fn dir_path(&self, ino: Ino) -> OpResult<NodePath> {
+        match self.path_of(ino)? {
+            (p, Kind::Dir) => Ok(p),
+            _ => Err(Errno::ENOTDIR),
+        }
+    }
+
+    /// Makes sure the directory's listing is loaded and younger than `dir_ttl`.
+    pub(super) async fn ensure_listing(self: &Arc<Self>, dir: Ino) -> OpResult<()> {
+        let (path, have) = {
+            let t = self.table();
+            let i = t.get(dir).ok_or(Errno::ENOENT)?;
+            if i.kind != Kind::Dir {
+                return Err(Errno::ENOTDIR);
+            }
+            if i.listing().is_some_and(|(at, _)| self.fresh(*at)) {
+                return Ok(());
+            }
+            (i.path.clone(), i.listing().is_some())
+        };
+        if have && self.offline() {
+            return Ok(());
+        }
+        if !have {
+            return self.refresh_listing(dir, &path).await;
+        }
+        // A listing we have, even old, beats waiting on a slow or silent server.
+        let fs = self.clone();
+        let refresh = async move {
+            let r = fs.refresh_listing(dir, &path).await;
+            if r == Err(Errno::EIO) {
+                // Backend away: for a while no `ls` waits for the network to fail again.
+                log::debug!("listing {path} from cache: backend unreachable");
+                *fs.offline_until.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(Instant::now() + OFFLINE_GRACE);
+            }
+            r
+        };
+        match self
+            .refresh_briefly(|fs| &fs.refreshing, dir, refresh)
+            .await
+        {
+            Some(Err(e)) if e != Errno::EIO => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Runs `refresh` of `ino` as its own task, unless one runs already (`running` picks the
+    /// set of inodes with such a refresh under way), and waits for it at most [`STALE_LISTING_WAIT`]: its
+    /// result if it came by then. A request is then answered from what the mount has, and a
+    /// slow or silent server never holds it up for longer.
+    pub(super) async fn refresh_briefly(
+        self: &Arc<Self>,
+        running: fn(&Self) -> &std::sync::Mutex<std::collections::HashSet<Ino>>,
+        ino: Ino,
+        refresh: impl std::future::Future<Output = OpResult<()>> + Send + 'static,
+    ) -> Option<OpResult<()>> {
+        if !running(self)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(ino)
+        {
+            return None;
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let fs = self.clone();
+        self.rt.spawn(async move {
+            let r = refresh.await;
+            running(&fs)
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&ino);
+            let _ = tx.send(r);
+        });
+        tokio::time::timeout(STALE_LISTING_WAIT, rx)
+            .await
+            .ok()
+            .and_then(Result::ok)
+    }
+
+    /// Fetches a listing from the backend and merges it with what exists only here.
+    pub(super) async fn refresh_listing(
+        self: &Arc<Self>,
+        dir: Ino,
+        path: &NodePath,
+    ) -> OpResult<()> {
+        let started = Instant::now();
+        let mut node = list_all(self.backend.as_ref(), path, LIST_PAGE)
+            .await
+            .map_err(|e| errno(&e))?;
+        let children = node.children.take().unwrap_or_default();
+        let mut changed = Vec::new();
+        let mut gone = Vec::new();
+        {
+            let mut t = self.table();
+            let mut names = std::collections::BTreeMap::new();
+            let mut hidden_preview = false;
+            for child in &children {
+                // A real `.preview` is hidden by the virtual one and never touched.
+                if child.name == DIR_NAME {
+                    hidden_preview = true;
+                    continue;
+                }
+                let Ok(cpath) = path.child(&child.name) else {
+                    continue;
+                };
+                if t.removed_since(&cpath, started) {
+                    continue; // removed here while the listing was on its way
+                }
+                // Changed here (created, renamed, uploaded) or told by the backend since the
+                // listing was asked for: what the listing says of it is older.
+                let newer = t
+                    .ino_of(&cpath)
+                    .filter(|i| t.get(*i).is_some_and(|i| i.newer_than(started)));
+                let (ino, content_changed) = match newer {
+                    Some(ino) => (ino, false),
+                    None => t.upsert(&cpath, child),
+                };
+                if content_changed {
+                    changed.push(ino);
+                }
+                names.insert(child.name.clone(), ino);
+            }
+            for (name, ino) in t.local_children(path, started) {
+                names.insert(name, ino);
+            }
+            let old = t
+                .get(dir)
+                .and_then(|i| i.listing())
+                .map(|(_, n)| n.clone())
+                .unwrap_or_default();
+            for (name, ino) in old {
+                if names.contains_key(&name) {
+                    continue;
+                }
+                // Created, renamed here or uploaded after the listing was asked for: keep.
+                let recent = t.get(ino).is_some_and(|i| {
+                    !i.unlinked && i.touched >= started && i.path.name() == Some(&name)
+                });
+                if recent {
+                    names.insert(name, ino);
+                } else {
+                    gone.push((name, ino));
+                }
+            }
+            if dir != ROOT {
+                t.update_from(dir, &node);
+            }
+            if let Some(i) = t.get_mut(dir) {
+                i.set_listing(names);
+                i.hidden_preview = hidden_preview;
+            }
+            for (_, ino) in &gone {
+                t.detach(*ino);
+            }
+        }
+        // Changes made elsewhere: the kernel drops what it cached (outside any request).
+        if let Some(n) = self.notifier.get().cloned() {
+            if !changed.is_empty() || !gone.is_empty() {
+                tokio::task::spawn_blocking(move || {
+                    for ino in changed {
+                        let _ = n.inval_inode(INodeNo(ino), 0, 0);
+                    }
+                    for (name, _) in gone {
+                        let _ = n.inval_entry(INodeNo(dir), OsStr::new(&name));
+                    }
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The inode of `name` in `dir`, from a fresh listing.
+    pub(super) async fn child(self: &Arc<Self>, dir: Ino, name: &str) -> OpResult<Option<Ino>> {
+        self.ensure_listing(dir).await?;
+        let t = self.table();
+        Ok(t.get(dir)
+            .and_then(|i| i.listing())
+            .and_then(|(_, n)| n.get(name).copied()))
+    }
+
+    pub(super) async fn lookup(self: &Arc<Self>, parent: Ino, name: &str) -> OpResult<FileAttr> {
+        if is_virtual(parent) || name == DIR_NAME {
+            return self.preview_lookup(parent, name).await;
+        }
+        let ino = self.child(parent, name).await?.ok_or(Errno::ENOENT)?;
+        let mut t = self.table();
+        t.get_mut(ino).ok_or(Errno::ENOENT)?.lookups += 1;
+        t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT)
+    }
+
+    pub(super) async fn getattr(self: &Arc<Self>, ino: Ino) -> OpResult<FileAttr> {
+        if is_virtual(ino) {
+            return self.preview_getattr(ino).await;
+        }
+        let stale = {
+            let t = self.table();
+            let i = t.get(ino).ok_or(Errno::ENOENT)?;
+            (ino != ROOT
+                && !self.offline()
+                && i.staged.is_none()
+                && !i.unlinked
+                && !self.fresh(i.fetched))
+            .then(|| i.path.clone())
+        };
+        // Attributes we have beat waiting on a slow or silent server.
+        if let Some(path) = stale {
+            let fs = self.clone();
+            let refresh = async move { fs.refresh_attr(ino, &path).await };
+            if let Some(Err(e)) = self
+                .refresh_briefly(|fs| &fs.attr_refreshing, ino, refresh)
+                .await
+            {
+                return Err(e);
+            }
+        }
+        self.attr(ino)
+    }
+
+    /// Asks the backend for a node's attributes again; ENOENT when it is gone.
+    pub(super) async fn refresh_attr(self: &Arc<Self>, ino: Ino, path: &NodePath) -> OpResult<()> {
+        let started = Instant::now();
+        let answer = self.backend.node(path).await;
+        // Changed here or told by the backend while the answer was on its way: it is older.
+        if self.table().get(ino).is_some_and(|i| i.newer_than(started)) {
+            return Ok(());
+        }
+        match answer {
+            Ok(node) => {
+                let changed = self.table().update_from(ino, &node);
+                if changed {
+                    if let Some(n) = self.notifier.get().cloned() {
+                        tokio::task::spawn_blocking(move || n.inval_inode(INodeNo(ino), 0, 0));
+                    }
+                }
+                Ok(())
+            }
+            Err(e) if e.kind == crate::api::ErrorKind::NotFound => {
+                self.table().detach(ino);
+                Err(Errno::ENOENT)
+            }
+            // Offline: the attributes we have are the best answer.
+            Err(e) => {
+                log::debug!("getattr of {path} from cache: {e}");
+                Ok(())
+            }
+        }
+    }
+
+    /// The listing of `dir` when it is loaded and younger than its TTL (no backend call needed).
+    pub(super) fn fresh_listing<'t>(
+        &self,
+        t: &'t super::table::Table,
+        dir: Ino,
+    ) -> Option<&'t std::collections::BTreeMap<String, Ino>> {
+        let (at, names) = t.get(dir)?.listing()?;
+        self.fresh(*at).then_some(names)
+    }
+
+    /// LOOKUP answered from memory when the folder's listing is fresh: on the FUSE thread, with
+    /// no task and no wait (`None`: the backend may be needed).
+    pub(super) fn lookup_cached(&self, parent: Ino, name: &str) -> Option<OpResult<FileAttr>> {
+        if is_virtual(parent) || name == DIR_NAME {
+            return None;
+        }
+        let mut t = self.table();
+        let child = self.fresh_listing(&t, parent)?.get(name).copied();
+        let Some(ino) = child else {
+            return Some(Err(Errno::ENOENT));
+        };
+        t.get_mut(ino)?.lookups += 1;
+        Some(t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT))
+    }
+
+    /// GETATTR answered from memory when the attributes need no refresh (see `getattr`).
+    pub(super) fn getattr_cached(&self, ino: Ino) -> Option<FileAttr> {
+        if is_virtual(ino) {
+            return None;
+        }
+        let t = self.table();
+        let i = t.get(ino)?;
+        let stale = ino != ROOT && i.staged.is_none() && !i.unlinked && !self.fresh(i.fetched);
+        if stale && !self.offline() {
+            return None;
+        }
+        t.attr(ino, self.uid, self.gid)
+    }
+
+    /// A read from offset 0 of a directory handle already read (`rewinddir`), or of one whose
+    /// folder changed since its snapshot: names added since `opendir` must show (POSIX), so the
+    /// folder is listed again.
+    pub(super) fn rewound(&self, ino: Ino, fh: u64, offset: u64) -> bool {
+        if offset != 0 {
+            return false;
+        }
+        let now = self.folder_time(ino);
+        matches!(
+            self.handles().get(&fh),
+            Some(Handle::Dir { read, taken, .. }) if *read || *taken != now
+        )
+    }
+
+    /// A folder's time as this mount last changed or saw it (`Table::entries_changed`).
+    pub(super) fn folder_time(&self, ino: Ino) -> Option<std::time::SystemTime> {
+        self.table().get(ino).map(|i| i.mtime)
+    }
+
+    /// Takes a new snapshot of folder `ino` for handle `fh` (see [`Fs::rewound`]).
+    pub(super) async fn relist(self: &Arc<Self>, ino: Ino, fh: u64) -> OpResult<()> {
+        // Read before the snapshot: a change while it is taken shows as a change after it.
+        let before = self.folder_time(ino);
+        let fresh = self.readdir_snapshot(ino).await?;
+        match self.handles().get_mut(&fh) {
+            Some(Handle::Dir {
+                entries,
+                read,
+                taken,
+            }) => {
+                *entries = fresh;
+                *read = false;
+                *taken = before;
+                Ok(())
+            }
+            _ => Err(Errno::EBADF),
+        }
+    }
+
+    pub(super) async fn readdir_snapshot(
+        self: &Arc<Self>,
+        ino: Ino,
+    ) -> OpResult<Vec<(Ino, FileType, String)>> {
+        if is_virtual(ino) {
+            return self.preview_readdir(ino).await;
+        }
+        self.ensure_listing(ino).await?;
+        let t = self.table();
+        let i = t.get(ino).ok_or(Errno::ENOENT)?;
+        let parent = i
+            .path
+            .parent()
+            .and_then(|p| t.ino_of(&p))
+            .filter(|_| ino != ROOT)
+            .unwrap_or(ROOT);
+        let mut out = vec![
+            (ino, FileType::Directory, ".".to_string()),
+            (parent, FileType::Directory, "..".to_string()),
+        ];
+        if let Some((_, names)) = i.listing() {
+            for (name, cino) in names {
+                let kind = match t.get(*cino).map(|c| c.kind) {
+                    Some(Kind::Dir) => FileType::Directory,
+                    _ => FileType::RegularFile,
+                };
+                out.push((*cino, kind, name.clone()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// FORGET: the kernel dropped `n` references to `ino`.
+    pub(super) fn forget(&self, ino: Ino, n: u64) {
+        self.table().forget(ino, n);
+    }
+
+    /// OPENDIR: a handle on a snapshot of the folder's entries.
+    pub(super) async fn opendir(self: &Arc<Self>, ino: Ino) -> OpResult<u64> {
+        let before = self.folder_time(ino);
+        let entries = self.readdir_snapshot(ino).await?;
+        Ok(self.new_fh(Handle::Dir {
+            entries,
+            read: false,
+            taken: before,
+        }))
+    }
+
+    /// READDIR from the handle's snapshot: `add(ino, next offset, kind, name)` for each entry
+    /// from `offset` on, until it says the reply is full (true).
+    pub(super) fn readdir(
+        &self,
+        fh: u64,
+        offset: u64,
+        mut add: impl FnMut(Ino, u64, FileType, &str) -> bool,
+    ) -> OpResult<()> {
+        let mut handles = self.handles();
+        let Some(Handle::Dir { entries, read, .. }) = handles.get_mut(&fh) else {
+            return Err(Errno::EBADF);
+        };
+        *read = true;
+        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
+            if add(*ino, (i + 1) as u64, *kind, name) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// READDIRPLUS from the handle's snapshot, with each entry's attributes:
+    /// `add(ino, next offset, name, validity, attr)` until it says the reply is full (true).
+    /// Each entry taken counts as a LOOKUP.
+    pub(super) fn readdirplus(
+        &self,
+        ino: Ino,
+        fh: u64,
+        offset: u64,
+        mut add: impl FnMut(Ino, u64, &str, &Duration, &FileAttr) -> bool,
+    ) -> OpResult<()> {
+        // At most this many per reply (the kernel asks again from the next offset); cloned so
+        // the handle and table locks are never held together.
+        const MAX_BATCH: usize = 4096;
+        let batch: Vec<(Ino, FileType, String)> = {
+            let mut handles = self.handles();
+            let Some(Handle::Dir { entries, read, .. }) = handles.get_mut(&fh) else {
+                return Err(Errno::EBADF);
+            };
+            *read = true;
+            entries
+                .iter()
+                .skip(offset as usize)
+                .take(MAX_BATCH)
+                .cloned()
+                .collect()
+        };
+        let ttl = self.ttl();
+        let mut t = self.table();
+        for (i, (cino, kind, name)) in batch.iter().enumerate() {
+            let dots = name == "." || name == "..";
+            let virt = is_virtual(*cino) || is_virtual(ino);
+            let real = if virt {
+                None
+            } else {
+                t.attr(*cino, self.uid, self.gid)
+            };
+            let (attr, valid) = match real {
+                Some(attr) => (attr, ttl),
+                // Preview entries: their sizes are known only once fetched, so they come with
+                // no validity and the kernel asks (LOOKUP, GETATTR) when one is used.
+                None if virt || dots => {
+                    let dir = *kind == FileType::Directory;
+                    (
+                        self.virtual_attr(*cino, dir, 0, SystemTime::now()),
+                        Duration::ZERO,
+                    )
+                }
+                // Gone since the listing was taken.
+                None => continue,
+            };
+            let next = offset + i as u64 + 1;
+            if add(*cino, next, name, &valid, &attr) {
+                break;
+            }
+            // Like a LOOKUP, each entry but `.` and `..` is a reference the kernel will forget.
+            if !dots && !virt {
+                if let Some(c) = t.get_mut(*cino) {
+                    c.lookups += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// RELEASEDIR: the snapshot goes.
+    pub(super) fn releasedir(&self, fh: u64) {
+        self.handles().remove(&fh);
+    }
+}

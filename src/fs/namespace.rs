@@ -1,0 +1,543 @@
+//! Changes to names and attributes: mkdir, create, unlink, rmdir, rename, setattr, the
+//! `user.vaultfs.*` extended attributes, and what the mount refuses (links, device nodes,
+//! anything under `.preview`). Each change is made on the backend before it is acknowledged,
+//! except a new file's creation, which its upload carries.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use fuser::{Errno, FileAttr, RenameFlags, TimeOrNow};
+
+use super::attrs::Keep;
+use super::errno::{errno, io_errno};
+use super::preview::{DIR_NAME, is_virtual};
+use super::table::{Ino, Kind};
+use super::{Fs, Handle, OpResult};
+use crate::api::path::MAX_NAME_BYTES;
+use crate::backend::Backend;
+
+const XATTRS: [&str; 4] = [
+    "user.vaultfs.id",
+    "user.vaultfs.link_uri",
+    "user.vaultfs.preview_link_uri",
+    "user.vaultfs.download_link_uri",
+];
+
+/// What a SETATTR without a size leaves after the inode table has the new attributes.
+pub(crate) enum SetattrNow {
+    /// Nothing to store: the attributes as they are now.
+    Done(FileAttr),
+    /// To be kept by the backend: [`Fs::setattr_keep`].
+    Keep(Keep),
+}
+
+/// The numbers STATFS reports.
+pub(crate) struct Statfs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
+}
+
+impl<B: Backend> Fs<B> {
+    /// The virtual `.preview` tree (and the name `.preview` in any folder) cannot be made,
+    /// changed or removed.
+    pub(super) fn outside_previews(parent: Ino, name: &str) -> OpResult<()> {
+        if is_virtual(parent) || name == DIR_NAME {
+            Err(Errno::EROFS)
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(super) fn writable(&self) -> OpResult<()> {
+        if self.opts.read_only {
+            Err(Errno::EROFS)
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(super) async fn mkdir(self: &Arc<Self>, parent: Ino, name: &str) -> OpResult<FileAttr> {
+        Self::outside_previews(parent, name)?;
+        self.writable()?;
+        let dir = self.dir_path(parent)?;
+        if self.child(parent, name).await?.is_some() {
+            return Err(Errno::EEXIST);
+        }
+        let path = dir.child(name).map_err(|_| Errno::EINVAL)?;
+        let node = self
+            .backend
+            .create_folder(&path)
+            .await
+            .map_err(|e| errno(&e))?;
+        let mut t = self.table();
+        let (ino, _) = t.upsert(&path, &node);
+        let i = t.get_mut(ino).expect("just inserted");
+        i.set_listing(Default::default());
+        i.lookups += 1;
+        t.touch(ino);
+        t.link_into_parent(ino);
+        t.entries_changed(parent);
+        t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT)
+    }
+
+    /// `exec`: the execute bits of the mode a new file is created with (kept like a chmod's).
+    pub(super) async fn create(
+        self: &Arc<Self>,
+        parent: Ino,
+        name: &str,
+        flags: i32,
+        exec: u32,
+    ) -> OpResult<(FileAttr, u64)> {
+        Self::outside_previews(parent, name)?;
+        self.writable()?;
+        let dir = self.dir_path(parent)?;
+        let existing = self.child(parent, name).await?;
+        let ino = match existing {
+            Some(_) if flags & libc::O_EXCL != 0 => return Err(Errno::EEXIST),
+            Some(ino) => {
+                if self.table().get(ino).map(|i| i.kind) == Some(Kind::Dir) {
+                    return Err(Errno::EISDIR);
+                }
+                ino
+            }
+            None => {
+                let path = dir.child(name).map_err(|_| Errno::EINVAL)?;
+                let mut t = self.table();
+                let ino = t.ensure(&path, Kind::File);
+                t.touch(ino);
+                if let Some(i) = t.get_mut(ino) {
+                    i.unlinked = false;
+                    i.exec = Some(exec);
+                }
+                ino
+            }
+        };
+        let staged = self
+            .stage(ino, existing.is_none() || flags & libc::O_TRUNC != 0)
+            .await?;
+        if existing.is_none() {
+            // A new file is a change even with no bytes written: it must be created remotely.
+            staged.mark_changed();
+        }
+        let attr = {
+            let mut t = self.table();
+            t.link_into_parent(ino);
+            if existing.is_none() {
+                t.entries_changed(parent);
+            }
+            let i = t.get_mut(ino).ok_or(Errno::ENOENT)?;
+            i.lookups += 1;
+            i.open_handles += 1;
+            t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT)?
+        };
+        let fh = self.new_fh(Handle::File {
+            ino,
+            staged: Some(staged),
+        });
+        Ok((attr, fh))
+    }
+
+    /// CREATE of a name a fresh listing does not have: all of it is local (the staging file,
+    /// its journal entry), so it is answered on the FUSE thread. `None`: the slow path decides.
+    pub(super) fn create_cached(
+        self: &Arc<Self>,
+        parent: Ino,
+        name: &str,
+        exec: u32,
+    ) -> Option<OpResult<(FileAttr, u64)>> {
+        if let Err(e) = Self::outside_previews(parent, name).and_then(|()| self.writable()) {
+            return Some(Err(e));
+        }
+        let path = {
+            let t = self.table();
+            if self.fresh_listing(&t, parent)?.contains_key(name) {
+                return None;
+            }
+            t.get(parent)?.path.child(name).ok()?
+        };
+        let staged = match self.journal.create(&path, None) {
+            Ok(s) => Arc::new(s),
+            Err(e) => return Some(Err(io_errno(&e))),
+        };
+        // A new file is a change even with no bytes written: it must be created remotely.
+        staged.mark_changed();
+        staged.writers.store(1, Ordering::SeqCst);
+        let mut t = self.table();
+        let taken = self
+            .fresh_listing(&t, parent)
+            .is_none_or(|n| n.contains_key(name))
+            || t.ino_of(&path)
+                .and_then(|i| t.get(i))
+                .is_some_and(|i| i.staged.is_some() || i.kind == Kind::Dir);
+        if taken {
+            // Made or listed meanwhile: the slow path sorts it out.
+            drop(t);
+            self.journal.finish(&staged);
+            return None;
+        }
+        let ino = t.ensure(&path, Kind::File);
+        t.touch(ino);
+        t.set_staged(ino, Some(staged.clone()));
+        t.link_into_parent(ino);
+        t.entries_changed(parent);
+        let i = t.get_mut(ino)?;
+        i.unlinked = false;
+        i.exec = Some(exec);
+        i.lookups += 1;
+        i.open_handles += 1;
+        let attr = t.attr(ino, self.uid, self.gid)?;
+        drop(t);
+        let fh = self.new_fh(Handle::File {
+            ino,
+            staged: Some(staged),
+        });
+        Some(Ok((attr, fh)))
+    }
+
+    pub(super) async fn setattr(
+        self: &Arc<Self>,
+        ino: Ino,
+        size: Option<u64>,
+        times: (Option<TimeOrNow>, Option<TimeOrNow>),
+        mode: Option<u32>,
+        (uid, gid): (Option<u32>, Option<u32>),
+    ) -> OpResult<FileAttr> {
+        self.may_setattr(ino, uid, gid)?;
+        if let Some(size) = size {
+            self.writable()?;
+            if self.path_of(ino)?.1 == Kind::Dir {
+                return Err(Errno::EISDIR);
+            }
+            // A writer for the time of the truncate: released, it settles the file like a
+            // close (truncate(2) without an open handle is the whole change).
+            let staged = self.stage(ino, size == 0).await?;
+            let r = staged.truncate(size);
+            self.release_staged(ino, &staged);
+            r.map_err(|e| io_errno(&e))?;
+        }
+        self.set_attrs(ino, times, mode).await
+    }
+
+    /// Nothing in `.preview` changes; files belong to the mounting user.
+    pub(super) fn may_setattr(&self, ino: Ino, uid: Option<u32>, gid: Option<u32>) -> OpResult<()> {
+        if is_virtual(ino) {
+            return Err(Errno::EROFS);
+        }
+        if uid.is_some_and(|u| u != self.uid) || gid.is_some_and(|g| g != self.gid) {
+            return Err(Errno::EPERM);
+        }
+        Ok(())
+    }
+
+    /// SETATTR of times and mode (and a chown to oneself): set in the inode table, then kept
+    /// by the backend (`attrs.rs`).
+    pub(super) async fn set_attrs(
+        self: &Arc<Self>,
+        ino: Ino,
+        times: (Option<TimeOrNow>, Option<TimeOrNow>),
+        mode: Option<u32>,
+    ) -> OpResult<FileAttr> {
+        let keep = self.set_attrs_here(ino, times, mode);
+        self.keep_attrs(ino, keep).await;
+        self.attr(ino)
+    }
+
+    pub(super) async fn remove(
+        self: &Arc<Self>,
+        parent: Ino,
+        name: &str,
+        dir: bool,
+    ) -> OpResult<()> {
+        Self::outside_previews(parent, name)?;
+        self.writable()?;
+        let ino = self.child(parent, name).await?.ok_or(Errno::ENOENT)?;
+        let (path, kind, io) = {
+            let t = self.table();
+            let i = t.get(ino).ok_or(Errno::ENOENT)?;
+            (i.path.clone(), i.kind, i.io.clone())
+        };
+        match (kind, dir) {
+            (Kind::Dir, false) => return Err(Errno::EISDIR),
+            (Kind::File, true) => return Err(Errno::ENOTDIR),
+            _ => {}
+        }
+        if dir {
+            self.refresh_listing(ino, &path).await?;
+            let empty = self
+                .table()
+                .get(ino)
+                .is_none_or(|i| !i.hidden_preview && i.listing().is_none_or(|(_, n)| n.is_empty()));
+            if !empty {
+                return Err(Errno::ENOTEMPTY);
+            }
+        }
+        let _io = io.lock().await;
+        let remote = {
+            let t = self.table();
+            t.get(ino)
+                .is_some_and(|i| i.kind == Kind::Dir || i.remote.is_some())
+        };
+        if remote {
+            match self.backend.delete(&path).await {
+                Ok(()) => {}
+                Err(e) if e.kind == crate::api::ErrorKind::NotFound => {}
+                Err(e) => return Err(errno(&e)),
+            }
+        }
+        let mut t = self.table();
+        let staged = t.get(ino).and_then(|i| i.staged.clone());
+        if let Some(r) = t.get(ino).and_then(|i| i.remote.as_ref()) {
+            self.cache.invalidate(&r.id);
+        }
+        t.detach(ino);
+        if let Some(s) = staged {
+            if s.writers.load(Ordering::SeqCst) == 0 {
+                self.journal.finish(&s);
+                t.set_staged(ino, None);
+                t.maybe_drop(ino);
+            }
+        }
+        t.entries_changed(parent);
+        Ok(())
+    }
+
+    pub(super) async fn rename(
+        self: &Arc<Self>,
+        parent: Ino,
+        name: &str,
+        newparent: Ino,
+        newname: &str,
+        flags: RenameFlags,
+    ) -> OpResult<()> {
+        Self::outside_previews(parent, name)?;
+        Self::outside_previews(newparent, newname)?;
+        self.writable()?;
+        if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+            return Err(Errno::EINVAL);
+        }
+        let ino = self.child(parent, name).await?.ok_or(Errno::ENOENT)?;
+        let dst_dir = self.dir_path(newparent)?;
+        let dst = dst_dir.child(newname).map_err(|_| Errno::EINVAL)?;
+        let target = self.child(newparent, newname).await?;
+        let (src, kind, io) = {
+            let t = self.table();
+            let i = t.get(ino).ok_or(Errno::ENOENT)?;
+            (i.path.clone(), i.kind, i.io.clone())
+        };
+        if src == dst {
+            return Ok(());
+        }
+        if kind == Kind::Dir && src.contains(&dst) {
+            return Err(Errno::EINVAL);
+        }
+        if let Some(tino) = target {
+            if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+                return Err(Errno::EEXIST);
+            }
+            let tkind = self.table().get(tino).map(|i| i.kind);
+            match (kind, tkind) {
+                (Kind::File, Some(Kind::Dir)) => return Err(Errno::EISDIR),
+                (Kind::Dir, Some(Kind::File)) => return Err(Errno::ENOTDIR),
+                (Kind::Dir, Some(Kind::Dir)) => {
+                    let tpath = dst.clone();
+                    self.refresh_listing(tino, &tpath).await?;
+                    let empty = self
+                        .table()
+                        .get(tino)
+                        .and_then(|i| i.listing())
+                        .is_none_or(|(_, n)| n.is_empty());
+                    if !empty {
+                        return Err(Errno::ENOTEMPTY);
+                    }
+                }
+                _ => {}
+            }
+        }
+        // The target's upload, if one runs, must not land after the move and overwrite what
+        // was moved there: hold both files' locks (in inode order, so two renames cannot wait on
+        // each other). After the lock, an upload that was running may have created the source
+        // remotely.
+        let target_io = target.and_then(|t| self.table().get(t).map(|i| (t, i.io.clone())));
+        let (_first, _second) = match target_io {
+            Some((tino, tio)) if tino < ino => {
+                let a = tio.lock_owned().await;
+                (Some(a), Some(io.clone().lock_owned().await))
+            }
+            Some((_, tio)) => {
+                let a = io.clone().lock_owned().await;
+                (Some(a), Some(tio.lock_owned().await))
+            }
+            None => (Some(io.clone().lock_owned().await), None),
+        };
+        let remote = self
+            .table()
+            .get(ino)
+            .is_some_and(|i| i.kind == Kind::Dir || i.remote.is_some());
+        if remote {
+            self.backend
+                .rename(&src, &dst, true)
+                .await
+                .map_err(|e| errno(&e))?;
+        } else if let Some(tino) = target {
+            // A file that exists only here takes the name; a remote file under that name gets
+            // its bytes as a new version when the upload runs. Nothing else of the target stays.
+            let t = self.table();
+            if let Some(s) = t.get(tino).and_then(|i| i.staged.clone()) {
+                if s.writers.load(Ordering::SeqCst) == 0 {
+                    self.journal.finish(&s);
+                }
+            }
+        }
+        let mut t = self.table();
+        if let Some(tino) = target {
+            // The replaced file's bytes are gone (or about to be superseded): free their cache.
+            if let Some(r) = t.get(tino).and_then(|i| i.remote.as_ref()) {
+                self.cache.invalidate(&r.id);
+            }
+            let target_staged = t.get(tino).and_then(|i| i.staged.clone());
+            if let Some(s) = target_staged.filter(|s| s.writers.load(Ordering::SeqCst) == 0) {
+                self.journal.finish(&s);
+                t.set_staged(tino, None);
+            }
+            // The replaced remote file's ID now belongs to the renamed one (same path).
+            if !remote {
+                let rid = t.get(tino).and_then(|i| i.remote.clone());
+                if let Some(i) = t.get_mut(ino) {
+                    i.remote = rid;
+                }
+            }
+        }
+        t.rename(ino, &dst);
+        // Journal entries follow their files (all staged files under a renamed folder too).
+        for sino in t.staged_inos() {
+            if let Some(i) = t.get(sino) {
+                if dst.contains(&i.path) {
+                    if let Some(s) = &i.staged {
+                        let _ = self.journal.record(
+                            s,
+                            &i.path,
+                            i.remote.as_ref().map(|r| r.id.clone()),
+                        );
+                    }
+                }
+            }
+        }
+        t.entries_changed(parent);
+        t.entries_changed(newparent);
+        Ok(())
+    }
+
+    /// SETATTR without a size, on the FUSE thread: applied to the inode table at once; what
+    /// the backend is to keep, if anything, is left to [`Fs::setattr_keep`].
+    pub(super) fn setattr_now(
+        &self,
+        ino: Ino,
+        times: (Option<TimeOrNow>, Option<TimeOrNow>),
+        mode: Option<u32>,
+        (uid, gid): (Option<u32>, Option<u32>),
+    ) -> OpResult<SetattrNow> {
+        self.may_setattr(ino, uid, gid)?;
+        match self.set_attrs_here(ino, times, mode) {
+            Keep::Nothing => self.attr(ino).map(SetattrNow::Done),
+            keep => Ok(SetattrNow::Keep(keep)),
+        }
+    }
+
+    /// The rest of [`Fs::setattr_now`]: the backend keeps the attributes.
+    pub(super) async fn setattr_keep(self: &Arc<Self>, ino: Ino, keep: Keep) -> OpResult<FileAttr> {
+        self.keep_attrs(ino, keep).await;
+        self.attr(ino)
+    }
+
+    pub(super) async fn unlink(self: &Arc<Self>, parent: Ino, name: &str) -> OpResult<()> {
+        self.remove(parent, name, false).await
+    }
+
+    pub(super) async fn rmdir(self: &Arc<Self>, parent: Ino, name: &str) -> OpResult<()> {
+        self.remove(parent, name, true).await
+    }
+
+    /// Links, symlinks and special files (MKNOD, SYMLINK, LINK into `parent`): not in a
+    /// document store (EPERM), and nothing at all inside `.preview` (EROFS).
+    pub(super) fn refused(parent: Ino) -> Errno {
+        if is_virtual(parent) {
+            Errno::EROFS
+        } else {
+            Errno::EPERM
+        }
+    }
+
+    /// GETXATTR: only `user.vaultfs.*` exists. Other namespaces (security.selinux, the POSIX
+    /// ACLs) are "not supported" rather than "not set": `ls -l` and other tools then stop
+    /// asking this file system for them, instead of two round trips per file listed.
+    pub(super) fn getxattr(&self, ino: Ino, name: &std::ffi::OsStr) -> OpResult<Vec<u8>> {
+        if !name.as_encoded_bytes().starts_with(b"user.") {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let t = self.table();
+        let r = t.get(ino).and_then(|i| i.remote.clone());
+        let value = match (name.to_str(), r) {
+            (Some("user.vaultfs.id"), Some(r)) => Some(r.id),
+            (Some("user.vaultfs.link_uri"), Some(r)) => r.link_uri,
+            (Some("user.vaultfs.preview_link_uri"), Some(r)) => r.preview_link_uri,
+            (Some("user.vaultfs.download_link_uri"), Some(r)) => r.download_link_uri,
+            _ => None,
+        };
+        value.map(String::into_bytes).ok_or(Errno::NO_XATTR)
+    }
+
+    /// LISTXATTR: the names, each ended by a NUL (files stored remotely only).
+    pub(super) fn listxattr(&self, ino: Ino) -> Vec<u8> {
+        let has = self.table().get(ino).is_some_and(|i| i.remote.is_some());
+        let mut buf = Vec::new();
+        if has {
+            for n in XATTRS {
+                buf.extend_from_slice(n.as_bytes());
+                buf.push(0);
+            }
+        }
+        buf
+    }
+
+    /// SETXATTR, REMOVEXATTR: the attributes are the backend's, read-only.
+    pub(super) fn change_xattr(&self) -> OpResult<()> {
+        Err(Errno::ENOTSUP)
+    }
+
+    /// STATFS: writes are staged in the cache dir first, so its free space is what a writer
+    /// can use.
+    pub(super) fn statfs(&self) -> Statfs {
+        let dir = std::ffi::CString::new(self.opts.cache_dir.as_os_str().as_encoded_bytes())
+            .unwrap_or_default();
+        // SAFETY: statvfs fills the zeroed struct we pass for a NUL-terminated path.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statvfs(dir.as_ptr(), &mut st) } != 0 {
+            return Statfs {
+                blocks: 0,
+                bfree: 0,
+                bavail: 0,
+                files: 0,
+                ffree: 0,
+                bsize: 4096,
+                namelen: MAX_NAME_BYTES as u32,
+                frsize: 4096,
+            };
+        }
+        Statfs {
+            blocks: st.f_blocks,
+            bfree: st.f_bfree,
+            bavail: st.f_bavail,
+            files: st.f_files,
+            ffree: st.f_ffree,
+            bsize: st.f_bsize as u32,
+            namelen: MAX_NAME_BYTES as u32,
+            frsize: st.f_frsize as u32,
+        }
+    }
+}
