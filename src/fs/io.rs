@@ -109,6 +109,25 @@ impl<B: Backend> Fs<B> {
     pub(super) fn settle(self: &Arc<Self>, ino: Ino, staged: &Arc<Staged>) {
         let mut t = self.table();
         let Some(inode) = t.get(ino) else { return };
+        // The last close counted itself out before taking the table; an open may have joined
+        // this copy since (it counts itself in under the table). Its own close settles it
+        // then: dropping the copy now would leave that writer's bytes where nobody reads or
+        // stores them (fstests generic/451).
+        if staged.writers.load(Ordering::SeqCst) > 0 {
+            return;
+        }
+        if !inode
+            .staged
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, staged))
+        {
+            // No longer the inode's copy (set aside, replaced): nothing of the inode's to
+            // retire. Stored bytes need no journal entry; others stay for the next mount.
+            if !staged.is_dirty() {
+                self.journal.finish(staged);
+            }
+            return;
+        }
         if inode.unlinked {
             self.journal.finish(staged);
             t.set_staged(ino, None);

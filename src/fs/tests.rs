@@ -481,3 +481,39 @@ async fn attributes_asked_for_before_an_upload_do_not_bring_back_the_old_content
     assert_eq!(h.fs.attr(ino).unwrap().size, 11);
     assert_eq!(h.read_all(ino).await.unwrap(), b"new content");
 }
+
+/// A writer that opens a stored file just as the last other writer's close settles it (fstests
+/// generic/451: readers open the file read-write in a loop while a writer opens, writes and
+/// closes it). The close had already counted itself out when the new open joined the staged
+/// copy; settling must not then drop that copy from the inode, or the new writer's bytes go to
+/// a copy nobody reads or stores: reads served the old content, and the write was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_joining_a_staged_copy_as_the_last_close_settles_it_is_kept() {
+    let h = harness(false, TTL);
+    let ino = h.write_file(ROOT, "cycle.bin", b"pattern one").await;
+    let rw = fuser::OpenFlags(libc::O_RDWR);
+    // A reader opens read-write, and closes: its release counts itself out first...
+    let reader = h.fs.open(ino, rw).await.unwrap();
+    let staged = h.fs.writing(reader.fh).unwrap();
+    assert_eq!(
+        staged
+            .writers
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    // ...the writer opens in between and joins the same staged copy...
+    let writer = h.fs.open(ino, rw).await.unwrap();
+    assert!(Arc::ptr_eq(&staged, &h.fs.writing(writer.fh).unwrap()));
+    // ...then the reader's release settles the copy, which it found clean.
+    h.fs.settle(ino, &staged);
+    h.fs.handles().remove(&reader.fh);
+
+    assert_eq!(h.fs.write(writer.fh, 0, b"pattern two"), Ok(11));
+    h.fs.release(writer.fh);
+    assert_eq!(h.read_all(ino).await.unwrap(), b"pattern two");
+    h.fs.fsync(ino).await.unwrap();
+    eventually(Duration::from_secs(5), "the new bytes stored", || async {
+        h.stored("cycle.bin").await.as_deref() == Some(b"pattern two")
+    })
+    .await;
+}
