@@ -380,6 +380,9 @@ fn runs(chunks: &[u64]) -> Vec<(u64, u64)> {
     out
 }
 
+/// The error code of a download that found another version than its entry's.
+pub(super) const CHANGED: &str = "changed";
+
 /// Downloads chunks `first..=last` into the entry, marking each once it is whole.
 async fn fetch<B: Backend>(backend: &B, e: &Entry, first: u64, last: u64) -> Result<()> {
     let start = first * CHUNK;
@@ -391,7 +394,7 @@ async fn fetch<B: Backend>(backend: &B, e: &Entry, first: u64, last: u64) -> Res
     if d.node.md5_checksum.is_some() && e.md5.is_some() && d.node.md5_checksum != e.md5 {
         return Err(Error::new(
             crate::api::ErrorKind::Conflict,
-            "changed",
+            CHANGED,
             "the file changed while it was being read",
         ));
     }

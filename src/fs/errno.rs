@@ -14,6 +14,8 @@ pub fn errno(e: &Error) -> Errno {
         "bad_path" => return Errno::EINVAL,
         "path_too_deep" => return Errno::ENAMETOOLONG,
         "file_too_large" => return Errno::EFBIG,
+        // A read that found another version than the one it started on (`cache::CHANGED`).
+        "changed" => return Errno::ESTALE,
         _ => {}
     }
     match e.kind {

@@ -34,6 +34,23 @@ impl<B: Backend> Fs<B> {
     /// finished upload decides to retire the staged copy, so a writer never writes to a retired
     /// copy; the caller gives it back with `release_staged`.
     pub(super) async fn stage(self: &Arc<Self>, ino: Ino, truncate: bool) -> OpResult<Arc<Staged>> {
+        // A file rewritten faster than it can be copied, again and again: give up at last.
+        for _ in 0..STAGE_ATTEMPTS {
+            if let Some(s) = self.try_stage(ino, truncate).await? {
+                return Ok(s);
+            }
+        }
+        Err(Errno::EAGAIN)
+    }
+
+    /// One attempt of [`Fs::stage`]; `None` when the file got a new stored version while its
+    /// content was being copied (the copy would stage the old bytes: fstests generic/451), and
+    /// the inode now knows it.
+    async fn try_stage(
+        self: &Arc<Self>,
+        ino: Ino,
+        truncate: bool,
+    ) -> OpResult<Option<Arc<Staged>>> {
         let (path, remote) = {
             let t = self.table();
             let i = t.get(ino).ok_or(Errno::ENOENT)?;
@@ -47,7 +64,7 @@ impl<B: Backend> Fs<B> {
                         return Err(io_errno(&e));
                     }
                 }
-                return Ok(s);
+                return Ok(Some(s));
             }
             (i.path.clone(), i.remote.clone())
         };
@@ -66,6 +83,11 @@ impl<B: Backend> Fs<B> {
                 .await
             {
                 self.journal.finish(&staged);
+                if e.code == super::cache::CHANGED {
+                    // Another version came while downloading: learn which, and copy that.
+                    self.refresh_attr(ino, &path).await?;
+                    return Ok(None);
+                }
                 return Err(errno(&e));
             }
             staged.truncate(r.size).map_err(|e| io_errno(&e))?;
@@ -74,11 +96,20 @@ impl<B: Backend> Fs<B> {
         }
         let staged = Arc::new(staged);
         let mut t = self.table();
-        let (staged, truncate) = match t.get(ino).and_then(|i| i.staged.clone()) {
+        let Some(i) = t.get(ino) else {
+            self.journal.finish(&staged);
+            return Err(Errno::ENOENT);
+        };
+        let (staged, truncate) = match i.staged.clone() {
             // Someone staged it meanwhile: use theirs.
             Some(other) => {
                 self.journal.finish(&staged);
                 (other, truncate)
+            }
+            None if !same_version(i.remote.as_ref(), remote.as_ref()) => {
+                drop(t);
+                self.journal.finish(&staged);
+                return Ok(None);
             }
             None => {
                 t.set_staged(ino, Some(staged.clone()));
@@ -93,7 +124,7 @@ impl<B: Backend> Fs<B> {
                 return Err(io_errno(&e));
             }
         }
-        Ok(staged)
+        Ok(Some(staged))
     }
 
     /// A writer is done with a staged file: journal it and start its upload when it was the
@@ -338,5 +369,17 @@ impl<B: Backend> Fs<B> {
     /// COPY_FILE_RANGE: not offered; the kernel falls back to reads and writes.
     pub(super) fn copy_file_range(&self) -> OpResult<u32> {
         Err(Errno::ENOSYS)
+    }
+}
+
+/// How many times an open copies a file that keeps getting new versions meanwhile.
+const STAGE_ATTEMPTS: usize = 5;
+
+/// Whether two views of a file's stored version name the same bytes.
+fn same_version(a: Option<&super::table::Remote>, b: Option<&super::table::Remote>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.id == b.id && a.md5 == b.md5 && a.size == b.size,
+        (None, None) => true,
+        _ => false,
     }
 }

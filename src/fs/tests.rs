@@ -517,3 +517,34 @@ async fn a_writer_joining_a_staged_copy_as_the_last_close_settles_it_is_kept() {
     })
     .await;
 }
+
+/// An open that copies a stored file into a staging copy while the file gets a new version
+/// (another writer here truncated, wrote and stored it meanwhile) does not stage the old bytes:
+/// it copies again (fstests generic/451, "stale data from DIO read").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_that_copies_an_old_version_copies_again() {
+    let h = harness(false, TTL);
+    h.put_remote("v.bin", b"version one").await;
+    let ino = h.fs.lookup(ROOT, "v.bin").await.unwrap().ino.0;
+    // The slow copy: its download waits while the other writer stores a new version.
+    h.faults()
+        .inject_times(Op::Download, Fault::Delay(Duration::from_millis(800)), 1);
+    let fs = h.fs.clone();
+    let slow =
+        tokio::spawn(async move { fs.open(ino, fuser::OpenFlags(libc::O_RDWR)).await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let trunc = fuser::OpenFlags(libc::O_RDWR | libc::O_TRUNC);
+    let writer = h.fs.open(ino, trunc).await.unwrap();
+    assert_eq!(h.fs.write(writer.fh, 0, b"version two"), Ok(11));
+    h.fs.fsync(ino).await.unwrap();
+    h.fs.release(writer.fh);
+    assert_eq!(
+        h.stored("v.bin").await.as_deref(),
+        Some(&b"version two"[..])
+    );
+
+    let opened = slow.await.unwrap();
+    assert_eq!(h.read_all(ino).await.unwrap(), b"version two");
+    h.fs.release(opened.fh);
+    assert_eq!(h.read_all(ino).await.unwrap(), b"version two");
+}

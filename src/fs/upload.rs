@@ -236,9 +236,11 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
             other => Some(other?),
         }
     };
-    staged.mark_uploaded(generation);
     log::info!("uploaded {path} ({size} bytes)");
     let mut t = fs.table();
+    // Clean and the inode's new version together, under the table: a close that settles the
+    // copy (`Fs::settle`) sees both or neither (see `writeback::run_batch`).
+    staged.mark_uploaded(generation);
     if let Some(node) = &node {
         if let Some(id) = node.file_id() {
             super::attrs::answered(&mut t, &id, node, attrs);

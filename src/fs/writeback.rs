@@ -248,11 +248,15 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
     for (item, result) in items.into_iter().zip(results) {
         match result {
             Ok(node) => {
-                item.staged.mark_uploaded(item.generation);
                 fs.writeback.queue().failures.remove(&item.ino);
                 log::debug!("stored inode {} ({} bytes)", item.ino, item.size);
                 {
                     let mut t = fs.table();
+                    // Clean and the inode's new version together, under the table: a close
+                    // that settles the copy in between would otherwise find it clean while the
+                    // inode still names the old version, drop it, and the next open would stage
+                    // the old bytes (fstests generic/451, "stale data from DIO read").
+                    item.staged.mark_uploaded(item.generation);
                     t.update_from(item.ino, &node);
                     if retire(fs, &mut t, item.ino, &item.staged) {
                         retired.push(item.staged.clone());
