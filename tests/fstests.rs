@@ -177,17 +177,13 @@ impl Stores {
                     )
                     .await;
                     let creds = s.user(&format!("fstests-{d}@example.com"), "Local").await;
-                    let login = vaultfs::cli::login::Credentials {
-                        server: s.base.clone(),
-                        email: creds.email,
-                        token: creds.token,
-                        expires_at: std::time::SystemTime::now() + Duration::from_secs(86_400),
-                    };
-                    vaultfs::cli::login::save_credentials(
+                    // A day: a whole group over a server takes hours.
+                    common::save_login(
                         &t.join("cfg/vaultfs/credentials.toml"),
-                        &login,
-                    )
-                    .unwrap();
+                        &s.base,
+                        creds,
+                        Duration::from_secs(86_400),
+                    );
                     s
                 })
             })

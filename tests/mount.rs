@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::env::{Env, VAULT, Via, within};
-use common::mount::{md5_of, pattern, sh, wait_for};
+use common::mount::{md5_of, names, pattern, sh, wait_for};
 use md5::{Digest, Md5};
 use vaultfs::api::NodePath;
 use vaultfs::backend::Backend;
@@ -978,15 +978,24 @@ fn read_only_mount_and_changes_made_elsewhere(via: Via) {
 }
 
 /// Bytes of the files in a directory (what the read cache holds on disk).
-fn dir_bytes(d: &Path) -> u64 {
+/// Disk used by the files under `dir` (allocated blocks, so holes count for nothing); 0 for
+/// a folder not made yet.
+fn allocated(dir: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
-    fs::read_dir(d)
-        .map(|r| {
-            r.filter_map(|e| e.ok()?.metadata().ok())
-                .map(|m| m.blocks() * 512)
-                .sum()
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter_map(|e| Some((e.path(), e.metadata().ok()?)))
+        .map(|(p, m)| {
+            if m.is_dir() {
+                allocated(&p)
+            } else {
+                m.blocks() * 512
+            }
         })
-        .unwrap_or(0)
+        .sum()
 }
 
 fn read_cache_stays_within_its_bound(via: Via) {
@@ -1007,7 +1016,7 @@ fn read_cache_stays_within_its_bound(via: Via) {
                 "{}",
                 m.log_text()
             );
-            let held = dir_bytes(&env.cache.join("cache"));
+            let held = allocated(&env.cache.join("cache"));
             assert!(
                 held <= 8 << 20,
                 "cache holds {held} bytes, over its 8 MiB bound"
@@ -1478,15 +1487,6 @@ fn two_mounts_of_one_store_see_each_others_changes_at_once() {
     m1.unmount();
 }
 
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    v.sort();
-    v
-}
-
 /// A time set on a file whose upload is still waiting (the server down) outlives a SIGKILL of
 /// the daemon: the next mount stores the file with that time, not the time of its recovery.
 #[test]
@@ -1546,21 +1546,6 @@ fn a_time_set_before_the_upload_survives_a_crash() {
         981_173_106
     );
     m.unmount();
-}
-
-/// Disk used by files under `dir` (allocated blocks, so holes count for nothing).
-fn allocated(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let mut total = 0;
-    for e in fs::read_dir(dir).unwrap().flatten() {
-        let m = e.metadata().unwrap();
-        total += if m.is_dir() {
-            allocated(&e.path())
-        } else {
-            m.blocks() * 512
-        };
-    }
-    total
 }
 
 /// The built-in store of a mount takes the room of what its files hold now: a file saved ten

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::env::{Env, Via};
 use common::fixtures::{png_size, sample_text, shapes_pdf};
-use common::mount::wait_for;
+use common::mount::{names, wait_for};
 use vaultfs::api::{ErrorKind, NodePath, PreviewStatus};
 use vaultfs::backend::local::LocalBackend;
 use vaultfs::backend::remote::{RemoteBackend, RemoteConfig};
@@ -44,15 +44,6 @@ async fn put<B: Backend>(b: &B, folder: &NodePath, name: &str, data: &[u8]) -> S
         .await
         .unwrap();
     id
-}
-
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
 }
 
 #[track_caller]

@@ -231,16 +231,12 @@ fn slow_remote_mount(env: &Env) -> Mount {
     let upstream = server.base.trim_start_matches("http://").to_string();
     let base = slow_proxy(env, upstream, 1 << 20);
     let creds = env.rt.block_on(server.user("slow@example.com", "Local"));
-    vaultfs::cli::login::save_credentials(
+    common::save_login(
         &env.config.join("vaultfs/credentials.toml"),
-        &vaultfs::cli::login::Credentials {
-            server: base.clone(),
-            email: creds.email,
-            token: creds.token,
-            expires_at: std::time::SystemTime::now() + Duration::from_secs(3600),
-        },
-    )
-    .unwrap();
+        &base,
+        creds,
+        Duration::from_secs(3600),
+    );
     let rt = env._tmp.path().join("run");
     fs::create_dir_all(&rt).unwrap();
     Mount::start_with_env(

@@ -58,13 +58,7 @@ impl<B: Backend> Fs<B> {
                 let s = s.clone();
                 s.writers.fetch_add(1, Ordering::SeqCst);
                 drop(t);
-                if truncate {
-                    if let Err(e) = s.truncate(0) {
-                        self.release_staged(ino, &s);
-                        return Err(io_errno(&e));
-                    }
-                }
-                return Ok(Some(s));
+                return self.emptied_if(ino, s, truncate).map(Some);
             }
             (i.path.clone(), i.remote.clone())
         };
@@ -118,13 +112,24 @@ impl<B: Backend> Fs<B> {
         };
         staged.writers.fetch_add(1, Ordering::SeqCst);
         drop(t);
+        self.emptied_if(ino, staged, truncate).map(Some)
+    }
+
+    /// A staged copy its new writer opened with O_TRUNC (`truncate`) is cut to nothing; if that
+    /// fails, the writer is counted out again.
+    fn emptied_if(
+        self: &Arc<Self>,
+        ino: Ino,
+        staged: Arc<Staged>,
+        truncate: bool,
+    ) -> OpResult<Arc<Staged>> {
         if truncate {
             if let Err(e) = staged.truncate(0) {
                 self.release_staged(ino, &staged);
                 return Err(io_errno(&e));
             }
         }
-        Ok(Some(staged))
+        Ok(staged)
     }
 
     /// A writer is done with a staged file: journal it and start its upload when it was the

@@ -47,17 +47,12 @@ impl Env {
                 let s = super::TestServer::start_in(&data, Default::default(), Default::default())
                     .await;
                 let creds = s.user("tester@example.com", "Local").await;
-                let login = vaultfs::cli::login::Credentials {
-                    server: s.base.clone(),
-                    email: creds.email,
-                    token: creds.token,
-                    expires_at: std::time::SystemTime::now() + std::time::Duration::from_secs(3600),
-                };
-                vaultfs::cli::login::save_credentials(
+                super::save_login(
                     &config.join("vaultfs/credentials.toml"),
-                    &login,
-                )
-                .unwrap();
+                    &s.base,
+                    creds,
+                    std::time::Duration::from_secs(3600),
+                );
                 s
             })
         });

@@ -109,6 +109,18 @@ impl TestServer {
     }
 }
 
+/// Writes a login to `server` (its base URL) into a `credentials.toml`, as `vaultfs login`
+/// does, valid for `valid`.
+pub fn save_login(file: &Path, server: &str, creds: Creds, valid: std::time::Duration) {
+    let login = vaultfs::cli::login::Credentials {
+        server: server.to_string(),
+        email: creds.email,
+        token: creds.token,
+        expires_at: std::time::SystemTime::now() + valid,
+    };
+    vaultfs::cli::login::save_credentials(file, &login).unwrap();
+}
+
 /// Serves `app` in a task until the sender is used or dropped.
 pub fn serve(
     listener: tokio::net::TcpListener,

@@ -195,6 +195,16 @@ impl Drop for Tmpfs {
 }
 
 /// Runs `script` with `sh -c` in `cwd`; fails the test unless it succeeds. Its stdout.
+/// The names in a folder, sorted.
+pub fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
 pub fn sh(cwd: &Path, script: &str) -> String {
     let out = Command::new("sh")
         .arg("-c")
