@@ -1250,27 +1250,27 @@ async fn remote_retries_5xx_of_idempotent_calls_up_to_the_limit() {
     .await;
     let b = RemoteBackend::new(quick(&m.base)).unwrap();
     let e = err(b.node(&vault()).await);
-    assert_eq!(e.kind, ErrorKind::Network, "{e:?}");
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e:?}");
     assert_eq!(m.count(), 4);
     let mut c = quick(&m.base);
     c.retries = 0;
     let e = err(RemoteBackend::new(c).unwrap().node(&vault()).await);
-    assert_eq!(e.kind, ErrorKind::Network);
+    assert_eq!(e.kind, ErrorKind::Unavailable);
     assert_eq!(m.count(), 5);
 
     // A DELETE or a move that reached the server is not repeated.
     let before = m.count();
     assert_eq!(
         err(b.delete(&at(&vault(), "x")).await).kind,
-        ErrorKind::Network
+        ErrorKind::Unavailable
     );
     assert_eq!(
         err(b.rename(&at(&vault(), "x"), &at(&vault(), "y"), true).await).kind,
-        ErrorKind::Network
+        ErrorKind::Unavailable
     );
     assert_eq!(
         err(b.begin_version("1", 1, None).await).kind,
-        ErrorKind::Network
+        ErrorKind::Unavailable
     );
     assert_eq!(m.count(), before + 3);
 }

@@ -109,6 +109,10 @@ impl Api {
             .await
             .unwrap();
         let status = resp.status();
+        if status.is_success() {
+            // A body read to the end leaves the connection reusable.
+            assert!(resp.headers().get("connection").is_none(), "{resp:?}");
+        }
         (status, resp.json().await.unwrap())
     }
 
@@ -1447,8 +1451,19 @@ async fn full_store_disk_is_507_and_recovers() {
         .as_str()
         .unwrap()
         .to_string();
+    let resp = api
+        .req(Method::PUT, &uri)
+        .header("Content-Type", "application/binary")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    // Answered before the body was read: the connection cannot carry another request, and
+    // says so, so that a pooling client does not reuse it.
+    assert_eq!(resp.headers()["connection"], "close");
+    let status = resp.status();
     assert_error(
-        &api.step3(&uri, big, "application/binary").await,
+        &(status, resp.json().await.unwrap()),
         507,
         "insufficient_storage",
     );

@@ -119,8 +119,10 @@ impl ErrorKind {
             416 => ErrorKind::RangeNotSatisfiable,
             429 => ErrorKind::TooManyRequests,
             507 => ErrorKind::InsufficientStorage,
-            // A 503 (a server at its limits, with Retry-After) is retried like a network failure.
-            502..=504 => ErrorKind::Network,
+            // A server at its limits (with Retry-After): retried like a network failure, and
+            // EAGAIN, not EIO, when the retries run out.
+            503 => ErrorKind::Unavailable,
+            502 | 504 => ErrorKind::Network,
             400..=499 => ErrorKind::BadRequest,
             _ => ErrorKind::Server,
         }
@@ -309,7 +311,8 @@ mod tests {
             ErrorKind::BadRequest
         );
         assert_eq!(e(None, Some("invalid_token"), 400).kind, ErrorKind::Auth);
-        assert_eq!(e(Some(-7), None, 503).kind, ErrorKind::Network);
+        assert_eq!(e(Some(-7), None, 503).kind, ErrorKind::Unavailable);
+        assert_eq!(e(Some(-7), None, 502).kind, ErrorKind::Network);
         assert_eq!(e(Some(-7), None, 500).kind, ErrorKind::Server);
         let named = e(Some(code::own_code(409)), Some("preview_not_ready"), 409);
         assert_eq!(

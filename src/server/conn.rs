@@ -12,6 +12,7 @@
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -19,7 +20,8 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::Response;
-use futures_util::TryStreamExt;
+use bytes::Bytes;
+use futures_util::{StreamExt, TryStreamExt};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
@@ -117,18 +119,36 @@ async fn accept(listener: &TcpListener) -> (tokio::net::TcpStream, SocketAddr) {
 
 /// Middleware: every request body fails with `TimedOut` once its client sends nothing for the
 /// transfer idle timeout (a JSON body as much as an upload).
+///
+/// An answer given before its request body was read to the end (an early 4xx/5xx of an upload)
+/// says `Connection: close`: the unread rest is still on the wire, so the connection cannot
+/// carry another request, and a client that pools connections must not reuse it.
 pub async fn body_idle_limited(
     axum::extract::State(idle): axum::extract::State<Duration>,
     req: Request,
     next: Next,
 ) -> Response {
+    use axum::body::HttpBody;
+    let read_to_end = Arc::new(AtomicBool::new(req.body().is_end_stream()));
+    let seen = read_to_end.clone();
     let req = req.map(|body| {
-        Body::from_stream(idle_limited(
-            body.into_data_stream().map_err(io_error),
-            idle,
-        ))
+        let body = body.into_data_stream().map_err(io_error).chain(
+            futures_util::stream::once(async move {
+                seen.store(true, Ordering::Release);
+                Ok(Bytes::new())
+            })
+            .try_filter(|b: &Bytes| std::future::ready(!b.is_empty())),
+        );
+        Body::from_stream(idle_limited(body, idle))
     });
-    next.run(req).await
+    let mut response = next.run(req).await;
+    if !read_to_end.load(Ordering::Acquire) {
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    response
 }
 
 /// The two ends of the connection a request came on (in its extensions when it came through
