@@ -290,7 +290,18 @@ impl<B: Backend> Fs<B> {
                 Ok(())
             }
             Err(e) if e.kind == crate::api::ErrorKind::NotFound => {
-                self.table().detach(ino);
+                let entry = {
+                    let mut t = self.table();
+                    let parent = path.parent().and_then(|p| t.ino_of(&p));
+                    t.detach(ino);
+                    parent.zip(path.name().map(str::to_string))
+                };
+                // The kernel forgets the name too, not only when its entry TTL runs out.
+                if let (Some(n), Some((dir, name))) = (self.notifier.get().cloned(), entry) {
+                    tokio::task::spawn_blocking(move || {
+                        let _ = n.inval_entry(INodeNo(dir), OsStr::new(&name));
+                    });
+                }
                 Err(Errno::ENOENT)
             }
             // Offline: the attributes we have are the best answer.

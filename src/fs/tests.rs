@@ -323,7 +323,7 @@ async fn backend_failures_of_rename_and_unlink_map_to_one_errno_each() {
         (Fault::status(500), Errno::EIO),
         (Fault::status(409), Errno::EEXIST),
         (Fault::status(403), Errno::EACCES),
-        (Fault::status(503), Errno::EIO),
+        (Fault::status(503), Errno::EAGAIN),
         (Fault::status(507), Errno::ENOSPC),
     ];
     for (fault, want) in cases.clone() {
@@ -372,7 +372,7 @@ async fn a_file_in_a_folder_the_store_lost_ends_in_lost_and_found() {
     let h = harness(false, TTL);
     h.faults().inject_times(Op::CreateFolder, Fault::Lose, 1);
     let dir = h.fs.mkdir(ROOT, "gone").await.unwrap().ino.0;
-    let (_, fh) =
+    let (attr, fh) =
         h.fs.create(dir, "orphan.txt", libc::O_CREAT | libc::O_WRONLY, 0)
             .await
             .unwrap();
@@ -392,6 +392,13 @@ async fn a_file_in_a_folder_the_store_lost_ends_in_lost_and_found() {
     assert!(entry.file_name().to_string_lossy().ends_with("-orphan.txt"));
     assert_eq!(std::fs::read(entry.path()).unwrap(), b"keep me");
     assert_eq!(h.fs.journal.len(), 0);
+    // The mount shows what the store has: the name is gone (it was still listed, reading 0
+    // bytes), and the inode the kernel may hold is an unlinked one.
+    eventually(Duration::from_secs(5), "gone from the mount", || async {
+        h.fs.lookup(dir, "orphan.txt").await.err() == Some(Errno::ENOENT)
+    })
+    .await;
+    assert_eq!(h.fs.getattr(attr.ino.0).await.map(|a| a.nlink), Ok(0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -144,6 +144,15 @@ pub(super) fn quarantine<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, err: &Error) {
     }
     t.set_staged(ino, None);
     t.maybe_drop(ino);
+    drop(t);
+    // What the store has from now on (an older version, or nothing at all): readers must not
+    // go on seeing the size of bytes that are now only in lost+found.
+    let fs = fs.clone();
+    tokio::spawn(async move {
+        if fs.table().get(ino).is_some() {
+            let _ = fs.refresh_attr(ino, &path).await;
+        }
+    });
 }
 
 /// One attempt: snapshot, hash, the three steps; on success the staged copy is retired if no
