@@ -298,6 +298,10 @@ pub(crate) fn prepare_to(conn: &mut Connection, target: i64) -> rusqlite::Result
     // drops its copy) run with FULL (`Durable`), which also makes all before them durable.
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    // Statement journals (each savepoint of a batch writes the pages it changes there) and
+    // temporary tables in memory: on disk they were most of a create burst's writes, to a
+    // file that is deleted unread.
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if version < 1 {
         let tx = conn.transaction()?;
