@@ -8,8 +8,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
+use super::openapi::{ErrorEnvelope, SuccessEnvelope};
 use super::reply::{ApiError, json};
-use crate::api::{Envelope, Error, ErrorKind};
+use crate::api::{Error, ErrorKind};
 
 /// A check that takes longer than this counts as a failure: a probe must not hang on a stuck
 /// database or bucket.
@@ -23,8 +24,8 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
     summary = "Whether this server can serve: its database answers and its blobs are reachable",
     security(()),
     responses(
-        (status = 200, description = "Healthy", content_type = "application/json", body = Object),
-        (status = 503, description = "The database or the blob store is unreachable", content_type = "application/json", body = Object),
+        (status = 200, description = "Healthy", body = SuccessEnvelope),
+        (status = 503, description = "`unhealthy`: the database or the blob store is unreachable, or did not answer within 5 s (`Retry-After`)", body = ErrorEnvelope),
     ),
 )]
 pub async fn healthz(State(state): State<AppState>) -> Response {
@@ -32,10 +33,7 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
     let check = tokio::task::spawn_blocking(move || store.health());
     let failure = match tokio::time::timeout(CHECK_TIMEOUT, check).await {
         Ok(Ok(Ok(()))) => {
-            return json(
-                StatusCode::OK,
-                &Envelope::ok(serde_json::json!({"status": "ok"})),
-            );
+            return json(StatusCode::OK, &crate::api::envelope::success());
         }
         Ok(Ok(Err(e))) => e.message,
         Ok(Err(e)) => format!("health check failed: {e}"),

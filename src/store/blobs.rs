@@ -344,6 +344,30 @@ impl Drop for Hold {
     }
 }
 
+/// The random ID of the store in `root` (`store.id`, made on first use), which claims a
+/// bucket's prefix for it.
+fn owner_id(root: &Path) -> io::Result<String> {
+    let path = root.join("store.id");
+    match fs::read_to_string(&path) {
+        Ok(id) => Ok(id.trim().to_string()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let id = format!("{:032x}", rand::random::<u128>());
+            let tmp = root.join(format!("store.id.{:016x}", rand::random::<u64>()));
+            fs::write(&tmp, &id)?;
+            File::open(&tmp)?.sync_all()?;
+            // No overwrite: a store opened twice at once keeps the first ID.
+            match fs::hard_link(&tmp, &path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+            let _ = fs::remove_file(&tmp);
+            Ok(fs::read_to_string(&path)?.trim().to_string())
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// The blobs of a store: staged in a local folder, kept there or in a bucket.
 #[derive(Clone)]
 pub struct Blobs {
@@ -359,11 +383,15 @@ impl Blobs {
         let (dir, bucket) = match location {
             BlobLocation::DataDir => (BlobDir::open(root)?, None),
             BlobLocation::Dir(d) => (BlobDir::at(d.clone(), d.join(".tmp"))?, None),
-            BlobLocation::S3(l) => (
+            BlobLocation::S3(l) => {
+                let bucket = super::s3::Bucket::open(l)?;
+                bucket.claim(&owner_id(root)?)?;
                 // Only `tmp/` is used: the blob folder stays empty.
-                BlobDir::at(root.join("blobs"), root.join("tmp"))?,
-                Some(Arc::new(super::s3::Bucket::open(l)?)),
-            ),
+                (
+                    BlobDir::at(root.join("blobs"), root.join("tmp"))?,
+                    Some(Arc::new(bucket)),
+                )
+            }
         };
         Ok(Blobs {
             dir,

@@ -452,6 +452,50 @@ impl Bucket {
         Err(last.expect("at least one attempt"))
     }
 
+    /// Claims the prefix for the store `owner` (a random ID kept with its database): the
+    /// object `PREFIX/owner` names it, written on first use. A prefix another store claimed is
+    /// refused, since each store sweeps the blobs its database does not know: two stores on one
+    /// prefix would delete each other's bytes.
+    pub fn claim(&self, owner: &str) -> io::Result<()> {
+        let key = format!("{}owner", self.prefix);
+        let current = match self.send(
+            Method::GET,
+            Some(&key),
+            &[],
+            &[],
+            EMPTY_SHA256,
+            Payload::Empty,
+        ) {
+            Ok(r) => Some(blocking(|| r.text()).map_err(io::Error::other)?),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        match current {
+            Some(o) if o.trim() == owner => Ok(()),
+            Some(o) => Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "{} belongs to another store (owner {}, this one is {owner}); give each store a \
+                     prefix of its own",
+                    self.location,
+                    o.trim()
+                ),
+            )),
+            None => {
+                let sha = hex(&Sha256::digest(owner.as_bytes()));
+                self.send(
+                    Method::PUT,
+                    Some(&key),
+                    &[],
+                    &[("content-length", owner.len().to_string())],
+                    &sha,
+                    Payload::Text(owner.to_string()),
+                )
+                .map(drop)
+            }
+        }
+    }
+
     /// Whether the bucket answers (a listing of at most one key).
     pub fn check(&self) -> io::Result<()> {
         self.send(
