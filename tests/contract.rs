@@ -54,8 +54,12 @@ enum Keep {
 }
 
 async fn local_world() -> World<LocalBackend> {
+    local_world_with(StoreConfig::default()).await
+}
+
+async fn local_world_with(config: StoreConfig) -> World<LocalBackend> {
     let tmp = tempfile::tempdir().unwrap();
-    let store = Arc::new(Store::open(&tmp.path().join("data"), StoreConfig::default()).unwrap());
+    let store = Arc::new(Store::open(&tmp.path().join("data"), config).unwrap());
     store.add_user("a@acme.test", "Acme", "pw-a").unwrap();
     store.add_user("b@other.test", "Other", "pw-b").unwrap();
     store.start_previews(1).unwrap();
@@ -75,7 +79,19 @@ async fn local_world() -> World<LocalBackend> {
 }
 
 async fn remote_world() -> World<RemoteBackend> {
-    let server = TestServer::start().await;
+    remote_world_with(StoreConfig::default()).await
+}
+
+/// The store's blobs in a bucket of a real S3-compatible server (`None`: none installed).
+fn s3_config() -> Option<StoreConfig> {
+    Some(StoreConfig {
+        blobs: common::s3::s3()?.location(),
+        ..StoreConfig::default()
+    })
+}
+
+async fn remote_world_with(config: StoreConfig) -> World<RemoteBackend> {
+    let server = TestServer::start_with(config, Default::default()).await;
     let a = server.user("a@acme.test", "Acme").await;
     let b = server.user("b@other.test", "Other").await;
     let backend = |email: &str, token: &str| {
@@ -105,7 +121,8 @@ async fn dialect_world() -> World<RemoteBackend> {
     }
 }
 
-/// Each contract case becomes `local::case`, `remote::case` and `dialect::case`.
+/// Each contract case becomes `local::case`, `remote::case` and `dialect::case`, and
+/// `local_s3::case` and `remote_s3::case` with the blobs in a bucket of a real S3-compatible server.
 macro_rules! contract {
     ($($case:ident),* $(,)?) => {
         mod local {
@@ -129,6 +146,28 @@ macro_rules! contract {
                 #[tokio::test(flavor = "multi_thread")]
                 async fn $case() {
                     super::$case(&super::dialect_world().await).await;
+                }
+            )*
+        }
+        /// The local backend over a store whose blobs are in S3.
+        mod local_s3 {
+            $(
+                #[tokio::test(flavor = "multi_thread")]
+                async fn $case() {
+                    if let Some(c) = super::s3_config() {
+                        super::$case(&super::local_world_with(c).await).await;
+                    }
+                }
+            )*
+        }
+        /// The remote backend against `vaultfs serve` over a store whose blobs are in S3.
+        mod remote_s3 {
+            $(
+                #[tokio::test(flavor = "multi_thread")]
+                async fn $case() {
+                    if let Some(c) = super::s3_config() {
+                        super::$case(&super::remote_world_with(c).await).await;
+                    }
                 }
             )*
         }

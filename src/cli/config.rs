@@ -2,7 +2,9 @@
 //! (`[mount]`) and per mount point (`[mount."/home/me/Vault"]`). Keys are the long flags
 //! (`cache_size = "4G"`, `read_only = true`, `server = "https://..."`); flags given on the command
 //! line override them. `[server."URL"]` holds what belongs to a server rather than a mount:
-//! `client_id`, the ID `vaultfs login` registers as there.
+//! `client_id`, the ID `vaultfs login` registers as there. `[serve]` holds defaults of
+//! `vaultfs serve` (where its store is: `data_dir`, `blobs`, `s3_endpoint`; `listen`,
+//! `public_url`).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -26,6 +28,9 @@ const KEYS: [&str; 16] = [
     "previews",
     "preview_cache_size",
 ];
+
+/// Flags `vaultfs serve` accepts from the config file.
+const SERVE_KEYS: [&str; 5] = ["data_dir", "blobs", "s3_endpoint", "listen", "public_url"];
 
 pub fn config_path() -> PathBuf {
     super::xdg_dir("XDG_CONFIG_HOME", ".config").join("config.toml")
@@ -77,6 +82,24 @@ fn normalize(p: &str) -> PathBuf {
     std::fs::canonicalize(&p).unwrap_or(p)
 }
 
+/// The flags the config file's `[serve]` gives `vaultfs serve`.
+pub fn serve_flags(file: &Path) -> Result<Vec<OsString>, String> {
+    let Some(doc) = read_doc(file)? else {
+        return Ok(Vec::new());
+    };
+    let Some(serve) = doc.get("serve") else {
+        return Ok(Vec::new());
+    };
+    let serve = serve
+        .as_table()
+        .ok_or_else(|| format!("{}: `serve` must be a table", file.display()))?;
+    let mut flags = Vec::new();
+    for (key, value) in serve {
+        push_flag(&mut flags, &SERVE_KEYS, key, value, file, "[serve]")?;
+    }
+    Ok(flags)
+}
+
 /// The flags the config file gives a mount at `mountpoint` (general section first, then the
 /// mount point's own, so the latter wins; the command line comes after both).
 pub fn mount_flags(file: &Path, mountpoint: &Path) -> Result<Vec<OsString>, String> {
@@ -99,12 +122,19 @@ pub fn mount_flags(file: &Path, mountpoint: &Path) -> Result<Vec<OsString>, Stri
                     own = Some(t);
                 }
             }
-            v => push_flag(&mut flags, key, v, file, "[mount]")?,
+            v => push_flag(&mut flags, &KEYS, key, v, file, "[mount]")?,
         }
     }
     if let Some(t) = own {
         for (key, value) in t {
-            push_flag(&mut flags, key, value, file, "its mount point's section")?;
+            push_flag(
+                &mut flags,
+                &KEYS,
+                key,
+                value,
+                file,
+                "its mount point's section",
+            )?;
         }
     }
     Ok(flags)
@@ -112,17 +142,18 @@ pub fn mount_flags(file: &Path, mountpoint: &Path) -> Result<Vec<OsString>, Stri
 
 fn push_flag(
     flags: &mut Vec<OsString>,
+    known: &[&str],
     key: &str,
     value: &toml::Value,
     file: &Path,
     section: &str,
 ) -> Result<(), String> {
     let name = key.replace('-', "_");
-    if !KEYS.contains(&name.as_str()) {
+    if !known.contains(&name.as_str()) {
         return Err(format!(
             "{}: unknown option `{key}` in {section} (known: {})",
             file.display(),
-            KEYS.join(", ")
+            known.join(", ")
         ));
     }
     let flag = format!("--{}", name.replace('_', "-"));
@@ -207,6 +238,31 @@ mod tests {
         );
         std::fs::write(&file, "[mount\n").unwrap();
         assert!(mount_flags(&file, &mnt).is_err());
+    }
+
+    #[test]
+    fn serve_section() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.toml");
+        std::fs::write(
+            &file,
+            "[serve]\nblobs = \"s3://docs/vault\"\ns3-endpoint = \"http://127.0.0.1:9000\"\n[mount]\nread_only = true\n",
+        )
+        .unwrap();
+        assert_eq!(
+            serve_flags(&file).unwrap(),
+            [
+                "--blobs",
+                "s3://docs/vault",
+                "--s3-endpoint",
+                "http://127.0.0.1:9000"
+            ]
+            .map(OsString::from)
+        );
+        std::fs::write(&file, "[serve]\nread_only = true\n").unwrap();
+        assert!(serve_flags(&file).unwrap_err().contains("unknown option"));
+        std::fs::write(&file, "[mount]\nread_only = true\n").unwrap();
+        assert!(serve_flags(&file).unwrap().is_empty());
     }
 
     #[test]

@@ -111,6 +111,15 @@ struct ServeArgs {
     /// Address and port to listen on
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
     listen: SocketAddr,
+    /// Where the files' bytes are kept: a folder, or `s3://BUCKET/PREFIX` in an S3-compatible
+    /// bucket (credentials and region from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    /// AWS_SESSION_TOKEN, AWS_REGION) [default: blobs/ in the data directory]
+    #[arg(long, value_name = "DIR|s3://BUCKET/PREFIX")]
+    blobs: Option<String>,
+    /// Endpoint of an S3-compatible service for `--blobs s3://...` (MinIO, Ceph, Garage, ...),
+    /// e.g. http://127.0.0.1:9000 [default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, or AWS]
+    #[arg(long, value_name = "URL", value_parser = parse_endpoint)]
+    s3_endpoint: Option<String>,
     /// Largest file an upload may announce, in bytes
     #[arg(long, default_value_t = 1 << 40, value_name = "BYTES")]
     max_file_size: u64,
@@ -241,9 +250,17 @@ pub fn main() -> ExitCode {
         }
     }
     let mut cli = Cli::parse_from(&argv);
-    if let Command::Mount(args) = &cli.command {
-        // Config-file flags go right after `mount`, before the user's: later ones win.
-        match config::mount_flags(&config::config_path(), args.mountpoint()) {
+    let from_file = match &cli.command {
+        Command::Mount(args) => Some(config::mount_flags(
+            &config::config_path(),
+            args.mountpoint(),
+        )),
+        Command::Serve(_) => Some(config::serve_flags(&config::config_path())),
+        _ => None,
+    };
+    if let Some(from_file) = from_file {
+        // Config-file flags go right after the command, before the user's: later ones win.
+        match from_file {
             Ok(extra) if !extra.is_empty() => {
                 argv.splice(2..2, extra);
                 let cmd = <Cli as clap::CommandFactory>::command().args_override_self(true);
@@ -321,6 +338,27 @@ fn parse_public_url(s: &str) -> Result<String, String> {
     Ok(s.trim_end_matches('/').to_string())
 }
 
+/// `--s3-endpoint`: an http(s) address with a host.
+fn parse_endpoint(s: &str) -> Result<String, String> {
+    parse_public_url(s)
+}
+
+/// Where `--blobs` and `--s3-endpoint` put the blobs.
+fn blob_location(
+    blobs: Option<&str>,
+    s3_endpoint: Option<&str>,
+) -> Result<crate::store::BlobLocation, String> {
+    use crate::store::BlobLocation;
+    let location = match blobs {
+        None => BlobLocation::DataDir,
+        Some(b) => BlobLocation::parse(b, s3_endpoint).map_err(|e| format!("--blobs {e}"))?,
+    };
+    if s3_endpoint.is_some() && !matches!(location, BlobLocation::S3(_)) {
+        return Err("--s3-endpoint is for --blobs s3://BUCKET/PREFIX".into());
+    }
+    Ok(location)
+}
+
 fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     if args.public_url.is_none() && !args.listen.ip().is_loopback() {
         log::warn!(
@@ -336,6 +374,7 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         max_bytes_per_account: args.max_bytes_per_account.unwrap_or(u64::MAX),
         max_nodes_per_request: args.max_nodes_per_request,
         earlier_versions: args.keep_versions,
+        blobs: blob_location(args.blobs.as_deref(), args.s3_endpoint.as_deref())?,
         ..StoreConfig::default()
     });
     let dir = args.data.path();

@@ -5,6 +5,7 @@ mod auth;
 pub mod conn;
 mod context;
 mod files;
+mod health;
 pub mod limits;
 mod nodes;
 mod openapi;
@@ -104,6 +105,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(pin::auth))
         .routes(routes!(pin::page, pin::sign_in))
         .routes(routes!(openapi::document))
+        .routes(routes!(health::healthz))
 }
 
 /// The OpenAPI 3.1 document of the server, as `GET /openapi.json` serves it.
@@ -149,7 +151,11 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let addr: SocketAddr = listener.local_addr()?;
-    log::info!("serving {} on http://{addr}", store.dir().display());
+    log::info!(
+        "serving {} (blobs in {}) on http://{addr}",
+        store.dir().display(),
+        store.blobs_location()
+    );
     let app = router(store, options.clone());
     conn::serve(listener, app, &options, shutdown).await
 }

@@ -1,11 +1,16 @@
-//! Bytes on disk, content-addressed by sha256: `blobs/<2 hex>/<64 hex>`. A blob is written to
-//! `tmp/`, hashed on the way, fsynced, and only then renamed into place, so a blob file is
-//! always whole. md5 is computed alongside because it is the interface's checksum.
+//! The bytes of files, content-addressed by sha256 and immutable, behind one interface
+//! ([`Blobs`]) with two places to keep them: a folder (`blobs/<2 hex>/<64 hex>`, [`BlobDir`]) or
+//! an S3-compatible bucket ([`super::s3`]). Either way a blob is first written to `tmp/` on local
+//! disk, hashed on the way and fsynced, and only then named (renamed into place, or PUT under
+//! its key), so a blob under its name is always whole. md5 is computed alongside because it is
+//! the interface's checksum.
 
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Seek, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use md5::{Digest, Md5};
@@ -15,7 +20,7 @@ use sha2::Sha256;
 
 #[derive(Clone)]
 pub struct BlobDir {
-    blobs: PathBuf,
+    pub(super) blobs: PathBuf,
     tmp: PathBuf,
     /// The device of the blobs' file system: a file elsewhere cannot be linked in.
     dev: u64,
@@ -28,6 +33,9 @@ pub struct Staged {
     pub len: u64,
     pub md5: String,
     pub sha256: String,
+    /// In the bucket already (see [`Blobs::store_ahead`]), kept there by `hold`.
+    stored: bool,
+    hold: Option<Hold>,
 }
 
 impl Drop for Staged {
@@ -123,6 +131,8 @@ impl BlobWriter {
             len: self.len,
             md5,
             sha256: hex(&std::mem::take(&mut self.sha).finalize()),
+            stored: false,
+            hold: None,
         };
         Ok(staged)
     }
@@ -138,7 +148,11 @@ impl Drop for BlobWriter {
 
 impl BlobDir {
     pub fn open(root: &Path) -> io::Result<BlobDir> {
-        let (blobs, tmp) = (root.join("blobs"), root.join("tmp"));
+        BlobDir::at(root.join("blobs"), root.join("tmp"))
+    }
+
+    /// Blobs in `blobs`, staged in `tmp` (on the same file system: they are renamed across).
+    pub fn at(blobs: PathBuf, tmp: PathBuf) -> io::Result<BlobDir> {
         fs::create_dir_all(&blobs)?;
         fs::create_dir_all(&tmp)?;
         let dev = std::os::unix::fs::MetadataExt::dev(&fs::metadata(&blobs)?);
@@ -231,5 +245,311 @@ impl BlobDir {
             }
         }
         Ok(out)
+    }
+}
+
+/// Where the store keeps its blobs (`--blobs`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum BlobLocation {
+    /// `blobs/` in the data directory.
+    #[default]
+    DataDir,
+    /// A folder of its own (staging in its `.tmp/`, on the same file system).
+    Dir(PathBuf),
+    /// An S3-compatible bucket (staging in the data directory's `tmp/`).
+    S3(super::s3::S3Location),
+}
+
+impl BlobLocation {
+    /// `s3://BUCKET/PREFIX` or a folder.
+    pub fn parse(s: &str, s3_endpoint: Option<&str>) -> Result<BlobLocation, String> {
+        match super::s3::S3Location::parse(s, s3_endpoint) {
+            Some(l) => l.map(BlobLocation::S3),
+            None if s.contains("://") => Err(format!("{s}: not s3:// nor a folder")),
+            None => Ok(BlobLocation::Dir(PathBuf::from(s))),
+        }
+    }
+}
+
+impl std::fmt::Display for BlobLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BlobLocation::DataDir => f.write_str("the data directory"),
+            BlobLocation::Dir(d) => write!(f, "{}", d.display()),
+            BlobLocation::S3(l) => write!(f, "{l}"),
+        }
+    }
+}
+
+pub trait ReadSeek: Read + Seek + Send {}
+impl<T: Read + Seek + Send> ReadSeek for T {}
+
+/// The bytes of one blob, opened for reading (a file, or an object read by ranges).
+pub struct BlobFile {
+    inner: Box<dyn ReadSeek>,
+    len: u64,
+}
+
+impl BlobFile {
+    /// A local file, read as it is.
+    pub fn from_file(f: File) -> io::Result<BlobFile> {
+        let len = f.metadata()?.len();
+        Ok(BlobFile {
+            inner: Box::new(f),
+            len,
+        })
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Read for BlobFile {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.read(buf)
+    }
+}
+
+impl Seek for BlobFile {
+    fn seek(&mut self, pos: io::SeekFrom) -> io::Result<u64> {
+        self.inner.seek(pos)
+    }
+}
+
+/// Hashes whose bytes an upload has stored ahead of its commit (see [`Blobs::store_ahead`]):
+/// their deletion waits, counted per hash.
+type Holds = Arc<Mutex<HashMap<String, usize>>>;
+
+/// While alive, the bytes of its hash are not deleted from the bucket.
+#[derive(Debug)]
+struct Hold {
+    holds: Holds,
+    hash: String,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let mut h = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = h.get_mut(&self.hash) {
+            *n -= 1;
+            if *n == 0 {
+                h.remove(&self.hash);
+            }
+        }
+    }
+}
+
+/// The random ID of the store in `root` (`store.id`, made on first use), which claims a
+/// bucket's prefix for it.
+fn owner_id(root: &Path) -> io::Result<String> {
+    let path = root.join("store.id");
+    match fs::read_to_string(&path) {
+        Ok(id) => Ok(id.trim().to_string()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let id = format!("{:032x}", rand::random::<u128>());
+            let tmp = root.join(format!("store.id.{:016x}", rand::random::<u64>()));
+            fs::write(&tmp, &id)?;
+            File::open(&tmp)?.sync_all()?;
+            // No overwrite: a store opened twice at once keeps the first ID.
+            match fs::hard_link(&tmp, &path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+            let _ = fs::remove_file(&tmp);
+            Ok(fs::read_to_string(&path)?.trim().to_string())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The blobs of a store: staged in a local folder, kept there or in a bucket.
+#[derive(Clone)]
+pub struct Blobs {
+    /// Staging (`tmp/`), and the blobs themselves unless there is a bucket.
+    dir: BlobDir,
+    bucket: Option<Arc<super::s3::Bucket>>,
+    holds: Holds,
+}
+
+impl Blobs {
+    /// The blobs of the store in `root` at `location`.
+    pub fn at(root: &Path, location: &BlobLocation) -> io::Result<Blobs> {
+        let (dir, bucket) = match location {
+            BlobLocation::DataDir => (BlobDir::open(root)?, None),
+            BlobLocation::Dir(d) => (BlobDir::at(d.clone(), d.join(".tmp"))?, None),
+            BlobLocation::S3(l) => {
+                let bucket = super::s3::Bucket::open(l)?;
+                bucket.claim(&owner_id(root)?)?;
+                // Only `tmp/` is used: the blob folder stays empty.
+                (
+                    BlobDir::at(root.join("blobs"), root.join("tmp"))?,
+                    Some(Arc::new(bucket)),
+                )
+            }
+        };
+        Ok(Blobs {
+            dir,
+            bucket,
+            holds: Holds::default(),
+        })
+    }
+
+    /// The folder of the blobs, when they are in one (hard links, batch fsyncs and direct
+    /// paths are for those only).
+    pub fn local(&self) -> Option<&BlobDir> {
+        self.bucket.is_none().then_some(&self.dir)
+    }
+
+    pub fn is_remote(&self) -> bool {
+        self.bucket.is_some()
+    }
+
+    /// A new staging file in `tmp/`.
+    pub fn writer(&self) -> io::Result<BlobWriter> {
+        self.dir.writer()
+    }
+
+    /// A fresh name in `tmp/`.
+    pub fn tmp_name(&self, prefix: &str) -> PathBuf {
+        self.dir.tmp_name(prefix)
+    }
+
+    /// Whether an open file can become a blob by a hard link.
+    pub fn can_link(&self, f: &File) -> bool {
+        self.local().is_some_and(|d| d.can_link(f))
+    }
+
+    /// Empties `tmp/` (see [`BlobDir::clear_tmp`]).
+    pub fn clear_tmp(&self) -> io::Result<usize> {
+        self.dir.clear_tmp()
+    }
+
+    /// With a bucket: stores the staged bytes under their key now, before the caller takes the
+    /// store's lock (a network transfer must not hold every other request up), and holds the
+    /// hash until `staged` is dropped, so that a delete meanwhile of the last version that used
+    /// the same bytes leaves them for this upload. `known` tells whether the store records the
+    /// blob (then its bytes are there already); it is asked after the hold is taken. A folder
+    /// has nothing to do ahead: its rename is cheap and done under the lock.
+    pub fn store_ahead(
+        &self,
+        staged: &mut Staged,
+        known: impl FnOnce(&str) -> crate::api::Result<bool>,
+    ) -> crate::api::Result<()> {
+        let Some(bucket) = &self.bucket else {
+            return Ok(());
+        };
+        let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+        *holds.entry(staged.sha256.clone()).or_default() += 1;
+        drop(holds);
+        staged.hold = Some(Hold {
+            holds: self.holds.clone(),
+            hash: staged.sha256.clone(),
+        });
+        if !known(&staged.sha256)? {
+            let file = Arc::new(File::open(&staged.path)?);
+            bucket.put(&file, staged.len, &staged.sha256)?;
+        }
+        staged.stored = true;
+        Ok(())
+    }
+
+    /// Gives staged bytes their name (durably), unless [`Blobs::store_ahead`] did. Called with
+    /// the store's lock held, when no blob of that hash is recorded.
+    pub fn commit(&self, staged: &mut Staged) -> io::Result<()> {
+        match &self.bucket {
+            None => self.dir.commit(staged),
+            Some(_) if staged.stored => Ok(()),
+            Some(b) => b.put(
+                &Arc::new(File::open(&staged.path)?),
+                staged.len,
+                &staged.sha256,
+            ),
+        }
+    }
+
+    /// Stores the first `len` bytes of `file` as the blob `sha256` in the bucket (for a
+    /// bucket only; a folder's blobs are linked or renamed into place by the caller).
+    pub fn put_file(&self, file: &Arc<File>, len: u64, sha256: &str) -> io::Result<()> {
+        match &self.bucket {
+            Some(b) => b.put(file, len, sha256),
+            None => Err(io::Error::other("put_file is for a bucket")),
+        }
+    }
+
+    /// Opens a blob for reading (`NotFound` when it is not there).
+    pub fn open(&self, hash: &str) -> io::Result<BlobFile> {
+        match &self.bucket {
+            None => BlobFile::from_file(File::open(self.dir.path(hash))?),
+            Some(b) => {
+                let len = b
+                    .size(hash)?
+                    .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, hash.to_string()))?;
+                Ok(BlobFile {
+                    inner: Box::new(super::s3::ObjectReader::new(b.clone(), hash, len)),
+                    len,
+                })
+            }
+        }
+    }
+
+    /// The blob's size where it is kept, `None` when it is missing.
+    pub fn size(&self, hash: &str) -> io::Result<Option<u64>> {
+        match &self.bucket {
+            None => match fs::metadata(self.dir.path(hash)) {
+                Ok(m) => Ok(Some(m.len())),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(e),
+            },
+            Some(b) => b.size(hash),
+        }
+    }
+
+    /// Removes a blob no version uses any more (called under the store's lock); bytes an
+    /// upload holds stay (it is about to record them again).
+    pub fn remove(&self, hash: &str) {
+        match &self.bucket {
+            None => self.dir.remove(hash),
+            Some(b) => {
+                let holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+                if holds.contains_key(hash) {
+                    return;
+                }
+                if let Err(e) = b.remove(hash) {
+                    if e.kind() != io::ErrorKind::NotFound {
+                        log::warn!("could not remove blob {hash}: {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every blob hash kept (for the sweep of blobs a crash left unrecorded).
+    pub fn list(&self) -> io::Result<Vec<String>> {
+        match &self.bucket {
+            None => self.dir.list(),
+            Some(b) => b.list(),
+        }
+    }
+
+    /// Whether the blobs are reachable (`GET /healthz`).
+    pub fn check(&self) -> io::Result<()> {
+        match &self.bucket {
+            None => fs::metadata(&self.dir.blobs).map(drop),
+            Some(b) => b.check(),
+        }
+    }
+
+    /// Where they are, for logs.
+    pub fn describe(&self) -> String {
+        match &self.bucket {
+            None => self.dir.blobs.display().to_string(),
+            Some(b) => b.location().to_string(),
+        }
     }
 }

@@ -13,6 +13,7 @@ mod nodes;
 mod previews;
 mod purge;
 mod put;
+pub mod s3;
 mod schema;
 
 use std::fs;
@@ -25,7 +26,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rusqlite::Connection;
 
 use crate::api::{Error, Result};
-use blobs::BlobDir;
+pub use blobs::BlobLocation;
+use blobs::Blobs;
 
 pub use nodes::{Kind, NodeRow, PendingUpload, TransferMode, VersionInfo, length_mismatch};
 pub use previews::{
@@ -86,6 +88,8 @@ pub struct StoreConfig {
     /// How many earlier versions of each file are kept besides the current one (`None`: all,
     /// bounded by the accounts' byte quotas). A mount's store keeps none.
     pub earlier_versions: Option<u64>,
+    /// Where the blobs are kept (`--blobs`).
+    pub blobs: BlobLocation,
 }
 
 impl Default for StoreConfig {
@@ -100,6 +104,7 @@ impl Default for StoreConfig {
             max_bytes_per_account: u64::MAX,
             max_nodes_per_request: DEFAULT_MAX_NODES_PER_REQUEST,
             earlier_versions: None,
+            blobs: BlobLocation::DataDir,
         }
     }
 }
@@ -109,7 +114,7 @@ pub struct Store {
     conn: Arc<Mutex<Connection>>,
     /// Upload commits waiting for the connection (committed together, see `commit_upload`).
     commits: Mutex<Vec<std::sync::Arc<nodes::PendingCommit>>>,
-    blobs: BlobDir,
+    blobs: Blobs,
     /// How batches of whole files are made durable on the blobs' file system.
     sync_mode: put::SyncMode,
     previews: previews::Previews,
@@ -196,7 +201,7 @@ impl Store {
         fs::create_dir_all(dir)?;
         // Other users of the machine have no business reading the store.
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
-        let blobs = BlobDir::open(dir)?;
+        let blobs = Blobs::at(dir, &config.blobs)?;
         let previews = previews::Previews::new(dir, config.previews, config.preview_cache_size)?;
         let lock = fs::OpenOptions::new()
             .create(true)
@@ -353,12 +358,12 @@ impl Store {
         let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
         for row in rows {
             let (hash, size) = row?;
-            match fs::metadata(self.blobs.path(&hash)) {
-                Ok(m) if m.len() == size as u64 => {}
-                Ok(m) => problems.push(format!(
-                    "blob {hash}: {} bytes on disk, {size} recorded",
-                    m.len()
-                )),
+            match self.blobs.size(&hash) {
+                Ok(Some(n)) if n == size as u64 => {}
+                Ok(Some(n)) => {
+                    problems.push(format!("blob {hash}: {n} bytes stored, {size} recorded"))
+                }
+                Ok(None) => problems.push(format!("blob {hash}: missing")),
                 Err(e) => problems.push(format!("blob {hash}: {e}")),
             }
         }
@@ -414,6 +419,20 @@ impl Store {
         Ok(problems)
     }
 
+    /// Whether the database answers and the blobs are reachable (`GET /healthz`).
+    pub fn health(&self) -> Result<()> {
+        self.lock()
+            .query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?;
+        self.blobs
+            .check()
+            .map_err(|e| Error::internal(format!("blobs in {}: {e}", self.blobs.describe())))
+    }
+
+    /// Where the blobs are kept, for logs.
+    pub fn blobs_location(&self) -> String {
+        self.blobs.describe()
+    }
+
     /// Removes the bytes of a blob no version uses any more, and its preview.
     fn forget_blob(&self, hash: &str) {
         self.blobs.remove(hash);
@@ -445,7 +464,7 @@ impl Store {
         })
     }
 
-    /// Number of blob files on disk (tests use it to see that deletes free bytes).
+    /// Number of blobs kept (tests use it to see that deletes free bytes).
     pub fn blob_count(&self) -> Result<usize> {
         Ok(self.blobs.list()?.len())
     }

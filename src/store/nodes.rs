@@ -1,12 +1,11 @@
 //! The tree: resolution of paths and IDs (with the account check, in one place), listing,
 //! folders, the three upload steps, copy/move and delete.
 
-use std::fs::File;
 use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 
-use super::blobs::{BlobWriter, Staged};
+use super::blobs::{BlobFile, BlobWriter, Staged};
 use super::{FIRST_VAULT, Scope, Store, now_ns, ns_to_time, time_to_ns};
 use crate::api::{
     EXEC_BITS, Error, FileAttrs, FileExProperties, Node, NodePath, NodeType, Result, file_links,
@@ -775,9 +774,16 @@ impl Store {
         scope: Scope,
         file_id: &str,
         version_id: &str,
-        staged: Staged,
+        mut staged: Staged,
     ) -> Result<Node> {
         self.note_write_activity();
+        // Into the bucket (if any) before the lock: see `Blobs::store_ahead`.
+        self.blobs.store_ahead(&mut staged, |hash| {
+            Ok(self
+                .lock()
+                .prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?
+                .exists([hash])?)
+        })?;
         let me = Arc::new(PendingCommit {
             scope,
             file_id: file_id.to_string(),
@@ -922,7 +928,7 @@ impl Store {
 
     /// The file of that ID with its current bytes opened (`None` for a file never uploaded).
     /// The blob is opened under the lock, so a concurrent delete cannot remove it first.
-    pub fn open_file(&self, scope: Scope, file_id: &str) -> Result<(Node, Option<File>)> {
+    pub fn open_file(&self, scope: Scope, file_id: &str) -> Result<(Node, Option<BlobFile>)> {
         let conn = self.lock();
         let row = file_by_id(&conn, scope, file_id)?;
         let path = path_of(&conn, row.id)?;
@@ -931,7 +937,7 @@ impl Store {
             [row.id],
             |r| r.get(0),
         ).optional()?.flatten();
-        let file = blob.map(|h| File::open(self.blobs.path(&h))).transpose()?;
+        let file = blob.map(|h| self.blobs.open(&h)).transpose()?;
         Ok((row.to_api(&path), file))
     }
 

@@ -46,7 +46,7 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use super::blobs::BlobDir;
+use super::blobs::{BlobFile, Blobs};
 use super::nodes::file_by_id;
 use super::{Scope, Store, now_ns, ns_to_time};
 use crate::api::{Error, PageSize, Result};
@@ -573,7 +573,7 @@ fn not_supported() -> Error {
 
 /// The kind of a blob's bytes for each class of name, judged by their first bytes once and
 /// kept in `blobs.kinds`. Bytes that are gone have no kind with a preview.
-pub(super) fn blob_kinds(conn: &Connection, blobs: &BlobDir, hash: &str) -> Result<Kinds> {
+pub(super) fn blob_kinds(conn: &Connection, blobs: &Blobs, hash: &str) -> Result<Kinds> {
     let none = [Kind::Unsupported; 3];
     let kept: Option<Option<String>> = conn
         .prepare_cached("SELECT kinds FROM blobs WHERE hash = ?1")?
@@ -586,7 +586,7 @@ pub(super) fn blob_kinds(conn: &Connection, blobs: &BlobDir, hash: &str) -> Resu
         return Ok(kinds);
     }
     let mut head = Vec::with_capacity(SNIFF_BYTES);
-    match File::open(blobs.path(hash)) {
+    match blobs.open(hash) {
         Ok(f) => f.take(SNIFF_BYTES as u64).read_to_end(&mut head)?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(none),
         Err(e) => return Err(e.into()),
@@ -598,7 +598,7 @@ pub(super) fn blob_kinds(conn: &Connection, blobs: &BlobDir, hash: &str) -> Resu
 }
 
 /// The kind of the bytes `hash` under `name`.
-pub(super) fn kind_of(conn: &Connection, blobs: &BlobDir, hash: &str, name: &str) -> Result<Kind> {
+pub(super) fn kind_of(conn: &Connection, blobs: &Blobs, hash: &str, name: &str) -> Result<Kind> {
     Ok(blob_kinds(conn, blobs, hash)?[preview::name_class(name)])
 }
 
@@ -617,7 +617,7 @@ fn parse_kinds(s: &str) -> Option<Kinds> {
 /// should be queued (none for a kind with no preview). Runs inside the caller's transaction.
 pub(super) fn want(
     conn: &Connection,
-    blobs: &BlobDir,
+    blobs: &Blobs,
     hash: &str,
     name: &str,
 ) -> Result<Option<Kind>> {
@@ -636,7 +636,7 @@ pub(super) fn want(
 
 /// A blob opened and judged by its first bytes and its name.
 struct Judged {
-    file: File,
+    file: BlobFile,
     size: u64,
     head: Vec<u8>,
     kind: Kind,
@@ -644,9 +644,13 @@ struct Judged {
 
 /// Opens a blob and tells whether it can have a preview of that kind (`Err(reason)` when it
 /// cannot).
-fn judge(path: &Path, kind: Kind) -> std::io::Result<std::result::Result<Judged, String>> {
-    let mut file = File::open(path)?;
-    let size = file.metadata()?.len();
+fn judge(
+    blobs: &Blobs,
+    hash: &str,
+    kind: Kind,
+) -> std::io::Result<std::result::Result<Judged, String>> {
+    let mut file = blobs.open(hash)?;
+    let size = file.len();
     let mut head = Vec::with_capacity(SNIFF_BYTES);
     (&mut file)
         .take(SNIFF_BYTES as u64)
@@ -698,7 +702,7 @@ impl Store {
         }
         let pool = Pool {
             root: p.root.clone(),
-            blobs: self.dir().join("blobs"),
+            blobs: self.blobs.clone(),
             db: p.db.clone(),
             shared: p.shared.clone(),
             files_bytes: Arc::default(),
@@ -895,7 +899,7 @@ impl Store {
         if shared.bump(&key(hash, kind)) {
             return Ok(PreviewState::InProgress);
         }
-        if let Ok(Err(reason)) = judge(&self.blobs.path(hash), kind) {
+        if let Ok(Err(reason)) = judge(&self.blobs, hash, kind) {
             log::info!("no preview for {name}: {reason}");
             self.lock()
                 .prepare_cached(
@@ -992,21 +996,23 @@ impl Store {
     }
 
     /// The document PDF of a ready preview, opened, with its size.
-    pub fn preview_pdf(&self, scope: Scope, file_id: &str) -> Result<(File, u64)> {
+    pub fn preview_pdf(&self, scope: Scope, file_id: &str) -> Result<(BlobFile, u64)> {
         let ready = self.ready(scope, file_id)?;
         let file = if ready.own_pdf {
-            File::open(
-                self.previews
-                    .dir_of(&ready.hash, ready.kind)
-                    .join("document.pdf"),
-            )
-            .map_err(|e| self.evicted_meanwhile(scope, file_id, e))?
+            BlobFile::from_file(
+                File::open(
+                    self.previews
+                        .dir_of(&ready.hash, ready.kind)
+                        .join("document.pdf"),
+                )
+                .map_err(|e| self.evicted_meanwhile(scope, file_id, e))?,
+            )?
         } else {
             // The preview of a PDF is the PDF itself.
             let _guard = self.lock(); // a delete cannot remove the blob meanwhile
-            File::open(self.blobs.path(&ready.hash))?
+            self.blobs.open(&ready.hash)?
         };
-        let len = file.metadata()?.len();
+        let len = file.len();
         Ok((file, len))
     }
 
@@ -1081,7 +1087,7 @@ const IS_CURRENT: &str = "EXISTS (SELECT 1 FROM versions v WHERE v.blob = ?1
 #[derive(Clone)]
 struct Pool {
     root: PathBuf,
-    blobs: PathBuf,
+    blobs: Blobs,
     db: PathBuf,
     shared: Arc<Shared>,
     /// The files' bytes, and when they were summed.
@@ -1358,8 +1364,7 @@ impl Pool {
         if background && self.shared.busy() {
             return Ok(Outcome::Yielded);
         }
-        let path = self.blobs.join(&job.hash[..2]).join(&job.hash);
-        let judged = match judge(&path, job.kind) {
+        let judged = match judge(&self.blobs, &job.hash, job.kind) {
             Ok(Ok(j)) => j,
             Ok(Err(why)) => return Ok(Outcome::NotSupported(why)),
             // Deleted meanwhile: finish() finds no row and drops the job.

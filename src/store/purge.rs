@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::blobs::BlobDir;
+use super::blobs::Blobs;
 use crate::api::Result;
 
 /// A tree of at most this many nodes is deleted in the request's own transaction.
@@ -68,7 +68,7 @@ pub(super) struct Purger {
 impl Purger {
     pub(super) fn start(
         conn: Arc<Mutex<Connection>>,
-        blobs: BlobDir,
+        blobs: Blobs,
         previews: PathBuf,
     ) -> std::io::Result<Purger> {
         let shared = Arc::new(Shared {
@@ -131,7 +131,7 @@ impl Drop for Purger {
     }
 }
 
-fn run(shared: &Shared, conn: &Mutex<Connection>, blobs: &BlobDir, previews: &std::path::Path) {
+fn run(shared: &Shared, conn: &Mutex<Connection>, blobs: &Blobs, previews: &std::path::Path) {
     loop {
         {
             let mut st = shared.lock();
@@ -185,7 +185,7 @@ fn run(shared: &Shared, conn: &Mutex<Connection>, blobs: &BlobDir, previews: &st
 
 /// One transaction of the purge: up to [`CHUNK_ROWS`] nodes of the first detached tree deleted
 /// or moved, the blobs they freed removed. False when no tree is left.
-fn chunk(conn: &mut Connection, blobs: &BlobDir, previews: &std::path::Path) -> Result<bool> {
+fn chunk(conn: &mut Connection, blobs: &Blobs, previews: &std::path::Path) -> Result<bool> {
     let tx = conn.transaction()?;
     let Some(top) = tx
         .prepare_cached("SELECT node_id FROM trash ORDER BY node_id LIMIT 1")?

@@ -361,15 +361,21 @@ impl Store {
             .prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?
             .exists([&p.sha256])?;
         if !known {
-            let dest = self.blobs.path(&p.sha256);
-            let dir = dest.parent().expect("a blob path has a folder");
-            if self.place(&mut p, &dest, f.len)? {
-                // A new folder: its own entry, too.
-                dirs.push(dir.parent().expect("blobs/ has a parent").to_path_buf());
+            if let Some(local) = self.blobs.local() {
+                let dest = local.path(&p.sha256);
+                let dir = dest.parent().expect("a blob path has a folder");
+                if self.place(&mut p, &dest, f.len)? {
+                    // A new folder: its own entry, too.
+                    dirs.push(dir.parent().expect("blobs/ has a parent").to_path_buf());
+                }
+                // Last placed into, last in the list (OneCommit syncs that one).
+                dirs.retain(|d| d != dir);
+                dirs.push(dir.to_path_buf());
+            } else {
+                // A bucket (a mount's store never has one; `vaultfs serve` uploads by
+                // `commit_upload`, which stores ahead of the lock).
+                self.blobs.put_file(&p.file, f.len, &p.sha256)?;
             }
-            // Last placed into, last in the list (OneCommit syncs that one).
-            dirs.retain(|d| d != dir);
-            dirs.push(dir.to_path_buf());
             tx.prepare_cached("INSERT INTO blobs (hash, size, md5) VALUES (?1, ?2, ?3)")?
                 .execute(params![p.sha256, f.len as i64, p.md5])?;
         }
@@ -470,8 +476,22 @@ mod tests {
         assert_eq!(kept, [md5(b"one"), md5(b"three")]);
         // "two" is gone; "one" is kept by the earlier version that holds it.
         assert_eq!(store.blob_count().unwrap(), 2);
-        assert!(!store.blobs.path(&hex(&Sha256::digest(b"two"))).exists());
-        assert!(store.blobs.path(&hex(&Sha256::digest(b"one"))).exists());
+        assert!(
+            !store
+                .blobs
+                .local()
+                .unwrap()
+                .path(&hex(&Sha256::digest(b"two")))
+                .exists()
+        );
+        assert!(
+            store
+                .blobs
+                .local()
+                .unwrap()
+                .path(&hex(&Sha256::digest(b"one")))
+                .exists()
+        );
         assert!(store.check_integrity().unwrap().is_empty());
     }
 
@@ -487,7 +507,7 @@ mod tests {
         let mut orphan = staged(&src, "c.txt", b"left by a crash");
         let sha = hex(&Sha256::digest(b"left by a crash"));
         // As a batch that crashed after placing its blob and before its commit would leave it.
-        let dest = store.blobs.path(&sha);
+        let dest = store.blobs.local().unwrap().path(&sha);
         fs::create_dir_all(dest.parent().unwrap()).unwrap();
         fs::write(&dest, b"left by a crash").unwrap();
         let mut lost = staged(&src, "lost.txt", b"no folder");
