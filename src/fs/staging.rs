@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use crate::api::checksum::{Digests, read_range};
+use crate::api::checksum::Digests;
 
 /// A staged file: the bytes a writer sees, and how far they are from being uploaded.
 ///
@@ -202,7 +202,7 @@ impl Staged {
 
     /// One chunk of `hash_ahead`; false when there is nothing (more) to do.
     fn hash_chunk(&self) -> bool {
-        let (mut d, from, to, epoch) = {
+        let (mut d, to, epoch) = {
             let mut a = self.ahead();
             let limit = a.changing.unwrap_or(u64::MAX).min(self.size());
             let d = match a.digests.take() {
@@ -212,12 +212,11 @@ impl Staged {
                     return false;
                 }
             };
-            let from = d.len();
-            let to = limit.min(from + HASH_CHUNK);
+            let to = limit.min(d.len() + HASH_CHUNK);
             a.reading_to = to;
-            (d, from, to, a.epoch)
+            (d, to, a.epoch)
         };
-        let read = read_range(&self.file(), from, to, |b| d.update(b));
+        let read = d.extend_from(&self.file(), to);
         let mut a = self.ahead();
         if a.epoch == epoch {
             match read {
