@@ -17,11 +17,11 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 
+use super::spares::{Spare, Spares};
 use super::staging::Staged;
 use crate::api::NodePath;
 
@@ -62,7 +62,8 @@ pub struct Journal {
     staging: PathBuf,
     dir: PathBuf,
     lost: PathBuf,
-    next: AtomicU64,
+    /// Empty staging files made ahead of need (they also hand out the IDs).
+    spares: Arc<Spares>,
     log: Mutex<Log>,
     /// The backend's largest file (see `Staged::limited`).
     max_file_size: u64,
@@ -142,7 +143,7 @@ impl Journal {
             staging,
             dir,
             lost: cache_dir.join("lost+found"),
-            next: AtomicU64::new(max + 1),
+            spares: Spares::new(cache_dir.join("staging"), max + 1),
             log: Mutex::new(Log { file, len, live }),
             max_file_size,
         })
@@ -224,14 +225,11 @@ impl Journal {
 
     /// A new, empty staging file for `path`, with its journal entry.
     pub fn create(&self, path: &NodePath, file_id: Option<String>) -> io::Result<Staged> {
-        let id = self.next.fetch_add(1, Ordering::SeqCst);
-        let data_path = self.staging.join(format!("{id}.data"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&data_path)?;
+        let Spare {
+            id,
+            path: data_path,
+            file,
+        } = self.spares.take()?;
         let staged = Staged::new(id, file, data_path, 0, false).limited(self.max_file_size);
         self.record(&staged, path, file_id)?;
         Ok(staged)
@@ -365,5 +363,17 @@ impl Journal {
             }
         }
         Ok(out)
+    }
+}
+impl Journal {
+    /// No file is staged any more (unmounted): the spare staging files go.
+    pub fn shut_spares(&self) {
+        self.spares.shut();
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.spares.shut();
     }
 }

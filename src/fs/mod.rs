@@ -46,6 +46,7 @@ mod journal;
 mod listing;
 mod namespace;
 mod preview;
+mod spares;
 mod staging;
 pub mod status;
 mod table;
@@ -391,6 +392,7 @@ pub fn mount<B: Backend>(
         }
     });
     let result = session.run();
+    fs.journal.shut_spares();
     // Unmounted: give uploads in flight a bounded time to finish; the journal keeps the rest.
     // A new mount of the same point may come meanwhile: it asks for the journal (SIGUSR1),
     // and this daemon leaves at once, its batch in flight committed or not at all.

@@ -128,13 +128,32 @@ impl Env {
 }
 
 /// Files a mount with this cache dir has staged and not yet stored (or still open for
-/// writing): one staging file each, `staging/<id>.data`.
+/// writing): the entries of its journal (`journal/log`, JSON lines `put`/`done` by staging ID)
+/// whose staging file `staging/<id>.data` is there. Not the staging folder alone: it also holds
+/// empty spare files made ahead of need, which belong to nothing yet.
 pub fn pending_uploads(cache: &std::path::Path) -> usize {
-    fs::read_dir(cache.join("staging")).map_or(0, |d| {
-        d.flatten()
-            .filter(|e| e.path().extension().is_some_and(|x| x == "data"))
-            .count()
-    })
+    let log = fs::read_to_string(cache.join("journal/log")).unwrap_or_default();
+    let mut live = std::collections::HashSet::new();
+    for line in log.lines() {
+        let Ok(rec) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let Some(id) = rec["id"].as_u64() else {
+            continue;
+        };
+        match rec["op"].as_str() {
+            Some("put") => {
+                live.insert(id);
+            }
+            Some("done") => {
+                live.remove(&id);
+            }
+            _ => {}
+        }
+    }
+    live.into_iter()
+        .filter(|id| cache.join(format!("staging/{id}.data")).exists())
+        .count()
 }
 
 /// Runs `f` on a thread and fails the test if it takes longer than `secs` (nothing may hang).
