@@ -18,7 +18,7 @@ use super::openapi::{
     ErrorEnvelope, PinAuthEnvelope, PinAuthRequest as PinAuthBody, PinEndEnvelope,
     PinEndRequest as PinEndBody, SignInForm,
 };
-use super::reply::{ApiError, ApiResult, ok};
+use super::reply::{ApiError, ApiResult, ok, retry_after};
 use super::web::page::{PIN_PAGE_POLICY, escape, respond};
 use crate::api::path::encode_segment;
 use crate::api::{
@@ -322,10 +322,7 @@ pub async fn sign_in(
                 StatusCode::SERVICE_UNAVAILABLE,
                 form(&client_id, &email, Some(&e.message)),
             );
-            resp.headers_mut().insert(
-                header::RETRY_AFTER,
-                axum::http::HeaderValue::from(super::reply::RETRY_AFTER_SECS),
-            );
+            retry_after(&mut resp);
             resp
         }
         Err(e) if e.kind == ErrorKind::TooManyRequests => html(

@@ -100,6 +100,30 @@ fn token_hash(token: &str) -> Vec<u8> {
     Sha256::digest(token.as_bytes()).to_vec()
 }
 
+/// A new token of `user_id` for `client_id`, valid for `ttl`: stored as its hash, returned with
+/// the user's e-mail as stored.
+fn issue_token(
+    conn: &rusqlite::Connection,
+    user_id: i64,
+    client_id: &str,
+    ttl: Duration,
+) -> Result<IssuedToken> {
+    let token = new_token();
+    let now = now_ns();
+    conn.execute(
+        "INSERT INTO tokens (hash, user_id, client_id, created_on, expires_on) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![token_hash(&token), user_id, client_id, now, now + ttl.as_nanos() as i64],
+    )?;
+    let email = conn.query_row("SELECT email FROM users WHERE id = ?1", [user_id], |r| {
+        r.get(0)
+    })?;
+    Ok(IssuedToken {
+        token,
+        expires_in: ttl,
+        email,
+    })
+}
+
 /// HMAC-SHA256 (RFC 2104) of `msg` under `key` (at most one block long).
 fn hmac_sha256(key: &[u8; 32], msg: &[u8]) -> [u8; 32] {
     let pad = |byte: u8| {
@@ -399,22 +423,7 @@ impl Store {
     /// [`WEB_SESSION`] pseudo-client, which the API does not accept), valid for [`SESSION_TTL`].
     pub fn sign_in_web(&self, email: &str, password: &str, source: &str) -> Result<IssuedToken> {
         let user_id = self.check_password(email, password, source)?;
-        let token = new_token();
-        let now = now_ns();
-        let conn = self.lock();
-        conn.execute(
-            "INSERT INTO tokens (hash, user_id, client_id, created_on, expires_on) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![token_hash(&token), user_id, WEB_SESSION, now, now + SESSION_TTL.as_nanos() as i64],
-        )?;
-        let email: String =
-            conn.query_row("SELECT email FROM users WHERE id = ?1", [user_id], |r| {
-                r.get(0)
-            })?;
-        Ok(IssuedToken {
-            token,
-            expires_in: SESSION_TTL,
-            email,
-        })
+        issue_token(&self.lock(), user_id, WEB_SESSION, SESSION_TTL)
     }
 
     /// The user of a web session (the cookie's token).
@@ -459,8 +468,6 @@ impl Store {
         let Some((user_id, _)) = self.user_by_email(email)? else {
             return Err(invalid());
         };
-        let token = new_token();
-        let ttl = self.config.token_ttl;
         let now = now_ns();
         let mut conn = self.lock();
         let tx = conn.transaction()?;
@@ -478,22 +485,11 @@ impl Store {
             // The transaction rolls back: a wrong guess does not burn the pin.
             return Err(invalid());
         }
-        tx.execute(
-            "INSERT INTO tokens (hash, user_id, client_id, created_on, expires_on) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![token_hash(&token), user_id, client_id, now, now + ttl.as_nanos() as i64],
-        )?;
-        let user_email: String =
-            tx.query_row("SELECT email FROM users WHERE id = ?1", [user_id], |r| {
-                r.get(0)
-            })?;
+        let issued = issue_token(&tx, user_id, client_id, self.config.token_ttl)?;
         tx.commit()?;
         drop(conn);
         self.attempt_succeeded(email, source, Attempt::Pin)?;
-        Ok(IssuedToken {
-            token,
-            expires_in: ttl,
-            email: user_email,
-        })
+        Ok(issued)
     }
 
     /// Checks `email:token` from the Authorization header. Web sessions are not API tokens.

@@ -7,13 +7,11 @@ use std::collections::HashMap;
 
 use axum::Form;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
 
 use super::super::AppState;
-use super::page::{
-    WEB_POLICY, browse_href, escape, layout, path_href, respond, see_other, size, time,
-};
+use super::page::{browse_href, escape, path_href, see_other, size, time};
 use super::session::WebUser;
 use super::web_path;
 use crate::api::{Error, Node, NodePath, NodeType};
@@ -303,11 +301,7 @@ async fn listing(user: WebUser, path: NodePath, q: HashMap<String, String>) -> R
          </tr></thead><tbody>{body_rows}</tbody></table></div>{empty}{nav}"
     );
     let trail = path.parent().map(|_| path.clone());
-    respond(
-        StatusCode::OK,
-        WEB_POLICY,
-        layout(&title, Some(&user.viewer()), trail.as_ref(), &body),
-    )
+    user.page(&title, trail.as_ref(), &body)
 }
 
 /// GET `/web/`: the accounts the person may see.
@@ -422,15 +416,10 @@ pub async fn confirm_delete(user: WebUser, uri: Uri) -> Response {
         token = escape(&user.form_token),
         back = escape(&back),
     );
-    respond(
-        StatusCode::OK,
-        WEB_POLICY,
-        layout(
-            &format!("Delete {}?", node.name),
-            Some(&user.viewer()),
-            path.parent().as_ref(),
-            &body,
-        ),
+    user.page(
+        &format!("Delete {}?", node.name),
+        path.parent().as_ref(),
+        &body,
     )
 }
 

@@ -11,14 +11,14 @@ use std::collections::HashMap;
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, Uri, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::TryStreamExt;
 
 use super::super::AppState;
 use super::super::files::{content_type, download_of, image, page_number, page_size, pdf_of, send};
 use super::super::reply::{ApiError, ApiResult, ok};
-use super::page::{WEB_POLICY, escape, layout, path_href, respond, size, time};
+use super::page::{escape, not_a_page, path_href, size, time};
 use super::session::WebUser;
 use super::web_path;
 use crate::api::path::encode_segment;
@@ -29,6 +29,8 @@ use crate::backend::Backend;
 /// them down further on a narrow screen).
 const PAGE_WIDTH: u32 = 1200;
 const THUMB_WIDTH: u32 = 160;
+/// Someone's bytes: kept by no cache.
+const PRIVATE: &str = "private, no-store";
 /// The header the upload script sends the form token in.
 const FORM_TOKEN_HEADER: &str = "x-form-token";
 
@@ -99,16 +101,7 @@ pub async fn file(user: WebUser, Path(id): Path<String>) -> Response {
         delete = escape(&path_href("/web/delete", &path)),
         name = escape(&node.name),
     );
-    respond(
-        StatusCode::OK,
-        WEB_POLICY,
-        layout(
-            &node.name,
-            Some(&user.viewer()),
-            path.parent().as_ref(),
-            &body,
-        ),
-    )
+    user.page(&node.name, path.parent().as_ref(), &body)
 }
 
 /// GET `/web/preview/{id}` (`preview_link_uri`): the document page by page, with thumbnails;
@@ -159,16 +152,7 @@ pub async fn preview(user: WebUser, Path(id): Path<String>) -> Response {
              file. Download it to open it.</p>"
         ),
     };
-    let mut resp = respond(
-        StatusCode::OK,
-        WEB_POLICY,
-        layout(
-            &node.name,
-            Some(&user.viewer()),
-            path.parent().as_ref(),
-            &body,
-        ),
-    );
+    let mut resp = user.page(&node.name, path.parent().as_ref(), &body);
     if meta.status == PreviewStatus::InProgress {
         // Every browser reloads on `Refresh`, script or not.
         resp.headers_mut()
@@ -223,6 +207,7 @@ pub async fn download(
     };
     let name = d.node.name.clone();
     let mut resp = send(d, content_type(&name));
+    not_a_page(&mut resp, PRIVATE);
     let h = resp.headers_mut();
     h.insert(
         header::CONTENT_DISPOSITION,
@@ -231,14 +216,6 @@ pub async fn download(
     h.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static("default-src 'none'; sandbox"),
-    );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("private, no-store"),
     );
     resp
 }
@@ -268,15 +245,7 @@ pub async fn page(
     };
     match answer.await {
         Ok(mut resp) => {
-            let h = resp.headers_mut();
-            h.insert(
-                header::X_CONTENT_TYPE_OPTIONS,
-                HeaderValue::from_static("nosniff"),
-            );
-            h.insert(
-                header::CACHE_CONTROL,
-                HeaderValue::from_static("private, no-store"),
-            );
+            not_a_page(&mut resp, PRIVATE);
             resp
         }
         Err(e) => user.error(&by_id(e)),

@@ -72,16 +72,9 @@ async fn asset(axum::extract::Path(name): axum::extract::Path<String>) -> Respon
         _ => return not_found().await,
     };
     let mut resp = (StatusCode::OK, body).into_response();
-    let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("max-age=3600"),
-    );
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
+    page::not_a_page(&mut resp, "max-age=3600");
     resp
 }
 

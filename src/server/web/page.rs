@@ -48,6 +48,17 @@ pub fn respond(status: StatusCode, policy: &'static str, body: String) -> Respon
     (status, headers, Html(body)).into_response()
 }
 
+/// The headers of what is no page (a download, an image, the stylesheet): never sniffed into
+/// something else, cached as `cache` says.
+pub fn not_a_page(resp: &mut Response, cache: &'static str) {
+    let h = resp.headers_mut();
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
+}
+
 /// The percent-encoded segments of a node path after `prefix` (`/web/browse`, ...): `prefix`
 /// alone for the root.
 pub fn path_href(prefix: &str, path: &NodePath) -> String {

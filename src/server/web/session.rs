@@ -26,10 +26,10 @@ use rand::Rng;
 use super::super::AppState;
 use super::super::conn::Source;
 use super::super::pin::{password_check, same_origin};
-use super::super::reply::RETRY_AFTER_SECS;
+use super::super::reply::retry_after;
 use super::page::{Viewer, WEB_POLICY, error_page, escape, layout, respond, see_other};
 use crate::api::path::encode_segment;
-use crate::api::{Error, ErrorKind};
+use crate::api::{Error, ErrorKind, NodePath};
 use crate::backend::local::LocalBackend;
 
 pub const SESSION_COOKIE: &str = "vaultfs_session";
@@ -52,6 +52,15 @@ impl WebUser {
             email: &self.email,
             form_token: &self.form_token,
         }
+    }
+
+    /// A page for this person (200).
+    pub fn page(&self, title: &str, trail: Option<&NodePath>, body: &str) -> Response {
+        respond(
+            StatusCode::OK,
+            WEB_POLICY,
+            layout(title, Some(&self.viewer()), trail, body),
+        )
     }
 
     /// An error as a page for this person.
@@ -316,8 +325,7 @@ pub async fn sign_in(
             };
             let mut resp = form_page(status, &next, &nonce, &email, Some(&e.message));
             if status == StatusCode::SERVICE_UNAVAILABLE {
-                resp.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+                retry_after(&mut resp);
             }
             resp
         }
