@@ -198,12 +198,14 @@ impl Node {
     }
 }
 
-/// The links of a file object. Each ends in `&id=<id>` (spec §2) and names a route of the server.
+/// The links of a file object. Each ends in `&id=<id>` (spec §2). The three browser links are
+/// pages of the server's web interface (`server::web`: a person opening one signs in with a
+/// session cookie); `download_uri` is the API's download route (Authorization header).
 pub fn file_links(node: &mut Node, id: &str) {
     let enc = encode_segment(id);
-    node.link_uri = Some(format!("/files/id/Document/{enc}?view=info&id={id}"));
-    node.preview_link_uri = Some(format!("/preview/id/Document/{enc}?view=preview&id={id}"));
-    node.download_link_uri = Some(format!("/files/id/Document/{enc}?download=1&id={id}"));
+    node.link_uri = Some(format!("/web/file/{enc}?view=info&id={id}"));
+    node.preview_link_uri = Some(format!("/web/preview/{enc}?view=preview&id={id}"));
+    node.download_link_uri = Some(format!("/web/download/{enc}?download=1&id={id}"));
     node.download_uri = Some(format!("/files/id/Document/{enc}"));
 }
 

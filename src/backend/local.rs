@@ -56,6 +56,13 @@ impl LocalBackend {
         &self.store
     }
 
+    /// The file of that ID, with its path in `uri` (what a browser link by ID opens). Not in
+    /// [`Backend`]: the interface has no such call.
+    pub async fn file(&self, file_id: &str) -> Result<Node> {
+        let id = file_id.to_string();
+        self.run(move |s, scope| s.file(scope, &id)).await
+    }
+
     /// Runs a store call on a blocking thread.
     async fn run<T, F>(&self, f: F) -> Result<T>
     where

@@ -13,7 +13,8 @@ use super::limits::holding;
 use super::openapi::{ErrorEnvelope, PreviewEnvelope};
 use super::reply::{ApiResult, ok};
 use crate::api::{Error, ErrorKind, PageSize, RangeRequest};
-use crate::backend::{Backend, Download};
+use crate::backend::local::LocalBackend;
+use crate::backend::{Backend, Download, PreviewImage};
 
 /// A Content-Type from the file name; the bytes are served as they are whatever it says.
 pub fn content_type(name: &str) -> &'static str {
@@ -49,7 +50,7 @@ pub fn content_type(name: &str) -> &'static str {
 }
 
 /// Streams a download with its headers: 200, or 206 with `Content-Range` for a range.
-fn send(d: Download, ctype: &str) -> Response {
+pub(super) fn send(d: Download, ctype: &str) -> Response {
     let len = d.len();
     let mut h = HeaderMap::new();
     h.insert(
@@ -114,6 +115,21 @@ pub async fn download(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> ApiResult {
+    let d = download_of(&state, &caller.backend, caller.user_id, &id, &headers).await?;
+    let ctype = content_type(&d.node.name);
+    Ok(send(d, ctype))
+}
+
+/// The download of file `id` for `user`: whole, or the one range of the `Range` header; it
+/// holds one of the user's transfer slots until its body is sent or dropped. (The API's route
+/// and the web interface's download.)
+pub(super) async fn download_of(
+    state: &AppState,
+    backend: &LocalBackend,
+    user: i64,
+    id: &str,
+    headers: &HeaderMap,
+) -> Result<Download, Error> {
     let range = headers
         .get(header::RANGE)
         .map(|v| {
@@ -128,12 +144,32 @@ pub async fn download(
         .transpose()?
         .map(RangeRequest::parse)
         .transpose()?;
-    // Held by the body until it is sent, or dropped with its connection.
-    let slot = state.limits.transfer(caller.user_id)?;
-    let mut d = caller.backend.download(&id, range).await?;
+    let slot = state.limits.transfer(user)?;
+    let mut d = backend.download(id, range).await?;
     d.body = holding(d.body, slot);
-    let ctype = content_type(&d.node.name);
-    Ok(send(d, ctype))
+    Ok(d)
+}
+
+/// The preview PDF of file `id` for `user`, holding a transfer slot as [`download_of`] does.
+pub(super) async fn pdf_of(
+    state: &AppState,
+    backend: &LocalBackend,
+    user: i64,
+    id: &str,
+) -> Result<Download, Error> {
+    let slot = state.limits.transfer(user)?;
+    let mut d = backend.preview_pdf(id).await?;
+    d.body = holding(d.body, slot);
+    Ok(d)
+}
+
+/// A preview page as a response, with its Content-Type.
+pub(super) fn image(img: PreviewImage) -> Response {
+    let mut resp = (StatusCode::OK, img.data).into_response();
+    if let Ok(v) = HeaderValue::from_str(&img.content_type) {
+        resp.headers_mut().insert(header::CONTENT_TYPE, v);
+    }
+    resp
 }
 
 #[utoipa::path(
@@ -200,26 +236,32 @@ pub async fn preview_page(
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult {
     if page == "pdf" {
-        let slot = state.limits.transfer(caller.user_id)?;
-        let mut d = caller.backend.preview_pdf(&id).await?;
-        d.body = holding(d.body, slot);
+        let d = pdf_of(&state, &caller.backend, caller.user_id, &id).await?;
         return Ok(send(d, "application/pdf"));
     }
-    let page: u32 = page.parse().ok().filter(|p| *p >= 1).ok_or_else(|| {
+    let page = page_number(&page)?;
+    let img = caller
+        .backend
+        .preview_page(&id, page, page_size(&q)?)
+        .await?;
+    Ok(image(img))
+}
+
+/// A page number of a preview route: a whole number from 1.
+pub(super) fn page_number(page: &str) -> Result<u32, Error> {
+    page.parse().ok().filter(|p| *p >= 1).ok_or_else(|| {
         Error::bad_request(
             "bad_parameter",
             "the page number must be a whole number from 1",
         )
-    })?;
-    let size = PageSize {
-        scale: bounded(&q, "scale", 100)?,
-        max_width: bounded(&q, "max_width", u32::MAX)?,
-        max_height: bounded(&q, "max_height", u32::MAX)?,
-    };
-    let img = caller.backend.preview_page(&id, page, size).await?;
-    let mut resp = (StatusCode::OK, img.data).into_response();
-    if let Ok(v) = HeaderValue::from_str(&img.content_type) {
-        resp.headers_mut().insert(header::CONTENT_TYPE, v);
-    }
-    Ok(resp)
+    })
+}
+
+/// `scale`, `max_width` and `max_height` of a preview page request.
+pub(super) fn page_size(q: &HashMap<String, String>) -> Result<PageSize, Error> {
+    Ok(PageSize {
+        scale: bounded(q, "scale", 100)?,
+        max_width: bounded(q, "max_width", u32::MAX)?,
+        max_height: bounded(q, "max_height", u32::MAX)?,
+    })
 }

@@ -11,6 +11,7 @@ mod nodes;
 mod openapi;
 mod pin;
 mod reply;
+mod web;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -114,7 +115,8 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 }
 
 /// The application: every route of the interface, the authorization page, the OpenAPI
-/// document, and the envelope on every failure.
+/// document, the envelope on every failure, and beside them the web interface's pages (not API
+/// routes, so not in the document: see [`web`]).
 pub fn router(store: Arc<Store>, options: ServerOptions) -> Router {
     let (app, doc) = routes().split_for_parts();
     let doc = openapi::finish(doc)
@@ -126,20 +128,21 @@ pub fn router(store: Arc<Store>, options: ServerOptions) -> Router {
         limits: Arc::new(limits::Limits::new(&options)),
         openapi: Arc::new(doc),
     };
-    app.fallback(|| async {
-        ApiError(Error::new(
-            ErrorKind::NotFound,
-            "unknown_route",
-            "no such route",
+    app.merge(web::router())
+        .fallback(|| async {
+            ApiError(Error::new(
+                ErrorKind::NotFound,
+                "unknown_route",
+                "no such route",
+            ))
+        })
+        .layer(DefaultBodyLimit::max(options.max_json_body))
+        .layer(axum::middleware::from_fn_with_state(
+            options.transfer_idle_timeout,
+            conn::body_idle_limited,
         ))
-    })
-    .layer(DefaultBodyLimit::max(options.max_json_body))
-    .layer(axum::middleware::from_fn_with_state(
-        options.transfer_idle_timeout,
-        conn::body_idle_limited,
-    ))
-    .layer(axum::middleware::from_fn(context::request_context))
-    .with_state(state)
+        .layer(axum::middleware::from_fn(context::request_context))
+        .with_state(state)
 }
 
 /// Serves until `shutdown` resolves (see [`shutdown_signal`]), then finishes the requests in

@@ -55,7 +55,9 @@ pub(super) fn finish(mut doc: OpenApi) -> OpenApi {
          the HTTP status) and no `message`. Besides the statuses listed per operation, any route answers 405 \
          `method_not_allowed` to a method it does not have, any other path is 404 \
          `unknown_route`, and a JSON body over the configured limit (64 KiB) is 413 \
-         `body_too_large`, all in the same envelope."
+         `body_too_large`, all in the same envelope. The web interface's pages for people \
+         (`/web/...`, where the files' browser links lead: HTML, with a session cookie) are \
+         not part of this interface and not listed here."
             .to_string(),
     );
     let paths = std::mem::take(&mut doc.paths.paths);

@@ -1,13 +1,14 @@
 //! The pin exchange (spec §5, DESIGN.md §2): `/pin/end`, `/pin/auth`, and the authorization page
 //! where a user signs in and is shown their pin. The page is plain HTML with no JavaScript, may
-//! not be framed or cached, and takes its form only from its own origin.
+//! not be framed or cached (the headers of every page: `web::page::respond`), and takes its form
+//! only from its own origin.
 
 use std::collections::HashMap;
 
 use axum::Form;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
 use super::AppState;
@@ -17,11 +18,13 @@ use super::openapi::{
     ErrorEnvelope, PinAuthEnvelope, PinAuthRequest as PinAuthBody, PinEndEnvelope,
     PinEndRequest as PinEndBody, SignInForm,
 };
-use super::reply::{ApiError, ApiResult, ok};
+use super::reply::{ApiError, ApiResult, ok, retry_after};
+use super::web::page::{PIN_PAGE_POLICY, escape, respond};
 use crate::api::path::encode_segment;
 use crate::api::{
     Error, ErrorKind, PinAuthRequest, PinAuthResponse, PinEndRequest, PinEndResponse,
 };
+use crate::store::Store;
 
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, Error> + Send + 'static,
@@ -29,6 +32,23 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| Error::internal(format!("task failed: {e}")))?
+}
+
+/// Runs the password check `check` when the bound on checks at once gives it a turn (each takes
+/// argon2's memory, so beyond the queue the answer is 503 "later", before any is spent). The
+/// turn ends with the check itself, even if the request is dropped meanwhile. Every sign-in with
+/// a password (this page's, the web interface's) goes through here.
+pub(super) async fn password_check<T: Send + 'static>(
+    state: &AppState,
+    check: impl FnOnce(&Store) -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    let turn = state.limits.passwords.enter().await?;
+    let store = state.store.clone();
+    blocking(move || {
+        let _turn = turn;
+        check(&store)
+    })
+    .await
 }
 
 fn required(v: Option<String>, name: &str) -> Result<String, Error> {
@@ -58,7 +78,7 @@ fn base_url(state: &AppState, source: &Source) -> Result<String, Error> {
 /// (`Origin`, else `Referer`) and whether that was another site (`Sec-Fetch-Site`); a client
 /// that is no browser says nothing and is let through (it could not be made to post by a
 /// page). The origin expected is the public URL's, or the one the browser asked for (`Host`).
-fn same_origin(state: &AppState, headers: &HeaderMap) -> bool {
+pub(super) fn same_origin(state: &AppState, headers: &HeaderMap) -> bool {
     let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
     if text(header::HeaderName::from_static("sec-fetch-site"))
         .is_some_and(|s| s.eq_ignore_ascii_case("cross-site"))
@@ -153,21 +173,6 @@ pub async fn auth(State(state): State<AppState>, source: Source, body: Bytes) ->
     }))
 }
 
-fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 fn page_html(title: &str, body: &str) -> String {
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -198,21 +203,9 @@ fn form(client_id: &str, email: &str, error: Option<&str>) -> String {
     )
 }
 
-/// Every page: no script, style only inline, the form posted only here, never framed (against
-/// clickjacking), never cached (it may show a pin), no address leaked to other sites.
+/// Every page of the authorization: no script, style only inline, the headers of every page.
 fn html(status: StatusCode, body: String) -> Response {
-    let headers = [
-        (
-            header::CONTENT_SECURITY_POLICY,
-            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; \
-             frame-ancestors 'none'; base-uri 'none'",
-        ),
-        (header::X_FRAME_OPTIONS, "DENY"),
-        (header::CACHE_CONTROL, "no-store"),
-        (header::REFERRER_POLICY, "no-referrer"),
-        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-    ];
-    (status, headers, Html(body)).into_response()
+    respond(status, PIN_PAGE_POLICY, body)
 }
 
 /// GET `/pin/authorize?client_id=...`: the sign-in form.
@@ -301,27 +294,8 @@ pub async fn sign_in(
             ),
         );
     }
-    // A bounded number of password checks at once, and of sign-ins waiting for one: each check
-    // takes argon2's memory, so beyond that the answer is "later", before any is spent.
-    let turn = match state.limits.passwords.enter().await {
-        Ok(turn) => turn,
-        Err(e) => {
-            let mut resp = html(
-                StatusCode::SERVICE_UNAVAILABLE,
-                form(&client_id, &email, Some(&e.message)),
-            );
-            resp.headers_mut().insert(
-                header::RETRY_AFTER,
-                axum::http::HeaderValue::from(super::reply::RETRY_AFTER_SECS),
-            );
-            return resp;
-        }
-    };
-    let store = state.store.clone();
     let (e2, c2, source) = (email.clone(), client_id.clone(), source.key());
-    // The turn ends with the check itself, even if this request is dropped meanwhile.
-    match blocking(move || {
-        let _turn = turn;
+    match password_check(&state, move |store| {
         store.sign_in_for_pin(&e2, &password, &c2, &source)
     })
     .await
@@ -342,6 +316,14 @@ pub async fn sign_in(
                     ),
                 ),
             )
+        }
+        Err(e) if e.kind == ErrorKind::Unavailable => {
+            let mut resp = html(
+                StatusCode::SERVICE_UNAVAILABLE,
+                form(&client_id, &email, Some(&e.message)),
+            );
+            retry_after(&mut resp);
+            resp
         }
         Err(e) if e.kind == ErrorKind::TooManyRequests => html(
             StatusCode::TOO_MANY_REQUESTS,

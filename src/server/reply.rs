@@ -33,8 +33,7 @@ impl IntoResponse for ApiError {
         }
         let mut resp = error_response(&self.0, &id);
         if self.0.kind == ErrorKind::Unavailable {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+            retry_after(&mut resp);
         }
         resp
     }
@@ -42,6 +41,12 @@ impl IntoResponse for ApiError {
 
 /// `Retry-After` of a 503 (the server is at one of its limits: password checks, transfers).
 pub const RETRY_AFTER_SECS: u64 = 2;
+
+/// Says when to come back, on a 503 (an envelope or a page).
+pub fn retry_after(resp: &mut Response) {
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+}
 
 pub fn error_response(err: &Error, id: &str) -> Response {
     let status = StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

@@ -21,6 +21,12 @@ use crate::api::{Error, ErrorKind, Result};
 
 /// The client ID that is always registered; the vaultfs CLI uses it.
 pub const DEFAULT_CLIENT: &str = "vaultfs";
+/// The client ID of web sessions' tokens (the web interface's sign-in). It has a space, which
+/// `vaultfs client add` refuses, so no application can be registered under it and get pins
+/// for it; and the API refuses its tokens.
+pub const WEB_SESSION: &str = "web session";
+/// How long a web session lasts after its sign-in.
+pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 /// Failures of one (e-mail, source) pair before it must wait.
 const MAX_FAILURES: i64 = 5;
 /// The wait after the fifth failure; it doubles with each further one, up to `MAX_BACKOFF`.
@@ -83,8 +89,39 @@ fn dummy_hash() -> &'static str {
     })
 }
 
+/// 256 random bits, URL-safe base64: a delegation token or a web session.
+fn new_token() -> String {
+    let mut raw = [0u8; 32];
+    rand::rng().fill(&mut raw);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+}
+
 fn token_hash(token: &str) -> Vec<u8> {
     Sha256::digest(token.as_bytes()).to_vec()
+}
+
+/// A new token of `user_id` for `client_id`, valid for `ttl`: stored as its hash, returned with
+/// the user's e-mail as stored.
+fn issue_token(
+    conn: &rusqlite::Connection,
+    user_id: i64,
+    client_id: &str,
+    ttl: Duration,
+) -> Result<IssuedToken> {
+    let token = new_token();
+    let now = now_ns();
+    conn.execute(
+        "INSERT INTO tokens (hash, user_id, client_id, created_on, expires_on) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![token_hash(&token), user_id, client_id, now, now + ttl.as_nanos() as i64],
+    )?;
+    let email = conn.query_row("SELECT email FROM users WHERE id = ?1", [user_id], |r| {
+        r.get(0)
+    })?;
+    Ok(IssuedToken {
+        token,
+        expires_in: ttl,
+        email,
+    })
 }
 
 /// HMAC-SHA256 (RFC 2104) of `msg` under `key` (at most one block long).
@@ -322,17 +359,10 @@ impl Store {
             .optional()?)
     }
 
-    /// The sign-in of the authorization page from `source` (the client's address): returns a
-    /// new pin for `client_id`, which replaces any earlier one and expires unused after the pin
-    /// lifetime. The argon2 check runs without the store's lock held.
-    pub fn sign_in_for_pin(
-        &self,
-        email: &str,
-        password: &str,
-        client_id: &str,
-        source: &str,
-    ) -> Result<String> {
-        self.require_client(client_id)?;
+    /// Checks `email`'s password for a sign-in from `source` (the client's address), with the
+    /// lockout of failed attempts: the user's ID when it is right. The argon2 check runs without
+    /// the store's lock held. The authorization page and the web interface both sign in here.
+    fn check_password(&self, email: &str, password: &str, source: &str) -> Result<i64> {
         let bad = || Error::auth("invalid_credentials", "wrong e-mail address or password");
         // Counted before the check, for known and unknown e-mails alike: the answers do not
         // tell which exist.
@@ -354,6 +384,21 @@ impl Store {
             return Err(bad());
         }
         self.attempt_succeeded(email, source, Attempt::Password)?;
+        Ok(user_id)
+    }
+
+    /// The sign-in of the authorization page from `source` (the client's address): returns a
+    /// new pin for `client_id`, which replaces any earlier one and expires unused after the pin
+    /// lifetime.
+    pub fn sign_in_for_pin(
+        &self,
+        email: &str,
+        password: &str,
+        client_id: &str,
+        source: &str,
+    ) -> Result<String> {
+        self.require_client(client_id)?;
+        let user_id = self.check_password(email, password, source)?;
         // Eight digits without a leading zero, so it survives being sent as a JSON number.
         let pin = rand::rng()
             .random_range(10_000_000u32..100_000_000)
@@ -374,6 +419,41 @@ impl Store {
         Ok(pin)
     }
 
+    /// The sign-in of the web interface from `source`: a new session (a token of the
+    /// [`WEB_SESSION`] pseudo-client, which the API does not accept), valid for [`SESSION_TTL`].
+    pub fn sign_in_web(&self, email: &str, password: &str, source: &str) -> Result<IssuedToken> {
+        let user_id = self.check_password(email, password, source)?;
+        issue_token(&self.lock(), user_id, WEB_SESSION, SESSION_TTL)
+    }
+
+    /// The user of a web session (the cookie's token).
+    pub fn web_session(&self, token: &str) -> Result<Principal> {
+        self.principal(token, None)
+    }
+
+    /// Signs a web session out: its token is revoked.
+    pub fn end_web_session(&self, token: &str) -> Result<()> {
+        let conn = self.lock();
+        conn.execute(
+            "UPDATE tokens SET revoked = 1 WHERE hash = ?1 AND client_id = ?2",
+            params![token_hash(token), WEB_SESSION],
+        )?;
+        Ok(())
+    }
+
+    /// The value a web session's forms carry against cross-site requests: keyed (the pin key,
+    /// with its own prefix) and bound to the session, so it needs no storage and another
+    /// session's value is worth nothing.
+    pub fn form_token(&self, session: &str) -> String {
+        let mac = hmac_sha256(&self.pin_key, format!("form\0{session}").as_bytes());
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac)
+    }
+
+    /// Whether `given` is [`Store::form_token`] of `session` (in constant time).
+    pub fn form_token_matches(&self, session: &str, given: &str) -> bool {
+        same(self.form_token(session).as_bytes(), given.as_bytes())
+    }
+
     /// `/pin/auth` from `source`: exchanges a pin for a delegation token. A pin is used once.
     pub fn exchange_pin(
         &self,
@@ -388,10 +468,6 @@ impl Store {
         let Some((user_id, _)) = self.user_by_email(email)? else {
             return Err(invalid());
         };
-        let mut raw = [0u8; 32];
-        rand::rng().fill(&mut raw);
-        let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw);
-        let ttl = self.config.token_ttl;
         let now = now_ns();
         let mut conn = self.lock();
         let tx = conn.transaction()?;
@@ -409,33 +485,30 @@ impl Store {
             // The transaction rolls back: a wrong guess does not burn the pin.
             return Err(invalid());
         }
-        tx.execute(
-            "INSERT INTO tokens (hash, user_id, client_id, created_on, expires_on) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![token_hash(&token), user_id, client_id, now, now + ttl.as_nanos() as i64],
-        )?;
-        let user_email: String =
-            tx.query_row("SELECT email FROM users WHERE id = ?1", [user_id], |r| {
-                r.get(0)
-            })?;
+        let issued = issue_token(&tx, user_id, client_id, self.config.token_ttl)?;
         tx.commit()?;
         drop(conn);
         self.attempt_succeeded(email, source, Attempt::Pin)?;
-        Ok(IssuedToken {
-            token,
-            expires_in: ttl,
-            email: user_email,
-        })
+        Ok(issued)
     }
 
-    /// Checks `email:token` from the Authorization header.
+    /// Checks `email:token` from the Authorization header. Web sessions are not API tokens.
     pub fn authenticate(&self, email: &str, token: &str) -> Result<Principal> {
+        self.principal(token, Some(email))
+    }
+
+    /// The user of a live token: a delegation token of `email` (`Some`), or a web session
+    /// (`None`).
+    fn principal(&self, token: &str, email: Option<&str>) -> Result<Principal> {
         let conn = self.lock();
         let row: Option<(i64, String, i64, i64, i64)> = conn
             .prepare_cached(
                 "SELECT u.id, u.email, u.account_id, t.expires_on, t.revoked
-                 FROM tokens t JOIN users u ON u.id = t.user_id WHERE t.hash = ?1 AND u.email = ?2",
+                 FROM tokens t JOIN users u ON u.id = t.user_id
+                 WHERE t.hash = ?1 AND (t.client_id = ?3) = (?2 IS NULL)
+                   AND (?2 IS NULL OR u.email = ?2)",
             )?
-            .query_row(params![token_hash(token), email], |r| {
+            .query_row(params![token_hash(token), email, WEB_SESSION], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
             })
             .optional()?;

@@ -148,7 +148,7 @@ impl Drop for TestServer {
 }
 
 /// The value of attribute `attr` in the first tag of `html` that contains `marker`.
-fn attr_after(html: &str, marker: &str, attr: &str) -> Option<String> {
+pub fn attr_after(html: &str, marker: &str, attr: &str) -> Option<String> {
     let start = html.find(marker)?;
     let tag_start = html[..start].rfind('<')?;
     let tag_end = start + html[start..].find('>')?;

@@ -1,0 +1,313 @@
+//! The pages of one file, addressed by its ID as the browser links are (`link_uri`: the file,
+//! `preview_link_uri`: its preview, `download_link_uri`: its bytes), the preview's images and
+//! PDF, and uploads into a folder.
+//!
+//! A file ID the person cannot see gives the 403 page, whether it is another account's file or
+//! no file at all: the store answers both the same on purpose (IDs are sequential; telling them
+//! apart would let anyone count other accounts' files), and for a shared link "not yours" is
+//! the likely reason.
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, Uri, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::TryStreamExt;
+
+use super::super::AppState;
+use super::super::files::{content_type, download_of, image, page_number, page_size, pdf_of, send};
+use super::super::reply::{ApiError, ApiResult, ok};
+use super::page::{escape, not_a_page, path_href, size, time};
+use super::session::WebUser;
+use super::web_path;
+use crate::api::path::encode_segment;
+use crate::api::{Error, ErrorKind, Node, NodePath, PreviewStatus};
+use crate::backend::Backend;
+
+/// Widest page image of the preview page, and of its thumbnails (pixels; the browser scales
+/// them down further on a narrow screen).
+const PAGE_WIDTH: u32 = 1200;
+const THUMB_WIDTH: u32 = 160;
+/// Someone's bytes: kept by no cache.
+const PRIVATE: &str = "private, no-store";
+/// The header the upload script sends the form token in.
+const FORM_TOKEN_HEADER: &str = "x-form-token";
+
+/// A lookup by ID: "not found" is the 403 of the module comment.
+fn by_id(e: Error) -> Error {
+    if e.kind == ErrorKind::NotFound {
+        Error::forbidden("no file with this ID in your account")
+    } else {
+        e
+    }
+}
+
+/// The file of `id`, with its folder's path.
+async fn file_of(user: &WebUser, id: &str) -> Result<(Node, NodePath), Error> {
+    let node = user.backend.file(id).await.map_err(by_id)?;
+    let path = NodePath::parse_uri(&node.uri)?;
+    Ok((node, path))
+}
+
+/// The buttons of a file's pages.
+fn file_actions(node: &Node, preview: bool) -> String {
+    let mut out = String::from("<p class=\"buttons\">");
+    if let Some(d) = &node.download_link_uri {
+        out.push_str(&format!(
+            "<a class=\"button\" href=\"{}\" download>Download</a> ",
+            escape(d)
+        ));
+    }
+    let (label, other) = if preview {
+        ("Details", &node.link_uri)
+    } else {
+        ("Preview", &node.preview_link_uri)
+    };
+    if let Some(h) = other {
+        out.push_str(&format!(
+            "<a class=\"button\" href=\"{}\">{label}</a>",
+            escape(h)
+        ));
+    }
+    out.push_str("</p>");
+    out
+}
+
+/// GET `/web/file/{id}` (`link_uri`): what the file is, and what can be done with it.
+pub async fn file(user: WebUser, Path(id): Path<String>) -> Response {
+    let (node, path) = match file_of(&user, &id).await {
+        Ok(found) => found,
+        Err(e) => return user.error(&e),
+    };
+    let token = escape(&user.form_token);
+    let body = format!(
+        "{actions}<dl class=\"facts\"><dt>Size</dt><dd>{size} ({bytes} bytes)</dd>\
+         <dt>Modified</dt><dd>{modified}</dd><dt>Created</dt><dd>{created}</dd>\
+         <dt>MD5</dt><dd><code>{md5}</code></dd></dl>\
+         <form class=\"rename\" method=\"post\" action=\"{rename}\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{token}\">\
+         <label for=\"new-name\">New name</label>\
+         <input id=\"new-name\" name=\"name\" value=\"{name}\" required>\
+         <button type=\"submit\">Rename</button></form>\
+         <p><a class=\"button danger\" href=\"{delete}\">Delete…</a></p>",
+        actions = file_actions(&node, false),
+        size = size(node.size.unwrap_or(0)),
+        bytes = node.size.unwrap_or(0),
+        modified = time(node.modified_on.as_deref()),
+        created = time(node.created_on.as_deref()),
+        md5 = escape(node.md5_checksum.as_deref().unwrap_or("")),
+        rename = escape(&path_href("/web/rename", &path)),
+        delete = escape(&path_href("/web/delete", &path)),
+        name = escape(&node.name),
+    );
+    user.page(&node.name, path.parent().as_ref(), &body)
+}
+
+/// GET `/web/preview/{id}` (`preview_link_uri`): the document page by page, with thumbnails;
+/// while the preview is being made, a page that looks again every two seconds.
+pub async fn preview(user: WebUser, Path(id): Path<String>) -> Response {
+    let (node, path) = match file_of(&user, &id).await {
+        Ok(found) => found,
+        Err(e) => return user.error(&e),
+    };
+    let meta = match user.backend.preview(&id).await {
+        Ok(m) => m,
+        Err(e) => return user.error(&by_id(e)),
+    };
+    let base = format!("/web/preview/{}", encode_segment(&id));
+    let actions = file_actions(&node, true);
+    let body = match meta.status {
+        PreviewStatus::InProgress => format!(
+            "{actions}<p class=\"status\" role=\"status\">InProgress: the \
+             preview is being made. This page looks again every two seconds.</p>"
+        ),
+        PreviewStatus::Ready => {
+            let n = meta.pages.len();
+            let mut thumbs = String::new();
+            let mut pages = String::new();
+            for p in &meta.pages {
+                let k = p.page_number;
+                let (w, h) = fit(p.width, p.height, PAGE_WIDTH);
+                let (tw, th) = fit(p.width, p.height, THUMB_WIDTH);
+                thumbs.push_str(&format!(
+                    "<li><a href=\"#page-{k}\"><img src=\"{base}/{k}?max_width={THUMB_WIDTH}\" \
+                     width=\"{tw}\" height=\"{th}\" alt=\"Page {k}\"></a></li>"
+                ));
+                pages.push_str(&format!(
+                    "<figure id=\"page-{k}\"><img src=\"{base}/{k}?max_width={PAGE_WIDTH}\" \
+                     width=\"{w}\" height=\"{h}\" loading=\"lazy\" alt=\"Page {k} of {n}\">\
+                     <figcaption>Page {k} of {n}</figcaption></figure>"
+                ));
+            }
+            format!(
+                "{actions}<p><a href=\"{base}/pdf\">Open as PDF</a> ({n} page{s})</p>\
+                 <nav aria-label=\"Pages\"><ol class=\"thumbs\">{thumbs}</ol></nav>\
+                 <div class=\"pages\">{pages}</div>",
+                s = if n == 1 { "" } else { "s" }
+            )
+        }
+        PreviewStatus::TypeNotSupported => format!(
+            "{actions}<p class=\"status\" role=\"status\">There is no preview for this kind of \
+             file. Download it to open it.</p>"
+        ),
+    };
+    let mut resp = user.page(&node.name, path.parent().as_ref(), &body);
+    if meta.status == PreviewStatus::InProgress {
+        // Every browser reloads on `Refresh`, script or not.
+        resp.headers_mut()
+            .insert("refresh", HeaderValue::from_static("2"));
+    }
+    resp
+}
+
+/// `width` x `height` scaled down (never up) to at most `max` wide.
+fn fit(width: u32, height: u32, max: u32) -> (u32, u32) {
+    if width <= max || width == 0 {
+        return (width, height);
+    }
+    let h = (u64::from(height) * u64::from(max)).div_ceil(u64::from(width));
+    (max, h.max(1) as u32)
+}
+
+/// `Content-Disposition` for `name`: the ASCII form for old browsers, the exact one in
+/// `filename*` (RFC 6266).
+fn disposition(kind: &str, name: &str) -> HeaderValue {
+    let plain: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let v = format!(
+        "{kind}; filename=\"{plain}\"; filename*=UTF-8''{}",
+        encode_segment(name)
+    );
+    HeaderValue::from_str(&v).unwrap_or(HeaderValue::from_static("attachment"))
+}
+
+/// GET `/web/download/{id}` (`download_link_uri`): the bytes as an attachment (ranges as the
+/// API serves them). Never shown as a page of this site: an uploaded HTML or SVG file would
+/// otherwise run its script with the person's session, so it is an attachment, in a sandbox,
+/// never sniffed.
+pub async fn download(
+    State(state): State<AppState>,
+    user: WebUser,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let d = match download_of(&state, &user.backend, user.user_id, &id, &headers).await {
+        Ok(d) => d,
+        Err(e) if e.kind == ErrorKind::RangeNotSatisfiable => return ApiError(e).into_response(),
+        Err(e) => return user.error(&by_id(e)),
+    };
+    let name = d.node.name.clone();
+    let mut resp = send(d, content_type(&name));
+    not_a_page(&mut resp, PRIVATE);
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_DISPOSITION,
+        disposition("attachment", &name),
+    );
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; sandbox"),
+    );
+    resp
+}
+
+/// GET `/web/preview/{id}/{page}`: a page image (`max_width` and the other sizes of the API's
+/// route), or with `pdf` the whole document as PDF, shown in the browser.
+pub async fn page(
+    State(state): State<AppState>,
+    user: WebUser,
+    Path((id, page)): Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let answer = async {
+        if page == "pdf" {
+            let d = pdf_of(&state, &user.backend, user.user_id, &id).await?;
+            let name = format!("{}.pdf", d.node.name);
+            let mut resp = send(d, "application/pdf");
+            resp.headers_mut()
+                .insert(header::CONTENT_DISPOSITION, disposition("inline", &name));
+            return Ok(resp);
+        }
+        let img = user
+            .backend
+            .preview_page(&id, page_number(&page)?, page_size(&q)?)
+            .await?;
+        Ok::<_, Error>(image(img))
+    };
+    match answer.await {
+        Ok(mut resp) => {
+            not_a_page(&mut resp, PRIVATE);
+            resp
+        }
+        Err(e) => user.error(&by_id(e)),
+    }
+}
+
+/// POST `/web/upload/{folder}?name=...` (the page's upload script): the body is the file's
+/// bytes, `Content-Length` long, the form token in `X-Form-Token`. Stored as the three upload
+/// steps store it (the same backend calls: the file, created unless it exists; a version of
+/// that length; the bytes, current once all arrived), so an existing file gets a new version.
+/// The answer is the API's envelope (the script shows its `error_text`).
+pub async fn upload(
+    State(state): State<AppState>,
+    user: WebUser,
+    uri: Uri,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+    body: Body,
+) -> Response {
+    let token = headers.get(FORM_TOKEN_HEADER).and_then(|v| v.to_str().ok());
+    if let Some(refusal) = user.refuse_form(&state, &headers, token) {
+        return refusal;
+    }
+    let stored: ApiResult = async {
+        let folder = web_path(&uri, "/web/upload")?;
+        let name = q
+            .get("name")
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| Error::missing("name"))?;
+        let length: u64 = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| Error::missing("Content-Length"))?;
+        // Held until the upload ends, fails or its connection goes away.
+        let _slot = state.limits.transfer(user.user_id)?;
+        let created = user
+            .backend
+            .create_file(&folder, name)
+            .await?
+            .file_id()
+            .ok_or_else(|| Error::internal("step 1 returned no file"))?;
+        let version = user.backend.begin_version(&created, length, None).await?;
+        let version_id = version
+            .version_id()
+            .ok_or_else(|| Error::internal("step 2 returned no version"))?;
+        // Already idle-limited, as every request body is (`conn::body_idle_limited`).
+        let stream = Box::pin(
+            body.into_data_stream()
+                .map_err(super::super::limits::io_error),
+        );
+        let node = user
+            .backend
+            .upload(&created, &version_id, length, stream)
+            .await?;
+        log::info!(
+            "{} uploaded {} ({length} bytes) on the web",
+            user.email,
+            node.uri
+        );
+        Ok(ok(node))
+    }
+    .await;
+    stored.unwrap_or_else(IntoResponse::into_response)
+}
