@@ -285,7 +285,14 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
             }
         }
     }
-    fs.journal.finish_all(retired.iter().map(|s| &**s));
+    // A write and an unlink per file: file system work, off the runtime's threads.
+    let journal_fs = fs.clone();
+    let ended = tokio::task::spawn_blocking(move || {
+        journal_fs.journal.finish_all(retired.iter().map(|s| &**s));
+    });
+    if let Err(e) = ended.await {
+        log::error!("ending journal entries failed: {e}");
+    }
 }
 
 /// A failed attempt: retried with backoff while it may succeed later; set aside after a few
