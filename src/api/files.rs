@@ -6,15 +6,20 @@ use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
-/// A new private file (0600, readable and writable) at `dest` holding the first `len` bytes of
-/// `from` (see [`copy_range`]); `dest` must not exist.
-pub fn copy_to_new(from: &File, len: u64, dest: &Path) -> io::Result<File> {
-    let out = OpenOptions::new()
+/// A new, empty private file (0600, readable and writable) at `path`, which must not exist.
+pub fn new_private(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
         .read(true)
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(dest)?;
+        .open(path)
+}
+
+/// A new private file at `dest` (see [`new_private`]) holding the first `len` bytes of `from`
+/// (see [`copy_range`]).
+pub fn copy_to_new(from: &File, len: u64, dest: &Path) -> io::Result<File> {
+    let out = new_private(dest)?;
     copy_range(from, &out, len)?;
     Ok(out)
 }

@@ -7,10 +7,10 @@
 //! hashed (sha256) into a name, so no answer can make the mount write outside the cache dir.
 
 use std::collections::HashSet;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
 use std::num::NonZeroUsize;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -148,12 +148,7 @@ impl ReadCache {
             inner.bytes -= old.size;
         }
         let path = self.file_for(&k);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)?;
+        let file = crate::api::files::new_private(&path)?;
         file.set_len(size)?;
         let e = Entry::new(id, md5, size, file, Some(path), HashSet::new());
         self.insert(&mut inner, k, e.clone());

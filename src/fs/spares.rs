@@ -14,9 +14,8 @@
 //! staged, after that recovery ran.
 
 use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Once};
@@ -91,12 +90,7 @@ impl Spares {
     fn make_one(&self) -> io::Result<Spare> {
         let id = self.next.fetch_add(1, Ordering::SeqCst);
         let path = self.dir.join(format!("{id}.data"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)?;
+        let file = crate::api::files::new_private(&path)?;
         Ok(Spare { id, path, file })
     }
 
