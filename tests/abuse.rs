@@ -1085,9 +1085,16 @@ async fn an_interrupted_purge_resumes_after_a_restart() {
         .unwrap();
     let listing: serde_json::Value = r.json().await.unwrap();
     assert_eq!(listing["message"]["total_children"], 1, "{listing}");
+    // The purge says so once it finds nothing more to do, a pause after its last step.
+    let log_path = tmp.path().join("serve-2.log");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut log = String::new();
+    while !log.contains("deleted trees purged") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        log = std::fs::read_to_string(&log_path).unwrap();
+    }
     server.kill().unwrap();
     server.wait().unwrap();
-    let log = std::fs::read_to_string(tmp.path().join("serve-2.log")).unwrap();
     assert!(log.contains("deleted trees purged"), "{log}");
 
     // Nothing of the tree is left; the file beside it is whole.

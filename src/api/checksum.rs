@@ -85,12 +85,23 @@ pub fn read_chunks(f: &File, len: u64, eat: impl FnMut(&[u8])) -> io::Result<()>
     read_range(f, 0, len, eat)
 }
 
-/// md5 and sha256 of a file's first [`Digests::len`] bytes.
-#[derive(Clone, Default)]
+/// md5 and sha256 of a file's first [`Digests::len`] bytes (md5 alone for an upload to a
+/// server, which needs no sha256: [`Digests::md5_only`]).
+#[derive(Clone)]
 pub struct Digests {
     md5: Md5,
-    sha256: Sha256,
+    sha256: Option<Sha256>,
     len: u64,
+}
+
+impl Default for Digests {
+    fn default() -> Digests {
+        Digests {
+            md5: Md5::new(),
+            sha256: Some(Sha256::new()),
+            len: 0,
+        }
+    }
 }
 
 /// A remainder from this size on is hashed by two threads (md5 is the slower by far).
@@ -106,9 +117,19 @@ impl Digests {
         self.len == 0
     }
 
+    /// md5 alone.
+    pub fn md5_only() -> Digests {
+        Digests {
+            sha256: None,
+            ..Digests::default()
+        }
+    }
+
     pub fn update(&mut self, bytes: &[u8]) {
         self.md5.update(bytes);
-        self.sha256.update(bytes);
+        if let Some(sha) = &mut self.sha256 {
+            sha.update(bytes);
+        }
         self.len += bytes.len() as u64;
     }
 
@@ -125,8 +146,13 @@ impl Digests {
     /// Hashes `f` from `self.len()` to `len` (the bytes before are the ones already hashed)
     /// and gives (md5, sha256) in hex.
     pub fn finish_from(mut self, f: &File, len: u64) -> io::Result<(String, String)> {
+        if self.sha256.is_none() {
+            // Hashed ahead for md5 alone: both from the start.
+            return hash_file(f, len);
+        }
         self.extend_from(f, len)?;
-        Ok((hex(&self.md5.finalize()), hex(&self.sha256.finalize())))
+        let sha = self.sha256.take().expect("checked above").finalize();
+        Ok((hex(&self.md5.finalize()), hex(&sha)))
     }
 
     /// Feeds bytes `self.len()..to` of `f`. A large range is read twice from the page cache,
@@ -143,6 +169,11 @@ impl Digests {
             return Ok(());
         }
         let (md5, sha256) = (&mut self.md5, &mut self.sha256);
+        let Some(sha256) = sha256 else {
+            read_range(f, from, to, |b| md5.update(b))?;
+            self.len = to;
+            return Ok(());
+        };
         std::thread::scope(|s| {
             let md5 = s.spawn(move || read_range(f, from, to, |b| md5.update(b)));
             let sha = read_range(f, from, to, |b| sha256.update(b));
@@ -200,15 +231,25 @@ mod tests {
             let f = File::open(&p).unwrap();
             let want = (hex(&Md5::digest(&data)), hex(&Sha256::digest(&data)));
             assert_eq!(hash_file(&f, len).unwrap(), want);
-            for cut in [0, len / 3, len] {
-                let mut d = Digests::default();
+            for (cut, mut d) in [0, len / 3, len]
+                .into_iter()
+                .flat_map(|cut| [(cut, Digests::default()), (cut, Digests::md5_only())])
+            {
                 d.update(&data[..cut as usize]);
                 assert_eq!(d.len(), cut);
+                let mut ahead = d.clone();
+                ahead.extend_from(&f, (cut + len) / 2).unwrap();
+                assert_eq!(
+                    ahead.md5_from(&f, len).unwrap(),
+                    want.0,
+                    "{len} cut at {cut}"
+                );
                 assert_eq!(
                     d.clone().md5_from(&f, len).unwrap(),
                     want.0,
                     "{len} cut at {cut}"
                 );
+                // md5 alone hashed ahead: both from the start.
                 assert_eq!(d.finish_from(&f, len).unwrap(), want, "{len} cut at {cut}");
             }
         }

@@ -67,6 +67,8 @@ pub struct Journal {
     log: Mutex<Log>,
     /// The backend's largest file (see `Staged::limited`).
     max_file_size: u64,
+    /// Whether staged files are hashed ahead with sha256 too (see `Staged::md5_only`).
+    sha256: bool,
 }
 
 fn open_append(path: &Path) -> io::Result<File> {
@@ -91,7 +93,7 @@ fn ids(dir: &Path, ext: &str) -> io::Result<Vec<u64>> {
 impl Journal {
     /// Opens the journal of `cache_dir`: reads what an earlier run left and rewrites the log
     /// with just that.
-    pub fn open(cache_dir: &Path, max_file_size: u64) -> io::Result<Journal> {
+    pub fn open(cache_dir: &Path, max_file_size: u64, sha256: bool) -> io::Result<Journal> {
         let staging = cache_dir.join("staging");
         let dir = cache_dir.join("journal");
         super::private_dir(&staging)?;
@@ -146,6 +148,7 @@ impl Journal {
             spares: Spares::new(cache_dir.join("staging"), max + 1),
             log: Mutex::new(Log { file, len, live }),
             max_file_size,
+            sha256,
         })
     }
 
@@ -223,6 +226,12 @@ impl Journal {
         self.log().live.len()
     }
 
+    /// A staged file as this journal's backend wants it (its size limit, its hashes).
+    fn staged(&self, id: u64, file: File, path: PathBuf, size: u64, dirty: bool) -> Staged {
+        let s = Staged::new(id, file, path, size, dirty).limited(self.max_file_size);
+        if self.sha256 { s } else { s.md5_only() }
+    }
+
     /// A new, empty staging file for `path`, with its journal entry.
     pub fn create(&self, path: &NodePath, file_id: Option<String>) -> io::Result<Staged> {
         let Spare {
@@ -230,7 +239,7 @@ impl Journal {
             path: data_path,
             file,
         } = self.spares.take()?;
-        let staged = Staged::new(id, file, data_path, 0, false).limited(self.max_file_size);
+        let staged = self.staged(id, file, data_path, 0, false);
         self.record(&staged, path, file_id)?;
         Ok(staged)
     }
@@ -334,8 +343,8 @@ impl Journal {
         for (id, entry, path, file, data_path) in found {
             let meta = file.metadata()?;
             // Dirty: generation 1, nothing uploaded.
-            let staged = Staged::new(id, file, data_path, meta.len(), true)
-                .limited(self.max_file_size)
+            let staged = self
+                .staged(id, file, data_path, meta.len(), true)
                 .with_file_mtime(&meta);
             if newest.get(&path) != Some(&id) {
                 log::info!("journal entry {id} superseded by a newer one of {path}");

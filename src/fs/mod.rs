@@ -205,7 +205,8 @@ impl<B: Backend> Fs<B> {
         rt: tokio::runtime::Handle,
     ) -> std::io::Result<Arc<Self>> {
         private_dir(&opts.cache_dir)?;
-        let journal = Journal::open(&opts.cache_dir, opts.max_file_size)?;
+        // sha256 only where the store that names blobs by it takes whole files (`put_files`).
+        let journal = Journal::open(&opts.cache_dir, opts.max_file_size, backend.puts_batches())?;
         let cache = ReadCache::open(opts.cache_dir.join("cache"), opts.cache_size)?;
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };

@@ -27,6 +27,9 @@ pub struct Staged {
     /// The largest file the backend takes: a write, cut or reservation past it is EFBIG at
     /// once, not an upload refused later (or a sparse terabyte hashed first).
     max_size: u64,
+    /// Whether hashing ahead computes sha256 too (the built-in store names blobs by it; a
+    /// server needs md5 alone).
+    sha256: bool,
     /// Bumped by every change; an upload records the generation it sent.
     generation: AtomicU64,
     uploaded: AtomicU64,
@@ -123,6 +126,7 @@ impl Staged {
             data_path,
             size: AtomicU64::new(size),
             max_size: u64::MAX,
+            sha256: true,
             generation: AtomicU64::new(u64::from(dirty)),
             uploaded: AtomicU64::new(0),
             writers: AtomicU32::new(0),
@@ -145,6 +149,24 @@ impl Staged {
     pub(super) fn limited(mut self, max_size: u64) -> Staged {
         self.max_size = max_size;
         self
+    }
+
+    /// The same hashed ahead for md5 alone (for a backend that uploads file by file).
+    pub(super) fn md5_only(mut self) -> Staged {
+        self.sha256 = false;
+        if let Some(d) = &mut self.ahead().digests {
+            *d = Digests::md5_only();
+        }
+        self
+    }
+
+    /// Digests of nothing yet, of the kinds this file is hashed for.
+    fn fresh_digests(&self) -> Digests {
+        if self.sha256 {
+            Digests::default()
+        } else {
+            Digests::md5_only()
+        }
     }
 
     /// EFBIG when the file would end past `max_size`.
@@ -414,7 +436,7 @@ impl Staged {
             // Emptied (O_TRUNC): hashing starts over (a running hasher's work is void).
             let mut a = self.ahead();
             a.valid = true;
-            a.digests = Some(Digests::default());
+            a.digests = Some(self.fresh_digests());
             a.reading_to = 0;
             a.epoch += 1;
         }
