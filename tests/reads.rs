@@ -273,7 +273,14 @@ fn eviction_from_the_read_cache_under_an_open_passthrough_file() {
     let mut all = vec![0u8; files[0].len()];
     reader.read_exact_at(&mut all, 0).unwrap();
     assert!(all == files[0], "the open file changed under eviction");
+    // Removed through the mount: the cache forgets it at once, the open file stays whole.
+    fs::remove_file(&p0).unwrap();
+    let mut all = vec![0u8; files[0].len()];
+    reader.read_exact_at(&mut all, 0).unwrap();
+    assert!(all == files[0], "the open file changed once removed");
     drop(reader);
+    fs::write(&p0, &files[0]).unwrap();
+    env.wait_uploaded();
     assert!(
         daemon_reads(&m) > reads,
         "the other files came through the daemon"
@@ -304,4 +311,73 @@ fn read_ahead_granted_is_visible() {
         assert!(m.log_text().contains(&format!("read-ahead: {kb} KiB")));
         drop(m);
     }
+}
+
+/// A mount without CAP_SYS_ADMIN (a user's, through fusermount3) reads through the daemon, and
+/// says so once at mount and in its status.
+#[test]
+fn an_unprivileged_mount_reads_through_the_daemon() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(env) = Env::new(Via::Local) else {
+        return;
+    };
+    let home = env._tmp.path().join("nobody");
+    let mnt = home.join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    for d in [env._tmp.path(), home.as_path()] {
+        fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let st = Command::new("chown")
+        .args(["-R", "nobody"])
+        .arg(&home)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let log = home.join("log");
+    let before = fs::metadata(&mnt).unwrap().dev();
+    let child = Command::new("runuser")
+        .args(["-u", "nobody", "--", "env"])
+        .arg(format!("HOME={}", home.display()))
+        .arg("RUST_LOG=info,fuser=warn")
+        .arg(BIN)
+        .arg("mount")
+        .arg(&mnt)
+        .arg("--data-dir")
+        .arg(home.join("data"))
+        .arg("--cache-dir")
+        .arg(home.join("cache"))
+        .stderr(File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let m = Mount {
+        dir: mnt.clone(),
+        child: Some(child),
+        log,
+    };
+    wait_for(30, "the mount", || {
+        fs::metadata(&mnt).is_ok_and(|md| md.dev() != before)
+    });
+    let as_nobody = |script: &str| {
+        let out = Command::new("runuser")
+            .args(["-u", "nobody", "--", "sh", "-c", script])
+            .env("HOME", &home)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{script}: {out:?}\n{}", m.log_text());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let file = mnt.join("Local/My First Vault/u.txt");
+    as_nobody(&format!("echo hello > '{}'", file.display()));
+    wait_for(30, "the upload", || common::env::pending_uploads(&home.join("cache")) == 0);
+    assert_eq!(as_nobody(&format!("cat '{}'", file.display())), "hello\n");
+    let st = as_nobody(&format!("{BIN} status '{}' --json", mnt.display()));
+    let st: serde_json::Value = serde_json::from_str(&st).unwrap();
+    assert_eq!(
+        st["reads"].as_str().unwrap(),
+        "through the daemon (not privileged: passthrough needs CAP_SYS_ADMIN)"
+    );
+    assert!(st["daemon_reads"].as_u64().unwrap() > 0);
+    let log = m.log_text();
+    assert_eq!(log.matches("reads: through the daemon").count(), 1, "{log}");
+    assert!(!log.contains("WARN"), "{log}");
 }
