@@ -57,9 +57,10 @@ pub struct MountArgs {
     /// bytes are whole on local disk is read by the kernel itself, where it allows that)
     #[arg(long)]
     no_passthrough: bool,
-    /// The kernel's read-ahead for the mount, in KiB (0: leave the kernel's default)
-    #[arg(long, default_value_t = fs::DEFAULT_READ_AHEAD_KB, value_name = "KIB")]
-    read_ahead: u32,
+    /// The kernel's read-ahead for the mount, in KiB; 0 keeps the kernel's (128) [default:
+    /// 1024 with passthrough, else the kernel's]
+    #[arg(long, value_name = "KIB")]
+    read_ahead: Option<u32>,
     /// Seconds an unmount (SIGTERM, Ctrl-C, `vaultfs unmount`) waits for pending uploads; what is
     /// left stays journaled for the next mount
     #[arg(long, default_value_t = 30.0, value_name = "S")]
@@ -230,7 +231,7 @@ fn mount_checked(
         dir_ttl: Duration::from_secs_f64(args.dir_ttl),
         flush_timeout: Duration::from_secs_f64(args.flush_timeout),
         passthrough: !args.no_passthrough,
-        read_ahead_kb: (args.read_ahead > 0).then_some(args.read_ahead),
+        read_ahead_kb: args.read_ahead,
         ..MountOptions::default()
     };
     let rt = tokio::runtime::Runtime::new()?;

@@ -93,10 +93,6 @@ fn mount_source(source: &str) -> String {
 /// daemon waits for it longer: `cli::owner`).
 const HANDOVER_FINISH: Duration = Duration::from_secs(5);
 
-/// The kernel's read-ahead asked for by default (KiB): FUSE reads then arrive as 1 MiB requests
-/// instead of 128 KiB ones (docs/benchmarks.md).
-pub const DEFAULT_READ_AHEAD_KB: u32 = 1024;
-
 /// How to mount.
 #[derive(Debug, Clone)]
 pub struct MountOptions {
@@ -126,7 +122,8 @@ pub struct MountOptions {
     pub max_file_size: u64,
     /// Pass opens of files whole on local disk through to the kernel where it allows it.
     pub passthrough: bool,
-    /// The kernel's read-ahead for the mount, in KiB (None: the kernel's default).
+    /// The kernel's read-ahead for the mount in KiB: None decides by the way reads go
+    /// (`read_ahead`), 0 keeps the kernel's.
     pub read_ahead_kb: Option<u32>,
 }
 
@@ -146,7 +143,7 @@ impl Default for MountOptions {
             source: "vaultfs".into(),
             max_file_size: 1 << 40,
             passthrough: true,
-            read_ahead_kb: Some(DEFAULT_READ_AHEAD_KB),
+            read_ahead_kb: None,
         }
     }
 }
@@ -386,11 +383,16 @@ pub fn mount<B: Backend>(
         }
     };
     ready(control);
-    if let Some(kb) = opts.read_ahead_kb {
+    {
         let (fs, mp) = (fs.clone(), mountpoint.to_path_buf());
         // Set once the kernel has taken the INIT answer, which would lower it again.
         std::thread::spawn(move || {
-            if let Some(granted) = read_ahead::set(&mp, kb) {
+            let want = || match fs.opts.read_ahead_kb {
+                None => read_ahead::default_kb(fs.passthrough.on()),
+                Some(0) => None,
+                Some(kb) => Some(kb),
+            };
+            if let Some(granted) = read_ahead::set(&mp, want) {
                 fs.read_ahead_kb.store(granted, Ordering::Relaxed);
             }
         });

@@ -1,13 +1,22 @@
 //! The kernel's read-ahead for the mount. FUSE offers at most 128 KiB at INIT (a larger
 //! `max_readahead` is refused), so the backing device's `read_ahead_kb` in sysfs is set after
 //! mounting, and what the kernel then holds is read back and logged.
+//!
+//! By default it depends on how reads go (docs/benchmarks.md, "Reads"): with passthrough the
+//! daemon reads what is not on local disk yet, downloads, which 1 MiB requests speed up; without
+//! it the daemon also serves cached files, which 128 KiB requests serve faster.
 
 use std::path::Path;
 
-/// Sets the mount's read-ahead to `kb` KiB once it answers; the KiB in force after, or None
-/// when it could not be read (not Linux, no sysfs).
+/// Read-ahead (KiB) by default: with passthrough, without.
+pub(super) fn default_kb(passthrough: bool) -> Option<u32> {
+    passthrough.then_some(1024)
+}
+
+/// Sets the mount's read-ahead to what `want` says once the mount answers (None: the kernel's
+/// own); the KiB in force after, or None when it could not be read (not Linux, no sysfs).
 #[cfg(target_os = "linux")]
-pub(super) fn set(mountpoint: &Path, kb: u32) -> Option<u32> {
+pub(super) fn set(mountpoint: &Path, want: impl FnOnce() -> Option<u32>) -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
     // Blocks until the kernel has processed INIT (requests wait for it).
     let dev = match std::fs::metadata(mountpoint) {
@@ -18,6 +27,11 @@ pub(super) fn set(mountpoint: &Path, kb: u32) -> Option<u32> {
         }
     };
     let knob = bdi_knob(dev);
+    let Some(kb) = want() else {
+        let granted = granted(&knob)?;
+        log::info!("read-ahead: {granted} KiB (the kernel's)");
+        return Some(granted);
+    };
     let written = std::fs::write(&knob, format!("{kb}\n"));
     let granted = granted(&knob)?;
     match written {
@@ -33,7 +47,7 @@ pub(super) fn set(mountpoint: &Path, kb: u32) -> Option<u32> {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub(super) fn set(_mountpoint: &Path, _kb: u32) -> Option<u32> {
+pub(super) fn set(_mountpoint: &Path, _want: impl FnOnce() -> Option<u32>) -> Option<u32> {
     None
 }
 
