@@ -9,7 +9,7 @@ mod common;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::process::Command;
 
@@ -125,6 +125,16 @@ fn whole_ranges_and_mmap_come_from_the_kernel(via: Via) {
         before,
         "passthrough reads reached the daemon"
     );
+    // O_DIRECT reads at any offset, as FUSE takes them: not passed through.
+    let direct = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&p)
+        .unwrap();
+    let mut odd = vec![0u8; 1000];
+    direct.read_exact_at(&mut odd, 12345).unwrap();
+    assert_eq!(odd, data[12345..13345]);
+    drop(direct);
 }
 
 fn a_reader_keeps_its_version_while_the_mount_writes_another(via: Via) {

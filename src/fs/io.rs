@@ -259,13 +259,14 @@ impl<B: Backend> Fs<B> {
             self.writable()?;
             return self.open_writer(ino, flags).await;
         }
-        let mut source = match remote.filter(|_| !staged && self.passthrough.on()) {
-            Some(r) => self.local_source(&r).await,
-            None => None,
-        };
+        let mut source =
+            match remote.filter(|_| !staged && self.passthrough.on() && passable(flags)) {
+                Some(r) => self.local_source(&r).await,
+                None => None,
+            };
         // A second conflict after the name moved cannot happen to this inode: it is unlinked.
         for _ in 0..2 {
-            match self.attach_reader(ino, &mut source, register)? {
+            match self.attach_reader(ino, flags, &mut source, register)? {
                 Some(o) => return Ok(o),
                 None => self.move_off(ino).await?,
             }
@@ -293,14 +294,15 @@ impl<B: Backend> Fs<B> {
             return Some(Err(Errno::EISDIR));
         }
         let mut source = None;
-        if let Some(r) = remote.filter(|_| !staged && self.passthrough.on()) {
+        if let Some(r) = remote.filter(|_| !staged && self.passthrough.on() && passable(flags)) {
             source = self.local_source_now(&r);
             // The store may have it: asked on the slow path.
             if source.is_none() && passthrough::key(&r).is_some() && r.size > 0 {
                 return None;
             }
         }
-        self.attach_reader(ino, &mut source, register).transpose()
+        self.attach_reader(ino, flags, &mut source, register)
+            .transpose()
     }
 
     /// A writer's open: never beside passthrough opens of the inode.
@@ -350,6 +352,7 @@ impl<B: Backend> Fs<B> {
     fn attach_reader(
         &self,
         ino: Ino,
+        flags: OpenFlags,
         source: &mut Option<(String, passthrough::Source)>,
         register: &Register<'_>,
     ) -> OpResult<Option<Opened>> {
@@ -361,7 +364,7 @@ impl<B: Backend> Fs<B> {
             let i = t.get_mut(ino).ok_or(Errno::ENOENT)?;
             let current = i.remote.as_ref().and_then(passthrough::key);
             if let Some(pt) = &mut i.pt {
-                if i.staged.is_some() || current.as_deref() != Some(pt.key()) {
+                if i.staged.is_some() || current.as_deref() != Some(pt.key()) || !passable(flags) {
                     return Ok(None);
                 }
                 i.open_handles += 1;
@@ -632,6 +635,17 @@ fn keep_cache(i: &mut super::table::Inode) -> bool {
         i.kernel_md5 = md5;
     }
     keep
+}
+
+/// Whether a reader's open may be passed through: not with O_DIRECT (the backing file would
+/// take aligned reads only, where FUSE takes any) nor O_TRUNC (its truncate follows as a
+/// SETATTR, which a passthrough open's inode cannot take).
+fn passable(flags: OpenFlags) -> bool {
+    #[cfg(target_os = "linux")]
+    let direct = libc::O_DIRECT;
+    #[cfg(not(target_os = "linux"))]
+    let direct = 0;
+    flags.0 & (libc::O_TRUNC | direct) == 0
 }
 
 /// How many times an open copies a file that keeps getting new versions meanwhile.
