@@ -98,6 +98,15 @@ fn slow_cat(file: &Path, before_kill: usize, kill: impl FnOnce()) -> (Vec<u8>, b
     (got, ok)
 }
 
+/// Mount flags that make reads go through the read cache: the built-in store's files are
+/// otherwise read by the kernel from the store's own copy (passthrough, tests/reads.rs).
+fn through_cache(via: Via) -> &'static [&'static str] {
+    match via {
+        Via::Local => &["--no-passthrough"],
+        Via::Remote => &[],
+    }
+}
+
 /// A 64 MiB file read with `cat` while the daemon is SIGKILLed mid-download: cat ends (with an
 /// error) instead of hanging, every byte it printed is right, the next mount over the same cache
 /// dir starts with no entry left from the dead daemon and reads the whole file exactly.
@@ -105,13 +114,13 @@ fn daemon_killed_mid_download_leaves_no_corrupt_cache(via: Via) {
     let Some(env) = Env::new(via) else { return };
     let data = pattern(64 * MIB, 64);
     let want = md5hex(&data);
-    let m = env.mount(&[]);
+    let m = env.mount(through_cache(via));
     fs::write(env.vault().join("big.bin"), &data).unwrap();
     env.wait_uploaded();
     m.unmount();
 
     // A fresh mount: nothing cached; the read downloads as it goes.
-    let m = env.mount(&[]);
+    let m = env.mount(through_cache(via));
     let file = env.vault().join("big.bin");
     let (got, ok) = slow_cat(&file, 12 * MIB, || {
         assert!(!cache_entries(&env).is_empty(), "the read is not cached");
@@ -132,7 +141,7 @@ fn daemon_killed_mid_download_leaves_no_corrupt_cache(via: Via) {
         "cat printed wrong bytes before the daemon died"
     );
 
-    let m = env.mount(&[]);
+    let m = env.mount(through_cache(via));
     assert!(
         cache_entries(&env).is_empty(),
         "the new mount kept the dead daemon's cache entries: {:?}",
@@ -142,7 +151,7 @@ fn daemon_killed_mid_download_leaves_no_corrupt_cache(via: Via) {
     // Read again, now from the cache, and once more after a remount.
     assert_eq!(md5_of(&file), want);
     m.unmount();
-    let _m = env.mount(&[]);
+    let _m = env.mount(through_cache(via));
     assert_eq!(md5_of(&file), want);
 }
 
@@ -154,14 +163,14 @@ fn file_changed_after_a_partial_read_and_a_kill_is_read_new(via: Via) {
     let old = pattern(8 * MIB, 1);
     let same_size = pattern(8 * MIB, 2);
     let longer = pattern(9 * MIB + 123, 3);
-    let m = env.mount(&[]);
+    let m = env.mount(through_cache(via));
     fs::write(env.vault().join("doc.bin"), &old).unwrap();
     env.wait_uploaded();
     m.unmount();
 
     let mut current = &old;
     for new in [&same_size, &longer] {
-        let m = env.mount(&[]);
+        let m = env.mount(through_cache(via));
         let file = env.vault().join("doc.bin");
         let mut f = fs::File::open(&file).unwrap();
         let mut head = vec![0u8; 3 * MIB];
@@ -172,7 +181,7 @@ fn file_changed_after_a_partial_read_and_a_kill_is_read_new(via: Via) {
         m.kill();
 
         store_file(&env, "doc.bin", new);
-        let m = env.mount(&[]);
+        let m = env.mount(through_cache(via));
         let got = fs::read(&file).unwrap();
         assert_eq!(got.len(), new.len(), "{}", m.log_text());
         assert!(got == *new, "the mount served stale bytes after the change");

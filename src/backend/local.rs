@@ -90,6 +90,15 @@ impl Backend for LocalBackend {
         Some(self.store.foreign_commits())
     }
 
+    async fn local_file(
+        &self,
+        file_id: &str,
+    ) -> Result<Option<(Node, std::path::PathBuf, std::fs::File)>> {
+        let id = file_id.to_string();
+        self.run(move |s, scope| s.open_local_blob(scope, &id))
+            .await
+    }
+
     async fn put_files(&self, files: Vec<super::PutFile>) -> Vec<Result<Node>> {
         let n = files.len();
         match self

@@ -149,6 +149,19 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
+    /// A file's current bytes whole on local disk, opened, with the version they are (md5 and
+    /// size in `node`) and the file's path: the built-in store's blob when its blobs are in a
+    /// folder. `None` where the bytes are elsewhere (a server, a bucket). The file is immutable
+    /// under that path, so it may be opened again by it while the version is current.
+    fn local_file(
+        &self,
+        file_id: &str,
+    ) -> impl Future<Output = Result<Option<(Node, std::path::PathBuf, std::fs::File)>>> + Send
+    {
+        let _ = file_id;
+        async { Ok(None) }
+    }
+
     /// Stores whole files together, durably before it returns: one result per file, in order.
     /// Only where [`Backend::puts_batches`] says so.
     fn put_files(&self, files: Vec<PutFile>) -> impl Future<Output = Vec<Result<Node>>> + Send {

@@ -53,6 +53,14 @@ pub struct MountArgs {
     /// show within this time)
     #[arg(long, default_value_t = 10.0, value_name = "S")]
     dir_ttl: f64,
+    /// Serve every read through the daemon: no FUSE passthrough (by default a file whose
+    /// bytes are whole on local disk is read by the kernel itself, where it allows that)
+    #[arg(long)]
+    no_passthrough: bool,
+    /// The kernel's read-ahead for the mount, in KiB; 0 keeps the kernel's (128) [default:
+    /// 1024 with passthrough, else the kernel's]
+    #[arg(long, value_name = "KIB")]
+    read_ahead: Option<u32>,
     /// Seconds an unmount (SIGTERM, Ctrl-C, `vaultfs unmount`) waits for pending uploads; what is
     /// left stays journaled for the next mount
     #[arg(long, default_value_t = 30.0, value_name = "S")]
@@ -222,6 +230,8 @@ fn mount_checked(
         attr_ttl: Duration::from_secs_f64(args.attr_ttl),
         dir_ttl: Duration::from_secs_f64(args.dir_ttl),
         flush_timeout: Duration::from_secs_f64(args.flush_timeout),
+        passthrough: !args.no_passthrough,
+        read_ahead_kb: args.read_ahead,
         ..MountOptions::default()
     };
     let rt = tokio::runtime::Runtime::new()?;

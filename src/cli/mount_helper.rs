@@ -61,6 +61,7 @@ const VALUED: &[(&str, &str)] = &[
     ("attr_ttl", "--attr-ttl"),
     ("dir_ttl", "--dir-ttl"),
     ("flush_timeout", "--flush-timeout"),
+    ("read_ahead", "--read-ahead"),
     ("log_file", "--log-file"),
     ("previews", "--previews"),
     ("preview_cache_size", "--preview-cache-size"),
@@ -200,6 +201,7 @@ pub fn translate(args: &[OsString]) -> Result<Option<Vec<OsString>>, String> {
         match (k, v) {
             ("ro", None) => out.push("--read-only".into()),
             ("allow_other", None) => out.push("--allow-other".into()),
+            ("no_passthrough", None) => out.push("--no-passthrough".into()),
             (k, Some(v)) => match VALUED.iter().find(|(name, _)| *name == k) {
                 Some((_, flag)) => out.extend([(*flag).into(), v.into()]),
                 None => return Err(format!("unknown mount option `{o}`")),

@@ -131,6 +131,12 @@ fn render(s: &Status) -> String {
         human_bytes(s.cache.max_bytes),
         s.cache.files
     );
+    if !s.reads.is_empty() {
+        out += &format!("  reads     {}\n", s.reads);
+    }
+    if s.read_ahead_kb > 0 {
+        out += &format!("  readahead {} KiB\n", s.read_ahead_kb);
+    }
     if s.uploads.is_empty() {
         out += "  uploads   none pending\n";
     } else {

@@ -75,6 +75,11 @@ impl Entry {
             .insert(chunk);
     }
 
+    /// The cached bytes' file (handed to the kernel once complete: `passthrough`).
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
     pub fn is_complete(&self) -> bool {
         self.size == 0 || self.missing(0, (self.size - 1) / CHUNK).is_empty()
     }

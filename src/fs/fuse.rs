@@ -64,8 +64,17 @@ fn xattr(reply: ReplyXattr, size: u32, r: OpResult<Vec<u8>>) {
 impl<B: Backend> Filesystem for VaultFs<B> {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_write(1 << 20);
-        let _ = config.set_max_readahead(1 << 20);
+        // The kernel offers at most 128 KiB here: take what it offers (more is set through
+        // sysfs once mounted, see `read_ahead`).
+        if let Err(most) = config.set_max_readahead(1 << 20) {
+            let _ = config.set_max_readahead(most);
+        }
         let _ = config.set_max_background(64);
+        let fs = &self.0;
+        if fs.opts.passthrough {
+            fs.passthrough.set(passthrough(config));
+        }
+        log::info!("reads: {}", fs.passthrough.describe());
         // READDIRPLUS: a listing carries each entry's attributes, so `ls -l`, `find` and
         // `stat` of a fresh folder need no LOOKUP per file (AUTO: the kernel uses it while
         // the listing's entries are then looked at).
@@ -140,6 +149,19 @@ impl<B: Backend> Filesystem for VaultFs<B> {
             Ok(attr) => reply.attr(&ttl, &attr),
             Err(e) => reply.error(e),
         };
+        // A truncate by name of a file passthrough readers hold: the name moves first (the
+        // readers keep their version; see `passthrough`).
+        if size.is_some() && fs.held_by_passthrough(ino.0) {
+            return spawn(
+                &self.0,
+                async move {
+                    // Ok: they closed meanwhile, and the truncate goes on here.
+                    fs.truncate_elsewhere(ino.0).await?;
+                    fs.setattr(ino.0, size, times, mode, (uid, gid)).await
+                },
+                attr,
+            );
+        }
         // Without a size and with nothing the backend keeps (atime, a folder's time),
         // answered on the FUSE thread: `tar x` and `cp -p` set times on every file.
         if size.is_none() {
@@ -274,14 +296,15 @@ impl<B: Backend> Filesystem for VaultFs<B> {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let fs = self.0.clone();
-        spawn(
-            &self.0,
-            async move { fs.open(ino.0, flags).await },
-            move |r| match r {
-                Ok(o) => reply.opened(FileHandle(o.fh), o.flags),
-                Err(e) => reply.error(e),
-            },
-        );
+        if let Some(r) = fs.open_now(ino.0, flags, &|fd| reply.open_backing(fd)) {
+            return opened(reply, r);
+        }
+        self.0.rt.spawn(async move {
+            let r = fs
+                .open_with(ino.0, flags, &|fd| reply.open_backing(fd))
+                .await;
+            opened(reply, r);
+        });
     }
 
     fn read(
@@ -295,6 +318,9 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         _lock: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.0
+            .daemon_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let data = move |r: OpResult<Vec<u8>>| match r {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(e),
@@ -561,6 +587,38 @@ impl<B: Backend> Filesystem for VaultFs<B> {
     ) {
         empty(reply, self.0.fallocate(fh.0, offset, length, mode));
     }
+}
+
+/// The answer to an OPEN: passed through to its backing file, or the plain way.
+fn opened(reply: ReplyOpen, r: OpResult<super::io::Opened>) {
+    match r {
+        Ok(o) => match &o.backing {
+            Some(id) => reply.opened_passthrough(FileHandle(o.fh), o.flags, id),
+            None => reply.opened(FileHandle(o.fh), o.flags),
+        },
+        Err(e) => reply.error(e),
+    }
+}
+
+/// Asks the kernel for passthrough: `Err(why)` when it cannot be had.
+fn passthrough(config: &mut KernelConfig) -> Result<(), String> {
+    if !cfg!(target_os = "linux") {
+        return Err("no passthrough on this system".into());
+    }
+    if config
+        .add_capabilities(InitFlags::FUSE_PASSTHROUGH)
+        .is_err()
+    {
+        return Err("the kernel does not offer passthrough".into());
+    }
+    if !super::passthrough::privileged() {
+        return Err("not privileged: passthrough needs CAP_SYS_ADMIN".into());
+    }
+    // Backing files on a plain file system; the mount itself may be stacked under overlayfs.
+    config
+        .set_max_stack_depth(1)
+        .map(drop)
+        .map_err(|_| "the kernel refused the stacking depth".to_string())
 }
 
 /// READDIR from the handle's snapshot into `reply`.

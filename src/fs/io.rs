@@ -9,17 +9,20 @@ use std::sync::atomic::Ordering;
 use fuser::{Errno, FopenFlags, OpenAccMode, OpenFlags};
 
 use super::errno::{errno, io_errno};
+use super::passthrough::{self, Register};
 use super::preview::is_virtual;
 use super::staging::Staged;
 use super::table::{Ino, Kind};
 use super::{Fs, Handle, OpResult, upload};
 use crate::backend::Backend;
 
-/// An open file: its handle, and how the kernel is to treat its cached pages.
-#[derive(Debug, Clone, Copy)]
+/// An open file: its handle, how the kernel is to treat its cached pages, and the backing file
+/// it reads from itself (passthrough).
+#[derive(Debug)]
 pub(crate) struct Opened {
     pub fh: u64,
     pub flags: FopenFlags,
+    pub backing: Option<Arc<fuser::BackingId>>,
 }
 
 impl<B: Backend> Fs<B> {
@@ -201,51 +204,297 @@ impl<B: Backend> Fs<B> {
                 self.release_staged(ino, &s);
             }
             let mut t = self.table();
+            let mut last_pt = None;
             if let Some(i) = t.get_mut(ino) {
                 i.open_handles = i.open_handles.saturating_sub(1);
+                if i.pt.as_mut().is_some_and(|pt| pt.leave(fh)) {
+                    last_pt = i.pt.take();
+                }
             }
             t.maybe_drop(ino);
+            drop(t);
+            // The backing file is closed in the kernel outside the table's lock.
+            drop(last_pt);
         }
     }
 
-    /// OPEN: a handle; one opened for writing counts as a writer of the file's staged copy.
+    /// OPEN without a kernel to pass files through to (tests).
+    #[cfg(test)]
     pub(super) async fn open(self: &Arc<Self>, ino: Ino, flags: OpenFlags) -> OpResult<Opened> {
+        let refuse = |_: std::os::fd::BorrowedFd<'_>| -> std::io::Result<fuser::BackingId> {
+            Err(std::io::ErrorKind::Unsupported.into())
+        };
+        self.open_with(ino, flags, &refuse).await
+    }
+
+    /// OPEN: a handle; one opened for writing counts as a writer of the file's staged copy. A
+    /// read-only open of bytes whole on local disk is passed through (`register` hands the file
+    /// to the kernel); ESTALE when the open needs another mode than passthrough opens of the
+    /// inode (see `passthrough`: the kernel then opens the name's new inode).
+    pub(super) async fn open_with(
+        self: &Arc<Self>,
+        ino: Ino,
+        flags: OpenFlags,
+        register: &Register<'_>,
+    ) -> OpResult<Opened> {
         let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY);
         if is_virtual(ino) {
             let flags = self.preview_open(ino, write || flags.0 & libc::O_TRUNC != 0)?;
             let fh = self.new_fh(Handle::File { ino, staged: None });
-            return Ok(Opened { fh, flags });
+            return Ok(Opened {
+                fh,
+                flags,
+                backing: None,
+            });
         }
-        let (kind, keep) = {
-            let mut t = self.table();
-            let i = t.get_mut(ino).ok_or(Errno::ENOENT)?;
-            // The kernel may keep its cached pages when the content is what it last saw.
-            let md5 = i.remote.as_ref().and_then(|r| r.md5.clone());
-            let keep = i.staged.is_some() || (md5.is_some() && md5 == i.kernel_md5);
-            if i.staged.is_none() {
-                i.kernel_md5 = md5;
-            }
-            (i.kind, keep)
+        let (kind, remote, staged) = {
+            let t = self.table();
+            let i = t.get(ino).ok_or(Errno::ENOENT)?;
+            (i.kind, i.remote.clone(), i.staged.is_some())
         };
         if kind == Kind::Dir {
             return Err(Errno::EISDIR);
         }
-        let staged = if write {
+        if write {
             self.writable()?;
-            Some(self.stage(ino, flags.0 & libc::O_TRUNC != 0).await?)
-        } else {
-            None
-        };
-        if let Some(i) = self.table().get_mut(ino) {
-            i.open_handles += 1;
+            return self.open_writer(ino, flags).await;
         }
-        let fh = self.new_fh(Handle::File { ino, staged });
+        let mut source =
+            match remote.filter(|_| !staged && self.passthrough.on() && passable(flags)) {
+                Some(r) => self.local_source(&r).await,
+                None => None,
+            };
+        // A second conflict after the name moved cannot happen to this inode: it is unlinked.
+        for _ in 0..2 {
+            match self.attach_reader(ino, flags, &mut source, register)? {
+                Some(o) => return Ok(o),
+                None => self.move_off(ino).await?,
+            }
+        }
+        Err(Errno::ESTALE)
+    }
+
+    /// OPEN of a reader answered on the FUSE thread when all it needs is local; `None`: the
+    /// slow path decides ([`Fs::open_with`]).
+    pub(super) fn open_now(
+        self: &Arc<Self>,
+        ino: Ino,
+        flags: OpenFlags,
+        register: &Register<'_>,
+    ) -> Option<OpResult<Opened>> {
+        if is_virtual(ino) || !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY) {
+            return None;
+        }
+        let (kind, remote, staged) = {
+            let t = self.table();
+            let i = t.get(ino)?;
+            (i.kind, i.remote.clone(), i.staged.is_some())
+        };
+        if kind == Kind::Dir {
+            return Some(Err(Errno::EISDIR));
+        }
+        let mut source = None;
+        if let Some(r) = remote.filter(|_| !staged && self.passthrough.on() && passable(flags)) {
+            source = self.local_source_now(&r);
+            // The store may have it: asked on the slow path.
+            if source.is_none() && passthrough::key(&r).is_some() && r.size > 0 {
+                return None;
+            }
+        }
+        self.attach_reader(ino, flags, &mut source, register)
+            .transpose()
+    }
+
+    /// A writer's open: never beside passthrough opens of the inode.
+    async fn open_writer(self: &Arc<Self>, ino: Ino, flags: OpenFlags) -> OpResult<Opened> {
+        // No passthrough open may start while the copy is staged: counted as coming.
+        let keep = loop {
+            {
+                let mut t = self.table();
+                let i = t.get_mut(ino).ok_or(Errno::ENOENT)?;
+                if i.pt.is_none() {
+                    i.plain_pending += 1;
+                    break keep_cache(i);
+                }
+            }
+            self.move_off(ino).await?;
+        };
+        let staged = self.stage(ino, flags.0 & libc::O_TRUNC != 0).await;
+        {
+            let mut t = self.table();
+            if let Some(i) = t.get_mut(ino) {
+                i.plain_pending -= 1;
+                if staged.is_ok() {
+                    i.open_handles += 1;
+                }
+            }
+        }
+        let staged = staged?;
+        let fh = self.new_fh(Handle::File {
+            ino,
+            staged: Some(staged),
+        });
         let flags = if keep {
             FopenFlags::FOPEN_KEEP_CACHE
         } else {
             FopenFlags::empty()
         };
-        Ok(Opened { fh, flags })
+        Ok(Opened {
+            fh,
+            flags,
+            backing: None,
+        })
+    }
+
+    /// A reader's open decided with the table locked: passed through when `source` holds the
+    /// current version's bytes and no plain open stands in the way, else the plain way.
+    /// `Ok(None)`: passthrough opens of another version hold the inode ([`Fs::move_off`]).
+    fn attach_reader(
+        &self,
+        ino: Ino,
+        flags: OpenFlags,
+        source: &mut Option<(String, passthrough::Source)>,
+        register: &Register<'_>,
+    ) -> OpResult<Option<Opened>> {
+        // Read-only: nothing to flush at close.
+        let noflush = FopenFlags::FOPEN_NOFLUSH;
+        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
+        let backing = {
+            let mut t = self.table();
+            let i = t.get_mut(ino).ok_or(Errno::ENOENT)?;
+            let current = i.remote.as_ref().and_then(passthrough::key);
+            if let Some(pt) = &mut i.pt {
+                if i.staged.is_some() || current.as_deref() != Some(pt.key()) || !passable(flags) {
+                    return Ok(None);
+                }
+                i.open_handles += 1;
+                Some(pt.join(fh))
+            } else {
+                let plain_busy = i.plain_pending > 0 || i.open_handles > 0 || i.staged.is_some();
+                let registered = match source.take() {
+                    Some((key, src)) if !plain_busy && current.as_ref() == Some(&key) => self
+                        .passthrough
+                        .register(&src, register)
+                        .map(|id| passthrough::Shared::new(key, id, fh, src)),
+                    _ => None,
+                };
+                i.open_handles += 1;
+                match registered {
+                    Some(shared) => {
+                        let id = shared.id();
+                        i.pt = Some(shared);
+                        Some(id)
+                    }
+                    None => None,
+                }
+            }
+        };
+        self.handles()
+            .insert(fh, Handle::File { ino, staged: None });
+        if let Some(id) = backing {
+            return Ok(Some(Opened {
+                fh,
+                flags: noflush,
+                backing: Some(id),
+            }));
+        }
+        // The plain way: the kernel may keep its cached pages when the content is what it
+        // last saw through the daemon.
+        let keep = self.table().get_mut(ino).is_some_and(keep_cache);
+        let flags = if keep {
+            noflush | FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            noflush
+        };
+        Ok(Some(Opened {
+            fh,
+            flags,
+            backing: None,
+        }))
+    }
+
+    /// Passthrough opens of another version (or beside which a writer must open) hold `ino`:
+    /// its name moves to a new inode and the open gets ESTALE, so the kernel opens that one.
+    /// `Ok`: they closed meanwhile, try again.
+    async fn move_off(self: &Arc<Self>, ino: Ino) -> OpResult<()> {
+        let io = self.table().get(ino).map(|i| i.io.clone());
+        // Not while an upload or a namespace change of the node runs.
+        let _io = match io {
+            Some(io) => io.lock_owned().await,
+            None => return Err(Errno::ENOENT),
+        };
+        let moved = {
+            let mut t = self.table();
+            if t.get(ino).is_some_and(|i| i.pt.is_none()) {
+                return Ok(());
+            }
+            let path = t.get(ino).map(|i| i.path.clone());
+            let parent = path
+                .as_ref()
+                .and_then(|p| p.parent())
+                .and_then(|p| t.ino_of(&p));
+            let new = t.reissue(ino);
+            new.zip(parent).zip(path)
+        };
+        if let Some(((new, parent), path)) = moved {
+            log::debug!(
+                "{path}: inode {ino} stays with its passthrough readers, the name moves to {new}"
+            );
+            // Cached lookups of the name go: the next one finds the new inode.
+            if let (Some(n), Some(name)) = (self.notifier.get().cloned(), path.name()) {
+                let name = name.to_string();
+                tokio::task::spawn_blocking(move || {
+                    n.inval_entry(fuser::INodeNo(parent), std::ffi::OsStr::new(&name))
+                });
+            }
+        }
+        Err(Errno::ESTALE)
+    }
+
+    /// Whether passthrough opens hold `ino` (a truncate by name must move it first).
+    pub(super) fn held_by_passthrough(&self, ino: Ino) -> bool {
+        self.table().get(ino).is_some_and(|i| i.pt.is_some())
+    }
+
+    /// SETATTR of a size on an inode held by passthrough opens: the name moves (ESTALE, and
+    /// truncate(2) looks it up again).
+    pub(super) async fn truncate_elsewhere(self: &Arc<Self>, ino: Ino) -> OpResult<()> {
+        self.move_off(ino).await
+    }
+
+    /// The current version's bytes whole on local disk, if they are (see `passthrough`).
+    async fn local_source(
+        self: &Arc<Self>,
+        r: &super::table::Remote,
+    ) -> Option<(String, passthrough::Source)> {
+        if let Some(s) = self.local_source_now(r) {
+            return Some(s);
+        }
+        let key = passthrough::key(r).filter(|_| r.size > 0)?;
+        match self.backend.local_file(&r.id).await {
+            Ok(Some((node, path, file)))
+                if node.md5_checksum == r.md5 && node.size == Some(r.size) =>
+            {
+                self.passthrough.remember(&key, path);
+                Some((key, passthrough::Source::File(file)))
+            }
+            _ => None,
+        }
+    }
+
+    /// [`Fs::local_source`] from what is at hand: a complete read-cache file, a blob opened
+    /// before.
+    fn local_source_now(&self, r: &super::table::Remote) -> Option<(String, passthrough::Source)> {
+        let key = passthrough::key(r).filter(|_| r.size > 0)?;
+        if let Some(e) = self
+            .cache
+            .complete(&r.id, r.md5.as_deref())
+            .filter(|e| e.size == r.size)
+        {
+            return Some((key, passthrough::Source::Entry(e)));
+        }
+        let f = self.passthrough.reopen(&key, r.size)?;
+        Some((key, passthrough::Source::File(f)))
     }
 
     /// READ: from the staged copy, else from the read cache (which downloads what it lacks).
@@ -375,6 +624,28 @@ impl<B: Backend> Fs<B> {
     pub(super) fn copy_file_range(&self) -> OpResult<u32> {
         Err(Errno::ENOSYS)
     }
+}
+
+/// Whether the kernel may keep its cached pages of a file opened the plain way: the content is
+/// what it last saw through the daemon (or the staged copy, which it saw written).
+fn keep_cache(i: &mut super::table::Inode) -> bool {
+    let md5 = i.remote.as_ref().and_then(|r| r.md5.clone());
+    let keep = i.staged.is_some() || (md5.is_some() && md5 == i.kernel_md5);
+    if i.staged.is_none() {
+        i.kernel_md5 = md5;
+    }
+    keep
+}
+
+/// Whether a reader's open may be passed through: not with O_DIRECT (the backing file would
+/// take aligned reads only, where FUSE takes any) nor O_TRUNC (its truncate follows as a
+/// SETATTR, which a passthrough open's inode cannot take).
+fn passable(flags: OpenFlags) -> bool {
+    #[cfg(target_os = "linux")]
+    let direct = libc::O_DIRECT;
+    #[cfg(not(target_os = "linux"))]
+    let direct = 0;
+    flags.0 & (libc::O_TRUNC | direct) == 0
 }
 
 /// How many times an open copies a file that keeps getting new versions meanwhile.

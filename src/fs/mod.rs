@@ -8,7 +8,8 @@
 //! - `staging`: write staging files; `journal`: the upload journal; `upload`, `writeback`: the
 //!   uploaders (file by file, in batches);
 //! - `cache`: the read cache; `preview`: the virtual `.preview`; `attrs`: times and modes kept;
-//!   `freshness`: whether what was fetched may still be used.
+//!   `freshness`: whether what was fetched may still be used; `passthrough`: opens the kernel
+//!   reads from a local file itself.
 //!
 //! Requests that need the backend run as tokio tasks and reply when done, so a slow call never
 //! stalls unrelated operations; writes and reads of staged or cached bytes are answered on the
@@ -45,7 +46,9 @@ mod io;
 mod journal;
 mod listing;
 mod namespace;
+mod passthrough;
 mod preview;
+mod read_ahead;
 mod spares;
 mod staging;
 pub mod status;
@@ -118,6 +121,11 @@ pub struct MountOptions {
     pub source: String,
     /// The largest file the backend takes: writing past it is EFBIG.
     pub max_file_size: u64,
+    /// Pass opens of files whole on local disk through to the kernel where it allows it.
+    pub passthrough: bool,
+    /// The kernel's read-ahead for the mount in KiB: None decides by the way reads go
+    /// (`read_ahead`), 0 keeps the kernel's.
+    pub read_ahead_kb: Option<u32>,
 }
 
 impl Default for MountOptions {
@@ -135,6 +143,8 @@ impl Default for MountOptions {
             flush_timeout: Duration::from_secs(30),
             source: "vaultfs".into(),
             max_file_size: 1 << 40,
+            passthrough: true,
+            read_ahead_kb: None,
         }
     }
 }
@@ -193,6 +203,12 @@ pub(crate) struct Fs<B: Backend> {
     attr_refreshing: Mutex<HashSet<Ino>>,
     /// Whether a listing or attributes fetched at some time may still be used.
     freshness: freshness::Freshness,
+    /// Whether opens are passed through, and the blobs opened so far.
+    passthrough: passthrough::Passthrough,
+    /// The read-ahead the kernel granted (KiB), once set after mounting.
+    read_ahead_kb: std::sync::atomic::AtomicU32,
+    /// READ requests answered (for `vaultfs status`: passthrough reads make none).
+    daemon_reads: AtomicU64,
 }
 
 impl<B: Backend> Fs<B> {
@@ -227,6 +243,13 @@ impl<B: Backend> Fs<B> {
             notifier: OnceLock::new(),
             offline_until: Mutex::new(None),
             freshness: freshness::Freshness::new(opts.dir_ttl),
+            passthrough: passthrough::Passthrough::new(if opts.passthrough {
+                "the kernel did not offer passthrough"
+            } else {
+                "switched off: --no-passthrough"
+            }),
+            read_ahead_kb: std::sync::atomic::AtomicU32::new(0),
+            daemon_reads: AtomicU64::new(0),
             opts,
             tracker: status::Tracker::default(),
             previews: Mutex::default(),
@@ -381,6 +404,20 @@ pub fn mount<B: Backend>(
         }
     };
     ready(control);
+    {
+        let (fs, mp) = (fs.clone(), mountpoint.to_path_buf());
+        // Set once the kernel has taken the INIT answer, which would lower it again.
+        std::thread::spawn(move || {
+            let want = || match fs.opts.read_ahead_kb {
+                None => read_ahead::default_kb(fs.passthrough.on()),
+                Some(0) => None,
+                Some(kb) => Some(kb),
+            };
+            if let Some(granted) = read_ahead::set(&mp, want) {
+                fs.read_ahead_kb.store(granted, Ordering::Relaxed);
+            }
+        });
+    }
 
     // A new daemon of this mount point asks for the journal with SIGUSR1 (see
     // `cli::mount::own_cache_dir`); handled from now on, honoured once unmounted.

@@ -38,6 +38,16 @@ pub struct Status {
     /// Whether the backend currently counts as unreachable.
     pub offline: bool,
     pub cache: CacheUse,
+    /// How reads are served: passed through to local files by the kernel, or by the daemon
+    /// (and why).
+    #[serde(default)]
+    pub reads: String,
+    /// The kernel's read-ahead for the mount in KiB, as it holds it (0: not set).
+    #[serde(default)]
+    pub read_ahead_kb: u32,
+    /// READ requests the daemon answered since mounting (a passthrough read makes none).
+    #[serde(default)]
+    pub daemon_reads: u64,
     /// Uploads in flight first, then those waiting (for a slot, a retry or a writer to close).
     pub uploads: Vec<Upload>,
     /// The most recent errors, oldest first.
@@ -213,6 +223,9 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
             max_bytes,
             files,
         },
+        reads: fs.passthrough.describe(),
+        read_ahead_kb: fs.read_ahead_kb.load(Ordering::Relaxed),
+        daemon_reads: fs.daemon_reads.load(Ordering::Relaxed),
         uploads,
         errors: fs.tracker.errors(),
     }

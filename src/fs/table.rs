@@ -67,6 +67,10 @@ pub struct Inode {
     pub kernel_md5: Option<String>,
     /// Removed from the namespace while still open.
     pub unlinked: bool,
+    /// Passthrough opens and the backing file they share (see `passthrough`).
+    pub pt: Option<super::passthrough::Shared>,
+    /// Plain opens on their way (a writer staging its copy): no passthrough open starts meanwhile.
+    pub plain_pending: u32,
     /// Last change made here to its name or existence (created, renamed, uploaded): a listing
     /// fetched before that does not know about it yet.
     pub touched: Instant,
@@ -95,6 +99,8 @@ impl Inode {
             io: Arc::new(tokio::sync::Mutex::new(())),
             kernel_md5: None,
             unlinked: false,
+            pt: None,
+            plain_pending: 0,
             touched: Instant::now(),
         }
     }
@@ -482,6 +488,56 @@ impl Table {
             self.by_path.remove(&inode.path);
         }
         self.inodes.remove(&ino);
+    }
+
+    /// Gives the name of file `ino` to a new inode with the same attributes, and leaves `ino`
+    /// to its open handles as a file replaced by a rename would be (see `passthrough`). None
+    /// when `ino` is not a clean file reachable by its name.
+    pub fn reissue(&mut self, ino: Ino) -> Option<Ino> {
+        let old = self.inodes.get(&ino)?;
+        if old.unlinked
+            || old.kind != Kind::File
+            || old.staged.is_some()
+            || self.by_path.get(&old.path) != Some(&ino)
+        {
+            return None;
+        }
+        let new = self.next;
+        self.next += 1;
+        let path = old.path.clone();
+        let mut n = Inode::new(new, path.clone(), Kind::File);
+        n.remote = old.remote.clone();
+        n.mtime = old.mtime;
+        n.exec = old.exec;
+        n.ctime = old.ctime;
+        n.crtime = old.crtime;
+        n.atime = old.atime;
+        n.fetched = old.fetched;
+        n.touched = old.touched;
+        // Uploads and namespace changes of the node stay serialized across both.
+        n.io = old.io.clone();
+        self.inodes.insert(new, n);
+        self.by_path.insert(path.clone(), new);
+        if let Some(at) = self.recent.get(&ino).copied() {
+            self.recent.insert(new, at);
+        }
+        if let (Some(parent), Some(name)) = (path.parent(), path.name()) {
+            if let Some(names) = self
+                .by_path
+                .get(&parent)
+                .copied()
+                .and_then(|p| self.inodes.get_mut(&p))
+                .and_then(Inode::listing_mut)
+            {
+                if names.get(name) == Some(&ino) {
+                    names.insert(name.to_string(), new);
+                }
+            }
+        }
+        if let Some(o) = self.inodes.get_mut(&ino) {
+            o.unlinked = true;
+        }
+        Some(new)
     }
 
     pub fn set_staged(&mut self, ino: Ino, staged: Option<Arc<Staged>>) {

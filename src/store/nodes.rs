@@ -941,6 +941,31 @@ impl Store {
         Ok((row.to_api(&path), file))
     }
 
+    /// The file of that ID with the blob of its current bytes opened, and the blob's path, when
+    /// blobs are kept in a folder (`None`: in a bucket, or a file never uploaded). The mount
+    /// hands such a file to the kernel to read from (FUSE passthrough); a blob is immutable.
+    pub fn open_local_blob(
+        &self,
+        scope: Scope,
+        file_id: &str,
+    ) -> Result<Option<(Node, std::path::PathBuf, std::fs::File)>> {
+        let Some(dir) = self.blobs.local() else {
+            return Ok(None);
+        };
+        let conn = self.lock();
+        let row = file_by_id(&conn, scope, file_id)?;
+        let blob: Option<String> = conn.query_row(
+            "SELECT v.blob FROM nodes n JOIN versions v ON v.id = n.current_version WHERE n.id = ?1",
+            [row.id],
+            |r| r.get(0),
+        ).optional()?.flatten();
+        let Some(hash) = blob else { return Ok(None) };
+        let path = dir.path(&hash);
+        // Opened under the lock, like `open_file`: a concurrent delete cannot remove it first.
+        let file = std::fs::File::open(&path)?;
+        Ok(Some((row.to_api(&path_of(&conn, row.id)?), path, file)))
+    }
+
     /// Every version of a file, oldest first (earlier versions are kept).
     pub fn version_history(&self, file_id: &str) -> Result<Vec<VersionInfo>> {
         let conn = self.lock();

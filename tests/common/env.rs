@@ -81,6 +81,9 @@ impl Env {
             None => args.extend(["--data-dir", self.data.to_str().unwrap()]),
         }
         args.extend_from_slice(extra);
+        // Every mount of a suite run another way (`VAULTFS_TEST_MOUNT_ARGS=--no-passthrough`).
+        let more = std::env::var("VAULTFS_TEST_MOUNT_ARGS").unwrap_or_default();
+        args.extend(more.split_whitespace());
         Mount::start_with_env(&self.mnt, &args, &[("XDG_CONFIG_HOME", &self.config)])
     }
 
