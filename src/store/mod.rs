@@ -161,27 +161,33 @@ pub fn time_to_ns(t: SystemTime) -> i64 {
 /// The 32 random bytes in `path`, written (mode 0600) on first use.
 fn secret_key(path: &Path) -> Result<[u8; 32]> {
     use std::io::{Read, Write};
-    use std::os::unix::fs::OpenOptionsExt;
     let mut key = [0u8; 32];
-    match fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-    {
-        Ok(mut f) => {
-            rand::Rng::fill(&mut rand::rng(), &mut key);
-            f.write_all(&key)?;
-            f.sync_all()?;
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            fs::File::open(path)?
-                .read_exact(&mut key)
-                .map_err(|e| Error::internal(format!("{} is not a key: {e}", path.display())))?;
-        }
-        Err(e) => return Err(e.into()),
+    let read = |key: &mut [u8; 32]| -> Result<()> {
+        fs::File::open(path)?
+            .read_exact(key)
+            .map_err(|e| Error::internal(format!("{} is not a key: {e}", path.display())))
+    };
+    match read(&mut key) {
+        Ok(()) => return Ok(key),
+        Err(e) if !path.exists() => log::debug!("no key yet ({e}): making {}", path.display()),
+        Err(e) => return Err(e),
     }
-    Ok(key)
+    // Written whole under a name of its own, then linked into place: a second process opening
+    // a new store at the same moment reads either no key (and races to link its own) or a
+    // whole one, never a file still being written.
+    let tmp = path.with_extension(format!("{}.{}", std::process::id(), rand::random::<u32>()));
+    let mut f = crate::api::files::new_private(&tmp)?;
+    rand::Rng::fill(&mut rand::rng(), &mut key);
+    let placed = f
+        .write_all(&key)
+        .and_then(|()| f.sync_all())
+        .and_then(|()| fs::hard_link(&tmp, path));
+    let _ = fs::remove_file(&tmp);
+    match placed {
+        Ok(()) => Ok(key),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read(&mut key).map(|()| key),
+        Err(e) => Err(e.into()),
+    }
 }
 
 impl From<rusqlite::Error> for Error {
@@ -467,5 +473,26 @@ impl Store {
     /// Number of blobs kept (tests use it to see that deletes free bytes).
     pub fn blob_count(&self) -> Result<usize> {
         Ok(self.blobs.list()?.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_key_made_by_several_at_once_is_one_whole_key() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("pin.key");
+        let keys: Vec<[u8; 32]> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| secret_key(&path).unwrap()))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(keys.iter().all(|k| *k == keys[0]));
+        assert_eq!(std::fs::read(&path).unwrap(), keys[0]);
+        // Nothing but the key is left beside it.
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);
     }
 }
