@@ -164,15 +164,10 @@ impl Digests {
         if from > to {
             return Err(io::Error::other("hashed past the end of the file"));
         }
-        if to - from < PARALLEL_FROM {
-            read_range(f, from, to, |b| self.update(b))?;
-            return Ok(());
-        }
-        let (md5, sha256) = (&mut self.md5, &mut self.sha256);
-        let Some(sha256) = sha256 else {
-            read_range(f, from, to, |b| md5.update(b))?;
-            self.len = to;
-            return Ok(());
+        let (md5, sha256) = match &mut self.sha256 {
+            Some(sha256) if to - from >= PARALLEL_FROM => (&mut self.md5, sha256),
+            // A small range, or md5 alone: one pass on this thread.
+            _ => return read_range(f, from, to, |b| self.update(b)),
         };
         std::thread::scope(|s| {
             let md5 = s.spawn(move || read_range(f, from, to, |b| md5.update(b)));

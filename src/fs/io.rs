@@ -441,11 +441,8 @@ impl<B: Backend> Fs<B> {
                 "{path}: inode {ino} stays with its passthrough readers, the name moves to {new}"
             );
             // Cached lookups of the name go: the next one finds the new inode.
-            if let (Some(n), Some(name)) = (self.notifier.get().cloned(), path.name()) {
-                let name = name.to_string();
-                tokio::task::spawn_blocking(move || {
-                    n.inval_entry(fuser::INodeNo(parent), std::ffi::OsStr::new(&name))
-                });
+            if let Some(name) = path.name() {
+                self.kernel_forgets_name(parent, name);
             }
         }
         Err(Errno::ESTALE)

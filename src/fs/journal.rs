@@ -141,11 +141,12 @@ impl Journal {
                 let _ = fs::rename(p, dir.join(format!("{id}.broken")));
             }
         }
+        let spares = Spares::new(staging.clone(), max + 1);
         Ok(Journal {
             staging,
             dir,
             lost: cache_dir.join("lost+found"),
-            spares: Spares::new(cache_dir.join("staging"), max + 1),
+            spares,
             log: Mutex::new(Log { file, len, live }),
             max_file_size,
             sha256,
@@ -267,6 +268,11 @@ impl Journal {
         Ok(())
     }
 
+    /// No file is staged any more (unmounted): the spare staging files go.
+    pub fn shut_spares(&self) {
+        self.spares.shut();
+    }
+
     /// The upload is done (or the file is gone): forget the entry and the staging name.
     pub fn finish(&self, staged: &Staged) {
         self.finish_all([staged]);
@@ -372,12 +378,6 @@ impl Journal {
             }
         }
         Ok(out)
-    }
-}
-impl Journal {
-    /// No file is staged any more (unmounted): the spare staging files go.
-    pub fn shut_spares(&self) {
-        self.spares.shut();
     }
 }
 

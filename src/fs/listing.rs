@@ -271,6 +271,17 @@ impl<B: Backend> Fs<B> {
         self.attr(ino)
     }
 
+    /// The kernel forgets `name` in `dir` now (outside any request), not only when its entry
+    /// TTL runs out: its next lookup comes here.
+    pub(super) fn kernel_forgets_name(&self, dir: Ino, name: &str) {
+        if let Some(n) = self.notifier.get().cloned() {
+            let name = name.to_string();
+            tokio::task::spawn_blocking(move || {
+                let _ = n.inval_entry(INodeNo(dir), OsStr::new(&name));
+            });
+        }
+    }
+
     /// Asks the backend for a node's attributes again; ENOENT when it is gone.
     pub(super) async fn refresh_attr(self: &Arc<Self>, ino: Ino, path: &NodePath) -> OpResult<()> {
         let started = Instant::now();
@@ -290,17 +301,14 @@ impl<B: Backend> Fs<B> {
                 Ok(())
             }
             Err(e) if e.kind == crate::api::ErrorKind::NotFound => {
-                let entry = {
+                let parent = {
                     let mut t = self.table();
                     let parent = path.parent().and_then(|p| t.ino_of(&p));
                     t.detach(ino);
-                    parent.zip(path.name().map(str::to_string))
+                    parent
                 };
-                // The kernel forgets the name too, not only when its entry TTL runs out.
-                if let (Some(n), Some((dir, name))) = (self.notifier.get().cloned(), entry) {
-                    tokio::task::spawn_blocking(move || {
-                        let _ = n.inval_entry(INodeNo(dir), OsStr::new(&name));
-                    });
+                if let (Some(dir), Some(name)) = (parent, path.name()) {
+                    self.kernel_forgets_name(dir, name);
                 }
                 Err(Errno::ENOENT)
             }
