@@ -233,8 +233,15 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
         // where such opens start.
         let mut held = inode.pt.is_some() || staged.kernel_holds();
         if !held && staged.kernel_wrote() && staged.mapped_elsewhere() {
-            held = true;
             until_unmapped(fs, ino, &staged);
+            if !fsync {
+                // Stored once the map is gone (by a link then, not a copy now).
+                drop(t);
+                finished(fs, ino, false);
+                continue;
+            }
+            // An fsync waits: a copy now, and what the map writes after it later.
+            held = true;
         }
         let snap = if held {
             staged.snapshot()
@@ -329,10 +336,11 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
 /// wrote is stored then.
 pub(super) fn until_unmapped<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, staged: &Arc<Staged>) {
     staged.set_mapped(true);
-    let (fs, staged) = (fs.clone(), staged.clone());
+    // Held weakly: a file removed meanwhile gives its space back at once.
+    let (fs, weak) = (fs.clone(), Arc::downgrade(staged));
     fs.rt.clone().spawn(async move {
         let mut wait = Duration::ZERO;
-        loop {
+        let staged = loop {
             if wait.is_zero() {
                 tokio::task::yield_now().await;
             } else {
@@ -340,22 +348,34 @@ pub(super) fn until_unmapped<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, staged: &Arc
             }
             // Let go of with the table locked, where a batch decides to seal.
             let t = fs.table();
+            let Some(staged) = weak.upgrade() else { return };
+            let current = t
+                .get(ino)
+                .and_then(|i| i.staged.as_ref())
+                .is_some_and(|s| Arc::ptr_eq(s, &staged));
+            if !current {
+                return; // removed, or set aside: nothing of the inode's to store
+            }
             if !staged.mapped_elsewhere() {
                 staged.set_mapped(false);
-                break;
+                break staged;
             }
             drop(t);
             if wait >= Duration::from_millis(100) {
                 log::debug!("inode {ino}: mapped after its last close, stored once unmapped");
             }
             wait = (wait * 4).clamp(Duration::from_millis(1), Duration::from_millis(500));
+        };
+        // Still to store: the store takes the bytes as the map left them. Stored already: the
+        // map may have written since.
+        if !staged.is_dirty() {
+            let stored = fs
+                .table()
+                .get(ino)
+                .and_then(|i| i.remote.as_ref())
+                .and_then(|r| Some((r.md5.clone()?, r.size)));
+            staged.kernel_recheck(stored.as_ref().map(|(m, n)| (m.as_str(), *n)));
         }
-        let stored = fs
-            .table()
-            .get(ino)
-            .and_then(|i| i.remote.as_ref())
-            .and_then(|r| Some((r.md5.clone()?, r.size)));
-        staged.kernel_recheck(stored.as_ref().map(|(m, n)| (m.as_str(), *n)));
         if staged.is_dirty() {
             super::upload::schedule(&fs, ino);
         } else {
