@@ -545,9 +545,9 @@ impl Staged {
     /// good.
     pub fn kernel_writer_joins(&self) {
         let _order = self.order();
-        if !self.kernel_wrote.swap(true, Ordering::SeqCst) {
-            *relock(&self.synced) = self.stat();
-        }
+        // The first is a file written afresh (created or cut), a change whatever the kernel
+        // writes: `synced` starts as no file's state.
+        self.kernel_wrote.store(true, Ordering::SeqCst);
         self.kernel_writers.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -591,7 +591,6 @@ impl Staged {
     fn kernel_changed(&self, stored: Option<(&str, u64)>) {
         let now = self.stat();
         let moved = std::mem::replace(&mut *relock(&self.synced), now) != now;
-        self.observe_locked();
         if !moved {
             if let Some((md5, size)) = stored.filter(|s| s.1 == now.0 && s.1 <= COMPARE_AT_ONCE) {
                 let same = Digests::md5_only().md5_from(&self.file(), size);
@@ -614,11 +613,15 @@ impl Staged {
         self.unsure.store(false, Ordering::SeqCst);
     }
 
-    /// Size, mtime and ctime (ns) of the file.
+    /// Size, mtime and ctime (ns) of the file; size and mtime also become the staged file's.
     fn stat(&self) -> (u64, i64, i64) {
         use std::os::unix::fs::MetadataExt;
         match self.file().metadata() {
             Ok(m) => {
+                self.size.store(m.len(), Ordering::SeqCst);
+                if let Ok(t) = m.modified() {
+                    self.set_mtime(t);
+                }
                 let ns = |s: i64, n: i64| s.saturating_mul(1_000_000_000).saturating_add(n);
                 let (mtime, ctime) = (ns(m.mtime(), m.mtime_nsec()), ns(m.ctime(), m.ctime_nsec()));
                 (m.len(), mtime, ctime)
@@ -650,6 +653,11 @@ impl Staged {
 
     pub fn kernel_writers(&self) -> u32 {
         self.kernel_writers.load(Ordering::SeqCst)
+    }
+
+    /// Sealed for the store (the kernel never writes a sealed file: a writer copies it first).
+    pub fn is_sealed(&self) -> bool {
+        self.sealed.load(Ordering::SeqCst)
     }
 
     /// Whether the kernel may write the file now (a handle, or a map after the handles): it

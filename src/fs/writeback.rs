@@ -233,6 +233,7 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
         // where such opens start.
         let mut held = inode.pt.is_some() || staged.kernel_holds();
         if !held && staged.kernel_wrote() && staged.mapped_elsewhere() {
+            log::trace!("inode {ino}: held elsewhere, stored later");
             until_unmapped(fs, ino, &staged);
             if !fsync {
                 // Stored once the map is gone (by a link then, not a copy now).
@@ -521,7 +522,8 @@ pub(super) fn retire<B: Backend>(
         if inode.pt.is_some() || staged.kernel_holds() {
             return false;
         }
-        if staged.mapped_elsewhere() {
+        // (A sealed file was asked before it was sealed, and no map of it can start since.)
+        if !staged.is_sealed() && staged.mapped_elsewhere() {
             until_unmapped(fs, ino, staged);
             return false;
         }
