@@ -272,4 +272,13 @@ fn an_update_in_place_goes_through_the_daemon(via: Via) {
     env.wait_uploaded();
     assert_eq!(versions(&env), v);
     drop(m);
+    // Switched off: new files go through the daemon too.
+    let m = env.mount(&["--no-kernel-writes"]);
+    assert_eq!(status(&m)["writes"], "through the daemon");
+    let before = daemon_writes(&m);
+    fs::write(env.vault().join("new.txt"), "by the daemon").unwrap();
+    assert!(daemon_writes(&m) > before);
+    env.wait_uploaded();
+    assert_eq!(stored(&env, "new.txt"), b"by the daemon");
+    drop(m);
 }

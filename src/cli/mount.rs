@@ -53,10 +53,14 @@ pub struct MountArgs {
     /// show within this time)
     #[arg(long, default_value_t = 10.0, value_name = "S")]
     dir_ttl: f64,
-    /// Serve every read through the daemon: no FUSE passthrough (by default a file whose
-    /// bytes are whole on local disk is read by the kernel itself, where it allows that)
+    /// Serve every read and write through the daemon: no FUSE passthrough (by default a file
+    /// whose bytes are whole on local disk is read by the kernel itself, and a file created or
+    /// truncated is written by it, where it allows that)
     #[arg(long)]
     no_passthrough: bool,
+    /// Write through the daemon, still reading through passthrough
+    #[arg(long)]
+    no_kernel_writes: bool,
     /// The kernel's read-ahead for the mount, in KiB; 0 keeps the kernel's (128) [default:
     /// 1024 with passthrough, else the kernel's]
     #[arg(long, value_name = "KIB")]
@@ -232,7 +236,7 @@ fn mount_checked(
         flush_timeout: Duration::from_secs_f64(args.flush_timeout),
         passthrough: !args.no_passthrough,
         read_ahead_kb: args.read_ahead,
-        kernel_writes: std::env::var("VAULTFS_KERNEL_WRITES").as_deref() != Ok("0"),
+        kernel_writes: !args.no_kernel_writes,
         ..MountOptions::default()
     };
     let rt = tokio::runtime::Runtime::new()?;
