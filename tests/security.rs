@@ -3,7 +3,7 @@
 //! a remote mount's log (at debug level) and `vaultfs status` show no token, no Authorization
 //! value and no password, also when the token is revoked; the server's data dir is private to
 //! its owner wherever it is and whatever mode it had. (The route-level rows are in
-//! tests/server.rs, tests/hostile.rs and tests/mount.rs; docs/reliability.md lists them all.)
+//! tests/server/, tests/hostile.rs and tests/mount.rs; docs/reliability.md lists them all.)
 
 mod common;
 
