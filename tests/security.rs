@@ -169,7 +169,7 @@ fn the_mount_log_and_status_show_no_secret() {
     );
     let v = env.vault();
     fs::write(v.join("a.txt"), "some text").unwrap();
-    fs::write(v.join("big.bin"), common::mount::pattern(3 << 20, 9)).unwrap();
+    fs::write(v.join("big.bin"), common::pattern(3 << 20, 9)).unwrap();
     // While an upload is staged, the staged bytes are private.
     for e in walk(&env.cache.join("staging")) {
         if e.is_file() {

@@ -6,9 +6,9 @@ use vaultfs::backend::remote::{RemoteBackend, RemoteConfig};
 use vaultfs::cli::login;
 
 use crate::common::dialect::{DialectOptions, DialectServer};
-use crate::{
-    Keep, assert_err, at, content, dialect_world, err, md5hex, names, path, pattern, put, stream,
-};
+use crate::common::md5hex;
+use crate::common::pattern;
+use crate::{Keep, assert_err, at, content, dialect_world, err, names, path, put, stream};
 
 /// Its own words reach the caller: the integer, the text, and what to do about a login.
 #[tokio::test(flavor = "multi_thread")]
@@ -67,7 +67,7 @@ async fn dialect_refused_checksum_form_loses_no_write() {
     .await;
     let b = server.user("a@acme.test", "Acme").await;
     let vault = path("/Acme/My First Vault");
-    let data = pattern(300_000);
+    let data = pattern(300_000, 0);
     let node = put(&b, &vault, "w.bin", &data).await;
     assert!(content(&b, &node.file_id().unwrap()).await == data);
     assert_eq!(

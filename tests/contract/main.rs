@@ -30,10 +30,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use md5::{Digest, Md5};
 
-use common::TestServer;
 use common::dialect::{DialectOptions, DialectServer};
+use common::{TestServer, md5hex};
 use nodes::{
     attribute_cases, begin_version_cases, create_file_cases, folders, nodes_and_paging,
     other_accounts_are_forbidden,
@@ -217,15 +216,6 @@ fn path(uri: &str) -> NodePath {
 fn at(base: &NodePath, rel: &str) -> NodePath {
     rel.split('/')
         .fold(base.clone(), |p, s| p.child(s).unwrap())
-}
-
-fn md5hex(data: &[u8]) -> String {
-    format!("{:x}", Md5::digest(data))
-}
-
-/// Bytes that differ at every offset, so a shifted range shows.
-fn pattern(len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i * 7 + i / 251) as u8).collect()
 }
 
 /// `data` as a stream of small chunks, as a file would be read.

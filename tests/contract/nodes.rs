@@ -6,7 +6,8 @@ use std::time::{Duration, SystemTime};
 use vaultfs::api::{ErrorKind, NodePath, NodeType};
 use vaultfs::backend::{Backend, list_all};
 
-use crate::{World, assert_err, at, content, md5hex, names, path, put, stream};
+use crate::common::md5hex;
+use crate::{World, assert_err, at, content, names, path, put, stream};
 
 pub(crate) async fn nodes_and_paging<B: Backend>(w: &World<B>) {
     let b = &w.a;

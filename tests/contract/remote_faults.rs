@@ -11,7 +11,9 @@ use vaultfs::api::{Error, ErrorKind, NodeType, RangeRequest};
 use vaultfs::backend::Backend;
 use vaultfs::backend::remote::{RemoteBackend, RemoteConfig};
 
-use crate::{assert_err, at, err, md5hex, pattern, put, read_all, remote_world, stream, vault};
+use crate::common::md5hex;
+use crate::common::pattern;
+use crate::{assert_err, at, err, put, read_all, remote_world, stream, vault};
 
 /// What the hand-written server does with one request, given its number (from 0) and head.
 enum Reply {
@@ -314,7 +316,7 @@ async fn remote_silent_or_dead_server_fails_within_the_bound() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn remote_broken_downloads_end_with_an_error() {
-    let data = pattern(1000);
+    let data = pattern(1000, 0);
     let good_md5 = md5hex(&data);
     let d2 = data.clone();
     let m = mock(move |n, _| {
@@ -379,7 +381,7 @@ async fn remote_broken_downloads_end_with_an_error() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn remote_falls_back_to_whole_reads_without_range_support() {
-    let data = pattern(1000);
+    let data = pattern(1000, 0);
     let d2 = data.clone();
     // A server that ignores Range and does not advertise it.
     let m = mock(move |_, _| Reply::Send(http("200 OK", &[], &d2))).await;
@@ -425,7 +427,7 @@ async fn remote_falls_back_to_whole_reads_without_range_support() {
 #[tokio::test(flavor = "multi_thread")]
 async fn remote_learns_range_support_from_our_server() {
     let w = remote_world().await;
-    let id = put(&w.a, &w.vault, "r.bin", &pattern(100))
+    let id = put(&w.a, &w.vault, "r.bin", &pattern(100, 0))
         .await
         .file_id()
         .unwrap();

@@ -3,7 +3,9 @@
 use vaultfs::api::{ErrorKind, RangeRequest};
 use vaultfs::backend::Backend;
 
-use crate::{World, assert_err, at, content, md5hex, pattern, put, read_all, stream};
+use crate::common::md5hex;
+use crate::common::pattern;
+use crate::{World, assert_err, at, content, put, read_all, stream};
 
 /// Step 3s that arrive together are committed together (one durable transaction); each still
 /// gets its own answer: bytes shared by several files stored once, a wrong checksum failing
@@ -112,7 +114,7 @@ pub(crate) async fn upload_cases<B: Backend>(w: &World<B>) {
     assert_eq!(b.node(&at(&w.vault, "u.txt")).await.unwrap().size, Some(11));
 
     // Success, then the same step 3 again succeeds; other bytes for it do not.
-    let data = pattern(3 << 20);
+    let data = pattern(3 << 20, 0);
     let vid = version(data.len() as u64, Some(md5hex(&data))).await;
     let node = b
         .upload(&id, &vid, data.len() as u64, stream(&data))
@@ -153,7 +155,7 @@ pub(crate) async fn upload_cases<B: Backend>(w: &World<B>) {
 
 pub(crate) async fn download_cases<B: Backend>(w: &World<B>) {
     let b = &w.a;
-    let data = pattern(1000);
+    let data = pattern(1000, 0);
     let id = put(b, &w.vault, "d.bin", &data).await.file_id().unwrap();
 
     let d = b.download(&id, None).await.unwrap();

@@ -3,7 +3,8 @@
 use vaultfs::api::{ErrorKind, NodeType};
 use vaultfs::backend::Backend;
 
-use crate::{World, assert_err, at, content, md5hex, names, path, put};
+use crate::common::md5hex;
+use crate::{World, assert_err, at, content, names, path, put};
 
 pub(crate) async fn copy_cases<B: Backend>(w: &World<B>) {
     let b = &w.a;

@@ -150,18 +150,7 @@ async fn body_limit_is_configurable_and_file_size_limit_is_413() {
     let s = TestServer::start_with(config, options).await;
     let alice = s.user("alice@example.com", "Acme").await;
     let api = Api::new(&s, &alice);
-    let (st, v) = api
-        .call(
-            Method::PUT,
-            VAULT,
-            Some(json!({"create_file": [{"name": "a"}]})),
-        )
-        .await;
-    assert_eq!(st, 200);
-    let id = v["message"]["children"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = api.create_file(VAULT, "a").await;
     assert_error(
         &api.call(
             Method::PUT,
@@ -194,22 +183,11 @@ async fn full_store_disk_is_507_and_recovers() {
     let s = TestServer::start_in(&data, Default::default(), Default::default()).await;
     let alice = s.user("alice@example.com", "Acme").await;
     let api = Api::new(&s, &alice);
-    let first = common::mount::pattern(5 << 20, 1);
+    let first = common::pattern(5 << 20, 1);
     let id = api.upload(VAULT, "first.bin", &first).await;
 
-    let big = common::mount::pattern(10 << 20, 2);
-    let (st, v) = api
-        .call(
-            Method::PUT,
-            VAULT,
-            Some(json!({"create_file": [{"name": "big.bin"}]})),
-        )
-        .await;
-    assert_eq!(st, 200);
-    let big_id = v["message"]["children"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let big = common::pattern(10 << 20, 2);
+    let big_id = api.create_file(VAULT, "big.bin").await;
     let (_, v) = api
         .call(
             Method::PUT,
@@ -249,7 +227,7 @@ async fn full_store_disk_is_507_and_recovers() {
             .0,
         200
     );
-    let smaller = common::mount::pattern(3 << 20, 3);
+    let smaller = common::pattern(3 << 20, 3);
     api.put_version(&big_id, &smaller).await;
     assert_eq!(api.download(&big_id).await, smaller);
     assert!(s.store.check_integrity().unwrap().is_empty());

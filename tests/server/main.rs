@@ -12,7 +12,6 @@ mod nodes;
 mod upload;
 
 use common::{Creds, TestServer};
-use md5::{Digest, Md5};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -69,57 +68,27 @@ impl Api {
         self.call(Method::GET, path, None).await
     }
 
+    fn creds(&self) -> &Creds {
+        self.creds.as_ref().expect("a logged-in client")
+    }
+
+    /// Upload step 1 of `name` in the folder at encoded `folder`; returns the file ID.
+    async fn create_file(&self, folder: &str, name: &str) -> String {
+        common::create_file(&self.http, &self.base, self.creds(), folder, name).await
+    }
+
     /// Upload steps 1-3 of `data` as `name` in the folder at encoded `folder`; returns the file ID.
     async fn upload(&self, folder: &str, name: &str, data: &[u8]) -> String {
-        let (st, v) = self
-            .call(
-                Method::PUT,
-                folder,
-                Some(json!({"create_file": [{"name": name}]})),
-            )
-            .await;
-        assert_eq!(st, 200, "{v}");
-        let id = v["message"]["children"][0]["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        self.put_version(&id, data).await;
-        id
+        common::upload(&self.http, &self.base, self.creds(), folder, name, data).await
     }
 
     /// Steps 2 and 3 for an existing file.
     async fn put_version(&self, id: &str, data: &[u8]) -> Value {
-        let (st, v) = self
-            .call(
-                Method::PUT,
-                &format!("/nodes/upload/{id}"),
-                Some(json!({"length": data.len(), "md5_checksum": md5hex(data)})),
-            )
-            .await;
-        assert_eq!(st, 200, "{v}");
-        let uri = v["message"]["fileExProperties"]["upload_uri"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        let (st, v) = self.step3(&uri, data.to_vec(), "application/binary").await;
-        assert_eq!(st, 200, "{v}");
-        v
+        common::upload_version(&self.http, &self.base, self.creds(), id, data).await
     }
 
     async fn step3(&self, uri: &str, data: Vec<u8>, ctype: &str) -> (StatusCode, Value) {
-        let resp = self
-            .req(Method::PUT, uri)
-            .header("Content-Type", ctype)
-            .body(data)
-            .send()
-            .await
-            .unwrap();
-        let status = resp.status();
-        if status.is_success() {
-            // A body read to the end leaves the connection reusable.
-            assert!(resp.headers().get("connection").is_none(), "{resp:?}");
-        }
-        (status, resp.json().await.unwrap())
+        common::upload_bytes(&self.http, &self.base, self.creds(), uri, data, ctype).await
     }
 
     async fn download(&self, id: &str) -> Vec<u8> {
@@ -131,10 +100,6 @@ impl Api {
         assert_eq!(resp.status(), 200);
         resp.bytes().await.unwrap().to_vec()
     }
-}
-
-fn md5hex(data: &[u8]) -> String {
-    format!("{:x}", Md5::digest(data))
 }
 
 /// Asserts a failure envelope with this status and code, and a request id.
@@ -159,6 +124,22 @@ fn assert_error(got: &(StatusCode, Value), status: u16, code: &str) {
         "{v}"
     );
     assert!(v.get("message").is_none(), "{v}");
+}
+
+/// A table of error cases of one method: each row a path, its JSON body, and the status and
+/// code of the failure envelope it must get (checked as [`assert_error`] does).
+async fn assert_errors(api: &Api, method: Method, rows: &[(&str, Value, u16, &str)]) {
+    for (path, body, status, code) in rows {
+        let got = api.call(method.clone(), path, Some(body.clone())).await;
+        let what = format!("{method} {path} {body}");
+        assert_eq!(
+            (got.0.as_u16(), &got.1["error"]["error_name"]),
+            (*status, &json!(code)),
+            "{what}: {}",
+            got.1
+        );
+        assert_error(&got, *status, code);
+    }
 }
 
 async fn setup() -> (TestServer, Api) {

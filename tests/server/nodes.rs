@@ -6,7 +6,8 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::json;
 
-use crate::{VAULT, assert_error, md5hex, names, raw_request, setup};
+use crate::common::md5hex;
+use crate::{VAULT, assert_error, assert_errors, names, raw_request, setup};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn get_node_and_list_children_with_paging() {
@@ -151,48 +152,23 @@ async fn folders_create_conflict_and_missing_parent() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    assert_error(
-        &api.call(Method::PUT, &format!("{VAULT}/docs"), Some(json!({})))
-            .await,
-        409,
-        "exists",
-    );
-    assert_error(
-        &api.call(Method::PUT, &format!("{VAULT}/nope/x"), Some(json!({})))
-            .await,
-        404,
-        "not_found",
-    );
-    assert_error(
-        &api.call(Method::PUT, "/nodes/pth/Acme/NewVault", Some(json!({})))
-            .await,
-        403,
-        "forbidden",
-    );
-    assert_error(
-        &api.call(
-            Method::PUT,
-            &format!("{VAULT}/docs"),
-            Some(json!({"bogus": 1})),
-        )
-        .await,
-        400,
-        "bad_request",
-    );
     api.upload(VAULT, "f.txt", b"x").await;
-    // A folder of a file's name, and a folder inside a file.
-    assert_error(
-        &api.call(Method::PUT, &format!("{VAULT}/f.txt"), Some(json!({})))
-            .await,
-        409,
-        "exists",
-    );
-    assert_error(
-        &api.call(Method::PUT, &format!("{VAULT}/f.txt/x"), Some(json!({})))
-            .await,
-        409,
-        "not_a_folder",
-    );
+    let (docs, nope) = (format!("{VAULT}/docs"), format!("{VAULT}/nope/x"));
+    let (file, in_file) = (format!("{VAULT}/f.txt"), format!("{VAULT}/f.txt/x"));
+    assert_errors(
+        &api,
+        Method::PUT,
+        &[
+            (&docs, json!({}), 409, "exists"),
+            (&nope, json!({}), 404, "not_found"),
+            ("/nodes/pth/Acme/NewVault", json!({}), 403, "forbidden"),
+            (&docs, json!({"bogus": 1}), 400, "bad_request"),
+            // A folder of a file's name, and a folder inside a file.
+            (&file, json!({}), 409, "exists"),
+            (&in_file, json!({}), 409, "not_a_folder"),
+        ],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -250,73 +226,50 @@ async fn copy_and_move_files_and_folders() {
         "/nodes/pth/Acme/My First Vault/d2/moved.txt"
     );
     assert_error(&api.get(&format!("{VAULT}/a.txt")).await, 404, "not_found");
-    // Into itself, onto the other kind, onto a non-empty folder.
-    let (p, b) = xfer("move", "d1", "d1/sub", "fail");
-    assert_error(
-        &api.call(Method::POST, &p, Some(b)).await,
-        400,
-        "move_into_self",
-    );
-    let (p, b) = xfer("copy", "d1", "d1/sub", "fail");
-    assert_error(
-        &api.call(Method::POST, &p, Some(b)).await,
-        400,
-        "move_into_self",
-    );
-    let (p, b) = xfer("move", "c.txt", "d1", "replace");
-    assert_error(
-        &api.call(Method::POST, &p, Some(b)).await,
-        409,
-        "type_mismatch",
-    );
-    let (p, b) = xfer("move", "d1", "d2", "replace");
-    assert_error(&api.call(Method::POST, &p, Some(b)).await, 409, "not_empty");
-    // Missing source, missing destination folder.
-    let (p, b) = xfer("move", "nope.txt", "x.txt", "fail");
-    assert_error(&api.call(Method::POST, &p, Some(b)).await, 404, "not_found");
-    let (p, b) = xfer("move", "c.txt", "nowhere/x.txt", "fail");
-    assert_error(&api.call(Method::POST, &p, Some(b)).await, 404, "not_found");
+    // Into itself, onto the other kind, onto a non-empty folder; missing source, missing
+    // destination folder.
+    for (op, src, dst, replace, status, code) in [
+        ("move", "d1", "d1/sub", "fail", 400, "move_into_self"),
+        ("copy", "d1", "d1/sub", "fail", 400, "move_into_self"),
+        ("move", "c.txt", "d1", "replace", 409, "type_mismatch"),
+        ("move", "d1", "d2", "replace", 409, "not_empty"),
+        ("move", "nope.txt", "x.txt", "fail", 404, "not_found"),
+        ("move", "c.txt", "nowhere/x.txt", "fail", 404, "not_found"),
+    ] {
+        let (p, b) = xfer(op, src, dst, replace);
+        assert_errors(&api, Method::POST, &[(&p, b, status, code)]).await;
+    }
     // Malformed bodies.
     let src = format!("{VAULT}/c.txt");
     let dst = "/nodes/pth/Acme/My First Vault/z.txt";
-    assert_error(
-        &api.call(
-            Method::POST,
-            &src,
-            Some(json!({"copy": {"dst_uri": dst, "replace": "maybe"}})),
-        )
-        .await,
-        400,
-        "bad_parameter",
-    );
-    assert_error(
-        &api.call(Method::POST, &src, Some(json!({"copy": {"dst_uri": dst}})))
-            .await,
-        400,
-        "missing_parameter",
-    );
-    assert_error(
-        &api.call(
-            Method::POST,
-            &src,
-            Some(json!({"copy": {"replace": "fail"}})),
-        )
-        .await,
-        400,
-        "missing_parameter",
-    );
     let two = json!({"copy": {"dst_uri": dst, "replace": "fail"}, "move": {"dst_uri": dst, "replace": "fail"}});
-    assert_error(
-        &api.call(Method::POST, &src, Some(two)).await,
-        400,
-        "bad_request",
-    );
-    assert_error(
-        &api.call(Method::POST, &src, Some(json!({"rename": {}})))
-            .await,
-        400,
-        "bad_request",
-    );
+    assert_errors(
+        &api,
+        Method::POST,
+        &[
+            (
+                &src,
+                json!({"copy": {"dst_uri": dst, "replace": "maybe"}}),
+                400,
+                "bad_parameter",
+            ),
+            (
+                &src,
+                json!({"copy": {"dst_uri": dst}}),
+                400,
+                "missing_parameter",
+            ),
+            (
+                &src,
+                json!({"copy": {"replace": "fail"}}),
+                400,
+                "missing_parameter",
+            ),
+            (&src, two, 400, "bad_request"),
+            (&src, json!({"rename": {}}), 400, "bad_request"),
+        ],
+    )
+    .await;
     // Vaults and accounts do not move.
     let vault_move =
         json!({"move": {"dst_uri": "/nodes/pth/Acme/My First Vault/v", "replace": "fail"}});

@@ -8,7 +8,8 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
 use crate::common::TestServer;
-use crate::{Api, VAULT, assert_error, base64_basic, md5hex, names, setup};
+use crate::common::md5hex;
+use crate::{Api, VAULT, assert_error, assert_errors, base64_basic, names, setup};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn three_step_upload_and_its_errors() {
@@ -37,91 +38,53 @@ async fn three_step_upload_and_its_errors() {
         )
         .await;
     assert_eq!(v["message"]["children"][0]["id"], id.as_str());
-    // Step 1 errors.
-    assert_error(
-        &api.call(Method::PUT, VAULT, Some(json!({"create_file": [{}]})))
-            .await,
-        400,
-        "missing_parameter",
-    );
-    assert_error(
-        &api.call(Method::PUT, VAULT, Some(json!({"create_file": []})))
-            .await,
-        400,
-        "missing_parameter",
-    );
-    assert_error(
-        &api.call(Method::PUT, VAULT, Some(json!({"create_file": "x"})))
-            .await,
-        400,
-        "bad_json",
-    );
+    // Step 1 and step 2 errors.
     api.call(Method::PUT, &format!("{VAULT}/dir"), Some(json!({})))
         .await;
-    assert_error(
-        &api.call(
-            Method::PUT,
-            VAULT,
-            Some(json!({"create_file": [{"name": "dir"}]})),
-        )
-        .await,
-        409,
-        "exists",
-    );
-    assert_error(
-        &api.call(
-            Method::PUT,
-            &format!("{VAULT}/missing"),
-            Some(json!({"create_file": [{"name": "a"}]})),
-        )
-        .await,
-        404,
-        "not_found",
-    );
-
-    // Step 2 errors.
-    assert_error(
-        &api.call(
-            Method::PUT,
-            "/nodes/upload/999999",
-            Some(json!({"length": 1})),
-        )
-        .await,
-        404,
-        "not_found",
-    );
-    assert_error(
-        &api.call(Method::PUT, "/nodes/upload/abc", Some(json!({"length": 1})))
-            .await,
-        404,
-        "not_found",
-    );
-    assert_error(
-        &api.call(Method::PUT, &format!("/nodes/upload/{id}"), Some(json!({})))
-            .await,
-        400,
-        "missing_parameter",
-    );
-    assert_error(
-        &api.call(
-            Method::PUT,
-            &format!("/nodes/upload/{id}"),
-            Some(json!({"length": -1})),
-        )
-        .await,
-        400,
-        "bad_json",
-    );
-    assert_error(
-        &api.call(
-            Method::PUT,
-            &format!("/nodes/upload/{id}"),
-            Some(json!({"length": 1, "md5_checksum": "xyz"})),
-        )
-        .await,
-        400,
-        "bad_checksum",
-    );
+    let missing = format!("{VAULT}/missing");
+    let step2 = format!("/nodes/upload/{id}");
+    assert_errors(
+        &api,
+        Method::PUT,
+        &[
+            (
+                VAULT,
+                json!({"create_file": [{}]}),
+                400,
+                "missing_parameter",
+            ),
+            (VAULT, json!({"create_file": []}), 400, "missing_parameter"),
+            (VAULT, json!({"create_file": "x"}), 400, "bad_json"),
+            (
+                VAULT,
+                json!({"create_file": [{"name": "dir"}]}),
+                409,
+                "exists",
+            ),
+            (
+                &missing,
+                json!({"create_file": [{"name": "a"}]}),
+                404,
+                "not_found",
+            ),
+            (
+                "/nodes/upload/999999",
+                json!({"length": 1}),
+                404,
+                "not_found",
+            ),
+            ("/nodes/upload/abc", json!({"length": 1}), 404, "not_found"),
+            (&step2, json!({}), 400, "missing_parameter"),
+            (&step2, json!({"length": -1}), 400, "bad_json"),
+            (
+                &step2,
+                json!({"length": 1, "md5_checksum": "xyz"}),
+                400,
+                "bad_checksum",
+            ),
+        ],
+    )
+    .await;
 
     // A first version.
     let v1 = b"first version\n".to_vec();
@@ -155,41 +118,27 @@ async fn three_step_upload_and_its_errors() {
         }
     };
     let uri = begin(Some(md5hex(&data)), data.len()).await;
-    assert_error(
-        &api.step3(&uri, data.clone(), "text/plain").await,
-        415,
-        "unsupported_media_type",
-    );
-    assert_error(
-        &api.step3(&uri, data[..5].to_vec(), "application/binary")
-            .await,
-        400,
-        "length_mismatch",
-    );
     let mut longer = data.clone();
     longer.extend_from_slice(b"extra");
-    assert_error(
-        &api.step3(&uri, longer, "application/binary").await,
-        400,
-        "length_mismatch",
-    );
     let mut corrupt = data.clone();
     corrupt[0] ^= 1;
-    assert_error(
-        &api.step3(&uri, corrupt, "application/binary").await,
-        400,
-        "checksum_mismatch",
-    );
-    assert_error(
-        &api.step3(
-            &format!("/nodes/upload/{id}/999999"),
-            data.clone(),
-            "application/binary",
-        )
-        .await,
-        404,
-        "version_not_found",
-    );
+    let unknown = format!("/nodes/upload/{id}/999999");
+    let binary = "application/binary";
+    for (uri, body, ctype, status, code) in [
+        (&uri, &data[..], "text/plain", 415, "unsupported_media_type"),
+        (&uri, &data[..5], binary, 400, "length_mismatch"),
+        (&uri, &longer[..], binary, 400, "length_mismatch"),
+        (&uri, &corrupt[..], binary, 400, "checksum_mismatch"),
+        (&unknown, &data[..], binary, 404, "version_not_found"),
+    ] {
+        let got = api.step3(uri, body.to_vec(), ctype).await;
+        assert_eq!(
+            got.1["error"]["error_name"], code,
+            "{uri} {ctype}: {}",
+            got.1
+        );
+        assert_error(&got, status, code);
+    }
     assert_eq!(
         api.download(&id).await,
         v1,
