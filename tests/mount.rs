@@ -1228,7 +1228,7 @@ fn server_killed_mid_upload_then_the_journal_finishes_it() {
     let login = vaultfs::cli::login::Credentials {
         server: base.clone(),
         email: "k@example.com".into(),
-        token,
+        token: token.into(),
         expires_at: std::time::SystemTime::now() + std::time::Duration::from_secs(3600),
     };
     vaultfs::cli::login::save_credentials(&env.config.join("vaultfs/credentials.toml"), &login)

@@ -120,7 +120,7 @@ pub fn save_login(file: &Path, server: &str, creds: Creds, valid: std::time::Dur
     let login = vaultfs::cli::login::Credentials {
         server: server.to_string(),
         email: creds.email,
-        token: creds.token,
+        token: creds.token.into(),
         expires_at: std::time::SystemTime::now() + valid,
     };
     vaultfs::cli::login::save_credentials(file, &login).unwrap();

@@ -54,7 +54,7 @@ async fn login_stores_a_token_that_the_remote_backend_uses() {
         )),
         "{e}"
     );
-    assert!(!e.message.contains(&stored.token));
+    assert!(!e.message.contains(stored.token.expose()));
 
     assert!(login::remove_credentials(&file, &url).unwrap());
     let e = login::credentials_in(&file, &server.base).unwrap_err();
