@@ -1,5 +1,5 @@
-//! The `vaultfs` command: a thin layer of argument parsing over the server, the store and (later)
-//! the mount.
+//! The `vaultfs` command: a thin layer of argument parsing over the mount, the server, the
+//! store and the login flow; the one place that assembles them all.
 
 mod config;
 mod control;
