@@ -731,6 +731,11 @@ async fn copies_and_accounts_are_bounded() {
     assert!(s.store.check_integrity().unwrap().is_empty());
 }
 
+/// Upload steps 2 and 3 of `data` to the file `id` as `who`.
+async fn upload_to(s: &TestServer, who: &common::Creds, id: &str, data: &[u8]) {
+    common::upload_version(&client_from("127.0.0.1"), &s.base, who, id, data).await;
+}
+
 /// A tree of 6 x 2^`doublings` nodes at `<vault>/<name>` of `who`'s vault `v` (encoded) and
 /// `plain` (decoded): a folder with two folders and three files of their own bytes, doubled by
 /// copy beside and move in (as the quota test does).
@@ -750,14 +755,7 @@ async fn big_tree(
     }
     for i in 0..3 {
         let id = new_file(s, who, &format!("{v}/{name}"), &format!("f{i}.txt")).await;
-        common::upload_version(
-            &client_from("127.0.0.1"),
-            &s.base,
-            who,
-            &id,
-            format!("{name} {i}").as_bytes(),
-        )
-        .await;
+        upload_to(s, who, &id, format!("{name} {i}").as_bytes()).await;
     }
     for i in 0..doublings {
         let body =
@@ -811,14 +809,7 @@ async fn probe_until(
         let id = new_file(s, who, v, &format!("{tag}{i}.txt")).await;
         timed("upload step 1", t);
         let t = Instant::now();
-        common::upload_version(
-            &client_from("127.0.0.1"),
-            &s.base,
-            who,
-            &id,
-            format!("{tag} {i}").as_bytes(),
-        )
-        .await;
+        upload_to(s, who, &id, format!("{tag} {i}").as_bytes()).await;
         timed("upload steps 2 and 3", t);
         i += 1;
         n += 5;
@@ -1004,7 +995,7 @@ async fn an_interrupted_purge_resumes_after_a_restart() {
         let alice = s.user("alice@example.com", "Acme").await;
         big_tree(&s, &alice, (v, plain), "t", 13).await;
         let id = new_file(&s, &alice, v, "kept.txt").await;
-        common::upload_version(&client_from("127.0.0.1"), &s.base, &alice, &id, b"kept").await;
+        upload_to(&s, &alice, &id, b"kept").await;
         let store = s.store.clone();
         s.stop().await;
         // The last reference: the store closes.

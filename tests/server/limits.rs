@@ -6,6 +6,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
+use vaultfs::server::ServerOptions;
 
 use crate::common::{self, TestServer};
 use crate::{Api, VAULT, assert_error, base64_basic, setup};
@@ -143,7 +144,7 @@ async fn body_limit_is_configurable_and_file_size_limit_is_413() {
         max_file_size: 1000,
         ..Default::default()
     };
-    let options = vaultfs::server::ServerOptions {
+    let options = ServerOptions {
         max_json_body: 100,
         ..Default::default()
     };
@@ -310,6 +311,17 @@ async fn still_answering(api: &Api, rounds: usize, secs: u64) -> usize {
 
 const BOB_VAULT: &str = "/nodes/pth/Bobco/My%20First%20Vault";
 
+/// A server with these options, Alice and Bob logged in, and Alice's `big.bin` (its ID): 8 MiB,
+/// larger than what the sockets' buffers take in, so an unread download really waits.
+async fn alice_bob_and_a_big_file(options: ServerOptions) -> (TestServer, Api, Api, String) {
+    let s = TestServer::start_with(Default::default(), options).await;
+    let alice = Api::new(&s, &s.user("alice@example.com", "Acme").await);
+    let bob = Api::new(&s, &s.user("bob@example.com", "Bobco").await);
+    let big: Vec<u8> = (0..8 << 20).map(|i| (i % 251) as u8).collect();
+    let big_id = alice.upload(VAULT, "big.bin", &big).await;
+    (s, alice, bob, big_id)
+}
+
 /// 520 uploads that send one byte and then nothing, and 520 downloads nobody reads (more than
 /// tokio's 512 blocking threads, which each used to pin), all by one user: every request of
 /// another user still answers. (Before the fix none did.) Limits (transfers and connections)
@@ -317,7 +329,7 @@ const BOB_VAULT: &str = "/nodes/pth/Bobco/My%20First%20Vault";
 /// tests/abuse.rs cover the limits.
 #[tokio::test(flavor = "multi_thread")]
 async fn stalled_transfers_do_not_stop_the_server() {
-    let options = vaultfs::server::ServerOptions {
+    let options = ServerOptions {
         max_transfers_per_user: 100_000,
         transfer_idle_timeout: Duration::from_secs(600),
         header_timeout: Duration::from_secs(600),
@@ -325,12 +337,7 @@ async fn stalled_transfers_do_not_stop_the_server() {
         max_connections_per_source: 100_000,
         ..Default::default()
     };
-    let s = TestServer::start_with(Default::default(), options).await;
-    let alice = Api::new(&s, &s.user("alice@example.com", "Acme").await);
-    let bob = Api::new(&s, &s.user("bob@example.com", "Bobco").await);
-    // Larger than what the sockets' buffers take in, so an unread download really waits.
-    let big: Vec<u8> = (0..8 << 20).map(|i| (i % 251) as u8).collect();
-    let big_id = alice.upload(VAULT, "big.bin", &big).await;
+    let (s, alice, bob, big_id) = alice_bob_and_a_big_file(options).await;
     let id = alice.upload(VAULT, "up.bin", b"x").await;
     let uri = pending_version(&alice, &id, 1000).await;
     let addr = s.base.trim_start_matches("http://").to_string();
@@ -361,16 +368,12 @@ async fn stalled_transfers_do_not_stop_the_server() {
 /// frees their slots.
 #[tokio::test(flavor = "multi_thread")]
 async fn transfers_per_user_are_limited_and_stalls_are_cut_off() {
-    let options = vaultfs::server::ServerOptions {
+    let options = ServerOptions {
         max_transfers_per_user: 3,
         transfer_idle_timeout: Duration::from_secs(1),
         ..Default::default()
     };
-    let s = TestServer::start_with(Default::default(), options).await;
-    let alice = Api::new(&s, &s.user("alice@example.com", "Acme").await);
-    let bob = Api::new(&s, &s.user("bob@example.com", "Bobco").await);
-    let big: Vec<u8> = (0..8 << 20).map(|i| (i % 251) as u8).collect();
-    let big_id = alice.upload(VAULT, "big.bin", &big).await;
+    let (s, alice, bob, big_id) = alice_bob_and_a_big_file(options).await;
     let small_id = alice.upload(VAULT, "small.txt", b"small").await;
     let bob_id = bob.upload(BOB_VAULT, "b.txt", b"bob's").await;
     let id = alice.upload(VAULT, "up.bin", b"x").await;

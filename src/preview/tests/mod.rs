@@ -241,3 +241,14 @@ fn jpeg_with_orientation(img: &RgbImage, orientation: u16) -> Vec<u8> {
     out.extend_from_slice(&jpeg[2..]);
     out
 }
+
+/// Checks that `page` is a Letter page at 144 dpi, black and grey on white stored as a grey PNG
+/// (several times smaller than RGB), and decodes it.
+#[track_caller]
+fn grey_letter_page(page: &Page) -> RgbImage {
+    assert_eq!((page.width, page.height), (1224, 1584));
+    let color = image::load_from_memory(&page.png).unwrap().color();
+    assert_eq!(color, image::ColorType::L8);
+    assert!(page.png.len() < 150_000, "{} bytes", page.png.len());
+    decode(page)
+}

@@ -36,12 +36,7 @@ fn text_is_laid_out_on_letter_pages_with_real_text() {
             .any(|l| l.starts_with("wrapped-word wrapped-word"))
     );
     for page in &pages {
-        assert_eq!((page.width, page.height), (1224, 1584));
-        // Black and grey on white: stored as a grey PNG (several times smaller than RGB).
-        let color = image::load_from_memory(&page.png).unwrap().color();
-        assert_eq!(color, image::ColorType::L8);
-        assert!(page.png.len() < 150_000, "{} bytes", page.png.len());
-        let img = decode(page);
+        let img = grey_letter_page(page);
         // Ink inside the margins, none left of them.
         assert!(ink(&img, geometry::MARGIN_X_PX, 96, 1224, 300) > 1000);
         assert_eq!(ink(&img, 0, 0, geometry::MARGIN_X_PX - 4, 1584), 0);
