@@ -233,6 +233,7 @@ fn mount_checked(
         flush_timeout: Duration::from_secs_f64(args.flush_timeout),
         passthrough: !args.no_passthrough,
         read_ahead_kb: args.read_ahead,
+        kernel_writes: std::env::var("VAULTFS_KERNEL_WRITES").as_deref() != Ok("0"),
         ..MountOptions::default()
     };
     let rt = tokio::runtime::Runtime::new()?;

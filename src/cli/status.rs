@@ -134,6 +134,9 @@ fn render(s: &Status) -> String {
     if !s.reads.is_empty() {
         out += &format!("  reads     {}\n", s.reads);
     }
+    if !s.writes.is_empty() {
+        out += &format!("  writes    {}\n", s.writes);
+    }
     if s.read_ahead_kb > 0 {
         out += &format!("  readahead {} KiB\n", s.read_ahead_kb);
     }

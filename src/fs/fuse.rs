@@ -70,11 +70,15 @@ impl<B: Backend> Filesystem for VaultFs<B> {
             let _ = config.set_max_readahead(most);
         }
         let _ = config.set_max_background(64);
+        // O_TRUNC comes with the open, not as a SETATTR after it: the file is staged empty
+        // (not copied first and cut after), and the kernel can write it itself from the start.
+        let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
         let fs = &self.0;
         if fs.opts.passthrough {
             fs.passthrough.set(passthrough(config));
         }
         log::info!("reads: {}", fs.passthrough.describe());
+        log::info!("writes: {}", fs.describe_writes());
         // READDIRPLUS: a listing carries each entry's attributes, so `ls -l`, `find` and
         // `stat` of a fresh folder need no LOOKUP per file (AUTO: the kernel uses it while
         // the listing's entries are then looked at).
@@ -536,24 +540,17 @@ impl<B: Backend> Filesystem for VaultFs<B> {
         };
         let fs = self.0.clone();
         let ttl = fs.ttl();
-        let created = move |r: OpResult<(fuser::FileAttr, u64)>| match r {
-            Ok((attr, fh)) => reply.created(
-                &ttl,
-                &attr,
-                Generation(0),
-                FileHandle(fh),
-                fuser::FopenFlags::empty(),
-            ),
-            Err(e) => reply.error(e),
-        };
-        if let Some(r) = fs.create_cached(parent.0, &name, exec) {
-            return created(r);
+        if let Some(r) =
+            fs.create_cached(parent.0, &name, flags, exec, &|fd| reply.open_backing(fd))
+        {
+            return created(reply, &ttl, r);
         }
-        spawn(
-            &self.0,
-            async move { fs.create(parent.0, &name, flags, exec).await },
-            created,
-        );
+        self.0.rt.spawn(async move {
+            let r = fs
+                .create(parent.0, &name, flags, exec, &|fd| reply.open_backing(fd))
+                .await;
+            created(reply, &ttl, r);
+        });
     }
 
     fn copy_file_range(
@@ -595,6 +592,22 @@ fn opened(reply: ReplyOpen, r: OpResult<super::io::Opened>) {
         Ok(o) => match &o.backing {
             Some(id) => reply.opened_passthrough(FileHandle(o.fh), o.flags, id),
             None => reply.opened(FileHandle(o.fh), o.flags),
+        },
+        Err(e) => reply.error(e),
+    }
+}
+
+fn created(
+    reply: ReplyCreate,
+    ttl: &std::time::Duration,
+    r: OpResult<(fuser::FileAttr, super::io::Opened)>,
+) {
+    match r {
+        Ok((attr, o)) => match &o.backing {
+            Some(id) => {
+                reply.created_passthrough(ttl, &attr, Generation(0), FileHandle(o.fh), o.flags, id)
+            }
+            None => reply.created(ttl, &attr, Generation(0), FileHandle(o.fh), o.flags),
         },
         Err(e) => reply.error(e),
     }

@@ -183,6 +183,11 @@ impl<B: Backend> Fs<B> {
             }
             drop(t);
             upload::schedule(self, ino);
+        } else if staged.kernel_wrote() && (inode.pt.is_some() || staged.kernel_holds()) {
+            // Clean, but the kernel may write it on (see `writeback::retire`).
+        } else if staged.kernel_wrote() && staged.mapped_elsewhere() {
+            drop(t);
+            super::writeback::until_unmapped(self, ino, staged);
         } else {
             // Clean: every generation is stored (or nothing was written). An upload task that
             // still holds it finds nothing to do. (No `uploading` lock here: the uploader takes
@@ -199,17 +204,54 @@ impl<B: Backend> Fs<B> {
         let Some(h) = self.handles().remove(&fh) else {
             return;
         };
-        if let Handle::File { ino, staged } = h {
-            if let Some(s) = staged {
-                self.release_staged(ino, &s);
-            }
+        if let Handle::File {
+            ino,
+            staged,
+            kernel,
+        } = h
+        {
+            // The passthrough share first: a batch stores the file sealed (by a link, no copy)
+            // only once the kernel holds it no more.
             let mut t = self.table();
             let mut last_pt = None;
             if let Some(i) = t.get_mut(ino) {
-                i.open_handles = i.open_handles.saturating_sub(1);
                 if i.pt.as_mut().is_some_and(|pt| pt.leave(fh)) {
                     last_pt = i.pt.take();
                 }
+            }
+            // The kernel's last handle of a staged file it wrote: a map of it may still write.
+            let pt_ended = last_pt.is_some();
+            let kernel_staged = t
+                .get(ino)
+                .and_then(|i| i.staged.clone())
+                .filter(|s| s.kernel_wrote());
+            let stored = t
+                .get(ino)
+                .and_then(|i| i.remote.as_ref())
+                .and_then(|r| Some((r.md5.clone()?, r.size)));
+            let stored = stored.as_ref().map(|(m, n)| (m.as_str(), *n));
+            if let Some(s) = kernel_staged.filter(|_| pt_ended && staged.is_none()) {
+                // The last reader of it, after the writers: a map of a writer may have written
+                // meanwhile (`retire` left the file to this release).
+                s.kernel_recheck(stored);
+                drop(t);
+                self.settle(ino, &s);
+                t = self.table();
+            }
+            // A writer is counted open until its staged file is settled: the inode must not
+            // be dropped before.
+            if let Some(s) = staged {
+                drop(t);
+                drop(last_pt);
+                if kernel {
+                    s.kernel_writer_leaves(stored);
+                }
+                self.release_staged(ino, &s);
+                t = self.table();
+                last_pt = None;
+            }
+            if let Some(i) = t.get_mut(ino) {
+                i.open_handles = i.open_handles.saturating_sub(1);
             }
             t.maybe_drop(ino);
             drop(t);
@@ -237,10 +279,15 @@ impl<B: Backend> Fs<B> {
         flags: OpenFlags,
         register: &Register<'_>,
     ) -> OpResult<Opened> {
-        let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY);
+        // O_TRUNC cuts the file even with O_RDONLY (the kernel checked the right to).
+        let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY) || truncates(flags);
         if is_virtual(ino) {
-            let flags = self.preview_open(ino, write || flags.0 & libc::O_TRUNC != 0)?;
-            let fh = self.new_fh(Handle::File { ino, staged: None });
+            let flags = self.preview_open(ino, write)?;
+            let fh = self.new_fh(Handle::File {
+                ino,
+                staged: None,
+                kernel: false,
+            });
             return Ok(Opened {
                 fh,
                 flags,
@@ -257,7 +304,7 @@ impl<B: Backend> Fs<B> {
         }
         if write {
             self.writable()?;
-            return self.open_writer(ino, flags).await;
+            return self.open_writer(ino, flags, register).await;
         }
         let mut source =
             match remote.filter(|_| !staged && self.passthrough.on() && passable(flags)) {
@@ -282,7 +329,8 @@ impl<B: Backend> Fs<B> {
         flags: OpenFlags,
         register: &Register<'_>,
     ) -> Option<OpResult<Opened>> {
-        if is_virtual(ino) || !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY) {
+        if is_virtual(ino) || !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY) || truncates(flags)
+        {
             return None;
         }
         let (kind, remote, staged) = {
@@ -305,45 +353,148 @@ impl<B: Backend> Fs<B> {
             .transpose()
     }
 
-    /// A writer's open: never beside passthrough opens of the inode.
-    async fn open_writer(self: &Arc<Self>, ino: Ino, flags: OpenFlags) -> OpResult<Opened> {
+    /// A writer's open: beside passthrough opens of the inode only when they share its staged
+    /// file (then it is one of them); else the name moves first ([`Fs::move_off`]).
+    async fn open_writer(
+        self: &Arc<Self>,
+        ino: Ino,
+        flags: OpenFlags,
+        register: &Register<'_>,
+    ) -> OpResult<Opened> {
+        let truncate = truncates(flags);
         // No passthrough open may start while the copy is staged: counted as coming.
         let keep = loop {
             {
                 let mut t = self.table();
                 let i = t.get_mut(ino).ok_or(Errno::ENOENT)?;
-                if i.pt.is_none() {
+                if i.pt.is_none() || shares_staged(i) {
                     i.plain_pending += 1;
                     break keep_cache(i);
                 }
             }
             self.move_off(ino).await?;
         };
-        let staged = self.stage(ino, flags.0 & libc::O_TRUNC != 0).await;
-        {
+        let staged = self.stage(ino, truncate).await;
+        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
+        let backing = {
             let mut t = self.table();
-            if let Some(i) = t.get_mut(ino) {
-                i.plain_pending -= 1;
-                if staged.is_ok() {
-                    i.open_handles += 1;
+            match t.get_mut(ino) {
+                Some(i) => {
+                    i.plain_pending -= 1;
+                    match &staged {
+                        Ok(s) => {
+                            let b = self.kernel_writer(i, s, fh, flags, truncate, register);
+                            if b.is_ok() {
+                                i.open_handles += 1;
+                            }
+                            Some(b)
+                        }
+                        Err(_) => None,
+                    }
                 }
+                None => None,
             }
-        }
-        let staged = staged?;
-        let fh = self.new_fh(Handle::File {
-            ino,
-            staged: Some(staged),
-        });
-        let flags = if keep {
-            FopenFlags::FOPEN_KEEP_CACHE
-        } else {
-            FopenFlags::empty()
         };
-        Ok(Opened {
+        let staged = staged?;
+        let backing = match backing {
+            Some(Ok(b)) => b,
+            Some(Err(e)) => {
+                self.release_staged(ino, &staged);
+                return Err(e);
+            }
+            None => {
+                self.release_staged(ino, &staged);
+                return Err(Errno::ENOENT);
+            }
+        };
+        let keep = keep && backing.is_none();
+        let mut opened = self.writer_handle(ino, fh, staged, backing);
+        if keep {
+            opened.flags = FopenFlags::FOPEN_KEEP_CACHE;
+        }
+        Ok(opened)
+    }
+
+    /// Whether files created or truncated here are written by the kernel itself. Not under a
+    /// file size limit below the usual (`--max-file-size`): the kernel cannot refuse a write
+    /// past it with EFBIG, as the daemon does.
+    fn kernel_writes(&self) -> bool {
+        self.opts.kernel_writes
+            && self.opts.max_file_size >= KERNEL_WRITES_LIMIT
+            && self.journal.leases()
+    }
+
+    /// What `vaultfs status` and the mount's log say about writes.
+    pub(super) fn describe_writes(&self) -> String {
+        if self.kernel_writes() && self.passthrough.on() {
+            "passthrough for new and truncated files (the kernel writes their staging files)".into()
+        } else {
+            "through the daemon".into()
+        }
+    }
+
+    /// The handle of a writer: the kernel writes for it when it has a backing file.
+    pub(super) fn writer_handle(
+        &self,
+        ino: Ino,
+        fh: u64,
+        staged: Arc<Staged>,
+        backing: Option<Arc<fuser::BackingId>>,
+    ) -> Opened {
+        self.handles().insert(
             fh,
-            flags,
-            backing: None,
-        })
+            Handle::File {
+                ino,
+                staged: Some(staged),
+                kernel: backing.is_some(),
+            },
+        );
+        Opened {
+            fh,
+            flags: FopenFlags::empty(),
+            backing,
+        }
+    }
+
+    /// Whether the kernel writes the staged file itself for writer `fh` (passthrough), decided
+    /// with the table locked: it must when passthrough opens share the file already (no plain
+    /// open may join them), and may for a file written afresh (created or truncated: a change
+    /// whatever is written, since what the kernel writes is never seen here) that nobody else
+    /// has open. `Some`: the backing file to open with.
+    pub(super) fn kernel_writer(
+        &self,
+        i: &mut super::table::Inode,
+        staged: &Arc<Staged>,
+        fh: u64,
+        flags: OpenFlags,
+        afresh: bool,
+        register: &Register<'_>,
+    ) -> OpResult<Option<Arc<fuser::BackingId>>> {
+        if let Some(pt) = &mut i.pt {
+            if pt.key() != staged.backing_key() {
+                log::error!("{}: passthrough opens of another file hold it", i.path);
+                return Err(Errno::EIO);
+            }
+            staged.kernel_writer_joins();
+            return Ok(Some(pt.join(fh)));
+        }
+        let alone = i.open_handles == 0 && i.plain_pending == 0;
+        let wanted = self.kernel_writes() && afresh && alone && passable(flags);
+        if !(wanted && self.passthrough.on()) {
+            return Ok(None);
+        }
+        let file = staged.own_file().map_err(|e| io_errno(&e))?;
+        let source = passthrough::Source::Staged(file);
+        let Some(id) = self.passthrough.register(&source, register) else {
+            return Ok(None);
+        };
+        staged.kernel_writer_joins();
+        // What the kernel caches of the inode is older than what it now writes past it.
+        i.kernel_md5 = None;
+        let shared = passthrough::Shared::new(staged.backing_key(), id, fh, source);
+        let id = shared.id();
+        i.pt = Some(shared);
+        Ok(Some(id))
     }
 
     /// A reader's open decided with the table locked: passed through when `source` holds the
@@ -364,7 +515,13 @@ impl<B: Backend> Fs<B> {
             let i = t.get_mut(ino).ok_or(Errno::ENOENT)?;
             let current = i.remote.as_ref().and_then(passthrough::key);
             if let Some(pt) = &mut i.pt {
-                if i.staged.is_some() || current.as_deref() != Some(pt.key()) || !passable(flags) {
+                // Opens of a staged file the kernel writes are all passed through: none can
+                // be plain, and its name cannot move.
+                let joins = match &i.staged {
+                    Some(s) => pt.key() == s.backing_key(),
+                    None => current.as_deref() == Some(pt.key()) && passable(flags),
+                };
+                if !joins {
                     return Ok(None);
                 }
                 i.open_handles += 1;
@@ -389,8 +546,14 @@ impl<B: Backend> Fs<B> {
                 }
             }
         };
-        self.handles()
-            .insert(fh, Handle::File { ino, staged: None });
+        self.handles().insert(
+            fh,
+            Handle::File {
+                ino,
+                staged: None,
+                kernel: false,
+            },
+        );
         if let Some(id) = backing {
             return Ok(Some(Opened {
                 fh,
@@ -448,9 +611,12 @@ impl<B: Backend> Fs<B> {
         Err(Errno::ESTALE)
     }
 
-    /// Whether passthrough opens hold `ino` (a truncate by name must move it first).
+    /// Whether passthrough opens of a stored version hold `ino` (a truncate by name must move
+    /// it first; one of a staged file the kernel writes cuts that file).
     pub(super) fn held_by_passthrough(&self, ino: Ino) -> bool {
-        self.table().get(ino).is_some_and(|i| i.pt.is_some())
+        self.table()
+            .get(ino)
+            .is_some_and(|i| i.pt.is_some() && !shares_staged(i))
     }
 
     /// SETATTR of a size on an inode held by passthrough opens: the name moves (ESTALE, and
@@ -529,6 +695,13 @@ impl<B: Backend> Fs<B> {
     pub(super) async fn fsync(self: &Arc<Self>, ino: Ino) -> OpResult<()> {
         let staged = self.table().get(ino).and_then(|i| i.staged.clone());
         let Some(staged) = staged else { return Ok(()) };
+        // What the kernel wrote itself is news here.
+        let stored = self
+            .table()
+            .get(ino)
+            .and_then(|i| i.remote.as_ref())
+            .and_then(|r| Some((r.md5.clone()?, r.size)));
+        staged.kernel_sync(stored.as_ref().map(|(m, n)| (m.as_str(), *n)));
         if !staged.is_dirty() {
             return Ok(());
         }
@@ -591,6 +764,7 @@ impl<B: Backend> Fs<B> {
 
     /// WRITE through handle `fh`, to its staged copy: the number of bytes written.
     pub(super) fn write(&self, fh: u64, offset: u64, data: &[u8]) -> OpResult<u32> {
+        self.daemon_writes.fetch_add(1, Ordering::Relaxed);
         let staged = self.writing(fh)?;
         staged.write_at(offset, data).map_err(|e| io_errno(&e))?;
         // A large file written in order is hashed while it is written, beside the writer.
@@ -627,23 +801,41 @@ impl<B: Backend> Fs<B> {
 /// what it last saw through the daemon (or the staged copy, which it saw written).
 fn keep_cache(i: &mut super::table::Inode) -> bool {
     let md5 = i.remote.as_ref().and_then(|r| r.md5.clone());
-    let keep = i.staged.is_some() || (md5.is_some() && md5 == i.kernel_md5);
+    // The kernel saw a staged file written through the daemon, not one it wrote itself.
+    let staged = i.staged.as_ref().map(|s| !s.kernel_wrote());
+    let keep = staged.unwrap_or(false) || (md5.is_some() && md5 == i.kernel_md5);
     if i.staged.is_none() {
         i.kernel_md5 = md5;
     }
     keep
 }
 
-/// Whether a reader's open may be passed through: not with O_DIRECT (the backing file would
-/// take aligned reads only, where FUSE takes any) nor O_TRUNC (its truncate follows as a
-/// SETATTR, which a passthrough open's inode cannot take).
+/// Whether the passthrough opens of `i` share its staged file (the kernel writes it).
+fn shares_staged(i: &super::table::Inode) -> bool {
+    match (&i.pt, &i.staged) {
+        (Some(pt), Some(s)) => pt.key() == s.backing_key(),
+        _ => false,
+    }
+}
+
+/// Whether an open cuts the file (the kernel sends O_TRUNC with it: FUSE_ATOMIC_O_TRUNC).
+fn truncates(flags: OpenFlags) -> bool {
+    flags.0 & libc::O_TRUNC != 0
+}
+
+/// Whether an open may be passed through: not with O_DIRECT (the backing file would take
+/// aligned requests only, where FUSE takes any). (An O_TRUNC open is a writer's.)
 fn passable(flags: OpenFlags) -> bool {
     #[cfg(target_os = "linux")]
     let direct = libc::O_DIRECT;
     #[cfg(not(target_os = "linux"))]
     let direct = 0;
-    flags.0 & (libc::O_TRUNC | direct) == 0
+    flags.0 & direct == 0
 }
+
+/// Below this file size limit, writes go through the daemon, which refuses one past the limit
+/// at once (a larger file written by the kernel is refused when stored, before it is hashed).
+const KERNEL_WRITES_LIMIT: u64 = 1 << 40;
 
 /// How many times an open copies a file that keeps getting new versions meanwhile.
 const STAGE_ATTEMPTS: usize = 5;

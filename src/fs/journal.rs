@@ -69,6 +69,8 @@ pub struct Journal {
     max_file_size: u64,
     /// Whether staged files are hashed ahead with sha256 too (see `Staged::md5_only`).
     sha256: bool,
+    /// Whether the kernel may write staging files itself (`staging::kernel_writes_safe`).
+    leases: bool,
 }
 
 fn open_append(path: &Path) -> io::Result<File> {
@@ -142,7 +144,9 @@ impl Journal {
             }
         }
         let spares = Spares::new(staging.clone(), max + 1);
+        let leases = super::staging::kernel_writes_safe(&staging);
         Ok(Journal {
+            leases,
             staging,
             dir,
             lost: cache_dir.join("lost+found"),
@@ -223,6 +227,11 @@ impl Journal {
     }
 
     /// Files with an entry (waiting for upload, or open for writing).
+    /// Whether the kernel may write staging files itself (`staging::kernel_writes_safe`).
+    pub fn leases(&self) -> bool {
+        self.leases
+    }
+
     pub fn len(&self) -> usize {
         self.log().live.len()
     }

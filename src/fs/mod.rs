@@ -123,6 +123,9 @@ pub struct MountOptions {
     pub max_file_size: u64,
     /// Pass opens of files whole on local disk through to the kernel where it allows it.
     pub passthrough: bool,
+    /// With passthrough: the kernel writes files created or truncated through the mount to
+    /// their staging files itself.
+    pub kernel_writes: bool,
     /// The kernel's read-ahead for the mount in KiB: None decides by the way reads go
     /// (`read_ahead`), 0 keeps the kernel's.
     pub read_ahead_kb: Option<u32>,
@@ -145,6 +148,7 @@ impl Default for MountOptions {
             max_file_size: 1 << 40,
             passthrough: true,
             read_ahead_kb: None,
+            kernel_writes: true,
         }
     }
 }
@@ -154,6 +158,8 @@ enum Handle {
     File {
         ino: Ino,
         staged: Option<Arc<Staged>>,
+        /// A writer whose writes the kernel makes itself, to the staged file (passthrough).
+        kernel: bool,
     },
     Dir {
         entries: Vec<(Ino, fuser::FileType, String)>,
@@ -209,6 +215,8 @@ pub(crate) struct Fs<B: Backend> {
     read_ahead_kb: std::sync::atomic::AtomicU32,
     /// READ requests answered (for `vaultfs status`: passthrough reads make none).
     daemon_reads: AtomicU64,
+    /// WRITE requests answered (passthrough writes make none).
+    daemon_writes: AtomicU64,
 }
 
 impl<B: Backend> Fs<B> {
@@ -250,6 +258,7 @@ impl<B: Backend> Fs<B> {
             }),
             read_ahead_kb: std::sync::atomic::AtomicU32::new(0),
             daemon_reads: AtomicU64::new(0),
+            daemon_writes: AtomicU64::new(0),
             opts,
             tracker: status::Tracker::default(),
             previews: Mutex::default(),

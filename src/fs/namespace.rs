@@ -6,13 +6,15 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use fuser::{Errno, FileAttr, RenameFlags, TimeOrNow};
+use fuser::{Errno, FileAttr, OpenFlags, RenameFlags, TimeOrNow};
 
 use super::attrs::Keep;
 use super::errno::{errno, io_errno};
+use super::io::Opened;
+use super::passthrough::Register;
 use super::preview::{DIR_NAME, is_virtual};
 use super::table::{Ino, Kind};
-use super::{Fs, Handle, OpResult};
+use super::{Fs, OpResult};
 use crate::api::path::MAX_NAME_BYTES;
 use crate::backend::Backend;
 
@@ -93,7 +95,8 @@ impl<B: Backend> Fs<B> {
         name: &str,
         flags: i32,
         exec: u32,
-    ) -> OpResult<(FileAttr, u64)> {
+        register: &Register<'_>,
+    ) -> OpResult<(FileAttr, Opened)> {
         Self::outside_previews(parent, name)?;
         self.writable()?;
         let dir = self.dir_path(parent)?;
@@ -118,29 +121,39 @@ impl<B: Backend> Fs<B> {
                 ino
             }
         };
-        let staged = self
-            .stage(ino, existing.is_none() || flags & libc::O_TRUNC != 0)
-            .await?;
+        let afresh = existing.is_none() || flags & libc::O_TRUNC != 0;
+        let staged = self.stage(ino, afresh).await?;
         if existing.is_none() {
             // A new file is a change even with no bytes written: it must be created remotely.
             staged.mark_changed();
         }
-        let attr = {
+        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
+        let opened = {
             let mut t = self.table();
             t.link_into_parent(ino);
             if existing.is_none() {
                 t.entries_changed(parent);
             }
-            let i = t.get_mut(ino).ok_or(Errno::ENOENT)?;
-            i.lookups += 1;
-            i.open_handles += 1;
-            t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT)?
+            match t.get_mut(ino) {
+                Some(i) => {
+                    let o = self.kernel_writer(i, &staged, fh, OpenFlags(flags), afresh, register);
+                    if o.is_ok() {
+                        i.lookups += 1;
+                        i.open_handles += 1;
+                    }
+                    o.and_then(|b| Ok((t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT)?, b)))
+                }
+                None => Err(Errno::ENOENT),
+            }
         };
-        let fh = self.new_fh(Handle::File {
-            ino,
-            staged: Some(staged),
-        });
-        Ok((attr, fh))
+        let (attr, backing) = match opened {
+            Ok(o) => o,
+            Err(e) => {
+                self.release_staged(ino, &staged);
+                return Err(e);
+            }
+        };
+        Ok((attr, self.writer_handle(ino, fh, staged, backing)))
     }
 
     /// CREATE of a name a fresh listing does not have: all of it is local (the staging file,
@@ -149,8 +162,10 @@ impl<B: Backend> Fs<B> {
         self: &Arc<Self>,
         parent: Ino,
         name: &str,
+        flags: i32,
         exec: u32,
-    ) -> Option<OpResult<(FileAttr, u64)>> {
+        register: &Register<'_>,
+    ) -> Option<OpResult<(FileAttr, Opened)>> {
         if let Err(e) = Self::outside_previews(parent, name).and_then(|()| self.writable()) {
             return Some(Err(e));
         }
@@ -186,18 +201,19 @@ impl<B: Backend> Fs<B> {
         t.set_staged(ino, Some(staged.clone()));
         t.link_into_parent(ino);
         t.entries_changed(parent);
+        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
         let i = t.get_mut(ino)?;
         i.unlinked = false;
         i.exec = Some(exec);
+        // A fresh inode: nothing else has it open, no registration can conflict.
+        let backing = self
+            .kernel_writer(i, &staged, fh, OpenFlags(flags), true, register)
+            .unwrap_or(None);
         i.lookups += 1;
         i.open_handles += 1;
         let attr = t.attr(ino, self.uid, self.gid)?;
         drop(t);
-        let fh = self.new_fh(Handle::File {
-            ino,
-            staged: Some(staged),
-        });
-        Some(Ok((attr, fh)))
+        Some(Ok((attr, self.writer_handle(ino, fh, staged, backing))))
     }
 
     pub(super) async fn setattr(

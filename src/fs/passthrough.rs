@@ -1,6 +1,8 @@
 //! FUSE passthrough: an open file whose bytes are whole on local disk (the built-in store's
 //! blob, a complete read-cache file) is handed to the kernel, which then reads it (and maps it)
-//! without asking the daemon.
+//! without asking the daemon. A file created or truncated through the mount is handed over with
+//! its staging file, which the kernel then writes itself (`io::kernel_writer`; what that asks of
+//! the staged file's life is in `staging`, "kernel writers").
 //!
 //! The kernel binds one backing file to an inode while any passthrough open of it lasts: every
 //! other open of that inode must be a passthrough open of the same backing file, or it fails
@@ -57,6 +59,8 @@ pub(crate) struct Shared {
 pub(super) enum Source {
     File(File),
     Entry(Arc<Entry>),
+    /// A staged file, which the kernel writes too (its handles hold it).
+    Staged(Arc<File>),
 }
 
 impl Source {
@@ -64,6 +68,7 @@ impl Source {
         match self {
             Source::File(f) => f.as_fd(),
             Source::Entry(e) => e.file().as_fd(),
+            Source::Staged(f) => f.as_fd(),
         }
     }
 }
@@ -155,7 +160,7 @@ impl Shared {
     pub(super) fn new(key: String, id: BackingId, fh: u64, source: Source) -> Shared {
         let entry = match source {
             Source::Entry(e) => Some(e),
-            Source::File(_) => None,
+            Source::File(_) | Source::Staged(_) => None,
         };
         Shared {
             key,

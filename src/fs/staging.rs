@@ -1,5 +1,17 @@
 //! Write staging: a file opened for writing works on a staging file on local disk, whose entry
 //! in the upload journal (`journal.rs`) says where its bytes belong.
+//!
+//! Kernel writers: a file created or truncated through the mount may be written by the kernel
+//! itself (FUSE passthrough, `io::kernel_writer`), with no WRITE reaching the daemon. Then:
+//! - size and mtime are read from the file (`observe`), and each release, fsync, or end of a map
+//!   makes a new generation (`kernel_changed`), told by the file's size and times, which the
+//!   kernel moves on every write once they were read (multigrain timestamps, checked at mount
+//!   by `kernel_writes_safe`); when they did not move, the bytes are compared with the stored
+//!   version before anything is stored again;
+//! - nothing is hashed ahead, and the file is never sealed (linked as a blob) nor retired while
+//!   the kernel may write it: a handle open, or a shared map that outlived its handles (a
+//!   passthrough map holds the staging file, not the mount's file; a lease tells,
+//!   `mapped_elsewhere`).
 
 use std::fs::{self, File};
 use std::io;
@@ -10,6 +22,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use crate::api::checksum::Digests;
+
+fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// A staged file: the bytes a writer sees, and how far they are from being uploaded.
 ///
@@ -22,6 +38,8 @@ pub struct Staged {
     data: std::sync::RwLock<Arc<File>>,
     /// `data` is shared with the backend: copy before changing it.
     sealed: AtomicBool,
+    /// How many times `data` was replaced by a copy (names the file for `backing_key`).
+    copies: AtomicU64,
     data_path: PathBuf,
     size: AtomicU64,
     /// The largest file the backend takes: a write, cut or reservation past it is EFBIG at
@@ -36,6 +54,19 @@ pub struct Staged {
     /// Open writable handles. Changed only with the inode table locked (see `fs::writeback`),
     /// so a staged file is never retired while a writer is about to use it.
     pub writers: AtomicU32,
+    /// Of those, the handles the kernel writes through itself (passthrough): their writes never
+    /// reach the daemon, so size and time are read from the file (`observe`) and each of their
+    /// releases counts as a change.
+    kernel_writers: AtomicU32,
+    /// The kernel has written the file: what was hashed ahead says nothing about its bytes.
+    kernel_wrote: AtomicBool,
+    /// Size, mtime and ctime (ns) of the file at the last generation the kernel's writes
+    /// made (`kernel_changed`).
+    synced: Mutex<(u64, i64, i64)>,
+    /// That generation may hold the bytes stored already (see `kernel_changed`).
+    unsure: AtomicBool,
+    /// A map the kernel writes through outlives the file's handles (`mapped_elsewhere`).
+    mapped: AtomicBool,
     mtime: Mutex<SystemTime>,
     /// Orders writes, truncates, seals and copies with the size they change.
     order: Mutex<()>,
@@ -95,6 +126,9 @@ struct HashAhead {
 /// The hasher starts once this much is written and not hashed (small files are hashed at
 /// upload, from the page cache, in less time than a task takes to start).
 const HASH_AHEAD_FROM: u64 = 8 << 20;
+/// Files up to this size are compared with their stored version at once when the kernel may
+/// have left them as they were (`Staged::kernel_changed`).
+const COMPARE_AT_ONCE: u64 = 1 << 20;
 /// What the hasher reads at a time (between chunks it checks for a waiting upload).
 const HASH_CHUNK: u64 = 4 << 20;
 
@@ -123,6 +157,7 @@ impl Staged {
             id,
             data: std::sync::RwLock::new(Arc::new(file)),
             sealed: AtomicBool::new(false),
+            copies: AtomicU64::new(0),
             data_path,
             size: AtomicU64::new(size),
             max_size: u64::MAX,
@@ -130,6 +165,11 @@ impl Staged {
             generation: AtomicU64::new(u64::from(dirty)),
             uploaded: AtomicU64::new(0),
             writers: AtomicU32::new(0),
+            kernel_writers: AtomicU32::new(0),
+            kernel_wrote: AtomicBool::new(false),
+            synced: Mutex::new((0, 0, 0)),
+            unsure: AtomicBool::new(false),
+            mapped: AtomicBool::new(false),
             mtime: Mutex::new(SystemTime::now()),
             order: Mutex::new(()),
             journal: Mutex::new(JournalState::default()),
@@ -203,6 +243,7 @@ impl Staged {
         {
             let mut a = self.ahead();
             let start = a.valid
+                && !self.kernel_wrote.load(Ordering::SeqCst)
                 && !a.running
                 && self.size().saturating_sub(a.reading_to) >= HASH_AHEAD_FROM;
             if !start {
@@ -256,7 +297,8 @@ impl Staged {
     /// are not known. Taken with `order` held, as the snapshot is: a later change cannot slip in.
     fn digests(&self) -> Option<Digests> {
         let a = self.ahead.pause();
-        if a.valid { a.digests.clone() } else { None }
+        let known = a.valid && !self.kernel_wrote.load(Ordering::SeqCst);
+        if known { a.digests.clone() } else { None }
     }
 
     /// The file is done with (stored, or removed): a hasher still reading it stops.
@@ -285,6 +327,7 @@ impl Staged {
     }
 
     fn changed(&self) {
+        self.unsure.store(false, Ordering::SeqCst);
         self.generation.fetch_add(1, Ordering::SeqCst);
         self.set_mtime(SystemTime::now());
     }
@@ -309,6 +352,11 @@ impl Staged {
     /// The content as it is now, never to be written again: later changes go to a copy.
     pub fn seal(&self) -> Snapshot {
         let _order = self.order();
+        debug_assert_eq!(
+            self.kernel_writers(),
+            0,
+            "a file the kernel writes is never sealed"
+        );
         self.sealed.store(true, Ordering::SeqCst);
         Snapshot {
             file: self.file(),
@@ -322,6 +370,7 @@ impl Staged {
     /// The content as it is now, for an upload that reads it while writers may go on.
     pub fn snapshot(&self) -> Snapshot {
         let _order = self.order();
+        self.observe_locked();
         Snapshot {
             file: self.file(),
             size: self.size(),
@@ -342,6 +391,7 @@ impl Staged {
         let copy = crate::api::files::copy_to_new(&self.file(), self.size(), &tmp)?;
         fs::rename(&tmp, &self.data_path)?;
         *self.data.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(copy);
+        self.copies.fetch_add(1, Ordering::SeqCst);
         self.sealed.store(false, Ordering::SeqCst);
         Ok(())
     }
@@ -354,6 +404,8 @@ impl Staged {
         let _order = self.order();
         let pending = self.is_dirty();
         if pending {
+            // Stored even with the same bytes: the attributes are the change.
+            self.unsure.store(false, Ordering::SeqCst);
             self.generation.fetch_add(1, Ordering::SeqCst);
         }
         if let Some(t) = mtime {
@@ -432,7 +484,7 @@ impl Staged {
         self.end_change();
         cut?;
         self.size.store(size, Ordering::SeqCst);
-        if size == 0 {
+        if size == 0 && !self.kernel_wrote.load(Ordering::SeqCst) {
             // Emptied (O_TRUNC): hashing starts over (a running hasher's work is void).
             let mut a = self.ahead();
             a.valid = true;
@@ -473,6 +525,196 @@ impl Staged {
     pub fn data_path(&self) -> &Path {
         &self.data_path
     }
+
+    /// Which file the kernel writes and reads itself for this staged copy (`passthrough`): it
+    /// changes only when a sealed file is copied, which never happens while the kernel holds
+    /// it.
+    pub fn backing_key(&self) -> String {
+        format!("staged-{}-{}", self.id, self.copies.load(Ordering::SeqCst))
+    }
+
+    /// The file as it is now, ready for the kernel to write (a sealed one is copied first).
+    pub fn own_file(&self) -> io::Result<Arc<File>> {
+        let _order = self.order();
+        self.unshare()?;
+        Ok(self.file())
+    }
+
+    /// A handle the kernel writes through itself opens (after [`Staged::own_file`], with the
+    /// inode table locked, so nothing seals the file in between): hashing ahead stops for
+    /// good.
+    pub fn kernel_writer_joins(&self) {
+        let _order = self.order();
+        if !self.kernel_wrote.swap(true, Ordering::SeqCst) {
+            *relock(&self.synced) = self.stat();
+        }
+        self.kernel_writers.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Whether the kernel ever wrote the file (the page cache of the mount's inode may be
+    /// older than the file's bytes).
+    pub fn kernel_wrote(&self) -> bool {
+        self.kernel_wrote.load(Ordering::SeqCst)
+    }
+
+    /// Such a handle is released (its writes through write(2) are done): what it wrote is a
+    /// change to store. (A shared map of it may write on: see [`Staged::mapped_elsewhere`].)
+    pub fn kernel_writer_leaves(&self, stored: Option<(&str, u64)>) {
+        let _order = self.order();
+        self.kernel_changed(stored);
+        self.kernel_writers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// An fsync while the kernel writes (no write(2) of it runs meanwhile: the kernel holds
+    /// the inode's lock across both): what it wrote so far is a change to store.
+    pub fn kernel_sync(&self, stored: Option<(&str, u64)>) {
+        let _order = self.order();
+        if self.kernel_holds() {
+            self.kernel_changed(stored);
+        }
+    }
+
+    /// After the kernel let go of the file (a map gone, the last reader of it closed): what
+    /// a map wrote is a change to store.
+    pub fn kernel_recheck(&self, stored: Option<(&str, u64)>) {
+        let _order = self.order();
+        self.kernel_changed(stored);
+    }
+
+    /// The kernel may have changed the file since the last generation. Its size or times tell
+    /// for sure when they moved (timestamps are fine-grained once read, see
+    /// `kernel_writes_safe`): a new generation. When they did not, a map may still have written
+    /// a dirty page again without a fault: a small file is compared with the `stored` version
+    /// (md5, size) here, and is no change when the same; else the new generation is `unsure`,
+    /// and its upload compares first (storing the same bytes again would make a new version
+    /// of old bytes, over one another client stored meanwhile).
+    fn kernel_changed(&self, stored: Option<(&str, u64)>) {
+        let now = self.stat();
+        let moved = std::mem::replace(&mut *relock(&self.synced), now) != now;
+        self.observe_locked();
+        if !moved {
+            if let Some((md5, size)) = stored.filter(|s| s.1 == now.0 && s.1 <= COMPARE_AT_ONCE) {
+                let same = Digests::md5_only().md5_from(&self.file(), size);
+                if same.is_ok_and(|m| m == md5) {
+                    return;
+                }
+            }
+        }
+        self.unsure.store(!moved, Ordering::SeqCst);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Whether the last change may have left the bytes as they were (see `kernel_changed`).
+    pub fn unsure(&self) -> bool {
+        self.unsure.load(Ordering::SeqCst)
+    }
+
+    /// The bytes were compared with the stored version and found changed.
+    pub fn make_sure(&self) {
+        self.unsure.store(false, Ordering::SeqCst);
+    }
+
+    /// Size, mtime and ctime (ns) of the file.
+    fn stat(&self) -> (u64, i64, i64) {
+        use std::os::unix::fs::MetadataExt;
+        match self.file().metadata() {
+            Ok(m) => {
+                let ns = |s: i64, n: i64| s.saturating_mul(1_000_000_000).saturating_add(n);
+                let (mtime, ctime) = (ns(m.mtime(), m.mtime_nsec()), ns(m.ctime(), m.ctime_nsec()));
+                (m.len(), mtime, ctime)
+            }
+            Err(e) => {
+                log::warn!("staged file {}: {e}", self.data_path.display());
+                (u64::MAX, 0, 0)
+            }
+        }
+    }
+
+    /// Whether the file is open anywhere but here. A map the kernel wrote through keeps the
+    /// staging file itself open (a passthrough map maps the backing file, and the kernel lets
+    /// go of the mount's file, so its release came already): its writes land here after the
+    /// last release, and the file may be neither stored by a link nor retired before it ends.
+    /// Asked as the kernel's own test is: a write lease is granted only to the sole opener.
+    pub fn mapped_elsewhere(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let fd = self.file().as_raw_fd();
+        // SAFETY: fcntl on our own open descriptor; a lease granted is given back at once.
+        unsafe {
+            if libc::fcntl(fd, libc::F_SETLEASE, libc::F_WRLCK) != 0 {
+                return true;
+            }
+            libc::fcntl(fd, libc::F_SETLEASE, libc::F_UNLCK);
+        }
+        false
+    }
+
+    pub fn kernel_writers(&self) -> u32 {
+        self.kernel_writers.load(Ordering::SeqCst)
+    }
+
+    /// Whether the kernel may write the file now (a handle, or a map after the handles): it
+    /// is then neither sealed nor retired.
+    pub fn kernel_holds(&self) -> bool {
+        self.kernel_writers() > 0 || self.mapped.load(Ordering::SeqCst)
+    }
+
+    pub fn set_mapped(&self, mapped: bool) {
+        self.mapped.store(mapped, Ordering::SeqCst);
+    }
+
+    /// Size and time as the kernel's writes left them (they never pass through `write_at`).
+    pub fn observe(&self) {
+        if self.kernel_writers() > 0 {
+            let _order = self.order();
+            self.observe_locked();
+        }
+    }
+
+    fn observe_locked(&self) {
+        if !self.kernel_wrote.load(Ordering::SeqCst) {
+            return;
+        }
+        match self.file().metadata() {
+            Ok(m) => {
+                self.size.store(m.len(), Ordering::SeqCst);
+                if let Ok(t) = m.modified() {
+                    self.set_mtime(t);
+                }
+            }
+            Err(e) => log::warn!("staged file {}: {e}", self.data_path.display()),
+        }
+    }
+}
+
+/// Whether the kernel may write staging files in `dir` itself: its file system grants leases
+/// ([`Staged::mapped_elsewhere`] asks with one) and gives a change after a stat a new ctime
+/// (multigrain timestamps: `Staged::kernel_changed` tells a change by them).
+pub fn kernel_writes_safe(dir: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    let probe = dir.join(format!(".probe-{}", std::process::id()));
+    let Ok(f) = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&probe)
+    else {
+        return false;
+    };
+    let _ = fs::remove_file(&probe);
+    // SAFETY: fcntl on the descriptor just opened; the lease is given back at once.
+    let leases = unsafe {
+        let granted = libc::fcntl(f.as_raw_fd(), libc::F_SETLEASE, libc::F_WRLCK) == 0;
+        libc::fcntl(f.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK);
+        granted
+    };
+    let fine = (0..64u8).all(|i| {
+        let ctime = |f: &File| f.metadata().map(|m| (m.ctime(), m.ctime_nsec())).ok();
+        let before = ctime(&f);
+        f.write_all_at(&[i], 0).is_ok() && before.is_some() && ctime(&f) != before
+    });
+    leases && fine
 }
 
 #[cfg(test)]

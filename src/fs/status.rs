@@ -42,12 +42,20 @@ pub struct Status {
     /// (and why).
     #[serde(default)]
     pub reads: String,
+    /// How writes reach the staging files: by the kernel itself for new or truncated files,
+    /// or through the daemon.
+    #[serde(default)]
+    pub writes: String,
     /// The kernel's read-ahead for the mount in KiB, as it holds it (0: not set).
     #[serde(default)]
     pub read_ahead_kb: u32,
     /// READ requests the daemon answered since mounting (a passthrough read makes none).
     #[serde(default)]
     pub daemon_reads: u64,
+    /// WRITE requests the daemon answered since mounting (a write the kernel makes itself to
+    /// a staging file makes none).
+    #[serde(default)]
+    pub daemon_writes: u64,
     /// Uploads in flight first, then those waiting (for a slot, a retry or a writer to close).
     pub uploads: Vec<Upload>,
     /// The most recent errors, oldest first.
@@ -224,8 +232,10 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
             files,
         },
         reads: fs.passthrough.describe(),
+        writes: fs.describe_writes(),
         read_ahead_kb: fs.read_ahead_kb.load(Ordering::Relaxed),
         daemon_reads: fs.daemon_reads.load(Ordering::Relaxed),
+        daemon_writes: fs.daemon_writes.load(Ordering::Relaxed),
         uploads,
         errors: fs.tracker.errors(),
     }

@@ -139,6 +139,10 @@ impl Inode {
 
     /// Attributes as the kernel sees them; `subdirs` counts a folder's subfolders (for nlink).
     fn attr_with(&self, uid: u32, gid: u32, subdirs: u32) -> FileAttr {
+        if let Some(s) = &self.staged {
+            // Written by the kernel itself (passthrough): the file knows its size and time.
+            s.observe();
+        }
         let (kind, perm, nlink, size) = match self.kind {
             // A removed folder (or one renamed over) still open has no links left.
             Kind::Dir if self.unlinked => (FileType::Directory, 0o755, 0, 4096),

@@ -53,6 +53,11 @@ fn harness(one_by_one: bool, dir_ttl: Duration) -> Harness {
     }
 }
 
+/// No kernel to pass files through to: every open is served the plain way.
+fn no_backing(_: std::os::fd::BorrowedFd<'_>) -> std::io::Result<fuser::BackingId> {
+    Err(std::io::ErrorKind::Unsupported.into())
+}
+
 impl Harness {
     fn faults(&self) -> &Faulty<LocalBackend> {
         &self.fs.backend
@@ -66,20 +71,20 @@ impl Harness {
     async fn create(&self, name: &str) -> (Ino, u64) {
         let (attr, fh) = self
             .fs
-            .create(ROOT, name, libc::O_CREAT | libc::O_WRONLY, 0)
+            .create(ROOT, name, libc::O_CREAT | libc::O_WRONLY, 0, &no_backing)
             .await
             .unwrap();
-        (attr.ino.0, fh)
+        (attr.ino.0, fh.fh)
     }
 
     /// A new file in `dir` with `data`, fsynced and closed.
     async fn write_file(&self, dir: Ino, name: &str, data: &[u8]) -> Ino {
         let (attr, fh) = self
             .fs
-            .create(dir, name, libc::O_CREAT | libc::O_WRONLY, 0)
+            .create(dir, name, libc::O_CREAT | libc::O_WRONLY, 0, &no_backing)
             .await
             .unwrap();
-        let ino = attr.ino.0;
+        let (ino, fh) = (attr.ino.0, fh.fh);
         assert_eq!(self.fs.write(fh, 0, data), Ok(data.len() as u32));
         self.fs.fsync(ino).await.unwrap();
         self.fs.release(fh);
@@ -296,11 +301,13 @@ async fn namespace_errors_are_the_posix_ones_and_change_nothing() {
     assert_eq!(h.fs.mkdir(ROOT, "a").await.err(), Some(Errno::EEXIST));
     let excl = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY;
     assert_eq!(
-        h.fs.create(ROOT, "a", excl, 0).await.err(),
+        h.fs.create(ROOT, "a", excl, 0, &no_backing).await.err(),
         Some(Errno::EEXIST)
     );
     assert_eq!(
-        h.fs.create(ROOT, ".preview", libc::O_CREAT, 0).await.err(),
+        h.fs.create(ROOT, ".preview", libc::O_CREAT, 0, &no_backing)
+            .await
+            .err(),
         Some(Errno::EROFS)
     );
 
@@ -373,9 +380,16 @@ async fn a_file_in_a_folder_the_store_lost_ends_in_lost_and_found() {
     h.faults().inject_times(Op::CreateFolder, Fault::Lose, 1);
     let dir = h.fs.mkdir(ROOT, "gone").await.unwrap().ino.0;
     let (attr, fh) =
-        h.fs.create(dir, "orphan.txt", libc::O_CREAT | libc::O_WRONLY, 0)
-            .await
-            .unwrap();
+        h.fs.create(
+            dir,
+            "orphan.txt",
+            libc::O_CREAT | libc::O_WRONLY,
+            0,
+            &no_backing,
+        )
+        .await
+        .unwrap();
+    let fh = fh.fh;
     h.fs.write(fh, 0, b"keep me").unwrap();
     h.fs.release(fh);
 

@@ -190,6 +190,17 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
         mode: exec.map(file_mode),
     };
     let size = staged.size();
+    if size > fs.opts.max_file_size {
+        // Written past the limit by the kernel itself (see `io`): refused before hashing it.
+        return Err(Error::new(
+            crate::api::ErrorKind::TooLarge,
+            "file_too_large",
+            format!(
+                "{size} bytes is over the limit of {} bytes",
+                fs.opts.max_file_size
+            ),
+        ));
+    }
     // A backend in this process hashes what it stores anyway; a remote one gets the md5 so
     // the server can check the bytes that crossed the network.
     let md5 = if fs.backend.checksum_on_upload() {

@@ -178,6 +178,7 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
     let mut items = Vec::with_capacity(batch.len());
     let mut puts = Vec::with_capacity(batch.len());
     let mut busy = Vec::new();
+    let mut unsure = Vec::new();
     for (ino, fsync) in batch {
         let Some(io) = fs.table().get(ino).map(|i| i.io.clone()) else {
             finished(fs, ino, true);
@@ -209,13 +210,43 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
             finished(fs, ino, false);
             continue;
         }
-        let snap = staged.seal();
+        // Written by the kernel, maybe to the same bytes (see `Staged::kernel_changed`):
+        // compared with the stored version first.
+        if staged.unsure() {
+            if let Some(r) = inode.remote.as_ref().filter(|r| r.md5.is_some()) {
+                let stored = (r.md5.clone().unwrap_or_default(), r.size);
+                drop(t);
+                let item = Item {
+                    ino,
+                    generation: staged.generation(),
+                    size: staged.size(),
+                    staged,
+                    _io: guard,
+                };
+                unsure.push((item, stored));
+                continue;
+            }
+            staged.make_sure();
+        }
+        // A file the kernel may still write (passthrough opens share it, or a map that
+        // outlived them) is never sealed: the store copies it. Decided with the table locked,
+        // where such opens start.
+        let mut held = inode.pt.is_some() || staged.kernel_holds();
+        if !held && staged.kernel_wrote() && staged.mapped_elsewhere() {
+            held = true;
+            until_unmapped(fs, ino, &staged);
+        }
+        let snap = if held {
+            staged.snapshot()
+        } else {
+            staged.seal()
+        };
         puts.push(PutFile {
             path: inode.path.clone(),
             file_id: inode.remote.as_ref().map(|r| r.id.clone()),
             source: snap.file,
             len: snap.size,
-            sealed: true,
+            sealed: !held,
             digests: snap.digests,
             attrs: FileAttrs {
                 modified: Some(snap.mtime),
@@ -240,11 +271,15 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
             }
         });
     }
+    let mut retired = Vec::new();
+    if !unsure.is_empty() {
+        same_as_stored(fs, unsure, &mut retired).await;
+    }
     if puts.is_empty() {
+        end_entries(fs, retired).await;
         return;
     }
     let results = fs.backend.put_files(puts).await;
-    let mut retired = Vec::new();
     for (item, result) in items.into_iter().zip(results) {
         match result {
             Ok(node) => {
@@ -285,13 +320,107 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
             }
         }
     }
-    // A write and an unlink per file: file system work, off the runtime's threads.
+    end_entries(fs, retired).await;
+}
+
+/// A staged file the kernel wrote is still open through a map of it, its handles gone (see
+/// `Staged::mapped_elsewhere`; most often the kernel is only about to close the backing file
+/// of a handle just released): it is not retired until the map is gone, and what the map
+/// wrote is stored then.
+pub(super) fn until_unmapped<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, staged: &Arc<Staged>) {
+    staged.set_mapped(true);
+    let (fs, staged) = (fs.clone(), staged.clone());
+    fs.rt.clone().spawn(async move {
+        let mut wait = Duration::ZERO;
+        loop {
+            if wait.is_zero() {
+                tokio::task::yield_now().await;
+            } else {
+                tokio::time::sleep(wait).await;
+            }
+            // Let go of with the table locked, where a batch decides to seal.
+            let t = fs.table();
+            if !staged.mapped_elsewhere() {
+                staged.set_mapped(false);
+                break;
+            }
+            drop(t);
+            if wait >= Duration::from_millis(100) {
+                log::debug!("inode {ino}: mapped after its last close, stored once unmapped");
+            }
+            wait = (wait * 4).clamp(Duration::from_millis(1), Duration::from_millis(500));
+        }
+        let stored = fs
+            .table()
+            .get(ino)
+            .and_then(|i| i.remote.as_ref())
+            .and_then(|r| Some((r.md5.clone()?, r.size)));
+        staged.kernel_recheck(stored.as_ref().map(|(m, n)| (m.as_str(), *n)));
+        if staged.is_dirty() {
+            super::upload::schedule(&fs, ino);
+        } else {
+            fs.settle(ino, &staged);
+        }
+    });
+}
+
+/// The journal entries of retired files end: a write and an unlink per file, file system work
+/// off the runtime's threads.
+async fn end_entries<B: Backend>(fs: &Arc<Fs<B>>, retired: Vec<Arc<Staged>>) {
+    if retired.is_empty() {
+        return;
+    }
     let journal_fs = fs.clone();
     let ended = tokio::task::spawn_blocking(move || {
         journal_fs.journal.finish_all(retired.iter().map(|s| &**s));
     });
     if let Err(e) = ended.await {
         log::error!("ending journal entries failed: {e}");
+    }
+}
+
+/// Files of `unsure` generations (see `Staged::kernel_changed`): those whose bytes are the
+/// stored version's are clean without storing anything (storing them again would make a new
+/// version of old bytes, over one another client stored meanwhile); the others go in the next
+/// batch.
+async fn same_as_stored<B: Backend>(
+    fs: &Arc<Fs<B>>,
+    unsure: Vec<(Item, (String, u64))>,
+    retired: &mut Vec<Arc<Staged>>,
+) {
+    let files: Vec<_> = unsure.iter().map(|u| u.0.staged.clone()).collect();
+    let hashed = tokio::task::spawn_blocking(move || {
+        files
+            .iter()
+            .map(|s| (s.md5().ok(), s.size()))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    for ((item, known), (md5, size)) in unsure.into_iter().zip(hashed) {
+        let Item {
+            ino,
+            staged,
+            generation,
+            _io: guard,
+            ..
+        } = item;
+        if md5.as_ref() == Some(&known.0) && size == known.1 {
+            {
+                let mut t = fs.table();
+                staged.mark_uploaded(generation);
+                if retire(fs, &mut t, ino, &staged) {
+                    retired.push(staged.clone());
+                }
+            }
+            fs.writeback.notify(ino, Some(generation));
+            drop(guard);
+            finished(fs, ino, !staged.is_dirty());
+        } else {
+            staged.make_sure();
+            drop(guard);
+            fs.writeback.enqueue(ino);
+        }
     }
 }
 
@@ -349,7 +478,7 @@ fn finished<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, clean: bool) {
 /// retired: the caller then ends its journal entry and staging name (`Journal::finish`),
 /// after letting go of the table (a crash in between uploads the same bytes once more).
 pub(super) fn retire<B: Backend>(
-    fs: &Fs<B>,
+    fs: &Arc<Fs<B>>,
     t: &mut Table,
     ino: Ino,
     staged: &Arc<Staged>,
@@ -365,8 +494,22 @@ pub(super) fn retire<B: Backend>(
     {
         return false;
     }
+    // Passthrough opens of a file the kernel wrote: one of them may have mapped it, and the
+    // map write on after its close. Their last release retires it (see `io`), or the end of
+    // a map that outlived them.
+    if staged.kernel_wrote() {
+        if inode.pt.is_some() || staged.kernel_holds() {
+            return false;
+        }
+        if staged.mapped_elsewhere() {
+            until_unmapped(fs, ino, staged);
+            return false;
+        }
+    }
     if let Some(r) = inode.remote.clone() {
-        inode.kernel_md5 = r.md5.clone();
+        // What the kernel caches of the inode is what it saw written, unless it wrote the
+        // staged file itself (passthrough).
+        inode.kernel_md5 = r.md5.clone().filter(|_| !staged.kernel_wrote());
         inode.mtime = staged.mtime();
         // Kept open before the staging name goes: reading back what was written needs no copy.
         if let Err(e) = fs

@@ -1,0 +1,275 @@
+//! Writes the kernel makes itself (FUSE passthrough) on a real mount: a file created or
+//! truncated through the mount is written by the kernel straight to its staging file, with no
+//! WRITE reaching the daemon; what it wrote is stored whole at close and at fsync (never a
+//! stored version changed afterwards), whatever else shares the file meanwhile (readers, a
+//! second writer, a map, a cut, an append); an existing file opened for update still goes
+//! through the daemon.
+
+#[macro_use]
+mod common;
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::process::Command;
+
+use common::env::{Env, Via};
+use common::mount::{BIN, Mount, pattern};
+use futures_util::StreamExt;
+use vaultfs::api::NodePath;
+use vaultfs::backend::Backend;
+
+both!(
+    the_kernel_writes_new_files_itself,
+    an_fsync_while_the_kernel_writes_stores_a_version_that_stays_whole,
+    cuts_appends_a_second_writer_and_a_map_all_reach_the_store,
+    an_update_in_place_goes_through_the_daemon,
+);
+
+/// `vaultfs status --json` of the mount.
+fn status(m: &Mount) -> serde_json::Value {
+    let out = Command::new(BIN)
+        .arg("status")
+        .arg(&m.dir)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// WRITE requests the daemon answered so far.
+fn daemon_writes(m: &Mount) -> u64 {
+    status(m)["daemon_writes"].as_u64().unwrap()
+}
+
+/// The bytes the store holds for `name` of the vault, as another client reads them.
+fn stored(env: &Env, name: &str) -> Vec<u8> {
+    let b = env.backend();
+    let p = NodePath::parse_uri(&format!("/nodes/pth/Local/My First Vault/{name}")).unwrap();
+    env.rt.block_on(async {
+        let id = b.node(&p).await.unwrap().file_id().unwrap().to_string();
+        let mut body = b.download(&id, None).await.unwrap().body;
+        let mut out = Vec::new();
+        while let Some(chunk) = body.next().await {
+            out.extend_from_slice(&chunk.unwrap());
+        }
+        out
+    })
+}
+
+/// Every blob of the built-in store holds the bytes its name (their sha256) says: no stored
+/// version was written to after it was stored.
+fn blobs_whole(env: &Env) {
+    use sha2::{Digest, Sha256};
+    let mut n = 0;
+    for dir in fs::read_dir(env.data.join("blobs")).unwrap() {
+        for blob in fs::read_dir(dir.unwrap().path()).unwrap() {
+            let p = blob.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            let sha: String = Sha256::digest(fs::read(&p).unwrap())
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            assert_eq!(
+                sha,
+                name,
+                "blob {} was changed after it was stored",
+                p.display()
+            );
+            n += 1;
+        }
+    }
+    assert!(n > 0, "no blob stored");
+}
+
+fn kernel_writes(m: &Mount) -> bool {
+    let st = status(m);
+    st["writes"].as_str().unwrap().starts_with("passthrough")
+}
+
+fn the_kernel_writes_new_files_itself(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    assert!(kernel_writes(&m), "{}", status(&m));
+    let before = daemon_writes(&m);
+    let data = pattern(3 << 20, 1);
+    let p = env.vault().join("new.bin");
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&p)
+        .unwrap();
+    for chunk in data.chunks(100_000) {
+        f.write_all(chunk).unwrap();
+    }
+    // Size and content, while still open: through the handle, by name, and by another reader.
+    assert_eq!(f.metadata().unwrap().len(), data.len() as u64);
+    assert_eq!(fs::metadata(&p).unwrap().len(), data.len() as u64);
+    let mut back = vec![0; 4096];
+    f.read_exact_at(&mut back, 1 << 20).unwrap();
+    assert_eq!(back, data[1 << 20..(1 << 20) + 4096]);
+    assert_eq!(fs::read(&p).unwrap(), data);
+    drop(f);
+    // Many small files, as a copy or an untar makes them.
+    for i in 0..50 {
+        fs::write(
+            env.vault().join(format!("small-{i}.txt")),
+            format!("file {i}\n"),
+        )
+        .unwrap();
+    }
+    assert_eq!(daemon_writes(&m), before, "a WRITE reached the daemon");
+    env.wait_uploaded();
+    assert_eq!(stored(&env, "new.bin"), data);
+    for i in [0, 17, 49] {
+        assert_eq!(
+            stored(&env, &format!("small-{i}.txt")),
+            format!("file {i}\n").as_bytes()
+        );
+    }
+    // The mtime the kernel's writes gave stays the file's after it is stored.
+    let mtime = fs::metadata(&p).unwrap().modified().unwrap();
+    drop(m);
+    let m = env.mount(&[]);
+    assert_eq!(fs::read(&p).unwrap(), data);
+    assert_eq!(fs::metadata(&p).unwrap().modified().unwrap(), mtime);
+    if via == Via::Local {
+        blobs_whole(&env);
+    }
+    drop(m);
+}
+
+fn an_fsync_while_the_kernel_writes_stores_a_version_that_stays_whole(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let first = pattern(256 << 10, 2);
+    let p = env.vault().join("log.bin");
+    let mut f = File::create(&p).unwrap();
+    f.write_all(&first).unwrap();
+    f.sync_all().unwrap();
+    // Stored at fsync, with the handle still open.
+    assert_eq!(stored(&env, "log.bin"), first);
+    // Written on: over the start and past the end.
+    f.write_all_at(b"CHANGED", 0).unwrap();
+    f.seek(SeekFrom::End(0)).unwrap();
+    f.write_all(b"tail").unwrap();
+    let mut want = first.clone();
+    want[..7].copy_from_slice(b"CHANGED");
+    want.extend_from_slice(b"tail");
+    f.sync_data().unwrap();
+    assert_eq!(stored(&env, "log.bin"), want);
+    f.write_all(b" and more").unwrap();
+    want.extend_from_slice(b" and more");
+    drop(f);
+    env.wait_uploaded();
+    assert_eq!(stored(&env, "log.bin"), want);
+    assert_eq!(fs::read(&p).unwrap(), want);
+    if via == Via::Local {
+        blobs_whole(&env);
+    }
+    drop(m);
+}
+
+fn cuts_appends_a_second_writer_and_a_map_all_reach_the_store(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let p = env.vault().join("doc.txt");
+    fs::write(&p, "the stored version\n").unwrap();
+    env.wait_uploaded();
+    let before = daemon_writes(&m);
+    // Truncated by its open: the kernel writes it.
+    let mut w = OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&p)
+        .unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().len(), 0);
+    w.write_all(b"0123456789").unwrap();
+    // Cut and extended while open.
+    w.set_len(4).unwrap();
+    assert_eq!(fs::read(&p).unwrap(), b"0123");
+    w.set_len(6).unwrap();
+    assert_eq!(fs::read(&p).unwrap(), b"0123\0\0");
+    // An appender and an updater join the open file (they are passed through too).
+    let mut a = OpenOptions::new().append(true).open(&p).unwrap();
+    a.write_all(b"+appended").unwrap();
+    let u = OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    u.write_all_at(b"AB", 0).unwrap();
+    // A shared map of the updater, written after every descriptor is closed.
+    let len = 15;
+    // SAFETY: a shared map of an open file of `len` bytes, written within them and unmapped
+    // below; the file outlives it.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            u.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED);
+    drop((w, a, u));
+    // Long enough for a batch to store the file, had it not waited for the map.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: within the map made above.
+    unsafe { std::ptr::copy_nonoverlapping(b"MAP".as_ptr(), map.cast::<u8>().add(2), 3) };
+    // SAFETY: the map made above, unmapped once.
+    assert_eq!(unsafe { libc::munmap(map, len) }, 0);
+    let want = b"ABMAP\0+appended".to_vec();
+    assert_eq!(fs::read(&p).unwrap(), want);
+    assert_eq!(daemon_writes(&m), before, "a WRITE reached the daemon");
+    env.wait_uploaded();
+    assert_eq!(stored(&env, "doc.txt"), want);
+    if via == Via::Local {
+        blobs_whole(&env);
+    }
+    drop(m);
+}
+
+fn an_update_in_place_goes_through_the_daemon(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let p = env.vault().join("db.bin");
+    let data = pattern(64 << 10, 3);
+    fs::write(&p, &data).unwrap();
+    env.wait_uploaded();
+    let before = daemon_writes(&m);
+    // Opened for update without a cut: it may be written or not, only the daemon can tell.
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(0)
+        .open(&p)
+        .unwrap();
+    f.write_all_at(b"page", 4096).unwrap();
+    drop(f);
+    assert!(daemon_writes(&m) > before);
+    let mut want = data.clone();
+    want[4096..4100].copy_from_slice(b"page");
+    env.wait_uploaded();
+    assert_eq!(stored(&env, "db.bin"), want);
+    // Opened for writing and closed unwritten (touch does that): no new version.
+    let versions = |env: &Env| {
+        let b = env.backend();
+        let p = NodePath::parse_uri("/nodes/pth/Local/My First Vault/db.bin").unwrap();
+        env.rt
+            .block_on(b.node(&p))
+            .unwrap()
+            .file_ex_properties
+            .and_then(|x| x.version_id)
+    };
+    let v = versions(&env);
+    drop(OpenOptions::new().write(true).open(&p).unwrap());
+    env.wait_uploaded();
+    assert_eq!(versions(&env), v);
+    drop(m);
+}
