@@ -35,6 +35,9 @@ use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
+/// How long [`Db::lock`] waits for a database that does not answer.
+const LOCK_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The key of the advisory lock that stands for SQLite's write lock and the store's lock.
 pub const LOCK_KEY: i64 = 0x7661_756c_7466_7331; // "vaultfs1"
 
@@ -989,14 +992,19 @@ impl Db {
         // A panic while holding the lock cannot leave a transaction half-applied (it rolls back
         // on drop), so the connection is still good.
         let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let deadline = std::time::Instant::now() + LOCK_RETRY;
         loop {
             match conn.session_lock(true) {
                 Ok(()) => return Guard { conn },
-                // The server gone for a moment: every caller would fail anyway; wait a little.
-                Err(e) => {
+                // The database gone for a moment (the connection is made again on the next
+                // call): wait a little, but never go on without the lock, which keeps other
+                // servers from removing bytes this one records. The panic fails this request
+                // alone (the store's calls run on blocking tasks; the mutex recovers).
+                Err(e) if std::time::Instant::now() < deadline => {
                     log::warn!("could not take the store's lock: {e}");
                     std::thread::sleep(std::time::Duration::from_millis(200));
                 }
+                Err(e) => panic!("the database does not answer: {e}"),
             }
         }
     }
@@ -1025,6 +1033,8 @@ mod tests {
             "SELECT '?' FROM pg_temp.doomed WHERE a = $1 AND b = $12 LIMIT ALL OFFSET $2"
         );
         assert_eq!(pg_sql("pg_temp.x attempt.y"), "pg_temp.x attempt.y");
+        // The advisory lock's key as the SQL spells it.
+        assert_eq!(LOCK_KEY, 8530228277886219057);
     }
 
     #[test]
