@@ -8,6 +8,7 @@ pub mod dialect;
 pub mod env;
 pub mod fixtures;
 pub mod mount;
+pub mod pg;
 pub mod s3;
 pub mod suite;
 

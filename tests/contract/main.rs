@@ -107,6 +107,14 @@ fn s3_config() -> Option<StoreConfig> {
     })
 }
 
+/// The store's metadata in a database of a real PostgreSQL (`None`: none installed).
+fn pg_config() -> Option<StoreConfig> {
+    Some(StoreConfig {
+        database: Some(common::pg::pg()?.database()),
+        ..StoreConfig::default()
+    })
+}
+
 async fn remote_world_with(config: StoreConfig) -> World<RemoteBackend> {
     let server = TestServer::start_with(config, Default::default()).await;
     let a = server.user("a@acme.test", "Acme").await;
@@ -138,7 +146,8 @@ async fn dialect_world() -> World<RemoteBackend> {
     }
 }
 
-/// Each contract case becomes `local::case`, `remote::case` and `dialect::case`, and
+/// Each contract case becomes `local::case`, `remote::case` and `dialect::case`,
+/// `local_pg::case` and `remote_pg::case` with the metadata in PostgreSQL, and
 /// `local_s3::case` and `remote_s3::case` with the blobs in a bucket of a real S3-compatible server.
 macro_rules! contract {
     ($($case:ident),* $(,)?) => {
@@ -163,6 +172,40 @@ macro_rules! contract {
                 #[tokio::test(flavor = "multi_thread")]
                 async fn $case() {
                     super::$case(&super::dialect_world().await).await;
+                }
+            )*
+        }
+        /// The local backend over a store whose metadata is in PostgreSQL.
+        mod local_pg {
+            $(
+                #[tokio::test(flavor = "multi_thread")]
+                async fn $case() {
+                    if let Some(c) = super::pg_config() {
+                        super::$case(&super::local_world_with(c).await).await;
+                    }
+                }
+            )*
+        }
+        /// The remote backend against `vaultfs serve --database postgres://...`.
+        mod remote_pg {
+            $(
+                #[tokio::test(flavor = "multi_thread")]
+                async fn $case() {
+                    if let Some(c) = super::pg_config() {
+                        super::$case(&super::remote_world_with(c).await).await;
+                    }
+                }
+            )*
+        }
+        /// `vaultfs serve` on PostgreSQL and S3, as several servers of one store run.
+        mod remote_pg_s3 {
+            $(
+                #[tokio::test(flavor = "multi_thread")]
+                async fn $case() {
+                    if let (Some(pg), Some(s3)) = (super::pg_config(), super::s3_config()) {
+                        let c = vaultfs::store::StoreConfig { blobs: s3.blobs, ..pg };
+                        super::$case(&super::remote_world_with(c).await).await;
+                    }
                 }
             )*
         }
