@@ -28,6 +28,11 @@ struct Node {
 
 struct NullFs {
     nodes: Mutex<(u64, HashMap<u64, Node>)>,
+    /// NULLFS_STAGING=DIR: each created file gets a real file there (as a staging file).
+    staging: Option<std::path::PathBuf>,
+    /// NULLFS_PASSTHROUGH=1 (with NULLFS_STAGING): the kernel writes that file itself.
+    pt: bool,
+    files: Mutex<HashMap<u64, (std::fs::File, Option<fuser::BackingId>)>>,
 }
 
 fn attr(ino: u64, n: &Node) -> FileAttr {
@@ -95,6 +100,12 @@ impl Filesystem for NullFs {
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_readahead(1 << 20);
         let _ = config.set_max_background(64);
+        if self.pt {
+            config
+                .add_capabilities(fuser::InitFlags::FUSE_PASSTHROUGH)
+                .unwrap();
+            config.set_max_stack_depth(1).unwrap();
+        }
         // No READDIRPLUS (vaultfs asks for it): listings are not what this ceiling measures,
         // and plain READDIR is all it implements.
         Ok(())
@@ -188,9 +199,34 @@ impl Filesystem for NullFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        match self.add(parent.0, name, false) {
-            Ok(a) => reply.created(&TTL, &a, Generation(0), FileHandle(0), FopenFlags::empty()),
-            Err(e) => reply.error(e),
+        let a = match self.add(parent.0, name, false) {
+            Ok(a) => a,
+            Err(e) => return reply.error(e),
+        };
+        let Some(dir) = &self.staging else {
+            return reply.created(&TTL, &a, Generation(0), FileHandle(0), FopenFlags::empty());
+        };
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.join(a.ino.0.to_string()))
+            .unwrap();
+        if self.pt {
+            let id = reply.open_backing(&f).unwrap();
+            reply.created_passthrough(
+                &TTL,
+                &a,
+                Generation(0),
+                FileHandle(0),
+                FopenFlags::empty(),
+                &id,
+            );
+            self.files.lock().unwrap().insert(a.ino.0, (f, Some(id)));
+        } else {
+            self.files.lock().unwrap().insert(a.ino.0, (f, None));
+            reply.created(&TTL, &a, Generation(0), FileHandle(0), FopenFlags::empty());
         }
     }
 
@@ -235,6 +271,10 @@ impl Filesystem for NullFs {
         if let Some(n) = self.nodes.lock().unwrap().1.get_mut(&ino.0) {
             n.size = n.size.max(offset + data.len() as u64);
         }
+        if let Some((f, _)) = self.files.lock().unwrap().get(&ino.0) {
+            use std::os::unix::fs::FileExt;
+            f.write_at(data, offset).unwrap();
+        }
         reply.written(data.len() as u32);
     }
 
@@ -263,13 +303,15 @@ impl Filesystem for NullFs {
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: OpenFlags,
         _lock: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        // The backing id closes with it (fuser's BackingId drop).
+        self.files.lock().unwrap().remove(&ino.0);
         reply.ok();
     }
 
@@ -327,8 +369,12 @@ fn main() -> std::io::Result<()> {
             children: HashMap::new(),
         },
     );
+    let staging = std::env::var_os("NULLFS_STAGING").map(std::path::PathBuf::from);
     let fs = NullFs {
         nodes: Mutex::new((2, root)),
+        pt: staging.is_some() && std::env::var_os("NULLFS_PASSTHROUGH").is_some(),
+        staging,
+        files: Mutex::default(),
     };
     // The options vaultfs mounts with (src/fs/mod.rs).
     let mut config = Config::default();

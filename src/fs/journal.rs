@@ -322,7 +322,11 @@ impl Journal {
         super::private_dir(&self.lost)?;
         let name = format!("{}-{}", staged.id, path.name().unwrap_or("file"));
         let dest = self.lost.join(name);
-        crate::api::files::copy_to_new(&staged.file(), staged.size(), &dest)?;
+        // Linked where it can be: a copy costs the file's size again (a sparse file written
+        // far past the end, which a store refuses as too large, would be copied whole).
+        if fs::hard_link(staged.data_path(), &dest).is_err() {
+            crate::api::files::copy_to_new(&staged.file(), staged.size(), &dest)?;
+        }
         self.finish(staged);
         Ok(dest)
     }
