@@ -652,20 +652,7 @@ async fn mkdir(s: &TestServer, who: &common::Creds, path: &str) -> (u16, String)
 
 /// Upload step 1 of `name` in the folder at `path` (encoded) as `who`: the new file's ID.
 async fn new_file(s: &TestServer, who: &common::Creds, path: &str, name: &str) -> String {
-    let v: serde_json::Value = client_from("127.0.0.1")
-        .put(s.url(path))
-        .basic_auth(&who.email, Some(&who.token))
-        .json(&serde_json::json!({"create_file": [{"name": name}]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    v["message"]["children"][0]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{v}"))
-        .to_string()
+    common::create_file(&client_from("127.0.0.1"), &s.base, who, path, name).await
 }
 
 /// The doubling (copy a tree beside itself, move the copy into it, again and again:
@@ -745,30 +732,8 @@ async fn copies_and_accounts_are_bounded() {
 }
 
 /// Upload steps 2 and 3 of `data` to the file `id` as `who`.
-async fn upload_to(base: &str, who: &common::Creds, id: &str, data: &[u8]) {
-    let http = client_from("127.0.0.1");
-    let v: serde_json::Value = http
-        .put(format!("{base}/nodes/upload/{id}"))
-        .basic_auth(&who.email, Some(&who.token))
-        .json(&serde_json::json!({"length": data.len()}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let uri = v["message"]["fileExProperties"]["upload_uri"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{v}"));
-    let r = http
-        .put(format!("{base}{uri}"))
-        .basic_auth(&who.email, Some(&who.token))
-        .header("Content-Type", "application/binary")
-        .body(data.to_vec())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+async fn upload_to(s: &TestServer, who: &common::Creds, id: &str, data: &[u8]) {
+    common::upload_version(&client_from("127.0.0.1"), &s.base, who, id, data).await;
 }
 
 /// A tree of 6 x 2^`doublings` nodes at `<vault>/<name>` of `who`'s vault `v` (encoded) and
@@ -790,7 +755,7 @@ async fn big_tree(
     }
     for i in 0..3 {
         let id = new_file(s, who, &format!("{v}/{name}"), &format!("f{i}.txt")).await;
-        upload_to(&s.base, who, &id, format!("{name} {i}").as_bytes()).await;
+        upload_to(s, who, &id, format!("{name} {i}").as_bytes()).await;
     }
     for i in 0..doublings {
         let body =
@@ -844,7 +809,7 @@ async fn probe_until(
         let id = new_file(s, who, v, &format!("{tag}{i}.txt")).await;
         timed("upload step 1", t);
         let t = Instant::now();
-        upload_to(&s.base, who, &id, format!("{tag} {i}").as_bytes()).await;
+        upload_to(s, who, &id, format!("{tag} {i}").as_bytes()).await;
         timed("upload steps 2 and 3", t);
         i += 1;
         n += 5;
@@ -1030,7 +995,7 @@ async fn an_interrupted_purge_resumes_after_a_restart() {
         let alice = s.user("alice@example.com", "Acme").await;
         big_tree(&s, &alice, (v, plain), "t", 13).await;
         let id = new_file(&s, &alice, v, "kept.txt").await;
-        upload_to(&s.base, &alice, &id, b"kept").await;
+        upload_to(&s, &alice, &id, b"kept").await;
         let store = s.store.clone();
         s.stop().await;
         // The last reference: the store closes.

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use md5::{Digest, Md5};
 use reqwest::StatusCode;
+use sha2::Digest;
 
 use common::TestServer;
 use vaultfs::api::NodePath;
@@ -30,17 +30,15 @@ fn stream(data: Bytes) -> ByteStream {
     Box::pin(futures_util::stream::iter(chunks))
 }
 
+/// [`common::pattern`] as `Bytes`.
 fn pattern(len: usize, seed: u8) -> Bytes {
-    (0..len)
-        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[1] ^ seed)
-        .collect::<Vec<u8>>()
-        .into()
+    common::pattern(len, seed.into()).into()
 }
 
 async fn put<B: Backend>(b: &B, folder: &NodePath, name: &str, data: Bytes) -> String {
     let file = b.create_file(folder, name).await.unwrap();
     let id = file.file_id().unwrap();
-    let md5 = vaultfs::api::checksum::hex(&Md5::digest(&data));
+    let md5 = common::md5hex(&data);
     let vid = {
         let n = b
             .begin_version(&id, data.len() as u64, Some(&md5))

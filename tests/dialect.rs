@@ -15,7 +15,8 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use common::dialect::{DIALECT_CLIENT, DialectOptions, DialectServer, pin_from_page};
 use common::env::pending_uploads;
-use common::mount::{BIN, Mount, fuse_available, pattern, wait_for};
+use common::mount::{BIN, Mount, fuse_available, wait_for};
+use common::pattern;
 use vaultfs::api::NodePath;
 use vaultfs::backend::local::LocalBackend;
 use vaultfs::backend::{Backend, list_all};

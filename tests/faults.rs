@@ -13,8 +13,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::env::{Env, VAULT, Via, within};
-use common::mount::{md5_of, pattern};
-use md5::{Digest, Md5};
+use common::mount::md5_of;
+use common::{md5hex, pattern};
 use vaultfs::api::NodePath;
 use vaultfs::backend::{Backend, reader_stream};
 
@@ -24,10 +24,6 @@ both!(
 );
 
 const MIB: usize = 1 << 20;
-
-fn md5hex(data: &[u8]) -> String {
-    format!("{:x}", Md5::digest(data))
-}
 
 /// Files the mount's read cache holds (it keeps one sparse file per file version).
 fn cache_entries(env: &Env) -> Vec<String> {

@@ -332,14 +332,7 @@ async fn send(
 
 /// A file in Alice's vault; returns its ID.
 async fn a_file(http: &reqwest::Client, base: &str, creds: &Creds, name: &str) -> String {
-    let body = serde_json::to_vec(&json!({"create_file": [{"name": name}]})).unwrap();
-    let (st, v) = send(http, base, creds, Method::PUT, VAULT, body).await;
-    assert_eq!(st, 200);
-    let v: Value = serde_json::from_slice(&v).unwrap();
-    v["message"]["children"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string()
+    common::create_file(http, base, creds, VAULT, name).await
 }
 
 /// The routes that read a JSON body, for a file `id` named `a.txt`.

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::env::{Env, VAULT, Via, within};
-use common::mount::{md5_of, names, pattern, sh, wait_for};
-use md5::{Digest, Md5};
+use common::mount::{md5_of, names, sh, wait_for};
+use common::{md5hex, pattern};
 use vaultfs::api::NodePath;
 use vaultfs::backend::Backend;
 use vaultfs::backend::local::LocalBackend;
@@ -297,15 +297,15 @@ fn server_outage_stages_writes_and_uploads_them_later() {
         let n2 = b.node(&vault.child("during-2.txt").unwrap()).await.unwrap();
         (n1.md5_checksum.unwrap(), n2.md5_checksum.unwrap())
     });
-    assert_eq!(got.0, format!("{:x}", Md5::digest(b"written while down 1")));
-    assert_eq!(got.1, format!("{:x}", Md5::digest(pattern(300_000, 5))));
+    assert_eq!(got.0, md5hex(b"written while down 1"));
+    assert_eq!(got.1, md5hex(&pattern(300_000, 5)));
     let synced = env
         .rt
         .block_on(b.node(&vault.child("synced.txt").unwrap()))
         .unwrap();
     assert_eq!(
         synced.md5_checksum.unwrap(),
-        format!("{:x}", Md5::digest(b"must reach the store"))
+        md5hex(b"must reach the store")
     );
     assert_eq!(
         fs::read(v.join("cold.bin")).unwrap(),
@@ -653,7 +653,7 @@ fn killed_daemon_loses_no_byte(via: Via) {
                 &NodePath::parse_uri(&format!("/nodes/pth/Local/My First Vault/k{i}.bin")).unwrap(),
             ))
             .unwrap();
-        assert_eq!(n.md5_checksum.unwrap(), format!("{:x}", Md5::digest(data)));
+        assert_eq!(n.md5_checksum.unwrap(), md5hex(data));
     }
     assert!(b.store().check_integrity().unwrap().is_empty());
 }
@@ -1228,7 +1228,7 @@ fn server_killed_mid_upload_then_the_journal_finishes_it() {
     let login = vaultfs::cli::login::Credentials {
         server: base.clone(),
         email: "k@example.com".into(),
-        token,
+        token: token.into(),
         expires_at: std::time::SystemTime::now() + std::time::Duration::from_secs(3600),
     };
     vaultfs::cli::login::save_credentials(&env.config.join("vaultfs/credentials.toml"), &login)
@@ -1262,7 +1262,7 @@ fn server_killed_mid_upload_then_the_journal_finishes_it() {
         .rt
         .block_on(b.node(&NodePath::parse_uri("/nodes/pth/Local/My First Vault/big.bin").unwrap()))
         .unwrap();
-    let want = format!("{:x}", Md5::digest(&data_bytes));
+    let want = md5hex(&data_bytes);
     assert_eq!(node.md5_checksum.as_deref(), Some(want.as_str()));
     let id = node.id.unwrap();
     for v in store

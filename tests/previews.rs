@@ -1,5 +1,5 @@
 //! Previews end to end: the virtual `.preview/` of the mount on both backends, and what the
-//! interface contract (tests/contract.rs) cannot show from outside: 409 before Ready, previews of
+//! interface contract (tests/contract/) cannot show from outside: 409 before Ready, previews of
 //! bytes stored before previews existed, preview files going with their bytes.
 
 #[macro_use]

@@ -14,7 +14,8 @@ use std::path::Path;
 use std::process::Command;
 
 use common::env::{Env, Via};
-use common::mount::{BIN, Mount, pattern, wait_for};
+use common::mount::{BIN, Mount, wait_for};
+use common::pattern;
 use vaultfs::api::NodePath;
 use vaultfs::backend::Backend;
 

@@ -9,7 +9,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::env::{Env, Via};
-use common::mount::{BIN, Mount, pattern, wait_for};
+use common::mount::{BIN, Mount, wait_for};
+use common::pattern;
 use vaultfs::api::NodePath;
 use vaultfs::backend::Backend;
 

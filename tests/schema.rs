@@ -18,7 +18,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use md5::{Digest, Md5};
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_vaultfs");
@@ -114,50 +113,6 @@ fn run_logged(mut cmd: Command, out: &Path) -> (bool, String, Duration) {
     )
 }
 
-/// Upload steps 1-3 of `data` as `name` in Acme's vault; returns the file ID.
-async fn upload(http: &reqwest::Client, base: &str, creds: &common::Creds, name: &str) -> String {
-    let vault = format!("{base}/nodes/pth/Acme/My%20First%20Vault");
-    let v: Value = http
-        .put(&vault)
-        .basic_auth(&creds.email, Some(&creds.token))
-        .json(&json!({"create_file": [{"name": name}]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = v["message"]["children"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let data = b"Some text for the fuzzer to read in ranges.\n".repeat(100);
-    let v: Value = http
-        .put(format!("{base}/nodes/upload/{id}"))
-        .basic_auth(&creds.email, Some(&creds.token))
-        .json(&json!({"length": data.len(), "md5_checksum": format!("{:x}", Md5::digest(&data))}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let uri = v["message"]["fileExProperties"]["upload_uri"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let resp = http
-        .put(format!("{base}{uri}"))
-        .basic_auth(&creds.email, Some(&creds.token))
-        .header("Content-Type", "application/binary")
-        .body(data)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    id
-}
-
 /// A pending version of `id` (upload step 2 only); returns its version ID.
 async fn pending_version(
     http: &reqwest::Client,
@@ -208,8 +163,10 @@ async fn schemathesis_finds_no_server_error_and_every_failure_is_the_envelope() 
     // Real IDs for the generator to use some of the time (it fuzzes them otherwise): a file with
     // content (ranges, previews), a file with a pending version (upload step 3).
     let http = reqwest::Client::new();
-    let file = upload(&http, &base, &creds, "text.txt").await;
-    let other = upload(&http, &base, &creds, "other.txt").await;
+    let vault = "/nodes/pth/Acme/My%20First%20Vault";
+    let text = b"Some text for the fuzzer to read in ranges.\n".repeat(100);
+    let file = common::upload(&http, &base, &creds, vault, "text.txt", &text).await;
+    let other = common::upload(&http, &base, &creds, vault, "other.txt", &text).await;
     let version = pending_version(&http, &base, &creds, &other).await;
     std::fs::write(
         tmp.path().join("schemathesis.toml"),

@@ -3,7 +3,7 @@
 //! a remote mount's log (at debug level) and `vaultfs status` show no token, no Authorization
 //! value and no password, also when the token is revoked; the server's data dir is private to
 //! its owner wherever it is and whatever mode it had. (The route-level rows are in
-//! tests/server.rs, tests/hostile.rs and tests/mount.rs; docs/reliability.md lists them all.)
+//! tests/server/, tests/hostile.rs and tests/mount.rs; docs/reliability.md lists them all.)
 
 mod common;
 
@@ -95,7 +95,9 @@ async fn credentials_stay_0600_through_login_relogin_and_logout() {
     assert!(out.status.success(), "{}", text(&out));
     let first = vaultfs::cli::login::credentials_in(&file, &s.base)
         .unwrap()
-        .token;
+        .token
+        .expose()
+        .to_string();
     assert_eq!(mode(&file), 0o600);
     assert_eq!(mode(file.parent().unwrap()), 0o700);
     assert!(!text(&out).contains(&first), "login printed the token");
@@ -109,7 +111,9 @@ async fn credentials_stay_0600_through_login_relogin_and_logout() {
     assert!(out.status.success(), "{}", text(&out));
     let second = vaultfs::cli::login::credentials_in(&file, &s.base)
         .unwrap()
-        .token;
+        .token
+        .expose()
+        .to_string();
     assert_ne!(first, second, "a re-login stores a new token");
     assert!(!fs::read_to_string(&file).unwrap().contains(&first));
     assert_eq!(mode(&file), 0o600);
@@ -148,9 +152,9 @@ fn the_mount_log_and_status_show_no_secret() {
         &server.base,
     )
     .unwrap();
-    let token = creds.token.clone();
-    let basic = base64::engine::general_purpose::STANDARD
-        .encode(format!("{}:{}", creds.email, creds.token));
+    let token = creds.token.expose().to_string();
+    let basic =
+        base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", creds.email, token));
     let password = format!("pw-{}", creds.email);
     let m = common::mount::Mount::start_with_env(
         &env.mnt,
@@ -169,7 +173,7 @@ fn the_mount_log_and_status_show_no_secret() {
     );
     let v = env.vault();
     fs::write(v.join("a.txt"), "some text").unwrap();
-    fs::write(v.join("big.bin"), common::mount::pattern(3 << 20, 9)).unwrap();
+    fs::write(v.join("big.bin"), common::pattern(3 << 20, 9)).unwrap();
     // While an upload is staged, the staged bytes are private.
     for e in walk(&env.cache.join("staging")) {
         if e.is_file() {

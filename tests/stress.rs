@@ -12,7 +12,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use common::env::{Env, Via, within};
-use common::mount::pattern;
+use common::pattern;
 
 const WORKERS: u64 = 16;
 const STEPS: usize = 300;

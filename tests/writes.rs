@@ -15,7 +15,8 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::process::Command;
 
 use common::env::{Env, Via};
-use common::mount::{BIN, Mount, pattern};
+use common::mount::{BIN, Mount};
+use common::pattern;
 use futures_util::StreamExt;
 use vaultfs::api::NodePath;
 use vaultfs::backend::Backend;

@@ -1,5 +1,6 @@
 //! Wire types of the interface (`shared/spec/interface.md`) and of DESIGN.md §2, shared by the
-//! server and the HTTP client, plus the helpers both sides need: paths, ranges, times.
+//! server and the HTTP client, plus the helpers both sides need: paths, ranges, times, and a
+//! [`Secret`] type that keeps tokens out of logs.
 
 pub mod checksum;
 pub mod envelope;
@@ -7,6 +8,7 @@ pub mod error;
 pub mod files;
 pub mod path;
 pub mod range;
+pub mod secret;
 pub mod time;
 pub mod types;
 
@@ -15,4 +17,5 @@ pub use envelope::{Envelope, ErrorObject};
 pub use error::{Error, ErrorKind, Result};
 pub use path::NodePath;
 pub use range::RangeRequest;
+pub use secret::Secret;
 pub use types::*;

@@ -13,6 +13,7 @@ use super::{Backend, ByteStream, Download, PreviewImage, PutFile};
 use crate::api::{
     Error, ErrorKind, FileAttrs, Node, NodePath, PageSize, PreviewMeta, RangeRequest, Result,
 };
+use crate::sync::relock;
 
 /// The calls of [`Backend`] a fault can be aimed at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -127,44 +128,28 @@ impl<B: Backend> Faulty<B> {
     }
 
     fn push(&self, op: Op, fault: Fault, left: Option<u32>) {
-        self.rules
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Rule { op, fault, left });
+        relock(&self.rules).push(Rule { op, fault, left });
     }
 
     /// No more faults for `op`.
     pub fn clear(&self, op: Op) {
-        self.rules
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|r| r.op != op);
+        relock(&self.rules).retain(|r| r.op != op);
     }
 
     /// No more faults at all.
     pub fn clear_all(&self) {
-        self.rules.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        relock(&self.rules).clear();
     }
 
     /// How many calls of `op` were made (faulty or not).
     pub fn calls(&self, op: Op) -> u64 {
-        *self
-            .calls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&op)
-            .unwrap_or(&0)
+        *relock(&self.calls).get(&op).unwrap_or(&0)
     }
 
     /// Counts the call and says what happens to it.
     fn plan(&self, op: Op) -> Plan {
-        *self
-            .calls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(op)
-            .or_default() += 1;
-        let mut rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
+        *relock(&self.calls).entry(op).or_default() += 1;
+        let mut rules = relock(&self.rules);
         let mut plan = Plan::default();
         for r in rules.iter_mut().filter(|r| r.op == op) {
             if r.left == Some(0) {

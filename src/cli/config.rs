@@ -3,7 +3,7 @@
 //! (`cache_size = "4G"`, `read_only = true`, `server = "https://..."`); flags given on the command
 //! line override them. `[server."URL"]` holds what belongs to a server rather than a mount:
 //! `client_id`, the ID `vaultfs login` registers as there. `[serve]` holds defaults of
-//! `vaultfs serve` (where its store is: `data_dir`, `blobs`, `s3_endpoint`; `listen`,
+//! `vaultfs serve` (where its store is: `data_dir`, `database`, `blobs`, `s3_endpoint`; `listen`,
 //! `public_url`).
 
 use std::ffi::OsString;
@@ -30,7 +30,14 @@ const KEYS: [&str; 16] = [
 ];
 
 /// Flags `vaultfs serve` accepts from the config file.
-const SERVE_KEYS: [&str; 5] = ["data_dir", "blobs", "s3_endpoint", "listen", "public_url"];
+const SERVE_KEYS: [&str; 6] = [
+    "data_dir",
+    "database",
+    "blobs",
+    "s3_endpoint",
+    "listen",
+    "public_url",
+];
 
 pub fn config_path() -> PathBuf {
     super::xdg_dir("XDG_CONFIG_HOME", ".config").join("config.toml")

@@ -9,6 +9,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Mutex;
 
+use crate::sync::relock;
+
 /// The child's end of the verdict pipe.
 pub struct Verdict(Mutex<Option<File>>);
 
@@ -24,7 +26,7 @@ impl Verdict {
     }
 
     fn send(&self, line: &str) {
-        if let Some(mut f) = self.0.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(mut f) = relock(&self.0).take() {
             let _ = f.write_all(line.as_bytes());
         }
     }

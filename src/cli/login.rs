@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
-use crate::api::{format_time, parse_time};
+use crate::api::{Secret, format_time, parse_time};
 use crate::backend::remote::{RemoteBackend, RemoteConfig};
 
 /// The client ID the CLI uses unless told otherwise (`vaultfs serve` always knows it). The
@@ -50,31 +50,20 @@ pub struct LogoutArgs {
     server: String,
 }
 
-/// A stored login for one server.
-#[derive(Clone, PartialEq, Eq)]
+/// A stored login for one server. (Its `Debug` shows no token: a [`Secret`].)
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Credentials {
     /// The server's base URL, normalized (no trailing slash).
     pub server: String,
     pub email: String,
-    pub token: String,
+    pub token: Secret,
     pub expires_at: SystemTime,
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("server", &self.server)
-            .field("email", &self.email)
-            .field("token", &"<redacted>")
-            .field("expires_at", &format_time(self.expires_at))
-            .finish()
-    }
 }
 
 impl Credentials {
     /// The remote backend's settings for this login (default time-outs).
     pub fn remote_config(&self) -> RemoteConfig {
-        RemoteConfig::new(&self.server, &self.email, &self.token)
+        RemoteConfig::new(&self.server, &self.email, self.token.expose())
     }
 }
 
@@ -137,7 +126,7 @@ pub fn credentials_in(file: &Path, server_url: &str) -> Result<Credentials, Stri
     Ok(Credentials {
         server,
         email: entry.email.clone(),
-        token: entry.token.clone(),
+        token: entry.token.as_str().into(),
         expires_at,
     })
 }
@@ -194,7 +183,7 @@ pub fn save_login(file: &Path, creds: &Credentials, client_id: Option<&str>) -> 
         normalize_server(&creds.server),
         Entry {
             email: creds.email.clone(),
-            token: creds.token.clone(),
+            token: creds.token.expose().to_string(),
             expires_at: format_time(creds.expires_at),
             client_id: client_id.map(str::to_string),
         },
@@ -262,7 +251,7 @@ pub async fn exchange_pin(
     Ok(Credentials {
         server: normalize_server(server),
         email,
-        token: issued.token,
+        token: issued.token.into(),
         expires_at,
     })
 }
@@ -464,7 +453,7 @@ mod tests {
         assert_eq!(dir_mode, 0o700);
         let got = credentials_in(&file, "http://one").unwrap();
         assert_eq!(
-            (got.token.as_str(), got.server.as_str()),
+            (got.token.expose(), got.server.as_str()),
             ("tok-1", "http://one")
         );
         assert!(!format!("{got:?}").contains("tok-1"));
@@ -493,7 +482,10 @@ mod tests {
         assert!(remove_credentials(&file, "http://one").unwrap());
         assert!(!remove_credentials(&file, "http://one").unwrap());
         assert!(credentials_in(&file, "http://one").is_err());
-        assert_eq!(credentials_in(&file, "http://two").unwrap().token, "tok-2");
+        assert_eq!(
+            credentials_in(&file, "http://two").unwrap().token.expose(),
+            "tok-2"
+        );
         // No temporary file is left behind.
         let names: Vec<_> = fs::read_dir(file.parent().unwrap())
             .unwrap()

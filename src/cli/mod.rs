@@ -1,5 +1,5 @@
-//! The `vaultfs` command: a thin layer of argument parsing over the server, the store and (later)
-//! the mount.
+//! The `vaultfs` command: a thin layer of argument parsing over the mount, the server, the
+//! store and the login flow; the one place that assembles them all.
 
 mod config;
 mod control;
@@ -99,6 +99,32 @@ pub fn xdg_dir(var: &str, fallback: &str) -> PathBuf {
     base.join("vaultfs")
 }
 
+/// Where `vaultfs serve`, `user` and `client` find the store's metadata.
+#[derive(Args, Clone, Default)]
+pub struct Database {
+    /// Metadata in PostgreSQL at this address (postgres://USER[:PASSWORD]@HOST[:PORT]/DB, or
+    /// with `?host=/run/postgresql` for a socket) instead of vault.db in the data directory;
+    /// several servers on one database (and one --blobs) are one store
+    #[arg(long, env = "VAULTFS_DATABASE", value_name = "postgres://...", value_parser = parse_database)]
+    database: Option<String>,
+}
+
+impl Database {
+    pub fn url(&self) -> Option<String> {
+        self.database.clone()
+    }
+}
+
+/// `--database`: a PostgreSQL address.
+fn parse_database(s: &str) -> Result<String, String> {
+    if !(s.starts_with("postgres://") || s.starts_with("postgresql://")) {
+        return Err("must be a postgres:// address".into());
+    }
+    s.parse::<postgres::Config>()
+        .map_err(|e| format!("not a PostgreSQL address: {e}"))?;
+    Ok(s.to_string())
+}
+
 /// `$XDG_DATA_HOME/vaultfs`, or `~/.local/share/vaultfs`.
 pub fn default_data_dir() -> PathBuf {
     xdg_dir("XDG_DATA_HOME", ".local/share")
@@ -108,6 +134,8 @@ pub fn default_data_dir() -> PathBuf {
 struct ServeArgs {
     #[command(flatten)]
     data: DataDir,
+    #[command(flatten)]
+    database: Database,
     /// Address and port to listen on
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
     listen: SocketAddr,
@@ -375,6 +403,7 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         max_nodes_per_request: args.max_nodes_per_request,
         earlier_versions: args.keep_versions,
         blobs: blob_location(args.blobs.as_deref(), args.s3_endpoint.as_deref())?,
+        database: args.database.url(),
         ..StoreConfig::default()
     });
     let dir = args.data.path();

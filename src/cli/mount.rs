@@ -14,6 +14,7 @@ use crate::backend::local::LocalBackend;
 use crate::backend::remote::RemoteBackend;
 use crate::fs::{self, MountOptions};
 use crate::store::Store;
+use crate::sync::relock;
 
 #[derive(Args)]
 pub struct MountArgs {
@@ -314,7 +315,7 @@ fn run<B: Backend>(
     let handle = rt.handle().clone();
     let result = fs::mount(backend, &args.mountpoint, opts, rt, move |control| {
         match super::control::start(&handle, &mp, control.clone(), info) {
-            Ok(s) => *server2.lock().unwrap_or_else(|p| p.into_inner()) = Some(s),
+            Ok(s) => *relock(&server2) = Some(s),
             Err(e) => {
                 log::warn!("no control socket (`vaultfs status` will not see this mount): {e}")
             }
@@ -344,7 +345,7 @@ fn run<B: Backend>(
             }
         });
     });
-    let server = server.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let server = relock(&server).take();
     if let Some(s) = server {
         rt.block_on(s.close());
     }

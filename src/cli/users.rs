@@ -5,7 +5,7 @@ use std::io::{BufRead, IsTerminal, Write};
 
 use clap::Subcommand;
 
-use super::DataDir;
+use super::{DataDir, Database};
 use crate::store::{Store, StoreConfig};
 
 #[derive(Subcommand)]
@@ -20,24 +20,24 @@ pub enum UserCommand {
         #[arg(long)]
         account: String,
         #[command(flatten)]
-        data: DataDir,
+        data: StoreArgs,
     },
     /// List users with their account and number of live tokens.
     List {
         #[command(flatten)]
-        data: DataDir,
+        data: StoreArgs,
     },
     /// Remove a user, their pins and their tokens (the account's files stay).
     Remove {
         email: String,
         #[command(flatten)]
-        data: DataDir,
+        data: StoreArgs,
     },
     /// Revoke every token and pin of a user (they must log in again).
     Revoke {
         email: String,
         #[command(flatten)]
-        data: DataDir,
+        data: StoreArgs,
     },
 }
 
@@ -47,15 +47,28 @@ pub enum ClientCommand {
     Add {
         client_id: String,
         #[command(flatten)]
-        data: DataDir,
+        data: StoreArgs,
     },
 }
 
 type CmdResult = Result<(), Box<dyn std::error::Error>>;
 
-fn open(data: &DataDir) -> Result<Store, Box<dyn std::error::Error>> {
-    let dir = data.path();
-    Ok(Store::open(&dir, StoreConfig::default())
+/// The store of a server: its data directory, and its database when that is PostgreSQL.
+#[derive(clap::Args)]
+pub struct StoreArgs {
+    #[command(flatten)]
+    data: DataDir,
+    #[command(flatten)]
+    database: Database,
+}
+
+fn open(args: &StoreArgs) -> Result<Store, Box<dyn std::error::Error>> {
+    let dir = args.data.path();
+    let config = StoreConfig {
+        database: args.database.url(),
+        ..StoreConfig::default()
+    };
+    Ok(Store::open(&dir, config)
         .map_err(|e| format!("cannot open the store in {}: {e}", dir.display()))?)
 }
 

@@ -27,8 +27,8 @@
 //!   a ToUnicode map); the page images are rendered from that PDF so both agree. DejaVu has no
 //!   CJK glyphs: those characters show as empty boxes (.notdef) but still copy out of the PDF
 //!   correctly (krilla puts them in /ActualText).
-//! - **Everything else**, and an **empty file**, has no preview ([`Kind::Unsupported`]); an empty
-//!   file has nothing worth a page.
+//! - **Everything else**, and an **empty file**, has no preview
+//!   ([`PreviewKind::Unsupported`]); an empty file has nothing worth a page.
 //!
 //! Bounds ([`Limits`]): at most `max_pages` pages (the rest dropped, `truncated` set), images of
 //! at most `max_image_pixels` (checked from the header before decoding, and as the decoder's
@@ -94,31 +94,42 @@ impl Limits {
     }
 }
 
-/// What a file is, judged by its content first (magic bytes) and its name second.
+/// What a file is for its preview (which renderer it goes to, or none), judged by its content
+/// first (magic bytes) and its name second. (Not a node's kind: `store::nodes` and `fs::table`
+/// have their own.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub enum PreviewKind {
     Pdf,
     Image,
     Text,
     Unsupported,
 }
 
-impl Kind {
+/// The former name, kept while `store` (edited elsewhere at the time of the rename) still uses
+/// it: remove once `src/store/` says `PreviewKind`.
+pub use PreviewKind as Kind;
+
+impl PreviewKind {
     /// Its name in the store (a preview's directory, a row's key).
     pub fn as_str(self) -> &'static str {
         match self {
-            Kind::Pdf => "pdf",
-            Kind::Image => "image",
-            Kind::Text => "text",
-            Kind::Unsupported => "none",
+            PreviewKind::Pdf => "pdf",
+            PreviewKind::Image => "image",
+            PreviewKind::Text => "text",
+            PreviewKind::Unsupported => "none",
         }
     }
 
     /// The kind of that name (`as_str`); None for any other string.
-    pub fn parse(s: &str) -> Option<Kind> {
-        [Kind::Pdf, Kind::Image, Kind::Text, Kind::Unsupported]
-            .into_iter()
-            .find(|k| k.as_str() == s)
+    pub fn parse(s: &str) -> Option<PreviewKind> {
+        [
+            PreviewKind::Pdf,
+            PreviewKind::Image,
+            PreviewKind::Text,
+            PreviewKind::Unsupported,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
     }
 }
 
@@ -178,12 +189,12 @@ impl std::error::Error for Unsupported {}
 /// Never panics on any input: the third-party decoders and renderers run under `catch_unwind`
 /// as a last line of defence (a panic there still prints through the panic hook).
 pub fn render(
-    kind: Kind,
+    kind: PreviewKind,
     data: &[u8],
     limits: &Limits,
     out: &mut dyn FnMut(Page) -> Result<(), String>,
 ) -> Result<Rendered, Unsupported> {
-    if matches!(kind, Kind::Unsupported) {
+    if matches!(kind, PreviewKind::Unsupported) {
         return Err(Unsupported::new("file type not supported"));
     }
     if data.is_empty() {
@@ -192,10 +203,10 @@ pub fn render(
     // Unwind safety: after a panic nothing of the job is used again, only its message. (A
     // panic in `out` itself is caught too and reported the same way.)
     let job = AssertUnwindSafe(|| match kind {
-        Kind::Pdf => pdf::render_pdf(data, limits, out),
-        Kind::Image => picture::render_image(data, limits, out),
-        Kind::Text => text::render_text(data, limits, out),
-        Kind::Unsupported => unreachable!("handled above"),
+        PreviewKind::Pdf => pdf::render_pdf(data, limits, out),
+        PreviewKind::Image => picture::render_image(data, limits, out),
+        PreviewKind::Text => text::render_text(data, limits, out),
+        PreviewKind::Unsupported => unreachable!("handled above"),
     });
     match catch_unwind(job) {
         Ok(result) => result,

@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use super::Kind;
+use super::PreviewKind;
 
 /// PDF readers accept the header anywhere in the first 1 KiB (ISO 32000 implementation note).
 const PDF_HEADER_WINDOW: usize = 1024;
@@ -17,28 +17,28 @@ const TEXT_EXTENSIONS: &[&str] = &[
 ];
 
 /// `head` is the first bytes of the file (at least the first 8 KiB when the file is longer).
-pub fn sniff(name: &str, head: &[u8]) -> Kind {
+pub fn sniff(name: &str, head: &[u8]) -> PreviewKind {
     if head.is_empty() {
-        return Kind::Unsupported;
+        return PreviewKind::Unsupported;
     }
     let ext = extension(name);
     let pdf_window = &head[..head.len().min(PDF_HEADER_WINDOW)];
     if find(pdf_window, b"%PDF-") || (ext.as_deref() == Some("pdf") && find(head, b"%PDF-")) {
-        return Kind::Pdf;
+        return PreviewKind::Pdf;
     }
     if image_format(head).is_some() {
-        return Kind::Image;
+        return PreviewKind::Image;
     }
     if decode_text(head, is_text_name(name)).is_some() {
-        return Kind::Text;
+        return PreviewKind::Text;
     }
-    Kind::Unsupported
+    PreviewKind::Unsupported
 }
 
 /// The kind of some bytes for each class of name ([`name_class`]): `sniff(name, head)` is
 /// `kinds(head)[name_class(name)]`. The same bytes can be two kinds under two names (a log full
 /// of control characters is text as `a.log`, nothing as `a.bin`).
-pub type Kinds = [Kind; 3];
+pub type Kinds = [PreviewKind; 3];
 
 /// What a name tells [`sniff`], the only two facts of it that it reads: 0 for a `.pdf`, 1 for
 /// an extension of a text format, 2 for any other name.

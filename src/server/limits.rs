@@ -28,6 +28,7 @@ use tokio::time::Sleep;
 
 use crate::api::{Error, ErrorKind};
 use crate::backend::ByteStream;
+use crate::sync::relock;
 
 /// The limits of one server, shared by its requests.
 pub struct Limits {
@@ -71,7 +72,7 @@ impl<K: Eq + Hash + Copy> Slots<K> {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<K, usize>> {
-        self.running.lock().unwrap_or_else(|p| p.into_inner())
+        relock(&self.running)
     }
 
     /// A slot for one more of `key`, or `None` when it holds `per_key` already.

@@ -9,11 +9,11 @@
 
 use std::time::Duration;
 
+use super::db::{OptionalExtension, params};
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use base64::Engine;
 use rand::Rng;
-use rusqlite::{OptionalExtension, params};
 use sha2::{Digest, Sha256};
 
 use super::{Store, nodes, now_ns};
@@ -103,7 +103,7 @@ fn token_hash(token: &str) -> Vec<u8> {
 /// A new token of `user_id` for `client_id`, valid for `ttl`: stored as its hash, returned with
 /// the user's e-mail as stored.
 fn issue_token(
-    conn: &rusqlite::Connection,
+    conn: &super::db::Conn,
     user_id: i64,
     client_id: &str,
     ttl: Duration,
@@ -192,7 +192,7 @@ impl Store {
             .hash_password(password.as_bytes(), &salt)
             .map_err(|e| Error::internal(format!("password hashing failed: {e}")))?
             .to_string();
-        let mut conn = self.lock();
+        let conn = self.lock();
         let tx = conn.transaction()?;
         if tx
             .prepare("SELECT 1 FROM users WHERE email = ?1")?
@@ -229,7 +229,7 @@ impl Store {
                     active_tokens: r.get(3)?,
                 })
             })?
-            .collect::<rusqlite::Result<_>>()?;
+            .collect::<super::db::Result<_>>()?;
         Ok(users)
     }
 
@@ -244,7 +244,7 @@ impl Store {
 
     /// Revokes every token and pin of a user; returns how many tokens were live.
     pub fn revoke_tokens(&self, email: &str) -> Result<usize> {
-        let mut conn = self.lock();
+        let conn = self.lock();
         let tx = conn.transaction()?;
         let user: i64 = tx
             .query_row("SELECT id FROM users WHERE email = ?1", [email], |r| {
@@ -276,7 +276,7 @@ impl Store {
         }
         let conn = self.lock();
         conn.execute(
-            "INSERT OR IGNORE INTO clients (client_id, created_on) VALUES (?1, ?2)",
+            "INSERT INTO clients (client_id, created_on) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
             params![client_id, now_ns()],
         )?;
         Ok(())
@@ -406,8 +406,10 @@ impl Store {
         let now = now_ns();
         let conn = self.lock();
         conn.execute(
-            "INSERT OR REPLACE INTO pins (user_id, client_id, hash, created_on, expires_on)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO pins (user_id, client_id, hash, created_on, expires_on)
+             VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (user_id, client_id) DO UPDATE SET hash = excluded.hash,
+                 created_on = excluded.created_on, expires_on = excluded.expires_on",
             params![
                 user_id,
                 client_id,
@@ -469,7 +471,7 @@ impl Store {
             return Err(invalid());
         };
         let now = now_ns();
-        let mut conn = self.lock();
+        let conn = self.lock();
         let tx = conn.transaction()?;
         // Taken, checked and issued in one transaction: a pin gives one token.
         let stored: Option<Vec<u8>> = tx
@@ -505,8 +507,8 @@ impl Store {
             .prepare_cached(
                 "SELECT u.id, u.email, u.account_id, t.expires_on, t.revoked
                  FROM tokens t JOIN users u ON u.id = t.user_id
-                 WHERE t.hash = ?1 AND (t.client_id = ?3) = (?2 IS NULL)
-                   AND (?2 IS NULL OR u.email = ?2)",
+                 WHERE t.hash = ?1 AND (t.client_id = ?3) = (CAST(?2 AS TEXT) IS NULL)
+                   AND (CAST(?2 AS TEXT) IS NULL OR u.email = ?2)",
             )?
             .query_row(params![token_hash(token), email, WEB_SESSION], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))

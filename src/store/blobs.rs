@@ -380,12 +380,26 @@ pub struct Blobs {
 impl Blobs {
     /// The blobs of the store in `root` at `location`.
     pub fn at(root: &Path, location: &BlobLocation) -> io::Result<Blobs> {
+        Blobs::owned_by(root, location, None)
+    }
+
+    /// The same, claiming a bucket's prefix for `owner`: the ID of a shared database (every
+    /// server of the store has it), else (`None`) `store.id` in `root`.
+    pub fn owned_by(
+        root: &Path,
+        location: &BlobLocation,
+        owner: Option<String>,
+    ) -> io::Result<Blobs> {
         let (dir, bucket) = match location {
             BlobLocation::DataDir => (BlobDir::open(root)?, None),
             BlobLocation::Dir(d) => (BlobDir::at(d.clone(), d.join(".tmp"))?, None),
             BlobLocation::S3(l) => {
                 let bucket = super::s3::Bucket::open(l)?;
-                bucket.claim(&owner_id(root)?)?;
+                let owner = match owner {
+                    Some(o) => o,
+                    None => owner_id(root)?,
+                };
+                bucket.claim(&owner)?;
                 // Only `tmp/` is used: the blob folder stays empty.
                 (
                     BlobDir::at(root.join("blobs"), root.join("tmp"))?,

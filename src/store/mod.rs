@@ -2,32 +2,37 @@
 //! directory (`vault.db` for metadata, `blobs/` for bytes, `tmp/` for uploads in flight), plus the
 //! users, clients, pins and tokens of `vaultfs serve`.
 //!
-//! The store is synchronous (SQLite); the local backend calls it from blocking tasks. One lock
-//! guards the connection and, with it, the blob namespace: a blob is renamed into place and
-//! recorded, or forgotten and removed, under that lock, so a delete never removes bytes that a
-//! concurrent upload is about to share.
+//! The store is synchronous; the local backend calls it from blocking tasks. One lock guards
+//! the connection and, with it, the blob namespace: a blob is renamed into place and recorded,
+//! or forgotten and removed, under that lock, so a delete never removes bytes that a concurrent
+//! upload is about to share.
+//!
+//! The metadata is in SQLite (`vault.db`, the default) or in PostgreSQL (`--database`), behind
+//! one connection layer (`db`): the logic below is written once for both, and on PostgreSQL
+//! the lock spans every server of the store (see `db`'s comment for why and how).
 
 pub mod auth;
 pub mod blobs;
+pub mod db;
 mod nodes;
 mod previews;
 mod purge;
 mod put;
 pub mod s3;
 mod schema;
+mod schema_pg;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use rusqlite::Connection;
 
 use crate::api::{Error, Result};
 pub use blobs::BlobLocation;
 use blobs::Blobs;
+use db::{Conn, Db, Engine, Guard};
 
 pub use nodes::{Kind, NodeRow, PendingUpload, TransferMode, VersionInfo, length_mismatch};
 pub use previews::{
@@ -90,6 +95,9 @@ pub struct StoreConfig {
     pub earlier_versions: Option<u64>,
     /// Where the blobs are kept (`--blobs`).
     pub blobs: BlobLocation,
+    /// The metadata in PostgreSQL at this `postgres://` address (`--database`) instead of
+    /// `vault.db` in the data directory.
+    pub database: Option<String>,
 }
 
 impl Default for StoreConfig {
@@ -105,13 +113,14 @@ impl Default for StoreConfig {
             max_nodes_per_request: DEFAULT_MAX_NODES_PER_REQUEST,
             earlier_versions: None,
             blobs: BlobLocation::DataDir,
+            database: None,
         }
     }
 }
 
 pub struct Store {
     dir: PathBuf,
-    conn: Arc<Mutex<Connection>>,
+    db: Arc<Db>,
     /// Upload commits waiting for the connection (committed together, see `commit_upload`).
     commits: Mutex<Vec<std::sync::Arc<nodes::PendingCommit>>>,
     blobs: Blobs,
@@ -190,6 +199,16 @@ fn secret_key(path: &Path) -> Result<[u8; 32]> {
     }
 }
 
+/// Whether another server holds `hash` (see `Store::hold_blob`; never on SQLite).
+pub(crate) fn held_elsewhere(conn: &Conn, hash: &str) -> db::Result<bool> {
+    if !conn.is_pg() {
+        return Ok(false);
+    }
+    let cutoff = now_ns() - PENDING_VERSION_TTL.as_nanos() as i64;
+    conn.prepare_cached("SELECT 1 FROM blob_holds WHERE hash = ?1 AND since > ?2")?
+        .exists(db::params![hash, cutoff])
+}
+
 impl From<rusqlite::Error> for Error {
     fn from(e: rusqlite::Error) -> Self {
         match e {
@@ -207,8 +226,33 @@ impl Store {
         fs::create_dir_all(dir)?;
         // Other users of the machine have no business reading the store.
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
-        let blobs = Blobs::at(dir, &config.blobs)?;
-        let previews = previews::Previews::new(dir, config.previews, config.preview_cache_size)?;
+        let (engine, conn, pin_key, owner) = match &config.database {
+            None => {
+                let mut conn = rusqlite::Connection::open(dir.join("vault.db"))?;
+                schema::prepare(&mut conn)?;
+                schema::preview_cache_columns(&conn)?;
+                let key = secret_key(&dir.join("pin.key"))?;
+                (
+                    Engine::Sqlite(dir.join("vault.db")),
+                    Conn::sqlite(conn),
+                    key,
+                    None,
+                )
+            }
+            Some(url) => {
+                let engine = Engine::Postgres(url.clone());
+                let conn = engine.connect()?;
+                let settings = schema_pg::prepare(&conn)?;
+                (engine, conn, settings.pin_key, Some(settings.store_id))
+            }
+        };
+        let blobs = Blobs::owned_by(dir, &config.blobs, owner)?;
+        let previews = previews::Previews::new(
+            dir,
+            engine.clone(),
+            config.previews,
+            config.preview_cache_size,
+        )?;
         let lock = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -217,13 +261,9 @@ impl Store {
         // Alone with the store (no server, mount or CLI has it open): clean up after crashes.
         // Otherwise another process may be mid-upload, and its staging files are not garbage.
         let alone = flock(&lock, libc::LOCK_EX | libc::LOCK_NB);
-        let pin_key = secret_key(&dir.join("pin.key"))?;
-        let mut conn = Connection::open(dir.join("vault.db"))?;
-        schema::prepare(&mut conn)?;
-        schema::preview_cache_columns(&conn)?;
         let store = Store {
             dir: dir.to_path_buf(),
-            conn: Arc::new(Mutex::new(conn)),
+            db: Arc::new(Db::new(conn, engine)),
             commits: Mutex::new(Vec::new()),
             sync_mode: {
                 let mode = put::SyncMode::of(dir);
@@ -249,7 +289,7 @@ impl Store {
         flock(&store._lock, libc::LOCK_SH);
         // Trees a stopped process left detached are purged again from where it was.
         let purger = purge::Purger::start(
-            store.conn.clone(),
+            store.db.clone(),
             store.blobs.clone(),
             store.previews.root().to_path_buf(),
         )?;
@@ -284,10 +324,9 @@ impl Store {
     /// Never waits: while the connection is busy with our own work, the value read last (the
     /// next call sees what that missed).
     pub fn foreign_commits(&self) -> u64 {
-        let conn = match self.conn.try_lock() {
-            Ok(c) => c,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return self.foreign.load(Ordering::Relaxed),
+        // (PostgreSQL: no mount reads it; the value stays.)
+        let Some(conn) = self.db.try_lock_sqlite() else {
+            return self.foreign.load(Ordering::Relaxed);
         };
         // Starting the read transaction this needs is what notices other commits (no I/O
         // while nothing changed: SQLite compares the WAL index header in shared memory).
@@ -306,27 +345,38 @@ impl Store {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Connection> {
-        // A panic while holding the lock cannot leave a transaction half-applied (it rolls back
-        // on drop), so the connection is still good.
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> Guard<'_> {
+        self.db.lock()
     }
 
     /// Cleans up after a crash: staging files of dead uploads, blobs renamed into place whose
     /// transaction never committed, and pending versions too old to be finished.
     fn recover(&self) -> Result<()> {
         let conn = self.lock();
-        let stale = self.blobs.clear_tmp()?;
+        // A blob folder shared by the servers of a database stages in its own `.tmp`, which
+        // holds the uploads in flight of the others.
+        let shared_tmp = conn.is_pg() && matches!(self.config.blobs, BlobLocation::Dir(_));
+        let stale = if shared_tmp {
+            0
+        } else {
+            self.blobs.clear_tmp()?
+        };
         if stale > 0 {
             log::info!("removed {stale} staging file(s) of interrupted uploads");
         }
         self.previews.recover(&conn)?;
         let mut orphans = 0;
-        {
+        // On PostgreSQL other servers share the blobs and place bytes ahead of their rows
+        // (`Blobs::store_ahead`): what looks unrecorded may be an upload in flight there. Their
+        // holds of crashed servers are dropped once too old to be an upload's.
+        if conn.is_pg() {
+            let cutoff = now_ns() - PENDING_VERSION_TTL.as_nanos() as i64;
+            conn.execute("DELETE FROM blob_holds WHERE since < ?1", [cutoff])?;
+        } else {
             let mut known = conn.prepare("SELECT 1 FROM blobs WHERE hash = ?1")?;
             for hash in self.blobs.list()? {
                 if !known.exists([&hash])? {
-                    self.forget_blob(&hash);
+                    self.forget_blob(&conn, &hash);
                     orphans += 1;
                 }
             }
@@ -345,7 +395,7 @@ impl Store {
     /// The account node of that name, created (with its first vault) if missing.
     pub fn ensure_account(&self, name: &str) -> Result<i64> {
         crate::api::path::validate_name(name)?;
-        let mut conn = self.lock();
+        let conn = self.lock();
         let tx = conn.transaction()?;
         let id = nodes::ensure_account(&tx, name)?;
         tx.commit()?;
@@ -356,9 +406,11 @@ impl Store {
     pub fn check_integrity(&self) -> Result<Vec<String>> {
         let conn = self.lock();
         let mut problems = Vec::new();
-        let result: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
-        if result != "ok" {
-            problems.push(format!("sqlite: {result}"));
+        if !conn.is_pg() {
+            let result: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+            if result != "ok" {
+                problems.push(format!("sqlite: {result}"));
+            }
         }
         let mut stmt = conn.prepare("SELECT hash, size FROM blobs")?;
         let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
@@ -402,12 +454,13 @@ impl Store {
         // The counts the quotas read, against the tree they count.
         let mut wrong = conn.prepare(
             "WITH real AS (SELECT n.account_id AS a, count(*) AS nodes,
-                 (SELECT coalesce(sum(v.length), 0) FROM versions v JOIN nodes m ON m.id = v.file_id
+                 (SELECT CAST(coalesce(sum(v.length), 0) AS BIGINT) FROM versions v
+                  JOIN nodes m ON m.id = v.file_id
                   WHERE v.committed = 1 AND m.account_id = n.account_id) AS bytes
                  FROM nodes n GROUP BY n.account_id)
              SELECT real.a, real.nodes, real.bytes, u.nodes, u.bytes FROM real
              LEFT JOIN usage u ON u.account_id = real.a
-             WHERE u.nodes IS NOT real.nodes OR u.bytes IS NOT real.bytes",
+             WHERE u.nodes IS DISTINCT FROM real.nodes OR u.bytes IS DISTINCT FROM real.bytes",
         )?;
         let rows = wrong.query_map([], |r| {
             Ok(format!(
@@ -428,7 +481,7 @@ impl Store {
     /// Whether the database answers and the blobs are reachable (`GET /healthz`).
     pub fn health(&self) -> Result<()> {
         self.lock()
-            .query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?;
+            .query_row("SELECT CAST(1 AS BIGINT)", [], |r| r.get::<_, i64>(0))?;
         self.blobs
             .check()
             .map_err(|e| Error::internal(format!("blobs in {}: {e}", self.blobs.describe())))
@@ -439,10 +492,41 @@ impl Store {
         self.blobs.describe()
     }
 
-    /// Removes the bytes of a blob no version uses any more, and its preview.
-    fn forget_blob(&self, hash: &str) {
-        self.blobs.remove(hash);
+    /// Removes the bytes of a blob no version uses any more, and its preview (under the
+    /// store's lock, after the transaction that dropped its row committed).
+    fn forget_blob(&self, conn: &Conn, hash: &str) {
+        match held_elsewhere(conn, hash) {
+            Ok(false) => self.blobs.remove(hash),
+            Ok(true) => log::debug!("blob {hash} kept: another server is storing it again"),
+            // Kept when in doubt: an unreferenced blob costs room, a removed one a file.
+            Err(e) => log::warn!("blob {hash} kept: {e}"),
+        }
         self.previews.remove_files(hash);
+    }
+
+    /// Marks `hash` as being stored by this server (PostgreSQL with a bucket: other servers'
+    /// deletes leave its bytes until [`Store::release_blob`]).
+    fn hold_blob(&self, hash: &str) -> Result<Option<String>> {
+        if !(self.db.is_pg() && self.blobs.is_remote()) {
+            return Ok(None);
+        }
+        let holder = format!("{:016x}", rand::random::<u64>());
+        self.lock().execute(
+            "INSERT INTO blob_holds (hash, holder, since) VALUES (?1, ?2, ?3)",
+            db::params![hash, holder, now_ns()],
+        )?;
+        Ok(Some(holder))
+    }
+
+    fn release_blob(&self, holder: Option<String>) {
+        if let Some(h) = holder {
+            if let Err(e) = self
+                .lock()
+                .execute("DELETE FROM blob_holds WHERE holder = ?1", [h])
+            {
+                log::warn!("could not release a blob hold: {e}");
+            }
+        }
     }
 
     fn purger(&self) -> &purge::Purger {
@@ -468,6 +552,11 @@ impl Store {
             chunks,
             longest_chunk,
         })
+    }
+
+    /// Whether the metadata is in PostgreSQL (several servers may share the store).
+    pub fn is_shared(&self) -> bool {
+        self.db.is_pg()
     }
 
     /// Number of blobs kept (tests use it to see that deletes free bytes).

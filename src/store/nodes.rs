@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
+use super::db::{Conn as Connection, OptionalExtension, Row, Tx as Transaction, params};
 
 use super::blobs::{BlobFile, BlobWriter, Staged};
 use super::{FIRST_VAULT, Scope, Store, now_ns, ns_to_time, time_to_ns};
@@ -68,7 +68,7 @@ const EMPTY_MD5: &str = "d41d8cd98f00b204e9800998ecf8427e";
 const SELECT: &str = "SELECT n.id, n.parent_id, n.account_id, n.kind, n.name, n.created_on, n.modified_on, \
                       v.length, v.md5, n.exec FROM nodes n LEFT JOIN versions v ON v.id = n.current_version";
 
-fn read_row(r: &Row) -> rusqlite::Result<NodeRow> {
+fn read_row(r: &Row) -> super::db::Result<NodeRow> {
     Ok(NodeRow {
         id: r.get(0)?,
         parent_id: r.get(1)?,
@@ -261,11 +261,22 @@ pub(super) fn check_quota(
 /// The nodes and bytes (committed versions) of the subtree at `id`, counted up to `limit`
 /// nodes: a copy beyond it is refused before any is made.
 fn subtree_size(conn: &Connection, id: i64, limit: u64) -> Result<(u64, u64)> {
-    let (n, bytes): (i64, i64) = conn.query_row(
+    // PostgreSQL has no LIMIT inside a recursive query: the limit of the one reading it stops
+    // the walk there instead.
+    let sql = if conn.is_pg() {
+        "WITH RECURSIVE sub(id) AS (SELECT CAST(?1 AS BIGINT) UNION ALL
+             SELECT n.id FROM nodes n JOIN sub ON n.parent_id = sub.id),
+         bounded AS (SELECT id FROM sub LIMIT ?2)
+         SELECT count(*), (SELECT CAST(coalesce(sum(v.length), 0) AS BIGINT) FROM versions v
+             WHERE v.committed = 1 AND v.file_id IN (SELECT id FROM bounded)) FROM bounded"
+    } else {
         "WITH RECURSIVE sub(id) AS (SELECT ?1 UNION ALL
              SELECT n.id FROM nodes n JOIN sub ON n.parent_id = sub.id LIMIT ?2)
          SELECT count(*), (SELECT coalesce(sum(v.length), 0) FROM versions v
-             WHERE v.committed = 1 AND v.file_id IN sub) FROM sub",
+             WHERE v.committed = 1 AND v.file_id IN sub) FROM sub"
+    };
+    let (n, bytes): (i64, i64) = conn.query_row(
+        sql,
         params![id, limit.saturating_add(1).min(i64::MAX as u64) as i64],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
@@ -358,7 +369,7 @@ fn insert_node(tx: &Connection, parent: &NodeRow, kind: Kind, name: &str, now: i
         "INSERT INTO nodes (parent_id, account_id, kind, name, created_on, modified_on) VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
     )?
     .execute(params![parent.id, parent.account_id, kind as i64, name, now])?;
-    Ok(tx.last_insert_rowid())
+    Ok(tx.last_insert_rowid()?)
 }
 
 /// A folder's modification time follows its entries (as a directory's mtime does).
@@ -400,7 +411,7 @@ pub(super) fn ensure_account(tx: &Transaction, name: &str) -> Result<i64> {
         "INSERT INTO nodes (parent_id, account_id, kind, name, created_on, modified_on) VALUES (NULL, 0, ?1, ?2, ?3, ?3)",
         params![Kind::Account as i64, name, now],
     )?;
-    let id = tx.last_insert_rowid();
+    let id = tx.last_insert_rowid()?;
     tx.execute("UPDATE nodes SET account_id = ?1 WHERE id = ?1", [id])?;
     let account = get_row(tx, id)?.expect("account just inserted");
     insert_node(tx, &account, Kind::Vault, FIRST_VAULT, now)?;
@@ -417,14 +428,18 @@ pub(super) fn ensure_account(tx: &Transaction, name: &str) -> Result<i64> {
 /// cascade reaches only their versions, whatever the depth. (The recursive CTE is a queue in
 /// SQLite, not a recursion.)
 fn delete_subtree(tx: &Transaction, id: i64) -> Result<Vec<String>> {
-    tx.execute_batch(
+    tx.execute_batch(if tx.is_pg() {
+        "CREATE TEMP TABLE IF NOT EXISTS doomed (id BIGINT PRIMARY KEY, depth BIGINT NOT NULL);
+         CREATE INDEX IF NOT EXISTS doomed_by_depth ON pg_temp.doomed(depth);
+         DELETE FROM pg_temp.doomed;"
+    } else {
         "CREATE TEMP TABLE IF NOT EXISTS doomed (id INTEGER PRIMARY KEY, depth INTEGER NOT NULL);
          CREATE INDEX IF NOT EXISTS temp.doomed_by_depth ON doomed(depth);
-         DELETE FROM temp.doomed;",
-    )?;
+         DELETE FROM temp.doomed;"
+    })?;
     tx.execute(
         "INSERT INTO temp.doomed (id, depth)
-         WITH RECURSIVE sub(id, depth) AS (SELECT ?1, 0 UNION ALL
+         WITH RECURSIVE sub(id, depth) AS (SELECT CAST(?1 AS BIGINT), CAST(0 AS BIGINT) UNION ALL
              SELECT n.id, sub.depth + 1 FROM nodes n JOIN sub ON n.parent_id = sub.id)
          SELECT id, depth FROM sub",
         [id],
@@ -435,7 +450,7 @@ fn delete_subtree(tx: &Transaction, id: i64) -> Result<Vec<String>> {
              WHERE v.blob IS NOT NULL",
         )?
         .query_map([], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<super::db::Result<_>>()?;
     let deepest: i64 =
         tx.query_row("SELECT coalesce(max(depth), 0) FROM temp.doomed", [], |r| {
             r.get(0)
@@ -487,14 +502,14 @@ pub(super) fn prune_versions(tx: &Connection, file: i64, keep: Option<u64>) -> R
              RETURNING blob",
         )?
         .query_map(params![file, keep as i64], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<super::db::Result<_>>()?;
     free_blobs(tx, hashes.into_iter().flatten())
 }
 
 /// Levels of the subtree at `id`: 1 for a file or an empty folder.
 fn subtree_height(conn: &Connection, id: i64) -> Result<usize> {
     let h: i64 = conn.query_row(
-        "WITH RECURSIVE sub(id, depth) AS (SELECT ?1, 1 UNION ALL
+        "WITH RECURSIVE sub(id, depth) AS (SELECT CAST(?1 AS BIGINT), CAST(1 AS BIGINT) UNION ALL
              SELECT n.id, sub.depth + 1 FROM nodes n JOIN sub ON n.parent_id = sub.id)
          SELECT max(depth) FROM sub",
         [id],
@@ -522,7 +537,7 @@ fn copy_tree(
     while let Some((from, to)) = todo.pop() {
         let children: Vec<NodeRow> = children_of
             .query_map([from], read_row)?
-            .collect::<rusqlite::Result<_>>()?;
+            .collect::<super::db::Result<_>>()?;
         for child in &children {
             let new_id = copy_node(tx, child, &to, &child.name, now)?;
             if !child.is_file() {
@@ -551,7 +566,7 @@ fn copy_node(
             params![new_id, now, src.id],
         )?;
         if copied == 1 {
-            let vid = tx.last_insert_rowid();
+            let vid = tx.last_insert_rowid()?;
             tx.execute(
                 "UPDATE nodes SET current_version = ?2, exec = ?3 WHERE id = ?1",
                 params![new_id, vid, src.exec],
@@ -595,7 +610,7 @@ impl Store {
         let limit = per_page.min(i64::MAX as u64) as i64;
         let (mut node, rows, total) = if path.is_root() {
             let (filter, arg) = match scope {
-                Scope::All => ("n.parent_id IS NULL AND n.kind = 0 AND ?1 = ?1", 0),
+                Scope::All => ("n.parent_id IS NULL AND n.kind = 0 AND ?1 = 0", 0),
                 Scope::Account(a) => ("n.parent_id IS NULL AND n.kind = 0 AND n.id = ?1", a),
             };
             let total: i64 = conn.query_row(
@@ -608,7 +623,7 @@ impl Store {
                     "{SELECT} WHERE {filter} ORDER BY n.name LIMIT ?2 OFFSET ?3"
                 ))?
                 .query_map(params![arg, limit, offset], read_row)?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
+                .collect::<super::db::Result<Vec<_>>>()?;
             (root_node(), rows, total)
         } else {
             let row = resolve(&conn, scope, path)?;
@@ -622,7 +637,7 @@ impl Store {
                     "{SELECT} WHERE n.parent_id = ?1 ORDER BY n.name LIMIT ?2 OFFSET ?3"
                 ))?
                 .query_map(params![row.id, limit, offset], read_row)?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
+                .collect::<super::db::Result<Vec<_>>>()?;
             (row.to_api(path), rows, total)
         };
         let mut children = Vec::with_capacity(rows.len());
@@ -640,7 +655,7 @@ impl Store {
         let (parent_path, name) = split(path)?;
         let name = &crate::api::path::new_name(name)?;
         let path = &parent_path.child(name)?;
-        let mut conn = self.lock();
+        let conn = self.lock();
         let tx = conn.transaction()?;
         let parent = resolve(&tx, scope, &parent_path)?;
         require_folder(&parent, &parent_path)?;
@@ -668,7 +683,7 @@ impl Store {
     pub fn create_file(&self, scope: Scope, folder: &NodePath, name: &str) -> Result<Node> {
         let path = folder.child(&crate::api::path::new_name(name)?)?;
         path.check_depth()?;
-        let mut conn = self.lock();
+        let conn = self.lock();
         let tx = conn.transaction()?;
         check_quota(&tx, &self.config, scope, 1, 0)?;
         let row = create_file_row(&tx, scope, &path, now_ns())?;
@@ -703,7 +718,7 @@ impl Store {
     ) -> Result<Node> {
         let md5 = md5.map(normalize_md5).transpose()?;
         self.check_file_size(length)?;
-        let mut conn = self.lock();
+        let conn = self.lock();
         let tx = conn.transaction()?;
         let file = file_by_id(&tx, scope, file_id)?;
         // Versions are kept: each one counts, the announced length now.
@@ -712,7 +727,7 @@ impl Store {
             "INSERT INTO versions (file_id, length, md5, committed, created_on, modified_on, exec) VALUES (?1, ?2, ?3, 0, ?4, ?5, ?6)",
             params![file.id, length as i64, md5, now_ns(), attrs.modified.map(time_to_ns), attrs.mode.map(|m| m & EXEC_BITS)],
         )?;
-        let vid = tx.last_insert_rowid();
+        let vid = tx.last_insert_rowid()?;
         let path = path_of(&tx, file.id)?;
         tx.commit()?;
         let mut node = file.to_api(&path);
@@ -725,7 +740,7 @@ impl Store {
 
     /// Sets a file's attributes without a new version (our step 2 without `length`).
     pub fn set_attrs(&self, scope: Scope, file_id: &str, attrs: FileAttrs) -> Result<Node> {
-        let mut conn = self.lock();
+        let conn = self.lock();
         let tx = conn.transaction()?;
         let file = file_by_id(&tx, scope, file_id)?;
         tx.execute(
@@ -774,9 +789,23 @@ impl Store {
         scope: Scope,
         file_id: &str,
         version_id: &str,
-        mut staged: Staged,
+        staged: Staged,
     ) -> Result<Node> {
         self.note_write_activity();
+        // Held in the database too, for the other servers of a shared store (`hold_blob`).
+        let hold = self.hold_blob(&staged.sha256)?;
+        let done = self.commit_upload_held(scope, file_id, version_id, staged);
+        self.release_blob(hold);
+        done
+    }
+
+    fn commit_upload_held(
+        &self,
+        scope: Scope,
+        file_id: &str,
+        version_id: &str,
+        mut staged: Staged,
+    ) -> Result<Node> {
         // Into the bucket (if any) before the lock: see `Blobs::store_ahead`.
         self.blobs.store_ahead(&mut staged, |hash| {
             Ok(self
@@ -844,7 +873,7 @@ impl Store {
             tx.commit()?;
             // Under the lock still: no upload can be about to reuse these bytes.
             for h in results.iter().flatten().flat_map(|c| &c.freed) {
-                self.forget_blob(h);
+                self.forget_blob(conn, h);
             }
             Ok(())
         })();
@@ -982,7 +1011,7 @@ impl Store {
                     committed: r.get::<_, i64>(3)? != 0,
                 })
             })?
-            .collect::<rusqlite::Result<_>>()?;
+            .collect::<super::db::Result<_>>()?;
         Ok(rows)
     }
 
@@ -1014,7 +1043,7 @@ impl Store {
             return Err(Error::forbidden("the destination must be inside a vault"));
         }
         dst.check_depth()?;
-        let mut conn = self.lock();
+        let conn = self.lock();
         let tx = conn.transaction()?;
         let s = resolve(&tx, scope, src)?;
         let dp = match resolve(&tx, scope, &dst_parent_path) {
@@ -1073,8 +1102,9 @@ impl Store {
                 )?;
                 if dp.account_id != s.account_id {
                     tx.execute(
-                        "WITH RECURSIVE sub(id) AS (SELECT ?1 UNION ALL SELECT n.id FROM nodes n JOIN sub ON n.parent_id = sub.id)
-                         UPDATE nodes SET account_id = ?2 WHERE id IN sub",
+                        "WITH RECURSIVE sub(id) AS (SELECT CAST(?1 AS BIGINT) UNION ALL
+                             SELECT n.id FROM nodes n JOIN sub ON n.parent_id = sub.id)
+                         UPDATE nodes SET account_id = ?2 WHERE id IN (SELECT id FROM sub)",
                         params![s.id, dp.account_id],
                     )?;
                 }
@@ -1102,7 +1132,7 @@ impl Store {
         let row = get_row(&tx, id)?.expect("node exists");
         tx.commit()?;
         for h in freed {
-            self.forget_blob(&h);
+            self.forget_blob(&conn, &h);
         }
         Ok(row.to_api(dst))
     }
@@ -1116,7 +1146,7 @@ impl Store {
         scope: Scope,
         path: &NodePath,
     ) -> Result<std::time::Duration> {
-        let mut conn = self.lock();
+        let conn = self.lock();
         let started = std::time::Instant::now();
         let tx = conn.transaction()?;
         let row = resolve(&tx, scope, path)?;
@@ -1135,7 +1165,7 @@ impl Store {
         if path.depth() < 3 {
             return Err(Error::forbidden("accounts and vaults cannot be deleted"));
         }
-        let mut conn = self.lock();
+        let conn = self.lock();
         let tx = conn.transaction()?;
         let row = resolve(&tx, scope, path)?;
         let now = now_ns();
@@ -1158,7 +1188,7 @@ impl Store {
         touch(&tx, row.parent_id, now)?;
         tx.commit()?;
         for h in freed {
-            self.forget_blob(&h);
+            self.forget_blob(&conn, &h);
         }
         Ok(())
     }

@@ -43,8 +43,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
+use super::db::{Conn as Connection, OptionalExtension, TransactionBehavior, params};
 use bytes::Bytes;
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::blobs::{BlobFile, Blobs};
 use super::nodes::file_by_id;
@@ -411,7 +411,7 @@ struct Scaled {
 pub(super) struct Previews {
     /// `<data dir>/previews`
     root: PathBuf,
-    db: PathBuf,
+    db: super::db::Engine,
     shared: Arc<Shared>,
     scaled: Mutex<Scaled>,
     started: OnceLock<()>,
@@ -420,6 +420,7 @@ pub(super) struct Previews {
 impl Previews {
     pub(super) fn new(
         data_dir: &Path,
+        db: super::db::Engine,
         mode: PreviewMode,
         cache_size: u64,
     ) -> std::io::Result<Self> {
@@ -427,7 +428,7 @@ impl Previews {
         fs::create_dir_all(root.join("tmp"))?;
         Ok(Previews {
             root,
-            db: data_dir.join("vault.db"),
+            db,
             shared: Arc::new(Shared::new(mode, cache_size)),
             scaled: Mutex::new(Scaled {
                 lru: lru::LruCache::unbounded(),
@@ -628,7 +629,8 @@ pub(super) fn want(
     let now = now_ns();
     let n = conn
         .prepare_cached(
-            "INSERT OR IGNORE INTO previews (blob, kind, status, name, updated_on, used_on) VALUES (?1, ?2, 0, ?3, ?4, ?4)",
+            "INSERT INTO previews (blob, kind, status, name, updated_on, used_on) VALUES (?1, ?2, 0, ?3, ?4, ?4)
+             ON CONFLICT DO NOTHING",
         )?
         .execute(params![hash, kind.as_str(), name, now])?;
     Ok((n == 1).then_some(kind))
@@ -693,7 +695,7 @@ impl Store {
                 "SELECT blob, kind, name FROM previews WHERE status = 0 ORDER BY updated_on",
             )?;
             stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-                .collect::<rusqlite::Result<_>>()?
+                .collect::<super::db::Result<_>>()?
         };
         for (hash, kind, name) in &pending {
             if let Some(kind) = Kind::parse(kind) {
@@ -735,10 +737,14 @@ impl Store {
         let sh = &self.previews.shared;
         let conn = self.lock();
         let (ready, bytes, unrequested, unrequested_bytes): (i64, i64, i64, i64) = conn.query_row(
-            "SELECT count(*), COALESCE(SUM(MAX(bytes, 0)), 0),
-                    COALESCE(SUM(requested = 0), 0),
-                    COALESCE(SUM(CASE WHEN requested = 0 THEN MAX(bytes, 0) END), 0)
-             FROM previews WHERE status = 1",
+            &format!(
+                "SELECT count(*), CAST(COALESCE(SUM({max}(bytes, 0)), 0) AS BIGINT),
+                        CAST(COALESCE(SUM(CASE WHEN requested = 0 THEN 1 ELSE 0 END), 0) AS BIGINT),
+                        CAST(COALESCE(SUM(CASE WHEN requested = 0 THEN {max}(bytes, 0) END), 0)
+                            AS BIGINT)
+                 FROM previews WHERE status = 1",
+                max = conn.greatest()
+            ),
             [],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
         )?;
@@ -828,7 +834,8 @@ impl Store {
             if let Scope::Account(account) = scope {
                 // Being made while this account waits: it sees it when it is done.
                 conn.prepare_cached(
-                    "INSERT OR IGNORE INTO preview_access (account_id, blob, kind, ready_on) VALUES (?1, ?2, ?3, 0)",
+                    "INSERT INTO preview_access (account_id, blob, kind, ready_on) VALUES (?1, ?2, ?3, 0)
+                     ON CONFLICT DO NOTHING",
                 )?
                 .execute(params![account, hash, kind.as_str()])?;
             }
@@ -1020,11 +1027,11 @@ impl Store {
     /// bytes have under the name they were rendered by, which their files move under. Rows of
     /// bytes that are gone, or of a kind with no preview, go.
     pub(super) fn migrate_preview_kinds(&self) -> Result<()> {
-        let mut conn = self.lock();
+        let conn = self.lock();
         let old: Vec<(String, String)> = conn
             .prepare("SELECT blob, name FROM previews WHERE kind = ''")?
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<rusqlite::Result<_>>()?;
+            .collect::<super::db::Result<_>>()?;
         if old.is_empty() {
             return Ok(());
         }
@@ -1072,7 +1079,8 @@ impl Store {
 /// Bytes of the files' current versions.
 fn files_bytes(conn: &Connection) -> Result<u64> {
     let n: i64 = conn.query_row(
-        "SELECT COALESCE(SUM(v.length), 0) FROM nodes n JOIN versions v ON v.id = n.current_version",
+        "SELECT CAST(COALESCE(SUM(v.length), 0) AS BIGINT)
+         FROM nodes n JOIN versions v ON v.id = n.current_version",
         [],
         |r| r.get(0),
     )?;
@@ -1088,7 +1096,7 @@ const IS_CURRENT: &str = "EXISTS (SELECT 1 FROM versions v WHERE v.blob = ?1
 struct Pool {
     root: PathBuf,
     blobs: Blobs,
-    db: PathBuf,
+    db: super::db::Engine,
     shared: Arc<Shared>,
     /// The files' bytes, and when they were summed.
     files_bytes: Arc<Mutex<Option<(Instant, u64)>>>,
@@ -1178,9 +1186,7 @@ impl Pool {
     }
 
     fn open_db(&self) -> Result<Connection> {
-        let conn = Connection::open(&self.db)?;
-        conn.busy_timeout(Duration::from_secs(30))?;
-        Ok(conn)
+        Ok(self.db.connect()?)
     }
 
     fn work(&self, slot: &Slot) {
@@ -1501,9 +1507,13 @@ impl Pool {
                     let sizes = serde_json::to_string(&pages).expect("sizes serialize");
                     let now = now_ns();
                     tx.execute(
-                        "UPDATE previews SET status = ?2, pages = ?3, own_pdf = ?4, updated_on = ?5,
-                                used_on = ?5, bytes = ?6, requested = MAX(requested, ?7), render_ns = ?8
-                         WHERE blob = ?1 AND kind = ?9",
+                        &format!(
+                            "UPDATE previews SET status = ?2, pages = ?3, own_pdf = ?4,
+                                updated_on = ?5, used_on = ?5, bytes = ?6,
+                                requested = {}(requested, ?7), render_ns = ?8
+                             WHERE blob = ?1 AND kind = ?9",
+                            tx.greatest()
+                        ),
                         params![
                             job.hash,
                             READY,
@@ -1560,7 +1570,7 @@ impl Pool {
             stmt.query_map(params![keep_hash, keep_kind], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?))
             })?
-            .collect::<rusqlite::Result<_>>()?
+            .collect::<super::db::Result<_>>()?
         };
         let mut evict = Vec::new();
         for (hash, kind, bytes) in candidates {
@@ -1606,7 +1616,7 @@ impl Pool {
         let old: Vec<(String, String)> = conn
             .prepare("SELECT blob, kind FROM previews WHERE status = 1 AND bytes < 0")?
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<rusqlite::Result<_>>()?;
+            .collect::<super::db::Result<_>>()?;
         if old.is_empty() {
             return Ok(());
         }
@@ -1631,9 +1641,13 @@ impl Pool {
 /// Bytes of all ready previews and of those nobody asked for.
 fn preview_bytes(conn: &Connection) -> Result<(u64, u64)> {
     let (all, unrequested): (i64, i64) = conn.query_row(
-        "SELECT COALESCE(SUM(MAX(bytes, 0)), 0),
-                COALESCE(SUM(CASE WHEN requested = 0 THEN MAX(bytes, 0) END), 0)
-         FROM previews WHERE status = 1",
+        &format!(
+            "SELECT CAST(COALESCE(SUM({max}(bytes, 0)), 0) AS BIGINT),
+                    CAST(COALESCE(SUM(CASE WHEN requested = 0 THEN {max}(bytes, 0) END), 0)
+                        AS BIGINT)
+             FROM previews WHERE status = 1",
+            max = conn.greatest()
+        ),
         [],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
@@ -1711,9 +1725,10 @@ mod tests {
         noisy.extend_from_slice(&[0x01; 8]);
         let (text, none) = ("aa".repeat(32), "bb".repeat(32));
         {
-            let mut conn = Connection::open(dir.join("vault.db")).unwrap();
+            let mut conn = rusqlite::Connection::open(dir.join("vault.db")).unwrap();
             super::super::schema::prepare_to(&mut conn, 6).unwrap();
             super::super::schema::preview_cache_columns(&conn).unwrap();
+            let conn = Connection::sqlite(conn);
             for (hash, name, status) in [(&text, "a.log", READY), (&none, "b.dat", NOT_SUPPORTED)] {
                 let blob = dir.join("blobs").join(&hash[..2]).join(hash);
                 fs::create_dir_all(blob.parent().unwrap()).unwrap();
@@ -1751,7 +1766,7 @@ mod tests {
             .unwrap()
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
             .unwrap()
-            .collect::<rusqlite::Result<_>>()
+            .collect::<crate::store::db::Result<_>>()
             .unwrap();
         assert_eq!(rows, [(text.clone(), "text".to_string(), READY)]);
         let access: Vec<(String, String, i64)> = conn
@@ -1759,7 +1774,7 @@ mod tests {
             .unwrap()
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
             .unwrap()
-            .collect::<rusqlite::Result<_>>()
+            .collect::<crate::store::db::Result<_>>()
             .unwrap();
         assert_eq!(access, [(text.clone(), "text".to_string(), 5)]);
         let kinds: String = conn

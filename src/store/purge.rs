@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, OptionalExtension, params};
+use super::db::{Conn as Connection, OptionalExtension, params};
 
 use super::blobs::Blobs;
 use crate::api::Result;
@@ -67,7 +67,7 @@ pub(super) struct Purger {
 
 impl Purger {
     pub(super) fn start(
-        conn: Arc<Mutex<Connection>>,
+        db: Arc<super::db::Db>,
         blobs: Blobs,
         previews: PathBuf,
     ) -> std::io::Result<Purger> {
@@ -82,7 +82,7 @@ impl Purger {
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("purge".into())
-            .spawn(move || run(&s, &conn, &blobs, &previews))?;
+            .spawn(move || run(&s, &db, &blobs, &previews))?;
         Ok(Purger {
             shared,
             thread: Mutex::new(Some(thread)),
@@ -131,7 +131,7 @@ impl Drop for Purger {
     }
 }
 
-fn run(shared: &Shared, conn: &Mutex<Connection>, blobs: &Blobs, previews: &std::path::Path) {
+fn run(shared: &Shared, db: &super::db::Db, blobs: &Blobs, previews: &std::path::Path) {
     loop {
         {
             let mut st = shared.lock();
@@ -152,9 +152,9 @@ fn run(shared: &Shared, conn: &Mutex<Connection>, blobs: &Blobs, previews: &std:
                 return;
             }
             let (more, took) = {
-                let mut c = conn.lock().unwrap_or_else(|p| p.into_inner());
+                let c = db.lock();
                 let t = Instant::now();
-                (chunk(&mut c, blobs, previews), t.elapsed())
+                (chunk(&c, blobs, previews), t.elapsed())
             };
             match more {
                 Ok(true) => {
@@ -185,7 +185,7 @@ fn run(shared: &Shared, conn: &Mutex<Connection>, blobs: &Blobs, previews: &std:
 
 /// One transaction of the purge: up to [`CHUNK_ROWS`] nodes of the first detached tree deleted
 /// or moved, the blobs they freed removed. False when no tree is left.
-fn chunk(conn: &mut Connection, blobs: &Blobs, previews: &std::path::Path) -> Result<bool> {
+fn chunk(conn: &Connection, blobs: &Blobs, previews: &std::path::Path) -> Result<bool> {
     let tx = conn.transaction()?;
     let Some(top) = tx
         .prepare_cached("SELECT node_id FROM trash ORDER BY node_id LIMIT 1")?
@@ -220,7 +220,7 @@ fn chunk(conn: &mut Connection, blobs: &Blobs, previews: &std::path::Path) -> Re
         while budget > 0 {
             let ids: Vec<i64> = children
                 .query_map(params![top, budget.min(256) as i64], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?;
+                .collect::<super::db::Result<_>>()?;
             if ids.is_empty() {
                 forget(top, &mut hashes)?;
                 tx.prepare_cached("DELETE FROM trash WHERE node_id = ?1")?
@@ -247,7 +247,11 @@ fn chunk(conn: &mut Connection, blobs: &Blobs, previews: &std::path::Path) -> Re
     tx.commit()?;
     // Still under the lock: no upload can be about to share these bytes.
     for h in freed {
-        blobs.remove(&h);
+        match super::held_elsewhere(conn, &h) {
+            Ok(false) => blobs.remove(&h),
+            Ok(true) => {}
+            Err(e) => log::warn!("blob {h} kept: {e}"),
+        }
         super::previews::remove_blob_dir(previews, &h);
     }
     Ok(true)

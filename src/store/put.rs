@@ -27,7 +27,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use rusqlite::params;
+use super::db::params;
 
 use super::nodes::{self, Kind};
 use super::{Scope, Store, now_ns, time_to_ns};
@@ -254,7 +254,7 @@ impl Store {
             tx.commit()?;
             // Under the lock still: no upload can be about to reuse these bytes.
             for h in &freed {
-                self.forget_blob(h);
+                self.forget_blob(&conn, h);
             }
             Ok(results)
         })();
@@ -344,7 +344,7 @@ impl Store {
     /// Phase 2 of one file, inside the batch's transaction: (node, preview wanted, name, sha256).
     fn put_one(
         &self,
-        tx: &rusqlite::Connection,
+        tx: &super::db::Conn,
         scope: Scope,
         f: &PutFile,
         mut p: Prepared,
@@ -383,7 +383,7 @@ impl Store {
             "INSERT INTO versions (file_id, length, md5, blob, committed, created_on, committed_on) VALUES (?1, ?2, ?3, ?4, 1, ?5, ?5)",
         )?
         .execute(params![file.id, f.len as i64, p.md5, p.sha256, now])?;
-        let vid = tx.last_insert_rowid();
+        let vid = tx.last_insert_rowid()?;
         tx.prepare_cached(
             "UPDATE nodes SET current_version = ?2, modified_on = ?3, exec = coalesce(?4, exec) WHERE id = ?1",
         )?

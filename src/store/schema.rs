@@ -337,19 +337,26 @@ pub(crate) fn prepare_to(conn: &mut Connection, target: i64) -> rusqlite::Result
 }
 
 /// Makes the transactions of its lifetime durable across a power cut (`synchronous=FULL`:
-/// the WAL is fsynced at commit), then returns the connection to NORMAL.
-pub struct Durable<'a>(&'a Connection);
+/// the WAL is fsynced at commit), then returns the connection to NORMAL. (PostgreSQL's
+/// commits are durable already: `synchronous_commit` is on unless its operator says not.)
+pub struct Durable<'a>(Option<&'a Connection>);
 
 impl<'a> Durable<'a> {
-    pub fn new(conn: &'a Connection) -> rusqlite::Result<Durable<'a>> {
-        conn.pragma_update(None, "synchronous", "FULL")?;
+    pub fn new(conn: &'a super::db::Conn) -> rusqlite::Result<Durable<'a>> {
+        let conn = conn.as_sqlite();
+        if let Some(c) = conn {
+            c.pragma_update(None, "synchronous", "FULL")?;
+        }
         Ok(Durable(conn))
     }
 }
 
 impl Drop for Durable<'_> {
     fn drop(&mut self) {
-        if let Err(e) = self.0.pragma_update(None, "synchronous", "NORMAL") {
+        if let Some(Err(e)) = self
+            .0
+            .map(|c| c.pragma_update(None, "synchronous", "NORMAL"))
+        {
             log::warn!("could not reset synchronous: {e}");
         }
     }

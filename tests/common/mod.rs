@@ -1,5 +1,6 @@
 //! Test support: a real `vaultfs serve` application on a loopback port over a store in a
-//! temporary directory, and the pin login done the way a person does it (the HTML page).
+//! temporary directory, the pin login done the way a person does it (the HTML page), the
+//! three-step upload over raw HTTP, and the bytes and checksums the tests write and compare.
 #![allow(dead_code)]
 
 pub mod dialect;
@@ -7,12 +8,16 @@ pub mod dialect;
 pub mod env;
 pub mod fixtures;
 pub mod mount;
+pub mod pg;
 pub mod s3;
 pub mod suite;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use md5::{Digest, Md5};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -116,7 +121,7 @@ pub fn save_login(file: &Path, server: &str, creds: Creds, valid: std::time::Dur
     let login = vaultfs::cli::login::Credentials {
         server: server.to_string(),
         email: creds.email,
-        token: creds.token,
+        token: creds.token.into(),
         expires_at: std::time::SystemTime::now() + valid,
     };
     vaultfs::cli::login::save_credentials(file, &login).unwrap();
@@ -247,4 +252,120 @@ pub async fn login(base: &str, email: &str, password: &str) -> String {
         .as_str()
         .unwrap_or_else(|| panic!("no token: {auth}"))
         .to_string()
+}
+
+/// md5 of `data` as lowercase hex, as `md5_checksum` spells it.
+pub fn md5hex(data: &[u8]) -> String {
+    format!("{:x}", Md5::digest(data))
+}
+
+/// Deterministic pseudo-random bytes (a shifted range or a swapped block shows).
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Sends `req` as `who` and reads the answer as JSON: (status, envelope).
+async fn send_json(req: reqwest::RequestBuilder, who: &Creds) -> (StatusCode, Value) {
+    let resp = req
+        .basic_auth(&who.email, Some(&who.token))
+        .header("Accept", "application/json")
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status();
+    let text = resp.text().await.unwrap();
+    let v = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON ({status}): {text}"));
+    (status, v)
+}
+
+/// Upload steps 1-3 over raw HTTP as `who`: step 1 creates `name` in the folder at `folder` (its
+/// encoded path, `/nodes/pth/...`), steps 2 and 3 send `data`; returns the file ID.
+pub async fn upload(
+    http: &reqwest::Client,
+    base: &str,
+    who: &Creds,
+    folder: &str,
+    name: &str,
+    data: &[u8],
+) -> String {
+    let id = create_file(http, base, who, folder, name).await;
+    upload_version(http, base, who, &id, data).await;
+    id
+}
+
+/// Upload step 1 alone: `name` created in the folder at `folder` (encoded); returns its ID.
+pub async fn create_file(
+    http: &reqwest::Client,
+    base: &str,
+    who: &Creds,
+    folder: &str,
+    name: &str,
+) -> String {
+    let step1 = http
+        .put(format!("{base}{folder}"))
+        .json(&json!({"create_file": [{"name": name}]}));
+    let (st, v) = send_json(step1, who).await;
+    assert_eq!(st, 200, "{v}");
+    v["message"]["children"][0]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v}"))
+        .to_string()
+}
+
+/// Upload steps 2 (with the md5) and 3 of `data` as a new version of the file `id`; returns
+/// step 3's envelope.
+pub async fn upload_version(
+    http: &reqwest::Client,
+    base: &str,
+    who: &Creds,
+    id: &str,
+    data: &[u8],
+) -> Value {
+    let step2 = http
+        .put(format!("{base}/nodes/upload/{id}"))
+        .json(&json!({"length": data.len(), "md5_checksum": md5hex(data)}));
+    let (st, v) = send_json(step2, who).await;
+    assert_eq!(st, 200, "{v}");
+    let uri = v["message"]["fileExProperties"]["upload_uri"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v}"))
+        .to_string();
+    let (st, v) = upload_bytes(http, base, who, &uri, data.to_vec(), "application/binary").await;
+    assert_eq!(st, 200, "{v}");
+    v
+}
+
+/// Upload step 3: `data` sent to the `upload_uri` of step 2 with this content type.
+pub async fn upload_bytes(
+    http: &reqwest::Client,
+    base: &str,
+    who: &Creds,
+    uri: &str,
+    data: Vec<u8>,
+    ctype: &str,
+) -> (StatusCode, Value) {
+    let resp = http
+        .put(format!("{base}{uri}"))
+        .basic_auth(&who.email, Some(&who.token))
+        .header("Content-Type", ctype)
+        .body(data)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status();
+    if status.is_success() {
+        // A body read to the end leaves the connection reusable.
+        assert!(resp.headers().get("connection").is_none(), "{resp:?}");
+    }
+    (status, resp.json().await.unwrap())
 }

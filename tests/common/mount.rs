@@ -139,21 +139,6 @@ pub fn wait_for(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// Deterministic pseudo-random bytes.
-pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 /// md5 of a file, read in 1 MiB pieces.
 pub fn md5_of(p: &Path) -> String {
     use md5::{Digest, Md5};

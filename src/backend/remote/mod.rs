@@ -48,18 +48,19 @@ use super::{Backend, ByteStream, Download, PreviewImage};
 use crate::api::path::encode_segment;
 use crate::api::{
     Error, ErrorKind, FileAttrs, Node, NodePath, PageSize, PreviewMeta, RangeRequest, Result,
+    Secret,
 };
 use download::{RANGES_NO, RANGES_UNKNOWN, RANGES_YES};
 use transport::{Req, Retry, bad_response, header_str};
 
-/// Settings of a [`RemoteBackend`].
-#[derive(Clone)]
+/// Settings of a [`RemoteBackend`]. (Its `Debug` shows no token: a [`Secret`].)
+#[derive(Clone, Debug)]
 pub struct RemoteConfig {
     /// `https://rest.smartvault.com` or `http://127.0.0.1:8080` (a path prefix is kept).
     pub base_url: String,
     /// The user's e-mail and delegation token; both empty for the pin exchange only.
     pub email: String,
-    pub token: String,
+    pub token: Secret,
     /// Time to establish a connection (TCP and TLS).
     pub connect_timeout: Duration,
     /// Longest wait for the next byte of an answer, or for an upload to make progress.
@@ -83,7 +84,7 @@ impl RemoteConfig {
         RemoteConfig {
             base_url: base_url.to_string(),
             email: email.to_string(),
-            token: token.to_string(),
+            token: Secret::new(token),
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
             total_timeout: Duration::from_secs(60),
@@ -93,21 +94,6 @@ impl RemoteConfig {
             max_json_response: 64 << 20,
             max_unsized_body: 64 << 20,
         }
-    }
-}
-
-// The token never appears in logs or panics.
-impl std::fmt::Debug for RemoteConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RemoteConfig")
-            .field("base_url", &self.base_url)
-            .field("email", &self.email)
-            .field("token", &"<redacted>")
-            .field("connect_timeout", &self.connect_timeout)
-            .field("idle_timeout", &self.idle_timeout)
-            .field("total_timeout", &self.total_timeout)
-            .field("retries", &self.retries)
-            .finish_non_exhaustive()
     }
 }
 
@@ -141,7 +127,7 @@ impl RemoteBackend {
             None
         } else {
             use base64::Engine;
-            let raw = format!("{}:{}", config.email, config.token);
+            let raw = format!("{}:{}", config.email, config.token.expose());
             let value = format!(
                 "Basic {}",
                 base64::engine::general_purpose::STANDARD.encode(raw)

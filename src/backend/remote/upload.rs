@@ -16,6 +16,7 @@ use crate::api::checksum::{md5_base64, md5_hex};
 use crate::api::path::encode_segment;
 use crate::api::{Error, ErrorKind, FileAttrs, Node, Result, VersionRequest, format_time};
 use crate::backend::ByteStream;
+use crate::sync::relock;
 
 /// Versions announced and never sent are forgotten beyond this many (the map stays small).
 const ANNOUNCED_MAX: usize = 4096;
@@ -69,11 +70,7 @@ impl RemoteBackend {
         };
         let node = checked(node, &what)?;
         if let Some(md5) = md5 {
-            let mut announced = self
-                .inner
-                .announced
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut announced = relock(&self.inner.announced);
             if announced.len() >= ANNOUNCED_MAX {
                 announced.clear();
             }
@@ -121,19 +118,9 @@ impl RemoteBackend {
         body: ByteStream,
     ) -> Result<Node> {
         let key = (file_id.to_string(), version_id.to_string());
-        let want = self
-            .inner
-            .announced
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-            .cloned();
+        let want = relock(&self.inner.announced).get(&key).cloned();
         let node = self.put_bytes(file_id, version_id, length, body).await?;
-        self.inner
-            .announced
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&key);
+        relock(&self.inner.announced).remove(&key);
         if let (Some(want), Some(got)) = (want, &node.md5_checksum) {
             if &want != got {
                 return Err(Error::new(

@@ -1,0 +1,34 @@
+//! Locks that outlive a panic. A thread that panics while holding a lock poisons it; the code of
+//! this crate keeps what it guards whole across such a panic (or does not depend on it), so the
+//! lock is taken anyway rather than spreading the panic to every later user.
+
+use std::sync::{LockResult, Mutex, MutexGuard, PoisonError};
+
+/// Locks `m`, also when a thread panicked while holding it.
+pub(crate) fn relock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    unpoisoned(m.lock())
+}
+
+/// The guard of a lock, a read or write lock, or a condition variable's wait, also when it is
+/// poisoned: `unpoisoned(lock.read())`, `unpoisoned(cond.wait(guard))`.
+pub(crate) fn unpoisoned<G>(result: LockResult<G>) -> G {
+    result.unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::relock;
+    use std::sync::Mutex;
+
+    #[test]
+    fn a_poisoned_mutex_is_locked_anyway() {
+        let m = Mutex::new(1);
+        let _ = std::panic::catch_unwind(|| {
+            let _held = m.lock().unwrap();
+            panic!("poisons the lock");
+        });
+        assert!(m.is_poisoned());
+        *relock(&m) += 1;
+        assert_eq!(*relock(&m), 2);
+    }
+}

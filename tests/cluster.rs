@@ -1,0 +1,430 @@
+//! Several `vaultfs serve` processes on one PostgreSQL database and one blob store are one
+//! store (issue 15): each test runs two real server processes (`--database postgres://...`,
+//! blobs in moto's S3 when it is installed, else in one shared folder) and talks to them over
+//! loopback as clients would behind a load balancer. Skipped, loudly, without PostgreSQL.
+
+mod common;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use md5::{Digest, Md5};
+
+use vaultfs::api::{ErrorKind, NodePath};
+use vaultfs::backend::remote::{RemoteBackend, RemoteConfig};
+use vaultfs::backend::{Backend, ByteStream};
+use vaultfs::store::{BlobLocation, Store, StoreConfig};
+
+const BIN: &str = env!("CARGO_BIN_EXE_vaultfs");
+
+/// One database and one blob store, shared by the servers of a test.
+struct Cluster {
+    database: String,
+    /// `--blobs` and `--s3-endpoint`
+    blobs: Vec<String>,
+    location: BlobLocation,
+    tmp: tempfile::TempDir,
+}
+
+/// A `vaultfs serve` process (killed when dropped) and a client of it.
+struct Node {
+    child: Child,
+    port: u16,
+    data: PathBuf,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Node {
+    fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Cluster {
+    fn new() -> Option<Cluster> {
+        let pg = common::pg::pg()?;
+        let tmp = tempfile::tempdir().unwrap();
+        let (blobs, location) = match common::s3::s3() {
+            Some(s3) => {
+                let location = s3.location();
+                let BlobLocation::S3(l) = &location else {
+                    unreachable!()
+                };
+                let url = format!("s3://{}/{}", l.bucket, l.prefix);
+                (
+                    vec![
+                        "--blobs".into(),
+                        url,
+                        "--s3-endpoint".into(),
+                        s3.endpoint.clone(),
+                    ],
+                    location,
+                )
+            }
+            None => {
+                let dir = tmp.path().join("blobs");
+                let arg = dir.to_str().unwrap().to_string();
+                (vec!["--blobs".into(), arg], BlobLocation::Dir(dir))
+            }
+        };
+        Some(Cluster {
+            database: pg.database(),
+            blobs,
+            location,
+            tmp,
+        })
+    }
+
+    /// `vaultfs user add` against the shared database.
+    fn add_user(&self, email: &str, account: &str, password: &str) {
+        let mut add = Command::new(BIN)
+            .args(["user", "add", email, "--account", account])
+            .args(["--database", &self.database])
+            .env("VAULTFS_DATA_DIR", self.tmp.path().join("cli"))
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        add.stdin
+            .take()
+            .unwrap()
+            .write_all(format!("{password}\n").as_bytes())
+            .unwrap();
+        assert!(add.wait().unwrap().success());
+    }
+
+    /// A server with a data directory of its own (`name`), on a new port.
+    fn serve(&self, name: &str) -> Node {
+        self.serve_on(name, common::free_port())
+    }
+
+    fn serve_on(&self, name: &str, port: u16) -> Node {
+        let data = self.tmp.path().join(name);
+        let child = Command::new(BIN)
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--database", &self.database])
+            .args(&self.blobs)
+            .env("VAULTFS_DATA_DIR", &data)
+            .env("XDG_CONFIG_HOME", self.tmp.path().join("no-config"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        common::wait_for_port(port);
+        Node { child, port, data }
+    }
+
+    /// The store as a third process sees it (for its integrity check).
+    fn store(&self) -> Store {
+        Store::open(
+            &self.tmp.path().join("checker"),
+            StoreConfig {
+                database: Some(self.database.clone()),
+                blobs: self.location.clone(),
+                ..StoreConfig::default()
+            },
+        )
+        .unwrap()
+    }
+}
+
+fn client(node: &Node, email: &str, token: &str) -> RemoteBackend {
+    RemoteBackend::new(RemoteConfig::new(&node.base(), email, token)).unwrap()
+}
+
+fn vault() -> NodePath {
+    NodePath::parse_uri("/nodes/pth/Acme/My First Vault").unwrap()
+}
+
+/// `rel` (names joined by `/`) in the vault.
+fn at(rel: &str) -> NodePath {
+    rel.split('/')
+        .fold(vault(), |p, name| p.child(name).unwrap())
+}
+
+fn pattern(len: usize, seed: u8) -> Bytes {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[1] ^ seed)
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+fn md5hex(data: &[u8]) -> String {
+    vaultfs::api::checksum::hex(&Md5::digest(data))
+}
+
+fn stream(data: Bytes) -> ByteStream {
+    Box::pin(futures_util::stream::iter([Ok::<_, std::io::Error>(data)]))
+}
+
+/// The three upload steps; the file's ID.
+async fn put<B: Backend>(b: &B, name: &str, data: Bytes) -> String {
+    let id = b
+        .create_file(&vault(), name)
+        .await
+        .unwrap()
+        .file_id()
+        .unwrap();
+    upload(b, &id, data).await;
+    id
+}
+
+/// Steps 2 and 3 of a file; the md5 step 3 answered.
+async fn upload<B: Backend>(b: &B, id: &str, data: Bytes) -> String {
+    let v = b
+        .begin_version(id, data.len() as u64, Some(&md5hex(&data)))
+        .await
+        .unwrap();
+    let vid = v.file_ex_properties.unwrap().version_id.unwrap();
+    let node = b
+        .upload(id, &vid, data.len() as u64, stream(data))
+        .await
+        .unwrap();
+    node.md5_checksum.unwrap()
+}
+
+async fn content<B: Backend>(b: &B, id: &str) -> Vec<u8> {
+    use futures_util::StreamExt;
+    let mut d = b.download(id, None).await.unwrap();
+    let mut out = Vec::new();
+    while let Some(c) = d.body.next().await {
+        out.extend_from_slice(&c.unwrap());
+    }
+    out
+}
+
+async fn names<B: Backend>(b: &B) -> Vec<String> {
+    vaultfs::backend::list_all(b, &vault(), 100)
+        .await
+        .unwrap()
+        .children
+        .unwrap()
+        .into_iter()
+        .map(|n| n.name)
+        .collect()
+}
+
+/// Writes through one server are read through the other; a token and a lockout made at one
+/// hold at the other; a delete at one frees the name at both.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_servers_on_one_database_are_one_store() {
+    let Some(cluster) = Cluster::new() else {
+        return;
+    };
+    cluster.add_user("a@acme.test", "Acme", "pw-a");
+    let (one, two) = (cluster.serve("one"), cluster.serve("two"));
+    // Signed in at one; the token works at two.
+    let token = common::login(&one.base(), "a@acme.test", "pw-a").await;
+    let (a, b) = (
+        client(&one, "a@acme.test", &token),
+        client(&two, "a@acme.test", &token),
+    );
+    let data = pattern(3 << 20, 7);
+    let id = put(&a, "report.pdf", data.clone()).await;
+    assert_eq!(content(&b, &id).await, data);
+    assert_eq!(names(&b).await, ["report.pdf"]);
+    b.create_folder(&at("Folder")).await.unwrap();
+    b.copy(&at("report.pdf"), &at("Folder/copy.pdf"), false)
+        .await
+        .unwrap();
+    let copy = a.node(&at("Folder/copy.pdf")).await.unwrap();
+    assert_eq!(content(&a, &copy.id.unwrap()).await, data);
+    b.delete(&at("report.pdf")).await.unwrap();
+    let gone = a.node(&at("report.pdf")).await.unwrap_err();
+    assert!(gone.is(ErrorKind::NotFound), "{gone:?}");
+    // A new version at two is what one serves.
+    let newer = pattern(1000, 9);
+    let copy_id = a.node(&at("Folder/copy.pdf")).await.unwrap().id.unwrap();
+    upload(&b, &copy_id, newer.clone()).await;
+    assert_eq!(content(&a, &copy_id).await, newer);
+
+    // Failed pin exchanges at one count at two: the sixth, wherever it goes, is refused.
+    let http = reqwest::Client::new();
+    let mut statuses = Vec::new();
+    for i in 0..6 {
+        let node = if i % 2 == 0 { &one } else { &two };
+        let r = http
+            .post(format!("{}/pin/auth", node.base()))
+            .json(&serde_json::json!({"user_email": "a@acme.test",
+                "pin_info": {"client_id": "vaultfs", "pin": 11111111 + i}}))
+            .send()
+            .await
+            .unwrap();
+        statuses.push(r.status().as_u16());
+    }
+    assert_eq!(statuses[..5], [401; 5]);
+    assert_eq!(statuses[5], 429);
+
+    let store = cluster.store();
+    assert!(store.check_integrity().unwrap().is_empty());
+}
+
+/// The same name taken at once through both servers, by many clients: one file (all get its
+/// ID), one folder (one creation, conflicts for the rest), one move into a free name; never two
+/// nodes of one name.
+#[tokio::test(flavor = "multi_thread")]
+async fn races_on_one_name_across_two_servers() {
+    let Some(cluster) = Cluster::new() else {
+        return;
+    };
+    cluster.add_user("a@acme.test", "Acme", "pw-a");
+    let (one, two) = (cluster.serve("one"), cluster.serve("two"));
+    let token = common::login(&one.base(), "a@acme.test", "pw-a").await;
+    let clients: Vec<RemoteBackend> = (0..16)
+        .map(|i| client(if i % 2 == 0 { &one } else { &two }, "a@acme.test", &token))
+        .collect();
+
+    let ids = futures_util::future::join_all(
+        clients
+            .iter()
+            .map(|c| async move { c.create_file(&vault(), "same.txt").await.unwrap().file_id() }),
+    )
+    .await;
+    assert!(
+        ids.iter().all(|id| id.is_some() && *id == ids[0]),
+        "{ids:?}"
+    );
+
+    let made = futures_util::future::join_all(
+        clients
+            .iter()
+            .map(|c| async move { c.create_folder(&at("Same folder")).await }),
+    )
+    .await;
+    assert_eq!(made.iter().filter(|r| r.is_ok()).count(), 1, "{made:?}");
+    assert!(made.iter().flatten_err().all(|e| e.is(ErrorKind::Conflict)));
+
+    // Sixteen files, each moved at once onto one free name without replace: one wins.
+    for (i, c) in clients.iter().enumerate() {
+        put(c, &format!("src{i}.txt"), pattern(100, i as u8)).await;
+    }
+    let moved = futures_util::future::join_all(clients.iter().enumerate().map(|(i, c)| {
+        let src = at(&format!("src{i}.txt"));
+        async move { c.rename(&src, &at("target.txt"), false).await }
+    }))
+    .await;
+    assert_eq!(moved.iter().filter(|r| r.is_ok()).count(), 1, "{moved:?}");
+    // And sixteen copies onto one name with replace: one file of that name remains.
+    let copied = futures_util::future::join_all(
+        clients
+            .iter()
+            .map(|c| async move { c.copy(&at("target.txt"), &at("copied.txt"), true).await }),
+    )
+    .await;
+    assert!(copied.iter().all(|r| r.is_ok()), "{copied:?}");
+    let mut listed = names(&clients[1]).await;
+    let before = listed.len();
+    listed.dedup();
+    assert_eq!(listed.len(), before, "a name listed twice: {listed:?}");
+    assert_eq!(listed.iter().filter(|n| *n == "copied.txt").count(), 1);
+    assert_eq!(listed.iter().filter(|n| *n == "target.txt").count(), 1);
+    assert_eq!(listed.iter().filter(|n| n.starts_with("src")).count(), 15);
+    assert!(cluster.store().check_integrity().unwrap().is_empty());
+}
+
+/// Versions of one file uploaded at once through both servers: each upload's answer is its own
+/// bytes' md5, and the file ends as one of them, whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn uploads_to_one_file_from_two_servers_get_their_own_answers() {
+    let Some(cluster) = Cluster::new() else {
+        return;
+    };
+    cluster.add_user("a@acme.test", "Acme", "pw-a");
+    let (one, two) = (cluster.serve("one"), cluster.serve("two"));
+    let token = common::login(&one.base(), "a@acme.test", "pw-a").await;
+    let (a, b) = (
+        client(&one, "a@acme.test", &token),
+        client(&two, "a@acme.test", &token),
+    );
+    let id = put(&a, "shared.bin", pattern(10, 0)).await;
+    let bodies: Vec<Bytes> = (1..=8).map(|i| pattern(200_000 + i, i as u8)).collect();
+    let answers = futures_util::future::join_all(bodies.iter().enumerate().map(|(i, data)| {
+        let (c, id, data) = (if i % 2 == 0 { &a } else { &b }, id.clone(), data.clone());
+        async move { upload(c, &id, data).await }
+    }))
+    .await;
+    for (answer, data) in answers.iter().zip(&bodies) {
+        assert_eq!(*answer, md5hex(data));
+    }
+    let now = content(&b, &id).await;
+    assert!(
+        bodies.iter().any(|d| *d == now),
+        "the file is none of the uploads"
+    );
+    assert_eq!(content(&a, &id).await, now);
+    assert!(cluster.store().check_integrity().unwrap().is_empty());
+}
+
+/// One server killed (SIGKILL) in the middle of an upload's body: the other goes on serving the
+/// file's previous content, the killed one restarts on the same store, and nothing of the
+/// unfinished upload became current or was left recorded.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_killed_mid_upload_makes_nothing_partial_current() {
+    let Some(cluster) = Cluster::new() else {
+        return;
+    };
+    cluster.add_user("a@acme.test", "Acme", "pw-a");
+    let (one, two) = (cluster.serve("one"), cluster.serve("two"));
+    let token = common::login(&two.base(), "a@acme.test", "pw-a").await;
+    let (a, b) = (
+        client(&one, "a@acme.test", &token),
+        client(&two, "a@acme.test", &token),
+    );
+    let old = Bytes::from_static(b"the content before");
+    let id = put(&a, "f.bin", old.clone()).await;
+
+    let len = 16u64 << 20;
+    let v = a.begin_version(&id, len, None).await.unwrap();
+    let vid = v.file_ex_properties.unwrap().version_id.unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
+    let body: ByteStream = Box::pin(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|x| (x, rx))
+    }));
+    let sending = {
+        let (a, id, vid) = (a.clone(), id.clone(), vid.clone());
+        tokio::spawn(async move { a.upload(&id, &vid, len, body).await })
+    };
+    for i in 0..8u8 {
+        tx.send(Ok(pattern(1 << 20, i))).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (port, data) = (one.port, one.data.clone());
+    drop(one); // SIGKILL
+    drop(tx);
+    assert!(sending.await.unwrap().is_err());
+
+    assert_eq!(content(&b, &id).await, old);
+    let one = cluster.serve_on("one", port);
+    assert_eq!(
+        content(&client(&one, "a@acme.test", &token), &id).await,
+        old
+    );
+    if let BlobLocation::S3(_) = cluster.location {
+        // Nothing of the interrupted upload is left staged (its own folder, cleared at start).
+        assert_eq!(std::fs::read_dir(data.join("tmp")).unwrap().count(), 0);
+    }
+    let store = cluster.store();
+    assert!(store.check_integrity().unwrap().is_empty());
+    assert_eq!(store.blob_count().unwrap(), 1);
+}
+
+/// The errors of a list of results.
+trait FlattenErr<'a, E: 'a> {
+    fn flatten_err(self) -> impl Iterator<Item = &'a E>;
+}
+
+impl<'a, T: 'a, E: 'a, I: Iterator<Item = &'a Result<T, E>>> FlattenErr<'a, E> for I {
+    fn flatten_err(self) -> impl Iterator<Item = &'a E> {
+        self.filter_map(|r| r.as_ref().err())
+    }
+}
