@@ -231,14 +231,12 @@ macro_rules! array_params {
 array_params!(1, 2, 3, 4);
 
 /// rusqlite's `params!`, for this module's [`Params`].
-#[macro_export]
-#[doc(hidden)]
 macro_rules! db_params {
     ($($p:expr),* $(,)?) => {
         &[$(&$p as &dyn $crate::store::db::Param),*] as &[&dyn $crate::store::db::Param]
     };
 }
-pub use crate::db_params as params;
+pub(crate) use db_params as params;
 
 /// A value read from a column.
 pub trait Column: Sized {
