@@ -4,6 +4,10 @@
 //! the FUSE channel cost alone.
 //!
 //!     cargo run --release --example nullfs -- MOUNTPOINT [THREADS]
+//!
+//! The ceiling of a design with staging files: `NULLFS_STAGING=DIR` gives each created file a
+//! real file in DIR that writes go to (through the daemon), and `NULLFS_PASSTHROUGH=1` beside
+//! it has the kernel write that file itself (FUSE passthrough, as vaultfs's kernel writes).
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
