@@ -20,9 +20,7 @@
 //! | `sync` | `relock`: a mutex taken also after a panic poisoned it | |
 //!
 //! Known exceptions, each to be removed (the test also fails when one is no longer needed):
-//!
-//! - `src/fs/attrs.rs` uses `store`: `ns_to_time` and `time_to_ns`, which belong in `api::time`.
-//! - `src/server/mod.rs` uses `fs`: `raise_open_file_limit`, which belongs below both.
+//! none.
 
 pub mod api;
 pub mod backend;

@@ -66,6 +66,22 @@ fn parse_ms_date(inner: &str) -> Option<SystemTime> {
     })
 }
 
+/// Signed: times a client set may be before 1970.
+pub fn ns_to_time(ns: i64) -> SystemTime {
+    match u64::try_from(ns) {
+        Ok(ns) => UNIX_EPOCH + Duration::from_nanos(ns),
+        Err(_) => UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs()),
+    }
+}
+
+/// Nanoseconds since 1970, negative before; clamped to what an i64 holds (years 1678..2262).
+pub fn time_to_ns(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        Err(e) => i64::try_from(e.duration().as_nanos()).map_or(i64::MIN, |n| -n),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -87,7 +87,7 @@ pub fn user(cmd: UserCommand) -> CmdResult {
             let users = open(&data)?.list_users()?;
             println!("{:<32} {:<24} {:<10} CREATED", "EMAIL", "ACCOUNT", "TOKENS");
             for u in users {
-                let created = crate::api::format_time(crate::store::ns_to_time(u.created_on));
+                let created = crate::api::format_time(crate::api::time::ns_to_time(u.created_on));
                 println!(
                     "{:<32} {:<24} {:<10} {}",
                     u.email,

@@ -19,9 +19,9 @@ use fuser::TimeOrNow;
 use super::Fs;
 use super::errno::is_transient;
 use super::table::{Ino, Kind, Table};
+use crate::api::time::{ns_to_time, time_to_ns};
 use crate::api::{EXEC_BITS, FileAttrs, Node, Result, file_mode};
 use crate::backend::Backend;
-use crate::store::{ns_to_time, time_to_ns};
 
 /// What a setattr leaves to do after the inode table has the new attributes.
 pub(super) enum Keep {

@@ -20,6 +20,7 @@ use lru::LruCache;
 
 use crate::api::{Error, RangeRequest, Result};
 use crate::backend::Backend;
+use crate::sync::relock;
 
 pub const CHUNK: u64 = 1 << 20;
 const MAX_READAHEAD: u64 = 16 * CHUNK;
@@ -64,15 +65,12 @@ impl Entry {
     }
 
     fn missing(&self, first: u64, last: u64) -> Vec<u64> {
-        let present = self.present.lock().unwrap_or_else(|p| p.into_inner());
+        let present = relock(&self.present);
         (first..=last).filter(|c| !present.contains(c)).collect()
     }
 
     fn mark(&self, chunk: u64) {
-        self.present
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(chunk);
+        relock(&self.present).insert(chunk);
     }
 
     /// The cached bytes' file (handed to the kernel once complete: `passthrough`).
@@ -137,7 +135,7 @@ impl ReadCache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        relock(&self.inner)
     }
 
     /// The cache entry of this version of a file, new (empty) if not cached.

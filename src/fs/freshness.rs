@@ -4,6 +4,7 @@
 //! built-in store see each other's renames at once: fstests generic/732). A server's changes by
 //! other clients show once the TTL has run out.
 
+use crate::sync::relock;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -28,7 +29,7 @@ impl Freshness {
             return false;
         }
         let Some(now) = foreign() else { return true };
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = relock(&self.seen);
         match seen.0 {
             Some(v) if v == now => {}
             // The first count read says nothing about what came before it.

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::spares::{Spare, Spares};
 use super::staging::Staged;
 use crate::api::NodePath;
+use crate::sync::relock;
 
 /// The log is rewritten with only its live entries once it is this large.
 const COMPACT_AT: u64 = 4 << 20;
@@ -186,7 +187,7 @@ impl Journal {
     }
 
     fn log(&self) -> MutexGuard<'_, Log> {
-        self.log.lock().unwrap_or_else(|p| p.into_inner())
+        relock(&self.log)
     }
 
     /// Appends one record (one write); compacts the log once it is large.
@@ -261,7 +262,7 @@ impl Journal {
         path: &NodePath,
         file_id: Option<String>,
     ) -> io::Result<()> {
-        let mut state = staged.journal.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = relock(&staged.journal);
         let entry = (path.uri(), file_id);
         if state.finished || state.last.as_ref() == Some(&entry) {
             return Ok(());
@@ -292,7 +293,7 @@ impl Journal {
         let ending: Vec<&Staged> = staged
             .into_iter()
             .filter(|s| {
-                let mut state = s.journal.lock().unwrap_or_else(|p| p.into_inner());
+                let mut state = relock(&s.journal);
                 !std::mem::replace(&mut state.finished, true)
             })
             .collect();
@@ -370,11 +371,10 @@ impl Journal {
                 self.finish(&staged);
                 continue;
             }
-            *staged.journal.lock().unwrap_or_else(|p| p.into_inner()) =
-                super::staging::JournalState {
-                    finished: false,
-                    last: Some((entry.path, entry.file_id.clone())),
-                };
+            *relock(&staged.journal) = super::staging::JournalState {
+                finished: false,
+                last: Some((entry.path, entry.file_id.clone())),
+            };
             out.push((path, entry.file_id, staged));
         }
         // Staging files without an entry belong to nothing (the entry is written first), and

@@ -16,6 +16,7 @@ use super::table::{Ino, Kind, ROOT};
 use super::{Fs, Handle, OpResult};
 use crate::api::NodePath;
 use crate::backend::{Backend, LIST_PAGE, list_all};
+use crate::sync::relock;
 
 /// After the backend was unreachable, cached listings are served without retrying for this long.
 const OFFLINE_GRACE: Duration = Duration::from_secs(5);
@@ -31,10 +32,7 @@ impl<B: Backend> Fs<B> {
 
     /// The backend failed recently: serve what we have without asking again.
     pub(super) fn offline(&self) -> bool {
-        self.offline_until
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some_and(|t| Instant::now() < t)
+        relock(&self.offline_until).is_some_and(|t| Instant::now() < t)
     }
 
     pub(super) fn attr(&self, ino: Ino) -> OpResult<FileAttr> {
@@ -85,8 +83,7 @@ impl<B: Backend> Fs<B> {
             if r == Err(Errno::EIO) {
                 // Backend away: for a while no `ls` waits for the network to fail again.
                 log::debug!("listing {path} from cache: backend unreachable");
-                *fs.offline_until.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some(Instant::now() + OFFLINE_GRACE);
+                *relock(&fs.offline_until) = Some(Instant::now() + OFFLINE_GRACE);
             }
             r
         };
@@ -109,21 +106,14 @@ impl<B: Backend> Fs<B> {
         ino: Ino,
         refresh: impl std::future::Future<Output = OpResult<()>> + Send + 'static,
     ) -> Option<OpResult<()>> {
-        if !running(self)
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(ino)
-        {
+        if !relock(running(self)).insert(ino) {
             return None;
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
         let fs = self.clone();
         self.rt.spawn(async move {
             let r = refresh.await;
-            running(&fs)
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&ino);
+            relock(running(&fs)).remove(&ino);
             let _ = tx.send(r);
         });
         tokio::time::timeout(STALE_LISTING_WAIT, rx)

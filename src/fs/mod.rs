@@ -69,6 +69,7 @@ use fuser::{Config, Errno, MountOption, Notifier, SessionACL};
 
 use crate::api::NodePath;
 use crate::backend::Backend;
+use crate::sync::{relock, unpoisoned};
 use cache::ReadCache;
 use journal::Journal;
 use staging::Staged;
@@ -276,11 +277,11 @@ impl<B: Backend> Fs<B> {
     }
 
     fn table(&self) -> MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
+        relock(&self.table)
     }
 
     fn handles(&self) -> MutexGuard<'_, HashMap<u64, Handle>> {
-        self.handles.lock().unwrap_or_else(|p| p.into_inner())
+        relock(&self.handles)
     }
 
     /// Whether a listing or attributes fetched at `at` may be used without asking the backend.
@@ -298,49 +299,6 @@ pub(crate) fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
         .mode(0o700)
         .create(dir)?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-}
-
-/// The read cache keeps each cached file open, and every file being written has its staging
-/// file open: the soft limit of open files (often 1,024) goes up to the hard limit, so a large
-/// tree copied in or read does not end in EMFILE. (`vaultfs serve` too, for its connections.)
-/// Returns the limit now in force.
-pub(crate) fn raise_open_file_limit() -> libc::rlim_t {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit with a struct of ours.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            let before = lim.rlim_cur;
-            lim.rlim_cur = lim.rlim_max;
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
-                log::debug!("open files: limit raised from {before} to {}", lim.rlim_max);
-            } else {
-                lim.rlim_cur = before;
-            }
-        }
-    }
-    grow_fd_table(lim.rlim_cur.min(FD_TABLE) as libc::c_int);
-    lim.rlim_cur
-}
-
-/// Descriptors the process's table is grown to at start.
-const FD_TABLE: libc::rlim_t = 16_384;
-
-/// Grows the kernel's descriptor table to hold `n` descriptors now, once: a multi-threaded
-/// process whose table fills waits for an RCU grace period at each doubling, and every thread
-/// opening a file waits with it. During a burst of new files (one open staging file each) an
-/// off-CPU trace showed 120 ms of such waits on the FUSE threads (`expand_files`).
-fn grow_fd_table(n: libc::c_int) {
-    // SAFETY: F_DUPFD gives the lowest free descriptor >= n - 1 (a copy of stderr), closed at
-    // once; nothing else is touched.
-    unsafe {
-        let fd = libc::fcntl(2, libc::F_DUPFD_CLOEXEC, n.saturating_sub(1).max(0));
-        if fd >= 0 {
-            libc::close(fd);
-        }
-    }
 }
 
 /// auto_unmount goes through fusermount3 (from fuse3), which allows the kernel's allow_other
@@ -366,7 +324,7 @@ pub fn mount<B: Backend>(
     rt: &tokio::runtime::Runtime,
     ready: impl FnOnce(status::Control),
 ) -> std::io::Result<()> {
-    raise_open_file_limit();
+    crate::api::files::raise_open_file_limit();
     let fs = Fs::start(backend, opts.clone(), rt.handle().clone())?;
 
     let mut options = vec![
@@ -462,7 +420,7 @@ pub fn mount<B: Backend>(
     // Unmounted: give uploads in flight a bounded time to finish; the journal keeps the rest.
     // A new mount of the same point may come meanwhile: it asks for the journal (SIGUSR1),
     // and this daemon leaves at once, its batch in flight committed or not at all.
-    let running = fs.uploading.lock().unwrap_or_else(|p| p.into_inner()).len();
+    let running = relock(&fs.uploading).len();
     if running > 0 {
         log::info!(
             "waiting up to {}s for {running} upload(s) to finish",
@@ -471,10 +429,9 @@ pub fn mount<B: Backend>(
     }
     rt.block_on(async {
         let deadline = tokio::time::Instant::now() + opts.flush_timeout;
-        while !fs
+        while !unpoisoned(fs
             .uploading
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock())
             .is_empty()
             && tokio::time::Instant::now() < deadline
         {

@@ -30,6 +30,7 @@ use fuser::BackingId;
 
 use super::cache::Entry;
 use super::table::Remote;
+use crate::sync::relock;
 
 /// Registers an open file with the kernel as a backing file (`ReplyOpen::open_backing`).
 pub(crate) type Register<'a> = dyn Fn(BorrowedFd<'_>) -> io::Result<BackingId> + Sync + 'a;
@@ -98,7 +99,7 @@ impl Passthrough {
             Ok(()) => self.on.store(true, Ordering::Relaxed),
             Err(why) => {
                 self.on.store(false, Ordering::Relaxed);
-                *self.why_off.lock().unwrap_or_else(|p| p.into_inner()) = why;
+                *relock(&self.why_off) = why;
             }
         }
     }
@@ -108,26 +109,21 @@ impl Passthrough {
         if self.on() {
             "passthrough (the kernel reads whole local files itself)".into()
         } else {
-            let why = self.why_off.lock().unwrap_or_else(|p| p.into_inner());
+            let why = relock(&self.why_off);
             format!("through the daemon ({why})")
         }
     }
 
     /// The blob of a version, opened by the path the store gave for it before.
     pub(super) fn reopen(&self, key: &str, size: u64) -> Option<File> {
-        let path = self
-            .paths
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(key)
-            .cloned()?;
+        let path = relock(&self.paths).get(key).cloned()?;
         // Removed since (the version deleted): the store is asked again.
         let f = File::open(&path).ok()?;
         (f.metadata().ok()?.len() == size).then_some(f)
     }
 
     pub(super) fn remember(&self, key: &str, path: PathBuf) {
-        let mut paths = self.paths.lock().unwrap_or_else(|p| p.into_inner());
+        let mut paths = relock(&self.paths);
         if paths.len() >= PATHS {
             paths.clear();
         }

@@ -25,6 +25,7 @@ use super::errno::errno;
 use super::table::{Ino, Kind, Remote};
 use crate::api::{PageSize, PreviewMeta, PreviewStatus};
 use crate::backend::Backend;
+use crate::sync::relock;
 
 /// The name of the virtual directory.
 pub const DIR_NAME: &str = ".preview";
@@ -161,7 +162,7 @@ impl Tree {
 
 impl<B: Backend> Fs<B> {
     fn previews(&self) -> MutexGuard<'_, Tree> {
-        self.previews.lock().unwrap_or_else(|p| p.into_inner())
+        relock(&self.previews)
     }
 
     pub(super) fn virtual_attr(

@@ -13,12 +13,13 @@
 //! every other staging file that belongs to nothing. The thread starts with the first file
 //! staged, after that recovery ran.
 
+use crate::sync::{relock, unpoisoned};
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Once};
+use std::sync::{Arc, Condvar, Mutex, Once};
 use std::time::Duration;
 
 /// Spares kept ready, at one open descriptor each: enough for a burst of a few thousand files a
@@ -47,10 +48,6 @@ pub struct Spares {
     started: Once,
 }
 
-fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl Spares {
     /// Spares in `dir` (the staging folder), IDs from `next` on.
     pub fn new(dir: PathBuf, next: u64) -> Arc<Spares> {
@@ -71,7 +68,7 @@ impl Spares {
         if let Some(s) = self.pop() {
             return Ok(s);
         }
-        let _make = locked(&self.make);
+        let _make = relock(&self.make);
         // Made meanwhile by the thread (it held `make`): older than any ID taken now.
         if let Some(s) = self.pop() {
             return Ok(s);
@@ -80,7 +77,7 @@ impl Spares {
     }
 
     fn pop(&self) -> Option<Spare> {
-        let mut ready = locked(&self.ready);
+        let mut ready = relock(&self.ready);
         let s = ready.pop_front();
         if ready.len() < REFILL_BELOW {
             self.low.notify_one();
@@ -115,22 +112,21 @@ impl Spares {
     /// Waits until spares are wanted, then makes them; false once stopped.
     fn refill(&self) -> bool {
         {
-            let ready = locked(&self.ready);
-            let ready = self
-                .low
-                .wait_timeout_while(ready, Duration::from_secs(1), |r| {
-                    r.len() >= REFILL_BELOW && !self.stop.load(Ordering::SeqCst)
-                })
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            let ready = relock(&self.ready);
+            let ready = unpoisoned(self.low.wait_timeout_while(
+                ready,
+                Duration::from_secs(1),
+                |r| r.len() >= REFILL_BELOW && !self.stop.load(Ordering::SeqCst),
+            ))
+            .0;
             if ready.len() >= REFILL_BELOW {
                 return !self.stop.load(Ordering::SeqCst);
             }
         }
-        while !self.stop.load(Ordering::SeqCst) && locked(&self.ready).len() < READY {
+        while !self.stop.load(Ordering::SeqCst) && relock(&self.ready).len() < READY {
             let made = {
-                let _make = locked(&self.make);
-                self.make_one().map(|s| locked(&self.ready).push_back(s))
+                let _make = relock(&self.make);
+                self.make_one().map(|s| relock(&self.ready).push_back(s))
             };
             if let Err(e) = made {
                 // ENOSPC, EMFILE: the creates that need a file meet the error themselves.
@@ -146,8 +142,8 @@ impl Spares {
     pub fn shut(&self) {
         self.stop.store(true, Ordering::SeqCst);
         self.low.notify_all();
-        let _make = locked(&self.make);
-        for s in locked(&self.ready).drain(..) {
+        let _make = relock(&self.make);
+        for s in relock(&self.ready).drain(..) {
             let _ = std::fs::remove_file(&s.path);
         }
     }

@@ -22,10 +22,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use crate::api::checksum::Digests;
-
-fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use crate::sync::{relock, unpoisoned};
 
 /// A staged file: the bytes a writer sees, and how far they are from being uploaded.
 ///
@@ -88,7 +85,7 @@ struct Ahead {
 
 impl Ahead {
     fn lock(&self) -> MutexGuard<'_, HashAhead> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        relock(&self.state)
     }
 
     /// Stops a running hasher after its current chunk and waits for it to be gone.
@@ -96,7 +93,7 @@ impl Ahead {
         let mut a = self.lock();
         a.stop = true;
         while a.running {
-            a = self.idle.wait(a).unwrap_or_else(|p| p.into_inner());
+            a = unpoisoned(self.idle.wait(a));
         }
         a.stop = false;
         a
@@ -311,7 +308,7 @@ impl Staged {
 
     /// The staging file as it is now.
     pub fn file(&self) -> Arc<File> {
-        self.data.read().unwrap_or_else(|p| p.into_inner()).clone()
+        unpoisoned(self.data.read()).clone()
     }
 
     pub fn size(&self) -> u64 {
@@ -319,11 +316,11 @@ impl Staged {
     }
 
     pub fn mtime(&self) -> SystemTime {
-        *self.mtime.lock().unwrap_or_else(|p| p.into_inner())
+        *relock(&self.mtime)
     }
 
     fn set_mtime(&self, t: SystemTime) {
-        *self.mtime.lock().unwrap_or_else(|p| p.into_inner()) = t;
+        *relock(&self.mtime) = t;
     }
 
     fn changed(&self) {
@@ -346,7 +343,7 @@ impl Staged {
     }
 
     fn order(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.order.lock().unwrap_or_else(|p| p.into_inner())
+        relock(&self.order)
     }
 
     /// The content as it is now, never to be written again: later changes go to a copy.
@@ -390,7 +387,7 @@ impl Staged {
         let _ = fs::remove_file(&tmp);
         let copy = crate::api::files::copy_to_new(&self.file(), self.size(), &tmp)?;
         fs::rename(&tmp, &self.data_path)?;
-        *self.data.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(copy);
+        *unpoisoned(self.data.write()) = Arc::new(copy);
         self.copies.fetch_add(1, Ordering::SeqCst);
         self.sealed.store(false, Ordering::SeqCst);
         Ok(())

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::Fs;
 use super::table::Ino;
 use crate::backend::{Backend, ByteStream};
+use crate::sync::relock;
 
 /// Errors kept for `vaultfs status`.
 const RECENT_ERRORS: usize = 20;
@@ -119,30 +120,24 @@ impl Tracker {
     pub fn track(&self, ino: Ino, path: String, size: u64, body: ByteStream) -> ByteStream {
         let sent = Arc::new(AtomicU64::new(0));
         let started = Instant::now();
-        self.running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                ino,
-                Running {
-                    path: path.clone(),
-                    size,
-                    sent: sent.clone(),
-                    started,
-                },
-            );
+        relock(&self.running).insert(
+            ino,
+            Running {
+                path: path.clone(),
+                size,
+                sent: sent.clone(),
+                started,
+            },
+        );
         Box::pin(counted(body, sent, path, size, started))
     }
 
     pub fn done(&self, ino: Ino) {
-        self.running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&ino);
+        relock(&self.running).remove(&ino);
     }
 
     pub fn error(&self, message: String) {
-        let mut e = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        let mut e = relock(&self.errors);
         if e.len() == RECENT_ERRORS {
             e.pop_front();
         }
@@ -153,13 +148,13 @@ impl Tracker {
     }
 
     pub fn errors(&self) -> Vec<RecentError> {
-        let e = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        let e = relock(&self.errors);
         e.iter().cloned().collect()
     }
 
     /// Uploads in flight, and whether `ino` is one of them.
     pub fn running(&self) -> HashMap<Ino, Upload> {
-        let r = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let r = relock(&self.running);
         r.iter()
             .map(|(ino, r)| {
                 let sent = r.sent.load(Ordering::Relaxed);
@@ -213,11 +208,7 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
     waiting.sort_by(|a, b| a.path.cmp(&b.path));
     uploads.extend(waiting);
     let (used_bytes, max_bytes, files) = fs.cache.usage();
-    let offline = fs
-        .offline_until
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .is_some_and(|t| t > Instant::now());
+    let offline = relock(&fs.offline_until).is_some_and(|t| t > Instant::now());
     Status {
         mountpoint: mountpoint.to_string(),
         root: fs.opts.root.to_string(),

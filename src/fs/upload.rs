@@ -11,6 +11,7 @@ use super::errno::is_transient;
 use super::table::{Ino, Kind};
 use crate::api::{Error, ErrorKind, FileAttrs, Result, file_mode};
 use crate::backend::{Backend, reader_stream};
+use crate::sync::relock;
 
 pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// Permanent failures (the folder is gone, say) tolerated before the bytes are set aside.
@@ -37,11 +38,7 @@ pub fn recover<B: Backend>(fs: &Arc<Fs<B>>) -> std::io::Result<()> {
 /// Makes sure an upload runs for `ino` (in the next batch, for a backend with batches; else a
 /// task of its own, which keeps going until the file is clean).
 pub fn schedule<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
-    let new = fs
-        .uploading
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(ino);
+    let new = relock(&fs.uploading).insert(ino);
     if fs.backend.puts_batches() {
         fs.writeback.enqueue(ino);
         return;
@@ -96,7 +93,7 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
             }
         }
         // Done unless a writer made it dirty again (and has closed it since).
-        let mut up = fs.uploading.lock().unwrap_or_else(|p| p.into_inner());
+        let mut up = relock(&fs.uploading);
         let again = fs
             .table()
             .get(ino)

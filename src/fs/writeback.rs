@@ -25,6 +25,7 @@ use super::table::{Ino, Table};
 use super::upload::{MAX_BACKOFF, PERMANENT_ATTEMPTS};
 use crate::api::{Error, FileAttrs, file_mode};
 use crate::backend::{Backend, PutFile};
+use crate::sync::relock;
 
 /// Most files in one batch.
 const MAX_FILES: usize = 1024;
@@ -58,7 +59,7 @@ struct Queue {
 
 impl Writeback {
     fn queue(&self) -> MutexGuard<'_, Queue> {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+        relock(&self.queue)
     }
 
     /// Queues `ino` for the next batch (once, however often it is asked).
@@ -487,10 +488,7 @@ fn finished<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, clean: bool) {
         fs.writeback.notify(ino, Some(u64::MAX));
     }
     if !fs.writeback.queue().queued.contains(&ino) {
-        fs.uploading
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&ino);
+        relock(&fs.uploading).remove(&ino);
     }
 }
 

@@ -167,7 +167,7 @@ pub async fn serve(
 /// not hold two descriptors for each (its socket and a file being downloaded) and some to spare:
 /// a server out of descriptors accepts nothing, for anyone.
 pub fn connections_within_open_file_limit(wanted: usize) -> usize {
-    let limit = crate::fs::raise_open_file_limit() as usize;
+    let limit = crate::api::files::raise_open_file_limit() as usize;
     let fits = limit.saturating_sub(64) / 2;
     if wanted > fits {
         log::warn!(

@@ -40,6 +40,8 @@ pub use previews::{
     PreviewStats, default_preview_workers,
 };
 pub use put::PutFile;
+// Kept where the store's modules and its callers have always found them.
+pub use crate::api::time::{ns_to_time, time_to_ns};
 
 /// The vault every new account starts with.
 pub const FIRST_VAULT: &str = "My First Vault";
@@ -149,22 +151,6 @@ pub(crate) fn now_ns() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0)
-}
-
-/// Signed: times a client set may be before 1970.
-pub fn ns_to_time(ns: i64) -> SystemTime {
-    match u64::try_from(ns) {
-        Ok(ns) => UNIX_EPOCH + Duration::from_nanos(ns),
-        Err(_) => UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs()),
-    }
-}
-
-/// Nanoseconds since 1970, negative before; clamped to what an i64 holds (years 1678..2262).
-pub fn time_to_ns(t: SystemTime) -> i64 {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
-        Err(e) => i64::try_from(e.duration().as_nanos()).map_or(i64::MIN, |n| -n),
-    }
 }
 
 /// The 32 random bytes in `path`, written (mode 0600) on first use.
