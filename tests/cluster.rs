@@ -51,7 +51,11 @@ impl Node {
 
 impl Cluster {
     fn new() -> Option<Cluster> {
-        let pg = common::pg::pg()?;
+        Some(Cluster::on(common::pg::pg()?))
+    }
+
+    /// A cluster on a database of `pg`.
+    fn on(pg: &common::pg::PgServer) -> Cluster {
         let tmp = tempfile::tempdir().unwrap();
         let (blobs, location) = match common::s3::s3() {
             Some(s3) => {
@@ -76,12 +80,12 @@ impl Cluster {
                 (vec!["--blobs".into(), arg], BlobLocation::Dir(dir))
             }
         };
-        Some(Cluster {
+        Cluster {
             database: pg.database(),
             blobs,
             location,
             tmp,
-        })
+        }
     }
 
     /// `vaultfs user add` against the shared database.
@@ -416,6 +420,75 @@ async fn a_server_killed_mid_upload_makes_nothing_partial_current() {
     let store = cluster.store();
     assert!(store.check_integrity().unwrap().is_empty());
     assert_eq!(store.blob_count().unwrap(), 1);
+}
+
+/// PostgreSQL stopped under a running server: its requests are answered 503 with `Retry-After`
+/// in bounded time (no panic, no hang), `/healthz` says so, the process stays up, and once
+/// PostgreSQL is back the same server answers again without a restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_that_goes_away_is_503_until_it_is_back() {
+    let Some(pg) = common::pg::own() else {
+        return;
+    };
+    let cluster = Cluster::on(&pg);
+    cluster.add_user("a@acme.test", "Acme", "pw-a");
+    let mut one = cluster.serve("one");
+    let token = common::login(&one.base(), "a@acme.test", "pw-a").await;
+    let a = client(&one, "a@acme.test", &token);
+    let data = pattern(100_000, 3);
+    let id = put(&a, "kept.bin", data.clone()).await;
+
+    let http = reqwest::Client::new();
+    let listing = format!("{}/nodes/pth/Acme/My%20First%20Vault", one.base());
+    let get = |url: String| {
+        let http = http.clone();
+        let token = token.clone();
+        async move {
+            let started = std::time::Instant::now();
+            let r = http
+                .get(url)
+                .basic_auth("a@acme.test", Some(token))
+                .header("Accept", "application/json")
+                .timeout(Duration::from_secs(60))
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.headers().clone(), started.elapsed())
+        }
+    };
+    assert_eq!(get(listing.clone()).await.0, 200);
+
+    pg.stop();
+    for url in [
+        listing.clone(),
+        format!("{}/files/id/Document/{id}", one.base()),
+        format!("{}/healthz", one.base()),
+    ] {
+        let (status, headers, took) = get(url.clone()).await;
+        assert_eq!(status, 503, "{url}");
+        assert!(headers.contains_key("retry-after"), "{url}: {headers:?}");
+        assert!(took < Duration::from_secs(15), "{url} took {took:?}");
+    }
+    // Several at once, as a busy server sees them: each answered, none kills the process.
+    // (They queue for the store's lock: once it was not taken, the next ones fail fast.)
+    let started = std::time::Instant::now();
+    let many = futures_util::future::join_all((0..8).map(|_| get(listing.clone()))).await;
+    assert!(many.iter().all(|(s, ..)| *s == 503), "{many:?}");
+    assert!(started.elapsed() < Duration::from_secs(15), "{many:?}");
+    assert!(one.child.try_wait().unwrap().is_none(), "the server died");
+
+    pg.start();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while get(listing.clone()).await.0 != 200 {
+        assert!(std::time::Instant::now() < deadline, "still failing");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(get(format!("{}/healthz", one.base())).await.0, 200);
+    assert_eq!(content(&a, &id).await, data);
+    let newer = pattern(5000, 4);
+    assert_eq!(upload(&a, &id, newer.clone()).await, md5hex(&newer));
+    assert_eq!(content(&a, &id).await, newer);
+    assert!(one.child.try_wait().unwrap().is_none());
 }
 
 /// The errors of a list of results.
