@@ -14,6 +14,7 @@
 pub mod auth;
 pub mod blobs;
 pub mod db;
+pub mod migrate;
 mod nodes;
 mod previews;
 mod purge;
