@@ -51,7 +51,11 @@ impl Node {
 
 impl Cluster {
     fn new() -> Option<Cluster> {
-        let pg = common::pg::pg()?;
+        Some(Cluster::on(common::pg::pg()?))
+    }
+
+    /// A cluster on a database of `pg`.
+    fn on(pg: &common::pg::PgServer) -> Cluster {
         let tmp = tempfile::tempdir().unwrap();
         let (blobs, location) = match common::s3::s3() {
             Some(s3) => {
@@ -76,12 +80,12 @@ impl Cluster {
                 (vec!["--blobs".into(), arg], BlobLocation::Dir(dir))
             }
         };
-        Some(Cluster {
+        Cluster {
             database: pg.database(),
             blobs,
             location,
             tmp,
-        })
+        }
     }
 
     /// `vaultfs user add` against the shared database.
@@ -416,6 +420,228 @@ async fn a_server_killed_mid_upload_makes_nothing_partial_current() {
     let store = cluster.store();
     assert!(store.check_integrity().unwrap().is_empty());
     assert_eq!(store.blob_count().unwrap(), 1);
+}
+
+/// PostgreSQL stopped under a running server: its requests are answered 503 with `Retry-After`
+/// in bounded time (no panic, no hang), `/healthz` says so, the process stays up, and once
+/// PostgreSQL is back the same server answers again without a restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_that_goes_away_is_503_until_it_is_back() {
+    let Some(pg) = common::pg::own() else {
+        return;
+    };
+    let cluster = Cluster::on(&pg);
+    cluster.add_user("a@acme.test", "Acme", "pw-a");
+    let mut one = cluster.serve("one");
+    let token = common::login(&one.base(), "a@acme.test", "pw-a").await;
+    let a = client(&one, "a@acme.test", &token);
+    let data = pattern(100_000, 3);
+    let id = put(&a, "kept.bin", data.clone()).await;
+
+    let http = reqwest::Client::new();
+    let listing = format!("{}/nodes/pth/Acme/My%20First%20Vault", one.base());
+    let get = |url: String| {
+        let http = http.clone();
+        let token = token.clone();
+        async move {
+            let started = std::time::Instant::now();
+            let r = http
+                .get(url)
+                .basic_auth("a@acme.test", Some(token))
+                .header("Accept", "application/json")
+                .timeout(Duration::from_secs(60))
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.headers().clone(), started.elapsed())
+        }
+    };
+    assert_eq!(get(listing.clone()).await.0, 200);
+
+    pg.stop();
+    for url in [
+        listing.clone(),
+        format!("{}/files/id/Document/{id}", one.base()),
+        format!("{}/healthz", one.base()),
+    ] {
+        let (status, headers, took) = get(url.clone()).await;
+        assert_eq!(status, 503, "{url}");
+        assert!(headers.contains_key("retry-after"), "{url}: {headers:?}");
+        assert!(took < Duration::from_secs(15), "{url} took {took:?}");
+    }
+    // Several at once, as a busy server sees them: each answered, none kills the process.
+    // (They queue for the store's lock: once it was not taken, the next ones fail fast.)
+    let started = std::time::Instant::now();
+    let many = futures_util::future::join_all((0..8).map(|_| get(listing.clone()))).await;
+    assert!(many.iter().all(|(s, ..)| *s == 503), "{many:?}");
+    assert!(started.elapsed() < Duration::from_secs(15), "{many:?}");
+    assert!(one.child.try_wait().unwrap().is_none(), "the server died");
+
+    pg.start();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while get(listing.clone()).await.0 != 200 {
+        assert!(std::time::Instant::now() < deadline, "still failing");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(get(format!("{}/healthz", one.base())).await.0, 200);
+    assert_eq!(content(&a, &id).await, data);
+    let newer = pattern(5000, 4);
+    assert_eq!(upload(&a, &id, newer.clone()).await, md5hex(&newer));
+    assert_eq!(content(&a, &id).await, newer);
+    assert!(one.child.try_wait().unwrap().is_none());
+}
+
+/// `vaultfs migrate`: a built-in store made by a server on SQLite (two accounts, folders,
+/// files with several versions, a user each, a client) copied into an empty PostgreSQL database
+/// and a blob store, then served from there: every file reads back whole with its md5, the old
+/// token still works (the pin key came along), and a second migration into it is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn migrate_copies_a_built_in_store_and_verifies_it() {
+    let Some(cluster) = Cluster::new() else {
+        return;
+    };
+    let source = cluster.tmp.path().join("sqlite-store");
+    let cli = |args: &[&str], stdin: &str| {
+        let mut c = Command::new(BIN)
+            .args(args)
+            .env("VAULTFS_DATA_DIR", &source)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        c.wait_with_output().unwrap()
+    };
+    for (email, account) in [("a@acme.test", "Acme"), ("b@other.test", "Other")] {
+        let out = cli(&["user", "add", email, "--account", account], "pw\n");
+        assert!(out.status.success(), "{out:?}");
+    }
+    assert!(cli(&["client", "add", "thirdparty"], "").status.success());
+    let port = common::free_port();
+    let sqlite_server = Node {
+        child: Command::new(BIN)
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .env("VAULTFS_DATA_DIR", &source)
+            .env("XDG_CONFIG_HOME", cluster.tmp.path().join("no-config"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+        port,
+        data: source.clone(),
+    };
+    common::wait_for_port(port);
+    let token = common::login(&sqlite_server.base(), "a@acme.test", "pw").await;
+    let a = client(&sqlite_server, "a@acme.test", &token);
+    a.create_folder(&at("Folder")).await.unwrap();
+    a.create_folder(&at("Folder/Inner")).await.unwrap();
+    // Files in the vault and in folders, most with several versions; one copied (a blob
+    // shared by two files); earlier versions are kept.
+    let mut files: Vec<(String, NodePath, Bytes)> = Vec::new();
+    for (i, (folder, name)) in [
+        ("", "one.bin"),
+        ("Folder", "two.bin"),
+        ("Folder/Inner", "three.bin"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dir = if folder.is_empty() {
+            vault()
+        } else {
+            at(folder)
+        };
+        let id = a.create_file(&dir, name).await.unwrap().file_id().unwrap();
+        let mut last = Bytes::new();
+        for v in 0..=i {
+            last = pattern(40_000 * (i + 1) + v, (i * 10 + v) as u8);
+            assert_eq!(upload(&a, &id, last.clone()).await, md5hex(&last));
+        }
+        files.push((id, dir.child(name).unwrap(), last));
+    }
+    a.copy(&at("one.bin"), &at("Folder/copy.bin"), false)
+        .await
+        .unwrap();
+    let copy = a.node(&at("Folder/copy.bin")).await.unwrap().id.unwrap();
+    files.push((copy, at("Folder/copy.bin"), files[0].2.clone()));
+    let b_token = common::login(&sqlite_server.base(), "b@other.test", "pw").await;
+    let b = client(&sqlite_server, "b@other.test", &b_token);
+    let other = Bytes::from_static(b"the other account's file");
+    let b_file = b
+        .create_file(
+            &NodePath::parse_uri("/nodes/pth/Other/My First Vault").unwrap(),
+            "b.txt",
+        )
+        .await
+        .unwrap()
+        .file_id()
+        .unwrap();
+    upload(&b, &b_file, other.clone()).await;
+    drop(sqlite_server);
+
+    // Migrated while nothing has the store open.
+    let migrate = |dir: &std::path::Path| {
+        Command::new(BIN)
+            .arg("migrate")
+            .args(["--database", &cluster.database])
+            .args(&cluster.blobs)
+            .env("VAULTFS_DATA_DIR", dir)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap()
+    };
+    // A blob whose bytes no longer match its hash: refused with the reason, nothing committed.
+    let hash = vaultfs::api::checksum::hex(&sha2::Sha256::digest(&other));
+    let blob = source.join("blobs").join(&hash[..2]).join(&hash);
+    let original = std::fs::read(&blob).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&blob, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(&blob, b"rotten bytes").unwrap();
+    let bad = migrate(&source);
+    assert!(!bad.status.success());
+    let why = String::from_utf8_lossy(&bad.stderr);
+    assert!(why.contains(&hash) && why.contains("hashing to"), "{why}");
+    std::fs::write(&blob, &original).unwrap();
+
+    let started = std::time::Instant::now();
+    let out = migrate(&source);
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{said}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("migrate took {:?}:\n{said}", started.elapsed());
+    assert!(said.contains("migrated and verified"), "{said}");
+    assert!(said.contains("2 account(s)"), "{said}");
+    // Six versions of three files and the other account's file (the copy shares a blob).
+    assert!(said.contains("7 blob(s)"), "{said}");
+
+    // Served from PostgreSQL: every file whole, the old tokens good.
+    let node = cluster.serve("after");
+    let a = client(&node, "a@acme.test", &token);
+    for (id, path, data) in &files {
+        let got = content(&a, id).await;
+        assert_eq!(got.len(), data.len());
+        assert!(got == *data, "file {id} differs");
+        let n = a.node(path).await.unwrap();
+        assert_eq!(n.md5_checksum.as_deref(), Some(md5hex(data).as_str()));
+    }
+    let b = client(&node, "b@other.test", &b_token);
+    assert_eq!(content(&b, &b_file).await, other);
+    // New rows get new IDs (the sequences moved past the copied ones), and sign-in works.
+    a.create_folder(&at("After")).await.unwrap();
+    put(&a, "new.bin", pattern(1000, 99)).await;
+    common::login(&node.base(), "b@other.test", "pw").await;
+    assert!(cluster.store().check_integrity().unwrap().is_empty());
+
+    // Into a database that holds a store: refused, with the reason.
+    let again = migrate(&source);
+    assert!(!again.status.success());
+    let why = String::from_utf8_lossy(&again.stderr);
+    assert!(why.contains("not empty"), "{why}");
 }
 
 /// The errors of a list of results.

@@ -46,6 +46,12 @@ enum Command {
     ///
     /// Users are created with `vaultfs user add`; clients log in with `vaultfs login`.
     Serve(ServeArgs),
+    /// Copy a built-in store (SQLite and its blob folder) into PostgreSQL and a shared blob
+    /// store, and verify the copy (row counts, and every blob's SHA-256 read back).
+    ///
+    /// The store must not be in use (stop its server first); the destination database must be
+    /// empty. Then serve it with `vaultfs serve --database ... --blobs ...`.
+    Migrate(MigrateArgs),
     /// Manage the users of the built-in server (run against its data directory).
     #[command(subcommand)]
     User(users::UserCommand),
@@ -128,6 +134,62 @@ fn parse_database(s: &str) -> Result<String, String> {
 /// `$XDG_DATA_HOME/vaultfs`, or `~/.local/share/vaultfs`.
 pub fn default_data_dir() -> PathBuf {
     xdg_dir("XDG_DATA_HOME", ".local/share")
+}
+
+#[derive(Args)]
+struct MigrateArgs {
+    /// The store to copy [default: $XDG_DATA_HOME/vaultfs, or ~/.local/share/vaultfs]
+    #[command(flatten)]
+    data: DataDir,
+    /// Its blobs, if it was served with `--blobs DIR` [default: blobs/ in the data directory]
+    #[arg(long, value_name = "DIR")]
+    from_blobs: Option<PathBuf>,
+    /// The destination: an empty PostgreSQL database
+    #[arg(long, value_name = "postgres://...", value_parser = parse_database)]
+    database: String,
+    /// Where the destination keeps the bytes: a folder every server reaches, or
+    /// `s3://BUCKET/PREFIX` (credentials and region as for `serve`)
+    #[arg(long, value_name = "DIR|s3://BUCKET/PREFIX")]
+    blobs: String,
+    /// Endpoint of an S3-compatible service for `--blobs s3://...`
+    #[arg(long, value_name = "URL", value_parser = parse_endpoint)]
+    s3_endpoint: Option<String>,
+}
+
+fn migrate(args: MigrateArgs) -> Result<(), Box<dyn std::error::Error>> {
+    use crate::store::BlobLocation;
+    let source = args.data.path();
+    if !source.join("vault.db").exists() {
+        return Err(format!("no store in {} (no vault.db)", source.display()).into());
+    }
+    let migration = crate::store::migrate::Migration {
+        source: &source,
+        source_blobs: args
+            .from_blobs
+            .map_or(BlobLocation::DataDir, BlobLocation::Dir),
+        database: &args.database,
+        blobs: blob_location(Some(&args.blobs), args.s3_endpoint.as_deref())?,
+    };
+    let started = std::time::Instant::now();
+    let summary = migration
+        .run(&mut |line| println!("{line}"))
+        .map_err(|e| format!("migration failed: {e}"))?;
+    println!(
+        "migrated and verified in {:.1}s: {} account(s), {} blob(s) ({} bytes, every SHA-256          read back)",
+        started.elapsed().as_secs_f64(),
+        summary.accounts,
+        summary.blobs,
+        summary.blob_bytes
+    );
+    for (table, n) in &summary.rows {
+        println!("  {table}: {n}");
+    }
+    println!(
+        "serve it with: vaultfs serve --database {} --blobs {}",
+        crate::store::migrate::redact(&args.database),
+        args.blobs
+    );
+    Ok(())
 }
 
 #[derive(Args)]
@@ -340,6 +402,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Unmount(args) => status::unmount(args),
         Command::Status(args) => status::status(args),
         Command::Serve(args) => serve(args),
+        Command::Migrate(args) => migrate(args),
         Command::User(cmd) => users::user(cmd),
         Command::Client(cmd) => users::client(cmd),
         Command::Login(args) => login::login(args),

@@ -192,7 +192,7 @@ impl Store {
             .hash_password(password.as_bytes(), &salt)
             .map_err(|e| Error::internal(format!("password hashing failed: {e}")))?
             .to_string();
-        let conn = self.lock();
+        let conn = self.lock()?;
         let tx = conn.transaction()?;
         if tx
             .prepare("SELECT 1 FROM users WHERE email = ?1")?
@@ -213,7 +213,7 @@ impl Store {
     }
 
     pub fn list_users(&self) -> Result<Vec<UserInfo>> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let now = now_ns();
         let mut stmt = conn.prepare(
             "SELECT u.email, a.name, u.created_on,
@@ -235,7 +235,7 @@ impl Store {
 
     /// Removes a user with their pins and tokens; the account and its files stay.
     pub fn remove_user(&self, email: &str) -> Result<()> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         if conn.execute("DELETE FROM users WHERE email = ?1", [email])? == 0 {
             return Err(Error::not_found(format!("no user {email}")));
         }
@@ -244,7 +244,7 @@ impl Store {
 
     /// Revokes every token and pin of a user; returns how many tokens were live.
     pub fn revoke_tokens(&self, email: &str) -> Result<usize> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let tx = conn.transaction()?;
         let user: i64 = tx
             .query_row("SELECT id FROM users WHERE email = ?1", [email], |r| {
@@ -274,7 +274,7 @@ impl Store {
                 "a client ID is 1 to 128 printable characters",
             ));
         }
-        let conn = self.lock();
+        let conn = self.lock()?;
         conn.execute(
             "INSERT INTO clients (client_id, created_on) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
             params![client_id, now_ns()],
@@ -283,7 +283,7 @@ impl Store {
     }
 
     pub fn client_exists(&self, client_id: &str) -> Result<bool> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         Ok(conn
             .prepare_cached("SELECT 1 FROM clients WHERE client_id = ?1")?
             .exists([client_id])?)
@@ -305,7 +305,7 @@ impl Store {
     /// as a failure until [`Store::attempt_succeeded`] clears the pair's count. So concurrent
     /// attempts cannot all be checked before the first failures are seen.
     fn begin_attempt(&self, email: &str, source: &str, kind: Attempt) -> Result<()> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let now = now_ns();
         let email = email.to_lowercase();
         let (n, last): (i64, Option<i64>) = conn
@@ -340,7 +340,7 @@ impl Store {
 
     /// The attempt begun by [`Store::begin_attempt`] was right: the pair starts afresh.
     fn attempt_succeeded(&self, email: &str, source: &str, kind: Attempt) -> Result<()> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         conn.execute(
             "DELETE FROM auth_attempts WHERE email = ?1 AND source = ?2 AND kind = ?3",
             params![email.to_lowercase(), source, kind.as_str()],
@@ -349,7 +349,7 @@ impl Store {
     }
 
     fn user_by_email(&self, email: &str) -> Result<Option<(i64, String)>> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         Ok(conn
             .query_row(
                 "SELECT id, password_hash FROM users WHERE email = ?1",
@@ -404,7 +404,7 @@ impl Store {
             .random_range(10_000_000u32..100_000_000)
             .to_string();
         let now = now_ns();
-        let conn = self.lock();
+        let conn = self.lock()?;
         conn.execute(
             "INSERT INTO pins (user_id, client_id, hash, created_on, expires_on)
              VALUES (?1, ?2, ?3, ?4, ?5)
@@ -425,7 +425,8 @@ impl Store {
     /// [`WEB_SESSION`] pseudo-client, which the API does not accept), valid for [`SESSION_TTL`].
     pub fn sign_in_web(&self, email: &str, password: &str, source: &str) -> Result<IssuedToken> {
         let user_id = self.check_password(email, password, source)?;
-        issue_token(&self.lock(), user_id, WEB_SESSION, SESSION_TTL)
+        let conn = self.lock()?;
+        issue_token(&conn, user_id, WEB_SESSION, SESSION_TTL)
     }
 
     /// The user of a web session (the cookie's token).
@@ -435,7 +436,7 @@ impl Store {
 
     /// Signs a web session out: its token is revoked.
     pub fn end_web_session(&self, token: &str) -> Result<()> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         conn.execute(
             "UPDATE tokens SET revoked = 1 WHERE hash = ?1 AND client_id = ?2",
             params![token_hash(token), WEB_SESSION],
@@ -471,7 +472,7 @@ impl Store {
             return Err(invalid());
         };
         let now = now_ns();
-        let conn = self.lock();
+        let conn = self.lock()?;
         let tx = conn.transaction()?;
         // Taken, checked and issued in one transaction: a pin gives one token.
         let stored: Option<Vec<u8>> = tx
@@ -502,7 +503,7 @@ impl Store {
     /// The user of a live token: a delegation token of `email` (`Some`), or a web session
     /// (`None`).
     fn principal(&self, token: &str, email: Option<&str>) -> Result<Principal> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let row: Option<(i64, String, i64, i64, i64)> = conn
             .prepare_cached(
                 "SELECT u.id, u.email, u.account_id, t.expires_on, t.revoked
@@ -535,7 +536,7 @@ impl Store {
 
     /// Test and operator hook: makes every token of a user expire now.
     pub fn expire_tokens(&self, email: &str) -> Result<usize> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         Ok(conn.execute(
             "UPDATE tokens SET expires_on = ?2 WHERE user_id = (SELECT id FROM users WHERE email = ?1)",
             params![email, now_ns()],

@@ -32,11 +32,15 @@
 use std::collections::HashMap;
 use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::time::Duration;
 
 use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
 /// How long [`Db::lock`] waits for a database that does not answer.
-const LOCK_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+const LOCK_RETRY: Duration = Duration::from_secs(5);
+
+/// How long a connection to PostgreSQL may take to be made (unless the address says).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The key of the advisory lock that stands for SQLite's write lock and the store's lock.
 pub const LOCK_KEY: i64 = 0x7661_756c_7466_7331; // "vaultfs1"
@@ -59,8 +63,11 @@ pub enum DbError {
     Pg(postgres::Error),
     /// `query_row` found no row (`optional` turns it into `None`).
     NoRows,
-    /// A column's value is not of the type asked for, or the connection is gone.
+    /// A column's value is not of the type asked for.
     Other(String),
+    /// The database cannot be reached (PostgreSQL down, the connection lost, the store's lock
+    /// not taken in time): the request may succeed when tried again (503, `Retry-After`).
+    Unavailable(String),
 }
 
 pub type Result<T, E = DbError> = std::result::Result<T, E>;
@@ -74,7 +81,7 @@ impl std::fmt::Display for DbError {
                 None => write!(f, "{e}"),
             },
             DbError::NoRows => f.write_str("query returned no rows"),
-            DbError::Other(s) => f.write_str(s),
+            DbError::Other(s) | DbError::Unavailable(s) => f.write_str(s),
         }
     }
 }
@@ -92,7 +99,18 @@ impl From<rusqlite::Error> for DbError {
 
 impl From<postgres::Error> for DbError {
     fn from(e: postgres::Error) -> Self {
-        DbError::Pg(e)
+        // The connection closed, or the server going away (SQLSTATE class 08, connection
+        // exceptions; 57P01-57P03, shut down or starting): nothing the statement did wrong.
+        let gone = e.is_closed()
+            || e.code().is_some_and(|c| {
+                let c = c.code();
+                c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03")
+            });
+        if gone {
+            DbError::Unavailable(format!("PostgreSQL: {e}"))
+        } else {
+            DbError::Pg(e)
+        }
     }
 }
 
@@ -100,6 +118,15 @@ impl From<DbError> for crate::api::Error {
     fn from(e: DbError) -> Self {
         match e {
             DbError::Sqlite(e) => e.into(),
+            DbError::Unavailable(detail) => {
+                // The detail (addresses and the like) is for the operator's log.
+                log::warn!("database unavailable: {detail}");
+                crate::api::Error::new(
+                    crate::api::ErrorKind::Unavailable,
+                    "database_unavailable",
+                    "the database does not answer at the moment; try again",
+                )
+            }
             other => crate::api::Error::internal(format!("database error: {other}")),
         }
     }
@@ -486,7 +513,10 @@ impl PgState {
             self.statements.clear();
         }
         if self.client.is_none() {
-            self.client = Some(connect(&self.url)?);
+            self.client =
+                Some(connect(&self.url).map_err(|e| {
+                    DbError::Unavailable(format!("cannot connect to PostgreSQL: {e}"))
+                })?);
         }
         Ok(self.client.as_mut().expect("connected above"))
     }
@@ -522,9 +552,13 @@ impl PgState {
 }
 
 fn connect(url: &str) -> Result<postgres::Client> {
-    let config: postgres::Config = url
+    let mut config: postgres::Config = url
         .parse()
         .map_err(|e| DbError::Other(format!("bad database address: {e}")))?;
+    // A host that does not answer at all fails a request in bounded time, as a down one does.
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
     let mut client = config.connect(postgres::NoTls)?;
     // Times and names are compared as bytes, as SQLite does; no statement waits forever on a
     // lock a dead peer held (its session ends with its socket).
@@ -948,6 +982,9 @@ impl Drop for Tx<'_> {
 pub struct Db {
     conn: Mutex<Conn>,
     engine: Engine,
+    /// When [`Db::lock`] last gave up (the database down): the callers queued behind it try
+    /// once each instead of waiting [`LOCK_RETRY`] one after another.
+    gave_up: Mutex<Option<std::time::Instant>>,
 }
 
 /// The connection, locked.
@@ -975,6 +1012,7 @@ impl Db {
         Db {
             conn: Mutex::new(conn),
             engine,
+            gave_up: Mutex::new(None),
         }
     }
 
@@ -986,23 +1024,39 @@ impl Db {
         self.engine.is_pg()
     }
 
-    pub fn lock(&self) -> Guard<'_> {
+    /// Locks the store (see the module's comment). Fails only on PostgreSQL, when the lock
+    /// cannot be taken within [`LOCK_RETRY`] (the database down): [`DbError::Unavailable`].
+    pub fn lock(&self) -> Result<Guard<'_>> {
         // A panic while holding the lock cannot leave a transaction half-applied (it rolls back
         // on drop), so the connection is still good.
         let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        let deadline = std::time::Instant::now() + LOCK_RETRY;
+        let gave_up = || self.gave_up.lock().unwrap_or_else(|p| p.into_inner());
+        let last = *gave_up();
+        let down = last.is_some_and(|t| t.elapsed() < LOCK_RETRY);
+        let deadline = std::time::Instant::now() + if down { Duration::ZERO } else { LOCK_RETRY };
         loop {
             match conn.session_lock(true) {
-                Ok(()) => return Guard { conn },
+                Ok(()) => {
+                    if last.is_some() {
+                        log::info!("the database answers again");
+                    }
+                    *gave_up() = None;
+                    return Ok(Guard { conn });
+                }
                 // The database gone for a moment (the connection is made again on the next
                 // call): wait a little, but never go on without the lock, which keeps other
-                // servers from removing bytes this one records. The panic fails this request
-                // alone (the store's calls run on blocking tasks; the mutex recovers).
+                // servers from removing bytes this one records. Then the caller fails (a
+                // request with 503; a background thread tries again later).
                 Err(e) if std::time::Instant::now() < deadline => {
-                    log::warn!("could not take the store's lock: {e}");
-                    std::thread::sleep(std::time::Duration::from_millis(200));
+                    log::debug!("could not take the store's lock: {e}");
+                    std::thread::sleep(Duration::from_millis(200));
                 }
-                Err(e) => panic!("the database does not answer: {e}"),
+                Err(e) => {
+                    *gave_up() = Some(std::time::Instant::now());
+                    return Err(DbError::Unavailable(format!(
+                        "the store's lock not taken in {LOCK_RETRY:?}: {e}"
+                    )));
+                }
             }
         }
     }

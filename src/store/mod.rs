@@ -14,6 +14,7 @@
 pub mod auth;
 pub mod blobs;
 pub mod db;
+pub mod migrate;
 mod nodes;
 mod previews;
 mod purge;
@@ -331,14 +332,16 @@ impl Store {
         }
     }
 
-    fn lock(&self) -> Guard<'_> {
-        self.db.lock()
+    /// The store's connection, locked; `ErrorKind::Unavailable` when the database does not
+    /// answer (PostgreSQL only).
+    fn lock(&self) -> Result<Guard<'_>> {
+        Ok(self.db.lock()?)
     }
 
     /// Cleans up after a crash: staging files of dead uploads, blobs renamed into place whose
     /// transaction never committed, and pending versions too old to be finished.
     fn recover(&self) -> Result<()> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         // A blob folder shared by the servers of a database stages in its own `.tmp`, which
         // holds the uploads in flight of the others.
         let shared_tmp = conn.is_pg() && matches!(self.config.blobs, BlobLocation::Dir(_));
@@ -381,7 +384,7 @@ impl Store {
     /// The account node of that name, created (with its first vault) if missing.
     pub fn ensure_account(&self, name: &str) -> Result<i64> {
         crate::api::path::validate_name(name)?;
-        let conn = self.lock();
+        let conn = self.lock()?;
         let tx = conn.transaction()?;
         let id = nodes::ensure_account(&tx, name)?;
         tx.commit()?;
@@ -390,7 +393,7 @@ impl Store {
 
     /// Checks the database and that every recorded blob is on disk (for tests and `fsck`-like use).
     pub fn check_integrity(&self) -> Result<Vec<String>> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut problems = Vec::new();
         if !conn.is_pg() {
             let result: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
@@ -466,7 +469,7 @@ impl Store {
 
     /// Whether the database answers and the blobs are reachable (`GET /healthz`).
     pub fn health(&self) -> Result<()> {
-        self.lock()
+        self.lock()?
             .query_row("SELECT CAST(1 AS BIGINT)", [], |r| r.get::<_, i64>(0))?;
         self.blobs
             .check()
@@ -497,7 +500,7 @@ impl Store {
             return Ok(None);
         }
         let holder = format!("{:016x}", rand::random::<u64>());
-        self.lock().execute(
+        self.lock()?.execute(
             "INSERT INTO blob_holds (hash, holder, since) VALUES (?1, ?2, ?3)",
             db::params![hash, holder, now_ns()],
         )?;
@@ -506,10 +509,11 @@ impl Store {
 
     fn release_blob(&self, holder: Option<String>) {
         if let Some(h) = holder {
-            if let Err(e) = self
-                .lock()
-                .execute("DELETE FROM blob_holds WHERE holder = ?1", [h])
-            {
+            // Left behind on failure, it is dropped once too old (see `recover`).
+            if let Err(e) = self.lock().and_then(|c| {
+                c.execute("DELETE FROM blob_holds WHERE holder = ?1", [h])?;
+                Ok(())
+            }) {
                 log::warn!("could not release a blob hold: {e}");
             }
         }
@@ -530,7 +534,7 @@ impl Store {
     /// Trees detached by deletes and not yet purged, and what this process purged.
     pub fn purge_stats(&self) -> Result<PurgeStats> {
         let trees: i64 = self
-            .lock()
+            .lock()?
             .query_row("SELECT count(*) FROM trash", [], |r| r.get(0))?;
         let (chunks, longest_chunk) = self.purger().chunks();
         Ok(PurgeStats {

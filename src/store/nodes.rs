@@ -599,13 +599,13 @@ impl Store {
         if path.is_root() {
             return Ok(root_node());
         }
-        let conn = self.lock();
+        let conn = self.lock()?;
         Ok(resolve(&conn, scope, path)?.to_api(path))
     }
 
     /// A node with one page of its children (by name) and their total count.
     pub fn list(&self, scope: Scope, path: &NodePath, page: u64, per_page: u64) -> Result<Node> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let offset = page.saturating_mul(per_page).min(i64::MAX as u64) as i64;
         let limit = per_page.min(i64::MAX as u64) as i64;
         let (mut node, rows, total) = if path.is_root() {
@@ -655,7 +655,7 @@ impl Store {
         let (parent_path, name) = split(path)?;
         let name = &crate::api::path::new_name(name)?;
         let path = &parent_path.child(name)?;
-        let conn = self.lock();
+        let conn = self.lock()?;
         let tx = conn.transaction()?;
         let parent = resolve(&tx, scope, &parent_path)?;
         require_folder(&parent, &parent_path)?;
@@ -683,7 +683,7 @@ impl Store {
     pub fn create_file(&self, scope: Scope, folder: &NodePath, name: &str) -> Result<Node> {
         let path = folder.child(&crate::api::path::new_name(name)?)?;
         path.check_depth()?;
-        let conn = self.lock();
+        let conn = self.lock()?;
         let tx = conn.transaction()?;
         check_quota(&tx, &self.config, scope, 1, 0)?;
         let row = create_file_row(&tx, scope, &path, now_ns())?;
@@ -718,7 +718,7 @@ impl Store {
     ) -> Result<Node> {
         let md5 = md5.map(normalize_md5).transpose()?;
         self.check_file_size(length)?;
-        let conn = self.lock();
+        let conn = self.lock()?;
         let tx = conn.transaction()?;
         let file = file_by_id(&tx, scope, file_id)?;
         // Versions are kept: each one counts, the announced length now.
@@ -740,7 +740,7 @@ impl Store {
 
     /// Sets a file's attributes without a new version (our step 2 without `length`).
     pub fn set_attrs(&self, scope: Scope, file_id: &str, attrs: FileAttrs) -> Result<Node> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let tx = conn.transaction()?;
         let file = file_by_id(&tx, scope, file_id)?;
         tx.execute(
@@ -760,7 +760,7 @@ impl Store {
         file_id: &str,
         version_id: &str,
     ) -> Result<PendingUpload> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let file = file_by_id(&conn, scope, file_id)?;
         let (length, md5, committed) = version_of(&conn, file.id, version_id)?;
         Ok(PendingUpload {
@@ -809,7 +809,7 @@ impl Store {
         // Into the bucket (if any) before the lock: see `Blobs::store_ahead`.
         self.blobs.store_ahead(&mut staged, |hash| {
             Ok(self
-                .lock()
+                .lock()?
                 .prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?
                 .exists([hash])?)
         })?;
@@ -821,7 +821,7 @@ impl Store {
             result: Mutex::new(None),
         });
         relock(&self.commits).push(me.clone());
-        let conn = self.lock();
+        let conn = self.lock()?;
         // Results are set with the connection locked: a commit that took ours is finished.
         if let Some(done) = relock(&me.result).take() {
             return done;
@@ -958,7 +958,7 @@ impl Store {
     /// The file of that ID with its current bytes opened (`None` for a file never uploaded).
     /// The blob is opened under the lock, so a concurrent delete cannot remove it first.
     pub fn open_file(&self, scope: Scope, file_id: &str) -> Result<(Node, Option<BlobFile>)> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let row = file_by_id(&conn, scope, file_id)?;
         let path = path_of(&conn, row.id)?;
         let blob: Option<String> = conn.query_row(
@@ -981,7 +981,7 @@ impl Store {
         let Some(dir) = self.blobs.local() else {
             return Ok(None);
         };
-        let conn = self.lock();
+        let conn = self.lock()?;
         let row = file_by_id(&conn, scope, file_id)?;
         let blob: Option<String> = conn.query_row(
             "SELECT v.blob FROM nodes n JOIN versions v ON v.id = n.current_version WHERE n.id = ?1",
@@ -997,7 +997,7 @@ impl Store {
 
     /// Every version of a file, oldest first (earlier versions are kept).
     pub fn version_history(&self, file_id: &str) -> Result<Vec<VersionInfo>> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let file = file_by_id(&conn, Scope::All, file_id)?;
         let rows = conn
             .prepare(
@@ -1017,7 +1017,7 @@ impl Store {
 
     /// The file of that ID (for routes addressed by document ID).
     pub fn file(&self, scope: Scope, file_id: &str) -> Result<Node> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let row = file_by_id(&conn, scope, file_id)?;
         Ok(row.to_api(&path_of(&conn, row.id)?))
     }
@@ -1043,7 +1043,7 @@ impl Store {
             return Err(Error::forbidden("the destination must be inside a vault"));
         }
         dst.check_depth()?;
-        let conn = self.lock();
+        let conn = self.lock()?;
         let tx = conn.transaction()?;
         let s = resolve(&tx, scope, src)?;
         let dp = match resolve(&tx, scope, &dst_parent_path) {
@@ -1146,7 +1146,7 @@ impl Store {
         scope: Scope,
         path: &NodePath,
     ) -> Result<std::time::Duration> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let started = std::time::Instant::now();
         let tx = conn.transaction()?;
         let row = resolve(&tx, scope, path)?;
@@ -1165,7 +1165,7 @@ impl Store {
         if path.depth() < 3 {
             return Err(Error::forbidden("accounts and vaults cannot be deleted"));
         }
-        let conn = self.lock();
+        let conn = self.lock()?;
         let tx = conn.transaction()?;
         let row = resolve(&tx, scope, path)?;
         let now = now_ns();

@@ -690,7 +690,7 @@ impl Store {
             return Ok(());
         }
         let pending: Vec<(String, String, String)> = {
-            let conn = self.lock();
+            let conn = self.lock()?;
             let mut stmt = conn.prepare(
                 "SELECT blob, kind, name FROM previews WHERE status = 0 ORDER BY updated_on",
             )?;
@@ -735,7 +735,7 @@ impl Store {
     /// What the previews hold and what the threads did.
     pub fn preview_stats(&self) -> Result<PreviewStats> {
         let sh = &self.previews.shared;
-        let conn = self.lock();
+        let conn = self.lock()?;
         let (ready, bytes, unrequested, unrequested_bytes): (i64, i64, i64, i64) = conn.query_row(
             &format!(
                 "SELECT count(*), CAST(COALESCE(SUM({max}(bytes, 0)), 0) AS BIGINT),
@@ -802,7 +802,7 @@ impl Store {
         scope: Scope,
         file_id: &str,
     ) -> Result<(PreviewState, String, Kind, bool)> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let (name, Some(hash)) = Self::current_blob(&conn, scope, file_id)? else {
             return Ok((
                 PreviewState::NotSupported,
@@ -908,7 +908,7 @@ impl Store {
         }
         if let Ok(Err(reason)) = judge(&self.blobs, hash, kind) {
             log::info!("no preview for {name}: {reason}");
-            self.lock()
+            self.lock()?
                 .prepare_cached(
                     "UPDATE previews SET status = ?3, reason = ?4, updated_on = ?5
                      WHERE blob = ?1 AND kind = ?2 AND status = 0",
@@ -1016,7 +1016,7 @@ impl Store {
             )?
         } else {
             // The preview of a PDF is the PDF itself.
-            let _guard = self.lock(); // a delete cannot remove the blob meanwhile
+            let _guard = self.lock()?; // a delete cannot remove the blob meanwhile
             self.blobs.open(&ready.hash)?
         };
         let len = file.len();
@@ -1027,7 +1027,7 @@ impl Store {
     /// bytes have under the name they were rendered by, which their files move under. Rows of
     /// bytes that are gone, or of a kind with no preview, go.
     pub(super) fn migrate_preview_kinds(&self) -> Result<()> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let old: Vec<(String, String)> = conn
             .prepare("SELECT blob, name FROM previews WHERE kind = ''")?
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
@@ -1191,9 +1191,19 @@ impl Pool {
 
     fn work(&self, slot: &Slot) {
         lower_priority(slot.tier);
-        let mut conn = match self.open_db() {
-            Ok(c) => c,
-            Err(e) => return log::error!("preview thread: cannot open the database: {e}"),
+        // The database down (PostgreSQL): the worker waits for it rather than leaving the pool
+        // a worker short; its jobs wait in the queue meanwhile.
+        let mut conn = loop {
+            match self.open_db() {
+                Ok(c) => break c,
+                Err(e) if self.shared.closed() => {
+                    return log::debug!("preview thread: cannot open the database: {e}");
+                }
+                Err(e) => {
+                    log::warn!("preview thread: cannot open the database: {e}; trying again");
+                    std::thread::sleep(Duration::from_secs(5));
+                }
+            }
         };
         loop {
             let job = match slot.tier {
@@ -1756,7 +1766,7 @@ mod tests {
             }
         }
         let store = Store::open(dir, Default::default()).unwrap();
-        let conn = store.lock();
+        let conn = store.lock().unwrap();
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();

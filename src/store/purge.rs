@@ -151,10 +151,13 @@ fn run(shared: &Shared, db: &super::db::Db, blobs: &Blobs, previews: &std::path:
             if shared.lock().stop {
                 return;
             }
-            let (more, took) = {
-                let c = db.lock();
-                let t = Instant::now();
-                (chunk(&c, blobs, previews), t.elapsed())
+            let (more, took) = match db.lock() {
+                Ok(c) => {
+                    let t = Instant::now();
+                    (chunk(&c, blobs, previews), t.elapsed())
+                }
+                // The database down: tried again later, as a failed chunk is.
+                Err(e) => (Err(e.into()), Duration::ZERO),
             };
             match more {
                 Ok(true) => {

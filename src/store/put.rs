@@ -212,7 +212,10 @@ impl Store {
             return files.iter().map(|_| Err(e.clone())).collect();
         }
         let synced = started.elapsed();
-        let conn = self.lock();
+        let conn = match self.lock() {
+            Ok(c) => c,
+            Err(e) => return files.iter().map(|_| Err(e.clone())).collect(),
+        };
         let mut previews = Vec::new();
         let results = (|| -> Result<Vec<Result<Node>>> {
             let _durable = super::schema::Durable::new(&conn)?;

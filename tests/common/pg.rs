@@ -88,13 +88,19 @@ fn start() -> Option<PgServer> {
     let postgres = bin.join("postgres");
     // The watcher: runs the server, and when this test binary ends (its death signal) stops
     // it at once and removes the directory.
+    // A server stopped by [`PgServer::stop`] (the file `paused` beside its data) is started
+    // again when that file goes ([`PgServer::start`]).
     let script = format!(
         "trap 'kill -QUIT $pid 2>/dev/null; wait $pid; rm -rf \"$0\"; exit 0' TERM INT
-         {setpriv} {postgres} -D \"$0/data\" -k \"$0\" -c listen_addresses= -c fsync=off \
-             -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 \
-             >\"$0/log\" 2>&1 &
-         pid=$!
-         wait $pid
+         while :; do
+             {setpriv} {postgres} -D \"$0/data\" -k \"$0\" -c listen_addresses= -c fsync=off \
+                 -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 \
+                 >>\"$0/log\" 2>&1 &
+             pid=$!
+             wait $pid
+             [ -e \"$0/paused\" ] || break
+             while [ -e \"$0/paused\" ]; do sleep 0.1; done
+         done
          rm -rf \"$0\"",
         setpriv = if unsafe { libc::getuid() } == 0 {
             format!("setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups")
@@ -130,19 +136,13 @@ fn start() -> Option<PgServer> {
         return None;
     }
     let server = PgServer { dir };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match postgres::Client::connect(&server.url("postgres"), postgres::NoTls) {
-            Ok(_) => break,
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
-            Err(e) => panic!(
-                "PostgreSQL did not come up in {}: {e}\n{}",
-                server.dir.display(),
-                std::fs::read_to_string(server.dir.join("log")).unwrap_or_default()
-            ),
-        }
-    }
+    server.wait_up();
     Some(server)
+}
+
+/// A server of the caller's own (for a test that stops it), or `None` as [`pg`].
+pub fn own() -> Option<PgServer> {
+    std::thread::spawn(start).join().expect("PostgreSQL start")
 }
 
 /// The shared server, or `None` (said loudly) when PostgreSQL is not installed.
@@ -155,6 +155,55 @@ pub fn pg() -> Option<&'static PgServer> {
 }
 
 impl PgServer {
+    /// Waits until the server takes connections (at most a minute).
+    fn wait_up(&self) {
+        let url = self.url("postgres");
+        let dir = self.dir.clone();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                match postgres::Client::connect(&url, postgres::NoTls) {
+                    Ok(_) => break,
+                    Err(_) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(100))
+                    }
+                    Err(e) => panic!(
+                        "PostgreSQL did not come up in {}: {e}\n{}",
+                        dir.display(),
+                        std::fs::read_to_string(dir.join("log")).unwrap_or_default()
+                    ),
+                }
+            }
+        })
+        .join()
+        .expect("PostgreSQL up");
+    }
+
+    /// Stops the server (a fast shutdown: its sessions are ended) until [`PgServer::start`].
+    pub fn stop(&self) {
+        std::fs::write(self.dir.join("paused"), b"").unwrap();
+        let pidfile = self.dir.join("data/postmaster.pid");
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .expect("postmaster.pid")
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+            .expect("a pid in postmaster.pid");
+        // SAFETY: kill has no memory preconditions.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while pidfile.exists() {
+            assert!(Instant::now() < deadline, "PostgreSQL did not stop");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Starts the server [`PgServer::stop`] stopped, and waits until it takes connections.
+    pub fn start(&self) {
+        std::fs::remove_file(self.dir.join("paused")).unwrap();
+        self.wait_up();
+    }
+
     /// The address of database `db`, over the server's socket.
     pub fn url(&self, db: &str) -> String {
         url_in(&self.dir, db)
