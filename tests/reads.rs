@@ -26,25 +26,9 @@ both!(
     no_passthrough_serves_reads_from_the_daemon,
 );
 
-/// `vaultfs status --json` of the mount.
-fn status(m: &Mount) -> serde_json::Value {
-    let out = Command::new(BIN)
-        .arg("status")
-        .arg(&m.dir)
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 /// READ requests the daemon answered so far.
 fn daemon_reads(m: &Mount) -> u64 {
-    status(m)["daemon_reads"].as_u64().unwrap()
+    m.status()["daemon_reads"].as_u64().unwrap()
 }
 
 /// Reads every byte of `p` through the mount (once for a remote mount, so that the read
@@ -81,7 +65,7 @@ fn whole_ranges_and_mmap_come_from_the_kernel(via: Via) {
     drop(m);
     // A fresh mount: no staged copy, no page cache of the daemon's.
     let m = env.mount(&[]);
-    let st = status(&m);
+    let st = m.status();
     assert!(
         st["reads"].as_str().unwrap().starts_with("passthrough"),
         "{st}"
@@ -233,7 +217,7 @@ fn no_passthrough_serves_reads_from_the_daemon(via: Via) {
     env.wait_uploaded();
     drop(m);
     let m = env.mount(&["--no-passthrough"]);
-    let st = status(&m);
+    let st = m.status();
     assert_eq!(
         st["reads"].as_str().unwrap(),
         "through the daemon (switched off: --no-passthrough)"
@@ -322,7 +306,7 @@ fn read_ahead_granted_is_visible() {
             libc::minor(dev)
         );
         wait_for(10, "the read-ahead to be set", || {
-            status(&m)["read_ahead_kb"].as_u64() == Some(kb)
+            m.status()["read_ahead_kb"].as_u64() == Some(kb)
         });
         assert_eq!(fs::read_to_string(&knob).unwrap().trim(), kb.to_string());
         assert!(

@@ -12,10 +12,9 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::process::Command;
 
 use common::env::{Env, Via};
-use common::mount::{BIN, Mount};
+use common::mount::Mount;
 use common::pattern;
 use futures_util::StreamExt;
 use vaultfs::api::NodePath;
@@ -28,25 +27,9 @@ both!(
     an_update_in_place_goes_through_the_daemon,
 );
 
-/// `vaultfs status --json` of the mount.
-fn status(m: &Mount) -> serde_json::Value {
-    let out = Command::new(BIN)
-        .arg("status")
-        .arg(&m.dir)
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 /// WRITE requests the daemon answered so far.
 fn daemon_writes(m: &Mount) -> u64 {
-    status(m)["daemon_writes"].as_u64().unwrap()
+    m.status()["daemon_writes"].as_u64().unwrap()
 }
 
 /// The bytes the store holds for `name` of the vault, as another client reads them.
@@ -90,14 +73,14 @@ fn blobs_whole(env: &Env) {
 }
 
 fn kernel_writes(m: &Mount) -> bool {
-    let st = status(m);
+    let st = m.status();
     st["writes"].as_str().unwrap().starts_with("passthrough")
 }
 
 fn the_kernel_writes_new_files_itself(via: Via) {
     let Some(env) = Env::new(via) else { return };
     let m = env.mount(&[]);
-    assert!(kernel_writes(&m), "{}", status(&m));
+    assert!(kernel_writes(&m), "{}", m.status());
     let before = daemon_writes(&m);
     let data = pattern(3 << 20, 1);
     let p = env.vault().join("new.bin");
@@ -275,7 +258,7 @@ fn an_update_in_place_goes_through_the_daemon(via: Via) {
     drop(m);
     // Switched off: new files go through the daemon too.
     let m = env.mount(&["--no-kernel-writes"]);
-    assert_eq!(status(&m)["writes"], "through the daemon");
+    assert_eq!(m.status()["writes"], "through the daemon");
     let before = daemon_writes(&m);
     fs::write(env.vault().join("new.txt"), "by the daemon").unwrap();
     assert!(daemon_writes(&m) > before);

@@ -26,6 +26,22 @@ fn st_dev(p: &Path) -> Option<u64> {
 }
 
 impl Mount {
+    /// `vaultfs status --json` of this mount.
+    pub fn status(&self) -> serde_json::Value {
+        let out = Command::new(BIN)
+            .arg("status")
+            .arg(&self.dir)
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
     /// Starts `vaultfs mount DIR ARGS...` and waits until the mount answers.
     pub fn start(dir: &Path, args: &[&str]) -> Mount {
         Self::start_with_env(dir, args, &[])
