@@ -225,15 +225,11 @@ impl<B: Backend> Fs<B> {
                 .get(ino)
                 .and_then(|i| i.staged.clone())
                 .filter(|s| s.kernel_wrote());
-            let stored = t
-                .get(ino)
-                .and_then(|i| i.remote.as_ref())
-                .and_then(|r| Some((r.md5.clone()?, r.size)));
-            let stored = stored.as_ref().map(|(m, n)| (m.as_str(), *n));
+            let stored = t.stored_version(ino);
             if let Some(s) = kernel_staged.filter(|_| pt_ended && staged.is_none()) {
                 // The last reader of it, after the writers: a map of a writer may have written
                 // meanwhile (`retire` left the file to this release).
-                s.kernel_recheck(stored);
+                s.kernel_recheck(stored.as_ref());
                 drop(t);
                 self.settle(ino, &s);
                 t = self.table();
@@ -244,7 +240,7 @@ impl<B: Backend> Fs<B> {
                 drop(t);
                 drop(last_pt);
                 if kernel {
-                    s.kernel_writer_leaves(stored);
+                    s.kernel_writer_leaves(stored.as_ref());
                 }
                 self.release_staged(ino, &s);
                 t = self.table();
@@ -696,12 +692,8 @@ impl<B: Backend> Fs<B> {
         let staged = self.table().get(ino).and_then(|i| i.staged.clone());
         let Some(staged) = staged else { return Ok(()) };
         // What the kernel wrote itself is news here.
-        let stored = self
-            .table()
-            .get(ino)
-            .and_then(|i| i.remote.as_ref())
-            .and_then(|r| Some((r.md5.clone()?, r.size)));
-        staged.kernel_sync(stored.as_ref().map(|(m, n)| (m.as_str(), *n)));
+        let stored = self.table().stored_version(ino);
+        staged.kernel_sync(stored.as_ref());
         if !staged.is_dirty() {
             return Ok(());
         }

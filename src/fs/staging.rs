@@ -556,7 +556,7 @@ impl Staged {
 
     /// Such a handle is released (its writes through write(2) are done): what it wrote is a
     /// change to store. (A shared map of it may write on: see [`Staged::mapped_elsewhere`].)
-    pub fn kernel_writer_leaves(&self, stored: Option<(&str, u64)>) {
+    pub fn kernel_writer_leaves(&self, stored: Option<&(String, u64)>) {
         let _order = self.order();
         self.kernel_changed(stored);
         self.kernel_writers.fetch_sub(1, Ordering::SeqCst);
@@ -564,7 +564,7 @@ impl Staged {
 
     /// An fsync while the kernel writes (no write(2) of it runs meanwhile: the kernel holds
     /// the inode's lock across both): what it wrote so far is a change to store.
-    pub fn kernel_sync(&self, stored: Option<(&str, u64)>) {
+    pub fn kernel_sync(&self, stored: Option<&(String, u64)>) {
         let _order = self.order();
         if self.kernel_holds() {
             self.kernel_changed(stored);
@@ -573,7 +573,7 @@ impl Staged {
 
     /// After the kernel let go of the file (a map gone, the last reader of it closed): what
     /// a map wrote is a change to store.
-    pub fn kernel_recheck(&self, stored: Option<(&str, u64)>) {
+    pub fn kernel_recheck(&self, stored: Option<&(String, u64)>) {
         let _order = self.order();
         self.kernel_changed(stored);
     }
@@ -585,13 +585,13 @@ impl Staged {
     /// (md5, size) here, and is no change when the same; else the new generation is `unsure`,
     /// and its upload compares first (storing the same bytes again would make a new version
     /// of old bytes, over one another client stored meanwhile).
-    fn kernel_changed(&self, stored: Option<(&str, u64)>) {
+    fn kernel_changed(&self, stored: Option<&(String, u64)>) {
         let now = self.stat();
         let moved = std::mem::replace(&mut *relock(&self.synced), now) != now;
         if !moved {
             if let Some((md5, size)) = stored.filter(|s| s.1 == now.0 && s.1 <= COMPARE_AT_ONCE) {
-                let same = Digests::md5_only().md5_from(&self.file(), size);
-                if same.is_ok_and(|m| m == md5) {
+                let same = Digests::md5_only().md5_from(&self.file(), *size);
+                if same.is_ok_and(|m| m == *md5) {
                     return;
                 }
             }
@@ -636,16 +636,7 @@ impl Staged {
     /// last release, and the file may be neither stored by a link nor retired before it ends.
     /// Asked as the kernel's own test is: a write lease is granted only to the sole opener.
     pub fn mapped_elsewhere(&self) -> bool {
-        use std::os::fd::AsRawFd;
-        let fd = self.file().as_raw_fd();
-        // SAFETY: fcntl on our own open descriptor; a lease granted is given back at once.
-        unsafe {
-            if libc::fcntl(fd, libc::F_SETLEASE, libc::F_WRLCK) != 0 {
-                return true;
-            }
-            libc::fcntl(fd, libc::F_SETLEASE, libc::F_UNLCK);
-        }
-        false
+        !sole_opener(&self.file())
     }
 
     pub fn kernel_writers(&self) -> u32 {
@@ -691,11 +682,24 @@ impl Staged {
     }
 }
 
+/// Whether `f`'s is the only open of its file: a write lease is granted (and given back at
+/// once) only then. False also where the file system grants no leases.
+fn sole_opener(f: &File) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl on a descriptor the caller holds open.
+    unsafe {
+        let granted = libc::fcntl(f.as_raw_fd(), libc::F_SETLEASE, libc::F_WRLCK) == 0;
+        if granted {
+            libc::fcntl(f.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK);
+        }
+        granted
+    }
+}
+
 /// Whether the kernel may write staging files in `dir` itself: its file system grants leases
 /// ([`Staged::mapped_elsewhere`] asks with one) and gives a change after a stat a new ctime
 /// (multigrain timestamps: `Staged::kernel_changed` tells a change by them).
 pub fn kernel_writes_safe(dir: &Path) -> bool {
-    use std::os::fd::AsRawFd;
     use std::os::unix::fs::MetadataExt;
     let probe = dir.join(format!(".probe-{}", std::process::id()));
     let Ok(f) = fs::OpenOptions::new()
@@ -708,12 +712,7 @@ pub fn kernel_writes_safe(dir: &Path) -> bool {
         return false;
     };
     let _ = fs::remove_file(&probe);
-    // SAFETY: fcntl on the descriptor just opened; the lease is given back at once.
-    let leases = unsafe {
-        let granted = libc::fcntl(f.as_raw_fd(), libc::F_SETLEASE, libc::F_WRLCK) == 0;
-        libc::fcntl(f.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK);
-        granted
-    };
+    let leases = sole_opener(&f);
     let fine = (0..64u8).all(|i| {
         let ctime = |f: &File| f.metadata().map(|m| (m.ctime(), m.ctime_nsec())).ok();
         let before = ctime(&f);

@@ -293,6 +293,12 @@ impl Table {
         }
     }
 
+    /// md5 and size of `ino`'s stored version, when the backend gave an md5.
+    pub fn stored_version(&self, ino: Ino) -> Option<(String, u64)> {
+        let r = self.get(ino)?.remote.as_ref()?;
+        Some((r.md5.clone()?, r.size))
+    }
+
     pub fn get(&self, ino: Ino) -> Option<&Inode> {
         self.inodes.get(&ino)
     }

@@ -214,8 +214,7 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
         // Written by the kernel, maybe to the same bytes (see `Staged::kernel_changed`):
         // compared with the stored version first.
         if staged.unsure() {
-            if let Some(r) = inode.remote.as_ref().filter(|r| r.md5.is_some()) {
-                let stored = (r.md5.clone().unwrap_or_default(), r.size);
+            if let Some(stored) = t.stored_version(ino) {
                 drop(t);
                 let item = Item {
                     ino,
@@ -371,12 +370,8 @@ pub(super) fn until_unmapped<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, staged: &Arc
         // Still to store: the store takes the bytes as the map left them. Stored already: the
         // map may have written since.
         if !staged.is_dirty() {
-            let stored = fs
-                .table()
-                .get(ino)
-                .and_then(|i| i.remote.as_ref())
-                .and_then(|r| Some((r.md5.clone()?, r.size)));
-            staged.kernel_recheck(stored.as_ref().map(|(m, n)| (m.as_str(), *n)));
+            let stored = fs.table().stored_version(ino);
+            staged.kernel_recheck(stored.as_ref());
         }
         if staged.is_dirty() {
             super::upload::schedule(&fs, ino);
