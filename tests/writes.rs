@@ -25,6 +25,7 @@ both!(
     an_fsync_while_the_kernel_writes_stores_a_version_that_stays_whole,
     cuts_appends_a_second_writer_and_a_map_all_reach_the_store,
     an_update_in_place_goes_through_the_daemon,
+    an_allocation_larger_than_the_disk_fails_and_takes_no_room,
 );
 
 /// WRITE requests the daemon answered so far.
@@ -264,5 +265,64 @@ fn an_update_in_place_goes_through_the_daemon(via: Via) {
     assert!(daemon_writes(&m) > before);
     env.wait_uploaded();
     assert_eq!(stored(&env, "new.txt"), b"by the daemon");
+    drop(m);
+}
+
+/// Bytes an unprivileged writer may still take where `p` is.
+fn free_bytes(p: &std::path::Path) -> u64 {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: statvfs fills the zeroed struct for a NUL-terminated path.
+    let st = unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        assert_eq!(libc::statvfs(c.as_ptr(), &mut st), 0);
+        st
+    };
+    st.f_bavail as u64 * st.f_frsize as u64
+}
+
+fn fallocate(f: &File, mode: i32, offset: u64, len: u64) -> std::io::Result<()> {
+    // SAFETY: fallocate on a descriptor we hold open.
+    match unsafe { libc::fallocate(f.as_raw_fd(), mode, offset as i64, len as i64) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// fstests generic/213 asks for twice the free room: ext4 under the staging file gave what it
+/// had, then failed, and kept it (and the size it reached). The disk stayed full until the
+/// file was removed, and the store was asked for a file of that size.
+fn an_allocation_larger_than_the_disk_fails_and_takes_no_room(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let data = pattern(1 << 20, 4);
+    for (name, mode, fresh) in [
+        ("grow.bin", 0, true),
+        ("keep.bin", libc::FALLOC_FL_KEEP_SIZE, true),
+        ("stored.bin", 0, false),
+    ] {
+        let p = env.vault().join(name);
+        fs::write(&p, &data).unwrap();
+        if !fresh {
+            env.wait_uploaded();
+        }
+        let free = free_bytes(&env.cache);
+        let f = OpenOptions::new().write(true).open(&p).unwrap();
+        let e = fallocate(&f, mode, 0, free.saturating_mul(2)).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{name}: {e}");
+        // The room is there at once, not when the file is removed.
+        assert!(
+            free_bytes(&env.cache) + (64 << 20) > free,
+            "{name}: the failed allocation kept the disk's room"
+        );
+        assert_eq!(f.metadata().unwrap().len(), data.len() as u64, "{name}");
+        // One that fits extends the file with zeros.
+        fallocate(&f, 0, 0, 3 << 20).unwrap();
+        drop(f);
+        let mut want = data.clone();
+        want.resize(3 << 20, 0);
+        assert_eq!(fs::read(&p).unwrap(), want, "{name}");
+        env.wait_uploaded();
+        assert_eq!(stored(&env, name), want, "{name}");
+    }
     drop(m);
 }

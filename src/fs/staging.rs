@@ -496,6 +496,7 @@ impl Staged {
     /// Reserves space (fallocate mode 0 or KEEP_SIZE), so a later write cannot hit ENOSPC.
     pub fn allocate(&self, offset: u64, len: u64, keep_size: bool) -> io::Result<()> {
         use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
         if !keep_size {
             self.fits(offset.saturating_add(len))?;
         }
@@ -507,10 +508,24 @@ impl Staged {
             0
         };
         let file = self.file();
+        let meta = file.metadata()?;
+        // More than the disk could give even reusing every block the file has: refused before
+        // the staging disk (shared with the rest of the system) is filled to the last block.
+        if len > free_bytes(&file)?.saturating_add(meta.blocks() * 512) {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        let before = meta.len();
         // SAFETY: fallocate on our own open descriptor.
         let r = unsafe { libc::fallocate(file.as_raw_fd(), mode, offset as i64, len as i64) };
         if r != 0 {
-            return Err(io::Error::last_os_error());
+            let e = io::Error::last_os_error();
+            // ext4 keeps what it allocated before running out of room, and moves the size up
+            // to it: the file would keep the disk full, and be stored at a size nobody wrote.
+            // Cutting back to the size it had frees all of it (past the end included).
+            if let Err(t) = file.set_len(before) {
+                log::warn!("staged file {}: {t}", self.data_path.display());
+            }
+            return Err(e);
         }
         if !keep_size && offset + len > self.size() {
             self.size.fetch_max(offset + len, Ordering::SeqCst);
@@ -679,6 +694,19 @@ impl Staged {
             }
             Err(e) => log::warn!("staged file {}: {e}", self.data_path.display()),
         }
+    }
+}
+
+/// The bytes an unprivileged writer may still take on `f`'s file system.
+fn free_bytes(f: &File) -> io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fstatvfs fills the zeroed struct we pass, for a descriptor the caller holds.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::fstatvfs(f.as_raw_fd(), &mut st) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
     }
 }
 
