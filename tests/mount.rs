@@ -861,6 +861,18 @@ fn errors_are_the_posix_ones(via: Via) {
         errno_of(fs::write(v.join("n".repeat(256)), "x")),
         libc::ENAMETOOLONG
     );
+    // Above the vaults (the root lists accounts, an account its vaults) nothing can be made:
+    // refused at once, not accepted and then never stored.
+    let account = v.parent().unwrap();
+    for dir in [account, account.parent().unwrap()] {
+        assert_eq!(errno_of(fs::write(dir.join("f.txt"), "x")), libc::EACCES);
+        assert_eq!(errno_of(fs::create_dir(dir.join("new"))), libc::EACCES);
+        assert_eq!(
+            errno_of(fs::rename(v.join("d/f"), dir.join("f"))),
+            libc::EACCES
+        );
+    }
+    assert_eq!(errno_of(fs::create_dir(account)), libc::EEXIST);
     // Mode changes are accepted without effect; owners other than ours are refused.
     let mut perm = fs::metadata(v.join("d/f")).unwrap().permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o600);

@@ -205,6 +205,11 @@ impl NodePath {
     pub fn depth(&self) -> usize {
         self.segments.len()
     }
+    /// Whether files and folders can be made in this node: a vault or a folder in one. The
+    /// root lists accounts, and an account holds the vaults that come with it.
+    pub fn holds_entries(&self) -> bool {
+        self.depth() >= 2
+    }
     /// The account this path is in (its first segment).
     pub fn account(&self) -> Option<&str> {
         self.segments.first().map(String::as_str)

@@ -15,6 +15,7 @@ use super::passthrough::Register;
 use super::preview::{DIR_NAME, is_virtual};
 use super::table::{Ino, Kind};
 use super::{Fs, OpResult};
+use crate::api::NodePath;
 use crate::api::path::MAX_NAME_BYTES;
 use crate::backend::Backend;
 
@@ -71,7 +72,7 @@ impl<B: Backend> Fs<B> {
         if self.child(parent, name).await?.is_some() {
             return Err(Errno::EEXIST);
         }
-        let path = dir.child(name).map_err(|_| Errno::EINVAL)?;
+        let path = new_entry(&dir, name)?;
         let node = self
             .backend
             .create_folder(&path)
@@ -110,7 +111,7 @@ impl<B: Backend> Fs<B> {
                 ino
             }
             None => {
-                let path = dir.child(name).map_err(|_| Errno::EINVAL)?;
+                let path = new_entry(&dir, name)?;
                 let mut t = self.table();
                 let ino = t.ensure(&path, Kind::File);
                 t.touch(ino);
@@ -174,7 +175,7 @@ impl<B: Backend> Fs<B> {
             if self.fresh_listing(&t, parent)?.contains_key(name) {
                 return None;
             }
-            t.get(parent)?.path.child(name).ok()?
+            new_entry(&t.get(parent)?.path, name).ok()?
         };
         let staged = match self.journal.create(&path, None) {
             Ok(s) => Arc::new(s),
@@ -339,7 +340,7 @@ impl<B: Backend> Fs<B> {
         }
         let ino = self.child(parent, name).await?.ok_or(Errno::ENOENT)?;
         let dst_dir = self.dir_path(newparent)?;
-        let dst = dst_dir.child(newname).map_err(|_| Errno::EINVAL)?;
+        let dst = new_entry(&dst_dir, newname)?;
         let target = self.child(newparent, newname).await?;
         let (src, kind, io) = {
             let t = self.table();
@@ -556,4 +557,14 @@ impl<B: Backend> Fs<B> {
             frsize: st.f_frsize as u32,
         }
     }
+}
+
+/// The path of a new entry `name` in `dir`. Made where the store keeps no files or folders
+/// (the root, an account), it is refused now (EACCES, as the store's 403 for the same): else the
+/// create would succeed and every upload of it fail.
+fn new_entry(dir: &NodePath, name: &str) -> OpResult<NodePath> {
+    if !dir.holds_entries() {
+        return Err(Errno::EACCES);
+    }
+    dir.child(name).map_err(|_| Errno::EINVAL)
 }
