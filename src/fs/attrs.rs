@@ -18,7 +18,7 @@ use fuser::TimeOrNow;
 
 use super::Fs;
 use super::errno::is_transient;
-use super::table::{Ino, Kind, Table};
+use super::table::{Ino, InodeKind, Table};
 use crate::api::time::{ns_to_time, time_to_ns};
 use crate::api::{EXEC_BITS, FileAttrs, Node, Result, file_mode};
 use crate::backend::Backend;
@@ -58,12 +58,12 @@ impl<B: Backend> Fs<B> {
             i.atime = t;
         }
         i.ctime = SystemTime::now();
-        let exec_changed = i.kind == Kind::File
+        let exec_changed = i.kind == InodeKind::File
             && mode.is_some_and(|m| {
                 let old = i.exec.replace(m & EXEC_BITS);
                 old != i.exec
             });
-        if i.kind != Kind::File || i.unlinked || (mtime.is_none() && !exec_changed) {
+        if i.kind != InodeKind::File || i.unlinked || (mtime.is_none() && !exec_changed) {
             // Folders keep their times here only: the store sets a folder's time as its
             // entries change.
             if let Some(t) = mtime {

@@ -25,7 +25,7 @@ use crate::sync::relock;
 pub const CHUNK: u64 = 1 << 20;
 const MAX_READAHEAD: u64 = 16 * CHUNK;
 
-pub struct Entry {
+pub struct CachedFile {
     pub id: String,
     pub md5: Option<String>,
     pub size: u64,
@@ -42,7 +42,7 @@ pub struct Entry {
     window: AtomicU64,
 }
 
-impl Entry {
+impl CachedFile {
     fn new(
         id: &str,
         md5: Option<&str>,
@@ -50,8 +50,8 @@ impl Entry {
         file: File,
         path: Option<PathBuf>,
         present: HashSet<u64>,
-    ) -> Arc<Entry> {
-        Arc::new(Entry {
+    ) -> Arc<CachedFile> {
+        Arc::new(CachedFile {
             id: id.to_string(),
             md5: md5.map(str::to_string),
             size,
@@ -90,7 +90,7 @@ impl Entry {
     }
 }
 
-impl Drop for Entry {
+impl Drop for CachedFile {
     fn drop(&mut self) {
         if let Some(path) = &self.path {
             let _ = fs::remove_file(path);
@@ -106,7 +106,7 @@ pub struct ReadCache {
 }
 
 struct Inner {
-    lru: LruCache<String, Arc<Entry>>,
+    lru: LruCache<String, Arc<CachedFile>>,
     bytes: u64,
 }
 
@@ -139,7 +139,7 @@ impl ReadCache {
     }
 
     /// The cache entry of this version of a file, new (empty) if not cached.
-    pub fn entry(&self, id: &str, md5: Option<&str>, size: u64) -> Result<Arc<Entry>> {
+    pub fn entry(&self, id: &str, md5: Option<&str>, size: u64) -> Result<Arc<CachedFile>> {
         let k = key(id, md5);
         let mut inner = self.lock();
         if let Some(e) = inner.lru.get(&k) {
@@ -153,7 +153,7 @@ impl ReadCache {
         let path = self.file_for(&k);
         let file = crate::api::files::new_private(&path)?;
         file.set_len(size)?;
-        let e = Entry::new(id, md5, size, file, Some(path), HashSet::new());
+        let e = CachedFile::new(id, md5, size, file, Some(path), HashSet::new());
         self.insert(&mut inner, k, e.clone());
         Ok(e)
     }
@@ -169,7 +169,7 @@ impl ReadCache {
     }
 
     /// Records an entry (replacing one of the same key) and evicts down to the bound.
-    fn insert(&self, inner: &mut Inner, k: String, e: Arc<Entry>) {
+    fn insert(&self, inner: &mut Inner, k: String, e: Arc<CachedFile>) {
         inner.bytes += e.size;
         if let Some(old) = inner.lru.put(k, e) {
             inner.bytes -= old.size;
@@ -224,7 +224,7 @@ impl ReadCache {
     pub async fn read<B: Backend>(
         &self,
         backend: &B,
-        e: &Arc<Entry>,
+        e: &Arc<CachedFile>,
         offset: u64,
         len: usize,
     ) -> Result<Vec<u8>> {
@@ -264,7 +264,7 @@ impl ReadCache {
     pub async fn copy_into<B: Backend>(
         &self,
         backend: &B,
-        e: &Arc<Entry>,
+        e: &Arc<CachedFile>,
         dest: &File,
     ) -> Result<()> {
         if e.size == 0 {
@@ -293,7 +293,7 @@ impl ReadCache {
     pub fn adopt(&self, id: &str, md5: Option<&str>, size: u64, staged: &File) -> Result<()> {
         let file = staged.try_clone()?;
         let chunks = if size == 0 { 0 } else { (size - 1) / CHUNK + 1 };
-        let e = Entry::new(id, md5, size, file, None, (0..chunks).collect());
+        let e = CachedFile::new(id, md5, size, file, None, (0..chunks).collect());
         let mut inner = self.lock();
         self.insert(&mut inner, key(id, md5), e);
         Ok(())
@@ -303,7 +303,7 @@ impl ReadCache {
 impl ReadCache {
     /// The complete entry of that key, if cached (the virtual preview files are fetched whole,
     /// under keys of their own).
-    pub fn complete(&self, id: &str, md5: Option<&str>) -> Option<Arc<Entry>> {
+    pub fn complete(&self, id: &str, md5: Option<&str>) -> Option<Arc<CachedFile>> {
         self.lock()
             .lru
             .get(&key(id, md5))
@@ -318,7 +318,7 @@ impl ReadCache {
         md5: Option<&str>,
         size: u64,
         mut body: crate::backend::ByteStream,
-    ) -> Result<Arc<Entry>> {
+    ) -> Result<Arc<CachedFile>> {
         let e = self.entry(id, md5, size)?;
         let guard = e.fetching.lock().await;
         if e.is_complete() {
@@ -355,7 +355,7 @@ impl ReadCache {
     }
 }
 
-impl Entry {
+impl CachedFile {
     /// Bytes of a complete entry (no download).
     pub async fn read_cached(self: &Arc<Self>, offset: u64, len: usize) -> Result<Vec<u8>> {
         let e = self.clone();
@@ -382,7 +382,7 @@ fn runs(chunks: &[u64]) -> Vec<(u64, u64)> {
 pub(super) const CHANGED: &str = "changed";
 
 /// Downloads chunks `first..=last` into the entry, marking each once it is whole.
-async fn fetch<B: Backend>(backend: &B, e: &Entry, first: u64, last: u64) -> Result<()> {
+async fn fetch<B: Backend>(backend: &B, e: &CachedFile, first: u64, last: u64) -> Result<()> {
     let start = first * CHUNK;
     let end = ((last + 1) * CHUNK).min(e.size);
     let range = RangeRequest::span(start, end - start);

@@ -20,7 +20,7 @@ use crate::api::path::{MAX_NAME_BYTES, validate_name};
 use crate::backend::Backend;
 
 /// The `Filesystem` the session runs: a handle on the shared state.
-pub struct VaultFs<B: Backend>(pub Arc<Fs<B>>);
+pub struct FuseAdapter<B: Backend>(pub Arc<Fs<B>>);
 
 /// A name from the kernel as the backend takes it.
 fn name_of(name: &OsStr) -> OpResult<String> {
@@ -61,7 +61,7 @@ fn xattr(reply: ReplyXattr, size: u32, r: OpResult<Vec<u8>>) {
     }
 }
 
-impl<B: Backend> Filesystem for VaultFs<B> {
+impl<B: Backend> Filesystem for FuseAdapter<B> {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_write(1 << 20);
         // The kernel offers at most 128 KiB here: take what it offers (more is set through

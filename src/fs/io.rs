@@ -12,7 +12,7 @@ use super::errno::{errno, io_errno};
 use super::passthrough::{self, Register};
 use super::preview::is_virtual;
 use super::staging::Staged;
-use super::table::{Ino, Kind};
+use super::table::{Ino, InodeKind};
 use super::{Fs, Handle, OpResult, upload};
 use crate::backend::Backend;
 
@@ -295,7 +295,7 @@ impl<B: Backend> Fs<B> {
             let i = t.get(ino).ok_or(Errno::ENOENT)?;
             (i.kind, i.remote.clone(), i.staged.is_some())
         };
-        if kind == Kind::Dir {
+        if kind == InodeKind::Dir {
             return Err(Errno::EISDIR);
         }
         if write {
@@ -334,7 +334,7 @@ impl<B: Backend> Fs<B> {
             let i = t.get(ino)?;
             (i.kind, i.remote.clone(), i.staged.is_some())
         };
-        if kind == Kind::Dir {
+        if kind == InodeKind::Dir {
             return Some(Err(Errno::EISDIR));
         }
         let mut source = None;
@@ -650,7 +650,7 @@ impl<B: Backend> Fs<B> {
             .complete(&r.id, r.md5.as_deref())
             .filter(|e| e.size == r.size)
         {
-            return Some((key, passthrough::Source::Entry(e)));
+            return Some((key, passthrough::Source::CachedFile(e)));
         }
         let f = self.passthrough.reopen(&key, r.size)?;
         Some((key, passthrough::Source::File(f)))

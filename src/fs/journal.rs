@@ -31,7 +31,7 @@ const COMPACT_AT: u64 = 4 << 20;
 
 /// Where a staged file's bytes belong.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Entry {
+pub struct JournalEntry {
     /// `/nodes/pth/...`.
     pub path: String,
     /// The file's ID once it exists remotely.
@@ -45,7 +45,7 @@ enum Record {
     Put {
         id: u64,
         #[serde(flatten)]
-        entry: Entry,
+        entry: JournalEntry,
     },
     Done {
         id: u64,
@@ -56,7 +56,7 @@ struct Log {
     file: File,
     len: u64,
     /// Entries put and not done, by staging ID.
-    live: HashMap<u64, Entry>,
+    live: HashMap<u64, JournalEntry>,
 }
 
 pub struct Journal {
@@ -121,7 +121,7 @@ impl Journal {
         for id in &legacy {
             let entry = fs::read(dir.join(format!("{id}.json")))
                 .ok()
-                .and_then(|b| serde_json::from_slice::<Entry>(&b).ok());
+                .and_then(|b| serde_json::from_slice::<JournalEntry>(&b).ok());
             match entry {
                 Some(e) => {
                     live.insert(*id, e);
@@ -159,7 +159,7 @@ impl Journal {
     }
 
     /// Writes a log holding `live` only (to a temporary name, renamed over the log).
-    fn rewrite(dir: &Path, live: &HashMap<u64, Entry>) -> io::Result<(File, u64)> {
+    fn rewrite(dir: &Path, live: &HashMap<u64, JournalEntry>) -> io::Result<(File, u64)> {
         let tmp = dir.join("log.tmp");
         let mut buf = Vec::new();
         let mut ids: Vec<_> = live.keys().copied().collect();
@@ -269,7 +269,7 @@ impl Journal {
         }
         self.append(&Record::Put {
             id: staged.id,
-            entry: Entry {
+            entry: JournalEntry {
                 path: entry.0.clone(),
                 file_id: entry.1.clone(),
             },
@@ -336,7 +336,7 @@ impl Journal {
     /// bytes). Of two entries for one path (a crash between a file's retirement and its next
     /// staging) the newest holds the content that counts.
     pub fn recover(&self) -> io::Result<Vec<(NodePath, Option<String>, Staged)>> {
-        let mut live: Vec<(u64, Entry)> = self
+        let mut live: Vec<(u64, JournalEntry)> = self
             .log()
             .live
             .iter()

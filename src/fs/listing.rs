@@ -12,7 +12,7 @@ use fuser::{Errno, FileAttr, FileType, INodeNo};
 
 use super::errno::errno;
 use super::preview::{DIR_NAME, is_virtual};
-use super::table::{Ino, Kind, ROOT};
+use super::table::{Ino, InodeKind, ROOT};
 use super::{Fs, Handle, OpResult};
 use crate::api::NodePath;
 use crate::backend::{Backend, LIST_PAGE, list_all};
@@ -41,7 +41,7 @@ impl<B: Backend> Fs<B> {
             .ok_or(Errno::ENOENT)
     }
 
-    pub(super) fn path_of(&self, ino: Ino) -> OpResult<(NodePath, Kind)> {
+    pub(super) fn path_of(&self, ino: Ino) -> OpResult<(NodePath, InodeKind)> {
         let t = self.table();
         let i = t.get(ino).ok_or(Errno::ENOENT)?;
         if i.unlinked {
@@ -52,7 +52,7 @@ impl<B: Backend> Fs<B> {
 
     pub(super) fn dir_path(&self, ino: Ino) -> OpResult<NodePath> {
         match self.path_of(ino)? {
-            (p, Kind::Dir) => Ok(p),
+            (p, InodeKind::Dir) => Ok(p),
             _ => Err(Errno::ENOTDIR),
         }
     }
@@ -62,7 +62,7 @@ impl<B: Backend> Fs<B> {
         let (path, have) = {
             let t = self.table();
             let i = t.get(dir).ok_or(Errno::ENOENT)?;
-            if i.kind != Kind::Dir {
+            if i.kind != InodeKind::Dir {
                 return Err(Errno::ENOTDIR);
             }
             if i.listing().is_some_and(|(at, _)| self.fresh(*at)) {
@@ -411,7 +411,7 @@ impl<B: Backend> Fs<B> {
         if let Some((_, names)) = i.listing() {
             for (name, cino) in names {
                 let kind = match t.get(*cino).map(|c| c.kind) {
-                    Some(Kind::Dir) => FileType::Directory,
+                    Some(InodeKind::Dir) => FileType::Directory,
                     _ => FileType::RegularFile,
                 };
                 out.push((*cino, kind, name.clone()));

@@ -356,7 +356,7 @@ pub fn mount<B: Backend>(
     }
     config.mount_options = options;
     config.n_threads = Some(opts.threads.max(1));
-    let mut session = fuser::Session::new(fuse::VaultFs(fs.clone()), mountpoint, &config)?;
+    let mut session = fuser::Session::new(fuse::FuseAdapter(fs.clone()), mountpoint, &config)?;
     let _ = fs.notifier.set(session.notifier());
     log::info!("mounted {} at {}", opts.root, mountpoint.display());
     let stop = Arc::new(tokio::sync::Notify::new());

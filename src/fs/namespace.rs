@@ -13,7 +13,7 @@ use super::errno::{errno, io_errno};
 use super::io::Opened;
 use super::passthrough::Register;
 use super::preview::{DIR_NAME, is_virtual};
-use super::table::{Ino, Kind};
+use super::table::{Ino, InodeKind};
 use super::{Fs, OpResult};
 use crate::api::NodePath;
 use crate::api::path::MAX_NAME_BYTES;
@@ -105,7 +105,7 @@ impl<B: Backend> Fs<B> {
         let ino = match existing {
             Some(_) if flags & libc::O_EXCL != 0 => return Err(Errno::EEXIST),
             Some(ino) => {
-                if self.table().get(ino).map(|i| i.kind) == Some(Kind::Dir) {
+                if self.table().get(ino).map(|i| i.kind) == Some(InodeKind::Dir) {
                     return Err(Errno::EISDIR);
                 }
                 ino
@@ -113,7 +113,7 @@ impl<B: Backend> Fs<B> {
             None => {
                 let path = new_entry(&dir, name)?;
                 let mut t = self.table();
-                let ino = t.ensure(&path, Kind::File);
+                let ino = t.ensure(&path, InodeKind::File);
                 t.touch(ino);
                 if let Some(i) = t.get_mut(ino) {
                     i.unlinked = false;
@@ -190,14 +190,14 @@ impl<B: Backend> Fs<B> {
             .is_none_or(|n| n.contains_key(name))
             || t.ino_of(&path)
                 .and_then(|i| t.get(i))
-                .is_some_and(|i| i.staged.is_some() || i.kind == Kind::Dir);
+                .is_some_and(|i| i.staged.is_some() || i.kind == InodeKind::Dir);
         if taken {
             // Made or listed meanwhile: the slow path sorts it out.
             drop(t);
             self.journal.finish(&staged);
             return None;
         }
-        let ino = t.ensure(&path, Kind::File);
+        let ino = t.ensure(&path, InodeKind::File);
         t.touch(ino);
         t.set_staged(ino, Some(staged.clone()));
         t.link_into_parent(ino);
@@ -228,7 +228,7 @@ impl<B: Backend> Fs<B> {
         self.may_setattr(ino, uid, gid)?;
         if let Some(size) = size {
             self.writable()?;
-            if self.path_of(ino)?.1 == Kind::Dir {
+            if self.path_of(ino)?.1 == InodeKind::Dir {
                 return Err(Errno::EISDIR);
             }
             // A writer for the time of the truncate: released, it settles the file like a
@@ -280,8 +280,8 @@ impl<B: Backend> Fs<B> {
             (i.path.clone(), i.kind, i.io.clone())
         };
         match (kind, dir) {
-            (Kind::Dir, false) => return Err(Errno::EISDIR),
-            (Kind::File, true) => return Err(Errno::ENOTDIR),
+            (InodeKind::Dir, false) => return Err(Errno::EISDIR),
+            (InodeKind::File, true) => return Err(Errno::ENOTDIR),
             _ => {}
         }
         if dir {
@@ -298,7 +298,7 @@ impl<B: Backend> Fs<B> {
         let remote = {
             let t = self.table();
             t.get(ino)
-                .is_some_and(|i| i.kind == Kind::Dir || i.remote.is_some())
+                .is_some_and(|i| i.kind == InodeKind::Dir || i.remote.is_some())
         };
         if remote {
             match self.backend.delete(&path).await {
@@ -350,7 +350,7 @@ impl<B: Backend> Fs<B> {
         if src == dst {
             return Ok(());
         }
-        if kind == Kind::Dir && src.contains(&dst) {
+        if kind == InodeKind::Dir && src.contains(&dst) {
             return Err(Errno::EINVAL);
         }
         if let Some(tino) = target {
@@ -359,9 +359,9 @@ impl<B: Backend> Fs<B> {
             }
             let tkind = self.table().get(tino).map(|i| i.kind);
             match (kind, tkind) {
-                (Kind::File, Some(Kind::Dir)) => return Err(Errno::EISDIR),
-                (Kind::Dir, Some(Kind::File)) => return Err(Errno::ENOTDIR),
-                (Kind::Dir, Some(Kind::Dir)) => {
+                (InodeKind::File, Some(InodeKind::Dir)) => return Err(Errno::EISDIR),
+                (InodeKind::Dir, Some(InodeKind::File)) => return Err(Errno::ENOTDIR),
+                (InodeKind::Dir, Some(InodeKind::Dir)) => {
                     let tpath = dst.clone();
                     self.refresh_listing(tino, &tpath).await?;
                     let empty = self
@@ -395,7 +395,7 @@ impl<B: Backend> Fs<B> {
         let remote = self
             .table()
             .get(ino)
-            .is_some_and(|i| i.kind == Kind::Dir || i.remote.is_some());
+            .is_some_and(|i| i.kind == InodeKind::Dir || i.remote.is_some());
         if remote {
             self.backend
                 .rename(&src, &dst, true)

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 
 use fuser::BackingId;
 
-use super::cache::Entry;
+use super::cache::CachedFile;
 use super::table::Remote;
 use crate::sync::relock;
 
@@ -53,13 +53,13 @@ pub(crate) struct Shared {
     id: Arc<BackingId>,
     handles: HashSet<u64>,
     /// The read-cache file the backing file is: kept (never evicted) while open.
-    _entry: Option<Arc<Entry>>,
+    _entry: Option<Arc<CachedFile>>,
 }
 
 /// Where a version's bytes are whole on local disk.
 pub(super) enum Source {
     File(File),
-    Entry(Arc<Entry>),
+    CachedFile(Arc<CachedFile>),
     /// A staged file, which the kernel writes too (its handles hold it).
     Staged(Arc<File>),
 }
@@ -68,7 +68,7 @@ impl Source {
     fn fd(&self) -> BorrowedFd<'_> {
         match self {
             Source::File(f) => f.as_fd(),
-            Source::Entry(e) => e.file().as_fd(),
+            Source::CachedFile(e) => e.file().as_fd(),
             Source::Staged(f) => f.as_fd(),
         }
     }
@@ -155,7 +155,7 @@ impl Passthrough {
 impl Shared {
     pub(super) fn new(key: String, id: BackingId, fh: u64, source: Source) -> Shared {
         let entry = match source {
-            Source::Entry(e) => Some(e),
+            Source::CachedFile(e) => Some(e),
             Source::File(_) | Source::Staged(_) => None,
         };
         Shared {

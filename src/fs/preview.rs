@@ -20,9 +20,9 @@ use fuser::{Errno, FileAttr, FileType, INodeNo};
 use futures_util::StreamExt;
 
 use super::Fs;
-use super::cache::Entry;
+use super::cache::CachedFile;
 use super::errno::errno;
-use super::table::{Ino, Kind, Remote};
+use super::table::{Ino, InodeKind, Remote};
 use crate::api::{PageSize, PreviewMeta, PreviewStatus};
 use crate::backend::Backend;
 use crate::sync::relock;
@@ -116,7 +116,7 @@ fn status_line(status: PreviewStatus) -> Vec<u8> {
 /// What a virtual file holds.
 pub enum Content {
     Bytes(Vec<u8>),
-    Cached(Arc<Entry>),
+    Cached(Arc<CachedFile>),
 }
 
 impl Content {
@@ -205,7 +205,7 @@ impl<B: Backend> Fs<B> {
         let t = self.table();
         let i = t.get(ino).ok_or(Errno::ENOENT)?;
         match (&i.kind, &i.remote) {
-            (Kind::File, Some(r)) => Ok((r.clone(), i.mtime)),
+            (InodeKind::File, Some(r)) => Ok((r.clone(), i.mtime)),
             _ => Err(Errno::ENOENT),
         }
     }
@@ -316,8 +316,8 @@ impl<B: Backend> Fs<B> {
             None => {
                 let t = self.table();
                 match t.get(parent).map(|i| i.kind) {
-                    Some(Kind::Dir) => Node::Root(parent),
-                    Some(Kind::File) => return Err(Errno::ENOTDIR),
+                    Some(InodeKind::Dir) => Node::Root(parent),
+                    Some(InodeKind::File) => return Err(Errno::ENOTDIR),
                     None => return Err(Errno::ENOENT),
                 }
             }
@@ -353,7 +353,7 @@ impl<B: Backend> Fs<B> {
                         .into_iter()
                         .filter_map(|(name, c)| {
                             let i = t.get(c)?;
-                            (i.kind == Kind::File).then(|| Some((name, i.remote.clone()?)))?
+                            (i.kind == InodeKind::File).then(|| Some((name, i.remote.clone()?)))?
                         })
                         .collect()
                 };

@@ -17,7 +17,7 @@ pub type Ino = u64;
 pub const ROOT: Ino = 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub enum InodeKind {
     Dir,
     File,
 }
@@ -36,7 +36,7 @@ pub struct Remote {
 pub struct Inode {
     pub ino: Ino,
     pub path: NodePath,
-    pub kind: Kind,
+    pub kind: InodeKind,
     /// Files known to the backend; `None` for a file that so far exists only here.
     pub remote: Option<Remote>,
     pub mtime: SystemTime,
@@ -77,7 +77,7 @@ pub struct Inode {
 }
 
 impl Inode {
-    fn new(ino: Ino, path: NodePath, kind: Kind) -> Inode {
+    fn new(ino: Ino, path: NodePath, kind: InodeKind) -> Inode {
         let now = SystemTime::now();
         Inode {
             ino,
@@ -145,10 +145,10 @@ impl Inode {
         }
         let (kind, perm, nlink, size) = match self.kind {
             // A removed folder (or one renamed over) still open has no links left.
-            Kind::Dir if self.unlinked => (FileType::Directory, 0o755, 0, 4096),
-            Kind::Dir => (FileType::Directory, 0o755, 2 + subdirs, 4096),
+            InodeKind::Dir if self.unlinked => (FileType::Directory, 0o755, 0, 4096),
+            InodeKind::Dir => (FileType::Directory, 0o755, 2 + subdirs, 4096),
             // An unlinked file that is still open has no name left.
-            Kind::File => (
+            InodeKind::File => (
                 FileType::RegularFile,
                 file_mode(self.exec.unwrap_or(0)) as u16,
                 u32::from(!self.unlinked),
@@ -197,7 +197,7 @@ impl Inode {
         if let Some(t) = node.created_time() {
             self.crtime = t;
         }
-        if self.kind != Kind::File {
+        if self.kind != InodeKind::File {
             return false;
         }
         let Some(id) = node.file_id() else {
@@ -219,11 +219,11 @@ impl Inode {
     }
 }
 
-pub fn kind_of(node: &Node) -> Kind {
+pub fn kind_of(node: &Node) -> InodeKind {
     if node.node_type == NodeType::FileNodeType {
-        Kind::File
+        InodeKind::File
     } else {
-        Kind::Dir
+        InodeKind::Dir
     }
 }
 
@@ -259,7 +259,7 @@ impl Table {
             recent_pruned: Instant::now(),
             kept: KeptHere::default(),
         };
-        let mut r = Inode::new(ROOT, root.clone(), Kind::Dir);
+        let mut r = Inode::new(ROOT, root.clone(), InodeKind::Dir);
         r.lookups = 1;
         t.inodes.insert(ROOT, r);
         t.by_path.insert(root, ROOT);
@@ -275,7 +275,7 @@ impl Table {
             (None, Some((_, names))) => {
                 let n = names
                     .values()
-                    .filter(|c| self.inodes.get(c).is_some_and(|c| c.kind == Kind::Dir))
+                    .filter(|c| self.inodes.get(c).is_some_and(|c| c.kind == InodeKind::Dir))
                     .count() as u32;
                 i.subdirs.set(Some(n));
                 n
@@ -312,7 +312,7 @@ impl Table {
     }
 
     /// The inode of `path`, created when new (or when the node changed kind).
-    pub fn ensure(&mut self, path: &NodePath, kind: Kind) -> Ino {
+    pub fn ensure(&mut self, path: &NodePath, kind: InodeKind) -> Ino {
         if let Some(&ino) = self.by_path.get(path) {
             if self.inodes[&ino].kind == kind {
                 return ino;
@@ -392,7 +392,7 @@ impl Table {
         else {
             return;
         };
-        let is_dir = inode.kind == Kind::Dir;
+        let is_dir = inode.kind == InodeKind::Dir;
         if let Some(p) = self
             .by_path
             .get(&parent)
@@ -506,7 +506,7 @@ impl Table {
     pub fn reissue(&mut self, ino: Ino) -> Option<Ino> {
         let old = self.inodes.get(&ino)?;
         if old.unlinked
-            || old.kind != Kind::File
+            || old.kind != InodeKind::File
             || old.staged.is_some()
             || self.by_path.get(&old.path) != Some(&ino)
         {
@@ -515,7 +515,7 @@ impl Table {
         let new = self.next;
         self.next += 1;
         let path = old.path.clone();
-        let mut n = Inode::new(new, path.clone(), Kind::File);
+        let mut n = Inode::new(new, path.clone(), InodeKind::File);
         n.remote = old.remote.clone();
         n.mtime = old.mtime;
         n.exec = old.exec;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::Fs;
 use super::errno::is_transient;
-use super::table::{Ino, Kind};
+use super::table::{Ino, InodeKind};
 use crate::api::{Error, ErrorKind, FileAttrs, Result, file_mode};
 use crate::backend::{Backend, reader_stream};
 use crate::sync::relock;
@@ -26,7 +26,7 @@ pub fn recover<B: Backend>(fs: &Arc<Fs<B>>) -> std::io::Result<()> {
     for (path, _file_id, staged) in entries {
         let ino = {
             let mut t = fs.table();
-            let ino = t.ensure(&path, Kind::File);
+            let ino = t.ensure(&path, InodeKind::File);
             t.set_staged(ino, Some(Arc::new(staged)));
             ino
         };
