@@ -1,28 +1,25 @@
 //! Write staging: a file opened for writing works on a staging file on local disk, whose entry
 //! in the upload journal (`journal.rs`) says where its bytes belong.
 //!
-//! Kernel writers: a file created or truncated through the mount may be written by the kernel
-//! itself (FUSE passthrough, `io::kernel_writer`), with no WRITE reaching the daemon. Then:
-//! - size and mtime are read from the file (`observe`), and each release, fsync, or end of a map
-//!   makes a new generation (`kernel_changed`), told by the file's size and times, which the
-//!   kernel moves on every write once they were read (multigrain timestamps, checked at mount
-//!   by `kernel_writes_safe`); when they did not move, the bytes are compared with the stored
-//!   version before anything is stored again;
-//! - nothing is hashed ahead, and the file is never sealed (linked as a blob) nor retired while
-//!   the kernel may write it: a handle open, or a shared map that outlived its handles (a
-//!   passthrough map holds the staging file, not the mount's file; a lease tells,
-//!   `mapped_elsewhere`).
-
+//! Here: the staged file and what the daemon's own writes, cuts and reservations do to it.
+//! `ahead`: hashing sequential writes while they arrive. `kernel`: files the kernel writes
+//! itself (passthrough).
 use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::SystemTime;
 
 use crate::api::checksum::Digests;
 use crate::sync::{relock, unpoisoned};
+
+mod ahead;
+mod kernel;
+
+use ahead::{Ahead, HashAhead};
+pub use kernel::kernel_writes_safe;
 
 /// A staged file: the bytes a writer sees, and how far they are from being uploaded.
 ///
@@ -74,60 +71,6 @@ pub struct Staged {
     /// writes arrive (`hash_ahead`), so an upload reads only what is not hashed yet.
     ahead: Arc<Ahead>,
 }
-
-/// The hashing-ahead state, shared with the hasher task, which holds the staged file only
-/// while it reads a chunk: a file removed while being hashed gives its space back at once.
-#[derive(Default)]
-struct Ahead {
-    state: Mutex<HashAhead>,
-    idle: Condvar,
-}
-
-impl Ahead {
-    fn lock(&self) -> MutexGuard<'_, HashAhead> {
-        relock(&self.state)
-    }
-
-    /// Stops a running hasher after its current chunk and waits for it to be gone.
-    fn pause(&self) -> MutexGuard<'_, HashAhead> {
-        let mut a = self.lock();
-        a.stop = true;
-        while a.running {
-            a = unpoisoned(self.idle.wait(a));
-        }
-        a.stop = false;
-        a
-    }
-}
-
-/// Hashing ahead of the upload. The invariant: bytes below `reading_to` are never changed
-/// while `valid` holds. A change below it (an overwrite, a cut) ends the hashing until the
-/// file is emptied; appends, the sequential writer's case, go on. The hasher never reads the
-/// range of a change in progress (`changing`).
-#[derive(Default)]
-struct HashAhead {
-    valid: bool,
-    /// The prefix hashed so far (taken out while a hasher works on it).
-    digests: Option<Digests>,
-    /// Hashed, or being hashed, up to here.
-    reading_to: u64,
-    /// The offset of a change under way (changes are ordered by `Staged::order`).
-    changing: Option<u64>,
-    /// Bumped when the prefix is dropped or restarted: a hasher's work from before is void.
-    epoch: u64,
-    running: bool,
-    /// An upload wants the prefix now: the hasher stops after its current chunk.
-    stop: bool,
-}
-
-/// The hasher starts once this much is written and not hashed (small files are hashed at
-/// upload, from the page cache, in less time than a task takes to start).
-const HASH_AHEAD_FROM: u64 = 8 << 20;
-/// Files up to this size are compared with their stored version at once when the kernel may
-/// have left them as they were (`Staged::kernel_changed`).
-const COMPARE_AT_ONCE: u64 = 1 << 20;
-/// What the hasher reads at a time (between chunks it checks for a waiting upload).
-const HASH_CHUNK: u64 = 4 << 20;
 
 /// What the journal last wrote for a staged file, and whether its entry is finished (never
 /// written back after that).
@@ -212,98 +155,6 @@ impl Staged {
             return Err(io::Error::from_raw_os_error(libc::EFBIG));
         }
         Ok(())
-    }
-
-    fn ahead(&self) -> MutexGuard<'_, HashAhead> {
-        self.ahead.lock()
-    }
-
-    /// Before a change of the bytes from `offset` on (with `order` held).
-    fn begin_change(&self, offset: u64) {
-        let mut a = self.ahead();
-        if a.valid && offset < a.reading_to {
-            a.valid = false;
-            a.digests = None;
-            a.epoch += 1;
-        }
-        a.changing = Some(offset);
-    }
-
-    fn end_change(&self) {
-        self.ahead().changing = None;
-    }
-
-    /// A hasher to run on a blocking thread, when one should start now: once enough is
-    /// written and not hashed, and none runs. It hashes what is written a chunk at a time until
-    /// it has caught up (or an upload wants the prefix, or a change voids it).
-    pub fn hash_ahead(self: &Arc<Self>) -> Option<impl FnOnce() + Send + 'static> {
-        {
-            let mut a = self.ahead();
-            let start = a.valid
-                && !self.kernel_wrote.load(Ordering::SeqCst)
-                && !a.running
-                && self.size().saturating_sub(a.reading_to) >= HASH_AHEAD_FROM;
-            if !start {
-                return None;
-            }
-            a.running = true;
-        }
-        let (staged, ahead) = (Arc::downgrade(self), self.ahead.clone());
-        Some(move || {
-            while let Some(s) = staged.upgrade() {
-                if !s.hash_chunk() {
-                    break;
-                }
-            }
-            ahead.lock().running = false;
-            ahead.idle.notify_all();
-        })
-    }
-
-    /// One chunk of `hash_ahead`; false when there is nothing (more) to do.
-    fn hash_chunk(&self) -> bool {
-        let (mut d, to, epoch) = {
-            let mut a = self.ahead();
-            let limit = a.changing.unwrap_or(u64::MAX).min(self.size());
-            let d = match a.digests.take() {
-                Some(d) if a.valid && !a.stop && d.len() < limit => d,
-                d => {
-                    a.digests = d;
-                    return false;
-                }
-            };
-            let to = limit.min(d.len() + HASH_CHUNK);
-            a.reading_to = to;
-            (d, to, a.epoch)
-        };
-        let read = d.extend_from(&self.file(), to);
-        let mut a = self.ahead();
-        if a.epoch == epoch {
-            match read {
-                Ok(()) => a.digests = Some(d),
-                Err(e) => {
-                    log::debug!("hashing staged file {} ahead: {e}", self.id);
-                    a.valid = false;
-                }
-            }
-        }
-        true
-    }
-
-    /// The digests of the first bytes of the file, for an upload to finish; `None` when they
-    /// are not known. Taken with `order` held, as the snapshot is: a later change cannot slip in.
-    fn digests(&self) -> Option<Digests> {
-        let a = self.ahead.pause();
-        let known = a.valid && !self.kernel_wrote.load(Ordering::SeqCst);
-        if known { a.digests.clone() } else { None }
-    }
-
-    /// The file is done with (stored, or removed): a hasher still reading it stops.
-    pub fn stop_hashing(&self) {
-        let mut a = self.ahead.pause();
-        a.valid = false;
-        a.digests = None;
-        a.epoch += 1;
     }
 
     /// The staging file as it is now.
@@ -544,157 +395,6 @@ impl Staged {
     pub fn backing_key(&self) -> String {
         format!("staged-{}-{}", self.id, self.copies.load(Ordering::SeqCst))
     }
-
-    /// The file as it is now, ready for the kernel to write (a sealed one is copied first).
-    pub fn own_file(&self) -> io::Result<Arc<File>> {
-        let _order = self.order();
-        self.unshare()?;
-        Ok(self.file())
-    }
-
-    /// A handle the kernel writes through itself opens (after [`Staged::own_file`], with the
-    /// inode table locked, so nothing seals the file in between): hashing ahead stops for
-    /// good.
-    pub fn kernel_writer_joins(&self) {
-        let _order = self.order();
-        // The first is a file written afresh (created or cut), a change whatever the kernel
-        // writes: `synced` starts as no file's state.
-        self.kernel_wrote.store(true, Ordering::SeqCst);
-        self.kernel_writers.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// Whether the kernel ever wrote the file (the page cache of the mount's inode may be
-    /// older than the file's bytes).
-    pub fn kernel_wrote(&self) -> bool {
-        self.kernel_wrote.load(Ordering::SeqCst)
-    }
-
-    /// Such a handle is released (its writes through write(2) are done): what it wrote is a
-    /// change to store. (A shared map of it may write on: see [`Staged::mapped_elsewhere`].)
-    pub fn kernel_writer_leaves(&self, stored: Option<&(String, u64)>) {
-        let _order = self.order();
-        self.kernel_changed(stored);
-        self.kernel_writers.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    /// An fsync while the kernel writes (no write(2) of it runs meanwhile: the kernel holds
-    /// the inode's lock across both): what it wrote so far is a change to store.
-    pub fn kernel_sync(&self, stored: Option<&(String, u64)>) {
-        let _order = self.order();
-        if self.kernel_holds() {
-            self.kernel_changed(stored);
-        }
-    }
-
-    /// After the kernel let go of the file (a map gone, the last reader of it closed): what
-    /// a map wrote is a change to store.
-    pub fn kernel_recheck(&self, stored: Option<&(String, u64)>) {
-        let _order = self.order();
-        self.kernel_changed(stored);
-    }
-
-    /// The kernel may have changed the file since the last generation. Its size or times tell
-    /// for sure when they moved (timestamps are fine-grained once read, see
-    /// `kernel_writes_safe`): a new generation. When they did not, a map may still have written
-    /// a dirty page again without a fault: a small file is compared with the `stored` version
-    /// (md5, size) here, and is no change when the same; else the new generation is `unsure`,
-    /// and its upload compares first (storing the same bytes again would make a new version
-    /// of old bytes, over one another client stored meanwhile).
-    fn kernel_changed(&self, stored: Option<&(String, u64)>) {
-        let now = self.stat();
-        let moved = std::mem::replace(&mut *relock(&self.synced), now) != now;
-        if !moved {
-            if let Some((md5, size)) = stored.filter(|s| s.1 == now.0 && s.1 <= COMPARE_AT_ONCE) {
-                let same = Digests::md5_only().md5_from(&self.file(), *size);
-                if same.is_ok_and(|m| m == *md5) {
-                    return;
-                }
-            }
-        }
-        self.unsure.store(!moved, Ordering::SeqCst);
-        self.generation.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// Whether the last change may have left the bytes as they were (see `kernel_changed`).
-    pub fn unsure(&self) -> bool {
-        self.unsure.load(Ordering::SeqCst)
-    }
-
-    /// The bytes were compared with the stored version and found changed.
-    pub fn make_sure(&self) {
-        self.unsure.store(false, Ordering::SeqCst);
-    }
-
-    /// Size, mtime and ctime (ns) of the file; size and mtime also become the staged file's.
-    fn stat(&self) -> (u64, i64, i64) {
-        use std::os::unix::fs::MetadataExt;
-        match self.file().metadata() {
-            Ok(m) => {
-                self.size.store(m.len(), Ordering::SeqCst);
-                if let Ok(t) = m.modified() {
-                    self.set_mtime(t);
-                }
-                let ns = |s: i64, n: i64| s.saturating_mul(1_000_000_000).saturating_add(n);
-                let (mtime, ctime) = (ns(m.mtime(), m.mtime_nsec()), ns(m.ctime(), m.ctime_nsec()));
-                (m.len(), mtime, ctime)
-            }
-            Err(e) => {
-                log::warn!("staged file {}: {e}", self.data_path.display());
-                (u64::MAX, 0, 0)
-            }
-        }
-    }
-
-    /// Whether the file is open anywhere but here. A map the kernel wrote through keeps the
-    /// staging file itself open (a passthrough map maps the backing file, and the kernel lets
-    /// go of the mount's file, so its release came already): its writes land here after the
-    /// last release, and the file may be neither stored by a link nor retired before it ends.
-    /// Asked as the kernel's own test is: a write lease is granted only to the sole opener.
-    pub fn mapped_elsewhere(&self) -> bool {
-        !sole_opener(&self.file())
-    }
-
-    pub fn kernel_writers(&self) -> u32 {
-        self.kernel_writers.load(Ordering::SeqCst)
-    }
-
-    /// Sealed for the store (the kernel never writes a sealed file: a writer copies it first).
-    pub fn is_sealed(&self) -> bool {
-        self.sealed.load(Ordering::SeqCst)
-    }
-
-    /// Whether the kernel may write the file now (a handle, or a map after the handles): it
-    /// is then neither sealed nor retired.
-    pub fn kernel_holds(&self) -> bool {
-        self.kernel_writers() > 0 || self.mapped.load(Ordering::SeqCst)
-    }
-
-    pub fn set_mapped(&self, mapped: bool) {
-        self.mapped.store(mapped, Ordering::SeqCst);
-    }
-
-    /// Size and time as the kernel's writes left them (they never pass through `write_at`).
-    pub fn observe(&self) {
-        if self.kernel_writers() > 0 {
-            let _order = self.order();
-            self.observe_locked();
-        }
-    }
-
-    fn observe_locked(&self) {
-        if !self.kernel_wrote.load(Ordering::SeqCst) {
-            return;
-        }
-        match self.file().metadata() {
-            Ok(m) => {
-                self.size.store(m.len(), Ordering::SeqCst);
-                if let Ok(t) = m.modified() {
-                    self.set_mtime(t);
-                }
-            }
-            Err(e) => log::warn!("staged file {}: {e}", self.data_path.display()),
-        }
-    }
 }
 
 /// The bytes an unprivileged writer may still take on `f`'s file system.
@@ -708,45 +408,6 @@ fn free_bytes(f: &File) -> io::Result<u64> {
         }
         Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
     }
-}
-
-/// Whether `f`'s is the only open of its file: a write lease is granted (and given back at
-/// once) only then. False also where the file system grants no leases.
-fn sole_opener(f: &File) -> bool {
-    use std::os::fd::AsRawFd;
-    // SAFETY: fcntl on a descriptor the caller holds open.
-    unsafe {
-        let granted = libc::fcntl(f.as_raw_fd(), libc::F_SETLEASE, libc::F_WRLCK) == 0;
-        if granted {
-            libc::fcntl(f.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK);
-        }
-        granted
-    }
-}
-
-/// Whether the kernel may write staging files in `dir` itself: its file system grants leases
-/// ([`Staged::mapped_elsewhere`] asks with one) and gives a change after a stat a new ctime
-/// (multigrain timestamps: `Staged::kernel_changed` tells a change by them).
-pub fn kernel_writes_safe(dir: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let probe = dir.join(format!(".probe-{}", std::process::id()));
-    let Ok(f) = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&probe)
-    else {
-        return false;
-    };
-    let _ = fs::remove_file(&probe);
-    let leases = sole_opener(&f);
-    let fine = (0..64u8).all(|i| {
-        let ctime = |f: &File| f.metadata().map(|m| (m.ctime(), m.ctime_nsec())).ok();
-        let before = ctime(&f);
-        f.write_all_at(&[i], 0).is_ok() && before.is_some() && ctime(&f) != before
-    });
-    leases && fine
 }
 
 #[cfg(test)]
