@@ -46,6 +46,7 @@ mod io;
 mod journal;
 mod listing;
 mod namespace;
+mod open;
 mod passthrough;
 mod preview;
 mod read_ahead;

@@ -1,0 +1,461 @@
+//! Opens: which way the kernel reads and writes each open file. A file whose bytes are whole
+//! on local disk (a blob, a complete read-cache file) is passed through to that file, and a
+//! file created or cut through the mount is passed through to its staging file, so the kernel
+//! reads and writes it without the daemon (`passthrough.rs`); every other open is served by the
+//! daemon (`io.rs`). One inode's opens all go one way: the kernel refuses a mix.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use fuser::{Errno, FopenFlags, OpenAccMode, OpenFlags};
+
+use super::errno::io_errno;
+use super::io::Opened;
+use super::passthrough::{self, Register};
+use super::preview::is_virtual;
+use super::staging::Staged;
+use super::table::{Ino, InodeKind};
+use super::{Fs, Handle, OpResult};
+use crate::backend::Backend;
+
+impl<B: Backend> Fs<B> {
+    /// OPEN without a kernel to pass files through to (tests).
+    #[cfg(test)]
+    pub(super) async fn open(self: &Arc<Self>, ino: Ino, flags: OpenFlags) -> OpResult<Opened> {
+        let refuse = |_: std::os::fd::BorrowedFd<'_>| -> std::io::Result<fuser::BackingId> {
+            Err(std::io::ErrorKind::Unsupported.into())
+        };
+        self.open_with(ino, flags, &refuse).await
+    }
+
+    /// OPEN: a handle; one opened for writing counts as a writer of the file's staged copy. A
+    /// read-only open of bytes whole on local disk is passed through (`register` hands the file
+    /// to the kernel); ESTALE when the open needs another mode than passthrough opens of the
+    /// inode (see `passthrough`: the kernel then opens the name's new inode).
+    pub(super) async fn open_with(
+        self: &Arc<Self>,
+        ino: Ino,
+        flags: OpenFlags,
+        register: &Register<'_>,
+    ) -> OpResult<Opened> {
+        // O_TRUNC cuts the file even with O_RDONLY (the kernel checked the right to).
+        let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY) || truncates(flags);
+        if is_virtual(ino) {
+            let flags = self.preview_open(ino, write)?;
+            let fh = self.new_fh(Handle::File {
+                ino,
+                staged: None,
+                kernel: false,
+            });
+            return Ok(Opened {
+                fh,
+                flags,
+                backing: None,
+            });
+        }
+        let (kind, remote, staged) = {
+            let t = self.table();
+            let i = t.get(ino).ok_or(Errno::ENOENT)?;
+            (i.kind, i.remote.clone(), i.staged.is_some())
+        };
+        if kind == InodeKind::Dir {
+            return Err(Errno::EISDIR);
+        }
+        if write {
+            self.writable()?;
+            return self.open_writer(ino, flags, register).await;
+        }
+        let mut source =
+            match remote.filter(|_| !staged && self.passthrough.on() && passable(flags)) {
+                Some(r) => self.local_source(&r).await,
+                None => None,
+            };
+        // A second conflict after the name moved cannot happen to this inode: it is unlinked.
+        for _ in 0..2 {
+            match self.attach_reader(ino, flags, &mut source, register)? {
+                Some(o) => return Ok(o),
+                None => self.move_off(ino).await?,
+            }
+        }
+        Err(Errno::ESTALE)
+    }
+
+    /// OPEN of a reader answered on the FUSE thread when all it needs is local; `None`: the
+    /// slow path decides ([`Fs::open_with`]).
+    pub(super) fn open_now(
+        self: &Arc<Self>,
+        ino: Ino,
+        flags: OpenFlags,
+        register: &Register<'_>,
+    ) -> Option<OpResult<Opened>> {
+        if is_virtual(ino) || !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY) || truncates(flags)
+        {
+            return None;
+        }
+        let (kind, remote, staged) = {
+            let t = self.table();
+            let i = t.get(ino)?;
+            (i.kind, i.remote.clone(), i.staged.is_some())
+        };
+        if kind == InodeKind::Dir {
+            return Some(Err(Errno::EISDIR));
+        }
+        let mut source = None;
+        if let Some(r) = remote.filter(|_| !staged && self.passthrough.on() && passable(flags)) {
+            source = self.local_source_now(&r);
+            // The store may have it: asked on the slow path.
+            if source.is_none() && passthrough::key(&r).is_some() && r.size > 0 {
+                return None;
+            }
+        }
+        self.attach_reader(ino, flags, &mut source, register)
+            .transpose()
+    }
+
+    /// A writer's open: beside passthrough opens of the inode only when they share its staged
+    /// file (then it is one of them); else the name moves first ([`Fs::move_off`]).
+    async fn open_writer(
+        self: &Arc<Self>,
+        ino: Ino,
+        flags: OpenFlags,
+        register: &Register<'_>,
+    ) -> OpResult<Opened> {
+        let truncate = truncates(flags);
+        // No passthrough open may start while the copy is staged: counted as coming.
+        let keep = loop {
+            {
+                let mut t = self.table();
+                let i = t.get_mut(ino).ok_or(Errno::ENOENT)?;
+                if i.pt.is_none() || shares_staged(i) {
+                    i.plain_pending += 1;
+                    break keep_cache(i);
+                }
+            }
+            self.move_off(ino).await?;
+        };
+        let staged = self.stage(ino, truncate).await;
+        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
+        let backing = {
+            let mut t = self.table();
+            match t.get_mut(ino) {
+                Some(i) => {
+                    i.plain_pending -= 1;
+                    match &staged {
+                        Ok(s) => {
+                            let b = self.kernel_writer(i, s, fh, flags, truncate, register);
+                            if b.is_ok() {
+                                i.open_handles += 1;
+                            }
+                            Some(b)
+                        }
+                        Err(_) => None,
+                    }
+                }
+                None => None,
+            }
+        };
+        let staged = staged?;
+        let backing = match backing {
+            Some(Ok(b)) => b,
+            Some(Err(e)) => {
+                self.release_staged(ino, &staged);
+                return Err(e);
+            }
+            None => {
+                self.release_staged(ino, &staged);
+                return Err(Errno::ENOENT);
+            }
+        };
+        let keep = keep && backing.is_none();
+        let mut opened = self.writer_handle(ino, fh, staged, backing);
+        if keep {
+            opened.flags = FopenFlags::FOPEN_KEEP_CACHE;
+        }
+        Ok(opened)
+    }
+
+    /// Whether files created or truncated here are written by the kernel itself. Not under a
+    /// file size limit below the usual (`--max-file-size`): the kernel cannot refuse a write
+    /// past it with EFBIG, as the daemon does.
+    fn kernel_writes(&self) -> bool {
+        self.opts.kernel_writes
+            && self.opts.max_file_size >= KERNEL_WRITES_LIMIT
+            && self.journal.leases()
+    }
+
+    /// What `vaultfs status` and the mount's log say about writes.
+    pub(super) fn describe_writes(&self) -> String {
+        if self.kernel_writes() && self.passthrough.on() {
+            "passthrough for new and truncated files (the kernel writes their staging files)".into()
+        } else {
+            "through the daemon".into()
+        }
+    }
+
+    /// The handle of a writer: the kernel writes for it when it has a backing file.
+    pub(super) fn writer_handle(
+        &self,
+        ino: Ino,
+        fh: u64,
+        staged: Arc<Staged>,
+        backing: Option<Arc<fuser::BackingId>>,
+    ) -> Opened {
+        self.handles().insert(
+            fh,
+            Handle::File {
+                ino,
+                staged: Some(staged),
+                kernel: backing.is_some(),
+            },
+        );
+        Opened {
+            fh,
+            flags: FopenFlags::empty(),
+            backing,
+        }
+    }
+
+    /// Whether the kernel writes the staged file itself for writer `fh` (passthrough), decided
+    /// with the table locked: it must when passthrough opens share the file already (no plain
+    /// open may join them), and may for a file written afresh (created or truncated: a change
+    /// whatever is written, since what the kernel writes is never seen here) that nobody else
+    /// has open. `Some`: the backing file to open with.
+    pub(super) fn kernel_writer(
+        &self,
+        i: &mut super::table::Inode,
+        staged: &Arc<Staged>,
+        fh: u64,
+        flags: OpenFlags,
+        afresh: bool,
+        register: &Register<'_>,
+    ) -> OpResult<Option<Arc<fuser::BackingId>>> {
+        if let Some(pt) = &mut i.pt {
+            if pt.key() != staged.backing_key() {
+                log::error!("{}: passthrough opens of another file hold it", i.path);
+                return Err(Errno::EIO);
+            }
+            staged.kernel_writer_joins();
+            return Ok(Some(pt.join(fh)));
+        }
+        let alone = i.open_handles == 0 && i.plain_pending == 0;
+        let wanted = self.kernel_writes() && afresh && alone && passable(flags);
+        if !(wanted && self.passthrough.on()) {
+            return Ok(None);
+        }
+        let file = staged.own_file().map_err(|e| io_errno(&e))?;
+        let source = passthrough::Source::Staged(file);
+        let Some(id) = self.passthrough.register(&source, register) else {
+            return Ok(None);
+        };
+        staged.kernel_writer_joins();
+        // What the kernel caches of the inode is older than what it now writes past it.
+        i.kernel_md5 = None;
+        let shared = passthrough::Shared::new(staged.backing_key(), id, fh, source);
+        let id = shared.id();
+        i.pt = Some(shared);
+        Ok(Some(id))
+    }
+
+    /// A reader's open decided with the table locked: passed through when `source` holds the
+    /// current version's bytes and no plain open stands in the way, else the plain way.
+    /// `Ok(None)`: passthrough opens of another version hold the inode ([`Fs::move_off`]).
+    fn attach_reader(
+        &self,
+        ino: Ino,
+        flags: OpenFlags,
+        source: &mut Option<(String, passthrough::Source)>,
+        register: &Register<'_>,
+    ) -> OpResult<Option<Opened>> {
+        // Read-only: nothing to flush at close.
+        let noflush = FopenFlags::FOPEN_NOFLUSH;
+        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
+        let backing = {
+            let mut t = self.table();
+            let i = t.get_mut(ino).ok_or(Errno::ENOENT)?;
+            let current = i.remote.as_ref().and_then(passthrough::key);
+            if let Some(pt) = &mut i.pt {
+                // Opens of a staged file the kernel writes are all passed through: none can
+                // be plain, and its name cannot move.
+                let joins = match &i.staged {
+                    Some(s) => pt.key() == s.backing_key(),
+                    None => current.as_deref() == Some(pt.key()) && passable(flags),
+                };
+                if !joins {
+                    return Ok(None);
+                }
+                i.open_handles += 1;
+                Some(pt.join(fh))
+            } else {
+                let plain_busy = i.plain_pending > 0 || i.open_handles > 0 || i.staged.is_some();
+                let registered = match source.take() {
+                    Some((key, src)) if !plain_busy && current.as_ref() == Some(&key) => self
+                        .passthrough
+                        .register(&src, register)
+                        .map(|id| passthrough::Shared::new(key, id, fh, src)),
+                    _ => None,
+                };
+                i.open_handles += 1;
+                match registered {
+                    Some(shared) => {
+                        let id = shared.id();
+                        i.pt = Some(shared);
+                        Some(id)
+                    }
+                    None => None,
+                }
+            }
+        };
+        self.handles().insert(
+            fh,
+            Handle::File {
+                ino,
+                staged: None,
+                kernel: false,
+            },
+        );
+        if let Some(id) = backing {
+            return Ok(Some(Opened {
+                fh,
+                flags: noflush,
+                backing: Some(id),
+            }));
+        }
+        // The plain way: the kernel may keep its cached pages when the content is what it
+        // last saw through the daemon.
+        let keep = self.table().get_mut(ino).is_some_and(keep_cache);
+        let flags = if keep {
+            noflush | FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            noflush
+        };
+        Ok(Some(Opened {
+            fh,
+            flags,
+            backing: None,
+        }))
+    }
+
+    /// Passthrough opens of another version (or beside which a writer must open) hold `ino`:
+    /// its name moves to a new inode and the open gets ESTALE, so the kernel opens that one.
+    /// `Ok`: they closed meanwhile, try again.
+    async fn move_off(self: &Arc<Self>, ino: Ino) -> OpResult<()> {
+        let io = self.table().get(ino).map(|i| i.io.clone());
+        // Not while an upload or a namespace change of the node runs.
+        let _io = match io {
+            Some(io) => io.lock_owned().await,
+            None => return Err(Errno::ENOENT),
+        };
+        let moved = {
+            let mut t = self.table();
+            if t.get(ino).is_some_and(|i| i.pt.is_none()) {
+                return Ok(());
+            }
+            let path = t.get(ino).map(|i| i.path.clone());
+            let parent = path
+                .as_ref()
+                .and_then(|p| p.parent())
+                .and_then(|p| t.ino_of(&p));
+            let new = t.reissue(ino);
+            new.zip(parent).zip(path)
+        };
+        if let Some(((new, parent), path)) = moved {
+            log::debug!(
+                "{path}: inode {ino} stays with its passthrough readers, the name moves to {new}"
+            );
+            // Cached lookups of the name go: the next one finds the new inode.
+            if let Some(name) = path.name() {
+                self.kernel_forgets_name(parent, name);
+            }
+        }
+        Err(Errno::ESTALE)
+    }
+
+    /// Whether passthrough opens of a stored version hold `ino` (a truncate by name must move
+    /// it first; one of a staged file the kernel writes cuts that file).
+    pub(super) fn held_by_passthrough(&self, ino: Ino) -> bool {
+        self.table()
+            .get(ino)
+            .is_some_and(|i| i.pt.is_some() && !shares_staged(i))
+    }
+
+    /// SETATTR of a size on an inode held by passthrough opens: the name moves (ESTALE, and
+    /// truncate(2) looks it up again).
+    pub(super) async fn truncate_elsewhere(self: &Arc<Self>, ino: Ino) -> OpResult<()> {
+        self.move_off(ino).await
+    }
+
+    /// The current version's bytes whole on local disk, if they are (see `passthrough`).
+    async fn local_source(
+        self: &Arc<Self>,
+        r: &super::table::Remote,
+    ) -> Option<(String, passthrough::Source)> {
+        if let Some(s) = self.local_source_now(r) {
+            return Some(s);
+        }
+        let key = passthrough::key(r).filter(|_| r.size > 0)?;
+        match self.backend.local_file(&r.id).await {
+            Ok(Some((node, path, file)))
+                if node.md5_checksum == r.md5 && node.size == Some(r.size) =>
+            {
+                self.passthrough.remember(&key, path);
+                Some((key, passthrough::Source::File(file)))
+            }
+            _ => None,
+        }
+    }
+
+    /// [`Fs::local_source`] from what is at hand: a complete read-cache file, a blob opened
+    /// before.
+    fn local_source_now(&self, r: &super::table::Remote) -> Option<(String, passthrough::Source)> {
+        let key = passthrough::key(r).filter(|_| r.size > 0)?;
+        if let Some(e) = self
+            .cache
+            .complete(&r.id, r.md5.as_deref())
+            .filter(|e| e.size == r.size)
+        {
+            return Some((key, passthrough::Source::CachedFile(e)));
+        }
+        let f = self.passthrough.reopen(&key, r.size)?;
+        Some((key, passthrough::Source::File(f)))
+    }
+}
+
+/// Whether the kernel may keep its cached pages of a file opened the plain way: the content is
+/// what it last saw through the daemon (or the staged copy, which it saw written).
+fn keep_cache(i: &mut super::table::Inode) -> bool {
+    let md5 = i.remote.as_ref().and_then(|r| r.md5.clone());
+    // The kernel saw a staged file written through the daemon, not one it wrote itself.
+    let staged = i.staged.as_ref().map(|s| !s.kernel_wrote());
+    let keep = staged.unwrap_or(false) || (md5.is_some() && md5 == i.kernel_md5);
+    if i.staged.is_none() {
+        i.kernel_md5 = md5;
+    }
+    keep
+}
+
+/// Whether the passthrough opens of `i` share its staged file (the kernel writes it).
+fn shares_staged(i: &super::table::Inode) -> bool {
+    match (&i.pt, &i.staged) {
+        (Some(pt), Some(s)) => pt.key() == s.backing_key(),
+        _ => false,
+    }
+}
+
+/// Whether an open cuts the file (the kernel sends O_TRUNC with it: FUSE_ATOMIC_O_TRUNC).
+fn truncates(flags: OpenFlags) -> bool {
+    flags.0 & libc::O_TRUNC != 0
+}
+
+/// Whether an open may be passed through: not with O_DIRECT (the backing file would take
+/// aligned requests only, where FUSE takes any). (An O_TRUNC open is a writer's.)
+fn passable(flags: OpenFlags) -> bool {
+    #[cfg(target_os = "linux")]
+    let direct = libc::O_DIRECT;
+    #[cfg(not(target_os = "linux"))]
+    let direct = 0;
+    flags.0 & direct == 0
+}
+
+/// Below this file size limit, writes go through the daemon, which refuses one past the limit
+/// at once (a larger file written by the kernel is refused when stored, before it is hashed).
+const KERNEL_WRITES_LIMIT: u64 = 1 << 40;
