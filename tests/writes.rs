@@ -26,6 +26,7 @@ both!(
     cuts_appends_a_second_writer_and_a_map_all_reach_the_store,
     an_update_in_place_goes_through_the_daemon,
     an_allocation_larger_than_the_disk_fails_and_takes_no_room,
+    a_file_removed_while_being_stored_is_not_stored,
 );
 
 /// WRITE requests the daemon answered so far.
@@ -325,4 +326,48 @@ fn an_allocation_larger_than_the_disk_fails_and_takes_no_room(via: Via) {
         assert_eq!(stored(&env, name), want, "{name}");
     }
     drop(m);
+}
+
+/// `rm` of a file whose upload is under way gives the upload up instead of waiting for it (a
+/// big file's hashing, its bytes on their way to a slow server), and the file is not stored;
+/// the files beside it are.
+fn a_file_removed_while_being_stored_is_not_stored(via: Via) {
+    let Some(mut env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let (gone, kept) = (env.vault().join("gone.bin"), env.vault().join("kept.txt"));
+    // Locally its upload hashes a gigabyte; over a server that takes 4 MiB/s it sends 128 MiB.
+    let mib = match via {
+        Via::Local => 1024,
+        Via::Remote => {
+            env.throttle_server(4 << 20);
+            128
+        }
+    };
+    let f = File::create(&gone).unwrap();
+    let block = vec![7u8; 1 << 20];
+    for i in 0..mib {
+        f.write_all_at(&block, i << 20).unwrap();
+    }
+    drop(f);
+    fs::write(&kept, "kept").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300)); // the upload starts
+    let started = std::time::Instant::now();
+    fs::remove_file(&gone).unwrap();
+    if via == Via::Remote {
+        // Not a benchmark: sending it all would have taken 32 s.
+        let took = started.elapsed();
+        assert!(took < std::time::Duration::from_secs(8), "rm took {took:?}");
+    }
+    assert!(!gone.exists());
+    env.wait_uploaded();
+    assert_eq!(stored(&env, "kept.txt"), b"kept");
+    let p = NodePath::parse_uri("/nodes/pth/Local/My First Vault/gone.bin").unwrap();
+    let e = env.rt.block_on(env.backend().node(&p)).unwrap_err();
+    assert_eq!(e.kind, vaultfs::api::ErrorKind::NotFound, "{e}");
+    drop(m);
+    assert!(!env.cache.join("lost+found").exists());
+    // No blob of the removed file's bytes, half-placed or whole.
+    let store = vaultfs::store::Store::open_local(&env.data).unwrap();
+    assert_eq!(store.check_integrity().unwrap(), Vec::<String>::new());
+    assert_eq!(store.blob_count().unwrap(), 1);
 }

@@ -16,6 +16,8 @@ use base64::Engine;
 use md5::{Digest, Md5};
 use sha2::Sha256;
 
+use super::files::Cancel;
+
 /// Lowercase hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
@@ -60,10 +62,20 @@ pub fn md5_of_file(f: &File, len: u64) -> io::Result<String> {
 
 /// Feeds bytes `from..to` of `f` to `eat`, a chunk at a time; a sparse or short tail reads as
 /// zeros (as a staging file's size says).
-pub fn read_range(f: &File, from: u64, to: u64, mut eat: impl FnMut(&[u8])) -> io::Result<()> {
+/// Stops with an error at the next chunk once `cancel` is given up.
+pub fn read_range(
+    f: &File,
+    from: u64,
+    to: u64,
+    cancel: Option<&Cancel>,
+    mut eat: impl FnMut(&[u8]),
+) -> io::Result<()> {
     let mut buf = vec![0u8; (to.saturating_sub(from).min(1 << 20) as usize).max(1)];
     let mut off = from;
     while off < to {
+        if let Some(c) = cancel {
+            c.check()?;
+        }
         let want = (to - off).min(buf.len() as u64) as usize;
         let n = match f.read_at(&mut buf[..want], off) {
             Ok(0) => {
@@ -82,7 +94,7 @@ pub fn read_range(f: &File, from: u64, to: u64, mut eat: impl FnMut(&[u8])) -> i
 
 /// `read_range` from the start.
 pub fn read_chunks(f: &File, len: u64, eat: impl FnMut(&[u8])) -> io::Result<()> {
-    read_range(f, 0, len, eat)
+    read_range(f, 0, len, None, eat)
 }
 
 /// md5 and sha256 of a file's first [`Digests::len`] bytes (md5 alone for an upload to a
@@ -92,6 +104,8 @@ pub struct Digests {
     md5: Md5,
     sha256: Option<Sha256>,
     len: u64,
+    /// Reading the file stops once this is given up (see [`Digests::unless`]).
+    cancel: Option<Cancel>,
 }
 
 impl Default for Digests {
@@ -100,6 +114,7 @@ impl Default for Digests {
             md5: Md5::new(),
             sha256: Some(Sha256::new()),
             len: 0,
+            cancel: None,
         }
     }
 }
@@ -125,6 +140,12 @@ impl Digests {
         }
     }
 
+    /// The same, reading the file only until `cancel` is given up (then an error).
+    pub fn unless(mut self, cancel: &Cancel) -> Digests {
+        self.cancel = Some(cancel.clone());
+        self
+    }
+
     pub fn update(&mut self, bytes: &[u8]) {
         self.md5.update(bytes);
         if let Some(sha) = &mut self.sha256 {
@@ -139,7 +160,7 @@ impl Digests {
         if from > len {
             return Err(io::Error::other("hashed past the end of the file"));
         }
-        read_range(f, from, len, |b| md5.update(b))?;
+        read_range(f, from, len, self.cancel.as_ref(), |b| md5.update(b))?;
         Ok(hex(&md5.finalize()))
     }
 
@@ -148,7 +169,11 @@ impl Digests {
     pub fn finish_from(mut self, f: &File, len: u64) -> io::Result<(String, String)> {
         if self.sha256.is_none() {
             // Hashed ahead for md5 alone: both from the start.
-            return hash_file(f, len);
+            let fresh = Digests {
+                cancel: self.cancel,
+                ..Digests::default()
+            };
+            return fresh.finish_from(f, len);
         }
         self.extend_from(f, len)?;
         let sha = self.sha256.take().expect("checked above").finalize();
@@ -164,14 +189,16 @@ impl Digests {
         if from > to {
             return Err(io::Error::other("hashed past the end of the file"));
         }
+        let cancel = self.cancel.clone();
+        let cancel = cancel.as_ref();
         let (md5, sha256) = match &mut self.sha256 {
             Some(sha256) if to - from >= PARALLEL_FROM => (&mut self.md5, sha256),
             // A small range, or md5 alone: one pass on this thread.
-            _ => return read_range(f, from, to, |b| self.update(b)),
+            _ => return read_range(f, from, to, cancel, |b| self.update(b)),
         };
         std::thread::scope(|s| {
-            let md5 = s.spawn(move || read_range(f, from, to, |b| md5.update(b)));
-            let sha = read_range(f, from, to, |b| sha256.update(b));
+            let md5 = s.spawn(move || read_range(f, from, to, cancel, |b| md5.update(b)));
+            let sha = read_range(f, from, to, cancel, |b| sha256.update(b));
             md5.join()
                 .map_err(|_| io::Error::other("the md5 thread panicked"))??;
             sha

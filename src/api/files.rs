@@ -5,6 +5,64 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Work on a file given up from elsewhere: its hashing, copy and upload stop at the next chunk
+/// once the file is removed (a user's `rm` does not wait for the upload of what it removes).
+/// Clones share one flag; the default is never given up.
+#[derive(Clone, Default)]
+pub struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Takes it back (the removal failed: the file is still there to store).
+    pub fn resume(&self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// An error once given up, for loops that read a chunk at a time.
+    pub fn check(&self) -> io::Result<()> {
+        if self.is_cancelled() {
+            return Err(io::Error::other("given up: the file was removed"));
+        }
+        Ok(())
+    }
+
+    /// `r`, failing once given up: a request streaming it stops with its body incomplete.
+    pub fn reader<R: io::Read>(&self, r: R) -> Reader<R> {
+        Reader {
+            inner: r,
+            cancel: self.clone(),
+        }
+    }
+}
+
+/// See [`Cancel::reader`].
+pub struct Reader<R> {
+    inner: R,
+    cancel: Cancel,
+}
+
+impl<R: io::Read> io::Read for Reader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.cancel.check()?;
+        self.inner.read(buf)
+    }
+}
+
+impl std::fmt::Debug for Cancel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Cancel({})", self.is_cancelled())
+    }
+}
 
 /// A new, empty private file (0600, readable and writable) at `path`, which must not exist.
 pub fn new_private(path: &Path) -> io::Result<File> {

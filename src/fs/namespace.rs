@@ -294,6 +294,9 @@ impl<B: Backend> Fs<B> {
                 return Err(Errno::ENOTEMPTY);
             }
         }
+        // An upload of the file under way stops instead of being waited for (it holds `io`);
+        // a file it made remotely already (`create_file`) is deleted below.
+        let removing = Removal::start(self, ino);
         let _io = io.lock().await;
         let remote = {
             let t = self.table();
@@ -313,6 +316,7 @@ impl<B: Backend> Fs<B> {
             self.cache.invalidate(&r.id);
         }
         t.detach(ino);
+        removing.done();
         if let Some(s) = staged {
             if s.writers.load(Ordering::SeqCst) == 0 {
                 self.journal.finish(&s);
@@ -567,4 +571,35 @@ fn new_entry(dir: &NodePath, name: &str) -> OpResult<NodePath> {
         return Err(Errno::EACCES);
     }
     dir.child(name).map_err(|_| Errno::EINVAL)
+}
+
+/// A removal's hold on the file's upload, given up so that `rm` does not wait for it: taken
+/// back, and the file queued to be stored again, unless the removal goes through.
+struct Removal<'a, B: Backend> {
+    fs: &'a Arc<Fs<B>>,
+    ino: Ino,
+    staged: Option<Arc<super::staging::Staged>>,
+}
+
+impl<'a, B: Backend> Removal<'a, B> {
+    fn start(fs: &'a Arc<Fs<B>>, ino: Ino) -> Self {
+        let staged = fs.table().get(ino).and_then(|i| i.staged.clone());
+        if let Some(s) = &staged {
+            s.removal().cancel();
+        }
+        Removal { fs, ino, staged }
+    }
+
+    fn done(mut self) {
+        self.staged = None;
+    }
+}
+
+impl<B: Backend> Drop for Removal<'_, B> {
+    fn drop(&mut self) {
+        if let Some(s) = self.staged.take() {
+            s.removal().resume();
+            super::upload::schedule(self.fs, self.ino);
+        }
+    }
 }

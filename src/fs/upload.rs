@@ -60,7 +60,22 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
                 return; // the next daemon uploads it (see `fs::mount`)
             }
             fs.storing.fetch_add(1, Ordering::SeqCst);
+            let removal = fs
+                .table()
+                .get(ino)
+                .and_then(|i| Some((i.staged.as_ref()?.removal().clone(), i.io.clone())));
             let r = upload_once(fs, ino).await;
+            let r = match removal {
+                // The file is being removed (`Fs::remove`): its hashing and the sending of its
+                // bytes stopped at the next chunk (a version whose bytes did not all arrive is
+                // never stored). Once the removal is through (it waits for `io`), the file is
+                // gone, or still there to store if the removal failed.
+                Some((removal, io)) if removal.is_cancelled() => {
+                    drop(io.lock().await);
+                    Ok(())
+                }
+                _ => r,
+            };
             fs.storing.fetch_sub(1, Ordering::SeqCst);
             r
         };
@@ -240,7 +255,8 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
             .ok_or_else(|| Error::internal("upload step 2 returned no version"))?;
         // Its own descriptor (own offset): the staging file stays open for readers and writers.
         let file = std::fs::File::open(staged.data_path())?;
-        let body = reader_stream(std::io::Read::take(file, size));
+        let body = staged.removal().reader(std::io::Read::take(file, size));
+        let body = reader_stream(body);
         let body = fs.tracker.track(ino, path.to_string(), size, body);
         let uploaded = fs.backend.upload(&id, &vid, size, body).await;
         fs.tracker.done(ino);

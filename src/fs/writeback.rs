@@ -260,6 +260,7 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
                 modified: Some(snap.mtime),
                 mode: inode.exec.map(file_mode),
             },
+            cancel: staged.removal().clone(),
         });
         drop(t);
         items.push(Item {
@@ -319,6 +320,14 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
                 } else {
                     finished(fs, item.ino, !item.staged.is_dirty());
                 }
+            }
+            Err(_) if item.staged.removal().is_cancelled() => {
+                // Removed meanwhile (`Fs::remove` waits for this file's lock, then goes on):
+                // nothing to retry. A removal that fails after all queues it again.
+                log::debug!("inode {}: removed while being stored", item.ino);
+                let ino = item.ino;
+                drop(item._io);
+                finished(fs, ino, true);
             }
             Err(e) => {
                 fs.writeback.notify(item.ino, None);

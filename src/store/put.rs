@@ -31,7 +31,7 @@ use super::db::params;
 
 use super::nodes::{self, Kind};
 use super::{Scope, Store, now_ns, time_to_ns};
-use crate::api::checksum::{Digests, hash_file};
+use crate::api::checksum::Digests;
 use crate::api::{EXEC_BITS, Error, FileAttrs, Node, NodePath, Result};
 
 /// One whole file to store: the first `len` bytes of `source` become the current version of the
@@ -49,6 +49,8 @@ pub struct PutFile {
     pub digests: Option<Digests>,
     /// The staged file's modification time and mode, kept with the version.
     pub attrs: FileAttrs,
+    /// Given up (the file was removed meanwhile): not stored, and not hashed to the end.
+    pub cancel: crate::api::files::Cancel,
 }
 
 /// A file of the batch after phase 1: its hashes and its bytes.
@@ -225,7 +227,7 @@ impl Store {
             let mut folders = nodes::Folders::default();
             let mut freed = Vec::new();
             for (f, p) in files.iter().zip(prepared) {
-                let p = match p {
+                let p = match p.and_then(|p| f.cancel.check().map(|()| p).map_err(Error::from)) {
                     Ok(p) => p,
                     Err(e) => {
                         results.push(Err(e));
@@ -299,10 +301,8 @@ impl Store {
             prepared.file = std::sync::Arc::new(copy);
             None
         };
-        (prepared.md5, prepared.sha256) = match digests {
-            Some(d) => d.finish_from(&prepared.file, f.len)?,
-            None => hash_file(&prepared.file, f.len)?,
-        };
+        let digests = digests.unwrap_or_default().unless(&f.cancel);
+        (prepared.md5, prepared.sha256) = digests.finish_from(&prepared.file, f.len)?;
         Ok(prepared)
     }
 
@@ -445,6 +445,7 @@ mod tests {
             sealed: true,
             digests: None,
             attrs: FileAttrs::default(),
+            cancel: Default::default(),
         }
     }
 

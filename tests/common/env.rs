@@ -111,6 +111,32 @@ impl Env {
         )));
     }
 
+    /// Puts a proxy on the server's port that lets `rate` bytes a second through towards it
+    /// (answers go back at full speed): the server itself moves to another port. For the rest
+    /// of the test.
+    pub fn throttle_server(&mut self, rate: u64) {
+        let server = self.server.take().expect("a remote env");
+        let addr = server.base.trim_start_matches("http://").to_string();
+        self.rt.block_on(server.stop());
+        let data = self.data.clone();
+        let behind = self.rt.block_on(super::TestServer::start_at(
+            &data,
+            "127.0.0.1:0",
+            Default::default(),
+            Default::default(),
+        ));
+        let upstream = behind.base.trim_start_matches("http://").to_string();
+        self.server = Some(behind);
+        let listener = std::net::TcpListener::bind(&addr).unwrap();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { break };
+                let upstream = upstream.clone();
+                std::thread::spawn(move || throttled_pipe(client, &upstream, rate));
+            }
+        });
+    }
+
     /// Waits until no staged file is left: every file written is stored.
     pub fn wait_uploaded(&self) {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
@@ -185,4 +211,27 @@ macro_rules! both {
             $(#[test] fn $name() { super::$name(super::Via::Remote) })*
         }
     };
+}
+
+/// Carries one connection to `upstream`: requests at `rate` bytes a second, answers as they come.
+fn throttled_pipe(client: std::net::TcpStream, upstream: &str, rate: u64) {
+    use std::io::{Read, Write};
+    let Ok(server) = std::net::TcpStream::connect(upstream) else {
+        return;
+    };
+    let (mut from_server, mut to_client) =
+        (server.try_clone().unwrap(), client.try_clone().unwrap());
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut from_server, &mut to_client);
+        let _ = to_client.shutdown(std::net::Shutdown::Both);
+    });
+    let (mut from_client, mut to_server) = (client, server);
+    let mut buf = vec![0u8; 16 << 10];
+    while let Ok(n) = from_client.read(&mut buf) {
+        if n == 0 || to_server.write_all(&buf[..n]).is_err() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_secs_f64(n as f64 / rate as f64));
+    }
+    let _ = to_server.shutdown(std::net::Shutdown::Both);
 }

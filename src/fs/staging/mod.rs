@@ -13,6 +13,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::SystemTime;
 
 use crate::api::checksum::Digests;
+use crate::api::files::Cancel;
 use crate::sync::{relock, unpoisoned};
 
 mod ahead;
@@ -70,6 +71,8 @@ pub struct Staged {
     /// md5 and sha256 of the bytes written so far, hashed in the background while sequential
     /// writes arrive (`hash_ahead`), so an upload reads only what is not hashed yet.
     ahead: Arc<Ahead>,
+    /// Given up once the file is removed: its upload under way stops (see `Fs::remove`).
+    removal: Cancel,
 }
 
 /// What the journal last wrote for a staged file, and whether its entry is finished (never
@@ -113,6 +116,7 @@ impl Staged {
             mtime: Mutex::new(SystemTime::now()),
             order: Mutex::new(()),
             journal: Mutex::new(JournalState::default()),
+            removal: Cancel::default(),
             ahead: Arc::new(Ahead {
                 state: Mutex::new(HashAhead {
                     // Content already there (a copy of the stored file) is hashed at upload.
@@ -301,7 +305,14 @@ impl Staged {
     pub fn md5(&self) -> io::Result<String> {
         let snap = self.snapshot();
         let digests = snap.digests.unwrap_or_default();
-        digests.md5_from(&snap.file, snap.size)
+        digests
+            .unless(&self.removal)
+            .md5_from(&snap.file, snap.size)
+    }
+
+    /// Given up once the file is removed (its upload stops): see `Fs::remove`.
+    pub fn removal(&self) -> &Cancel {
+        &self.removal
     }
 
     pub fn read_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
