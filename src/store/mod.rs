@@ -363,12 +363,15 @@ impl Store {
             conn.execute("DELETE FROM blob_holds WHERE since < ?1", [cutoff])?;
         } else {
             let mut known = conn.prepare("SELECT 1 FROM blobs WHERE hash = ?1")?;
+            let mut unknown = Vec::new();
             for hash in self.blobs.list()? {
                 if !known.exists([&hash])? {
-                    self.forget_blob(&conn, &hash);
-                    orphans += 1;
+                    unknown.push(hash);
                 }
             }
+            drop(known);
+            orphans += unknown.len();
+            self.forget_blobs(&conn, &unknown);
         }
         if orphans > 0 {
             log::info!("removed {orphans} unrecorded blob(s) left by an interrupted upload");
@@ -481,16 +484,47 @@ impl Store {
         self.blobs.describe()
     }
 
-    /// Removes the bytes of a blob no version uses any more, and its preview (under the
-    /// store's lock, after the transaction that dropped its row committed).
-    fn forget_blob(&self, conn: &Conn, hash: &str) {
-        match held_elsewhere(conn, hash) {
-            Ok(false) => self.blobs.remove(hash),
-            Ok(true) => log::debug!("blob {hash} kept: another server is storing it again"),
-            // Kept when in doubt: an unreferenced blob costs room, a removed one a file.
-            Err(e) => log::warn!("blob {hash} kept: {e}"),
+    /// Removes the bytes of blobs no version uses any more, and their previews (under the
+    /// store's lock, after the transaction that dropped their rows committed).
+    fn forget_blobs<'h>(&self, conn: &Conn, hashes: impl IntoIterator<Item = &'h String>) {
+        let hashes: Vec<&String> = hashes.into_iter().collect();
+        if hashes.is_empty() {
+            return;
         }
-        self.previews.remove_files(hash);
+        if conn.is_pg() {
+            for hash in &hashes {
+                match held_elsewhere(conn, hash) {
+                    Ok(false) => self.blobs.remove(hash),
+                    Ok(true) => log::debug!("blob {hash} kept: another server is storing it again"),
+                    // Kept when in doubt: an unreferenced blob costs room, a removed one a file.
+                    Err(e) => log::warn!("blob {hash} kept: {e}"),
+                }
+            }
+        } else if let Err(e) = self.forget_unrecorded(conn, &hashes) {
+            log::warn!("{} blob(s) kept: {e}", hashes.len());
+        }
+        for hash in hashes {
+            self.previews.remove_files(hash);
+        }
+    }
+
+    /// SQLite: the store's lock is this process's, and another process on the same folder (a
+    /// mount beside `vaultfs serve`, two mounts) may have stored the same bytes again since the
+    /// rows went, finding the files still there. It places and records a blob inside one write
+    /// transaction, so the files are removed inside one too, only while no row records them.
+    fn forget_unrecorded(&self, conn: &Conn, hashes: &[&String]) -> Result<()> {
+        let tx = conn.transaction_with_behavior(db::TransactionBehavior::Immediate)?;
+        let mut recorded = tx.prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?;
+        for hash in hashes {
+            if recorded.exists([hash])? {
+                log::debug!("blob {hash} kept: stored again meanwhile");
+            } else {
+                self.blobs.remove(hash);
+            }
+        }
+        drop(recorded);
+        tx.commit()?;
+        Ok(())
     }
 
     /// Marks `hash` as being stored by this server (PostgreSQL with a bucket: other servers'

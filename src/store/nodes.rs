@@ -872,9 +872,7 @@ impl Store {
             }
             tx.commit()?;
             // Under the lock still: no upload can be about to reuse these bytes.
-            for h in results.iter().flatten().flat_map(|c| &c.freed) {
-                self.forget_blob(conn, h);
-            }
+            self.forget_blobs(conn, results.iter().flatten().flat_map(|c| &c.freed));
             Ok(())
         })();
         let mut previews = Vec::new();
@@ -1131,9 +1129,7 @@ impl Store {
         touch(&tx, Some(dp.id), now)?;
         let row = get_row(&tx, id)?.expect("node exists");
         tx.commit()?;
-        for h in freed {
-            self.forget_blob(&conn, &h);
-        }
+        self.forget_blobs(&conn, &freed);
         Ok(row.to_api(dst))
     }
 
@@ -1187,9 +1183,7 @@ impl Store {
         let freed = delete_subtree(&tx, row.id)?;
         touch(&tx, row.parent_id, now)?;
         tx.commit()?;
-        for h in freed {
-            self.forget_blob(&conn, &h);
-        }
+        self.forget_blobs(&conn, &freed);
         Ok(())
     }
 }

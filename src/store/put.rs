@@ -258,9 +258,7 @@ impl Store {
             self.sync_mode.renames(&dirs)?;
             tx.commit()?;
             // Under the lock still: no upload can be about to reuse these bytes.
-            for h in &freed {
-                self.forget_blob(&conn, h);
-            }
+            self.forget_blobs(&conn, &freed);
             Ok(results)
         })();
         drop(conn);
@@ -447,6 +445,39 @@ mod tests {
             attrs: FileAttrs::default(),
             cancel: Default::default(),
         }
+    }
+
+    /// Two processes on one store folder (a mount beside `vaultfs serve`): one removes the last
+    /// file with some bytes, the other stores the same bytes again before the first removes
+    /// the blob. The blob the second recorded stays.
+    #[test]
+    fn bytes_stored_again_by_another_process_outlive_the_first_ones_removal() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("store");
+        let (first, second) = (
+            Store::open_local(&dir).unwrap(),
+            Store::open_local(&dir).unwrap(),
+        );
+        let src = tmp.path().join("staging");
+        fs::create_dir(&src).unwrap();
+        let data = b"the same bytes in two files";
+        let hash = hex(&Sha256::digest(data));
+        let a = first.put_files(Scope::All, &[staged(&src, "a.txt", data)]);
+        assert!(a[0].is_ok());
+        // The race leaves this state: the first's delete dropped the last row of the bytes and
+        // committed, the second stored them again (finding the file still there) and recorded
+        // them, then the first removes what it believes unused.
+        let b = second.put_files(Scope::All, &[staged(&src, "b.txt", data)]);
+        assert!(b[0].is_ok());
+        first.forget_blobs(&first.lock().unwrap(), [&hash]);
+        assert!(first.blobs.local().unwrap().path(&hash).exists());
+        assert!(second.check_integrity().unwrap().is_empty());
+        // Unrecorded, it goes.
+        let p = NodePath::from_segments(["Local", "My First Vault"]).unwrap();
+        for name in ["a.txt", "b.txt"] {
+            second.delete(Scope::All, &p.child(name).unwrap()).unwrap();
+        }
+        assert!(!first.blobs.local().unwrap().path(&hash).exists());
     }
 
     /// A store that keeps one earlier version: a file stored four times keeps its last two,
