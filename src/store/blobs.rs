@@ -16,6 +16,7 @@ use bytes::Bytes;
 use md5::{Digest, Md5};
 
 use crate::api::checksum::hex;
+use crate::sync::relock;
 use sha2::Sha256;
 
 #[derive(Clone)]
@@ -334,7 +335,7 @@ struct Hold {
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        let mut h = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+        let mut h = relock(&self.holds);
         if let Some(n) = h.get_mut(&self.hash) {
             *n -= 1;
             if *n == 0 {
@@ -458,7 +459,7 @@ impl Blobs {
         let Some(bucket) = &self.bucket else {
             return Ok(());
         };
-        let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+        let mut holds = relock(&self.holds);
         *holds.entry(staged.sha256.clone()).or_default() += 1;
         drop(holds);
         staged.hold = Some(Hold {
@@ -530,7 +531,7 @@ impl Blobs {
         match &self.bucket {
             None => self.dir.remove(hash),
             Some(b) => {
-                let holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+                let holds = relock(&self.holds);
                 if holds.contains_key(hash) {
                     return;
                 }

@@ -31,10 +31,12 @@
 
 use std::collections::HashMap;
 use std::sync::mpsc;
-use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
+
+use crate::sync::{relock, try_relock};
 
 /// How long [`Db::lock`] waits for a database that does not answer.
 const LOCK_RETRY: Duration = Duration::from_secs(5);
@@ -1029,8 +1031,8 @@ impl Db {
     pub fn lock(&self) -> Result<Guard<'_>> {
         // A panic while holding the lock cannot leave a transaction half-applied (it rolls back
         // on drop), so the connection is still good.
-        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        let gave_up = || self.gave_up.lock().unwrap_or_else(|p| p.into_inner());
+        let conn = relock(&self.conn);
+        let gave_up = || relock(&self.gave_up);
         let last = *gave_up();
         let down = last.is_some_and(|t| t.elapsed() < LOCK_RETRY);
         let deadline = std::time::Instant::now() + if down { Duration::ZERO } else { LOCK_RETRY };
@@ -1066,11 +1068,7 @@ impl Db {
         if self.is_pg() {
             return None;
         }
-        match self.conn.try_lock() {
-            Ok(c) => Some(c),
-            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
-        }
+        try_relock(&self.conn)
     }
 }
 

@@ -11,6 +11,7 @@ use crate::api::{
     EXEC_BITS, Error, FileAttrs, FileExProperties, Node, NodePath, NodeType, Result, file_links,
     file_mode, format_time,
 };
+use crate::sync::relock;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -1282,9 +1283,4 @@ pub(super) struct PendingCommit {
     version_id: String,
     staged: Mutex<Option<Staged>>,
     result: Mutex<Option<Result<Node>>>,
-}
-
-/// Locks a mutex of the commit queue; a panic elsewhere cannot leave these half-updated.
-fn relock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
