@@ -27,9 +27,10 @@ pub struct BlobDir {
     dev: u64,
 }
 
-/// A fully written, fsynced staging file with its length and hashes.
+/// A blob's bytes written whole to `tmp/`, fsynced, with their length and hashes, but not yet
+/// named (committed) as a blob: [`Blobs::commit`] does that; dropped before, the file is removed.
 #[derive(Debug)]
-pub struct Staged {
+pub struct StagedBlob {
     pub path: PathBuf,
     pub len: u64,
     pub md5: String,
@@ -39,7 +40,7 @@ pub struct Staged {
     hold: Option<Hold>,
 }
 
-impl Drop for Staged {
+impl Drop for StagedBlob {
     fn drop(&mut self) {
         // Once committed the file has been renamed away; otherwise it is garbage.
         let _ = fs::remove_file(&self.path);
@@ -113,7 +114,7 @@ impl BlobWriter {
     }
 
     /// fsyncs the file and hands it over, with its hashes, for `BlobDir::commit`.
-    pub fn finish(mut self) -> io::Result<Staged> {
+    pub fn finish(mut self) -> io::Result<StagedBlob> {
         let file = self.file.take().expect("finish called twice");
         file.sync_all()?;
         drop(file);
@@ -127,7 +128,7 @@ impl BlobWriter {
             }
             Md5State::Taken => return Err(io::Error::other("md5 state lost")),
         };
-        let staged = Staged {
+        let staged = StagedBlob {
             path: std::mem::take(&mut self.path),
             len: self.len,
             md5,
@@ -200,7 +201,7 @@ impl BlobDir {
 
     /// Moves a staged file into its content address (durably: the directory is fsynced too).
     /// Called with the store's lock held, after checking that no blob of that hash is recorded.
-    pub fn commit(&self, staged: &mut Staged) -> io::Result<()> {
+    pub fn commit(&self, staged: &mut StagedBlob) -> io::Result<()> {
         let dest = self.path(&staged.sha256);
         let dir = dest.parent().expect("blob path has a parent");
         fs::create_dir_all(dir)?;
@@ -453,7 +454,7 @@ impl Blobs {
     /// has nothing to do ahead: its rename is cheap and done under the lock.
     pub fn store_ahead(
         &self,
-        staged: &mut Staged,
+        staged: &mut StagedBlob,
         known: impl FnOnce(&str) -> crate::api::Result<bool>,
     ) -> crate::api::Result<()> {
         let Some(bucket) = &self.bucket else {
@@ -476,7 +477,7 @@ impl Blobs {
 
     /// Gives staged bytes their name (durably), unless [`Blobs::store_ahead`] did. Called with
     /// the store's lock held, when no blob of that hash is recorded.
-    pub fn commit(&self, staged: &mut Staged) -> io::Result<()> {
+    pub fn commit(&self, staged: &mut StagedBlob) -> io::Result<()> {
         match &self.bucket {
             None => self.dir.commit(staged),
             Some(_) if staged.stored => Ok(()),

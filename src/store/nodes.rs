@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use super::db::{Conn as Connection, OptionalExtension, Row, Tx as Transaction, params};
 
-use super::blobs::{BlobFile, BlobWriter, Staged};
+use super::blobs::{BlobFile, BlobWriter, StagedBlob};
 use super::{FIRST_VAULT, Scope, Store, now_ns, ns_to_time, time_to_ns};
 use crate::api::{
     EXEC_BITS, Error, FileAttrs, FileExProperties, Node, NodePath, NodeType, Result, file_links,
@@ -14,28 +14,28 @@ use crate::api::{
 use crate::sync::relock;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub enum NodeKind {
     Account = 0,
     Vault = 1,
     Folder = 2,
     File = 3,
 }
 
-impl Kind {
-    fn from_i64(v: i64) -> Kind {
+impl NodeKind {
+    fn from_i64(v: i64) -> NodeKind {
         match v {
-            0 => Kind::Account,
-            1 => Kind::Vault,
-            2 => Kind::Folder,
-            _ => Kind::File,
+            0 => NodeKind::Account,
+            1 => NodeKind::Vault,
+            2 => NodeKind::Folder,
+            _ => NodeKind::File,
         }
     }
     fn node_type(self) -> NodeType {
         match self {
-            Kind::Account => NodeType::AccountNodeType,
-            Kind::Vault => NodeType::VaultNodeType,
-            Kind::Folder => NodeType::FolderNodeType,
-            Kind::File => NodeType::FileNodeType,
+            NodeKind::Account => NodeType::AccountNodeType,
+            NodeKind::Vault => NodeType::VaultNodeType,
+            NodeKind::Folder => NodeType::FolderNodeType,
+            NodeKind::File => NodeType::FileNodeType,
         }
     }
 }
@@ -53,7 +53,7 @@ pub struct NodeRow {
     pub id: i64,
     pub parent_id: Option<i64>,
     pub account_id: i64,
-    pub kind: Kind,
+    pub kind: NodeKind,
     pub name: String,
     pub created_on: i64,
     pub modified_on: i64,
@@ -74,7 +74,7 @@ fn read_row(r: &Row) -> super::db::Result<NodeRow> {
         id: r.get(0)?,
         parent_id: r.get(1)?,
         account_id: r.get(2)?,
-        kind: Kind::from_i64(r.get(3)?),
+        kind: NodeKind::from_i64(r.get(3)?),
         name: r.get(4)?,
         created_on: r.get(5)?,
         modified_on: r.get(6)?,
@@ -86,7 +86,7 @@ fn read_row(r: &Row) -> super::db::Result<NodeRow> {
 
 impl NodeRow {
     pub fn is_file(&self) -> bool {
-        self.kind == Kind::File
+        self.kind == NodeKind::File
     }
 
     /// The wire object of this node at `path`.
@@ -219,7 +219,7 @@ fn attached(conn: &Connection, id: i64) -> Result<bool> {
         )?
         .query_row([id], |r| r.get(0))
         .optional()?;
-    Ok(root_kind == Some(Kind::Account as i64))
+    Ok(root_kind == Some(NodeKind::Account as i64))
 }
 
 /// 507 `quota_exceeded` when `scope`'s account would hold more than its quota with `nodes` more
@@ -341,7 +341,7 @@ pub(super) fn create_file_row_in(
         Some(existing) if existing.is_file() => Ok(existing),
         Some(_) => Err(Error::conflict("exists", format!("{path} is a folder"))),
         None => {
-            let id = insert_node(tx, &parent, Kind::File, name, now)?;
+            let id = insert_node(tx, &parent, NodeKind::File, name, now)?;
             touch(tx, Some(parent.id), now)?;
             row(tx, id)
         }
@@ -365,7 +365,13 @@ pub(super) fn path_of(conn: &Connection, mut id: i64) -> Result<NodePath> {
     NodePath::from_segments(names)
 }
 
-fn insert_node(tx: &Connection, parent: &NodeRow, kind: Kind, name: &str, now: i64) -> Result<i64> {
+fn insert_node(
+    tx: &Connection,
+    parent: &NodeRow,
+    kind: NodeKind,
+    name: &str,
+    now: i64,
+) -> Result<i64> {
     tx.prepare_cached(
         "INSERT INTO nodes (parent_id, account_id, kind, name, created_on, modified_on) VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
     )?
@@ -385,11 +391,11 @@ fn touch(tx: &Connection, id: Option<i64>, now: i64) -> Result<()> {
 /// A container that can hold files and folders (a vault or a folder).
 fn require_folder(row: &NodeRow, path: &NodePath) -> Result<()> {
     match row.kind {
-        Kind::Vault | Kind::Folder => Ok(()),
-        Kind::Account => Err(Error::forbidden(
+        NodeKind::Vault | NodeKind::Folder => Ok(()),
+        NodeKind::Account => Err(Error::forbidden(
             "an account holds vaults only; vaults come with accounts",
         )),
-        Kind::File => Err(Error::conflict(
+        NodeKind::File => Err(Error::conflict(
             "not_a_folder",
             format!("{path} is a file, not a folder"),
         )),
@@ -410,12 +416,12 @@ pub(super) fn ensure_account(tx: &Transaction, name: &str) -> Result<i64> {
     let now = now_ns();
     tx.execute(
         "INSERT INTO nodes (parent_id, account_id, kind, name, created_on, modified_on) VALUES (NULL, 0, ?1, ?2, ?3, ?3)",
-        params![Kind::Account as i64, name, now],
+        params![NodeKind::Account as i64, name, now],
     )?;
     let id = tx.last_insert_rowid()?;
     tx.execute("UPDATE nodes SET account_id = ?1 WHERE id = ?1", [id])?;
     let account = get_row(tx, id)?.expect("account just inserted");
-    insert_node(tx, &account, Kind::Vault, FIRST_VAULT, now)?;
+    insert_node(tx, &account, NodeKind::Vault, FIRST_VAULT, now)?;
     log::info!("created account {name} with vault {FIRST_VAULT}");
     Ok(id)
 }
@@ -673,7 +679,7 @@ impl Store {
         }
         check_quota(&tx, &self.config, scope, 1, 0)?;
         let now = now_ns();
-        let id = insert_node(&tx, &parent, Kind::Folder, name, now)?;
+        let id = insert_node(&tx, &parent, NodeKind::Folder, name, now)?;
         touch(&tx, Some(parent.id), now)?;
         let row = get_row(&tx, id)?.expect("node just inserted");
         tx.commit()?;
@@ -790,7 +796,7 @@ impl Store {
         scope: Scope,
         file_id: &str,
         version_id: &str,
-        staged: Staged,
+        staged: StagedBlob,
     ) -> Result<Node> {
         self.note_write_activity();
         // Held in the database too, for the other servers of a shared store (`hold_blob`).
@@ -805,7 +811,7 @@ impl Store {
         scope: Scope,
         file_id: &str,
         version_id: &str,
-        mut staged: Staged,
+        mut staged: StagedBlob,
     ) -> Result<Node> {
         // Into the bucket (if any) before the lock: see `Blobs::store_ahead`.
         self.blobs.store_ahead(&mut staged, |hash| {
@@ -900,7 +906,7 @@ impl Store {
         &self,
         tx: &Connection,
         p: &PendingCommit,
-        staged: &mut Staged,
+        staged: &mut StagedBlob,
     ) -> Result<Committed> {
         let file = file_by_id(tx, p.scope, &p.file_id)?;
         let (length, md5, committed) = version_of(tx, file.id, &p.version_id)?;
@@ -1242,7 +1248,7 @@ fn version_of(
 }
 
 /// The checks of step 3 against step 2, in one place.
-pub fn check_upload(length: u64, md5: Option<&str>, staged: &Staged) -> Result<()> {
+pub fn check_upload(length: u64, md5: Option<&str>, staged: &StagedBlob) -> Result<()> {
     if staged.len != length {
         return Err(length_mismatch(length, staged.len));
     }
@@ -1281,6 +1287,6 @@ pub(super) struct PendingCommit {
     scope: Scope,
     file_id: String,
     version_id: String,
-    staged: Mutex<Option<Staged>>,
+    staged: Mutex<Option<StagedBlob>>,
     result: Mutex<Option<Result<Node>>>,
 }
