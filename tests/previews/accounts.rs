@@ -10,6 +10,19 @@ use vaultfs::api::{ErrorKind, NodePath, PreviewStatus};
 use vaultfs::backend::Backend;
 use vaultfs::backend::remote::{RemoteBackend, RemoteConfig};
 
+/// The preview status of file `id` once it is no longer `InProgress` (within 60 s).
+async fn settle(b: &RemoteBackend, id: &str) -> PreviewStatus {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let st = b.preview(id).await.unwrap().status;
+        if st != PreviewStatus::InProgress {
+            return st;
+        }
+        assert!(Instant::now() < deadline, "still in progress after 60 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Another account's bytes cannot be confirmed through previews (issue 19, item 8): Bob uploads
 /// the bytes Alice has, under another name, and asks for their preview. It is made once, but
 /// Bob is told it is in progress first, for as long as making it took, as for bytes nobody had
@@ -22,17 +35,6 @@ async fn a_preview_made_for_another_account_is_not_ready_at_once() {
     };
     let alice = remote_of(&s.user("alice@example.com", "Acme").await);
     let bob = remote_of(&s.user("bob@example.com", "Bobco").await);
-    let settle = async |b: &RemoteBackend, id: &str| {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let st = b.preview(id).await.unwrap().status;
-            if st != PreviewStatus::InProgress {
-                return st;
-            }
-            assert!(Instant::now() < deadline, "still in progress after 60 s");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
     let text = sample_text();
     let theirs = put(
         &alice,
@@ -84,17 +86,6 @@ async fn each_name_gets_the_preview_its_own_type_implies() {
     let bob = remote_of(&s.user("bob@example.com", "Bobco").await);
     let av = NodePath::parse_uri("/nodes/pth/Acme/My First Vault").unwrap();
     let bv = NodePath::parse_uri("/nodes/pth/Bobco/My First Vault").unwrap();
-    let settle = async |b: &RemoteBackend, id: &str| {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let st = b.preview(id).await.unwrap().status;
-            if st != PreviewStatus::InProgress {
-                return st;
-            }
-            assert!(Instant::now() < deadline, "still in progress after 60 s");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
     // Text by its name only: 8 control characters in 188 bytes.
     let noisy = |case: usize| {
         let mut v = format!("case {case}\n").into_bytes();
