@@ -146,6 +146,34 @@ fn client(node: &Node, email: &str, token: &str) -> RemoteBackend {
     RemoteBackend::new(RemoteConfig::new(&node.base(), email, token)).unwrap()
 }
 
+/// Which of the two servers of [`two_servers`] the user signs in at.
+enum Sign {
+    AtOne,
+    AtTwo,
+}
+
+/// A new cluster with the user `a@acme.test` (account Acme), served by two servers (`one` and
+/// `two`), and the user's token from signing in at one of them; `None` without PostgreSQL.
+async fn two_servers(sign: Sign) -> Option<(Cluster, Node, Node, String)> {
+    let cluster = Cluster::new()?;
+    cluster.add_user("a@acme.test", "Acme", "pw-a");
+    let (one, two) = (cluster.serve("one"), cluster.serve("two"));
+    let at = match sign {
+        Sign::AtOne => &one,
+        Sign::AtTwo => &two,
+    };
+    let token = common::login(&at.base(), "a@acme.test", "pw-a").await;
+    Some((cluster, one, two, token))
+}
+
+/// The user `a@acme.test`'s clients of the two servers.
+fn clients(one: &Node, two: &Node, token: &str) -> (RemoteBackend, RemoteBackend) {
+    (
+        client(one, "a@acme.test", token),
+        client(two, "a@acme.test", token),
+    )
+}
+
 fn vault() -> NodePath {
     NodePath::parse_uri("/nodes/pth/Acme/My First Vault").unwrap()
 }
@@ -222,17 +250,11 @@ async fn names<B: Backend>(b: &B) -> Vec<String> {
 /// hold at the other; a delete at one frees the name at both.
 #[tokio::test(flavor = "multi_thread")]
 async fn two_servers_on_one_database_are_one_store() {
-    let Some(cluster) = Cluster::new() else {
+    // Signed in at one; the token works at two.
+    let Some((cluster, one, two, token)) = two_servers(Sign::AtOne).await else {
         return;
     };
-    cluster.add_user("a@acme.test", "Acme", "pw-a");
-    let (one, two) = (cluster.serve("one"), cluster.serve("two"));
-    // Signed in at one; the token works at two.
-    let token = common::login(&one.base(), "a@acme.test", "pw-a").await;
-    let (a, b) = (
-        client(&one, "a@acme.test", &token),
-        client(&two, "a@acme.test", &token),
-    );
+    let (a, b) = clients(&one, &two, &token);
     let data = pattern(3 << 20, 7);
     let id = put(&a, "report.pdf", data.clone()).await;
     assert_eq!(content(&b, &id).await, data);
@@ -278,12 +300,9 @@ async fn two_servers_on_one_database_are_one_store() {
 /// nodes of one name.
 #[tokio::test(flavor = "multi_thread")]
 async fn races_on_one_name_across_two_servers() {
-    let Some(cluster) = Cluster::new() else {
+    let Some((cluster, one, two, token)) = two_servers(Sign::AtOne).await else {
         return;
     };
-    cluster.add_user("a@acme.test", "Acme", "pw-a");
-    let (one, two) = (cluster.serve("one"), cluster.serve("two"));
-    let token = common::login(&one.base(), "a@acme.test", "pw-a").await;
     let clients: Vec<RemoteBackend> = (0..16)
         .map(|i| client(if i % 2 == 0 { &one } else { &two }, "a@acme.test", &token))
         .collect();
@@ -340,16 +359,10 @@ async fn races_on_one_name_across_two_servers() {
 /// bytes' md5, and the file ends as one of them, whole.
 #[tokio::test(flavor = "multi_thread")]
 async fn uploads_to_one_file_from_two_servers_get_their_own_answers() {
-    let Some(cluster) = Cluster::new() else {
+    let Some((cluster, one, two, token)) = two_servers(Sign::AtOne).await else {
         return;
     };
-    cluster.add_user("a@acme.test", "Acme", "pw-a");
-    let (one, two) = (cluster.serve("one"), cluster.serve("two"));
-    let token = common::login(&one.base(), "a@acme.test", "pw-a").await;
-    let (a, b) = (
-        client(&one, "a@acme.test", &token),
-        client(&two, "a@acme.test", &token),
-    );
+    let (a, b) = clients(&one, &two, &token);
     let id = put(&a, "shared.bin", pattern(10, 0)).await;
     let bodies: Vec<Bytes> = (1..=8).map(|i| pattern(200_000 + i, i as u8)).collect();
     let answers = futures_util::future::join_all(bodies.iter().enumerate().map(|(i, data)| {
@@ -374,16 +387,10 @@ async fn uploads_to_one_file_from_two_servers_get_their_own_answers() {
 /// unfinished upload became current or was left recorded.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_killed_mid_upload_makes_nothing_partial_current() {
-    let Some(cluster) = Cluster::new() else {
+    let Some((cluster, one, two, token)) = two_servers(Sign::AtTwo).await else {
         return;
     };
-    cluster.add_user("a@acme.test", "Acme", "pw-a");
-    let (one, two) = (cluster.serve("one"), cluster.serve("two"));
-    let token = common::login(&two.base(), "a@acme.test", "pw-a").await;
-    let (a, b) = (
-        client(&one, "a@acme.test", &token),
-        client(&two, "a@acme.test", &token),
-    );
+    let (a, b) = clients(&one, &two, &token);
     let old = Bytes::from_static(b"the content before");
     let id = put(&a, "f.bin", old.clone()).await;
 

@@ -3,7 +3,7 @@
 //! a remote mount's log (at debug level) and `vaultfs status` show no token, no Authorization
 //! value and no password, also when the token is revoked; the server's data dir is private to
 //! its owner wherever it is and whatever mode it had. (The route-level rows are in
-//! tests/server/, tests/hostile.rs and tests/mount.rs; docs/reliability.md lists them all.)
+//! tests/server/, tests/hostile.rs and tests/mount/; docs/reliability.md lists them all.)
 
 mod common;
 
@@ -426,7 +426,7 @@ async fn concurrent_sign_ins_are_bounded_in_memory() {
             .add_user("real@example.com", "Real", "the password")
             .unwrap();
     }
-    // 300 connections from one address: over the default per source (tests/abuse.rs tests that
+    // 300 connections from one address: over the default per source (tests/abuse/ tests that
     // bound); here only the password checks are limited.
     let served = Served::start(&dir, &["--max-connections-per-source", "1000"]);
     let pid = served.child.id();

@@ -71,11 +71,12 @@ impl Credentials {
 #[derive(Default, Serialize, Deserialize)]
 struct CredentialsFile {
     #[serde(default)]
-    servers: BTreeMap<String, Entry>,
+    servers: BTreeMap<String, StoredLogin>,
 }
 
+/// One server's login as the credentials file keeps it (a table under `[servers]`).
 #[derive(Serialize, Deserialize)]
-struct Entry {
+struct StoredLogin {
     email: String,
     token: String,
     /// RFC 3339, UTC.
@@ -181,7 +182,7 @@ pub fn save_login(file: &Path, creds: &Credentials, client_id: Option<&str>) -> 
     let mut content = read_file(file)?;
     content.servers.insert(
         normalize_server(&creds.server),
-        Entry {
+        StoredLogin {
             email: creds.email.clone(),
             token: creds.token.expose().to_string(),
             expires_at: format_time(creds.expires_at),

@@ -16,6 +16,7 @@ use bytes::Bytes;
 use md5::{Digest, Md5};
 
 use crate::api::checksum::hex;
+use crate::sync::relock;
 use sha2::Sha256;
 
 #[derive(Clone)]
@@ -26,9 +27,10 @@ pub struct BlobDir {
     dev: u64,
 }
 
-/// A fully written, fsynced staging file with its length and hashes.
+/// A blob's bytes written whole to `tmp/`, fsynced, with their length and hashes, but not yet
+/// named (committed) as a blob: [`Blobs::commit`] does that; dropped before, the file is removed.
 #[derive(Debug)]
-pub struct Staged {
+pub struct StagedBlob {
     pub path: PathBuf,
     pub len: u64,
     pub md5: String,
@@ -38,7 +40,7 @@ pub struct Staged {
     hold: Option<Hold>,
 }
 
-impl Drop for Staged {
+impl Drop for StagedBlob {
     fn drop(&mut self) {
         // Once committed the file has been renamed away; otherwise it is garbage.
         let _ = fs::remove_file(&self.path);
@@ -112,7 +114,7 @@ impl BlobWriter {
     }
 
     /// fsyncs the file and hands it over, with its hashes, for `BlobDir::commit`.
-    pub fn finish(mut self) -> io::Result<Staged> {
+    pub fn finish(mut self) -> io::Result<StagedBlob> {
         let file = self.file.take().expect("finish called twice");
         file.sync_all()?;
         drop(file);
@@ -126,7 +128,7 @@ impl BlobWriter {
             }
             Md5State::Taken => return Err(io::Error::other("md5 state lost")),
         };
-        let staged = Staged {
+        let staged = StagedBlob {
             path: std::mem::take(&mut self.path),
             len: self.len,
             md5,
@@ -199,7 +201,7 @@ impl BlobDir {
 
     /// Moves a staged file into its content address (durably: the directory is fsynced too).
     /// Called with the store's lock held, after checking that no blob of that hash is recorded.
-    pub fn commit(&self, staged: &mut Staged) -> io::Result<()> {
+    pub fn commit(&self, staged: &mut StagedBlob) -> io::Result<()> {
         let dest = self.path(&staged.sha256);
         let dir = dest.parent().expect("blob path has a parent");
         fs::create_dir_all(dir)?;
@@ -334,7 +336,7 @@ struct Hold {
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        let mut h = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+        let mut h = relock(&self.holds);
         if let Some(n) = h.get_mut(&self.hash) {
             *n -= 1;
             if *n == 0 {
@@ -452,13 +454,13 @@ impl Blobs {
     /// has nothing to do ahead: its rename is cheap and done under the lock.
     pub fn store_ahead(
         &self,
-        staged: &mut Staged,
+        staged: &mut StagedBlob,
         known: impl FnOnce(&str) -> crate::api::Result<bool>,
     ) -> crate::api::Result<()> {
         let Some(bucket) = &self.bucket else {
             return Ok(());
         };
-        let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+        let mut holds = relock(&self.holds);
         *holds.entry(staged.sha256.clone()).or_default() += 1;
         drop(holds);
         staged.hold = Some(Hold {
@@ -475,7 +477,7 @@ impl Blobs {
 
     /// Gives staged bytes their name (durably), unless [`Blobs::store_ahead`] did. Called with
     /// the store's lock held, when no blob of that hash is recorded.
-    pub fn commit(&self, staged: &mut Staged) -> io::Result<()> {
+    pub fn commit(&self, staged: &mut StagedBlob) -> io::Result<()> {
         match &self.bucket {
             None => self.dir.commit(staged),
             Some(_) if staged.stored => Ok(()),
@@ -530,7 +532,7 @@ impl Blobs {
         match &self.bucket {
             None => self.dir.remove(hash),
             Some(b) => {
-                let holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+                let holds = relock(&self.holds);
                 if holds.contains_key(hash) {
                     return;
                 }

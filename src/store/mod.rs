@@ -35,7 +35,7 @@ pub use blobs::BlobLocation;
 use blobs::Blobs;
 use db::{Conn, Db, Engine, Guard};
 
-pub use nodes::{Kind, NodeRow, PendingUpload, TransferMode, VersionInfo, length_mismatch};
+pub use nodes::{NodeKind, NodeRow, PendingUpload, TransferMode, VersionInfo, length_mismatch};
 pub use previews::{
     DEFAULT_PREVIEW_CACHE_SIZE, MAX_INPUT as MAX_PREVIEW_INPUT, PreviewMode, PreviewState,
     PreviewStats, default_preview_workers,

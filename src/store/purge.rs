@@ -22,6 +22,7 @@ use super::db::{Conn as Connection, OptionalExtension, params};
 
 use super::blobs::Blobs;
 use crate::api::Result;
+use crate::sync::{relock, unpoisoned};
 
 /// A tree of at most this many nodes is deleted in the request's own transaction.
 pub const INLINE_NODES: u64 = 1000;
@@ -54,7 +55,7 @@ pub(super) struct Shared {
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        relock(&self.state)
     }
 }
 
@@ -103,12 +104,7 @@ impl Purger {
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {
                 return false;
             };
-            st = self
-                .shared
-                .idle
-                .wait_timeout(st, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            st = unpoisoned(self.shared.idle.wait_timeout(st, left)).0;
         }
         !(st.pending || st.busy)
     }
@@ -124,7 +120,7 @@ impl Drop for Purger {
     fn drop(&mut self) {
         self.shared.lock().stop = true;
         self.shared.wake.notify_all();
-        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let thread = relock(&self.thread).take();
         if let Some(t) = thread {
             let _ = t.join();
         }
@@ -136,7 +132,7 @@ fn run(shared: &Shared, db: &super::db::Db, blobs: &Blobs, previews: &std::path:
         {
             let mut st = shared.lock();
             while !st.pending && !st.stop {
-                st = shared.wake.wait(st).unwrap_or_else(|p| p.into_inner());
+                st = unpoisoned(shared.wake.wait(st));
             }
             if st.stop {
                 return;

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 
 use super::db::params;
 
-use super::nodes::{self, Kind};
+use super::nodes::{self, NodeKind};
 use super::{Scope, Store, now_ns, time_to_ns};
 use crate::api::checksum::Digests;
 use crate::api::{EXEC_BITS, Error, FileAttrs, Node, NodePath, Result};
@@ -357,7 +357,7 @@ impl Store {
             Some(id) => nodes::file_by_id(tx, scope, id)?,
             None => nodes::create_file_row_in(tx, scope, &f.path, now, folders)?,
         };
-        debug_assert_eq!(file.kind, Kind::File);
+        debug_assert_eq!(file.kind, NodeKind::File);
         let known = tx
             .prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?
             .exists([&p.sha256])?;

@@ -55,7 +55,7 @@ async fn authentication_and_account_isolation() {
         "forbidden",
     );
     assert_error(&bob.get("/nodes/pth/NoSuchAccount").await, 403, "forbidden");
-    // By ID: not found, as an unused ID (tests/abuse.rs compares the two).
+    // By ID: not found, as an unused ID (tests/abuse/ compares the two).
     assert_error(
         &bob.get(&format!("/files/id/Document/{id}")).await,
         404,

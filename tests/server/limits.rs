@@ -326,7 +326,7 @@ async fn alice_bob_and_a_big_file(options: ServerOptions) -> (TestServer, Api, A
 /// tokio's 512 blocking threads, which each used to pin), all by one user: every request of
 /// another user still answers. (Before the fix none did.) Limits (transfers and connections)
 /// are raised here so that only the way transfers wait is tested; the next test and
-/// tests/abuse.rs cover the limits.
+/// tests/abuse/ cover the limits.
 #[tokio::test(flavor = "multi_thread")]
 async fn stalled_transfers_do_not_stop_the_server() {
     let options = ServerOptions {

@@ -9,9 +9,17 @@
 //! (invisible; a bucket lifecycle rule aborts them) or an object no version refers to (swept).
 //!
 //! Synchronous, like the store it serves: calls run on the store's blocking threads.
+//!
+//! Here: where the bucket is and the calls on it, with their retries. Apart: the signing of a
+//! request ([`sign`]) and the reading of a blob as a file ([`reader`]).
+
+mod reader;
+mod sign;
+
+pub use reader::ObjectReader;
 
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +29,7 @@ use reqwest::blocking::{Body, Client, Response};
 use sha2::{Digest, Sha256};
 
 use crate::api::checksum::hex;
+use sign::{Credentials, ToSign, amz_date, authorization, encode};
 
 /// Files up to this size are sent in one PUT; larger ones in parts.
 pub const MULTIPART_ABOVE: u64 = 64 << 20;
@@ -78,12 +87,6 @@ impl std::fmt::Display for S3Location {
     }
 }
 
-struct Credentials {
-    access_key: String,
-    secret_key: String,
-    session_token: Option<String>,
-}
-
 /// One bucket (and prefix) of blobs.
 pub struct Bucket {
     /// Always `Some` but in `drop`.
@@ -102,93 +105,6 @@ pub struct Bucket {
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
-
-/// RFC 3986 unreserved characters stay, everything else is %-encoded (S3's canonical form);
-/// `/` stays in paths.
-fn encode(s: &str, keep_slash: bool) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) || (keep_slash && b == b'/') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-fn hmac(key: &[u8], msg: &[u8]) -> [u8; 32] {
-    let mut k = [0u8; 64];
-    if key.len() > 64 {
-        k[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        k[..key.len()].copy_from_slice(key);
-    }
-    let mut inner = Sha256::new();
-    inner.update(k.map(|b| b ^ 0x36));
-    inner.update(msg);
-    let mut outer = Sha256::new();
-    outer.update(k.map(|b| b ^ 0x5c));
-    outer.update(inner.finalize());
-    outer.finalize().into()
-}
-
-/// `20130524T000000Z` for a time.
-fn amz_date(t: time::OffsetDateTime) -> String {
-    format!(
-        "{:04}{:02}{:02}T{:02}{:02}{:02}Z",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second()
-    )
-}
-
-/// What a request signs: the parts of its canonical form.
-struct ToSign<'a> {
-    method: &'a str,
-    /// Already encoded.
-    path: &'a str,
-    /// Encoded and sorted `k=v` pairs.
-    query: &'a str,
-    /// Lowercase names, sorted, values trimmed.
-    headers: &'a [(String, String)],
-    payload_sha256: &'a str,
-}
-
-/// The `Authorization` header of a request (AWS Signature Version 4).
-fn authorization(creds: &Credentials, region: &str, date: &str, req: &ToSign<'_>) -> String {
-    let mut canonical_headers = String::new();
-    for (k, v) in req.headers {
-        canonical_headers.push_str(&format!("{k}:{v}\n"));
-    }
-    let signed: Vec<&str> = req.headers.iter().map(|(k, _)| k.as_str()).collect();
-    let signed = signed.join(";");
-    let canonical = format!(
-        "{}\n{}\n{}\n{}\n{}\n{}",
-        req.method, req.path, req.query, canonical_headers, signed, req.payload_sha256
-    );
-    let day = &date[..8];
-    let scope = format!("{day}/{region}/s3/aws4_request");
-    let string_to_sign = format!(
-        "AWS4-HMAC-SHA256\n{date}\n{scope}\n{}",
-        hex(&Sha256::digest(canonical.as_bytes()))
-    );
-    let mut key = hmac(
-        format!("AWS4{}", creds.secret_key).as_bytes(),
-        day.as_bytes(),
-    );
-    for part in [region, "s3", "aws4_request"] {
-        key = hmac(&key, part.as_bytes());
-    }
-    let signature = hex(&hmac(&key, string_to_sign.as_bytes()));
-    format!(
-        "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders={signed}, Signature={signature}",
-        creds.access_key
-    )
 }
 
 /// The texts of every `<tag>` element of a (small, trusted) XML answer, entities decoded.
@@ -269,7 +185,7 @@ impl Payload<'_> {
 /// Runs blocking network I/O from wherever the store is called: on a runtime's worker thread
 /// (a test calling the store directly) it tells the runtime first, as reqwest's blocking
 /// client requires.
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
+pub(super) fn blocking<T>(f: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current() {
         Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
             tokio::task::block_in_place(f)
@@ -710,69 +626,6 @@ impl Drop for Bucket {
         if let Some(http) = self.http.take() {
             std::thread::spawn(move || drop(http));
         }
-    }
-}
-
-/// A blob being read from the bucket: a ranged GET from the current position, started on the
-/// first read after an open or a seek, so a reader that seeks first (a ranged download) costs
-/// one request.
-pub struct ObjectReader {
-    bucket: Arc<Bucket>,
-    hash: String,
-    len: u64,
-    pos: u64,
-    body: Option<Response>,
-}
-
-impl ObjectReader {
-    pub fn new(bucket: Arc<Bucket>, hash: &str, len: u64) -> ObjectReader {
-        ObjectReader {
-            bucket,
-            hash: hash.to_string(),
-            len,
-            pos: 0,
-            body: None,
-        }
-    }
-}
-
-impl Read for ObjectReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.pos >= self.len || buf.is_empty() {
-            return Ok(0);
-        }
-        if self.body.is_none() {
-            self.body = Some(self.bucket.get_from(&self.hash, self.pos)?);
-        }
-        let body = self.body.as_mut().expect("opened above");
-        let n = blocking(|| body.read(buf))?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!(
-                    "blob {} ended at {} of {} bytes",
-                    self.hash, self.pos, self.len
-                ),
-            ));
-        }
-        self.pos += n as u64;
-        Ok(n)
-    }
-}
-
-impl Seek for ObjectReader {
-    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
-        let pos = match to {
-            SeekFrom::Start(p) => Some(p),
-            SeekFrom::End(d) => self.len.checked_add_signed(d),
-            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
-        }
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "seek before the start"))?;
-        if pos != self.pos {
-            self.body = None;
-            self.pos = pos;
-        }
-        Ok(pos)
     }
 }
 

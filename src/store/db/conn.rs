@@ -1,0 +1,336 @@
+//! A connection to either engine ([`Engine`], [`Conn`]) with rusqlite's shape: statements
+//! ([`Stmt`]) and transactions and savepoints ([`Tx`]), which take the write lock when they begin.
+
+use super::pg::PgConn;
+use super::sqlite::lite_row;
+use super::{DbError, Params, Result, Row};
+
+/// Where the metadata lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Engine {
+    /// `vault.db` at this path.
+    Sqlite(std::path::PathBuf),
+    /// A `postgres://` address.
+    Postgres(String),
+}
+
+impl Engine {
+    /// A new connection (the preview threads have their own).
+    pub fn connect(&self) -> Result<Conn> {
+        match self {
+            Engine::Sqlite(path) => {
+                let c = rusqlite::Connection::open(path)?;
+                c.busy_timeout(std::time::Duration::from_secs(30))?;
+                Ok(Conn::Sqlite {
+                    conn: c,
+                    immediate: false,
+                })
+            }
+            Engine::Postgres(url) => Ok(Conn::Pg(PgConn::open(url)?)),
+        }
+    }
+
+    pub fn is_pg(&self) -> bool {
+        matches!(self, Engine::Postgres(_))
+    }
+}
+
+/// One connection to the metadata database.
+pub enum Conn {
+    Sqlite {
+        conn: rusqlite::Connection,
+        /// Transactions begin `IMMEDIATE` (take the write lock at once).
+        immediate: bool,
+    },
+    Pg(PgConn),
+}
+
+/// rusqlite's `TransactionBehavior`, for [`Conn::transaction_with_behavior`].
+#[derive(Debug, Clone, Copy)]
+pub enum TransactionBehavior {
+    Immediate,
+}
+
+impl Conn {
+    /// The SQLite connection, prepared by `schema::prepare` (its transactions immediate).
+    pub fn sqlite(conn: rusqlite::Connection) -> Conn {
+        Conn::Sqlite {
+            conn,
+            immediate: true,
+        }
+    }
+
+    pub fn is_pg(&self) -> bool {
+        matches!(self, Conn::Pg(_))
+    }
+
+    /// The scalar maximum of two values (`MAX(a, b)` in SQLite, `GREATEST` in PostgreSQL).
+    pub fn greatest(&self) -> &'static str {
+        if self.is_pg() { "GREATEST" } else { "MAX" }
+    }
+
+    /// The SQLite connection itself (pragmas, the schema's migrations).
+    pub fn as_sqlite(&self) -> Option<&rusqlite::Connection> {
+        match self {
+            Conn::Sqlite { conn, .. } => Some(conn),
+            Conn::Pg(_) => None,
+        }
+    }
+
+    pub fn execute<P: Params>(&self, sql: &str, params: P) -> Result<usize> {
+        match self {
+            Conn::Sqlite { conn, .. } => {
+                let v = params.values();
+                Ok(conn.execute(sql, rusqlite::params_from_iter(v.iter()))?)
+            }
+            Conn::Pg(pg) => pg.execute(sql, params.values()),
+        }
+    }
+
+    pub fn execute_batch(&self, sql: &str) -> Result<()> {
+        match self {
+            Conn::Sqlite { conn, .. } => Ok(conn.execute_batch(sql)?),
+            Conn::Pg(pg) => pg.batch(sql),
+        }
+    }
+
+    pub fn query_row<T, P: Params>(
+        &self,
+        sql: &str,
+        params: P,
+        f: impl FnOnce(&Row) -> Result<T>,
+    ) -> Result<T> {
+        self.prepare(sql)?.query_row(params, f)
+    }
+
+    pub fn prepare(&self, sql: &str) -> Result<Stmt<'_>> {
+        Ok(match self {
+            Conn::Sqlite { conn, .. } => Stmt::Sqlite(Lite::Plain(conn.prepare(sql)?)),
+            Conn::Pg(pg) => Stmt::Pg(pg, sql.to_string()),
+        })
+    }
+
+    pub fn prepare_cached(&self, sql: &str) -> Result<Stmt<'_>> {
+        Ok(match self {
+            Conn::Sqlite { conn, .. } => Stmt::Sqlite(Lite::Cached(conn.prepare_cached(sql)?)),
+            Conn::Pg(pg) => Stmt::Pg(pg, sql.to_string()),
+        })
+    }
+
+    /// The ID the last insert gave its row.
+    pub fn last_insert_rowid(&self) -> Result<i64> {
+        match self {
+            Conn::Sqlite { conn, .. } => Ok(conn.last_insert_rowid()),
+            Conn::Pg(pg) => pg
+                .query("SELECT lastval()", Vec::new())?
+                .first()
+                .ok_or(DbError::NoRows)?
+                .get(0),
+        }
+    }
+
+    /// Begins a transaction, which holds the write lock (see the module's comment).
+    pub fn transaction(&self) -> Result<Tx<'_>> {
+        let begin = match self {
+            Conn::Sqlite {
+                immediate: true, ..
+            } => "BEGIN IMMEDIATE",
+            Conn::Sqlite { .. } => "BEGIN DEFERRED",
+            Conn::Pg(_) => "BEGIN; SELECT pg_advisory_xact_lock(8530228277886219057)",
+        };
+        self.execute_batch(begin)?;
+        Ok(Tx {
+            conn: self,
+            savepoint: None,
+            done: false,
+        })
+    }
+
+    /// rusqlite's name for a transaction begun through a shared reference.
+    pub fn unchecked_transaction(&self) -> Result<Tx<'_>> {
+        self.transaction()
+    }
+
+    pub fn transaction_with_behavior(&self, _: TransactionBehavior) -> Result<Tx<'_>> {
+        match self {
+            Conn::Sqlite { conn, .. } => {
+                conn.execute_batch("BEGIN IMMEDIATE")?;
+                Ok(Tx {
+                    conn: self,
+                    savepoint: None,
+                    done: false,
+                })
+            }
+            Conn::Pg(_) => self.transaction(),
+        }
+    }
+
+    /// Takes (true) or releases (false) the store's lock across processes (PostgreSQL only).
+    pub(super) fn session_lock(&self, take: bool) -> Result<()> {
+        if let Conn::Pg(pg) = self {
+            let sql = if take {
+                "SELECT pg_advisory_lock(8530228277886219057)"
+            } else {
+                "SELECT pg_advisory_unlock(8530228277886219057)"
+            };
+            pg.batch(sql)?;
+        }
+        Ok(())
+    }
+}
+
+enum Lite<'c> {
+    Plain(rusqlite::Statement<'c>),
+    Cached(rusqlite::CachedStatement<'c>),
+}
+
+impl<'c> std::ops::Deref for Lite<'c> {
+    type Target = rusqlite::Statement<'c>;
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Lite::Plain(s) => s,
+            Lite::Cached(s) => s,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Lite<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        match self {
+            Lite::Plain(s) => s,
+            Lite::Cached(s) => s,
+        }
+    }
+}
+
+/// A statement (prepared once per connection on both engines).
+pub enum Stmt<'c> {
+    #[allow(private_interfaces)]
+    Sqlite(Lite<'c>),
+    Pg(&'c PgConn, String),
+}
+
+impl Stmt<'_> {
+    fn rows<P: Params>(&mut self, params: P) -> Result<Vec<Row>> {
+        let v = params.values();
+        match self {
+            Stmt::Sqlite(s) => {
+                let mut rows = s.query(rusqlite::params_from_iter(v.iter()))?;
+                let mut out = Vec::new();
+                while let Some(r) = rows.next()? {
+                    out.push(lite_row(r)?);
+                }
+                Ok(out)
+            }
+            Stmt::Pg(pg, sql) => pg.query(sql, v),
+        }
+    }
+
+    pub fn execute<P: Params>(&mut self, params: P) -> Result<usize> {
+        let v = params.values();
+        match self {
+            Stmt::Sqlite(s) => Ok(s.execute(rusqlite::params_from_iter(v.iter()))?),
+            Stmt::Pg(pg, sql) => pg.execute(sql, v),
+        }
+    }
+
+    pub fn query_row<T, P: Params>(
+        &mut self,
+        params: P,
+        f: impl FnOnce(&Row) -> Result<T>,
+    ) -> Result<T> {
+        match self {
+            Stmt::Sqlite(s) => {
+                let v = params.values();
+                let mut rows = s.query(rusqlite::params_from_iter(v.iter()))?;
+                match rows.next()? {
+                    Some(r) => f(&lite_row(r)?),
+                    None => Err(DbError::NoRows),
+                }
+            }
+            Stmt::Pg(..) => f(self.rows(params)?.first().ok_or(DbError::NoRows)?),
+        }
+    }
+
+    pub fn exists<P: Params>(&mut self, params: P) -> Result<bool> {
+        match self {
+            Stmt::Sqlite(s) => {
+                let v = params.values();
+                Ok(s.exists(rusqlite::params_from_iter(v.iter()))?)
+            }
+            Stmt::Pg(..) => Ok(!self.rows(params)?.is_empty()),
+        }
+    }
+
+    /// Every row mapped (collected: results are pages, lists of hashes and the like).
+    pub fn query_map<T, P: Params>(
+        &mut self,
+        params: P,
+        mut f: impl FnMut(&Row) -> Result<T>,
+    ) -> Result<std::vec::IntoIter<Result<T>>> {
+        let rows = self.rows(params)?;
+        Ok(rows.iter().map(&mut f).collect::<Vec<_>>().into_iter())
+    }
+}
+
+/// A transaction or a savepoint in one; rolled back when dropped uncommitted.
+pub struct Tx<'c> {
+    conn: &'c Conn,
+    savepoint: Option<String>,
+    done: bool,
+}
+
+impl std::ops::Deref for Tx<'_> {
+    type Target = Conn;
+    fn deref(&self) -> &Conn {
+        self.conn
+    }
+}
+
+impl<'c> Tx<'c> {
+    /// A savepoint inside this transaction.
+    pub fn savepoint(&mut self) -> Result<Tx<'c>> {
+        let name = format!(
+            "sp{}",
+            self.savepoint.as_ref().map_or(0, |s| s.len()) // nested ones get longer names
+        );
+        self.conn.execute_batch(&format!("SAVEPOINT {name}"))?;
+        Ok(Tx {
+            conn: self.conn,
+            savepoint: Some(name),
+            done: false,
+        })
+    }
+
+    pub fn commit(mut self) -> Result<()> {
+        self.done = true;
+        match &self.savepoint {
+            None => self.conn.execute_batch("COMMIT"),
+            Some(sp) => self.conn.execute_batch(&format!("RELEASE {sp}")),
+        }
+    }
+
+    pub fn rollback(mut self) -> Result<()> {
+        self.done = true;
+        self.undo()
+    }
+
+    fn undo(&self) -> Result<()> {
+        match &self.savepoint {
+            None => self.conn.execute_batch("ROLLBACK"),
+            Some(sp) => self
+                .conn
+                .execute_batch(&format!("ROLLBACK TO {sp}; RELEASE {sp}")),
+        }
+    }
+}
+
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            if let Err(e) = self.undo() {
+                log::warn!("rollback failed: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! PostgreSQL's side: values sent and read by their column types, the statements as PostgreSQL
+//! spells them ([`pg_sql`]), and the connection that a thread of its own owns, called over a
+//! channel ([`PgConn`]; see the parent module's comment for why).
+
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
+
+use super::{DbError, Result, Row, Value};
+
+/// How long a connection to PostgreSQL may take to be made (unless the address says).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl ToSql for Value {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        // The server infers each parameter's type from the statement; the value is sent as
+        // that type (an integer where text is inferred, as SQLite would take it).
+        match (self, ty) {
+            (Value::Null, _) => Ok(IsNull::Yes),
+            (Value::Int(i), &Type::INT8) => i.to_sql(ty, out),
+            (Value::Int(i), &Type::INT4) => i32::try_from(*i)?.to_sql(ty, out),
+            (Value::Int(i), &Type::INT2) => i16::try_from(*i)?.to_sql(ty, out),
+            (Value::Int(i), &Type::BOOL) => (*i != 0).to_sql(ty, out),
+            (Value::Int(i), &Type::FLOAT8) => (*i as f64).to_sql(ty, out),
+            (Value::Int(i), &Type::TEXT | &Type::VARCHAR) => i.to_string().to_sql(ty, out),
+            (Value::Real(f), &Type::FLOAT8) => f.to_sql(ty, out),
+            (Value::Real(f), &Type::FLOAT4) => (*f as f32).to_sql(ty, out),
+            (Value::Text(s), &Type::TEXT | &Type::VARCHAR | &Type::BPCHAR | &Type::NAME) => {
+                s.as_str().to_sql(ty, out)
+            }
+            (Value::Text(s), &Type::BYTEA) => s.as_bytes().to_sql(ty, out),
+            (Value::Blob(b), &Type::BYTEA) => b.as_slice().to_sql(ty, out),
+            (v, ty) => Err(format!("cannot send {v:?} as {ty}").into()),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    to_sql_checked!();
+}
+
+fn pg_value(row: &postgres::Row, i: usize) -> Result<Value> {
+    let ty = row.columns()[i].type_();
+    let v = match *ty {
+        Type::INT8 => row.try_get::<_, Option<i64>>(i)?.map(Value::Int),
+        Type::INT4 => row
+            .try_get::<_, Option<i32>>(i)?
+            .map(|v| Value::Int(v.into())),
+        Type::INT2 => row
+            .try_get::<_, Option<i16>>(i)?
+            .map(|v| Value::Int(v.into())),
+        Type::BOOL => row
+            .try_get::<_, Option<bool>>(i)?
+            .map(|v| Value::Int(v.into())),
+        Type::FLOAT8 => row.try_get::<_, Option<f64>>(i)?.map(Value::Real),
+        Type::FLOAT4 => row
+            .try_get::<_, Option<f32>>(i)?
+            .map(|v| Value::Real(v.into())),
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
+            row.try_get::<_, Option<String>>(i)?.map(Value::Text)
+        }
+        Type::BYTEA => row.try_get::<_, Option<Vec<u8>>>(i)?.map(Value::Blob),
+        ref other => {
+            return Err(DbError::Other(format!(
+                "column {} is of type {other}: cast it in the SQL",
+                row.columns()[i].name()
+            )));
+        }
+    };
+    Ok(v.unwrap_or(Value::Null))
+}
+
+/// The statement as PostgreSQL spells it: `$N` for `?N`, and the few SQLite-only phrases.
+pub fn pg_sql(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut quoted = false;
+    let mut prev = ' ';
+    for (i, c) in sql.char_indices() {
+        match c {
+            '\'' => {
+                quoted = !quoted;
+                out.push(c);
+            }
+            '?' if !quoted => out.push('$'),
+            // SQLite's schema of temporary tables (`temp.t`, not `x_temp.t`).
+            't' if !(quoted || prev.is_alphanumeric() || prev == '_')
+                && sql[i..].starts_with("temp.") =>
+            {
+                out.push_str("pg_t")
+            }
+            c => out.push(c),
+        }
+        prev = c;
+    }
+    out.replace("LIMIT -1", "LIMIT ALL")
+}
+
+type Job = Box<dyn FnOnce(&mut PgState) + Send>;
+
+struct PgState {
+    url: String,
+    client: Option<postgres::Client>,
+    statements: HashMap<String, postgres::Statement>,
+}
+
+impl PgState {
+    fn client(&mut self) -> Result<&mut postgres::Client> {
+        if self.client.as_ref().is_some_and(|c| c.is_closed()) {
+            log::warn!("the connection to PostgreSQL was lost: connecting again");
+            self.client = None;
+            self.statements.clear();
+        }
+        if self.client.is_none() {
+            self.client =
+                Some(connect(&self.url).map_err(|e| {
+                    DbError::Unavailable(format!("cannot connect to PostgreSQL: {e}"))
+                })?);
+        }
+        Ok(self.client.as_mut().expect("connected above"))
+    }
+
+    fn statement(&mut self, sql: &str) -> Result<postgres::Statement> {
+        if let Some(s) = self.statements.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.client()?.prepare(&pg_sql(sql))?;
+        self.statements.insert(sql.to_string(), s.clone());
+        Ok(s)
+    }
+
+    fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
+        let stmt = self.statement(sql)?;
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
+        let rows = self.client()?.query(&stmt, &refs)?;
+        rows.iter()
+            .map(|r| {
+                let values = (0..r.len())
+                    .map(|i| pg_value(r, i))
+                    .collect::<Result<_>>()?;
+                Ok(Row { values })
+            })
+            .collect()
+    }
+
+    fn execute(&mut self, sql: &str, params: &[Value]) -> Result<usize> {
+        let stmt = self.statement(sql)?;
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
+        Ok(self.client()?.execute(&stmt, &refs)? as usize)
+    }
+}
+
+fn connect(url: &str) -> Result<postgres::Client> {
+    let mut config: postgres::Config = url
+        .parse()
+        .map_err(|e| DbError::Other(format!("bad database address: {e}")))?;
+    // A host that does not answer at all fails a request in bounded time, as a down one does.
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    let mut client = config.connect(postgres::NoTls)?;
+    // Times and names are compared as bytes, as SQLite does; no statement waits forever on a
+    // lock a dead peer held (its session ends with its socket).
+    client.batch_execute("SET client_min_messages = warning")?;
+    Ok(client)
+}
+
+/// A PostgreSQL connection, owned by its thread.
+pub struct PgConn {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl PgConn {
+    pub fn open(url: &str) -> Result<PgConn> {
+        let (jobs, rx) = mpsc::channel::<Job>();
+        let (ready_tx, ready_rx) = mpsc::sync_channel(1);
+        let url = url.to_string();
+        std::thread::Builder::new()
+            .name("postgres".into())
+            .spawn(move || {
+                let mut state = PgState {
+                    client: None,
+                    statements: HashMap::new(),
+                    url,
+                };
+                let first = state.client().map(drop);
+                let failed = first.is_err();
+                let _ = ready_tx.send(first);
+                if failed {
+                    return;
+                }
+                // Ends when the connection is dropped (its sender with it).
+                while let Ok(job) = rx.recv() {
+                    job(&mut state);
+                }
+            })
+            .map_err(|e| DbError::Other(format!("cannot start a thread: {e}")))?;
+        ready_rx
+            .recv()
+            .map_err(|_| DbError::Other("the PostgreSQL thread died".into()))??;
+        Ok(PgConn { jobs })
+    }
+
+    fn call<T>(&self, f: impl FnOnce(&mut PgState) -> T + Send + 'static) -> T
+    where
+        T: From<DbError> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let sent = self.jobs.send(Box::new(move |s: &mut PgState| {
+            let _ = tx.send(f(s));
+        }));
+        if sent.is_err() {
+            return DbError::Other("the PostgreSQL thread is gone".into()).into();
+        }
+        rx.recv()
+            .unwrap_or_else(|_| DbError::Other("the PostgreSQL thread died".into()).into())
+    }
+
+    pub(super) fn query(&self, sql: &str, params: Vec<Value>) -> Result<Vec<Row>> {
+        let sql = sql.to_string();
+        self.call(move |s| Wrap(s.query(&sql, &params))).0
+    }
+
+    pub(super) fn execute(&self, sql: &str, params: Vec<Value>) -> Result<usize> {
+        let sql = sql.to_string();
+        self.call(move |s| Wrap(s.execute(&sql, &params))).0
+    }
+
+    pub(super) fn batch(&self, sql: &str) -> Result<()> {
+        let sql = pg_sql(sql);
+        self.call(move |s| Wrap(s.client().and_then(|c| Ok(c.batch_execute(&sql)?))))
+            .0
+    }
+}
+
+/// A result that an error converts into (for [`PgConn::call`]).
+struct Wrap<T>(Result<T>);
+
+impl<T> From<DbError> for Wrap<T> {
+    fn from(e: DbError) -> Self {
+        Wrap(Err(e))
+    }
+}

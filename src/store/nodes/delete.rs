@@ -1,0 +1,158 @@
+//! Deletes: a subtree removed bottom-up (or detached for the purge thread when large), and the
+//! blobs that no version uses any more freed, as after a version is pruned.
+
+use super::limits::subtree_size;
+use super::resolve::resolve;
+use super::touch;
+use crate::api::{Error, NodePath, Result};
+use crate::store::db::{Conn as Connection, Tx as Transaction, params};
+use crate::store::{Scope, Store, now_ns};
+
+/// Deletes a node and everything under it; returns the blobs no version uses any more, to be
+/// removed from disk once the transaction has committed.
+///
+/// Bottom-up, one level at a time: deleting the top node alone would let SQLite's `ON DELETE
+/// CASCADE` walk the tree as nested triggers, which fails past 1000 levels ("too many levels of
+/// trigger recursion"). Here each level's nodes have no children left when they go, so the
+/// cascade reaches only their versions, whatever the depth. (The recursive CTE is a queue in
+/// SQLite, not a recursion.)
+pub(super) fn delete_subtree(tx: &Transaction, id: i64) -> Result<Vec<String>> {
+    tx.execute_batch(if tx.is_pg() {
+        "CREATE TEMP TABLE IF NOT EXISTS doomed (id BIGINT PRIMARY KEY, depth BIGINT NOT NULL);
+         CREATE INDEX IF NOT EXISTS doomed_by_depth ON pg_temp.doomed(depth);
+         DELETE FROM pg_temp.doomed;"
+    } else {
+        "CREATE TEMP TABLE IF NOT EXISTS doomed (id INTEGER PRIMARY KEY, depth INTEGER NOT NULL);
+         CREATE INDEX IF NOT EXISTS temp.doomed_by_depth ON doomed(depth);
+         DELETE FROM temp.doomed;"
+    })?;
+    tx.execute(
+        "INSERT INTO temp.doomed (id, depth)
+         WITH RECURSIVE sub(id, depth) AS (SELECT CAST(?1 AS BIGINT), CAST(0 AS BIGINT) UNION ALL
+             SELECT n.id, sub.depth + 1 FROM nodes n JOIN sub ON n.parent_id = sub.id)
+         SELECT id, depth FROM sub",
+        [id],
+    )?;
+    let hashes: Vec<String> = tx
+        .prepare(
+            "SELECT DISTINCT v.blob FROM versions v JOIN temp.doomed d ON v.file_id = d.id
+             WHERE v.blob IS NOT NULL",
+        )?
+        .query_map([], |r| r.get(0))?
+        .collect::<crate::store::db::Result<_>>()?;
+    let deepest: i64 =
+        tx.query_row("SELECT coalesce(max(depth), 0) FROM temp.doomed", [], |r| {
+            r.get(0)
+        })?;
+    {
+        let mut level = tx.prepare_cached(
+            "DELETE FROM nodes WHERE id IN (SELECT id FROM temp.doomed WHERE depth = ?1)",
+        )?;
+        for depth in (0..=deepest).rev() {
+            level.execute([depth])?;
+        }
+    }
+    tx.execute("DELETE FROM temp.doomed", [])?;
+    free_blobs(tx, hashes)
+}
+
+/// Of `hashes`, the blobs no version uses any more: their rows are deleted and they are
+/// returned, for the caller to remove their files once the transaction is committed.
+pub(in crate::store) fn free_blobs(
+    tx: &Connection,
+    hashes: impl IntoIterator<Item = String>,
+) -> Result<Vec<String>> {
+    let mut freed = Vec::new();
+    let mut free = tx.prepare_cached(
+        "DELETE FROM blobs WHERE hash = ?1 AND NOT EXISTS (SELECT 1 FROM versions WHERE blob = ?1)",
+    )?;
+    for h in hashes {
+        if free.execute([&h])? == 1 {
+            freed.push(h);
+        }
+    }
+    Ok(freed)
+}
+
+/// After a new version of `file` became current: drops its committed versions older than the
+/// `keep` newest earlier ones (`None`: all are kept), and returns the blobs that freed (see
+/// [`free_blobs`]). Nothing in the interface reads an earlier version; a mount's store keeps
+/// none, so a file saved a thousand times takes the room of one.
+pub(in crate::store) fn prune_versions(
+    tx: &Connection,
+    file: i64,
+    keep: Option<u64>,
+) -> Result<Vec<String>> {
+    let Some(keep) = keep else {
+        return Ok(Vec::new());
+    };
+    let hashes: Vec<Option<String>> = tx
+        .prepare_cached(
+            "DELETE FROM versions WHERE id IN (
+                 SELECT v.id FROM versions v JOIN nodes n ON n.id = v.file_id
+                 WHERE v.file_id = ?1 AND v.committed = 1 AND v.id <> n.current_version
+                 ORDER BY v.id DESC LIMIT -1 OFFSET ?2)
+             RETURNING blob",
+        )?
+        .query_map(params![file, keep as i64], |r| r.get(0))?
+        .collect::<crate::store::db::Result<_>>()?;
+    free_blobs(tx, hashes.into_iter().flatten())
+}
+
+impl Store {
+    /// Deletes a tree in one transaction, whatever its size, as every delete did before
+    /// deletes were bounded, then rolls it back (the tree stays): only for tests that measure
+    /// what the bound buys. Returns how long the store's lock was held.
+    #[doc(hidden)]
+    pub fn delete_in_one_transaction_rolled_back(
+        &self,
+        scope: Scope,
+        path: &NodePath,
+    ) -> Result<std::time::Duration> {
+        let conn = self.lock()?;
+        let started = std::time::Instant::now();
+        let tx = conn.transaction()?;
+        let row = resolve(&tx, scope, path)?;
+        delete_subtree(&tx, row.id)?;
+        touch(&tx, row.parent_id, now_ns())?;
+        tx.rollback()?;
+        Ok(started.elapsed())
+    }
+
+    /// Deletes a file, or a folder with everything under it, and frees unshared bytes.
+    ///
+    /// A tree of more than [`crate::store::purge::INLINE_NODES`] nodes is detached in this transaction
+    /// (its name is gone when this returns) and purged by the store's thread in bounded chunks,
+    /// so no request holds the store's lock for long (`store::purge`).
+    pub fn delete(&self, scope: Scope, path: &NodePath) -> Result<()> {
+        if path.depth() < 3 {
+            return Err(Error::forbidden("accounts and vaults cannot be deleted"));
+        }
+        let conn = self.lock()?;
+        let tx = conn.transaction()?;
+        let row = resolve(&tx, scope, path)?;
+        let now = now_ns();
+        let (nodes, _) = subtree_size(&tx, row.id, crate::store::purge::INLINE_NODES)?;
+        if nodes > crate::store::purge::INLINE_NODES {
+            tx.prepare_cached("UPDATE nodes SET parent_id = NULL, name = '/' || id WHERE id = ?1")?
+                .execute([row.id])?;
+            tx.prepare_cached(
+                "INSERT INTO trash (node_id, account_id, detached_on) VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![row.id, row.account_id, now])?;
+            touch(&tx, row.parent_id, now)?;
+            tx.commit()?;
+            drop(conn);
+            log::debug!("{path} detached, to be purged");
+            self.purger().wake();
+            return Ok(());
+        }
+        let freed = delete_subtree(&tx, row.id)?;
+        touch(&tx, row.parent_id, now)?;
+        tx.commit()?;
+        for h in freed {
+            self.forget_blob(&conn, &h);
+        }
+        Ok(())
+    }
+}

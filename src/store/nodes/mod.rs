@@ -1,0 +1,141 @@
+//! The tree: resolution of paths and IDs (with the account check, in one place), listing,
+//! folders, the three upload steps, copy/move and delete.
+//!
+//! One submodule a concern: [`resolve`] paths and IDs to rows; [`folders`] listings and new
+//! folders and accounts; [`upload`] the three upload steps; [`files`] files by ID for reading;
+//! [`transfer`] copy and move; [`delete`] deletes and freed blobs; [`limits`] quotas and sizes.
+//! This file holds what they share: a node's row, read and written.
+
+mod delete;
+mod files;
+mod folders;
+mod limits;
+mod resolve;
+mod transfer;
+mod upload;
+
+pub(super) use delete::{free_blobs, prune_versions};
+pub use files::VersionInfo;
+pub(super) use folders::ensure_account;
+pub(super) use resolve::{Folders, file_by_id, path_of, row};
+pub use transfer::TransferMode;
+pub(super) use upload::{Committed, PendingCommit, create_file_row_in};
+pub use upload::{PendingUpload, length_mismatch};
+
+use super::db::{Conn as Connection, Row, params};
+use super::ns_to_time;
+use crate::api::{Node, NodePath, NodeType, Result, file_links, file_mode, format_time};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeKind {
+    Account = 0,
+    Vault = 1,
+    Folder = 2,
+    File = 3,
+}
+
+impl NodeKind {
+    fn from_i64(v: i64) -> NodeKind {
+        match v {
+            0 => NodeKind::Account,
+            1 => NodeKind::Vault,
+            2 => NodeKind::Folder,
+            _ => NodeKind::File,
+        }
+    }
+    fn node_type(self) -> NodeType {
+        match self {
+            NodeKind::Account => NodeType::AccountNodeType,
+            NodeKind::Vault => NodeType::VaultNodeType,
+            NodeKind::Folder => NodeType::FolderNodeType,
+            NodeKind::File => NodeType::FileNodeType,
+        }
+    }
+}
+
+/// A node as stored, with the size and md5 of its current version.
+#[derive(Debug, Clone)]
+pub struct NodeRow {
+    pub id: i64,
+    pub parent_id: Option<i64>,
+    pub account_id: i64,
+    pub kind: NodeKind,
+    pub name: String,
+    pub created_on: i64,
+    pub modified_on: i64,
+    pub size: Option<u64>,
+    pub md5: Option<String>,
+    /// Files: the execute bits a client set.
+    pub exec: u32,
+}
+
+/// md5 of no bytes: the checksum of a file created in step 1 and not uploaded yet.
+const EMPTY_MD5: &str = "d41d8cd98f00b204e9800998ecf8427e";
+
+pub(super) const SELECT: &str = "SELECT n.id, n.parent_id, n.account_id, n.kind, n.name, n.created_on, n.modified_on, \
+                      v.length, v.md5, n.exec FROM nodes n LEFT JOIN versions v ON v.id = n.current_version";
+
+pub(super) fn read_row(r: &Row) -> super::db::Result<NodeRow> {
+    Ok(NodeRow {
+        id: r.get(0)?,
+        parent_id: r.get(1)?,
+        account_id: r.get(2)?,
+        kind: NodeKind::from_i64(r.get(3)?),
+        name: r.get(4)?,
+        created_on: r.get(5)?,
+        modified_on: r.get(6)?,
+        size: r.get::<_, Option<i64>>(7)?.map(|s| s as u64),
+        md5: r.get(8)?,
+        exec: r.get(9)?,
+    })
+}
+
+impl NodeRow {
+    pub fn is_file(&self) -> bool {
+        self.kind == NodeKind::File
+    }
+
+    /// The wire object of this node at `path`.
+    pub fn to_api(&self, path: &NodePath) -> Node {
+        let mut node = Node {
+            name: self.name.clone(),
+            uri: path.uri(),
+            node_type: self.kind.node_type(),
+            created_on: Some(format_time(ns_to_time(self.created_on))),
+            modified_on: Some(format_time(ns_to_time(self.modified_on))),
+            ..Default::default()
+        };
+        if self.is_file() {
+            let id = self.id.to_string();
+            node.size = Some(self.size.unwrap_or(0));
+            node.md5_checksum = Some(self.md5.clone().unwrap_or_else(|| EMPTY_MD5.to_string()));
+            node.mode = Some(file_mode(self.exec));
+            file_links(&mut node, &id);
+            node.id = Some(id);
+        }
+        node
+    }
+}
+
+pub(super) fn insert_node(
+    tx: &Connection,
+    parent: &NodeRow,
+    kind: NodeKind,
+    name: &str,
+    now: i64,
+) -> Result<i64> {
+    tx.prepare_cached(
+        "INSERT INTO nodes (parent_id, account_id, kind, name, created_on, modified_on) VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
+    )?
+    .execute(params![parent.id, parent.account_id, kind as i64, name, now])?;
+    Ok(tx.last_insert_rowid()?)
+}
+
+/// A folder's modification time follows its entries (as a directory's mtime does).
+pub(super) fn touch(tx: &Connection, id: Option<i64>, now: i64) -> Result<()> {
+    if let Some(id) = id {
+        tx.prepare_cached("UPDATE nodes SET modified_on = ?2 WHERE id = ?1")?
+            .execute(params![id, now])?;
+    }
+    Ok(())
+}

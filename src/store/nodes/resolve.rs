@@ -1,0 +1,177 @@
+//! Paths and IDs to rows, with the account check in one place: a path is walked from its
+//! account down ([`resolve`]), a file ID is found only under the caller's account and only while
+//! attached ([`file_by_id`]), and a row's path is read back up its parents ([`path_of`]).
+
+use super::{NodeKind, NodeRow, SELECT, read_row};
+use crate::api::{Error, NodePath, Result};
+use crate::store::Scope;
+use crate::store::db::{Conn as Connection, OptionalExtension, params};
+
+// The statements run for every file (by the batched writes and listings) are prepared once
+// per connection (`prepare_cached`): parsing them each time was a visible share of a burst.
+pub(super) fn get_row(conn: &Connection, id: i64) -> Result<Option<NodeRow>> {
+    Ok(conn
+        .prepare_cached(&format!("{SELECT} WHERE n.id = ?1"))?
+        .query_row([id], read_row)
+        .optional()?)
+}
+
+pub(super) fn child_row(conn: &Connection, parent: i64, name: &str) -> Result<Option<NodeRow>> {
+    Ok(conn
+        .prepare_cached(&format!("{SELECT} WHERE n.parent_id = ?1 AND n.name = ?2"))?
+        .query_row(params![parent, name], read_row)
+        .optional()?)
+}
+
+/// The child `name` of `parent`, spelled as given or, as new names are stored, in NFC.
+pub(super) fn find_child(conn: &Connection, parent: i64, name: &str) -> Result<Option<NodeRow>> {
+    if let Some(row) = child_row(conn, parent, name)? {
+        return Ok(Some(row));
+    }
+    let nfc = crate::api::path::nfc(name);
+    if nfc == name {
+        return Ok(None);
+    }
+    child_row(conn, parent, &nfc)
+}
+
+pub(super) fn has_children(conn: &Connection, id: i64) -> Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM nodes WHERE parent_id = ?1 LIMIT 1")?
+        .exists([id])?)
+}
+
+fn outside() -> Error {
+    Error::forbidden("that path is outside your account")
+}
+
+/// Resolves a non-root path to its node, checking the account against the scope first, so a
+/// caller learns nothing about other accounts.
+pub(super) fn resolve(conn: &Connection, scope: Scope, path: &NodePath) -> Result<NodeRow> {
+    let (first, rest) = path
+        .segments()
+        .split_first()
+        .ok_or_else(|| Error::bad_path("the root has no node"))?;
+    let account = conn
+        .prepare_cached(&format!(
+            "{SELECT} WHERE n.parent_id IS NULL AND n.kind = 0 AND n.name = ?1"
+        ))?
+        .query_row([first], read_row)
+        .optional()?;
+    let mut row = match (scope, account) {
+        (Scope::Account(a), Some(acc)) if acc.id == a => acc,
+        (Scope::Account(_), _) => return Err(outside()),
+        (Scope::All, Some(acc)) => acc,
+        (Scope::All, None) => return Err(Error::not_found(format!("{path} not found"))),
+    };
+    for seg in rest {
+        if row.is_file() {
+            return Err(Error::not_found(format!("{path} not found")));
+        }
+        row = find_child(conn, row.id, seg)?
+            .ok_or_else(|| Error::not_found(format!("{path} not found")))?;
+    }
+    Ok(row)
+}
+
+/// Resolves a file ID (opaque to clients; decimal digits here) with the account check. Another
+/// account's file is "not found", exactly as an unused ID: IDs are sequential, and a different
+/// answer would let anyone count the files of others.
+pub(in crate::store) fn file_by_id(conn: &Connection, scope: Scope, id: &str) -> Result<NodeRow> {
+    let not_found = || Error::not_found(format!("no file with ID {id}"));
+    let n: i64 = id.parse().map_err(|_| not_found())?;
+    let row = get_row(conn, n)?
+        .filter(|row| row.is_file())
+        .filter(|row| match scope {
+            Scope::Account(a) => a == row.account_id,
+            Scope::All => true,
+        })
+        .ok_or_else(not_found)?;
+    // A file of a tree being purged (deleted, detached from its account) is gone already.
+    if !attached(conn, row.id)? {
+        return Err(not_found());
+    }
+    Ok(row)
+}
+
+/// Whether the node is under an account, not in a tree a delete detached (`store::purge`).
+fn attached(conn: &Connection, id: i64) -> Result<bool> {
+    let root_kind: Option<i64> = conn
+        .prepare_cached(
+            "WITH RECURSIVE up(id, parent_id, kind) AS (
+                 SELECT id, parent_id, kind FROM nodes WHERE id = ?1
+                 UNION ALL SELECT n.id, n.parent_id, n.kind FROM nodes n JOIN up ON n.id = up.parent_id)
+             SELECT kind FROM up WHERE parent_id IS NULL",
+        )?
+        .query_row([id], |r| r.get(0))
+        .optional()?;
+    Ok(root_kind == Some(NodeKind::Account as i64))
+}
+
+/// The row of a node known to exist.
+pub(in crate::store) fn row(conn: &Connection, id: i64) -> Result<NodeRow> {
+    get_row(conn, id)?.ok_or_else(|| Error::internal(format!("node {id} vanished")))
+}
+
+/// The path of a node, walking up its parents.
+pub(in crate::store) fn path_of(conn: &Connection, mut id: i64) -> Result<NodePath> {
+    let mut names = Vec::new();
+    let mut stmt = conn.prepare_cached("SELECT parent_id, name FROM nodes WHERE id = ?1")?;
+    loop {
+        let (parent, name): (Option<i64>, String) =
+            stmt.query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        names.push(name);
+        match parent {
+            Some(p) => id = p,
+            None => break,
+        }
+    }
+    names.reverse();
+    NodePath::from_segments(names)
+}
+
+/// Folders resolved within one transaction, for a batch of files that mostly share a few: a
+/// path is walked from its account down once, not once per file, and the folder's path as
+/// stored (names in NFC, which the caller's spelling may not be) is read once. Valid while
+/// the caller holds the store's lock and the transaction (nothing can move or remove a folder).
+#[derive(Default)]
+pub(in crate::store) struct Folders(std::collections::HashMap<NodePath, (NodeRow, NodePath)>);
+
+impl Folders {
+    /// The folder at `path` and its path as stored.
+    pub(in crate::store) fn resolve(
+        &mut self,
+        conn: &Connection,
+        scope: Scope,
+        path: &NodePath,
+    ) -> Result<(NodeRow, NodePath)> {
+        if let Some(found) = self.0.get(path) {
+            return Ok(found.clone());
+        }
+        let row = resolve(conn, scope, path)?;
+        let stored = path_of(conn, row.id)?;
+        self.0.insert(path.clone(), (row.clone(), stored.clone()));
+        Ok((row, stored))
+    }
+}
+
+pub(super) fn split(path: &NodePath) -> Result<(NodePath, &str)> {
+    match (path.parent(), path.name()) {
+        (Some(parent), Some(name)) => Ok((parent, name)),
+        _ => Err(Error::forbidden("the root cannot be changed")),
+    }
+}
+
+/// A container that can hold files and folders (a vault or a folder).
+pub(super) fn require_folder(row: &NodeRow, path: &NodePath) -> Result<()> {
+    match row.kind {
+        NodeKind::Vault | NodeKind::Folder => Ok(()),
+        NodeKind::Account => Err(Error::forbidden(
+            "an account holds vaults only; vaults come with accounts",
+        )),
+        NodeKind::File => Err(Error::conflict(
+            "not_a_folder",
+            format!("{path} is a file, not a folder"),
+        )),
+    }
+}

@@ -1,0 +1,405 @@
+//! The three upload steps: the file created (step 1), a pending version opened (step 2), and the
+//! bytes committed (step 3), in group commits: step 3s that arrive while one commits are
+//! committed together, one savepoint each.
+
+use std::sync::{Arc, Mutex};
+
+use super::delete::prune_versions;
+use super::limits::check_quota;
+use super::resolve::{
+    Folders, file_by_id, find_child, get_row, path_of, require_folder, row, split,
+};
+use super::{NodeKind, NodeRow, insert_node, touch};
+use crate::api::{EXEC_BITS, Error, FileAttrs, FileExProperties, Node, NodePath, Result};
+use crate::store::blobs::{BlobWriter, StagedBlob};
+use crate::store::db::{Conn as Connection, OptionalExtension, params};
+use crate::store::{Scope, Store, now_ns, time_to_ns};
+use crate::sync::relock;
+
+/// What upload step 3 needs to know before it reads the body.
+#[derive(Debug, Clone)]
+pub struct PendingUpload {
+    pub length: u64,
+    pub md5: Option<String>,
+    pub committed: bool,
+}
+
+/// Upload step 1 inside the caller's transaction: the file at `path`, created empty (its
+/// folder's time moved) unless it exists; a folder of that name is a conflict.
+pub(in crate::store) fn create_file_row(
+    tx: &Connection,
+    scope: Scope,
+    path: &NodePath,
+    now: i64,
+) -> Result<NodeRow> {
+    create_file_row_in(tx, scope, path, now, &mut Folders::default())
+}
+
+/// `create_file_row` with the folder looked up in (and remembered by) `folders`.
+pub(in crate::store) fn create_file_row_in(
+    tx: &Connection,
+    scope: Scope,
+    path: &NodePath,
+    now: i64,
+    folders: &mut Folders,
+) -> Result<NodeRow> {
+    let (folder, name) = split(path)?;
+    let name = &crate::api::path::new_name(name)?;
+    let parent = folders.resolve(tx, scope, &folder)?.0;
+    require_folder(&parent, &folder)?;
+    match find_child(tx, parent.id, name)? {
+        Some(existing) if existing.is_file() => Ok(existing),
+        Some(_) => Err(Error::conflict("exists", format!("{path} is a folder"))),
+        None => {
+            let id = insert_node(tx, &parent, NodeKind::File, name, now)?;
+            touch(tx, Some(parent.id), now)?;
+            row(tx, id)
+        }
+    }
+}
+
+impl Store {
+    /// Upload step 1: the file `name` in `folder`, created empty unless it exists.
+    pub fn create_file(&self, scope: Scope, folder: &NodePath, name: &str) -> Result<Node> {
+        let path = folder.child(&crate::api::path::new_name(name)?)?;
+        path.check_depth()?;
+        let conn = self.lock()?;
+        let tx = conn.transaction()?;
+        check_quota(&tx, &self.config, scope, 1, 0)?;
+        let row = create_file_row(&tx, scope, &path, now_ns())?;
+        tx.commit()?;
+        Ok(row.to_api(&path))
+    }
+
+    /// Upload step 2: opens a pending version of `length` bytes (and the md5, if given), with
+    /// the attributes the file takes when it is committed.
+    pub fn begin_version(
+        &self,
+        scope: Scope,
+        file_id: &str,
+        length: u64,
+        md5: Option<&str>,
+        attrs: FileAttrs,
+    ) -> Result<Node> {
+        let md5 = md5.map(normalize_md5).transpose()?;
+        self.check_file_size(length)?;
+        let conn = self.lock()?;
+        let tx = conn.transaction()?;
+        let file = file_by_id(&tx, scope, file_id)?;
+        // Versions are kept: each one counts, the announced length now.
+        check_quota(&tx, &self.config, scope, 0, length)?;
+        tx.execute(
+            "INSERT INTO versions (file_id, length, md5, committed, created_on, modified_on, exec) VALUES (?1, ?2, ?3, 0, ?4, ?5, ?6)",
+            params![file.id, length as i64, md5, now_ns(), attrs.modified.map(time_to_ns), attrs.mode.map(|m| m & EXEC_BITS)],
+        )?;
+        let vid = tx.last_insert_rowid()?;
+        let path = path_of(&tx, file.id)?;
+        tx.commit()?;
+        let mut node = file.to_api(&path);
+        node.file_ex_properties = Some(FileExProperties {
+            upload_uri: format!("/nodes/upload/{}/{vid}", file.id),
+            version_id: Some(vid.to_string()),
+        });
+        Ok(node)
+    }
+
+    /// Sets a file's attributes without a new version (our step 2 without `length`).
+    pub fn set_attrs(&self, scope: Scope, file_id: &str, attrs: FileAttrs) -> Result<Node> {
+        let conn = self.lock()?;
+        let tx = conn.transaction()?;
+        let file = file_by_id(&tx, scope, file_id)?;
+        tx.execute(
+            "UPDATE nodes SET modified_on = coalesce(?2, modified_on), exec = coalesce(?3, exec) WHERE id = ?1",
+            params![file.id, attrs.modified.map(time_to_ns), attrs.mode.map(|m| m & EXEC_BITS)],
+        )?;
+        let row = row(&tx, file.id)?;
+        let path = path_of(&tx, file.id)?;
+        tx.commit()?;
+        Ok(row.to_api(&path))
+    }
+
+    /// Upload step 3, before the body: the version's announced length and md5.
+    pub fn pending_upload(
+        &self,
+        scope: Scope,
+        file_id: &str,
+        version_id: &str,
+    ) -> Result<PendingUpload> {
+        let conn = self.lock()?;
+        let file = file_by_id(&conn, scope, file_id)?;
+        let (length, md5, committed) = version_of(&conn, file.id, version_id)?;
+        Ok(PendingUpload {
+            length,
+            md5,
+            committed,
+        })
+    }
+
+    /// A staging file for upload bytes, hashed as it is written.
+    pub fn blob_writer(&self) -> std::io::Result<BlobWriter> {
+        self.blobs.writer()
+    }
+
+    /// Upload step 3, after the body: checks length and md5 against step 2, stores the bytes and
+    /// makes the version current, atomically. On any error the file keeps its content.
+    /// Repeating a step 3 that already succeeded with the same bytes succeeds again (so a client
+    /// may retry it safely).
+    ///
+    /// Group commit: each step 3 must be durable before it returns (the client drops its copy),
+    /// and a durable transaction costs a directory fsync and a WAL fsync under the store's lock.
+    /// Uploads that arrive while one commits queue up, and the next to get the lock commits
+    /// them all in one transaction (one savepoint each, so one failing fails alone).
+    pub fn commit_upload(
+        &self,
+        scope: Scope,
+        file_id: &str,
+        version_id: &str,
+        staged: StagedBlob,
+    ) -> Result<Node> {
+        self.note_write_activity();
+        // Held in the database too, for the other servers of a shared store (`hold_blob`).
+        let hold = self.hold_blob(&staged.sha256)?;
+        let done = self.commit_upload_held(scope, file_id, version_id, staged);
+        self.release_blob(hold);
+        done
+    }
+
+    fn commit_upload_held(
+        &self,
+        scope: Scope,
+        file_id: &str,
+        version_id: &str,
+        mut staged: StagedBlob,
+    ) -> Result<Node> {
+        // Into the bucket (if any) before the lock: see `Blobs::store_ahead`.
+        self.blobs.store_ahead(&mut staged, |hash| {
+            Ok(self
+                .lock()?
+                .prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?
+                .exists([hash])?)
+        })?;
+        let me = Arc::new(PendingCommit {
+            scope,
+            file_id: file_id.to_string(),
+            version_id: version_id.to_string(),
+            staged: Mutex::new(Some(staged)),
+            result: Mutex::new(None),
+        });
+        relock(&self.commits).push(me.clone());
+        let conn = self.lock()?;
+        // Results are set with the connection locked: a commit that took ours is finished.
+        if let Some(done) = relock(&me.result).take() {
+            return done;
+        }
+        // Ours is in the batch, unless a commit that took it panicked (then ours has no result).
+        let batch = std::mem::take(&mut *relock(&self.commits));
+        let outcome = self.commit_batch(&conn, &batch);
+        drop(conn);
+        for (render, name, sha) in outcome {
+            if let Some(kind) = render {
+                self.previews.enqueue(&sha, kind, &name);
+            }
+        }
+        relock(&me.result)
+            .take()
+            .unwrap_or_else(|| Err(Error::internal("upload commit lost its result")))
+    }
+
+    /// Commits the queued step 3s in one durable transaction and gives each its result. Returns
+    /// the previews to queue (after the lock is released).
+    fn commit_batch(
+        &self,
+        conn: &Connection,
+        batch: &[Arc<PendingCommit>],
+    ) -> Vec<(Option<crate::preview::Kind>, String, String)> {
+        let mut results: Vec<Result<Committed>> = Vec::new();
+        let committed = (|| -> Result<()> {
+            // Durable before it returns: the clients will drop their copies of these bytes.
+            let _durable = crate::store::schema::Durable::new(conn)?;
+            let mut tx = conn.unchecked_transaction()?;
+            for p in batch {
+                let Some(mut staged) = relock(&p.staged).take() else {
+                    results.push(Err(Error::internal("upload committed twice")));
+                    continue;
+                };
+                let sp = tx.savepoint()?;
+                let r = self.commit_one(&sp, p, &mut staged);
+                match r {
+                    Ok(v) => {
+                        sp.commit()?;
+                        results.push(Ok(v));
+                    }
+                    Err(e) => {
+                        drop(sp); // rolls this upload back, and only it
+                        results.push(Err(e));
+                    }
+                }
+            }
+            tx.commit()?;
+            // Under the lock still: no upload can be about to reuse these bytes.
+            for h in results.iter().flatten().flat_map(|c| &c.freed) {
+                self.forget_blob(conn, h);
+            }
+            Ok(())
+        })();
+        let mut previews = Vec::new();
+        for (i, p) in batch.iter().enumerate() {
+            let r = match (&committed, results.get(i)) {
+                (Err(e), _) => Err(e.clone()),
+                (Ok(()), Some(Ok(c))) => {
+                    previews.push((c.render, c.name.clone(), c.sha.clone()));
+                    Ok(c.node.clone())
+                }
+                (Ok(()), Some(Err(e))) => Err(e.clone()),
+                (Ok(()), None) => Err(Error::internal("upload commit lost its result")),
+            };
+            *relock(&p.result) = Some(r);
+        }
+        previews
+    }
+
+    /// One step 3 inside the group's transaction: the node, whether its preview is to be made,
+    /// its name and blob hash.
+    fn commit_one(
+        &self,
+        tx: &Connection,
+        p: &PendingCommit,
+        staged: &mut StagedBlob,
+    ) -> Result<Committed> {
+        let file = file_by_id(tx, p.scope, &p.file_id)?;
+        let (length, md5, committed) = version_of(tx, file.id, &p.version_id)?;
+        let vid: i64 = p.version_id.parse().expect("checked by version_of");
+        if committed {
+            let blob: Option<String> =
+                tx.query_row("SELECT blob FROM versions WHERE id = ?1", [vid], |r| {
+                    r.get(0)
+                })?;
+            if blob.as_deref() != Some(staged.sha256.as_str()) {
+                return Err(Error::conflict(
+                    "version_committed",
+                    "this version was already uploaded with other bytes",
+                ));
+            }
+        } else {
+            check_upload(length, md5.as_deref(), staged)?;
+            // Again at commit: versions announced together could pass the check of step 2.
+            check_quota(tx, &self.config, p.scope, 0, length)?;
+            let known = tx
+                .prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?
+                .exists([&staged.sha256])?;
+            if !known {
+                self.blobs.commit(staged)?;
+                tx.execute(
+                    "INSERT INTO blobs (hash, size, md5) VALUES (?1, ?2, ?3)",
+                    params![staged.sha256, staged.len as i64, staged.md5],
+                )?;
+            }
+            let now = now_ns();
+            tx.execute(
+                "UPDATE versions SET blob = ?2, md5 = ?3, committed = 1, committed_on = ?4 WHERE id = ?1",
+                params![vid, staged.sha256, staged.md5, now],
+            )?;
+            tx.execute(
+                "UPDATE nodes SET current_version = v.id, modified_on = coalesce(v.modified_on, ?2),
+                 exec = coalesce(v.exec, nodes.exec) FROM versions v WHERE nodes.id = ?1 AND v.id = ?3",
+                params![file.id, now, vid],
+            )?;
+        }
+        // Its preview is wanted from now on (InProgress until rendered), unless these bytes
+        // have one already.
+        let render = crate::store::previews::want(tx, &self.blobs, &staged.sha256, &file.name)?;
+        let freed = prune_versions(tx, file.id, self.config.earlier_versions)?;
+        let row = get_row(tx, file.id)?.expect("file exists");
+        let path = path_of(tx, file.id)?;
+        Ok(Committed {
+            node: row.to_api(&path),
+            render,
+            name: file.name,
+            sha: staged.sha256.clone(),
+            freed,
+        })
+    }
+}
+
+/// The md5 of step 2 as hex, from hex or base64 (the public service's clients send base64).
+fn normalize_md5(md5: &str) -> Result<String> {
+    crate::api::checksum::md5_hex(md5).ok_or_else(|| {
+        Error::bad_request(
+            "bad_checksum",
+            "md5_checksum must be an md5: 32 hexadecimal digits or 24 characters of base64",
+        )
+    })
+}
+
+/// (length, md5, committed) of a version of `file_id`.
+fn version_of(
+    conn: &Connection,
+    file_id: i64,
+    version_id: &str,
+) -> Result<(u64, Option<String>, bool)> {
+    let not_found = || {
+        Error::new(
+            crate::api::ErrorKind::NotFound,
+            "version_not_found",
+            format!("no pending version {version_id} for this file"),
+        )
+    };
+    let vid: i64 = version_id.parse().map_err(|_| not_found())?;
+    conn.query_row(
+        "SELECT length, md5, committed FROM versions WHERE id = ?1 AND file_id = ?2",
+        params![vid, file_id],
+        |r| {
+            Ok((
+                r.get::<_, i64>(0)? as u64,
+                r.get(1)?,
+                r.get::<_, i64>(2)? != 0,
+            ))
+        },
+    )
+    .optional()?
+    .ok_or_else(not_found)
+}
+
+/// The checks of step 3 against step 2, in one place.
+pub fn check_upload(length: u64, md5: Option<&str>, staged: &StagedBlob) -> Result<()> {
+    if staged.len != length {
+        return Err(length_mismatch(length, staged.len));
+    }
+    if let Some(m) = md5 {
+        if m != staged.md5 {
+            return Err(Error::bad_request(
+                "checksum_mismatch",
+                format!("the bytes have md5 {}, step 2 announced {m}", staged.md5),
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub fn length_mismatch(expected: u64, got: u64) -> Error {
+    Error::bad_request(
+        "length_mismatch",
+        format!("step 2 announced {expected} bytes, {got} were sent"),
+    )
+}
+
+/// A file stored: its node, the kind of preview to queue (when its bytes and kind are new),
+/// its name and blob hash.
+/// A version made current: the file, whether its preview is to be made, its name, the blob's
+/// hash, and the blobs the earlier versions it dropped no longer need.
+pub(in crate::store) struct Committed {
+    pub node: Node,
+    pub render: Option<crate::preview::Kind>,
+    pub name: String,
+    pub sha: String,
+    pub freed: Vec<String>,
+}
+
+/// A step 3 waiting for the next group commit (see `Store::commit_upload`).
+pub(in crate::store) struct PendingCommit {
+    scope: Scope,
+    file_id: String,
+    version_id: String,
+    staged: Mutex<Option<StagedBlob>>,
+    result: Mutex<Option<Result<Node>>>,
+}

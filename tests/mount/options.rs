@@ -1,0 +1,125 @@
+//! Mount options and settings: `allow_other`, the config file against flags, the mount's source.
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+use super::errno_of;
+use crate::common;
+use crate::common::env::{Env, Via};
+
+/// Other users are kept out of a mount unless `--allow-other` lets them in.
+#[test]
+fn other_users_need_allow_other() {
+    let Some(env) = Env::new(Via::Local) else {
+        return;
+    };
+    // The mount point's temporary parent must be traversable by the other user.
+    let mut perm = fs::metadata(env._tmp.path()).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    fs::set_permissions(env._tmp.path(), perm).unwrap();
+    let as_nobody = |p: &Path| {
+        Command::new("runuser")
+            .args(["-u", "nobody", "--", "ls"])
+            .arg(p)
+            .output()
+            .unwrap()
+    };
+    let m = env.mount(&[]);
+    let out = as_nobody(&env.mnt);
+    assert!(!out.status.success(), "another user could list the mount");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"));
+    assert!(env.vault().is_dir(), "the owner still can");
+    m.unmount();
+    let m = env.mount(&["--allow-other"]);
+    let out = as_nobody(&env.mnt);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "Local");
+    drop(m);
+}
+
+/// `config.toml` gives mounts their defaults, per mount point too; flags override it.
+#[test]
+fn config_file_values_apply_and_flags_override_them() {
+    let Some(env) = Env::new(Via::Local) else {
+        return;
+    };
+    let from_config = env._tmp.path().join("cache-from-config");
+    let from_flag = env._tmp.path().join("cache-from-flag");
+    fs::create_dir_all(env.config.join("vaultfs")).unwrap();
+    fs::create_dir_all(&env.mnt).unwrap();
+    fs::write(
+        env.config.join("vaultfs/config.toml"),
+        format!(
+            "[mount]\ndir_ttl = 1\n\n[mount.\"{}\"]\nread_only = true\ncache_dir = \"{}\"\ndata_dir = \"{}\"\n\n[mount.\"/somewhere/else\"]\nallow_other = true\n",
+            env.mnt.display(),
+            from_config.display(),
+            env.data.display()
+        ),
+    )
+    .unwrap();
+    let cfg = [("XDG_CONFIG_HOME", env.config.as_path())];
+    let m = common::mount::Mount::start_with_env(&env.mnt, &[], &cfg);
+    assert!(
+        from_config.join("journal").is_dir(),
+        "config's cache_dir unused: {}",
+        m.log_text()
+    );
+    assert_eq!(errno_of(fs::write(env.vault().join("x"), "x")), libc::EROFS);
+    m.unmount();
+    let m = common::mount::Mount::start_with_env(
+        &env.mnt,
+        &["--cache-dir", from_flag.to_str().unwrap()],
+        &cfg,
+    );
+    assert!(
+        from_flag.join("journal").is_dir(),
+        "the flag did not win: {}",
+        m.log_text()
+    );
+    drop(m);
+    // A config the mount cannot use is a clear error, not a silent default.
+    fs::write(
+        env.config.join("vaultfs/config.toml"),
+        "[mount]\ncache_sise = \"1G\"\n",
+    )
+    .unwrap();
+    let out = Command::new(common::mount::BIN)
+        .args(["mount", env.mnt.to_str().unwrap()])
+        .env("XDG_CONFIG_HOME", &env.config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown option `cache_sise`"));
+}
+
+/// `findmnt -S`, `df` and `umount SOURCE` find a mount by its source: it names the store
+/// (`local:DIR`, the server's URL), with the type `fuse.vaultfs`; `noatime` is shown.
+#[test]
+fn the_mount_source_names_the_store() {
+    for via in [Via::Local, Via::Remote] {
+        let Some(env) = Env::new(via) else {
+            return;
+        };
+        let m = env.mount(&[]);
+        let want = match via {
+            Via::Local => format!("local:{}", fs::canonicalize(&env.data).unwrap().display()),
+            Via::Remote => env.server.as_ref().unwrap().base.clone(),
+        };
+        let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
+        let mnt = env.mnt.display().to_string();
+        let line = mounts
+            .lines()
+            .find(|l| l.split(' ').nth(1) == Some(&*mnt))
+            .unwrap_or_else(|| panic!("{mnt} not in {mounts}"));
+        let fields: Vec<&str> = line.split(' ').collect();
+        assert_eq!((fields[0], fields[2]), (&*want, "fuse.vaultfs"), "{line}");
+        // Access times are not kept, and the options say so.
+        assert!(fields[3].split(',').any(|o| o == "noatime"), "{line}");
+        m.unmount();
+    }
+}

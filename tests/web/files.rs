@@ -1,0 +1,115 @@
+//! Working with files in the pages: uploads, folders, renames, sorting and paging.
+
+use super::{VAULT, alice, html_unescape, urlencode};
+use crate::common::TestServer;
+
+/// The names in a listing's table, in order.
+fn names(html: &str) -> Vec<String> {
+    html.split("<td class=\"name\"><a href=\"")
+        .skip(1)
+        .map(|rest| {
+            let start = rest.find('>').unwrap() + 1;
+            html_unescape(&rest[start..start + rest[start..].find('<').unwrap()])
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn uploads_folders_renames_sorting_and_paging() {
+    let s = TestServer::start().await;
+    let (alice, token) = alice(&s).await;
+    // An upload of an existing name is a new version of that file.
+    let (_, one) = alice.upload(VAULT, "a.txt", b"one", &token).await;
+    let (_, two) = alice
+        .upload(VAULT, "a.txt", b"second version", &token)
+        .await;
+    assert_eq!(one["message"]["id"], two["message"]["id"]);
+    let id = two["message"]["id"].as_str().unwrap();
+    assert_eq!(
+        s.store.version_history(id).unwrap().len(),
+        2,
+        "two versions"
+    );
+    let d = alice
+        .get(two["message"]["download_link_uri"].as_str().unwrap())
+        .await;
+    assert_eq!(d.body, "second version");
+    // A folder with a name that needs encoding, and an upload into it.
+    let r = alice
+        .post(
+            &format!("/web/folder/{VAULT}"),
+            &[("csrf", &token), ("name", "Résumé & co")],
+        )
+        .await;
+    assert_eq!(r.status, 303);
+    let sub = format!("{VAULT}/{}", urlencode("Résumé & co"));
+    let (st, _) = alice.upload(&sub, "cv.txt", b"cv", &token).await;
+    assert_eq!(st, 200);
+    assert_eq!(
+        names(&alice.get(&format!("/web/browse/{sub}")).await.body),
+        ["cv.txt"]
+    );
+    let taken = alice
+        .post(
+            &format!("/web/folder/{VAULT}"),
+            &[("csrf", &token), ("name", "a.txt")],
+        )
+        .await;
+    assert_eq!(taken.status, 409);
+    assert!(taken.body.contains("already exists"), "{}", taken.body);
+
+    alice.upload(VAULT, "b.bin", &[0u8; 300], &token).await;
+    alice.upload(VAULT, "c.bin", &[0u8; 3000], &token).await;
+    let listing = |q: &str| {
+        let path = format!("/web/browse/{VAULT}?{q}");
+        let alice = &alice;
+        async move { alice.get(&path).await.body }
+    };
+    // Folders first, then by the column asked for.
+    assert_eq!(
+        names(&listing("").await),
+        ["Résumé & co", "a.txt", "b.bin", "c.bin"]
+    );
+    assert_eq!(
+        names(&listing("sort=size&order=desc").await),
+        ["Résumé & co", "c.bin", "b.bin", "a.txt"]
+    );
+    let first = listing("sort=size&order=desc&per_page=2").await;
+    assert_eq!(names(&first), ["Résumé & co", "c.bin"]);
+    assert!(first.contains("Page 1 of 2 (4 entries)"));
+    assert!(first.contains("aria-sort=\"descending\""));
+    let second = listing("sort=size&order=desc&per_page=2&page=2").await;
+    assert_eq!(names(&second), ["b.bin", "a.txt"]);
+
+    // Rename: to the file's page under its new name.
+    let r = alice
+        .post(
+            &format!("/web/rename/{VAULT}/a.txt"),
+            &[("csrf", &token), ("name", "renamed.txt")],
+        )
+        .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(
+        r.location(),
+        two["message"]["link_uri"].as_str().unwrap(),
+        "same file"
+    );
+    assert!(
+        alice
+            .get(r.location())
+            .await
+            .body
+            .contains("<h1>renamed.txt</h1>")
+    );
+    // Delete, after the confirmation page.
+    let ask = alice.get(&format!("/web/delete/{VAULT}/b.bin")).await;
+    assert!(ask.body.contains("cannot be undone"));
+    let gone = alice
+        .post(&format!("/web/delete/{VAULT}/b.bin"), &[("csrf", &token)])
+        .await;
+    assert_eq!(gone.status, 303);
+    assert_eq!(
+        names(&listing("").await),
+        ["Résumé & co", "c.bin", "renamed.txt"]
+    );
+}
