@@ -150,9 +150,7 @@ impl Store {
         let freed = delete_subtree(&tx, row.id)?;
         touch(&tx, row.parent_id, now)?;
         tx.commit()?;
-        for h in freed {
-            self.forget_blob(&conn, &h);
-        }
+        self.forget_blobs(&conn, &freed);
         Ok(())
     }
 }

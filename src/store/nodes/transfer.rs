@@ -195,9 +195,7 @@ impl Store {
         touch(&tx, Some(dp.id), now)?;
         let row = get_row(&tx, id)?.expect("node exists");
         tx.commit()?;
-        for h in freed {
-            self.forget_blob(&conn, &h);
-        }
+        self.forget_blobs(&conn, &freed);
         Ok(row.to_api(dst))
     }
 }

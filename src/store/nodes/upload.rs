@@ -237,9 +237,7 @@ impl Store {
             }
             tx.commit()?;
             // Under the lock still: no upload can be about to reuse these bytes.
-            for h in results.iter().flatten().flat_map(|c| &c.freed) {
-                self.forget_blob(conn, h);
-            }
+            self.forget_blobs(conn, results.iter().flatten().flat_map(|c| &c.freed));
             Ok(())
         })();
         let mut previews = Vec::new();
