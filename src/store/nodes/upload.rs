@@ -211,7 +211,7 @@ impl Store {
         &self,
         conn: &Connection,
         batch: &[Arc<PendingCommit>],
-    ) -> Vec<(Option<crate::preview::Kind>, String, String)> {
+    ) -> Vec<(Option<crate::preview::PreviewKind>, String, String)> {
         let mut results: Vec<Result<Committed>> = Vec::new();
         let committed = (|| -> Result<()> {
             // Durable before it returns: the clients will drop their copies of these bytes.
@@ -387,7 +387,7 @@ pub fn length_mismatch(expected: u64, got: u64) -> Error {
 /// hash, and the blobs the earlier versions it dropped no longer need.
 pub(in crate::store) struct Committed {
     pub node: Node,
-    pub render: Option<crate::preview::Kind>,
+    pub render: Option<crate::preview::PreviewKind>,
     pub name: String,
     pub sha: String,
     pub freed: Vec<String>,
