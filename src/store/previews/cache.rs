@@ -3,56 +3,27 @@
 //! the move to previews by kind.
 
 use std::fs;
-use std::path::Path;
 use std::sync::atomic::Ordering;
 
 use super::workers::Pool;
-use super::{IS_CURRENT, Job, Previews, dir_of, kind_of, remove_dir, remove_kind_dir};
+use super::{IS_CURRENT, Job, Previews, kind_of};
 use crate::api::Result;
 use crate::preview::Kind;
 use crate::store::Store;
+use crate::store::blobs::Blobs;
 use crate::store::db::{Conn as Connection, TransactionBehavior, params};
 
 impl Previews {
-    /// After a crash, alone with the store: empties `previews/tmp` (jobs that died with their
-    /// process) and removes preview directories that no ready row accounts for (a row removed
-    /// whose files were not yet).
-    pub(in crate::store) fn recover(&self, conn: &Connection) -> Result<()> {
-        let tmp = self.root.join("tmp");
-        for entry in fs::read_dir(&tmp)? {
-            let _ = fs::remove_dir_all(entry?.path());
-        }
+    /// After a crash, alone with the store (its data directory): empties `previews/tmp` (jobs
+    /// that died with their process) and removes the previews that no ready row accounts for
+    /// (a row removed whose files were not yet), wherever they are kept (`Blobs::sweep_previews`).
+    pub(in crate::store) fn recover(&self, conn: &Connection, blobs: &Blobs) -> Result<()> {
         let mut ready =
             conn.prepare("SELECT 1 FROM previews WHERE blob = ?1 AND kind = ?2 AND status = 1")?;
-        let mut removed = 0;
-        for prefix in fs::read_dir(&self.root)? {
-            let prefix = prefix?;
-            if prefix.file_name() == "tmp" || !prefix.file_type()?.is_dir() {
-                continue;
-            }
-            for entry in fs::read_dir(prefix.path())? {
-                let entry = entry?;
-                let hash = entry.file_name();
-                let Some(hash) = hash.to_str().filter(|_| entry.path().is_dir()) else {
-                    remove_dir(&entry.path());
-                    removed += 1;
-                    continue;
-                };
-                for kind in fs::read_dir(entry.path())? {
-                    let kind = kind?;
-                    let known = match kind.file_name().to_str().and_then(Kind::parse) {
-                        Some(k) => ready.exists(params![hash, k.as_str()])?,
-                        None => false,
-                    };
-                    if !known {
-                        remove_dir(&kind.path());
-                        removed += 1;
-                    }
-                }
-                // Gone when no kind is left.
-                let _ = fs::remove_dir(entry.path());
-            }
-        }
+        let removed = blobs.sweep_previews(conn.is_pg(), |hash, kind| match Kind::parse(kind) {
+            Some(k) => Ok(ready.exists(params![hash, k.as_str()])?),
+            None => Ok(false),
+        })?;
         if removed > 0 {
             log::info!("removed {removed} preview(s) no longer recorded");
         }
@@ -77,7 +48,8 @@ impl Store {
         let mut moved = 0;
         for (hash, name) in &old {
             let kind = kind_of(&tx, &self.blobs, hash, name)?;
-            let folder = self.previews.root.join(&hash[..2]).join(hash);
+            // (Stores of before kinds kept their previews in the data directory.)
+            let folder = self.blobs.local_previews().join(&hash[..2]).join(hash);
             if kind == Kind::Unsupported {
                 tx.execute("DELETE FROM previews WHERE blob = ?1 AND kind = ''", [hash])?;
                 let _ = fs::remove_dir_all(&folder);
@@ -165,8 +137,8 @@ impl Pool {
         }
         tx.commit()?;
         for (hash, kind) in &gone {
-            if let Some(kind) = Kind::parse(kind) {
-                remove_kind_dir(&dir_of(&self.root, hash, kind));
+            if Kind::parse(kind).is_some() {
+                self.blobs.remove_preview(hash, Some(kind));
             }
         }
         if !gone.is_empty() {
@@ -194,7 +166,13 @@ impl Pool {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         for (hash, kind) in &old {
             let Some(k) = Kind::parse(kind) else { continue };
-            let bytes = dir_bytes(&dir_of(&self.root, hash, k));
+            let bytes: u64 = self
+                .blobs
+                .preview_sizes(hash, k.as_str())
+                .unwrap_or_default()
+                .into_iter()
+                .map(on_disk)
+                .sum();
             tx.execute(
                 "UPDATE previews SET bytes = ?3 WHERE blob = ?1 AND kind = ?2",
                 params![hash, kind, bytes as i64],
@@ -228,16 +206,4 @@ pub(super) fn preview_bytes(conn: &Connection) -> Result<(u64, u64)> {
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
     Ok((all.max(0) as u64, unrequested.max(0) as u64))
-}
-
-/// Bytes of the files in a preview directory, in 4 KiB blocks.
-pub(super) fn dir_bytes(dir: &Path) -> u64 {
-    fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| e.metadata().ok())
-                .map(|m| on_disk(m.len()))
-                .sum()
-        })
-        .unwrap_or(0)
 }

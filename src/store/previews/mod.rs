@@ -1,6 +1,7 @@
-//! Previews of stored files (DESIGN.md §2), kept beside the blobs in
-//! `previews/<hash[0..2]>/<hash>/<kind>/` (`page-0001.png`..., `document.pdf` when one was
-//! made). They are keyed by the blob and the kind its bytes are rendered as, which the file's
+//! Previews of stored files (DESIGN.md §2), kept where the blobs are (`Blobs`: in
+//! `previews/<hash[0..2]>/<hash>/<kind>/` beside a folder of blobs, under `PREFIX/previews/` in
+//! a bucket, so every server of a store reads what any of them rendered): `page-0001.png`...,
+//! `document.pdf` when one was made. They are keyed by the blob and the kind its bytes are rendered as, which the file's
 //! name chooses (`crate::preview::name_class`; the kind of the bytes for each class of name is
 //! judged once and kept in `blobs.kinds`): copies and files whose names pick the same kind share
 //! one, each name gets the kind its own type implies, a new version gets its own; the
@@ -44,9 +45,7 @@ mod queue;
 mod reads;
 mod workers;
 
-use std::fs;
 use std::io::Read;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
@@ -183,8 +182,6 @@ fn key(hash: &str, kind: Kind) -> String {
 }
 
 pub(super) struct Previews {
-    /// `<data dir>/previews`
-    root: PathBuf,
     db: super::db::Engine,
     shared: Arc<Shared>,
     scaled: Mutex<Scaled>,
@@ -192,16 +189,8 @@ pub(super) struct Previews {
 }
 
 impl Previews {
-    pub(super) fn new(
-        data_dir: &Path,
-        db: super::db::Engine,
-        mode: PreviewMode,
-        cache_size: u64,
-    ) -> std::io::Result<Self> {
-        let root = data_dir.join("previews");
-        fs::create_dir_all(root.join("tmp"))?;
-        Ok(Previews {
-            root,
+    pub(super) fn new(db: super::db::Engine, mode: PreviewMode, cache_size: u64) -> Self {
+        Previews {
             db,
             shared: Arc::new(Shared::new(mode, cache_size)),
             scaled: Mutex::new(Scaled {
@@ -209,22 +198,7 @@ impl Previews {
                 bytes: 0,
             }),
             started: OnceLock::new(),
-        })
-    }
-
-    fn dir_of(&self, hash: &str, kind: Kind) -> PathBuf {
-        dir_of(&self.root, hash, kind)
-    }
-
-    /// Removes the preview files of a blob that is gone, of every kind (their rows went with
-    /// the blob's).
-    pub(super) fn remove_files(&self, hash: &str) {
-        remove_blob_dir(&self.root, hash);
-    }
-
-    /// `<data dir>/previews`
-    pub(super) fn root(&self) -> &Path {
-        &self.root
+        }
     }
 
     /// Queues the preview of a stored version for the background (the commit path).
@@ -247,33 +221,6 @@ impl Drop for Previews {
     fn drop(&mut self) {
         // A job in progress finishes (or is dropped) on its own; nothing new starts.
         self.shared.close();
-    }
-}
-
-/// `previews/<hash[0..2]>/<hash>/<kind>/`: every kind of some bytes in one folder, which goes
-/// with the bytes.
-fn dir_of(root: &Path, hash: &str, kind: Kind) -> PathBuf {
-    root.join(&hash[..2]).join(hash).join(kind.as_str())
-}
-
-fn remove_dir(dir: &Path) {
-    if let Err(e) = fs::remove_dir_all(dir) {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            log::warn!("could not remove the preview {}: {e}", dir.display());
-        }
-    }
-}
-
-/// Removes the previews of every kind of a blob that is gone, under the previews' `root`.
-pub(super) fn remove_blob_dir(root: &Path, hash: &str) {
-    remove_dir(&root.join(&hash[..2]).join(hash));
-}
-
-/// Removes the preview of one kind, and the blob's folder when it was the last.
-fn remove_kind_dir(dir: &Path) {
-    remove_dir(dir);
-    if let Some(parent) = dir.parent() {
-        let _ = fs::remove_dir(parent);
     }
 }
 
@@ -400,6 +347,7 @@ const IS_CURRENT: &str = "EXISTS (SELECT 1 FROM versions v WHERE v.blob = ?1
 mod tests {
     use super::*;
     use crate::store::Store;
+    use std::fs;
 
     /// A store of schema 6 (previews keyed by their bytes alone, files in `<hash>/`) opened by
     /// this one: each preview gets the kind its bytes have under the name it was rendered by,
@@ -470,7 +418,11 @@ mod tests {
             })
             .unwrap();
         assert_eq!(kinds, "none,text,none");
-        let moved = dir_of(&dir.join("previews"), &text, Kind::Text);
+        let moved = dir
+            .join("previews")
+            .join(&text[..2])
+            .join(&text)
+            .join("text");
         assert_eq!(fs::read(moved.join("page-0001.png")).unwrap(), b"png");
         assert_eq!(fs::read(moved.join("document.pdf")).unwrap(), b"pdf");
         assert!(!moved.parent().unwrap().join("page-0001.png").exists());

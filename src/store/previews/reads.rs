@@ -1,7 +1,6 @@
 //! What the store answers about previews (the metadata, page and PDF calls of the mount's
 //! `.preview/` and of HTTP), starting the threads, and their statistics.
 
-use std::fs::{self, File};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -74,7 +73,6 @@ impl Store {
             }
         }
         let pool = Pool {
-            root: p.root.clone(),
             blobs: self.blobs.clone(),
             db: p.db.clone(),
             shared: p.shared.clone(),
@@ -316,21 +314,47 @@ impl Store {
         }
     }
 
-    /// A file of a ready preview was not there: it was evicted meanwhile. Asking again
-    /// renders it again; meanwhile it is not ready.
+    /// A file of a ready preview was not there: it was evicted meanwhile, or its files were
+    /// lost (a cache folder emptied, previews a server kept on its own disk before they moved
+    /// to the bucket): a ready row with no file left goes too. Asking again renders it again;
+    /// meanwhile it is not ready.
     pub(super) fn evicted_meanwhile(
         &self,
         scope: Scope,
         file_id: &str,
+        (hash, kind): (&str, Kind),
         e: std::io::Error,
     ) -> Error {
         if e.kind() != std::io::ErrorKind::NotFound {
             return e.into();
         }
+        if let Err(e) = self.forget_lost_preview(hash, kind) {
+            return e;
+        }
         match self.preview_of(scope, file_id) {
             Ok(_) => not_ready(),
             Err(e) => e,
         }
+    }
+
+    /// Drops the ready row of a preview none of whose files is kept (checked in a transaction,
+    /// which a render being recorded waits for).
+    fn forget_lost_preview(&self, hash: &str, kind: Kind) -> Result<()> {
+        let conn = self.lock()?;
+        let tx = conn.transaction()?;
+        if self.blobs.preview_sizes(hash, kind.as_str())?.is_empty()
+            && tx.execute(
+                "DELETE FROM previews WHERE blob = ?1 AND kind = ?2 AND status = 1",
+                params![hash, kind.as_str()],
+            )? == 1
+        {
+            log::info!(
+                "the preview of {hash} ({}) was lost: made again",
+                kind.as_str()
+            );
+        }
+        tx.commit()?;
+        Ok(())
     }
 
     /// Page `page` (from 1) as PNG, scaled as asked (made from the stored page and cached).
@@ -353,11 +377,10 @@ impl Store {
         if let Some(b) = relock(cache).lru.get(&cache_key) {
             return Ok(b.clone());
         }
-        let path = self
-            .previews
-            .dir_of(&hash, kind)
-            .join(page_file(page as usize));
-        let png = fs::read(&path).map_err(|e| self.evicted_meanwhile(scope, file_id, e))?;
+        let png = self
+            .blobs
+            .read_preview(&hash, kind.as_str(), &page_file(page as usize))
+            .map_err(|e| self.evicted_meanwhile(scope, file_id, (&hash, kind), e))?;
         if (tw, th) == (w, h) {
             return Ok(Bytes::from(png));
         }
@@ -382,14 +405,9 @@ impl Store {
     pub fn preview_pdf(&self, scope: Scope, file_id: &str) -> Result<(BlobFile, u64)> {
         let ready = self.ready(scope, file_id)?;
         let file = if ready.own_pdf {
-            BlobFile::from_file(
-                File::open(
-                    self.previews
-                        .dir_of(&ready.hash, ready.kind)
-                        .join("document.pdf"),
-                )
-                .map_err(|e| self.evicted_meanwhile(scope, file_id, e))?,
-            )?
+            self.blobs
+                .open_preview(&ready.hash, ready.kind.as_str(), "document.pdf")
+                .map_err(|e| self.evicted_meanwhile(scope, file_id, (&ready.hash, ready.kind), e))?
         } else {
             // The preview of a PDF is the PDF itself.
             let _guard = self.lock()?; // a delete cannot remove the blob meanwhile

@@ -1,9 +1,9 @@
 //! The preview threads: workers of each tier taking jobs from the queues, rendering into a
 //! folder of their own and recording the result; the supervisor that replaces a stuck worker.
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -12,12 +12,11 @@ use super::cache::{on_disk, preview_bytes};
 use super::queue::{Shared, Tier};
 use super::{
     BACKGROUND_MIN_BYTES, FILES_BYTES_TTL, IN_PROGRESS, IS_CURRENT, JOB_HARD_LIMIT, JOB_TIME, Job,
-    Judged, NOT_SUPPORTED, PreviewMode, READY, UNREQUESTED_SHARE, dir_of, files_bytes, judge,
-    page_file,
+    Judged, NOT_SUPPORTED, PreviewMode, READY, UNREQUESTED_SHARE, files_bytes, judge, page_file,
 };
 use crate::api::Result;
 use crate::preview::{self, DocumentPdf, Kind, Limits};
-use crate::store::blobs::Blobs;
+use crate::store::blobs::{Blobs, StagedPreview};
 use crate::store::db::{Conn as Connection, OptionalExtension, TransactionBehavior, params};
 use crate::store::now_ns;
 use crate::sync::relock;
@@ -32,7 +31,6 @@ pub(super) struct Slot {
 /// What the preview threads share.
 #[derive(Clone)]
 pub(super) struct Pool {
-    pub(super) root: PathBuf,
     pub(super) blobs: Blobs,
     pub(super) db: crate::store::db::Engine,
     pub(super) shared: Arc<Shared>,
@@ -40,10 +38,10 @@ pub(super) struct Pool {
     pub(super) files_bytes: Arc<Mutex<Option<(Instant, u64)>>>,
 }
 
-/// A job's result: the directory with its files, or why there is no preview.
+/// A job's result: the folder with its files, or why there is no preview.
 pub(super) enum Outcome {
     Done {
-        tmp: PathBuf,
+        staged: StagedPreview,
         pages: Vec<(u32, u32)>,
         own_pdf: bool,
         bytes: u64,
@@ -194,13 +192,11 @@ impl Pool {
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.render(job)))
             .unwrap_or_else(|_| Outcome::NotSupported("the renderer failed".into()));
         if slot.abandoned.load(Ordering::SeqCst) {
-            if let Outcome::Done { tmp, .. } = outcome {
-                let _ = fs::remove_dir_all(tmp);
-            }
+            drop(outcome); // (its files with it)
             return false;
         }
         *relock(&slot.current) = None;
-        let outcome = match outcome {
+        let mut outcome = match outcome {
             Outcome::Yielded => {
                 self.shared
                     .background_yielded
@@ -219,16 +215,29 @@ impl Pool {
                 );
                 return true;
             }
-            Outcome::Done { tmp, bytes, .. } if !job.asked && !self.fits_budget(conn, bytes) => {
+            Outcome::Done { bytes, .. } if !job.asked && !self.fits_budget(conn, bytes) => {
                 log::debug!(
                     "background preview of {} dropped: over the share of unrequested previews",
                     job.name
                 );
-                let _ = fs::remove_dir_all(tmp);
                 return true;
             }
             o => o,
         };
+        // Into the bucket before the store's lock is taken (a folder has nothing to do here).
+        if let Outcome::Done { staged, .. } = &mut outcome {
+            if let Err(e) = self.blobs.upload_preview(staged) {
+                // Forgotten, so the next request tries again.
+                log::warn!("could not store the preview of {}: {e}", job.name);
+                if let Err(e) = conn.execute(
+                    "DELETE FROM previews WHERE blob = ?1 AND kind = ?2 AND status = 0",
+                    params![job.hash, job.kind.as_str()],
+                ) {
+                    log::warn!("could not record the preview of {}: {e}", job.name);
+                }
+                return true;
+            }
+        }
         log::debug!("preview of {} done in {:?}", job.name, started.elapsed());
         // Room is made before the new preview is placed, so the bound holds at every moment.
         if let Outcome::Done { bytes, .. } = &outcome {
@@ -342,11 +351,8 @@ impl Pool {
             .read_to_end(&mut data)?;
         data.truncate(cap as usize);
 
-        let tmp =
-            self.root
-                .join("tmp")
-                .join(format!("{}-{:016x}", job.hash, rand::random::<u64>()));
-        fs::create_dir_all(&tmp)?;
+        let staged = self.blobs.preview_staging(&job.hash)?;
+        let tmp = staged.dir().to_path_buf();
         let deadline = Instant::now() + JOB_TIME;
         let limits = Limits {
             deadline: Some(deadline),
@@ -370,7 +376,7 @@ impl Pool {
         let rendered = match rendered {
             Ok(r) => r,
             Err(why) => {
-                let _ = fs::remove_dir_all(&tmp);
+                drop(staged);
                 return Ok(if yielded {
                     Outcome::Yielded
                 } else if background && Instant::now() >= deadline {
@@ -396,15 +402,17 @@ impl Pool {
             DocumentPdf::Original => false,
         };
         Ok(Outcome::Done {
-            tmp,
+            staged,
             pages,
             own_pdf,
             bytes,
         })
     }
 
-    /// Records a job's result, unless the blob went away meanwhile (or another process
-    /// finished it first): then its files are dropped.
+    /// Records a job's result and places its files, unless the blob went away meanwhile (or
+    /// another process finished it first): then its files are dropped. The files of the render
+    /// recorded go under their name inside the transaction that records them, so no other
+    /// render (of this server or another) and no eviction comes between.
     pub(super) fn finish(
         &self,
         conn: &mut Connection,
@@ -422,29 +430,21 @@ impl Pool {
             )
             .optional()?;
         if status != Some(IN_PROGRESS) {
-            if let Outcome::Done { tmp, .. } = outcome {
-                let _ = fs::remove_dir_all(tmp);
-            }
-            return Ok(());
+            return Ok(()); // (the outcome's files dropped with it)
         }
+        // What is left of a placed render (temporary objects) is removed after the commit.
+        let mut placed_from = None;
         match outcome {
             Outcome::Done {
-                tmp,
+                mut staged,
                 pages,
                 own_pdf,
                 bytes,
             } => {
-                let dest = dir_of(&self.root, &job.hash, job.kind);
-                let placed = (|| -> std::io::Result<()> {
-                    let _ = fs::remove_dir_all(&dest);
-                    let parent = dest.parent().expect("preview dir has a parent");
-                    fs::create_dir_all(parent)?;
-                    fs::rename(&tmp, &dest)?;
-                    File::open(parent)?.sync_all()
-                })();
+                let placed = self.blobs.place_preview(&mut staged, &job.hash, kind);
+                placed_from = Some(staged);
                 if let Err(e) = placed {
                     // Disk full, say: forget it, so the next request tries again.
-                    let _ = fs::remove_dir_all(&tmp);
                     log::warn!("could not store the preview of {}: {e}", job.name);
                     tx.execute(
                         "DELETE FROM previews WHERE blob = ?1 AND kind = ?2",
@@ -493,6 +493,7 @@ impl Pool {
             Outcome::Yielded | Outcome::Dropped(_) => {}
         }
         tx.commit()?;
+        drop(placed_from);
         Ok(())
     }
 }
