@@ -314,21 +314,21 @@ impl Store {
         }
     }
 
-    /// A file of a ready preview was not there: it was evicted meanwhile, or its files were
-    /// lost (a cache folder emptied, previews a server kept on its own disk before they moved
-    /// to the bucket): a ready row with no file left goes too. Asking again renders it again;
-    /// meanwhile it is not ready.
+    /// A file of a ready preview was not there: it was evicted meanwhile, or it was lost (a
+    /// cache folder emptied, previews a server kept on its own disk before they moved to the
+    /// bucket): then its row goes too. Asking again renders it again; meanwhile it is not
+    /// ready.
     pub(super) fn evicted_meanwhile(
         &self,
         scope: Scope,
         file_id: &str,
-        (hash, kind): (&str, Kind),
+        (hash, kind, name): (&str, Kind, &str),
         e: std::io::Error,
     ) -> Error {
         if e.kind() != std::io::ErrorKind::NotFound {
             return e.into();
         }
-        if let Err(e) = self.forget_lost_preview(hash, kind) {
+        if let Err(e) = self.forget_lost_preview(hash, kind, name) {
             return e;
         }
         match self.preview_of(scope, file_id) {
@@ -337,12 +337,18 @@ impl Store {
         }
     }
 
-    /// Drops the ready row of a preview none of whose files is kept (checked in a transaction,
-    /// which a render being recorded waits for).
-    fn forget_lost_preview(&self, hash: &str, kind: Kind) -> Result<()> {
+    /// Drops the ready row of a preview whose file `name` is missing. Checked in a transaction:
+    /// a preview is placed and made ready in one, and its row removed before its files, so a
+    /// ready row seen there with a file missing has lost it.
+    fn forget_lost_preview(&self, hash: &str, kind: Kind, name: &str) -> Result<()> {
         let conn = self.lock()?;
         let tx = conn.transaction()?;
-        if self.blobs.preview_sizes(hash, kind.as_str())?.is_empty()
+        let missing = match self.blobs.open_preview(hash, kind.as_str(), name) {
+            Ok(_) => false,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            Err(e) => return Err(e.into()),
+        };
+        if missing
             && tx.execute(
                 "DELETE FROM previews WHERE blob = ?1 AND kind = ?2 AND status = 1",
                 params![hash, kind.as_str()],
@@ -380,7 +386,10 @@ impl Store {
         let png = self
             .blobs
             .read_preview(&hash, kind.as_str(), &page_file(page as usize))
-            .map_err(|e| self.evicted_meanwhile(scope, file_id, (&hash, kind), e))?;
+            .map_err(|e| {
+                let name = page_file(page as usize);
+                self.evicted_meanwhile(scope, file_id, (&hash, kind, &name), e)
+            })?;
         if (tw, th) == (w, h) {
             return Ok(Bytes::from(png));
         }
@@ -407,7 +416,10 @@ impl Store {
         let file = if ready.own_pdf {
             self.blobs
                 .open_preview(&ready.hash, ready.kind.as_str(), "document.pdf")
-                .map_err(|e| self.evicted_meanwhile(scope, file_id, (&ready.hash, ready.kind), e))?
+                .map_err(|e| {
+                    let lost = (ready.hash.as_str(), ready.kind, "document.pdf");
+                    self.evicted_meanwhile(scope, file_id, lost, e)
+                })?
         } else {
             // The preview of a PDF is the PDF itself.
             let _guard = self.lock()?; // a delete cannot remove the blob meanwhile
