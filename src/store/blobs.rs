@@ -646,7 +646,7 @@ fn file_sizes(dir: &Path) -> io::Result<Vec<u64>> {
 /// The previews of the blobs: where a preview is rendered, placed, read and removed.
 impl Blobs {
     /// `previews/<hash[0..2]>/<hash>/<kind>/` in the data directory: a preview in a folder.
-    pub fn preview_dir(&self, hash: &str, kind: &str) -> PathBuf {
+    fn preview_dir(&self, hash: &str, kind: &str) -> PathBuf {
         preview_blob_dir(&self.previews, hash).join(kind)
     }
 
