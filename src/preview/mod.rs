@@ -105,10 +105,6 @@ pub enum PreviewKind {
     Unsupported,
 }
 
-/// The former name, kept while `store` (edited elsewhere at the time of the rename) still uses
-/// it: remove once `src/store/` says `PreviewKind`.
-pub use PreviewKind as Kind;
-
 impl PreviewKind {
     /// Its name in the store (a preview's directory, a row's key).
     pub fn as_str(self) -> &'static str {

@@ -234,12 +234,8 @@ impl Store {
             }
         };
         let blobs = Blobs::owned_by(dir, &config.blobs, owner)?;
-        let previews = previews::Previews::new(
-            dir,
-            engine.clone(),
-            config.previews,
-            config.preview_cache_size,
-        )?;
+        let previews =
+            previews::Previews::new(engine.clone(), config.previews, config.preview_cache_size);
         let lock = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -275,11 +271,7 @@ impl Store {
         // Held while the store is open, so others know it is in use.
         flock(&store._lock, libc::LOCK_SH);
         // Trees a stopped process left detached are purged again from where it was.
-        let purger = purge::Purger::start(
-            store.db.clone(),
-            store.blobs.clone(),
-            store.previews.root().to_path_buf(),
-        )?;
+        let purger = purge::Purger::start(store.db.clone(), store.blobs.clone())?;
         let _ = store.purger.set(purger);
         store.add_client(auth::DEFAULT_CLIENT)?;
         Ok(store)
@@ -353,7 +345,7 @@ impl Store {
         if stale > 0 {
             log::info!("removed {stale} staging file(s) of interrupted uploads");
         }
-        self.previews.recover(&conn)?;
+        self.previews.recover(&conn, &self.blobs)?;
         let mut orphans = 0;
         // On PostgreSQL other servers share the blobs and place bytes ahead of their rows
         // (`Blobs::store_ahead`): what looks unrecorded may be an upload in flight there. Their
@@ -504,7 +496,7 @@ impl Store {
             log::warn!("{} blob(s) kept: {e}", hashes.len());
         }
         for hash in hashes {
-            self.previews.remove_files(hash);
+            self.blobs.remove_preview(hash, None);
         }
     }
 

@@ -14,7 +14,6 @@
 //! down as its nodes go (its quota frees up while the purge runs). On open, trees left detached
 //! by a process that stopped are purged again from where it was.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -67,11 +66,7 @@ pub(super) struct Purger {
 }
 
 impl Purger {
-    pub(super) fn start(
-        db: Arc<super::db::Db>,
-        blobs: Blobs,
-        previews: PathBuf,
-    ) -> std::io::Result<Purger> {
+    pub(super) fn start(db: Arc<super::db::Db>, blobs: Blobs) -> std::io::Result<Purger> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 pending: true,
@@ -83,7 +78,7 @@ impl Purger {
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("purge".into())
-            .spawn(move || run(&s, &db, &blobs, &previews))?;
+            .spawn(move || run(&s, &db, &blobs))?;
         Ok(Purger {
             shared,
             thread: Mutex::new(Some(thread)),
@@ -127,7 +122,7 @@ impl Drop for Purger {
     }
 }
 
-fn run(shared: &Shared, db: &super::db::Db, blobs: &Blobs, previews: &std::path::Path) {
+fn run(shared: &Shared, db: &super::db::Db, blobs: &Blobs) {
     loop {
         {
             let mut st = shared.lock();
@@ -150,7 +145,7 @@ fn run(shared: &Shared, db: &super::db::Db, blobs: &Blobs, previews: &std::path:
             let (more, took) = match db.lock() {
                 Ok(c) => {
                     let t = Instant::now();
-                    (chunk(&c, blobs, previews), t.elapsed())
+                    (chunk(&c, blobs), t.elapsed())
                 }
                 // The database down: tried again later, as a failed chunk is.
                 Err(e) => (Err(e.into()), Duration::ZERO),
@@ -184,7 +179,7 @@ fn run(shared: &Shared, db: &super::db::Db, blobs: &Blobs, previews: &std::path:
 
 /// One transaction of the purge: up to [`CHUNK_ROWS`] nodes of the first detached tree deleted
 /// or moved, the blobs they freed removed. False when no tree is left.
-fn chunk(conn: &Connection, blobs: &Blobs, previews: &std::path::Path) -> Result<bool> {
+fn chunk(conn: &Connection, blobs: &Blobs) -> Result<bool> {
     let tx = conn.transaction()?;
     let Some(top) = tx
         .prepare_cached("SELECT node_id FROM trash ORDER BY node_id LIMIT 1")?
@@ -251,7 +246,7 @@ fn chunk(conn: &Connection, blobs: &Blobs, previews: &std::path::Path) -> Result
             Ok(true) => {}
             Err(e) => log::warn!("blob {h} kept: {e}"),
         }
-        super::previews::remove_blob_dir(previews, &h);
+        blobs.remove_preview(&h, None);
     }
     Ok(true)
 }

@@ -389,3 +389,34 @@ async fn unrequested_previews_stay_within_a_quarter_of_the_files() {
         .unwrap();
     assert_eq!(ask_until_ready(&b, &id, 60).await, 1);
 }
+
+/// A ready preview whose files were lost (its folder emptied, or a server of a shared store
+/// that kept it on its own disk before previews moved to the bucket), even one of them: the
+/// read that misses it answers not ready, and the preview is made again rather than being
+/// ready for ever with nothing behind it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ready_preview_whose_files_are_lost_is_made_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let (_store, b) = store_with(&dir, PreviewMode::OnDemand, 1 << 30, true);
+    let data = crate::common::fixtures::sample_text();
+    let id = put(&b, &vault(), "notes.txt", &data).await;
+    let pages = ask_until_ready(&b, &id, 60).await;
+    let first = b.preview_page(&id, 1, Default::default()).await.unwrap();
+    // One file gone (the others are still there).
+    std::fs::remove_file(preview_dir(&dir, &sha256(&data)).join("page-0001.png")).unwrap();
+    let e = b
+        .preview_page(&id, 1, Default::default())
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(e.code, "preview_not_ready");
+    assert_eq!(ask_until_ready(&b, &id, 60).await, pages);
+    let again = b.preview_page(&id, 1, Default::default()).await.unwrap();
+    assert_eq!(again.data, first.data);
+    assert!(
+        preview_dir(&dir, &sha256(&data))
+            .join("page-0001.png")
+            .exists()
+    );
+}

@@ -433,12 +433,17 @@ impl Bucket {
     /// (checked by the service against the hash), or a multipart upload for large files. The
     /// file is streamed from disk; memory stays bounded whatever its size.
     pub fn put(&self, file: &Arc<File>, len: u64, sha256: &str) -> io::Result<()> {
-        let key = self.key(sha256);
+        self.put_key(&self.key(sha256), file, len, sha256)
+    }
+
+    /// Stores the first `len` bytes of `file`, whose sha256 is `sha256`, under `key` (as
+    /// [`Bucket::put`]).
+    pub fn put_key(&self, key: &str, file: &Arc<File>, len: u64, sha256: &str) -> io::Result<()> {
         if len <= MULTIPART_ABOVE {
             return self
                 .send(
                     Method::PUT,
-                    Some(&key),
+                    Some(key),
                     &[],
                     &[("content-length", len.to_string())],
                     sha256,
@@ -452,7 +457,7 @@ impl Bucket {
         }
         let created = self.send(
             Method::POST,
-            Some(&key),
+            Some(key),
             &[("uploads", "")],
             &[],
             EMPTY_SHA256,
@@ -462,12 +467,12 @@ impl Bucket {
         let upload_id = xml_values(&text, "UploadId")
             .pop()
             .ok_or_else(|| io::Error::other(format!("no UploadId in {text}")))?;
-        let result = self.put_parts(&key, &upload_id, file, len);
+        let result = self.put_parts(key, &upload_id, file, len);
         if result.is_err() {
             // Unfinished parts cost storage until aborted.
             if let Err(e) = self.send(
                 Method::DELETE,
-                Some(&key),
+                Some(key),
                 &[("uploadId", &upload_id)],
                 &[],
                 EMPTY_SHA256,
@@ -550,9 +555,14 @@ impl Bucket {
 
     /// The blob's size, or `None` when the bucket has no such blob.
     pub fn size(&self, hash: &str) -> io::Result<Option<u64>> {
+        self.size_key(&self.key(hash))
+    }
+
+    /// The size of the object `key`, or `None` when there is none.
+    pub fn size_key(&self, key: &str) -> io::Result<Option<u64>> {
         match self.send(
             Method::HEAD,
-            Some(&self.key(hash)),
+            Some(key),
             &[],
             &[],
             EMPTY_SHA256,
@@ -568,11 +578,11 @@ impl Bucket {
         }
     }
 
-    /// Reads a blob from `start` on.
-    fn get_from(&self, hash: &str, start: u64) -> io::Result<Response> {
+    /// Reads the object `key` from `start` on.
+    fn get_from(&self, key: &str, start: u64) -> io::Result<Response> {
         self.send(
             Method::GET,
-            Some(&self.key(hash)),
+            Some(key),
             &[],
             &[("range", format!("bytes={start}-"))],
             EMPTY_SHA256,
@@ -581,9 +591,14 @@ impl Bucket {
     }
 
     pub fn remove(&self, hash: &str) -> io::Result<()> {
+        self.remove_key(&self.key(hash))
+    }
+
+    /// Deletes the object `key` (none there is no error: S3 answers a delete of nothing 204).
+    pub fn remove_key(&self, key: &str) -> io::Result<()> {
         self.send(
             Method::DELETE,
-            Some(&self.key(hash)),
+            Some(key),
             &[],
             &[],
             EMPTY_SHA256,
@@ -610,6 +625,86 @@ impl Bucket {
                         out.push(hash.to_string());
                     }
                 }
+            }
+            token = xml_values(&text, "NextContinuationToken").pop();
+            if token.is_none() || xml_values(&text, "IsTruncated").pop().as_deref() != Some("true")
+            {
+                return Ok(out);
+            }
+        }
+    }
+}
+
+/// An object found by [`Bucket::list_objects`].
+pub struct Object {
+    /// The whole key, prefix included.
+    pub key: String,
+    pub size: u64,
+    /// When it was written (`None` when the answer did not say in a form understood).
+    pub modified: Option<std::time::SystemTime>,
+}
+
+impl Bucket {
+    /// The key of `name` under the store's prefix.
+    pub fn prefixed(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// Copies the object `from` to `to` inside the bucket (the service copies; the bytes do not
+    /// travel). `to` appears whole or not at all.
+    pub fn copy_key(&self, from: &str, to: &str) -> io::Result<()> {
+        let source = format!("/{}/{}", self.location.bucket, encode(from, true));
+        let r = self.send(
+            Method::PUT,
+            Some(to),
+            &[],
+            &[
+                ("x-amz-copy-source", source),
+                ("content-length", "0".into()),
+            ],
+            EMPTY_SHA256,
+            Payload::Text(String::new()),
+        )?;
+        // A copy may answer 200 and report its failure in the body.
+        let text = blocking(|| r.text()).map_err(io::Error::other)?;
+        if text.contains("<Error>") {
+            return Err(io::Error::other(format!(
+                "copying {from} to {to}: {}",
+                xml_values(&text, "Code").pop().unwrap_or(text)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Every object whose key starts with `prefix` (a whole key, the store's prefix included).
+    pub fn list_objects(&self, prefix: &str) -> io::Result<Vec<Object>> {
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut query = vec![("list-type", "2"), ("prefix", prefix)];
+            if let Some(t) = &token {
+                query.push(("continuation-token", t));
+            }
+            let r = self.send(Method::GET, None, &query, &[], EMPTY_SHA256, Payload::Empty)?;
+            let text = blocking(|| r.text()).map_err(io::Error::other)?;
+            for item in xml_values(&text, "Contents") {
+                let Some(key) = xml_values(&item, "Key").pop() else {
+                    continue;
+                };
+                let size = xml_values(&item, "Size")
+                    .pop()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0);
+                let modified = xml_values(&item, "LastModified").pop().and_then(|t| {
+                    time::OffsetDateTime::parse(&t, &time::format_description::well_known::Rfc3339)
+                        .ok()
+                        .map(std::time::SystemTime::from)
+                });
+                out.push(Object {
+                    key,
+                    size,
+                    modified,
+                });
             }
             token = xml_values(&text, "NextContinuationToken").pop();
             if token.is_none() || xml_values(&text, "IsTruncated").pop().as_deref() != Some("true")

@@ -12,7 +12,7 @@ use super::{Bucket, blocking};
 /// one request.
 pub struct ObjectReader {
     bucket: Arc<Bucket>,
-    hash: String,
+    key: String,
     len: u64,
     pos: u64,
     body: Option<Response>,
@@ -20,9 +20,15 @@ pub struct ObjectReader {
 
 impl ObjectReader {
     pub fn new(bucket: Arc<Bucket>, hash: &str, len: u64) -> ObjectReader {
+        let key = bucket.key(hash);
+        ObjectReader::at_key(bucket, key, len)
+    }
+
+    /// The object `key` (a whole key), of `len` bytes.
+    pub fn at_key(bucket: Arc<Bucket>, key: String, len: u64) -> ObjectReader {
         ObjectReader {
             bucket,
-            hash: hash.to_string(),
+            key,
             len,
             pos: 0,
             body: None,
@@ -36,7 +42,7 @@ impl Read for ObjectReader {
             return Ok(0);
         }
         if self.body.is_none() {
-            self.body = Some(self.bucket.get_from(&self.hash, self.pos)?);
+            self.body = Some(self.bucket.get_from(&self.key, self.pos)?);
         }
         let body = self.body.as_mut().expect("opened above");
         let n = blocking(|| body.read(buf))?;
@@ -44,8 +50,8 @@ impl Read for ObjectReader {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 format!(
-                    "blob {} ended at {} of {} bytes",
-                    self.hash, self.pos, self.len
+                    "object {} ended at {} of {} bytes",
+                    self.key, self.pos, self.len
                 ),
             ));
         }
