@@ -120,7 +120,14 @@ fn next_data(f: &File, off: u64, len: u64) -> io::Result<Option<(u64, u64)>> {
     Ok((start < end).then_some((start, end)))
 }
 
+/// Copies bytes `start..end` of `from` to the same offsets of `to` (no in-kernel copy here).
+#[cfg(not(target_os = "linux"))]
+fn copy_span(from: &File, to: &File, start: u64, end: u64) -> io::Result<()> {
+    copy_buffered(from, to, start, end)
+}
+
 /// Copies bytes `start..end` of `from` to the same offsets of `to`, in the kernel where it can.
+#[cfg(target_os = "linux")]
 fn copy_span(from: &File, to: &File, start: u64, end: u64) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     let (mut off_in, mut off_out) = (start as i64, start as i64);

@@ -72,6 +72,19 @@ fn private_dir(dir: &Path) -> Result<(), String> {
 }
 
 /// The user at the other end of a Unix socket.
+#[cfg(not(target_os = "linux"))]
+fn peer_uid(s: &UnixStream) -> std::io::Result<u32> {
+    use std::os::fd::AsRawFd;
+    let (mut uid, mut gid) = (0, 0);
+    // SAFETY: getpeereid fills two integers of ours.
+    if unsafe { libc::getpeereid(s.as_raw_fd(), &mut uid, &mut gid) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(uid)
+}
+
+/// The user at the other end of a Unix socket.
+#[cfg(target_os = "linux")]
 fn peer_uid(s: &UnixStream) -> std::io::Result<u32> {
     use std::os::fd::AsRawFd;
     let mut cred = libc::ucred {

@@ -45,11 +45,7 @@ pub fn fork(log: &Path) -> Result<Verdict, String> {
         .mode(0o600)
         .open(log)
         .map_err(|e| format!("cannot open the log file {}: {e}", log.display()))?;
-    let mut fds = [0; 2];
-    // SAFETY: fds has room for the two descriptors.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
-    }
+    let fds = cloexec_pipe().map_err(|e| format!("pipe: {e}"))?;
     // SAFETY: both descriptors are new and owned here.
     let (reader, writer) = unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
     // SAFETY: no other thread exists yet (the runtime is started after this), so the child
@@ -93,4 +89,26 @@ fn parent(mut reader: File, child: libc::pid_t, log: &Path) -> i32 {
         log.display()
     );
     1
+}
+
+/// A pipe whose ends close on exec.
+fn cloexec_pipe() -> std::io::Result<[std::os::fd::RawFd; 2]> {
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for the two descriptors.
+    #[cfg(target_os = "linux")]
+    let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    // SAFETY: the same, then flags on the two descriptors just made (no thread runs yet that
+    // could exec in between: see the caller).
+    #[cfg(not(target_os = "linux"))]
+    let r = unsafe {
+        let r = libc::pipe(fds.as_mut_ptr());
+        for fd in fds {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+        r
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(fds)
 }

@@ -105,6 +105,14 @@ pub fn remount(args: &[OsString]) -> Option<Result<(), String>> {
     if !opts.iter().any(|o| o == "remount") {
         return None;
     }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (positional, fake);
+        Some(Err(
+            "mount -o remount works on Linux only: unmount and mount again".into(),
+        ))
+    }
+    #[cfg(target_os = "linux")]
     Some((|| {
         let flags = remount_flags(&opts)?;
         let dir = positional.last().ok_or("usage: mount -o remount DIR")?;
@@ -133,6 +141,7 @@ pub fn remount(args: &[OsString]) -> Option<Result<(), String>> {
 
 /// The FUSE kernel's own options, shown in `/proc/mounts` and passed back by `mount -o
 /// remount`; they stay as they are.
+#[cfg(target_os = "linux")]
 const FUSE_KERNEL: &[&str] = &[
     "user_id",
     "group_id",
@@ -148,6 +157,7 @@ const FUSE_KERNEL: &[&str] = &[
 
 /// mount(2) flags of a remount with `opts`: ro or rw and exec or noexec change; vaultfs keeps
 /// nosuid, nodev and noatime; its own options cannot change while it runs.
+#[cfg(target_os = "linux")]
 fn remount_flags(opts: &[String]) -> Result<libc::c_ulong, String> {
     let mut flags = libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOATIME;
     for o in opts.iter().filter(|o| !o.is_empty() && *o != "remount") {
@@ -246,6 +256,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(target_os = "linux")]
     fn a_remount_changes_what_the_kernel_can_and_refuses_the_rest() {
         let o = |s: &str| s.split(',').map(str::to_string).collect::<Vec<_>>();
         let base = libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOATIME;

@@ -16,16 +16,16 @@ pub fn notify(state: &str) {
 }
 
 fn send(path: &std::ffi::OsStr, state: &str) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
     let sock = UnixDatagram::unbound()?;
-    let bytes = path.as_bytes();
-    if let Some(name) = bytes.strip_prefix(b"@") {
+    // An abstract socket (Linux): `@name`.
+    #[cfg(target_os = "linux")]
+    if let Some(name) = std::os::unix::ffi::OsStrExt::as_bytes(path).strip_prefix(b"@") {
         use std::os::linux::net::SocketAddrExt;
         let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
         sock.send_to_addr(state.as_bytes(), &addr)?;
-    } else {
-        sock.send_to(state.as_bytes(), path)?;
+        return Ok(());
     }
+    sock.send_to(state.as_bytes(), path)?;
     Ok(())
 }
 

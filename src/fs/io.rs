@@ -373,12 +373,12 @@ impl<B: Backend> Fs<B> {
     /// FALLOCATE: only plain allocation is meaningful on a staging file; punching holes or
     /// zeroing ranges is refused explicitly rather than half-done.
     pub(super) fn fallocate(&self, fh: u64, offset: u64, length: u64, mode: i32) -> OpResult<()> {
-        if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
+        if mode & !KEEP_SIZE != 0 {
             return Err(Errno::ENOTSUP);
         }
         let staged = self.writing(fh)?;
         staged
-            .allocate(offset, length, mode & libc::FALLOC_FL_KEEP_SIZE != 0)
+            .allocate(offset, length, mode & KEEP_SIZE != 0)
             .map_err(|e| io_errno(&e))
     }
 
@@ -387,6 +387,11 @@ impl<B: Backend> Fs<B> {
         Err(Errno::ENOSYS)
     }
 }
+
+/// FALLOC_FL_KEEP_SIZE as FUSE carries it: Linux's value, whatever the system.
+const KEEP_SIZE: i32 = 0x01;
+#[cfg(target_os = "linux")]
+const _: () = assert!(KEEP_SIZE == libc::FALLOC_FL_KEEP_SIZE);
 
 /// How many times an open copies a file that keeps getting new versions meanwhile.
 const STAGE_ATTEMPTS: usize = 5;

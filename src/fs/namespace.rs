@@ -339,7 +339,7 @@ impl<B: Backend> Fs<B> {
         Self::outside_previews(parent, name)?;
         Self::outside_previews(newparent, newname)?;
         self.writable()?;
-        if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+        if flags.bits() & RENAME_EXCHANGE != 0 {
             return Err(Errno::EINVAL);
         }
         let ino = self.child(parent, name).await?.ok_or(Errno::ENOENT)?;
@@ -358,7 +358,7 @@ impl<B: Backend> Fs<B> {
             return Err(Errno::EINVAL);
         }
         if let Some(tino) = target {
-            if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            if flags.bits() & RENAME_NOREPLACE != 0 {
                 return Err(Errno::EEXIST);
             }
             let tkind = self.table().get(tino).map(|i| i.kind);
@@ -550,18 +550,31 @@ impl<B: Backend> Fs<B> {
                 frsize: 4096,
             };
         }
+        // (u32 on macOS.)
+        #[allow(clippy::unnecessary_cast)]
         Statfs {
-            blocks: st.f_blocks,
-            bfree: st.f_bfree,
-            bavail: st.f_bavail,
-            files: st.f_files,
-            ffree: st.f_ffree,
+            blocks: st.f_blocks as u64,
+            bfree: st.f_bfree as u64,
+            bavail: st.f_bavail as u64,
+            files: st.f_files as u64,
+            ffree: st.f_ffree as u64,
             bsize: st.f_bsize as u32,
             namelen: MAX_NAME_BYTES as u32,
             frsize: st.f_frsize as u32,
         }
     }
 }
+
+/// rename(2)'s flags as the kernel sends them: renameat2's on Linux, renamex_np's through
+/// macFUSE (`RENAME_SWAP`, `RENAME_EXCL`).
+#[cfg(target_os = "linux")]
+const RENAME_EXCHANGE: u32 = libc::RENAME_EXCHANGE;
+#[cfg(target_os = "linux")]
+const RENAME_NOREPLACE: u32 = libc::RENAME_NOREPLACE;
+#[cfg(not(target_os = "linux"))]
+const RENAME_EXCHANGE: u32 = 0x2;
+#[cfg(not(target_os = "linux"))]
+const RENAME_NOREPLACE: u32 = 0x4;
 
 /// The path of a new entry `name` in `dir`. Made where the store keeps no files or folders
 /// (the root, an account), it is refused now (EACCES, as the store's 403 for the same): else the

@@ -50,7 +50,12 @@ pub fn detach(p: &Path) -> io::Result<()> {
     let c = std::ffi::CString::new(p.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
     // SAFETY: a valid C string; umount2 only reads it.
-    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+    #[cfg(target_os = "linux")]
+    let r = unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    // SAFETY: the same (no lazy unmount here: it fails while busy).
+    #[cfg(not(target_os = "linux"))]
+    let r = unsafe { libc::unmount(c.as_ptr(), 0) };
+    if r == 0 {
         return Ok(());
     }
     let err = io::Error::last_os_error();

@@ -101,6 +101,7 @@ pub(super) enum SyncMode {
     /// out and waited for without a flush (`sync_file_range`), then one fsync of the folder
     /// renamed into last commits the journal up to that change, every earlier file's metadata
     /// with it, and flushes the disk's cache once (git's `core.fsyncMethod=batch` idea).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     OneCommit,
     /// Anything else: each file and each folder fsynced.
     EachFile,
@@ -108,6 +109,7 @@ pub(super) enum SyncMode {
 
 /// Whether the ext4 file system holding `dir` has a journal: jbd2 lists it in
 /// `/proc/fs/jbd2/<device>-8` (the device from the mount table, by the folder's st_dev).
+#[cfg(target_os = "linux")]
 fn ext4_has_journal(dir: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     let Ok(dev) = fs::metadata(dir).map(|m| m.dev()) else {
@@ -139,6 +141,13 @@ fn ext4_has_journal(dir: &Path) -> bool {
 }
 
 impl SyncMode {
+    /// Elsewhere than Linux, each file is flushed on its own.
+    #[cfg(not(target_os = "linux"))]
+    pub(super) fn of(_dir: &Path) -> SyncMode {
+        SyncMode::EachFile
+    }
+
+    #[cfg(target_os = "linux")]
     pub(super) fn of(dir: &Path) -> SyncMode {
         const EXT4: i64 = 0xEF53;
         const XFS: i64 = 0x5846_5342;
@@ -162,6 +171,9 @@ impl SyncMode {
     /// Phase 1: the bytes of `files` on disk (OneCommit: written, not yet flushed).
     fn data<'a>(self, files: impl Iterator<Item = &'a File> + Clone) -> io::Result<()> {
         match self {
+            #[cfg(not(target_os = "linux"))]
+            SyncMode::OneCommit => files.into_iter().try_for_each(File::sync_data),
+            #[cfg(target_os = "linux")]
             SyncMode::OneCommit => {
                 for (f, flags) in files
                     .clone()
@@ -424,6 +436,7 @@ mod tests {
     use sha2::Sha256;
 
     #[test]
+    #[cfg(target_os = "linux")]
     fn only_a_journaled_file_system_gets_one_commit_per_batch() {
         // /proc is neither ext4 nor XFS.
         assert_eq!(SyncMode::of(Path::new("/proc")), SyncMode::EachFile);

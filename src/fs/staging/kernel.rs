@@ -180,6 +180,14 @@ impl Staged {
 
 /// Whether `f`'s is the only open of its file: a write lease is granted (and given back at
 /// once) only then. False also where the file system grants no leases.
+#[cfg(not(target_os = "linux"))]
+fn sole_opener(_: &File) -> bool {
+    false
+}
+
+/// Whether `f`'s is the only open of its file: a write lease is granted (and given back at
+/// once) only then. False also where the file system grants no leases.
+#[cfg(target_os = "linux")]
 fn sole_opener(f: &File) -> bool {
     use std::os::fd::AsRawFd;
     // SAFETY: fcntl on a descriptor the caller holds open.

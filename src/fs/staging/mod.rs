@@ -357,18 +357,12 @@ impl Staged {
 
     /// Reserves space (fallocate mode 0 or KEEP_SIZE), so a later write cannot hit ENOSPC.
     pub fn allocate(&self, offset: u64, len: u64, keep_size: bool) -> io::Result<()> {
-        use std::os::fd::AsRawFd;
         use std::os::unix::fs::MetadataExt;
         if !keep_size {
             self.fits(offset.saturating_add(len))?;
         }
         let _order = self.order();
         self.unshare()?;
-        let mode = if keep_size {
-            libc::FALLOC_FL_KEEP_SIZE
-        } else {
-            0
-        };
         let file = self.file();
         let meta = file.metadata()?;
         // More than the disk could give even reusing every block the file has: refused before
@@ -377,10 +371,7 @@ impl Staged {
             return Err(io::Error::from_raw_os_error(libc::ENOSPC));
         }
         let before = meta.len();
-        // SAFETY: fallocate on our own open descriptor.
-        let r = unsafe { libc::fallocate(file.as_raw_fd(), mode, offset as i64, len as i64) };
-        if r != 0 {
-            let e = io::Error::last_os_error();
+        if let Err(e) = reserve(&file, offset, len, keep_size) {
             // ext4 keeps what it allocated before running out of room, and moves the size up
             // to it: the file would keep the disk full, and be stored at a size nobody wrote.
             // Cutting back to the size it had frees all of it (past the end included).
@@ -406,6 +397,32 @@ impl Staged {
     pub fn backing_key(&self) -> String {
         format!("staged-{}-{}", self.id, self.copies.load(Ordering::SeqCst))
     }
+}
+
+/// fallocate(2) of `offset..offset + len`, the size kept or moved up to its end.
+#[cfg(target_os = "linux")]
+fn reserve(f: &File, offset: u64, len: u64, keep_size: bool) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mode = if keep_size {
+        libc::FALLOC_FL_KEEP_SIZE
+    } else {
+        0
+    };
+    // SAFETY: fallocate on a descriptor the caller holds.
+    match unsafe { libc::fallocate(f.as_raw_fd(), mode, offset as i64, len as i64) } {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+/// Where there is no fallocate(2) (macOS): the size moves up, nothing is reserved ahead.
+#[cfg(not(target_os = "linux"))]
+fn reserve(f: &File, offset: u64, len: u64, keep_size: bool) -> io::Result<()> {
+    let end = offset.saturating_add(len);
+    if !keep_size && end > f.metadata()?.len() {
+        f.set_len(end)?;
+    }
+    Ok(())
 }
 
 /// The bytes an unprivileged writer may still take on `f`'s file system.
