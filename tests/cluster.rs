@@ -61,6 +61,18 @@ impl Cluster {
         Some(Cluster::on(common::pg::pg()?))
     }
 
+    /// One on a bucket (skipped, saying so, without an S3 server), with the user
+    /// a@acme.test (password `pw-a`) in the account Acme.
+    fn with_bucket() -> Option<Cluster> {
+        let cluster = Cluster::new()?;
+        if !matches!(cluster.location, BlobLocation::S3(_)) {
+            eprintln!("\n*** SKIPPED: previews shared through a bucket need moto_server ***\n");
+            return None;
+        }
+        cluster.add_user("a@acme.test", "Acme", "pw-a");
+        Some(cluster)
+    }
+
     /// A cluster on a database of `pg`.
     fn on(pg: &common::pg::PgServer) -> Cluster {
         let tmp = tempfile::tempdir().unwrap();
@@ -744,14 +756,9 @@ fn sha256hex(data: &[u8]) -> String {
 /// temporary key.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_preview_made_by_one_server_is_read_through_the_other() {
-    let Some(cluster) = Cluster::new() else {
+    let Some(cluster) = Cluster::with_bucket() else {
         return;
     };
-    if !matches!(cluster.location, BlobLocation::S3(_)) {
-        eprintln!("\n*** SKIPPED: previews shared through a bucket need moto_server ***\n");
-        return;
-    }
-    cluster.add_user("a@acme.test", "Acme", "pw-a");
     let one = cluster.serve_with("one", common::free_port(), &[]);
     let two = cluster.serve_with("two", common::free_port(), &[]);
     let token = common::login(&one.base(), "a@acme.test", "pw-a").await;
@@ -821,14 +828,9 @@ async fn a_preview_made_by_one_server_is_read_through_the_other() {
 /// evicted preview asked for again is made again and read through either server.
 #[tokio::test(flavor = "multi_thread")]
 async fn previews_evicted_on_a_shared_store_leave_the_bucket() {
-    let Some(cluster) = Cluster::new() else {
+    let Some(cluster) = Cluster::with_bucket() else {
         return;
     };
-    if !matches!(cluster.location, BlobLocation::S3(_)) {
-        eprintln!("\n*** SKIPPED: previews shared through a bucket need moto_server ***\n");
-        return;
-    }
-    cluster.add_user("a@acme.test", "Acme", "pw-a");
     // Room for one preview at a time.
     let small = ["--preview-cache-size", "1"];
     let one = cluster.serve_with("one", common::free_port(), &small);

@@ -210,19 +210,18 @@ impl Staged {
             "a file the kernel writes is never sealed"
         );
         self.sealed.store(true, Ordering::SeqCst);
-        Snapshot {
-            file: self.file(),
-            size: self.size(),
-            generation: self.generation(),
-            digests: self.digests(),
-            mtime: self.mtime(),
-        }
+        self.current()
     }
 
     /// The content as it is now, for an upload that reads it while writers may go on.
     pub fn snapshot(&self) -> Snapshot {
         let _order = self.order();
         self.observe_locked();
+        self.current()
+    }
+
+    /// What the file holds now (with `order` held).
+    fn current(&self) -> Snapshot {
         Snapshot {
             file: self.file(),
             size: self.size(),
