@@ -139,8 +139,6 @@ pub struct Store {
     _lock: fs::File,
     /// What [`Store::foreign_commits`] read last.
     foreign: AtomicU64,
-    /// SQLite's wal-index, mapped once the store has answered a first ask (see `db::WalIndex`).
-    wal_index: std::sync::OnceLock<Option<db::WalIndex>>,
 }
 
 fn flock(f: &fs::File, op: i32) -> bool {
@@ -265,7 +263,6 @@ impl Store {
             purger: std::sync::OnceLock::new(),
             _lock: lock,
             foreign: AtomicU64::new(0),
-            wal_index: std::sync::OnceLock::new(),
         };
         store.migrate_preview_kinds()?;
         if alone {
@@ -306,19 +303,10 @@ impl Store {
     /// Never waits: while the connection is busy with our own work, the value read last (the
     /// next call sees what that missed).
     pub fn foreign_commits(&self) -> u64 {
-        let wal = self.wal_index.get_or_init(|| match self.db.engine() {
-            db::Engine::Sqlite(path) => db::WalIndex::open(path),
-            db::Engine::Postgres(_) => None,
-        });
-        // Nobody committed since the last ask: its answer holds (see `db::WalIndex`).
-        if wal.as_ref().is_some_and(|w| w.unchanged()) {
-            return self.foreign.load(Ordering::Relaxed);
-        }
         // (PostgreSQL: no mount reads it; the value stays.)
         let Some(conn) = self.db.try_lock_sqlite() else {
             return self.foreign.load(Ordering::Relaxed);
         };
-        let asked = wal.as_ref().map(|w| w.before_asking());
         // Starting the read transaction this needs is what notices other commits (no I/O
         // while nothing changed: SQLite compares the WAL index header in shared memory).
         match conn
@@ -327,9 +315,6 @@ impl Store {
         {
             Ok(v) => {
                 self.foreign.store(v as u64, Ordering::Relaxed);
-                if let Some(asked) = asked {
-                    asked();
-                }
                 v as u64
             }
             Err(e) => {
@@ -599,39 +584,6 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Another process's commit counts at once, also when the answer comes from the
-    /// wal-index's header (no transaction); our own commits never count.
-    #[test]
-    fn foreign_commits_count_others_at_once_and_never_ours() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("store");
-        let (ours, theirs) = (
-            Store::open_local(&dir).unwrap(),
-            Store::open_local(&dir).unwrap(),
-        );
-        let vault = crate::api::NodePath::from_segments(["Local", "My First Vault"]).unwrap();
-        let first = ours.foreign_commits();
-        assert!(
-            matches!(ours.wal_index.get(), Some(Some(_))),
-            "the wal-index is read"
-        );
-        for i in 0..3 {
-            // Asked again with nothing committed: the header's answer.
-            assert_eq!(ours.foreign_commits(), first + i);
-            ours.create_folder(Scope::All, &vault.child(&format!("ours{i}")).unwrap())
-                .unwrap();
-            assert_eq!(ours.foreign_commits(), first + i, "our own commit");
-            theirs
-                .create_folder(Scope::All, &vault.child(&format!("theirs{i}")).unwrap())
-                .unwrap();
-            assert_eq!(
-                ours.foreign_commits(),
-                first + i + 1,
-                "their commit, at once"
-            );
-        }
-    }
 
     #[test]
     fn a_new_key_made_by_several_at_once_is_one_whole_key() {
