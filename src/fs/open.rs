@@ -14,7 +14,7 @@ use super::io::Opened;
 use super::passthrough::{self, Register};
 use super::preview::is_virtual;
 use super::staging::Staged;
-use super::table::{Ino, InodeKind};
+use super::table::{Ino, InodeKind, Remote};
 use super::{Fs, Handle, OpResult};
 use crate::backend::Backend;
 
@@ -65,11 +65,10 @@ impl<B: Backend> Fs<B> {
             self.writable()?;
             return self.open_writer(ino, flags, register).await;
         }
-        let mut source =
-            match remote.filter(|_| !staged && self.passthrough.on() && passable(flags)) {
-                Some(r) => self.local_source(&r).await,
-                None => None,
-            };
+        let mut source = match remote.filter(|r| self.reads_through(r, staged, flags)) {
+            Some(r) => self.local_source(&r).await,
+            None => None,
+        };
         // A second conflict after the name moved cannot happen to this inode: it is unlinked.
         for _ in 0..2 {
             match self.attach_reader(ino, flags, &mut source, register)? {
@@ -101,7 +100,7 @@ impl<B: Backend> Fs<B> {
             return Some(Err(Errno::EISDIR));
         }
         let mut source = None;
-        if let Some(r) = remote.filter(|_| !staged && self.passthrough.on() && passable(flags)) {
+        if let Some(r) = remote.filter(|r| self.reads_through(r, staged, flags)) {
             source = self.local_source_now(&r);
             // The store may have it: asked on the slow path.
             if source.is_none() && passthrough::key(&r).is_some() && r.size > 0 {
@@ -110,6 +109,12 @@ impl<B: Backend> Fs<B> {
         }
         self.attach_reader(ino, flags, &mut source, register)
             .transpose()
+    }
+
+    /// Whether a reader's open of the stored version `r` is passed through to its bytes on
+    /// local disk (when they are there): not while the file is staged.
+    fn reads_through(&self, r: &Remote, staged: bool, flags: OpenFlags) -> bool {
+        !staged && self.passthrough.on() && passable(flags) && r.size >= PASSTHROUGH_READS_FROM
     }
 
     /// A writer's open: beside passthrough opens of the inode only when they share its staged
@@ -419,6 +424,12 @@ impl<B: Backend> Fs<B> {
         Some((key, passthrough::Source::File(f)))
     }
 }
+
+/// Stored files smaller than this are read the plain way: the kernel keeps their pages across
+/// opens (FOPEN_KEEP_CACHE), so a warm one costs an OPEN alone, where a passthrough open also
+/// opens and registers the blob (`grep -r` over 5,000 small files: 2.3x the null file system
+/// the plain way, 1.7-2.0x through passthrough); a cold one is a single READ.
+const PASSTHROUGH_READS_FROM: u64 = 128 << 10;
 
 /// Whether the kernel may keep its cached pages of a file opened the plain way: the content is
 /// what it last saw through the daemon (or the staged copy, which it saw written).
