@@ -139,6 +139,8 @@ pub struct Store {
     _lock: fs::File,
     /// What [`Store::foreign_commits`] read last.
     foreign: AtomicU64,
+    /// SQLite's wal-index header, through the connection's own mapping (see `db::WalIndex`).
+    wal_index: std::sync::OnceLock<Option<db::WalIndex>>,
 }
 
 fn flock(f: &fs::File, op: i32) -> bool {
@@ -263,6 +265,7 @@ impl Store {
             purger: std::sync::OnceLock::new(),
             _lock: lock,
             foreign: AtomicU64::new(0),
+            wal_index: std::sync::OnceLock::new(),
         };
         store.migrate_preview_kinds()?;
         if alone {
@@ -303,10 +306,20 @@ impl Store {
     /// Never waits: while the connection is busy with our own work, the value read last (the
     /// next call sees what that missed).
     pub fn foreign_commits(&self) -> u64 {
+        // Nobody committed since the last ask: its answer holds (see `db::WalIndex`).
+        if let Some(Some(w)) = self.wal_index.get() {
+            if w.unchanged() {
+                return self.foreign.load(Ordering::Relaxed);
+            }
+        }
         // (PostgreSQL: no mount reads it; the value stays.)
         let Some(conn) = self.db.try_lock_sqlite() else {
             return self.foreign.load(Ordering::Relaxed);
         };
+        let wal = self
+            .wal_index
+            .get_or_init(|| conn.as_sqlite().and_then(db::WalIndex::of));
+        let asked = wal.as_ref().map(|w| w.before_asking());
         // Starting the read transaction this needs is what notices other commits (no I/O
         // while nothing changed: SQLite compares the WAL index header in shared memory).
         match conn
@@ -315,6 +328,9 @@ impl Store {
         {
             Ok(v) => {
                 self.foreign.store(v as u64, Ordering::Relaxed);
+                if let Some(asked) = asked {
+                    asked();
+                }
                 v as u64
             }
             Err(e) => {
@@ -584,6 +600,59 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Another process's commit counts at once, also when the answer comes from the
+    /// wal-index's header (no transaction); our own commits never count. (An ask that finds
+    /// the connection busy answers what it read last: asked until the connection was free,
+    /// well within the header's 500 ms of trust.)
+    #[test]
+    fn foreign_commits_count_others_at_once_and_never_ours() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("store");
+        let (ours, theirs) = (
+            Store::open_local(&dir).unwrap(),
+            Store::open_local(&dir).unwrap(),
+        );
+        let vault = crate::api::NodePath::from_segments(["Local", "My First Vault"]).unwrap();
+        let settled = |want: u64| {
+            let deadline = std::time::Instant::now() + Duration::from_millis(100);
+            loop {
+                let got = ours.foreign_commits();
+                if got == want || std::time::Instant::now() > deadline {
+                    return got;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        // The first ask that finds the connection free maps the wal-index.
+        for _ in 0..100 {
+            ours.foreign_commits();
+            if ours.wal_index.get().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let first = ours.foreign_commits();
+        assert!(
+            matches!(ours.wal_index.get(), Some(Some(_))),
+            "the wal-index is read"
+        );
+        for i in 0..3 {
+            // Asked again with nothing committed: the header's answer.
+            assert_eq!(ours.foreign_commits(), first + i);
+            ours.create_folder(Scope::All, &vault.child(&format!("ours{i}")).unwrap())
+                .unwrap();
+            assert_eq!(ours.foreign_commits(), first + i, "our own commit");
+            theirs
+                .create_folder(Scope::All, &vault.child(&format!("theirs{i}")).unwrap())
+                .unwrap();
+            assert_eq!(
+                settled(first + i + 1),
+                first + i + 1,
+                "their commit, at once"
+            );
+        }
+    }
 
     #[test]
     fn a_new_key_made_by_several_at_once_is_one_whole_key() {

@@ -39,12 +39,14 @@ mod lock;
 mod pg;
 mod sqlite;
 mod value;
+mod wal_index;
 
 pub use conn::{Conn, Engine, Stmt, TransactionBehavior, Tx};
 pub use lock::{Db, Guard};
 pub use pg::{PgConn, pg_sql};
 pub(crate) use value::params;
 pub use value::{Column, DbError, OptionalExtension, Param, Params, Result, Row, RowIndex, Value};
+pub use wal_index::WalIndex;
 
 /// The key of the advisory lock that stands for SQLite's write lock and the store's lock.
 pub const LOCK_KEY: i64 = 0x7661_756c_7466_7331; // "vaultfs1"
