@@ -470,6 +470,14 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         ..StoreConfig::default()
     });
     let dir = args.data.path();
+    if config.database.is_some() && matches!(config.blobs, crate::store::BlobLocation::DataDir) {
+        log::warn!(
+            "blobs in {} (this server's data dir): every other server of this database must \
+             see the same blobs, or it is not one store (--blobs s3://BUCKET, or one shared \
+             folder)",
+            dir.display()
+        );
+    }
     let store = Arc::new(
         Store::open(&dir, config)
             .map_err(|e| format!("cannot open the store in {}: {e}", dir.display()))?,

@@ -140,12 +140,17 @@ impl Cluster {
     /// A server with more flags, logging into `<name>.log` (what its preview threads do
     /// included).
     fn serve_with(&self, name: &str, port: u16, flags: &[&str]) -> Node {
+        self.serve_blobs(name, port, &self.blobs, flags)
+    }
+
+    /// A server of the database with the blobs given (`--blobs` and its options).
+    fn serve_blobs(&self, name: &str, port: u16, blobs: &[String], flags: &[&str]) -> Node {
         let data = self.tmp.path().join(name);
         let log = self.tmp.path().join(format!("{name}.log"));
         let child = Command::new(BIN)
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .args(["--database", &self.database])
-            .args(&self.blobs)
+            .args(blobs)
             .args(flags)
             .env("VAULTFS_DATA_DIR", &data)
             .env("XDG_CONFIG_HOME", self.tmp.path().join("no-config"))
@@ -333,6 +338,24 @@ async fn two_servers_on_one_database_are_one_store() {
 /// The same name taken at once through both servers, by many clients: one file (all get its
 /// ID), one folder (one creation, conflicts for the rest), one move into a free name; never two
 /// nodes of one name.
+/// A server of a shared database that keeps the blobs in its own data dir is no part of one
+/// store with the others: it says so when it starts; one on the shared blobs does not.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_on_blobs_of_its_own_says_it_is_not_one_store() {
+    let Some(cluster) = Cluster::new() else {
+        return;
+    };
+    let shared = cluster.serve_with("shared", common::free_port(), &[]);
+    let alone = cluster.serve_blobs("alone", common::free_port(), &[], &[]);
+    assert!(
+        !shared.logged().contains("not one store"),
+        "{}",
+        shared.logged()
+    );
+    let said = alone.logged();
+    assert!(said.contains("not one store"), "{said}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn races_on_one_name_across_two_servers() {
     let Some((cluster, one, two, token)) = two_servers(Sign::AtOne).await else {
