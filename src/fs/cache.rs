@@ -12,7 +12,7 @@ use std::io;
 use std::num::NonZeroUsize;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
@@ -40,6 +40,8 @@ pub struct CachedFile {
     /// End of the last read and the current read-ahead window, for sequential readers.
     last_end: AtomicU64,
     window: AtomicU64,
+    /// A read-ahead download runs in the background (one at a time per file).
+    ahead: AtomicBool,
 }
 
 impl CachedFile {
@@ -61,6 +63,7 @@ impl CachedFile {
             fetching: tokio::sync::Mutex::new(()),
             last_end: AtomicU64::new(0),
             window: AtomicU64::new(CHUNK),
+            ahead: AtomicBool::new(false),
         })
     }
 
@@ -220,10 +223,11 @@ impl ReadCache {
         }
     }
 
-    /// Reads `len` bytes at `offset`, downloading missing chunks (plus read-ahead) first.
+    /// Reads `len` bytes at `offset`, downloading the missing chunks it needs first; the
+    /// read-ahead of a sequential reader downloads in the background meanwhile.
     pub async fn read<B: Backend>(
         &self,
-        backend: &B,
+        backend: &Arc<B>,
         e: &Arc<CachedFile>,
         offset: u64,
         len: usize,
@@ -245,12 +249,13 @@ impl ReadCache {
         let last = (end - 1) / CHUNK;
         if !e.missing(first, last).is_empty() {
             let _guard = e.fetching.lock().await;
-            let ahead_last = ((end + window).min(e.size) - 1) / CHUNK;
-            let missing = e.missing(first, ahead_last);
-            // Only what is needed now blocks the reader; the rest comes with it in one request.
-            for run in runs(&missing) {
-                fetch(backend, e, run.0, run.1).await?;
+            for run in runs(&e.missing(first, last)) {
+                fetch(backend.as_ref(), e, run.0, run.1).await?;
             }
+        }
+        let ahead_last = ((end + window).min(e.size) - 1) / CHUNK;
+        if ahead_last > last {
+            read_ahead(backend, e, last + 1, ahead_last);
         }
         let e2 = e.clone();
         tokio::task::spawn_blocking(move || e2.pread(offset, (end - offset) as usize))
@@ -380,6 +385,29 @@ fn runs(chunks: &[u64]) -> Vec<(u64, u64)> {
 
 /// The error code of a download that found another version than its entry's.
 pub(super) const CHANGED: &str = "changed";
+
+/// Downloads the missing chunks of `first..=last` in the background, unless a read-ahead of
+/// the file runs already: the reader goes on with what it has while the next run comes (one
+/// after the other, downloading and reading would take turns). A failure is only logged: the
+/// reader fetches what it then lacks itself.
+fn read_ahead<B: Backend>(backend: &Arc<B>, e: &Arc<CachedFile>, first: u64, last: u64) {
+    if e.missing(first, last).is_empty() || e.ahead.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let (backend, e) = (backend.clone(), e.clone());
+    tokio::spawn(async move {
+        {
+            let _guard = e.fetching.lock().await;
+            for run in runs(&e.missing(first, last)) {
+                if let Err(err) = fetch(backend.as_ref(), &e, run.0, run.1).await {
+                    log::debug!("read-ahead of {}: {err}", e.id);
+                    break;
+                }
+            }
+        }
+        e.ahead.store(false, Ordering::SeqCst);
+    });
+}
 
 /// Downloads chunks `first..=last` into the entry, marking each once it is whole.
 async fn fetch<B: Backend>(backend: &B, e: &CachedFile, first: u64, last: u64) -> Result<()> {

@@ -281,7 +281,7 @@ impl<B: Backend> Fs<B> {
             .entry(&r.id, r.md5.as_deref(), r.size)
             .map_err(|e| errno(&e))?;
         self.cache
-            .read(self.backend.as_ref(), &entry, offset, size as usize)
+            .read(&self.backend, &entry, offset, size as usize)
             .await
             .map_err(|e| errno(&e))
     }
