@@ -8,10 +8,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Work on a file given up from elsewhere: its hashing, copy and upload stop at the next chunk
-/// once the file is removed (a user's `rm` does not wait for the upload of what it removes).
-/// Clones share one flag; the default is never given up.
-#[derive(Clone, Default)]
+/// Work on a file given up from elsewhere: its hashing and upload stop at the next chunk once
+/// the file is removed (a user's `rm` does not wait for the upload of what it removes). Clones
+/// share one flag; the default is never given up.
+#[derive(Clone, Default, Debug)]
 pub struct Cancel(Arc<AtomicBool>);
 
 impl Cancel {
@@ -55,12 +55,6 @@ impl<R: io::Read> io::Read for Reader<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.cancel.check()?;
         self.inner.read(buf)
-    }
-}
-
-impl std::fmt::Debug for Cancel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Cancel({})", self.is_cancelled())
     }
 }
 
