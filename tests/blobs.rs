@@ -52,15 +52,7 @@ async fn put<B: Backend>(b: &B, folder: &NodePath, name: &str, data: Bytes) -> S
     id
 }
 
-async fn content<B: Backend>(b: &B, id: &str) -> Vec<u8> {
-    use futures_util::StreamExt;
-    let mut d = b.download(id, None).await.unwrap();
-    let mut out = Vec::new();
-    while let Some(c) = d.body.next().await {
-        out.extend_from_slice(&c.unwrap());
-    }
-    out
-}
+use common::content;
 
 fn vault() -> NodePath {
     NodePath::from_segments(["Acme", "My First Vault"]).unwrap()

@@ -201,12 +201,7 @@ fn login_with_the_service_client_id_and_mount() {
     let stored = |rel: &str| {
         rt.block_on(async {
             let id = b.node(&at(rel)).await.unwrap().file_id().unwrap();
-            let mut body = b.download(&id, None).await.unwrap().body;
-            let mut out = Vec::new();
-            while let Some(c) = futures_util::StreamExt::next(&mut body).await {
-                out.extend_from_slice(&c.unwrap());
-            }
-            out
+            common::content(&b, &id).await
         })
     };
     for (name, data) in &want {

@@ -16,7 +16,6 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use common::env::{Env, Via};
 use common::mount::Mount;
 use common::pattern;
-use futures_util::StreamExt;
 use vaultfs::api::NodePath;
 use vaultfs::backend::Backend;
 
@@ -40,12 +39,7 @@ fn stored(env: &Env, name: &str) -> Vec<u8> {
     let p = NodePath::parse_uri(&format!("/nodes/pth/Local/My First Vault/{name}")).unwrap();
     env.rt.block_on(async {
         let id = b.node(&p).await.unwrap().file_id().unwrap().to_string();
-        let mut body = b.download(&id, None).await.unwrap().body;
-        let mut out = Vec::new();
-        while let Some(chunk) = body.next().await {
-            out.extend_from_slice(&chunk.unwrap());
-        }
-        out
+        common::content(&b, &id).await
     })
 }
 

@@ -265,15 +265,7 @@ async fn upload<B: Backend>(b: &B, id: &str, data: Bytes) -> String {
     node.md5_checksum.unwrap()
 }
 
-async fn content<B: Backend>(b: &B, id: &str) -> Vec<u8> {
-    use futures_util::StreamExt;
-    let mut d = b.download(id, None).await.unwrap();
-    let mut out = Vec::new();
-    while let Some(c) = d.body.next().await {
-        out.extend_from_slice(&c.unwrap());
-    }
-    out
-}
+use common::content;
 
 async fn names<B: Backend>(b: &B) -> Vec<String> {
     vaultfs::backend::list_all(b, &vault(), 100)

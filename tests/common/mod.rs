@@ -254,6 +254,17 @@ pub async fn login(base: &str, email: &str, password: &str) -> String {
         .to_string()
 }
 
+/// The whole current content of file `id`, downloaded through `b`.
+pub async fn content<B: vaultfs::backend::Backend>(b: &B, id: &str) -> Vec<u8> {
+    use futures_util::StreamExt;
+    let mut body = b.download(id, None).await.unwrap().body;
+    let mut out = Vec::new();
+    while let Some(chunk) = body.next().await {
+        out.extend_from_slice(&chunk.unwrap());
+    }
+    out
+}
+
 /// md5 of `data` as lowercase hex, as `md5_checksum` spells it.
 pub fn md5hex(data: &[u8]) -> String {
     format!("{:x}", Md5::digest(data))

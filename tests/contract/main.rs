@@ -318,9 +318,7 @@ async fn read_all(d: Download) -> io::Result<Vec<u8>> {
     Ok(out)
 }
 
-async fn content<B: Backend>(b: &B, id: &str) -> Vec<u8> {
-    read_all(b.download(id, None).await.unwrap()).await.unwrap()
-}
+use common::content;
 
 async fn names<B: Backend>(b: &B, p: &NodePath) -> Vec<String> {
     let n = list_all(b, p, 1000).await.unwrap();
