@@ -248,10 +248,7 @@ impl ReadCache {
         let first = offset / CHUNK;
         let last = (end - 1) / CHUNK;
         if !e.missing(first, last).is_empty() {
-            let _guard = e.fetching.lock().await;
-            for run in runs(&e.missing(first, last)) {
-                fetch(backend.as_ref(), e, run.0, run.1).await?;
-            }
+            fetch_missing(backend.as_ref(), e, first, last).await?;
         }
         let ahead_last = ((end + window).min(e.size) - 1) / CHUNK;
         if ahead_last > last {
@@ -276,10 +273,7 @@ impl ReadCache {
             return Ok(());
         }
         if !e.is_complete() {
-            let _guard = e.fetching.lock().await;
-            for run in runs(&e.missing(0, (e.size - 1) / CHUNK)) {
-                fetch(backend, e, run.0, run.1).await?;
-            }
+            fetch_missing(backend, e, 0, (e.size - 1) / CHUNK).await?;
         }
         let (src, dst) = (e.file.try_clone()?, dest.try_clone()?);
         let size = e.size;
@@ -396,17 +390,26 @@ fn read_ahead<B: Backend>(backend: &Arc<B>, e: &Arc<CachedFile>, first: u64, las
     }
     let (backend, e) = (backend.clone(), e.clone());
     tokio::spawn(async move {
-        {
-            let _guard = e.fetching.lock().await;
-            for run in runs(&e.missing(first, last)) {
-                if let Err(err) = fetch(backend.as_ref(), &e, run.0, run.1).await {
-                    log::debug!("read-ahead of {}: {err}", e.id);
-                    break;
-                }
-            }
+        if let Err(err) = fetch_missing(backend.as_ref(), &e, first, last).await {
+            log::debug!("read-ahead of {}: {err}", e.id);
         }
         e.ahead.store(false, Ordering::SeqCst);
     });
+}
+
+/// Downloads what is missing of chunks `first..=last`, one download of the file at a time
+/// (readers of the same chunks wait for it rather than fetch them twice).
+async fn fetch_missing<B: Backend>(
+    backend: &B,
+    e: &CachedFile,
+    first: u64,
+    last: u64,
+) -> Result<()> {
+    let _guard = e.fetching.lock().await;
+    for run in runs(&e.missing(first, last)) {
+        fetch(backend, e, run.0, run.1).await?;
+    }
+    Ok(())
 }
 
 /// Downloads chunks `first..=last` into the entry, marking each once it is whole.
