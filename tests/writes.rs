@@ -2,8 +2,8 @@
 //! truncated through the mount is written by the kernel straight to its staging file, with no
 //! WRITE reaching the daemon; what it wrote is stored whole at close and at fsync (never a
 //! stored version changed afterwards), whatever else shares the file meanwhile (readers, a
-//! second writer, a map, a cut, an append); an existing file opened for update still goes
-//! through the daemon.
+//! second writer, a map, a cut, an append); so is an empty file opened again (fio's way); an
+//! existing file opened for update still goes through the daemon.
 
 #[macro_use]
 mod common;
@@ -24,6 +24,7 @@ both!(
     an_fsync_while_the_kernel_writes_stores_a_version_that_stays_whole,
     cuts_appends_a_second_writer_and_a_map_all_reach_the_store,
     an_update_in_place_goes_through_the_daemon,
+    an_empty_file_opened_again_is_written_by_the_kernel,
     an_allocation_larger_than_the_disk_fails_and_takes_no_room,
     a_file_removed_while_being_stored_is_not_stored,
 );
@@ -66,6 +67,21 @@ fn blobs_whole(env: &Env) {
         }
     }
     assert!(n > 0, "no blob stored");
+}
+
+/// The newest stored version of `name` (a file of the vault), read from the store's database
+/// (the interface names none): a new version, even of the same bytes, has a new one.
+fn version(env: &Env, name: &str) -> i64 {
+    let conn = rusqlite::Connection::open(env.data.join("vault.db")).unwrap();
+    conn.busy_timeout(std::time::Duration::from_secs(10))
+        .unwrap();
+    conn.query_row(
+        "SELECT max(v.id) FROM versions v JOIN nodes n ON n.id = v.file_id \
+         WHERE n.name = ?1 AND v.committed = 1",
+        [name],
+        |r| r.get(0),
+    )
+    .unwrap()
 }
 
 fn kernel_writes(m: &Mount) -> bool {
@@ -238,19 +254,10 @@ fn an_update_in_place_goes_through_the_daemon(via: Via) {
     env.wait_uploaded();
     assert_eq!(stored(&env, "db.bin"), want);
     // Opened for writing and closed unwritten (touch does that): no new version.
-    let versions = |env: &Env| {
-        let b = env.backend();
-        let p = NodePath::parse_uri("/nodes/pth/Local/My First Vault/db.bin").unwrap();
-        env.rt
-            .block_on(b.node(&p))
-            .unwrap()
-            .file_ex_properties
-            .and_then(|x| x.version_id)
-    };
-    let v = versions(&env);
+    let v = version(&env, "db.bin");
     drop(OpenOptions::new().write(true).open(&p).unwrap());
     env.wait_uploaded();
-    assert_eq!(versions(&env), v);
+    assert_eq!(version(&env, "db.bin"), v);
     drop(m);
     // Switched off: new files go through the daemon too.
     let m = env.mount(&["--no-kernel-writes"]);
@@ -364,4 +371,41 @@ fn a_file_removed_while_being_stored_is_not_stored(via: Via) {
     let store = vaultfs::store::Store::open_local(&env.data).unwrap();
     assert_eq!(store.check_integrity().unwrap(), Vec::<String>::new());
     assert_eq!(store.blob_count().unwrap(), 1);
+}
+
+/// fio lays its file out empty, closes it, and opens it again (no cut) to write it: nothing
+/// there for a write to leave as it was, so the kernel writes it too.
+fn an_empty_file_opened_again_is_written_by_the_kernel(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let p = env.vault().join("seq.bin");
+    drop(File::create(&p).unwrap());
+    env.wait_uploaded();
+    let v = version(&env, "seq.bin");
+    // Opened again and closed unwritten: nothing stored again.
+    drop(OpenOptions::new().read(true).write(true).open(&p).unwrap());
+    env.wait_uploaded();
+    assert_eq!(version(&env, "seq.bin"), v);
+    let before = daemon_writes(&m);
+    let data = pattern(3 << 20, 5);
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .open(&p)
+        .unwrap();
+    for chunk in data.chunks(1 << 20) {
+        f.write_all(chunk).unwrap();
+    }
+    assert_eq!(f.metadata().unwrap().len(), data.len() as u64);
+    drop(f);
+    assert_eq!(daemon_writes(&m), before, "a WRITE reached the daemon");
+    assert_eq!(fs::read(&p).unwrap(), data);
+    env.wait_uploaded();
+    assert_eq!(stored(&env, "seq.bin"), data);
+    assert!(version(&env, "seq.bin") > v);
+    if via == Via::Local {
+        blobs_whole(&env);
+    }
+    drop(m);
 }

@@ -222,9 +222,11 @@ impl<B: Backend> Fs<B> {
 
     /// Whether the kernel writes the staged file itself for writer `fh` (passthrough), decided
     /// with the table locked: it must when passthrough opens share the file already (no plain
-    /// open may join them), and may for a file written afresh (created or truncated: a change
-    /// whatever is written, since what the kernel writes is never seen here) that nobody else
-    /// has open. `Some`: the backing file to open with.
+    /// open may join them), and may for a file nobody else has open that is written `afresh`
+    /// (created or truncated: a change whatever is written, since what the kernel writes is
+    /// never seen here) or is empty (fio creates its file, then opens it again to write it: a
+    /// change of an empty file moves its size or times, see `Staged::kernel_writer_joins`).
+    /// `Some`: the backing file to open with.
     pub(super) fn kernel_writer(
         &self,
         i: &mut super::table::Inode,
@@ -239,11 +241,12 @@ impl<B: Backend> Fs<B> {
                 log::error!("{}: passthrough opens of another file hold it", i.path);
                 return Err(Errno::EIO);
             }
-            staged.kernel_writer_joins();
+            staged.kernel_writer_joins(true);
             return Ok(Some(pt.join(fh)));
         }
         let alone = i.open_handles == 0 && i.plain_pending == 0;
-        let wanted = self.kernel_writes() && afresh && alone && passable(flags);
+        let empty = staged.size() == 0;
+        let wanted = self.kernel_writes() && (afresh || empty) && alone && passable(flags);
         if !(wanted && self.passthrough.on()) {
             return Ok(None);
         }
@@ -252,7 +255,7 @@ impl<B: Backend> Fs<B> {
         let Some(id) = self.passthrough.register(&source, register) else {
             return Ok(None);
         };
-        staged.kernel_writer_joins();
+        staged.kernel_writer_joins(afresh);
         // What the kernel caches of the inode is older than what it now writes past it.
         i.kernel_md5 = None;
         let shared = passthrough::Shared::new(staged.backing_key(), id, fh, source);

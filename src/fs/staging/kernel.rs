@@ -35,11 +35,16 @@ impl Staged {
 
     /// A handle the kernel writes through itself opens (after [`Staged::own_file`], with the
     /// inode table locked, so nothing seals the file in between): hashing ahead stops for
-    /// good.
-    pub fn kernel_writer_joins(&self) {
+    /// good. `afresh`: the open created or cut the file, a change whatever the kernel writes
+    /// (`synced` stays as it was: no file's state at first, and the cut moved the times since).
+    /// Else the file is empty, and its state now is the last generation's: no page of it
+    /// exists that a map could write again unseen, so any change moves its size or times.
+    pub fn kernel_writer_joins(&self, afresh: bool) {
         let _order = self.order();
-        // The first is a file written afresh (created or cut), a change whatever the kernel
-        // writes: `synced` starts as no file's state.
+        if !afresh && self.kernel_writers() == 0 {
+            let now = self.stat();
+            *relock(&self.synced) = now;
+        }
         self.kernel_wrote.store(true, Ordering::SeqCst);
         self.kernel_writers.fetch_add(1, Ordering::SeqCst);
     }
