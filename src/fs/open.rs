@@ -174,7 +174,7 @@ impl<B: Backend> Fs<B> {
         let keep = keep && backing.is_none();
         let mut opened = self.writer_handle(ino, fh, staged, backing);
         if keep {
-            opened.flags = FopenFlags::FOPEN_KEEP_CACHE;
+            opened.flags |= FopenFlags::FOPEN_KEEP_CACHE;
         }
         Ok(opened)
     }
@@ -215,7 +215,9 @@ impl<B: Backend> Fs<B> {
         );
         Opened {
             fh,
-            flags: FopenFlags::empty(),
+            // FLUSH does nothing here (the last release stores the file; POSIX locks are the
+            // kernel's own): each close(2) spares a round trip.
+            flags: FopenFlags::FOPEN_NOFLUSH,
             backing,
         }
     }
