@@ -395,7 +395,7 @@ impl<B: Backend> Fs<B> {
     }
 
     /// The current version's bytes whole on local disk, if they are (see `passthrough`).
-    async fn local_source(
+    pub(super) async fn local_source(
         self: &Arc<Self>,
         r: &super::table::Remote,
     ) -> Option<(String, passthrough::Source)> {

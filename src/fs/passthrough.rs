@@ -65,6 +65,14 @@ pub(super) enum Source {
 }
 
 impl Source {
+    pub(super) fn file(&self) -> &File {
+        match self {
+            Source::File(f) => f,
+            Source::CachedFile(e) => e.file(),
+            Source::Staged(f) => f,
+        }
+    }
+
     fn fd(&self) -> BorrowedFd<'_> {
         match self {
             Source::File(f) => f.as_fd(),

@@ -408,22 +408,35 @@ async fn end_entries<B: Backend>(fs: &Arc<Fs<B>>, retired: Vec<Arc<Staged>>) {
 /// Files of `unsure` generations (see `Staged::kernel_changed`): those whose bytes are the
 /// stored version's are clean without storing anything (storing them again would make a new
 /// version of old bytes, over one another client stored meanwhile); the others go in the next
-/// batch.
+/// batch. Compared byte for byte with the stored version where it is whole on local disk (the
+/// built-in store's blob, a complete read-cache file: a `dd conv=fsync` of 512 MiB then costs
+/// 0.1 s at its close, not an md5 of 0.7 s), else by md5.
 async fn same_as_stored<B: Backend>(
     fs: &Arc<Fs<B>>,
     unsure: Vec<(Item, (String, u64))>,
     retired: &mut Vec<Arc<Staged>>,
 ) {
-    let files: Vec<_> = unsure.iter().map(|u| u.0.staged.clone()).collect();
-    let hashed = tokio::task::spawn_blocking(move || {
+    let mut files = Vec::with_capacity(unsure.len());
+    for (item, known) in &unsure {
+        let remote = fs.table().get(item.ino).and_then(|i| i.remote.clone());
+        let local = match remote.filter(|r| r.md5.as_ref() == Some(&known.0)) {
+            Some(r) => fs.local_source(&r).await.map(|(_, source)| source),
+            None => None,
+        };
+        files.push((item.staged.clone(), known.clone(), local));
+    }
+    let same = tokio::task::spawn_blocking(move || {
         files
             .iter()
-            .map(|s| (s.md5().ok(), s.size()))
+            .map(|(s, (md5, size), local)| match local {
+                Some(stored) => s.same_bytes_as(stored.file(), *size).unwrap_or(false),
+                None => s.size() == *size && s.md5().ok().as_ref() == Some(md5),
+            })
             .collect::<Vec<_>>()
     })
     .await
     .unwrap_or_default();
-    for ((item, known), (md5, size)) in unsure.into_iter().zip(hashed) {
+    for ((item, _), same) in unsure.into_iter().zip(same) {
         let Item {
             ino,
             staged,
@@ -431,7 +444,7 @@ async fn same_as_stored<B: Backend>(
             _io: guard,
             ..
         } = item;
-        if md5.as_ref() == Some(&known.0) && size == known.1 {
+        if same {
             {
                 let mut t = fs.table();
                 staged.mark_uploaded(generation);
