@@ -393,6 +393,7 @@ fn an_empty_file_opened_again_is_written_by_the_kernel(via: Via) {
         .read(true)
         .write(true)
         .create(true)
+        .truncate(false)
         .open(&p)
         .unwrap();
     for chunk in data.chunks(1 << 20) {
