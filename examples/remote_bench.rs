@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures_util::StreamExt;
-use md5::{Digest, Md5};
+use vaultfs::api::checksum::{Md5, hex};
 
 use vaultfs::api::NodePath;
 use vaultfs::backend::remote::{RemoteBackend, RemoteConfig};
@@ -163,7 +163,7 @@ fn md5_file(path: &PathBuf) -> std::io::Result<String> {
         };
         h.update(&buf[..n]);
     }
-    Ok(format!("{:x}", h.finalize()))
+    Ok(hex(&h.finalize()))
 }
 
 /// The three steps of an upload; returns (file ID, time of steps 1 + 2, time of step 3).
@@ -280,7 +280,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
     eprintln!("remote_bench: {} node() calls", args.stats);
     let small = folder.child(&small_name)?;
     let body = reader_stream(std::io::Cursor::new(b"hello, world\n".to_vec()));
-    let small_md5 = format!("{:x}", Md5::digest(b"hello, world\n"));
+    let small_md5 = hex(&Md5::digest(b"hello, world\n"));
     upload(&backend, &folder, &small_name, 13, &small_md5, body).await?;
     backend.node(&small).await?; // warm-up
     let mut lat = Vec::with_capacity(args.stats as usize);

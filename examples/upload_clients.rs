@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::Parser;
-use md5::{Digest, Md5};
+use vaultfs::api::checksum::{Md5, hex};
 
 use vaultfs::api::NodePath;
 use vaultfs::backend::Backend;
@@ -81,7 +81,7 @@ async fn one_upload(
     name: &str,
     data: Bytes,
 ) -> Result<(), BoxError> {
-    let md5 = format!("{:x}", Md5::digest(&data));
+    let md5 = hex(&Md5::digest(&data));
     let id = b
         .create_file(folder, name)
         .await?

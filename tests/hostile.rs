@@ -619,7 +619,7 @@ fn hostile_ids_cannot_make_the_mount_write_outside_its_cache() {
         )
     };
     let content = b"the server's bytes\n".to_vec();
-    let md5 = format!("{:x}", <md5::Md5 as md5::Digest>::digest(&content));
+    let md5 = vaultfs::api::checksum::hex(&<md5::Md5 as md5::Digest>::digest(&content));
     let file = |path: &str, id: Option<String>, md5: &str| {
         let mut n = json!({
             "name": path.rsplit('/').next().unwrap(),

@@ -119,7 +119,7 @@ pub fn canonical(mountpoint: &Path) -> PathBuf {
 /// The control socket of the mount at `mountpoint` (a hash keeps it within the 108 bytes a
 /// socket path may have).
 pub fn socket_path(mountpoint: &Path) -> PathBuf {
-    use md5::{Digest, Md5};
+    use crate::api::checksum::Md5;
     let canon = canonical(mountpoint);
     let h = crate::api::checksum::hex(&Md5::digest(canon.as_os_str().as_encoded_bytes()));
     runtime_dir().join(format!("{}.sock", &h[..16]))

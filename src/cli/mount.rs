@@ -125,7 +125,7 @@ fn cache_base() -> PathBuf {
 
 /// A cache directory name per backend, so journals never mix between stores.
 fn backend_key(kind: &str, identity: &str) -> String {
-    use md5::{Digest, Md5};
+    use crate::api::checksum::Md5;
     let h = crate::api::checksum::hex(&Md5::digest(identity.as_bytes()));
     format!("{kind}-{}", &h[..12])
 }

@@ -431,9 +431,8 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::checksum::hex;
-    use md5::{Digest, Md5};
-    use sha2::Sha256;
+    use crate::api::checksum::{Md5, hex};
+    use sha2::{Digest, Sha256};
 
     #[test]
     #[cfg(target_os = "linux")]

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use bytes::Bytes;
-use md5::{Digest, Md5};
+use sha2::Digest;
 
 use vaultfs::api::{ErrorKind, NodePath};
 use vaultfs::backend::remote::{RemoteBackend, RemoteConfig};
@@ -232,7 +232,7 @@ fn pattern(len: usize, seed: u8) -> Bytes {
 }
 
 fn md5hex(data: &[u8]) -> String {
-    vaultfs::api::checksum::hex(&Md5::digest(data))
+    vaultfs::api::checksum::hex(&<md5::Md5 as md5::Digest>::digest(data))
 }
 
 fn stream(data: Bytes) -> ByteStream {

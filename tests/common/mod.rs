@@ -267,7 +267,7 @@ pub async fn content<B: vaultfs::backend::Backend>(b: &B, id: &str) -> Vec<u8> {
 
 /// md5 of `data` as lowercase hex, as `md5_checksum` spells it.
 pub fn md5hex(data: &[u8]) -> String {
-    format!("{:x}", Md5::digest(data))
+    vaultfs::api::checksum::hex(&Md5::digest(data))
 }
 
 /// Deterministic pseudo-random bytes (a shifted range or a swapped block shows).

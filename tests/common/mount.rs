@@ -169,7 +169,7 @@ pub fn md5_of(p: &Path) -> String {
         }
         h.update(&buf[..n]);
     }
-    format!("{:x}", h.finalize())
+    vaultfs::api::checksum::hex(&h.finalize())
 }
 
 /// Mounts a tmpfs of `mib` MiB at `dir` (root only); unmounted when dropped.

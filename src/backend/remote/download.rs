@@ -5,9 +5,9 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::api::checksum::Md5;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
-use md5::{Digest, Md5};
 use reqwest::StatusCode;
 use reqwest::header::{self, HeaderMap};
 
@@ -259,7 +259,10 @@ fn checked_body(body: Body, check: BodyCheck) -> ByteStream {
                     fail(&mut s, io::ErrorKind::UnexpectedEof, e)
                 }
                 Ok(None) => {
-                    let got = s.hasher.take().map(|h| format!("{:x}", h.finalize()));
+                    let got = s
+                        .hasher
+                        .take()
+                        .map(|h| crate::api::checksum::hex(&h.finalize()));
                     match (got, &s.check.md5) {
                         (Some(got), Some(want)) if &got != want => {
                             let e = Error::new(

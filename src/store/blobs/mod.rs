@@ -20,8 +20,9 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use crate::api::checksum::Md5;
 use bytes::Bytes;
-use md5::{Digest, Md5};
+use sha2::Digest;
 
 use crate::api::checksum::hex;
 use crate::sync::relock;
