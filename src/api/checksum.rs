@@ -257,6 +257,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn md5_gives_the_rfc_1321_digests_whole_or_in_parts() {
+        for (input, want) in [
+            ("", "d41d8cd98f00b204e9800998ecf8427e"),
+            ("abc", "900150983cd24fb0d6963f7d28e17f72"),
+            ("message digest", "f96b697d7cb7938d525a2f31aaf161d0"),
+            (
+                "12345678901234567890123456789012345678901234567890123456789012345678901234567890",
+                "57edf4a22be3c955ac49da2e2107b67a",
+            ),
+        ] {
+            assert_eq!(hex(&Md5::digest(input.as_bytes())), want, "{input:?}");
+            let mut h = Md5::default();
+            for part in input.as_bytes().chunks(7) {
+                h.clone().update(b"a clone is a hasher of its own");
+                h.update(part);
+            }
+            assert_eq!(hex(&h.finalize()), want, "{input:?} in parts");
+        }
+    }
+
+    #[test]
     fn md5_in_either_spelling() {
         // The public service's documented sample and its hex.
         let hex = "0ffa63d699e0f3c243bb31c067cc6810";
