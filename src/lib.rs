@@ -16,7 +16,7 @@
 //! | `backend` | the interface as async Rust calls: `local` in process over the store, `remote` over HTTP | `store`, `api`, `sync` |
 //! | `store` | the built-in implementation: metadata, blobs, versions, users, pins, tokens, previews kept | `preview`, `api`, `sync` |
 //! | `preview` | rendering of previews: PNG pages and a PDF from a file's bytes, no I/O | `api` |
-//! | `api` | wire types of the interface and what both sides need: paths, ranges, times, checksums, errors, secrets | |
+//! | `api` | wire types of the interface and what both sides need: paths, ranges, times, checksums, errors, secrets | `sync` |
 //! | `sync` | `relock`: a mutex taken also after a panic poisoned it | |
 //!
 //! Known exceptions, each to be removed (the test also fails when one is no longer needed):

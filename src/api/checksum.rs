@@ -15,7 +15,7 @@ use std::os::unix::fs::FileExt;
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-use super::files::Cancel;
+use super::files::{Cancel, Progress, copy_range_telling};
 
 /// An md5 hasher: AWS-LC's (linked already for TLS), whose assembly runs 1.4x the md-5
 /// crate's here; md5 is what bounds a large write until stored (see Cargo.toml).
@@ -101,12 +101,14 @@ pub fn md5_of_file(f: &File, len: u64) -> io::Result<String> {
 
 /// Feeds bytes `from..to` of `f` to `eat`, a chunk at a time; a sparse or short tail reads as
 /// zeros (as a staging file's size says).
-/// Stops with an error at the next chunk once `cancel` is given up.
+/// Stops with an error at the next chunk once `cancel` is given up. With `behind`, `f` is a
+/// copy under way: each chunk is read once it is copied.
 pub fn read_range(
     f: &File,
     from: u64,
     to: u64,
     cancel: Option<&Cancel>,
+    behind: Option<&Progress>,
     mut eat: impl FnMut(&[u8]),
 ) -> io::Result<()> {
     let mut buf = vec![0u8; (to.saturating_sub(from).min(1 << 20) as usize).max(1)];
@@ -116,6 +118,9 @@ pub fn read_range(
             c.check()?;
         }
         let want = (to - off).min(buf.len() as u64) as usize;
+        if let Some(p) = behind {
+            p.wait_for(off + want as u64)?;
+        }
         let n = match f.read_at(&mut buf[..want], off) {
             Ok(0) => {
                 buf[..want].fill(0);
@@ -133,7 +138,7 @@ pub fn read_range(
 
 /// `read_range` from the start.
 pub fn read_chunks(f: &File, len: u64, eat: impl FnMut(&[u8])) -> io::Result<()> {
-    read_range(f, 0, len, None, eat)
+    read_range(f, 0, len, None, None, eat)
 }
 
 /// md5 and sha256 of a file's first [`Digests::len`] bytes (md5 alone for an upload to a
@@ -157,6 +162,9 @@ impl Default for Digests {
         }
     }
 }
+
+/// A copy from this size on is hashed while it is made ([`Digests::copy_and_hash`]).
+const COPY_BEHIND_FROM: u64 = 16 << 20;
 
 /// A remainder from this size on is hashed by two threads (md5 is the slower by far).
 const PARALLEL_FROM: u64 = 4 << 20;
@@ -199,7 +207,7 @@ impl Digests {
         if from > len {
             return Err(io::Error::other("hashed past the end of the file"));
         }
-        read_range(f, from, len, self.cancel.as_ref(), |b| md5.update(b))?;
+        read_range(f, from, len, self.cancel.as_ref(), None, |b| md5.update(b))?;
         Ok(hex(&md5.finalize()))
     }
 
@@ -219,11 +227,57 @@ impl Digests {
         Ok((hex(&self.md5.finalize()), hex(&sha)))
     }
 
+    /// Copies the first `len` bytes of `from` into `to` (a new, empty file) and hashes the copy
+    /// from the start: what is hashed is what is kept, even if `from` is written meanwhile. A
+    /// large copy is hashed right behind the copying (md5 is as slow as the copy: one after
+    /// the other took twice as long).
+    pub fn copy_and_hash(self, from: &File, to: &File, len: u64) -> io::Result<(String, String)> {
+        let fresh = Digests {
+            cancel: self.cancel,
+            ..Digests::default()
+        };
+        if len < COPY_BEHIND_FROM {
+            super::files::copy_range(from, to, len)?;
+            return fresh.finish_from(to, len);
+        }
+        let progress = Progress::default();
+        let (copied, hashed) = std::thread::scope(|s| {
+            let copier = s.spawn(|| copy_range_telling(from, to, len, &progress));
+            let hashed = fresh.finish_behind(to, len, &progress);
+            if hashed.is_err() {
+                progress.stop();
+            }
+            (copier.join(), hashed)
+        });
+        copied.map_err(|_| io::Error::other("the copying thread panicked"))??;
+        hashed
+    }
+
+    /// [`Digests::finish_from`] of a copy under way.
+    fn finish_behind(
+        mut self,
+        f: &File,
+        len: u64,
+        progress: &Progress,
+    ) -> io::Result<(String, String)> {
+        self.extend(f, len, Some(progress))?;
+        let sha = self
+            .sha256
+            .take()
+            .expect("a fresh Digests has sha256")
+            .finalize();
+        Ok((hex(&self.md5.finalize()), hex(&sha)))
+    }
+
     /// Feeds bytes `self.len()..to` of `f`. A large range is read twice from the page cache,
     /// md5 on a thread of its own beside sha256, which takes its time from md5's instead of
     /// adding it (md5 alone runs at half the speed of SHA-NI sha256, and one thread doing
     /// both was what bounded a large write until stored).
     pub fn extend_from(&mut self, f: &File, to: u64) -> io::Result<()> {
+        self.extend(f, to, None)
+    }
+
+    fn extend(&mut self, f: &File, to: u64, behind: Option<&Progress>) -> io::Result<()> {
         let from = self.len;
         if from > to {
             return Err(io::Error::other("hashed past the end of the file"));
@@ -233,11 +287,11 @@ impl Digests {
         let (md5, sha256) = match &mut self.sha256 {
             Some(sha256) if to - from >= PARALLEL_FROM => (&mut self.md5, sha256),
             // A small range, or md5 alone: one pass on this thread.
-            _ => return read_range(f, from, to, cancel, |b| self.update(b)),
+            _ => return read_range(f, from, to, cancel, behind, |b| self.update(b)),
         };
         std::thread::scope(|s| {
-            let md5 = s.spawn(move || read_range(f, from, to, cancel, |b| md5.update(b)));
-            let sha = read_range(f, from, to, cancel, |b| sha256.update(b));
+            let md5 = s.spawn(move || read_range(f, from, to, cancel, behind, |b| md5.update(b)));
+            let sha = read_range(f, from, to, cancel, behind, |b| sha256.update(b));
             md5.join()
                 .map_err(|_| io::Error::other("the md5 thread panicked"))??;
             sha
@@ -300,6 +354,37 @@ mod tests {
             "D/pj1png88JDuzHAZ8xoEAAA",
         ] {
             assert_eq!(md5_hex(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_copy_hashed_behind_its_copying_is_the_source_with_its_holes_and_short_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        for (len, on_disk) in [
+            (5u64, 5u64),
+            (COPY_BEHIND_FROM + 4097, COPY_BEHIND_FROM + 4097),
+            // A source shorter than its size says (a staging file's sparse tail).
+            (COPY_BEHIND_FROM * 2, COPY_BEHIND_FROM + 100),
+        ] {
+            let src = dir.path().join(format!("src{len}"));
+            let mut data: Vec<u8> = (0..on_disk).map(|i| (i * 13 % 253) as u8 + 1).collect();
+            std::fs::write(&src, &data).unwrap();
+            let from = std::fs::OpenOptions::new().write(true).open(&src).unwrap();
+            // A hole in the middle of the large ones.
+            if on_disk > 3 << 20 {
+                from.set_len(1 << 20).unwrap();
+                from.write_all_at(&data[3 << 20..on_disk as usize], 3 << 20)
+                    .unwrap();
+                data[1 << 20..3 << 20].fill(0);
+            }
+            data.resize(len as usize, 0);
+            let to_path = dir.path().join(format!("copy{len}"));
+            let to = crate::api::files::new_private(&to_path).unwrap();
+            let got = Digests::default()
+                .copy_and_hash(&File::open(&src).unwrap(), &to, len)
+                .unwrap();
+            assert_eq!(got, (hex(&Md5::digest(&data)), hex(&Sha256::digest(&data))));
+            assert!(std::fs::read(&to_path).unwrap() == data, "copy of {len}");
         }
     }
 

@@ -5,8 +5,10 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use crate::sync::{relock, unpoisoned};
 
 /// Work on a file given up from elsewhere: its hashing and upload stop at the next chunk once
 /// the file is removed (a user's `rm` does not wait for the upload of what it removes). Clones
@@ -75,6 +77,101 @@ pub fn copy_to_new(from: &File, len: u64, dest: &Path) -> io::Result<File> {
     copy_range(from, &out, len)?;
     Ok(out)
 }
+
+/// How far a copy under way is whole, for a reader behind it (see [`copy_range_telling`]), or
+/// that it stopped (failed, or given up by the reader).
+#[derive(Default)]
+pub struct Progress {
+    state: Mutex<(u64, bool)>,
+    moved: Condvar,
+}
+
+impl Progress {
+    fn reach(&self, upto: u64) {
+        let mut s = relock(&self.state);
+        s.0 = s.0.max(upto);
+        self.moved.notify_all();
+    }
+
+    /// The copy is given up (its reader failed) or failed: waits end with an error.
+    pub fn stop(&self) {
+        relock(&self.state).1 = true;
+        self.moved.notify_all();
+    }
+
+    fn stopped(&self) -> bool {
+        relock(&self.state).1
+    }
+
+    /// Waits until the bytes below `upto` are copied; an error once the copy stopped short.
+    pub fn wait_for(&self, upto: u64) -> io::Result<()> {
+        let mut s = relock(&self.state);
+        while s.0 < upto {
+            if s.1 {
+                return Err(io::Error::other("the copy stopped before the bytes read"));
+            }
+            s = unpoisoned(self.moved.wait(s));
+        }
+        Ok(())
+    }
+}
+
+/// What [`copy_range_telling`] copies at a time.
+const COPY_STEP: u64 = 8 << 20;
+
+/// [`copy_range`], telling `progress` as it goes, so that a reader (the hashing of the copy)
+/// runs right behind it instead of after it. The copy is sized first, so what is not copied yet
+/// reads as zeros, never short; each step's writeback starts at once.
+pub fn copy_range_telling(from: &File, to: &File, len: u64, progress: &Progress) -> io::Result<()> {
+    let copied = (|| {
+        to.set_len(len)?;
+        let mut off = 0;
+        while off < len {
+            let Some((start, end)) = next_data(from, off, len)? else {
+                break;
+            };
+            // The hole before `start` reads as zeros already.
+            progress.reach(start);
+            let mut at = start;
+            while at < end {
+                if progress.stopped() {
+                    return Err(io::Error::other("the copy was given up"));
+                }
+                let stop = (at + COPY_STEP).min(end);
+                copy_span(from, to, at, stop)?;
+                start_writeback(to, at, stop);
+                progress.reach(stop);
+                at = stop;
+            }
+            off = end;
+        }
+        Ok(())
+    })();
+    match &copied {
+        Ok(()) => progress.reach(len),
+        Err(_) => progress.stop(),
+    }
+    copied
+}
+
+/// Starts writing bytes `start..end` of `f` to disk, without waiting (a later flush waits
+/// for less).
+#[cfg(target_os = "linux")]
+fn start_writeback(f: &File, start: u64, end: u64) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: on a descriptor the caller holds open; a hint, whose failure changes nothing.
+    unsafe {
+        libc::sync_file_range(
+            f.as_raw_fd(),
+            start as i64,
+            (end - start) as i64,
+            libc::SYNC_FILE_RANGE_WRITE,
+        )
+    };
+}
+
+#[cfg(not(target_os = "linux"))]
+fn start_writeback(_: &File, _: u64, _: u64) {}
 
 /// Copies the first `len` bytes of `from` into `to` (in the kernel: copy_file_range, which
 /// shares extents where the file system can), then sets `to`'s length to `len`. Only the data

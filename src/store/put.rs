@@ -303,16 +303,17 @@ impl Store {
             md5: String::new(),
             sha256: String::new(),
         };
-        let digests = if f.sealed && self.blobs.can_link(&f.source) {
-            f.digests.clone().filter(|d| d.len() <= f.len)
+        if f.sealed && self.blobs.can_link(&f.source) {
+            let digests = f.digests.clone().filter(|d| d.len() <= f.len);
+            let digests = digests.unwrap_or_default().unless(&f.cancel);
+            (prepared.md5, prepared.sha256) = digests.finish_from(&prepared.file, f.len)?;
         } else {
             prepared.tmp = self.blobs.tmp_name("put");
-            let copy = crate::api::files::copy_to_new(&f.source, f.len, &prepared.tmp)?;
+            let copy = crate::api::files::new_private(&prepared.tmp)?;
+            let digests = Digests::default().unless(&f.cancel);
+            (prepared.md5, prepared.sha256) = digests.copy_and_hash(&f.source, &copy, f.len)?;
             prepared.file = std::sync::Arc::new(copy);
-            None
-        };
-        let digests = digests.unwrap_or_default().unless(&f.cancel);
-        (prepared.md5, prepared.sha256) = digests.finish_from(&prepared.file, f.len)?;
+        }
         Ok(prepared)
     }
 
