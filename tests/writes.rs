@@ -85,6 +85,50 @@ fn version(env: &Env, name: &str) -> i64 {
     .unwrap()
 }
 
+/// A shared, writable map of the first `len` bytes of an open file, unmapped when dropped.
+struct SharedMap {
+    at: *mut libc::c_void,
+    len: usize,
+}
+
+impl SharedMap {
+    fn new(f: &File, len: usize) -> SharedMap {
+        // SAFETY: a new map of an open descriptor; the kernel checks the rest.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(at, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+        SharedMap { at, len }
+    }
+
+    /// Writes `bytes` at `offset` of the file through the map.
+    fn write(&self, offset: usize, bytes: &[u8]) {
+        assert!(offset + bytes.len() <= self.len);
+        // SAFETY: within the map, which lives until `self` is dropped.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.at.cast::<u8>().add(offset),
+                bytes.len(),
+            )
+        };
+    }
+}
+
+impl Drop for SharedMap {
+    fn drop(&mut self) {
+        // SAFETY: the map made in `new`, unmapped once.
+        assert_eq!(unsafe { libc::munmap(self.at, self.len) }, 0);
+    }
+}
+
 fn kernel_writes(m: &Mount) -> bool {
     let st = m.status();
     st["writes"].as_str().unwrap().starts_with("passthrough")
@@ -200,27 +244,12 @@ fn cuts_appends_a_second_writer_and_a_map_all_reach_the_store(via: Via) {
     let u = OpenOptions::new().read(true).write(true).open(&p).unwrap();
     u.write_all_at(b"AB", 0).unwrap();
     // A shared map of the updater, written after every descriptor is closed.
-    let len = 15;
-    // SAFETY: a shared map of an open file of `len` bytes, written within them and unmapped
-    // below; the file outlives it.
-    let map = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            u.as_raw_fd(),
-            0,
-        )
-    };
-    assert_ne!(map, libc::MAP_FAILED);
+    let map = SharedMap::new(&u, 15);
     drop((w, a, u));
     // Long enough for a batch to store the file, had it not waited for the map.
     std::thread::sleep(std::time::Duration::from_millis(300));
-    // SAFETY: within the map made above.
-    unsafe { std::ptr::copy_nonoverlapping(b"MAP".as_ptr(), map.cast::<u8>().add(2), 3) };
-    // SAFETY: the map made above, unmapped once.
-    assert_eq!(unsafe { libc::munmap(map, len) }, 0);
+    map.write(2, b"MAP");
+    drop(map);
     let want = b"ABMAP\0+appended".to_vec();
     assert_eq!(fs::read(&p).unwrap(), want);
     assert_eq!(daemon_writes(&m), before, "a WRITE reached the daemon");
@@ -436,29 +465,11 @@ fn a_close_after_an_fsync_stores_only_a_change(via: Via) {
         .open(&p)
         .unwrap();
     f.write_all(&data).unwrap();
-    let len = data.len();
-    // SAFETY: a shared map of an open file of `len` bytes, written within them and unmapped
-    // below; the file outlives it.
-    let map = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        )
-    };
-    assert_ne!(map, libc::MAP_FAILED);
-    let poke = |at: usize, b: &[u8]| {
-        // SAFETY: within the map made above.
-        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), map.cast::<u8>().add(at), b.len()) };
-    };
-    poke(4096, b"first");
+    let map = SharedMap::new(&f, data.len());
+    map.write(4096, b"first");
     f.sync_all().unwrap();
-    poke(4096, b"again");
-    // SAFETY: the map made above, unmapped once.
-    assert_eq!(unsafe { libc::munmap(map, len) }, 0);
+    map.write(4096, b"again");
+    drop(map);
     drop(f);
     let mut want = data.clone();
     want[4096..4101].copy_from_slice(b"again");
