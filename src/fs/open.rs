@@ -191,7 +191,8 @@ impl<B: Backend> Fs<B> {
     /// What `vaultfs status` and the mount's log say about writes.
     pub(super) fn describe_writes(&self) -> String {
         if self.kernel_writes() && self.passthrough.on() {
-            "passthrough for new and truncated files (the kernel writes their staging files)".into()
+            "passthrough for new, truncated and empty files (the kernel writes their staging files)"
+                .into()
         } else {
             "through the daemon".into()
         }
