@@ -93,7 +93,8 @@ impl Progress {
         self.moved.notify_all();
     }
 
-    /// The copy is given up (its reader failed) or failed: waits end with an error.
+    /// The copy ended, or is given up (its reader failed): waits for bytes it did not copy end
+    /// with an error.
     pub fn stop(&self) {
         relock(&self.state).1 = true;
         self.moved.notify_all();
@@ -123,6 +124,14 @@ const COPY_STEP: u64 = 8 << 20;
 /// runs right behind it instead of after it. The copy is sized first, so what is not copied yet
 /// reads as zeros, never short; each step's writeback starts at once.
 pub fn copy_range_telling(from: &File, to: &File, len: u64, progress: &Progress) -> io::Result<()> {
+    // However this ends (a panic included), a reader waiting for more stops waiting.
+    struct Ends<'a>(&'a Progress);
+    impl Drop for Ends<'_> {
+        fn drop(&mut self) {
+            self.0.stop();
+        }
+    }
+    let _ends = Ends(progress);
     let copied = (|| {
         to.set_len(len)?;
         let mut off = 0;
@@ -147,9 +156,8 @@ pub fn copy_range_telling(from: &File, to: &File, len: u64, progress: &Progress)
         }
         Ok(())
     })();
-    match &copied {
-        Ok(()) => progress.reach(len),
-        Err(_) => progress.stop(),
+    if copied.is_ok() {
+        progress.reach(len);
     }
     copied
 }
