@@ -249,6 +249,8 @@ impl Digests {
             }
             (copier.join(), hashed)
         });
+        // The copy's own failure first (ENOSPC, say); a copy given up by a failed hashing ends
+        // without one, and the hashing's error tells why.
         copied.map_err(|_| io::Error::other("the copying thread panicked"))??;
         hashed
     }

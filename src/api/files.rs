@@ -122,7 +122,8 @@ const COPY_STEP: u64 = 8 << 20;
 
 /// [`copy_range`], telling `progress` as it goes, so that a reader (the hashing of the copy)
 /// runs right behind it instead of after it. The copy is sized first, so what is not copied yet
-/// reads as zeros, never short; each step's writeback starts at once.
+/// reads as zeros, never short; each step's writeback starts at once. Given up by the reader
+/// ([`Progress::stop`]), it ends early without an error: the reader's own tells why.
 pub fn copy_range_telling(from: &File, to: &File, len: u64, progress: &Progress) -> io::Result<()> {
     // However this ends (a panic included), a reader waiting for more stops waiting.
     struct Ends<'a>(&'a Progress);
@@ -132,7 +133,8 @@ pub fn copy_range_telling(from: &File, to: &File, len: u64, progress: &Progress)
         }
     }
     let _ends = Ends(progress);
-    let copied = (|| {
+    // Ok(false): given up.
+    let copied = (|| -> io::Result<bool> {
         to.set_len(len)?;
         let mut off = 0;
         while off < len {
@@ -144,7 +146,7 @@ pub fn copy_range_telling(from: &File, to: &File, len: u64, progress: &Progress)
             let mut at = start;
             while at < end {
                 if progress.stopped() {
-                    return Err(io::Error::other("the copy was given up"));
+                    return Ok(false);
                 }
                 let stop = (at + COPY_STEP).min(end);
                 copy_span(from, to, at, stop)?;
@@ -154,12 +156,12 @@ pub fn copy_range_telling(from: &File, to: &File, len: u64, progress: &Progress)
             }
             off = end;
         }
-        Ok(())
+        Ok(true)
     })();
-    if copied.is_ok() {
+    if copied? {
         progress.reach(len);
     }
-    copied
+    Ok(())
 }
 
 /// Starts writing bytes `start..end` of `f` to disk, without waiting (a later flush waits
