@@ -28,22 +28,6 @@ async fn bucket_keys(cluster: &Cluster, prefix: &str) -> Vec<String> {
         .collect()
 }
 
-/// Asks for a file's preview until it is ready; its number of pages.
-async fn ready_pages<B: Backend>(b: &B, id: &str) -> usize {
-    use vaultfs::api::PreviewStatus;
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let m = b.preview(id).await.unwrap();
-        match m.status {
-            PreviewStatus::Ready => return m.pages.len(),
-            PreviewStatus::InProgress => {}
-            s => panic!("{id}: {s:?}"),
-        }
-        assert!(std::time::Instant::now() < deadline, "{id}: not ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// Every page of a ready preview at 100%, and its PDF.
 async fn preview_bytes<B: Backend>(b: &B, id: &str, pages: usize) -> Vec<Bytes> {
     use futures_util::StreamExt;
@@ -86,7 +70,7 @@ async fn a_preview_made_by_one_server_is_read_through_the_other() {
     );
     let text = Bytes::from(common::fixtures::sample_text());
     let id = put(&a, "notes.txt", text.clone()).await;
-    let pages = ready_pages(&a, &id).await;
+    let pages = common::preview_pages_when_ready(&a, &id, 120).await;
     assert!(pages >= 1);
     let from_one = preview_bytes(&a, &id, pages).await;
     let sizes = |m: vaultfs::api::PreviewMeta| {
@@ -166,7 +150,7 @@ async fn previews_evicted_on_a_shared_store_leave_the_bucket() {
     let id1 = put(&a, "first.txt", first).await;
     let id2 = put(&a, "second.txt", second).await;
 
-    let pages1 = ready_pages(&a, &id1).await;
+    let pages1 = common::preview_pages_when_ready(&a, &id1, 120).await;
     let made_by_one = preview_bytes(&a, &id1, pages1).await;
     assert!(
         !bucket_keys(&cluster, &format!("previews/{h1}/"))
@@ -174,7 +158,7 @@ async fn previews_evicted_on_a_shared_store_leave_the_bucket() {
             .is_empty()
     );
     // Two makes the second one, and room for it: the first one's objects go.
-    ready_pages(&b, &id2).await;
+    common::preview_pages_when_ready(&b, &id2, 120).await;
     assert!(
         bucket_keys(&cluster, &format!("previews/{h1}/"))
             .await
@@ -188,7 +172,10 @@ async fn previews_evicted_on_a_shared_store_leave_the_bucket() {
     );
     // Asked for again through one: made again (and the second one evicted in turn), and the
     // same through two.
-    assert_eq!(ready_pages(&a, &id1).await, pages1);
+    assert_eq!(
+        common::preview_pages_when_ready(&a, &id1, 120).await,
+        pages1
+    );
     assert_eq!(preview_bytes(&b, &id1, pages1).await, made_by_one);
     assert!(
         bucket_keys(&cluster, &format!("previews/{h2}/"))

@@ -254,6 +254,30 @@ pub async fn login(base: &str, email: &str, password: &str) -> String {
         .to_string()
 }
 
+/// Asks `b` for the preview of file `id` until it is ready (each ask is a request: it goes
+/// first), for at most `secs` seconds; its number of pages.
+pub async fn preview_pages_when_ready<B: vaultfs::backend::Backend>(
+    b: &B,
+    id: &str,
+    secs: u64,
+) -> usize {
+    use vaultfs::api::PreviewStatus;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        let m = b.preview(id).await.unwrap();
+        match m.status {
+            PreviewStatus::Ready => return m.pages.len(),
+            PreviewStatus::InProgress => {}
+            s => panic!("{id}: {s:?}"),
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{id}: not ready after {secs}s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// The whole current content of file `id`, downloaded through `b`.
 pub async fn content<B: vaultfs::backend::Backend>(b: &B, id: &str) -> Vec<u8> {
     use futures_util::StreamExt;

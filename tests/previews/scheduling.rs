@@ -37,21 +37,6 @@ fn store_with(
 
 const READY_ROW: i64 = 1;
 
-/// Asks for the preview until it is Ready (each ask is a request: it goes first).
-async fn ask_until_ready<B: Backend>(b: &B, id: &str, secs: u64) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let m = b.preview(id).await.unwrap();
-        match m.status {
-            PreviewStatus::Ready => return m.pages.len(),
-            PreviewStatus::InProgress => {}
-            s => panic!("{id}: {s:?}"),
-        }
-        assert!(Instant::now() < deadline, "{id}: not ready after {secs}s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// The folder of the text preview of the bytes `hash`.
 fn preview_dir(dir: &Path, hash: &str) -> std::path::PathBuf {
     dir.join("previews")
@@ -123,7 +108,7 @@ async fn asked_for_previews_come_first_latest_request_first() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos() as i64;
-    ask_until_ready(&b, &ids[last], 60).await;
+    common::preview_pages_when_ready(&b, &ids[last], 60).await;
     let done = rows(&dir);
     let mine = done[&sha256(&small_text(last))].1;
     let overtaken = done
@@ -205,7 +190,7 @@ async fn least_recently_used_previews_are_evicted_and_rendered_again() {
     let one = {
         let (store, b) = store_with(&dir, PreviewMode::OnDemand, 1 << 30, true);
         let id = put(&b, &vault(), "a.txt", &text('a')).await;
-        ask_until_ready(&b, &id, 60).await;
+        common::preview_pages_when_ready(&b, &id, 60).await;
         store.preview_stats().unwrap().bytes
     };
     assert!(one > 0);
@@ -220,15 +205,15 @@ async fn least_recently_used_previews_are_evicted_and_rendered_again() {
         .unwrap();
     let bb = put(&b, &vault(), "b.txt", &text('b')).await;
     let c = put(&b, &vault(), "c.txt", &text('c')).await;
-    ask_until_ready(&b, &bb, 60).await;
-    ask_until_ready(&b, &c, 60).await;
+    common::preview_pages_when_ready(&b, &bb, 60).await;
+    common::preview_pages_when_ready(&b, &c, 60).await;
     let s = store.preview_stats().unwrap();
     assert_eq!((s.ready, s.evicted), (3, 0), "{s:?}");
     // `a` is used again (after the store's 1 s granularity), so `b` is now the least recent.
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    ask_until_ready(&b, &a, 60).await;
+    common::preview_pages_when_ready(&b, &a, 60).await;
     let d = put(&b, &vault(), "d.txt", &text('d')).await;
-    ask_until_ready(&b, &d, 60).await;
+    common::preview_pages_when_ready(&b, &d, 60).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while store.preview_stats().unwrap().evicted == 0 {
         assert!(Instant::now() < deadline, "nothing evicted");
@@ -251,7 +236,7 @@ async fn least_recently_used_previews_are_evicted_and_rendered_again() {
         b.preview(&bb).await.unwrap().status,
         PreviewStatus::InProgress
     );
-    ask_until_ready(&b, &bb, 60).await;
+    common::preview_pages_when_ready(&b, &bb, 60).await;
     let page = b.preview_page(&bb, 1, Default::default()).await.unwrap();
     assert_eq!(png_size(&page.data), (1224, 1584));
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -271,19 +256,19 @@ async fn previews_of_versions_gone_or_replaced_go_first() {
     let one = {
         let (store, b) = store_with(&dir, PreviewMode::OnDemand, 1 << 30, true);
         let id = put(&b, &vault(), "z.txt", &text("z")).await;
-        ask_until_ready(&b, &id, 60).await;
+        common::preview_pages_when_ready(&b, &id, 60).await;
         store.preview_stats().unwrap().bytes
     };
     let bound = one * 7 / 2;
     let (store, b) = store_with(&dir, PreviewMode::OnDemand, bound, true);
     // Two versions of f, both previewed: the first is no file's current version any more.
     let f = put(&b, &vault(), "f.txt", &text("f1")).await;
-    ask_until_ready(&b, &f, 60).await;
+    common::preview_pages_when_ready(&b, &f, 60).await;
     put(&b, &vault(), "f.txt", &text("f2")).await;
-    ask_until_ready(&b, &f, 60).await;
+    common::preview_pages_when_ready(&b, &f, 60).await;
     // One more goes over the bound: f's old version goes, not z (older, but current).
     let e = put(&b, &vault(), "e.txt", &text("e")).await;
-    ask_until_ready(&b, &e, 60).await;
+    common::preview_pages_when_ready(&b, &e, 60).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while store.preview_stats().unwrap().evicted == 0 {
         assert!(Instant::now() < deadline, "nothing evicted");
@@ -387,7 +372,7 @@ async fn unrequested_previews_stay_within_a_quarter_of_the_files() {
         .unwrap()
         .file_id()
         .unwrap();
-    assert_eq!(ask_until_ready(&b, &id, 60).await, 1);
+    assert_eq!(common::preview_pages_when_ready(&b, &id, 60).await, 1);
 }
 
 /// A ready preview whose files were lost (its folder emptied, or a server of a shared store
@@ -401,7 +386,7 @@ async fn a_ready_preview_whose_files_are_lost_is_made_again() {
     let (_store, b) = store_with(&dir, PreviewMode::OnDemand, 1 << 30, true);
     let data = crate::common::fixtures::sample_text();
     let id = put(&b, &vault(), "notes.txt", &data).await;
-    let pages = ask_until_ready(&b, &id, 60).await;
+    let pages = common::preview_pages_when_ready(&b, &id, 60).await;
     let first = b.preview_page(&id, 1, Default::default()).await.unwrap();
     // One file gone (the others are still there).
     std::fs::remove_file(preview_dir(&dir, &sha256(&data)).join("page-0001.png")).unwrap();
@@ -411,7 +396,7 @@ async fn a_ready_preview_whose_files_are_lost_is_made_again() {
         .err()
         .unwrap();
     assert_eq!(e.code, "preview_not_ready");
-    assert_eq!(ask_until_ready(&b, &id, 60).await, pages);
+    assert_eq!(common::preview_pages_when_ready(&b, &id, 60).await, pages);
     let again = b.preview_page(&id, 1, Default::default()).await.unwrap();
     assert_eq!(again.data, first.data);
     assert!(
