@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use vaultfs::api::{
     CreateFileRequest, ErrorObject, FileExProperties, NameEntry, Node, NodeType, PinAuthRequest,
     PinAuthResponse, PinEndRequest, PinEndResponse, PinInfo, PreviewMeta, PreviewPage,
-    PreviewStatus, Transfer, VersionRequest,
+    PreviewStatus, Transfer, Version, VersionRequest,
 };
 
 const METHODS: [&str; 6] = ["GET", "PUT", "POST", "DELETE", "PATCH", "OPTIONS"];
@@ -252,7 +252,9 @@ fn schemas_have_the_fields_of_the_wire_types() {
         file_ex_properties: Some(FileExProperties {
             upload_uri: "u".into(),
             version_id: s(),
+            conflict_check: Some(true),
         }),
+        versions: Some(vec![]),
     };
     let mut expect: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
     expect.insert("Node", keys(&node));
@@ -281,6 +283,17 @@ fn schemas_have_the_fields_of_the_wire_types() {
             md5_checksum: s(),
             modified_on: s(),
             mode: Some(0o755),
+            if_match: s(),
+            if_none_match: s(),
+        }),
+    );
+    expect.insert(
+        "Version",
+        keys(Version {
+            md5_checksum: s(),
+            created_on: s(),
+            modified_on: s(),
+            ..Default::default()
         }),
     );
     expect.insert("Transfer", keys(Transfer::default()));

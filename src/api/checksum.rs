@@ -67,6 +67,9 @@ pub fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// The md5 of no bytes: what a file without content shows.
+pub const EMPTY_MD5: &str = "d41d8cd98f00b204e9800998ecf8427e";
+
 /// An md5 given as 32 hex digits (any case) or as base64 of its 16 bytes (standard or URL-safe
 /// alphabet, padded or not), as lowercase hex; `None` for anything else.
 pub fn md5_hex(s: &str) -> Option<String> {

@@ -54,6 +54,9 @@ pub enum ErrorKind {
     NotFound,
     /// Destination exists (replace `fail`), name taken by a node of the other kind, preview not ready.
     Conflict,
+    /// An upload's base no longer holds: another version became current since the edit began
+    /// (`version_conflict`, our extension of the interface).
+    Precondition,
     MethodNotAllowed,
     /// Over a configured size limit.
     TooLarge,
@@ -82,6 +85,7 @@ impl ErrorKind {
             ErrorKind::NotFound => 404,
             ErrorKind::MethodNotAllowed => 405,
             ErrorKind::Conflict => 409,
+            ErrorKind::Precondition => 412,
             ErrorKind::TooLarge => 413,
             ErrorKind::UnsupportedMedia => 415,
             ErrorKind::RangeNotSatisfiable => 416,
@@ -113,7 +117,8 @@ impl ErrorKind {
             403 => ErrorKind::Forbidden,
             404 | 410 => ErrorKind::NotFound,
             405 => ErrorKind::MethodNotAllowed,
-            409 | 412 => ErrorKind::Conflict,
+            409 => ErrorKind::Conflict,
+            412 => ErrorKind::Precondition,
             413 => ErrorKind::TooLarge,
             415 => ErrorKind::UnsupportedMedia,
             416 => ErrorKind::RangeNotSatisfiable,
@@ -137,6 +142,7 @@ impl ErrorKind {
             ErrorKind::NotFound => "not_found",
             ErrorKind::MethodNotAllowed => "method_not_allowed",
             ErrorKind::Conflict => "conflict",
+            ErrorKind::Precondition => "version_conflict",
             ErrorKind::TooLarge => "too_large",
             ErrorKind::UnsupportedMedia => "unsupported_media_type",
             ErrorKind::RangeNotSatisfiable => "range_not_satisfiable",

@@ -90,6 +90,34 @@ pub struct Node {
         skip_serializing_if = "Option::is_none"
     )]
     pub file_ex_properties: Option<FileExProperties>,
+    /// Files, with `vprop=1`: the versions kept, newest first (our shape; the public service
+    /// documents `vprop` without showing its fields, so a client reads none from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versions: Option<Vec<Version>>,
+}
+
+/// One stored version of a file (`vprop=1`), readable by its ID.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Version {
+    #[serde(deserialize_with = "required_string")]
+    pub version_id: String,
+    #[serde(deserialize_with = "required_number")]
+    pub size: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub md5_checksum: Option<String>,
+    /// When it was stored.
+    #[serde(rename = "createdOn", default, skip_serializing_if = "Option::is_none")]
+    pub created_on: Option<String>,
+    /// The file's modification time with this version.
+    #[serde(
+        rename = "modifiedOn",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub modified_on: Option<String>,
+    /// The version the file's name serves now.
+    #[serde(default)]
+    pub current: bool,
 }
 
 /// Present after upload step 2: where step 3 sends the bytes.
@@ -100,6 +128,11 @@ pub struct FileExProperties {
     pub upload_uri: String,
     #[serde(default, deserialize_with = "lenient_string")]
     pub version_id: Option<String>,
+    /// Our extension: true when the server will refuse step 3 atomically if the step 2's
+    /// `if_match`/`if_none_match` no longer holds. Absent from servers without the check (the
+    /// client then compares the node itself, leaving a window: docs/design.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conflict_check: Option<bool>,
 }
 
 /// A number, also when a server writes it as a string (`"size": "1024"`); null is none. Anything
@@ -128,6 +161,11 @@ where
     T: std::str::FromStr,
 {
     lenient_number(d)?.ok_or_else(|| serde::de::Error::custom("expected a number, got null"))
+}
+
+/// [`lenient_string`] for a field that must be there.
+fn required_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    lenient_string(d)?.ok_or_else(|| serde::de::Error::custom("expected an ID"))
 }
 
 /// IDs are opaque strings, but the reference types some as numbers: accept both.
@@ -170,6 +208,9 @@ impl Node {
             }
             if let Some(v) = n.version_id() {
                 validate_id(&v)?;
+            }
+            for v in n.versions.iter().flatten() {
+                validate_id(&v.version_id)?;
             }
             todo.extend(n.children.iter().flatten());
         }
@@ -240,6 +281,102 @@ pub struct VersionRequest {
     pub modified_on: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<u32>,
+    /// Our extension (the conflict check): the md5 (hex or base64) of the version this upload
+    /// replaces. Step 2 and the commit of step 3 refuse it with 412 `version_conflict` when
+    /// another version has become current meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub if_match: Option<String>,
+    /// Our extension: `"*"`, the file must have no content yet (a new name), else 412
+    /// `version_conflict` as for `if_match`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub if_none_match: Option<String>,
+}
+
+impl VersionRequest {
+    /// The conflict check this step 2 asks for, from `if_match` / `if_none_match`.
+    pub fn base(&self) -> Result<Base> {
+        let bad = |what: &str| {
+            super::Error::bad_request(
+                "bad_parameter",
+                format!("`{what}` must be an md5 (hex or base64), or `*` for `if_none_match`"),
+            )
+        };
+        match (&self.if_match, &self.if_none_match) {
+            (Some(_), Some(_)) => Err(super::Error::bad_request(
+                "bad_parameter",
+                "give `if_match` or `if_none_match`, not both",
+            )),
+            (Some(m), None) => super::checksum::md5_hex(m)
+                .map(Base::Md5)
+                .ok_or_else(|| bad("if_match")),
+            (None, Some(star)) if star.trim() == "*" => Ok(Base::Absent),
+            (None, Some(_)) => Err(bad("if_none_match")),
+            (None, None) => Ok(Base::Any),
+        }
+    }
+
+    /// Sets the fields that ask for `base`.
+    pub fn set_base(&mut self, base: &Base) {
+        (self.if_match, self.if_none_match) = match base {
+            Base::Any => (None, None),
+            Base::Absent => (None, Some("*".into())),
+            Base::Md5(m) => (Some(m.clone()), None),
+        };
+    }
+}
+
+/// What an upload expects to replace: the conflict check that keeps a later save from silently
+/// erasing an earlier one by somebody else (a stale base is refused, the caller keeps its bytes).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub enum Base {
+    /// No check: the upload replaces whatever is current (the interface's own rule).
+    #[default]
+    Any,
+    /// The file must have no content yet: a name that was new to the writer.
+    Absent,
+    /// The current version must have this md5 (lower-case hex).
+    Md5(String),
+}
+
+impl Base {
+    /// Whether a file whose current content has `current` md5 (None: no version yet) satisfies
+    /// it. No version and an empty one are alike (a file of step 1 shows the md5 of no bytes,
+    /// and an edit over nothing loses nothing).
+    pub fn holds(&self, current: Option<&str>) -> bool {
+        let current = current.unwrap_or(super::checksum::EMPTY_MD5);
+        match self {
+            Base::Any => true,
+            Base::Absent => current.eq_ignore_ascii_case(super::checksum::EMPTY_MD5),
+            Base::Md5(m) => current.eq_ignore_ascii_case(m),
+        }
+    }
+
+    /// The base as the versions table keeps it (`store::schema` V9): NULL, '' or the md5.
+    pub fn column(&self) -> Option<&str> {
+        match self {
+            Base::Any => None,
+            Base::Absent => Some(""),
+            Base::Md5(m) => Some(m),
+        }
+    }
+
+    /// [`Base::column`] read back.
+    pub fn from_column(c: Option<String>) -> Base {
+        match c {
+            None => Base::Any,
+            Some(m) if m.is_empty() => Base::Absent,
+            Some(m) => Base::Md5(m),
+        }
+    }
+
+    /// The error of an upload whose base no longer holds.
+    pub fn conflict(&self, path: &str) -> super::Error {
+        super::Error::new(
+            super::ErrorKind::Precondition,
+            "version_conflict",
+            format!("{path} was changed by someone else since this edit began"),
+        )
+    }
 }
 
 /// Attributes a client sets on a file (times from `touch`, `cp -p`, `rsync -a`; `chmod +x`):

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::{Backend, ByteStream, Download, PreviewImage, PutFile};
 use crate::api::{
-    Error, ErrorKind, FileAttrs, Node, NodePath, PageSize, PreviewMeta, RangeRequest, Result,
+    Base, Error, ErrorKind, FileAttrs, Node, NodePath, PageSize, PreviewMeta, RangeRequest, Result,
 };
 use crate::sync::relock;
 
@@ -254,9 +254,11 @@ impl<B: Backend> Backend for Faulty<B> {
         length: u64,
         md5: Option<&str>,
         attrs: FileAttrs,
+        base: &Base,
     ) -> Result<Node> {
         self.call(Op::BeginVersion, || {
-            self.inner.begin_version_with(file_id, length, md5, attrs)
+            self.inner
+                .begin_version_with(file_id, length, md5, attrs, base)
         })
         .await
     }

@@ -12,10 +12,10 @@ use futures_util::StreamExt;
 
 use super::{Backend, ByteStream, Download, PreviewImage, reader_stream};
 use crate::api::{
-    Error, FileAttrs, Node, NodePath, PageSize, PreviewMeta, PreviewPage, PreviewStatus,
-    RangeRequest, Result,
+    Base, Error, FileAttrs, Node, NodePath, PageSize, PreviewMeta, PreviewPage, PreviewStatus,
+    RangeRequest, Result, Version,
 };
-use crate::store::blobs::BlobWriter;
+use crate::store::blobs::{BlobFile, BlobWriter};
 use crate::store::{PreviewState, Scope, Store, TransferMode, length_mismatch};
 
 /// Bytes of an upload gathered before a blocking task writes them.
@@ -139,9 +139,10 @@ impl Backend for LocalBackend {
         length: u64,
         md5: Option<&str>,
         attrs: FileAttrs,
+        base: &Base,
     ) -> Result<Node> {
-        let (id, md5) = (file_id.to_string(), md5.map(str::to_string));
-        self.run(move |s, scope| s.begin_version(scope, &id, length, md5.as_deref(), attrs))
+        let (id, md5, base) = (file_id.to_string(), md5.map(str::to_string), base.clone());
+        self.run(move |s, scope| s.begin_version(scope, &id, length, md5.as_deref(), attrs, &base))
             .await
     }
 
@@ -225,25 +226,33 @@ impl Backend for LocalBackend {
         let id = file_id.to_string();
         self.run(move |s, scope| {
             let (node, file) = s.open_file(scope, &id)?;
-            let total_size = node.size.unwrap_or(0);
-            let resolved = range.map(|r| r.resolve(total_size)).transpose()?;
-            let (start, len) = match resolved {
-                Some((a, b)) => (a, b - a + 1),
-                None => (0, total_size),
-            };
-            let body: ByteStream = match file {
-                Some(mut f) => {
-                    f.seek(SeekFrom::Start(start))?;
-                    reader_stream(f.take(len))
-                }
-                None => Box::pin(futures_util::stream::empty()),
-            };
-            Ok(Download {
-                node,
-                total_size,
-                range: resolved,
-                body,
-            })
+            serve(node, file, range)
+        })
+        .await
+    }
+
+    async fn versions(&self, path: &NodePath) -> Result<Vec<Version>> {
+        let path = path.clone();
+        self.run(move |s, scope| {
+            let node = s.node(scope, &path)?;
+            let id = node
+                .file_id()
+                .ok_or_else(|| Error::bad_request("not_a_file", format!("{path} is a folder")))?;
+            s.versions(scope, &id)
+        })
+        .await
+    }
+
+    async fn download_version(
+        &self,
+        file_id: &str,
+        version_id: &str,
+        range: Option<RangeRequest>,
+    ) -> Result<Download> {
+        let (id, vid) = (file_id.to_string(), version_id.to_string());
+        self.run(move |s, scope| {
+            let (node, file) = s.open_version(scope, &id, &vid)?;
+            serve(node, file, range)
         })
         .await
     }
@@ -328,4 +337,27 @@ fn preview_meta(file_id: &str, state: PreviewState) -> PreviewMeta {
         },
         PreviewState::NotSupported => PreviewMeta::default(),
     }
+}
+
+/// A download of `node` from its opened bytes (`None`: no bytes), whole or the one range.
+fn serve(node: Node, file: Option<BlobFile>, range: Option<RangeRequest>) -> Result<Download> {
+    let total_size = node.size.unwrap_or(0);
+    let resolved = range.map(|r| r.resolve(total_size)).transpose()?;
+    let (start, len) = match resolved {
+        Some((a, b)) => (a, b - a + 1),
+        None => (0, total_size),
+    };
+    let body: ByteStream = match file {
+        Some(mut f) => {
+            f.seek(SeekFrom::Start(start))?;
+            reader_stream(f.take(len))
+        }
+        None => Box::pin(futures_util::stream::empty()),
+    };
+    Ok(Download {
+        node,
+        total_size,
+        range: resolved,
+        body,
+    })
 }

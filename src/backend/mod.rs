@@ -14,7 +14,9 @@ use std::pin::Pin;
 use bytes::Bytes;
 use futures_util::Stream;
 
-use crate::api::{FileAttrs, Node, NodePath, PageSize, PreviewMeta, RangeRequest, Result};
+use crate::api::{
+    Base, FileAttrs, Node, NodePath, PageSize, PreviewMeta, RangeRequest, Result, Version,
+};
 
 /// A body of bytes flowing in either direction, never held whole in memory.
 pub type ByteStream = Pin<Box<dyn Stream<Item = io::Result<Bytes>> + Send + 'static>>;
@@ -129,6 +131,15 @@ pub async fn list_all<B: Backend>(b: &B, path: &NodePath, per_page: u64) -> Resu
     Ok(node)
 }
 
+/// What a backend without versions answers.
+pub fn no_versions() -> crate::api::Error {
+    crate::api::Error::new(
+        crate::api::ErrorKind::MethodNotAllowed,
+        "no_versions",
+        "this server shows no earlier versions of files",
+    )
+}
+
 /// A whole local file to store, for [`Backend::put_files`] (the built-in store's type: only
 /// it stores batches).
 pub use crate::store::PutFile;
@@ -213,18 +224,21 @@ pub trait Backend: Send + Sync + 'static {
         length: u64,
         md5: Option<&str>,
     ) -> impl Future<Output = Result<Node>> + Send {
-        self.begin_version_with(file_id, length, md5, FileAttrs::default())
+        self.begin_version_with(file_id, length, md5, FileAttrs::default(), &Base::Any)
     }
 
     /// [`Backend::begin_version`] with the attributes (modification time, mode) the file takes
-    /// when the version is committed. A server that keeps none ignores them: the node it returns
-    /// then says what it kept.
+    /// when the version is committed, and what it replaces: an error of kind `Precondition`
+    /// (`version_conflict`) when `base` no longer holds, here or when step 3 commits. A server
+    /// that keeps no attributes ignores them: the node it returns then says what it kept. One
+    /// without the conflict check of step 3 is checked here, at step 2 only.
     fn begin_version_with(
         &self,
         file_id: &str,
         length: u64,
         md5: Option<&str>,
         attrs: FileAttrs,
+        base: &Base,
     ) -> impl Future<Output = Result<Node>> + Send;
 
     /// Sets a file's attributes without new bytes; returns the file as the backend has it now
@@ -281,6 +295,25 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Deletes a file, or a folder with everything under it.
     fn delete(&self, path: &NodePath) -> impl Future<Output = Result<()>> + Send;
+
+    /// The versions kept of the file at `path`, newest first (`vprop=1` on our server). An
+    /// error of kind `MethodNotAllowed` where the server shows none in a form we know.
+    fn versions(&self, path: &NodePath) -> impl Future<Output = Result<Vec<Version>>> + Send {
+        let _ = path;
+        async { Err(no_versions()) }
+    }
+
+    /// The bytes of one kept version of a file (by the IDs [`Backend::versions`] gave), whole
+    /// or one range; the node says that version's size and md5.
+    fn download_version(
+        &self,
+        file_id: &str,
+        version_id: &str,
+        range: Option<RangeRequest>,
+    ) -> impl Future<Output = Result<Download>> + Send {
+        let _ = (file_id, version_id, range);
+        async { Err(no_versions()) }
+    }
 
     /// Preview metadata of a file.
     fn preview(&self, file_id: &str) -> impl Future<Output = Result<PreviewMeta>> + Send;

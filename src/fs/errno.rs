@@ -33,7 +33,9 @@ pub fn errno(e: &Error) -> Errno {
         ErrorKind::TooLarge => Errno::EFBIG,
         ErrorKind::InsufficientStorage => Errno::ENOSPC,
         ErrorKind::TooManyRequests | ErrorKind::Unavailable => Errno::EAGAIN,
-        ErrorKind::Network | ErrorKind::Server => {
+        // The uploader keeps a conflicting edit beside the other version; one that reaches a
+        // caller is a failure to store.
+        ErrorKind::Precondition | ErrorKind::Network | ErrorKind::Server => {
             log::warn!("backend failure: {e}");
             Errno::EIO
         }

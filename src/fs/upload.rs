@@ -248,7 +248,7 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
         };
         let ticket = fs
             .backend
-            .begin_version_with(&id, size, md5.as_deref(), attrs)
+            .begin_version_with(&id, size, md5.as_deref(), attrs, &crate::api::Base::Any)
             .await?;
         let vid = ticket
             .version_id()

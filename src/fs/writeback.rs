@@ -261,6 +261,7 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
                 mode: inode.exec.map(file_mode),
             },
             cancel: staged.removal().clone(),
+            base: crate::api::Base::Any,
         });
         drop(t);
         items.push(Item {

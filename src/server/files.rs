@@ -120,6 +120,44 @@ pub async fn download(
     Ok(send(d, ctype))
 }
 
+#[utoipa::path(
+    get,
+    path = "/files/id/Document/{id}/version/{version}",
+    tag = "files",
+    operation_id = "download_version",
+    summary = "The bytes of one kept version of the file (an extension of ours; ids from `vprop=1`), whole or one range",
+    params(
+        ("id" = String, Path, description = "The file (document) ID", example = "1"),
+        ("version" = String, Path, description = "A `version_id` of the file's `versions`", example = "1"),
+        ("Range" = Option<String>, Header, description = "One range: `bytes=a-b`, `bytes=a-`, `bytes=-n`", example = "bytes=0-1023"),
+    ),
+    responses(
+        (status = 200, description = "The bytes, with `ETag` (that version's md5)", content_type = "*/*", body = Vec<u8>),
+        (status = 206, description = "The range, with `Content-Range`", content_type = "*/*", body = Vec<u8>),
+        (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
+        (status = 404, description = "`not_found`: no such file or kept version", body = ErrorEnvelope),
+        (status = 416, description = "`bad_range`: malformed, several ranges, or past the end", body = ErrorEnvelope),
+        (status = 503, description = "`too_many_transfers` (`Retry-After`)", body = ErrorEnvelope),
+    ),
+    security(("basic" = [])),
+)]
+pub async fn download_version(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((id, version)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let range = range_of(&headers)?;
+    let slot = state.limits.transfer(caller.user_id)?;
+    let mut d = caller
+        .backend
+        .download_version(&id, &version, range)
+        .await?;
+    d.body = holding(d.body, slot);
+    let ctype = content_type(&d.node.name);
+    Ok(send(d, ctype))
+}
+
 /// The download of file `id` for `user`: whole, or the one range of the `Range` header; it
 /// holds one of the user's transfer slots until its body is sent or dropped. (The API's route
 /// and the web interface's download.)
@@ -130,7 +168,16 @@ pub(super) async fn download_of(
     id: &str,
     headers: &HeaderMap,
 ) -> Result<Download, Error> {
-    let range = headers
+    let range = range_of(headers)?;
+    let slot = state.limits.transfer(user)?;
+    let mut d = backend.download(id, range).await?;
+    d.body = holding(d.body, slot);
+    Ok(d)
+}
+
+/// The one range a request's `Range` header asks for.
+fn range_of(headers: &HeaderMap) -> Result<Option<RangeRequest>, Error> {
+    headers
         .get(header::RANGE)
         .map(|v| {
             v.to_str().map_err(|_| {
@@ -143,11 +190,7 @@ pub(super) async fn download_of(
         })
         .transpose()?
         .map(RangeRequest::parse)
-        .transpose()?;
-    let slot = state.limits.transfer(user)?;
-    let mut d = backend.download(id, range).await?;
-    d.body = holding(d.body, slot);
-    Ok(d)
+        .transpose()
 }
 
 /// The preview PDF of file `id` for `user`, holding a transfer slot as [`download_of`] does.

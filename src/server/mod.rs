@@ -98,6 +98,7 @@ fn routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(nodes::get, nodes::put, nodes::post, nodes::delete))
         .routes(routes!(nodes::begin_version))
+        .routes(routes!(files::download_version))
         .routes(routes!(nodes::upload))
         .routes(routes!(files::download))
         .routes(routes!(files::preview))

@@ -19,7 +19,7 @@ use super::openapi::{
 use super::reply::{ApiResult, ok, success};
 use crate::api::path::NODES_PREFIX;
 use crate::api::{
-    CreateFileRequest, Error, ErrorKind, FileAttrs, NodePath, Transfer, VersionRequest,
+    Base, CreateFileRequest, Error, ErrorKind, FileAttrs, NodePath, Transfer, VersionRequest,
     parse_replace, parse_time,
 };
 use crate::backend::Backend;
@@ -73,6 +73,7 @@ fn number(q: &HashMap<String, String>, name: &str) -> Result<Option<u64>, Error>
         ("children" = Option<String>, Query, description = "Anything but `0`/`false`: list the direct children (paged)", example = "1"),
         ("page" = Option<u64>, Query, description = "Page of children, from 0", minimum = 0),
         ("per_page" = Option<u64>, Query, description = "Children per page (default and most: 10000)", minimum = 1, maximum = 10000),
+        ("vprop" = Option<String>, Query, description = "Anything but `0`/`false`, on a file: its kept versions as `versions`, newest first (ids for `/files/id/Document/{id}/version/{version}`)", example = "1"),
     ),
     responses(
         (status = 200, description = "The node", body = NodeEnvelope),
@@ -86,7 +87,11 @@ fn number(q: &HashMap<String, String>, name: &str) -> Result<Option<u64>, Error>
 pub async fn get(caller: Caller, uri: Uri, Query(q): Query<HashMap<String, String>>) -> ApiResult {
     let path = node_path(&uri)?;
     if !flag(&q, "children") {
-        return Ok(ok(caller.backend.node(&path).await?));
+        let mut node = caller.backend.node(&path).await?;
+        if flag(&q, "vprop") && node.is_file() {
+            node.versions = Some(caller.backend.versions(&path).await?);
+        }
+        return Ok(ok(node));
     }
     let page = number(&q, "page")?.unwrap_or(0);
     let per_page = number(&q, "per_page")?.unwrap_or(MAX_PER_PAGE);
@@ -340,6 +345,7 @@ pub async fn delete_root(caller: Caller, uri: Uri) -> ApiResult {
         (status = 400, description = "`bad_json`, `missing_parameter`, `bad_parameter`", body = ErrorEnvelope),
         (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
         (status = 404, description = "`not_found`: no such file (another account's file is not found either)", body = ErrorEnvelope),
+        (status = 412, description = "`version_conflict`: `if_match`/`if_none_match` does not hold (another version is current)", body = ErrorEnvelope),
         (status = 413, description = "`file_too_large`, `body_too_large`", body = ErrorEnvelope),
         (status = 507, description = "`insufficient_storage`; `quota_exceeded`: the version would take the account over its quota of bytes", body = ErrorEnvelope),
     ),
@@ -360,7 +366,11 @@ pub async fn begin_version(caller: Caller, Path(id): Path<String>, body: Bytes) 
         modified,
         mode: req.mode,
     };
+    let base = req.base()?;
     let Some(length) = req.length else {
+        if base != Base::Any {
+            return Err(Error::missing("length").into());
+        }
         if attrs.is_empty() {
             return Err(Error::missing("length").into());
         }
@@ -368,7 +378,7 @@ pub async fn begin_version(caller: Caller, Path(id): Path<String>, body: Bytes) 
     };
     Ok(ok(caller
         .backend
-        .begin_version_with(&id, length, req.md5_checksum.as_deref(), attrs)
+        .begin_version_with(&id, length, req.md5_checksum.as_deref(), attrs, &base)
         .await?))
 }
 
@@ -393,6 +403,7 @@ pub async fn begin_version(caller: Caller, Path(id): Path<String>, body: Bytes) 
         (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
         (status = 404, description = "`not_found`: no such file or pending version", body = ErrorEnvelope),
         (status = 409, description = "The version is no longer pending", body = ErrorEnvelope),
+        (status = 412, description = "`version_conflict`: step 2's `if_match`/`if_none_match` no longer holds; the file keeps the other version", body = ErrorEnvelope),
         (status = 413, description = "`file_too_large`", body = ErrorEnvelope),
         (status = 415, description = "`unsupported_media_type`: not `application/binary`", body = ErrorEnvelope),
         (status = 503, description = "`too_many_transfers`: the user runs the most uploads and downloads allowed at once (`Retry-After`)", body = ErrorEnvelope),

@@ -240,6 +240,30 @@ pub struct Node {
     /// After upload step 2: where step 3 sends the bytes.
     #[serde(rename = "fileExProperties")]
     pub file_ex_properties: Option<FileExProperties>,
+    /// Files asked for with `vprop=1` (an extension of ours in shape): the versions kept,
+    /// newest first.
+    pub versions: Option<Vec<Version>>,
+}
+
+/// One kept version of a file.
+#[derive(Serialize, ToSchema)]
+pub struct Version {
+    /// For `/files/id/Document/{id}/version/{version_id}`.
+    pub version_id: String,
+    #[schema(minimum = 0)]
+    pub size: u64,
+    /// md5 of that version's content, hex.
+    pub md5_checksum: Option<String>,
+    /// When it was stored (RFC 3339, UTC).
+    #[serde(rename = "createdOn")]
+    #[schema(format = DateTime)]
+    pub created_on: Option<String>,
+    /// The file's modification time with this version (RFC 3339, UTC).
+    #[serde(rename = "modifiedOn")]
+    #[schema(format = DateTime)]
+    pub modified_on: Option<String>,
+    /// The version the file serves now.
+    pub current: bool,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -247,6 +271,9 @@ pub struct FileExProperties {
     /// `/nodes/upload/{file_id}/{version_id}`
     pub upload_uri: String,
     pub version_id: Option<String>,
+    /// An extension of ours: true when step 2 carried `if_match`/`if_none_match`, which step 3
+    /// checks again as it commits.
+    pub conflict_check: Option<bool>,
 }
 
 // ----- previews -----
@@ -376,6 +403,14 @@ pub struct VersionRequest {
     /// kept. Without it the file keeps its bits.
     #[schema(minimum = 0, maximum = 4095)]
     pub mode: Option<u32>,
+    /// An extension of ours, the conflict check: the md5 (hex or base64) of the version this
+    /// upload replaces. Refused with 412 `version_conflict` here, and again atomically when step
+    /// 3 commits, when another version is current by then. Only with `length`.
+    pub if_match: Option<String>,
+    /// An extension of ours: `*`, the file must have no content yet (a new name; an empty file
+    /// counts as none), else 412 `version_conflict` as for `if_match`. Only with `length`.
+    #[schema(pattern = r"^\*$")]
+    pub if_none_match: Option<String>,
 }
 
 #[derive(Serialize, ToSchema)]

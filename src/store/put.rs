@@ -32,7 +32,7 @@ use super::db::params;
 use super::nodes::{self, NodeKind};
 use super::{Scope, Store, now_ns, time_to_ns};
 use crate::api::checksum::Digests;
-use crate::api::{EXEC_BITS, Error, FileAttrs, Node, NodePath, Result};
+use crate::api::{Base, EXEC_BITS, Error, FileAttrs, Node, NodePath, Result};
 
 /// One whole file to store: the first `len` bytes of `source` become the current version of the
 /// file (by ID when it has one, else at `path`, created when missing).
@@ -51,6 +51,9 @@ pub struct PutFile {
     pub attrs: FileAttrs,
     /// Given up (the file was removed meanwhile): not stored, and not hashed to the end.
     pub cancel: crate::api::files::Cancel,
+    /// What the bytes replace: refused (`version_conflict`) when another version became
+    /// current meanwhile (another process on the same store).
+    pub base: Base,
 }
 
 /// A file of the batch after phase 1: its hashes and its bytes.
@@ -371,6 +374,9 @@ impl Store {
             None => nodes::create_file_row_in(tx, scope, &f.path, now, folders)?,
         };
         debug_assert_eq!(file.kind, NodeKind::File);
+        if !f.base.holds(file.md5.as_deref()) {
+            return Err(f.base.conflict(&f.path.to_string()));
+        }
         let known = tx
             .prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?
             .exists([&p.sha256])?;
@@ -449,6 +455,7 @@ mod tests {
         fs::write(&p, data).unwrap();
         let source = std::sync::Arc::new(File::open(&p).unwrap());
         PutFile {
+            base: Base::Any,
             path: NodePath::from_segments(["Local", "My First Vault", name]).unwrap(),
             file_id: None,
             source,

@@ -4,7 +4,7 @@
 use rusqlite::Connection;
 
 /// Bumped when the schema changes; `migrate` brings older databases forward.
-const VERSION: i64 = 8;
+pub(crate) const VERSION: i64 = 9;
 
 const V1: &str = "
 CREATE TABLE nodes (
@@ -263,6 +263,13 @@ CREATE TABLE trash (
 );
 ";
 
+/// The conflict check (issue 32): what a pending version expects to replace, from step 2's
+/// `if_match`/`if_none_match`, checked again when step 3 commits. NULL: no check; '': the
+/// file must have no content; else the md5 (hex) the current version must have.
+const V9: &str = "
+ALTER TABLE versions ADD COLUMN base TEXT;
+";
+
 /// Adds the columns of the preview cache to a database from before it (idempotent). Ready
 /// previews of such a database have their sizes measured once the threads start.
 pub fn preview_cache_columns(conn: &Connection) -> rusqlite::Result<()> {
@@ -317,6 +324,7 @@ pub(crate) fn prepare_to(conn: &mut Connection, target: i64) -> rusqlite::Result
         (6, V6),
         (7, V7),
         (8, V8),
+        (9, V9),
     ] {
         if version < to && to <= target {
             let tx = conn.transaction()?;

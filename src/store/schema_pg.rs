@@ -7,7 +7,7 @@
 
 use super::db::{Conn, OptionalExtension, Result, params};
 
-const VERSION: i64 = 8;
+const VERSION: i64 = 9;
 
 const SCHEMA: &str = r#"
 CREATE COLLATION IF NOT EXISTS vaultfs_nocase
@@ -37,7 +37,8 @@ CREATE TABLE versions (
     created_on   BIGINT NOT NULL,
     committed_on BIGINT,
     modified_on  BIGINT,
-    exec         BIGINT
+    exec         BIGINT,
+    base         TEXT
 );
 CREATE INDEX versions_by_file ON versions(file_id);
 CREATE INDEX versions_by_blob ON versions(blob) WHERE blob IS NOT NULL;
@@ -201,6 +202,9 @@ CREATE TABLE trash (
 );
 "#;
 
+/// The steps from older schemas (SQLite's of the same numbers, in PostgreSQL's words).
+const MIGRATIONS: [(i64, &str); 1] = [(9, "ALTER TABLE versions ADD COLUMN base TEXT;")];
+
 /// What a store keeps beside its SQLite file, here in the database.
 pub struct Settings {
     /// The key of the pins' hashes.
@@ -244,6 +248,18 @@ pub fn prepare(conn: &Conn) -> Result<Settings> {
             params![id.into_bytes()],
         )?;
         log::info!("made the store's tables in PostgreSQL (schema {VERSION})");
+    } else if version < VERSION {
+        // Each step brings a database made by an older vaultfs one schema further.
+        for (to, sql) in MIGRATIONS {
+            if version < to {
+                tx.execute_batch(sql)?;
+            }
+        }
+        tx.execute(
+            "UPDATE settings SET value = ?1 WHERE name = 'schema_version'",
+            params![VERSION.to_string().into_bytes()],
+        )?;
+        log::info!("brought the store's tables in PostgreSQL from schema {version} to {VERSION}");
     } else if version > VERSION {
         return Err(super::db::DbError::Other(format!(
             "the database has schema {version}, newer than this vaultfs ({VERSION}): upgrade it"

@@ -16,6 +16,7 @@
 mod common;
 
 // The contract's cases.
+mod conflicts;
 mod nodes;
 mod previews;
 mod transfers;
@@ -33,6 +34,7 @@ use futures_util::StreamExt;
 
 use common::dialect::{DialectOptions, DialectServer};
 use common::{TestServer, md5hex};
+use conflicts::{conflict_cases, version_cases};
 use nodes::{
     attribute_cases, begin_version_cases, create_file_cases, folders, nodes_and_paging,
     other_accounts_are_forbidden,
@@ -248,6 +250,8 @@ contract!(
     delete_cases,
     other_accounts_are_forbidden,
     preview_cases,
+    conflict_cases,
+    version_cases,
 );
 
 // ----- helpers -----

@@ -210,7 +210,13 @@ pub(crate) async fn attribute_cases<B: Backend>(w: &World<B>) {
             None,
         );
         let v = b
-            .begin_version_with(&id, 2, None, set(Some(in_2001), Some(0o755)))
+            .begin_version_with(
+                &id,
+                2,
+                None,
+                set(Some(in_2001), Some(0o755)),
+                &Default::default(),
+            )
             .await
             .unwrap();
         let vid = v.version_id().unwrap();
@@ -248,7 +254,13 @@ pub(crate) async fn attribute_cases<B: Backend>(w: &World<B>) {
 
     // With a version: taken when it is committed, not before.
     let v = b
-        .begin_version_with(&id, 2, None, set(Some(in_2001), Some(0o644)))
+        .begin_version_with(
+            &id,
+            2,
+            None,
+            set(Some(in_2001), Some(0o644)),
+            &Default::default(),
+        )
         .await
         .unwrap();
     assert_eq!(v.modified_time(), Some(after_2038));

@@ -14,7 +14,7 @@ use super::RemoteBackend;
 use super::transport::{JSON, Req, Retry, bad_response, checked, describe, network, required};
 use crate::api::checksum::{md5_base64, md5_hex};
 use crate::api::path::encode_segment;
-use crate::api::{Error, ErrorKind, FileAttrs, Node, Result, VersionRequest, format_time};
+use crate::api::{Base, Error, ErrorKind, FileAttrs, Node, Result, VersionRequest, format_time};
 use crate::backend::ByteStream;
 use crate::sync::relock;
 
@@ -31,6 +31,7 @@ impl RemoteBackend {
         length: u64,
         md5: Option<&str>,
         attrs: FileAttrs,
+        base: &Base,
     ) -> Result<Node> {
         let md5 = match md5 {
             Some(m) => Some(md5_hex(m).ok_or_else(|| {
@@ -38,16 +39,18 @@ impl RemoteBackend {
             })?),
             None => None,
         };
+        let extras = md5.is_some() || !attrs.is_empty() || *base != Base::Any;
         let mut node = match self
-            .version_request(file_id, Some(length), md5.as_deref(), attrs)
+            .version_request(file_id, Some(length), md5.as_deref(), attrs, base)
             .await
         {
-            Err(e) if e.kind == ErrorKind::BadRequest && (md5.is_some() || !attrs.is_empty()) => {
+            Err(e) if e.kind == ErrorKind::BadRequest && extras => {
                 log::info!(
-                    "{}: step 2 with an md5 or attributes was refused ({e}); announcing the length alone",
+                    "{}: step 2 with an md5, attributes or a base was refused ({e}); announcing the length alone",
                     self.inner.base
                 );
-                self.version_request(file_id, Some(length), None, FileAttrs::default())
+                let plain = (FileAttrs::default(), &Base::Any);
+                self.version_request(file_id, Some(length), None, plain.0, plain.1)
                     .await?
             }
             other => other?,
@@ -69,6 +72,12 @@ impl RemoteBackend {
             return Err(bad_response(format!("{what}: no document version ID")));
         };
         let node = checked(node, &what)?;
+        // A server without the check of step 3 (the public service): the file as step 2 found
+        // it, compared here. What commits between this and step 3 is the window left
+        // (docs/design.md).
+        if !ex_conflict_check(&node) && !base.holds(node.md5_checksum.as_deref()) {
+            return Err(base.conflict(&node.uri));
+        }
         if let Some(md5) = md5 {
             let mut announced = relock(&self.inner.announced);
             if announced.len() >= ANNOUNCED_MAX {
@@ -82,7 +91,9 @@ impl RemoteBackend {
     /// Our update of a file's attributes alone: step 2 without a length. A server that keeps
     /// none answers with an error or with the file as it was; the caller compares.
     pub(super) async fn update_attrs(&self, file_id: &str, attrs: FileAttrs) -> Result<Node> {
-        let node = self.version_request(file_id, None, None, attrs).await?;
+        let node = self
+            .version_request(file_id, None, None, attrs, &Base::Any)
+            .await?;
         checked(node, &format!("PUT /nodes/upload/{file_id}"))
     }
 
@@ -93,13 +104,16 @@ impl RemoteBackend {
         length: Option<u64>,
         md5: Option<&str>,
         attrs: FileAttrs,
+        base: &Base,
     ) -> Result<Node> {
-        let body = VersionRequest {
+        let mut body = VersionRequest {
             length,
             md5_checksum: md5.and_then(md5_base64),
             modified_on: attrs.modified.map(format_time),
             mode: attrs.mode,
+            ..Default::default()
         };
+        body.set_base(base);
         let retry = match length {
             Some(_) => Retry::UnsentOnly,
             None => Retry::Idempotent,
@@ -266,4 +280,12 @@ fn counted_body(body: ByteStream, length: u64, progress: Arc<Progress>) -> reqwe
             }
         });
     reqwest::Body::wrap_stream(stream)
+}
+
+/// Whether the server said it checks step 2's base again when step 3 commits (ours does).
+fn ex_conflict_check(node: &Node) -> bool {
+    node.file_ex_properties
+        .as_ref()
+        .and_then(|x| x.conflict_check)
+        .unwrap_or(false)
 }

@@ -1,10 +1,10 @@
 //! Files by ID, for reading: the node, its current bytes opened, its versions.
 
 use super::resolve::{file_by_id, path_of};
-use crate::api::{Node, Result};
+use crate::api::{Error, Node, Result, Version, format_time};
 use crate::store::blobs::BlobFile;
-use crate::store::db::OptionalExtension;
-use crate::store::{Scope, Store};
+use crate::store::db::{OptionalExtension, params};
+use crate::store::{Scope, Store, ns_to_time};
 
 /// One version of a file, as kept in the database.
 #[derive(Debug, Clone)]
@@ -74,6 +74,65 @@ impl Store {
             })?
             .collect::<crate::store::db::Result<_>>()?;
         Ok(rows)
+    }
+
+    /// The committed versions of a file, newest first: what `vprop=1` shows.
+    pub fn versions(&self, scope: Scope, file_id: &str) -> Result<Vec<Version>> {
+        let conn = self.lock()?;
+        let file = file_by_id(&conn, scope, file_id)?;
+        let current: Option<i64> = conn.query_row(
+            "SELECT current_version FROM nodes WHERE id = ?1",
+            [file.id],
+            |r| r.get(0),
+        )?;
+        let rows = conn
+            .prepare(
+                "SELECT id, length, md5, committed_on, modified_on FROM versions
+                 WHERE file_id = ?1 AND committed = 1 ORDER BY id DESC",
+            )?
+            .query_map([file.id], |r| {
+                let id: i64 = r.get(0)?;
+                let stored: Option<i64> = r.get(3)?;
+                let modified: Option<i64> = r.get(4)?;
+                Ok(Version {
+                    version_id: id.to_string(),
+                    size: r.get::<_, i64>(1)? as u64,
+                    md5_checksum: r.get(2)?,
+                    created_on: stored.map(|t| format_time(ns_to_time(t))),
+                    // A version without its own time took its commit's.
+                    modified_on: modified.or(stored).map(|t| format_time(ns_to_time(t))),
+                    current: Some(id) == current,
+                })
+            })?
+            .collect::<crate::store::db::Result<_>>()?;
+        Ok(rows)
+    }
+
+    /// The file of that ID as it was at one of its committed versions (its size and md5), with
+    /// that version's bytes opened under the lock, as `open_file` does.
+    pub fn open_version(
+        &self,
+        scope: Scope,
+        file_id: &str,
+        version_id: &str,
+    ) -> Result<(Node, Option<BlobFile>)> {
+        let conn = self.lock()?;
+        let row = file_by_id(&conn, scope, file_id)?;
+        let not_found = || Error::not_found(format!("file {file_id} has no version {version_id}"));
+        let vid: i64 = version_id.parse().map_err(|_| not_found())?;
+        let (length, md5, blob): (i64, Option<String>, Option<String>) = conn
+            .query_row(
+                "SELECT length, md5, blob FROM versions WHERE id = ?1 AND file_id = ?2 AND committed = 1",
+                params![vid, row.id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?
+            .ok_or_else(not_found)?;
+        let mut node = row.to_api(&path_of(&conn, row.id)?);
+        node.size = Some(length as u64);
+        node.md5_checksum = md5;
+        let file = blob.map(|h| self.blobs.open(&h)).transpose()?;
+        Ok((node, file))
     }
 
     /// The file of that ID (for routes addressed by document ID).

@@ -70,7 +70,7 @@ pub struct NodeRow {
 }
 
 /// md5 of no bytes: the checksum of a file created in step 1 and not uploaded yet.
-const EMPTY_MD5: &str = "d41d8cd98f00b204e9800998ecf8427e";
+use crate::api::checksum::EMPTY_MD5;
 
 pub(super) const SELECT: &str = "SELECT n.id, n.parent_id, n.account_id, n.kind, n.name, n.created_on, n.modified_on, \
                       v.length, v.md5, n.exec FROM nodes n LEFT JOIN versions v ON v.id = n.current_version";

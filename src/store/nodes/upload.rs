@@ -10,7 +10,7 @@ use super::resolve::{
     Folders, file_by_id, find_child, get_row, path_of, require_folder, row, split,
 };
 use super::{NodeKind, NodeRow, insert_node, touch};
-use crate::api::{EXEC_BITS, Error, FileAttrs, FileExProperties, Node, NodePath, Result};
+use crate::api::{Base, EXEC_BITS, Error, FileAttrs, FileExProperties, Node, NodePath, Result};
 use crate::store::blobs::{BlobWriter, StagedBlob};
 use crate::store::db::{Conn as Connection, OptionalExtension, params};
 use crate::store::{Scope, Store, now_ns, time_to_ns};
@@ -80,25 +80,31 @@ impl Store {
         length: u64,
         md5: Option<&str>,
         attrs: FileAttrs,
+        base: &Base,
     ) -> Result<Node> {
         let md5 = md5.map(normalize_md5).transpose()?;
         self.check_file_size(length)?;
         let conn = self.lock()?;
         let tx = conn.transaction()?;
         let file = file_by_id(&tx, scope, file_id)?;
+        let path = path_of(&tx, file.id)?;
+        // Refused early when it fails already; checked again, atomically, at the commit.
+        if !base.holds(file.md5.as_deref()) {
+            return Err(base.conflict(&path.to_string()));
+        }
         // Versions are kept: each one counts, the announced length now.
         check_quota(&tx, &self.config, scope, 0, length)?;
         tx.execute(
-            "INSERT INTO versions (file_id, length, md5, committed, created_on, modified_on, exec) VALUES (?1, ?2, ?3, 0, ?4, ?5, ?6)",
-            params![file.id, length as i64, md5, now_ns(), attrs.modified.map(time_to_ns), attrs.mode.map(|m| m & EXEC_BITS)],
+            "INSERT INTO versions (file_id, length, md5, committed, created_on, modified_on, exec, base) VALUES (?1, ?2, ?3, 0, ?4, ?5, ?6, ?7)",
+            params![file.id, length as i64, md5, now_ns(), attrs.modified.map(time_to_ns), attrs.mode.map(|m| m & EXEC_BITS), base.column()],
         )?;
         let vid = tx.last_insert_rowid()?;
-        let path = path_of(&tx, file.id)?;
         tx.commit()?;
         let mut node = file.to_api(&path);
         node.file_ex_properties = Some(FileExProperties {
             upload_uri: format!("/nodes/upload/{}/{vid}", file.id),
             version_id: Some(vid.to_string()),
+            conflict_check: (*base != Base::Any).then_some(true),
         });
         Ok(node)
     }
@@ -127,7 +133,7 @@ impl Store {
     ) -> Result<PendingUpload> {
         let conn = self.lock()?;
         let file = file_by_id(&conn, scope, file_id)?;
-        let (length, md5, committed) = version_of(&conn, file.id, version_id)?;
+        let (length, md5, committed, _) = version_of(&conn, file.id, version_id)?;
         Ok(PendingUpload {
             length,
             md5,
@@ -265,8 +271,14 @@ impl Store {
         staged: &mut StagedBlob,
     ) -> Result<Committed> {
         let file = file_by_id(tx, p.scope, &p.file_id)?;
-        let (length, md5, committed) = version_of(tx, file.id, &p.version_id)?;
+        let (length, md5, committed, base) = version_of(tx, file.id, &p.version_id)?;
         let vid: i64 = p.version_id.parse().expect("checked by version_of");
+        if !committed {
+            // The conflict check of step 2, again where nothing can come in between.
+            if !base.holds(file.md5.as_deref()) {
+                return Err(base.conflict(&path_of(tx, file.id)?.to_string()));
+            }
+        }
         if committed {
             let blob: Option<String> =
                 tx.query_row("SELECT blob FROM versions WHERE id = ?1", [vid], |r| {
@@ -329,12 +341,12 @@ fn normalize_md5(md5: &str) -> Result<String> {
     })
 }
 
-/// (length, md5, committed) of a version of `file_id`.
+/// (length, md5, committed, base) of a version of `file_id`.
 fn version_of(
     conn: &Connection,
     file_id: i64,
     version_id: &str,
-) -> Result<(u64, Option<String>, bool)> {
+) -> Result<(u64, Option<String>, bool, Base)> {
     let not_found = || {
         Error::new(
             crate::api::ErrorKind::NotFound,
@@ -344,13 +356,14 @@ fn version_of(
     };
     let vid: i64 = version_id.parse().map_err(|_| not_found())?;
     conn.query_row(
-        "SELECT length, md5, committed FROM versions WHERE id = ?1 AND file_id = ?2",
+        "SELECT length, md5, committed, base FROM versions WHERE id = ?1 AND file_id = ?2",
         params![vid, file_id],
         |r| {
             Ok((
                 r.get::<_, i64>(0)? as u64,
                 r.get(1)?,
                 r.get::<_, i64>(2)? != 0,
+                Base::from_column(r.get(3)?),
             ))
         },
     )

@@ -400,7 +400,7 @@ mod tests {
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 8);
+        assert_eq!(version, crate::store::schema::VERSION);
         let rows: Vec<(String, String, i64)> = conn
             .prepare("SELECT blob, kind, status FROM previews")
             .unwrap()
