@@ -363,3 +363,21 @@ fn schemas_have_the_fields_of_the_wire_types() {
             .collect()
     );
 }
+
+/// `docs/openapi.json` is the document the server serves, so a reader of the repository has the
+/// interface without running anything. `VAULTFS_BLESS=1 cargo test --test openapi` writes it
+/// anew after a change to the routes or the wire types.
+#[test]
+fn the_checked_in_document_is_the_served_one() {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/openapi.json");
+    let served = serde_json::to_string_pretty(&doc()).unwrap() + "\n";
+    if std::env::var_os("VAULTFS_BLESS").is_some() {
+        std::fs::write(&file, &served).unwrap();
+    }
+    let kept = std::fs::read_to_string(&file).unwrap_or_default();
+    assert!(
+        kept == served,
+        "docs/openapi.json differs from the served document: run \
+         `VAULTFS_BLESS=1 cargo test --test openapi` and commit it"
+    );
+}
