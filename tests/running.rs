@@ -463,3 +463,44 @@ fn install_sh_is_idempotent_and_uninstalls() {
     assert!(!r.join("usr/lib/systemd/user/vaultfs@.service").exists());
     assert!(!r.join("usr/local/share/man/man1/vaultfs.1").exists());
 }
+
+/// `vaultfs sync`: says what is left and why when it gives up (an upload still crawling, the
+/// server away), and exits 0 once everything written is stored.
+#[test]
+fn sync_waits_until_stored_and_says_what_is_left() {
+    let Some(mut env) = Env::new(Via::Remote) else {
+        return;
+    };
+    let _m = slow_remote_mount(&env);
+    let mp = env.mnt.to_str().unwrap().to_string();
+    let size = 3 << 20;
+    fs::write(env.vault().join("big.bin"), pattern(size, 3)).unwrap();
+
+    let o = vaultfs(&env, &["sync", &mp, "--timeout", "0.5"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("1 file(s) not stored yet"), "{err}");
+    assert!(err.contains("big.bin"), "{err}");
+
+    let o = vaultfs(&env, &["sync", &mp]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(stored_size(&env, "big.bin"), Some(size as u64));
+
+    // The server goes away: the file written meanwhile is named, and the reason given.
+    let server = env.server.take().unwrap();
+    let addr = server.base.trim_start_matches("http://").to_string();
+    env.rt.block_on(server.stop());
+    fs::write(env.vault().join("later.txt"), b"offline").unwrap();
+    let o = vaultfs(&env, &["sync", &mp, "--timeout", "5"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("later.txt") && err.contains("unreachable"),
+        "{err}"
+    );
+
+    env.serve_again(&addr);
+    let o = vaultfs(&env, &["sync", &mp]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(stored_size(&env, "later.txt"), Some(7));
+}

@@ -10,6 +10,7 @@ mod mount_helper;
 mod notify;
 mod owner;
 mod status;
+mod sync;
 mod users;
 
 use std::net::SocketAddr;
@@ -42,6 +43,9 @@ enum Command {
     Unmount(status::UnmountArgs),
     /// Show running mounts: backend, cache use, uploads with progress, recent errors, token.
     Status(status::StatusArgs),
+    /// Wait until a mount (or every mount) has stored everything written to it; exits non-zero
+    /// saying what is left and why (open for writing, server unreachable, --timeout).
+    Sync(sync::SyncArgs),
     /// Serve the built-in store over HTTP: the whole interface, with pin-based login.
     ///
     /// Users are created with `vaultfs user add`; clients log in with `vaultfs login`.
@@ -401,6 +405,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Mount(args) => mount::mount(args),
         Command::Unmount(args) => status::unmount(args),
         Command::Status(args) => status::status(args),
+        Command::Sync(args) => sync::sync(args),
         Command::Serve(args) => serve(args),
         Command::Migrate(args) => migrate(args),
         Command::User(cmd) => users::user(cmd),

@@ -35,6 +35,19 @@ impl<B: Backend> Fs<B> {
         relock(&self.offline_until).is_some_and(|t| Instant::now() < t)
     }
 
+    /// The backend could not be reached: the mount counts as offline (listings answered from
+    /// what it has, `vaultfs status` says so) for at least `d`.
+    pub(super) fn note_unreachable(&self, d: Duration) {
+        let until = Instant::now() + d;
+        let mut o = relock(&self.offline_until);
+        *o = Some(o.map_or(until, |t| t.max(until)));
+    }
+
+    /// The backend answered a request that needed it: it is reachable again.
+    pub(super) fn note_reachable(&self) {
+        *relock(&self.offline_until) = None;
+    }
+
     pub(super) fn attr(&self, ino: Ino) -> OpResult<FileAttr> {
         self.table()
             .attr(ino, self.uid, self.gid)
@@ -83,7 +96,7 @@ impl<B: Backend> Fs<B> {
             if r == Err(Errno::EIO) {
                 // Backend away: for a while no `ls` waits for the network to fail again.
                 log::debug!("listing {path} from cache: backend unreachable");
-                *relock(&fs.offline_until) = Some(Instant::now() + OFFLINE_GRACE);
+                fs.note_unreachable(OFFLINE_GRACE);
             }
             r
         };

@@ -82,8 +82,13 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
         match result {
             Ok(()) => {
                 backoff = Duration::from_secs(1);
+                fs.note_reachable();
             }
             Err(e) if is_transient(&e) => {
+                if e.kind == crate::api::ErrorKind::Network {
+                    // Offline until the next attempt says otherwise.
+                    fs.note_unreachable(backoff * 2);
+                }
                 fs.tracker
                     .error(format!("upload of {}: {e}", path_of(fs, ino)));
                 log::warn!(

@@ -1,0 +1,127 @@
+//! `vaultfs sync [DIR]`: waits until a mount (or every mount) has stored everything written to
+//! it, for scripts and for a laptop about to close. Exit 0 once nothing is pending; otherwise an
+//! error that says what is left and why (still open for writing, the server away, the time
+//! given up).
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+
+use super::control;
+use crate::fs::status::{Status, human_bytes};
+
+/// How often the mounts are asked.
+const POLL: Duration = Duration::from_millis(100);
+/// Without --timeout, how long a mount may stay offline before sync gives up on it: its files
+/// are safe in the journal, and a script should hear at once that they are not stored.
+const OFFLINE_PATIENCE: Duration = Duration::from_secs(10);
+
+#[derive(Args)]
+pub struct SyncArgs {
+    /// The mount point [default: every running mount]
+    mountpoint: Option<PathBuf>,
+    /// Give up after this many seconds [default: wait as long as uploads make headway; stop
+    /// after 10 s of the server being unreachable]
+    #[arg(long, value_name = "S")]
+    timeout: Option<f64>,
+    /// Print nothing while waiting (the outcome is the exit status and, on failure, stderr)
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+pub fn sync(args: SyncArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let started = Instant::now();
+    let deadline = args
+        .timeout
+        .map(|s| started + Duration::from_secs_f64(s.max(0.0)));
+    let live = !args.quiet && std::io::stderr().is_terminal();
+    let mut offline_since: Option<Instant> = None;
+    loop {
+        let mounts = match &args.mountpoint {
+            Some(mp) => match control::status(mp) {
+                Some(r) => vec![r?],
+                None => {
+                    return Err(format!(
+                        "no running vaultfs mount at {} (no daemon answers on {})",
+                        mp.display(),
+                        control::socket_path(mp).display()
+                    )
+                    .into());
+                }
+            },
+            None => control::status_all(),
+        };
+        let pending: usize = mounts.iter().map(|m| m.uploads.len()).sum();
+        if pending == 0 {
+            if live {
+                eprintln!("\rvaultfs: everything is stored{:30}", "");
+            }
+            return Ok(());
+        }
+        let offline = mounts.iter().any(|m| m.offline);
+        offline_since = match (offline, offline_since) {
+            (true, None) => Some(Instant::now()),
+            (true, since) => since,
+            (false, _) => None,
+        };
+        let gave_up = deadline.is_some_and(|d| Instant::now() >= d);
+        let away =
+            deadline.is_none() && offline_since.is_some_and(|t| t.elapsed() >= OFFLINE_PATIENCE);
+        if gave_up || away {
+            if live {
+                eprintln!();
+            }
+            let why = if offline {
+                "the server is unreachable; they are kept in the journal and stored once it is back"
+            } else if gave_up {
+                "still uploading or open for writing when the time ran out"
+            } else {
+                "not stored"
+            };
+            return Err(
+                format!("{pending} file(s) not stored yet: {why}\n{}", left(&mounts)).into(),
+            );
+        }
+        if live {
+            eprint!("\r{}", progress(&mounts, started.elapsed()));
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// One line: files and bytes still to store, and the rate of those being sent.
+fn progress(mounts: &[Status], elapsed: Duration) -> String {
+    let uploads = mounts.iter().flat_map(|m| &m.uploads);
+    let (files, bytes, sent, rate) = uploads.fold((0, 0, 0, 0.0), |(f, b, s, r), u| {
+        (f + 1, b + u.size, s + u.sent, r + u.rate)
+    });
+    let offline = if mounts.iter().any(|m| m.offline) {
+        ", server unreachable"
+    } else {
+        ""
+    };
+    format!(
+        "vaultfs: {files} file(s) to store, {} of {} sent, {}/s{offline} ({:.0} s)   ",
+        human_bytes(sent),
+        human_bytes(bytes),
+        human_bytes(rate as u64),
+        elapsed.as_secs_f64()
+    )
+}
+
+/// What is left, a line per file, with the mount's recent errors (the reason, when there is one).
+fn left(mounts: &[Status]) -> String {
+    let mut out = String::new();
+    for m in mounts.iter().filter(|m| !m.uploads.is_empty()) {
+        for u in &m.uploads {
+            let state = if u.running { "sending" } else { "waiting" };
+            out += &format!("  {state}  {}  {}\n", human_bytes(u.size), u.path);
+        }
+        if let Some(e) = m.errors.last() {
+            out += &format!("  last error on {}: {}\n", m.mountpoint, e.message);
+        }
+    }
+    out.trim_end().to_string()
+}
