@@ -23,18 +23,22 @@ pub(super) fn child_row(conn: &Connection, parent: i64, name: &str) -> Result<Op
         .optional()?)
 }
 
-/// The spellings a stored name may have for `name`: as given, in NFC (as new names are stored)
-/// and in NFD (as older builds stored what a client sent, macOS's names typically).
-fn spellings(name: &str) -> impl Iterator<Item = String> + '_ {
+/// The other spellings a stored name may have for `name`: in NFC (as new names are stored) and
+/// in NFD (as older builds stored what a client sent, macOS's names typically). Worked out only
+/// once the name as given is not found: most lookups find it.
+fn other_spellings(name: &str) -> Vec<String> {
     let (nfc, nfd) = (crate::api::path::nfc(name), crate::api::path::nfd(name));
     let nfd = (nfd != nfc && nfd != name).then_some(nfd);
     let nfc = (nfc != name).then_some(nfc);
-    std::iter::once(name.to_string()).chain(nfc).chain(nfd)
+    nfc.into_iter().chain(nfd).collect()
 }
 
-/// The child `name` of `parent`, in any of its [`spellings`].
+/// The child `name` of `parent`, as given or in one of its [`other_spellings`].
 pub(super) fn find_child(conn: &Connection, parent: i64, name: &str) -> Result<Option<NodeRow>> {
-    for spelling in spellings(name) {
+    if let Some(row) = child_row(conn, parent, name)? {
+        return Ok(Some(row));
+    }
+    for spelling in other_spellings(name) {
         if let Some(row) = child_row(conn, parent, &spelling)? {
             return Ok(Some(row));
         }
@@ -59,16 +63,21 @@ pub(super) fn resolve(conn: &Connection, scope: Scope, path: &NodePath) -> Resul
         .segments()
         .split_first()
         .ok_or_else(|| Error::bad_path("the root has no node"))?;
-    let mut account = None;
-    for spelling in spellings(first) {
-        account = conn
+    let account_named = |name: &str| -> Result<Option<NodeRow>> {
+        Ok(conn
             .prepare_cached(&format!(
                 "{SELECT} WHERE n.parent_id IS NULL AND n.kind = 0 AND n.name = ?1"
             ))?
-            .query_row([spelling], read_row)
-            .optional()?;
-        if account.is_some() {
-            break;
+            .query_row([name], read_row)
+            .optional()?)
+    };
+    let mut account = account_named(first)?;
+    if account.is_none() {
+        for spelling in other_spellings(first) {
+            account = account_named(&spelling)?;
+            if account.is_some() {
+                break;
+            }
         }
     }
     let mut row = match (scope, account) {
