@@ -282,4 +282,40 @@ mod tests {
         }
         assert!(store.check_integrity().unwrap().is_empty());
     }
+
+    /// A name an older build stored decomposed (as a macOS client sent it) is still found now
+    /// that the server takes paths in NFC, and a move onto itself takes the NFC name.
+    #[test]
+    fn names_stored_decomposed_by_older_builds_are_found_in_either_spelling() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_local(&tmp.path().join("store")).unwrap();
+        let f = store.create_file(Scope::All, &at(""), "old.txt").unwrap();
+        let f = f.id.unwrap();
+        store
+            .lock()
+            .unwrap()
+            .execute(
+                "UPDATE nodes SET name = ?1 WHERE id = ?2",
+                params!["re\u{301}sume\u{301}.txt", f.parse::<i64>().unwrap()],
+            )
+            .unwrap();
+        for spelling in ["r\u{e9}sum\u{e9}.txt", "re\u{301}sume\u{301}.txt"] {
+            let node = store.node(Scope::All, &at(spelling)).unwrap();
+            assert_eq!(node.id.as_deref(), Some(f.as_str()), "{spelling:?}");
+        }
+        let moved = store
+            .transfer(
+                Scope::All,
+                &at("r\u{e9}sum\u{e9}.txt"),
+                &at("r\u{e9}sum\u{e9}.txt"),
+                false,
+                TransferMode::Move,
+            )
+            .unwrap();
+        assert_eq!(moved.id.as_deref(), Some(f.as_str()));
+        assert_eq!(
+            store.file(Scope::All, &f).unwrap().name,
+            "r\u{e9}sum\u{e9}.txt"
+        );
+    }
 }
