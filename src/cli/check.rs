@@ -22,13 +22,20 @@ pub struct CheckArgs {
     repair: bool,
 }
 
-/// Prints what was found (and done); an error, so a non-zero exit, when a problem remains.
+/// Prints what was found (and done), and exits as fsck(8) does: 0 when nothing was found, 1
+/// when everything found was repaired, 4 when a problem remains, 8 when the check could not run.
 pub fn check(args: CheckArgs) -> Result<(), Box<dyn std::error::Error>> {
     let dir = args.data.path();
     let location = args.blobs.map_or(BlobLocation::DataDir, BlobLocation::Dir);
-    let report =
-        crate::store::check::run(&dir, &location, args.repair, &mut |line| println!("{line}"))
-            .map_err(|e| format!("check failed: {e}"))?;
+    let report = match crate::store::check::run(&dir, &location, args.repair, &mut |line| {
+        println!("{line}")
+    }) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("vaultfs: check failed: {e}");
+            std::process::exit(8);
+        }
+    };
     for p in &report.problems {
         println!("problem: {p}");
     }
@@ -48,7 +55,15 @@ pub fn check(args: CheckArgs) -> Result<(), Box<dyn std::error::Error>> {
         } else {
             " (`vaultfs check --repair` mends the tree's)"
         };
-        return Err(format!("{} problem(s) in {}{hint}", report.remaining, dir.display()).into());
+        eprintln!(
+            "vaultfs: {} problem(s) in {}{hint}",
+            report.remaining,
+            dir.display()
+        );
+        std::process::exit(4);
+    }
+    if !report.problems.is_empty() {
+        std::process::exit(1);
     }
     Ok(())
 }

@@ -55,10 +55,12 @@ enum Command {
     Migrate(MigrateArgs),
     /// Verify a built-in store, as `git fsck` does: the database, the tree (a cycle of parents
     /// or a missing parent, which older builds could leave) and every blob's bytes against its
-    /// SHA-256. Exits non-zero when a problem remains.
+    /// SHA-256.
     ///
     /// The store must not be in use (stop its server first). `--repair` moves the parts of the
-    /// tree that no account reaches into `lost+found` in their account's first vault.
+    /// tree that no account reaches into `lost+found` in their account's first vault. Exit
+    /// status as fsck(8): 0 nothing found, 1 everything found repaired, 4 a problem remains, 8
+    /// the check could not run.
     Check(check::CheckArgs),
     /// Manage the users of the built-in server (run against its data directory).
     #[command(subcommand)]
