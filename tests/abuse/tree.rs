@@ -416,3 +416,58 @@ async fn check_finds_bytes_that_do_not_match_their_hash() {
     let out = check(&dir, &[]);
     assert!(out.status.success(), "{}", text(&out));
 }
+
+/// The same cycle of parents with the metadata in PostgreSQL: its walks are bounded the same
+/// (a file in the cycle is not found, at once), and the store's check names the cycle.
+#[test]
+fn walks_of_a_cycle_end_on_postgresql_too() {
+    use vaultfs::api::{ErrorKind, NodePath};
+    use vaultfs::store::{Scope, Store, StoreConfig, TransferMode};
+    let Some(pg) = common::pg::pg() else {
+        return;
+    };
+    let url = pg.database();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(
+        Store::open(
+            &tmp.path().join("data"),
+            StoreConfig {
+                database: Some(url.clone()),
+                ..Default::default()
+            },
+        )
+        .unwrap(),
+    );
+    store.ensure_account("Acme").unwrap();
+    let at = |rel: &str| NodePath::parse_uri(&format!("{VAULT_URI}/{rel}")).unwrap();
+    store.create_folder(Scope::All, &at("a")).unwrap();
+    store.create_folder(Scope::All, &at("a/b")).unwrap();
+    let f = store.create_file(Scope::All, &at("a/b"), "f.txt").unwrap();
+    let f = f.id.unwrap();
+    // Planted as an older build's move into itself left it.
+    std::thread::spawn(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        c.execute(
+            "UPDATE nodes SET parent_id = (SELECT id FROM nodes WHERE name = 'b')
+             WHERE name = 'a'",
+            &[],
+        )
+        .unwrap();
+    })
+    .join()
+    .unwrap();
+    let s = store.clone();
+    let found = common::env::within(30, "a file in a cycle, by ID", move || {
+        s.file(Scope::All, &f).map_err(|e| e.kind)
+    });
+    assert_eq!(found.unwrap_err(), ErrorKind::NotFound);
+    let problems = store.check_integrity().unwrap();
+    assert!(
+        problems.iter().any(|p| p.contains("a cycle of parents")),
+        "{problems:?}"
+    );
+    store.create_folder(Scope::All, &at("c")).unwrap();
+    store
+        .transfer(Scope::All, &at("c"), &at("d"), false, TransferMode::Move)
+        .unwrap();
+}
