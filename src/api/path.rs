@@ -90,6 +90,14 @@ pub fn nfc(s: &str) -> String {
         .into_owned()
 }
 
+/// `s` in Unicode normalization form D: the spelling of names that older builds stored as a
+/// client (macOS's, typically) sent them, still looked up (`store::nodes::resolve`).
+pub fn nfd(s: &str) -> String {
+    icu_normalizer::DecomposingNormalizerBorrowed::new_nfd()
+        .normalize(s)
+        .into_owned()
+}
+
 /// The error of a path over [`MAX_PATH_DEPTH`] segments.
 pub fn path_too_deep(depth: usize) -> Error {
     Error::bad_request(
@@ -185,6 +193,21 @@ impl NodePath {
             return Err(path_too_deep(depth));
         }
         Self::from_segments(rest.split('/'))
+    }
+
+    /// The same path with every segment in NFC: how the built-in server takes a path, where it
+    /// parses one (the request line, `dst_uri`), so that the two spellings of a name are one
+    /// path for every comparison after. (The client keeps a server's names as they are.)
+    pub fn into_nfc(self) -> Result<NodePath> {
+        let mut segments = self.segments;
+        for s in &mut segments {
+            let n = nfc(s);
+            if n != *s {
+                validate_name(&n)?;
+                *s = n;
+            }
+        }
+        Ok(NodePath { segments })
     }
 
     /// 400 `path_too_deep` when the path has more than [`MAX_PATH_DEPTH`] segments. (Parsing
@@ -344,6 +367,21 @@ mod tests {
             let e = new_name(bad).unwrap_err();
             assert_eq!(e.code, "bad_path", "{bad:?}");
         }
+    }
+
+    #[test]
+    fn paths_taken_by_the_server_are_nfc_in_every_segment() {
+        let p = NodePath::parse_uri("/nodes/pth/A/V/e\u{300}/sub/u\u{308}.txt")
+            .unwrap()
+            .into_nfc()
+            .unwrap();
+        assert_eq!(p.segments(), ["A", "V", "\u{e8}", "sub", "\u{fc}.txt"]);
+        let q = NodePath::parse_encoded("/A/V/%C3%A8")
+            .unwrap()
+            .into_nfc()
+            .unwrap();
+        assert!(q.contains(&p));
+        assert_eq!(nfd("\u{e8}"), "e\u{300}");
     }
 
     #[test]

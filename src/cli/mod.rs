@@ -1,6 +1,7 @@
 //! The `vaultfs` command: a thin layer of argument parsing over the mount, the server, the
 //! store and the login flow; the one place that assembles them all.
 
+mod check;
 mod config;
 mod control;
 mod daemon;
@@ -56,6 +57,15 @@ enum Command {
     /// The store must not be in use (stop its server first); the destination database must be
     /// empty. Then serve it with `vaultfs serve --database ... --blobs ...`.
     Migrate(MigrateArgs),
+    /// Verify a built-in store, as `git fsck` does: the database, the tree (a cycle of parents
+    /// or a missing parent, which older builds could leave) and every blob's bytes against its
+    /// SHA-256.
+    ///
+    /// The store must not be in use (stop its server first). `--repair` moves the parts of the
+    /// tree that no account reaches into `lost+found` in their account's first vault. Exit
+    /// status as fsck(8): 0 nothing found, 1 everything found repaired, 4 a problem remains, 8
+    /// the check could not run.
+    Check(check::CheckArgs),
     /// Manage the users of the built-in server (run against its data directory).
     #[command(subcommand)]
     User(users::UserCommand),
@@ -408,6 +418,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Sync(args) => sync::sync(args),
         Command::Serve(args) => serve(args),
         Command::Migrate(args) => migrate(args),
+        Command::Check(args) => check::check(args),
         Command::User(cmd) => users::user(cmd),
         Command::Client(cmd) => users::client(cmd),
         Command::Login(args) => login::login(args),

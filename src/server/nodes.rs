@@ -27,13 +27,13 @@ use crate::backend::Backend;
 /// Children per page when `per_page` is not given, and the most a page may hold.
 pub const MAX_PER_PAGE: u64 = 10_000;
 
-/// The node path of the request line (percent-encoded segments after `/nodes/pth`).
+/// The node path of the request line (percent-encoded segments after `/nodes/pth`), in NFC.
 fn node_path(uri: &Uri) -> Result<NodePath, Error> {
     let rest = uri
         .path()
         .strip_prefix(NODES_PREFIX)
         .ok_or_else(|| Error::bad_path("not a /nodes/pth path"))?;
-    NodePath::parse_encoded(rest)
+    NodePath::parse_encoded(rest)?.into_nfc()
 }
 
 /// A JSON body (an empty body reads as `{}`), with a clear error when it is not.
@@ -222,7 +222,7 @@ pub async fn post(caller: Caller, uri: Uri, body: Bytes) -> ApiResult {
     let replace = parse_replace(&replace).ok_or_else(|| {
         Error::bad_request("bad_parameter", "`replace` must be `fail` or `replace`")
     })?;
-    let dst = NodePath::parse_uri(&dst_uri)?;
+    let dst = NodePath::parse_uri(&dst_uri)?.into_nfc()?;
     let node = if op == "copy" {
         caller.backend.copy(&src, &dst, replace).await?
     } else {

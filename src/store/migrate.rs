@@ -200,8 +200,14 @@ impl Migration<'_> {
             };
             let (a, b) = (count(src)?, count(&tx)?);
             if a != b {
+                // Nodes are copied down from the roots: a cycle or an orphan is left behind.
+                let hint = if table == "nodes" {
+                    " (nodes no root reaches: `vaultfs check --repair` the source first)"
+                } else {
+                    ""
+                };
                 return Err(fail(format!(
-                    "{table}: {a} row(s) in the source, {b} in the destination"
+                    "{table}: {a} row(s) in the source, {b} in the destination{hint}"
                 )));
             }
             summary.rows.push((table.to_string(), a as u64));
@@ -243,8 +249,10 @@ fn copy_table(src: &Conn, dst: &Conn, table: &str) -> Result<u64> {
         format!(
             "WITH RECURSIVE tree(id, depth) AS (
                  SELECT id, 0 FROM nodes WHERE parent_id IS NULL
-                 UNION ALL SELECT m.id, tree.depth + 1 FROM nodes m JOIN tree ON m.parent_id = tree.id)
+                 UNION ALL SELECT m.id, tree.depth + 1 FROM nodes m JOIN tree ON m.parent_id = tree.id
+                     WHERE tree.depth < {})
              SELECT {} FROM nodes n JOIN tree ON tree.id = n.id ORDER BY tree.depth, n.id",
+            super::nodes::MAX_WALK_DEPTH,
             n.join(", ")
         )
     } else {
@@ -317,7 +325,7 @@ fn copy_blob(src: &Blobs, dst: &Blobs, hash: &str, size: u64) -> Result<()> {
     Ok(())
 }
 
-fn sha256_of(r: &mut impl Read) -> Result<(String, u64)> {
+pub(super) fn sha256_of(r: &mut impl Read) -> Result<(String, u64)> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut len = 0u64;

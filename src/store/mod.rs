@@ -13,6 +13,7 @@
 
 pub mod auth;
 pub mod blobs;
+pub mod check;
 pub mod db;
 pub mod migrate;
 mod nodes;
@@ -402,79 +403,13 @@ impl Store {
         Ok(id)
     }
 
-    /// Checks the database and that every recorded blob is on disk (for tests and `fsck`-like use).
+    /// Checks the database, the tree (no cycle, no orphan) and that every recorded blob is on
+    /// disk with its size (for tests; `vaultfs check` also hashes the bytes, see `check`).
     pub fn check_integrity(&self) -> Result<Vec<String>> {
         let conn = self.lock()?;
-        let mut problems = Vec::new();
-        if !conn.is_pg() {
-            let result: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
-            if result != "ok" {
-                problems.push(format!("sqlite: {result}"));
-            }
-        }
-        let mut stmt = conn.prepare("SELECT hash, size FROM blobs")?;
-        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
-        for row in rows {
-            let (hash, size) = row?;
-            match self.blobs.size(&hash) {
-                Ok(Some(n)) if n == size as u64 => {}
-                Ok(Some(n)) => {
-                    problems.push(format!("blob {hash}: {n} bytes stored, {size} recorded"))
-                }
-                Ok(None) => problems.push(format!("blob {hash}: missing")),
-                Err(e) => problems.push(format!("blob {hash}: {e}")),
-            }
-        }
-        let unused: i64 = conn.query_row(
-            "SELECT count(*) FROM blobs b WHERE NOT EXISTS (SELECT 1 FROM versions v WHERE v.blob = b.hash)",
-            [],
-            |r| r.get(0),
-        )?;
-        if unused > 0 {
-            problems.push(format!("{unused} blob(s) recorded but used by no version"));
-        }
-        // Every node is under an account or in a tree listed for the purge.
-        let stray: i64 = conn.query_row(
-            "SELECT count(*) FROM nodes WHERE parent_id IS NULL AND kind <> 0
-                 AND id NOT IN (SELECT node_id FROM trash)",
-            [],
-            |r| r.get(0),
-        )?;
-        if stray > 0 {
-            problems.push(format!("{stray} node(s) with no parent outside the trash"));
-        }
-        let lost: i64 = conn.query_row(
-            "SELECT count(*) FROM trash t WHERE NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = t.node_id)",
-            [],
-            |r| r.get(0),
-        )?;
-        if lost > 0 {
-            problems.push(format!("{lost} trash entr(ies) of no node"));
-        }
-        // The counts the quotas read, against the tree they count.
-        let mut wrong = conn.prepare(
-            "WITH real AS (SELECT n.account_id AS a, count(*) AS nodes,
-                 (SELECT CAST(coalesce(sum(v.length), 0) AS BIGINT) FROM versions v
-                  JOIN nodes m ON m.id = v.file_id
-                  WHERE v.committed = 1 AND m.account_id = n.account_id) AS bytes
-                 FROM nodes n GROUP BY n.account_id)
-             SELECT real.a, real.nodes, real.bytes, u.nodes, u.bytes FROM real
-             LEFT JOIN usage u ON u.account_id = real.a
-             WHERE u.nodes IS DISTINCT FROM real.nodes OR u.bytes IS DISTINCT FROM real.bytes",
-        )?;
-        let rows = wrong.query_map([], |r| {
-            Ok(format!(
-                "account {}: {} nodes and {} bytes, usage says {:?} and {:?}",
-                r.get::<_, i64>(0)?,
-                r.get::<_, i64>(1)?,
-                r.get::<_, i64>(2)?,
-                r.get::<_, Option<i64>>(3)?,
-                r.get::<_, Option<i64>>(4)?
-            ))
-        })?;
-        for row in rows {
-            problems.push(row?);
-        }
+        let mut problems = check::rows(&conn)?;
+        problems.extend(check::tree(&conn)?);
+        problems.extend(check::blobs(&conn, &self.blobs, false)?.1);
         Ok(problems)
     }
 

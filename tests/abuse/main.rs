@@ -7,7 +7,8 @@
 //! below: `connections` (held, bounded, exhausting), `login` (lockouts, pins, the authorization
 //! page), `accounts` (other accounts' IDs, quotas), `deletes` (large deletes and their purge),
 //! `control` (the control sockets against another local user), `input` (names and arbitrary
-//! requests). The helpers more than one of them uses are here.
+//! requests), `tree` (copies and moves into or onto themselves, cycles and `vaultfs check`).
+//! The helpers more than one of them uses are here.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -18,6 +19,7 @@ mod control;
 mod deletes;
 mod input;
 mod login;
+mod tree;
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};

@@ -55,13 +55,13 @@ pub(super) fn router() -> Router<AppState> {
 }
 
 /// The node path of a page's address after `prefix` (percent-encoded segments, as the API's
-/// paths are, parsed by the same code).
+/// paths are, parsed by the same code, in NFC).
 fn web_path(uri: &Uri, prefix: &str) -> Result<NodePath, Error> {
     let rest = uri
         .path()
         .strip_prefix(prefix)
         .ok_or_else(|| Error::bad_path(format!("not a {prefix} address")))?;
-    NodePath::parse_encoded(rest)
+    NodePath::parse_encoded(rest)?.into_nfc()
 }
 
 /// GET `/web/static/{name}`: the stylesheet and the script, compiled in.

@@ -26,12 +26,14 @@ pub(super) fn delete_subtree(tx: &Transaction, id: i64) -> Result<Vec<String>> {
          CREATE INDEX IF NOT EXISTS temp.doomed_by_depth ON doomed(depth);
          DELETE FROM temp.doomed;"
     })?;
+    // Bounded in depth (`MAX_WALK_DEPTH`); a node met twice (a cycle) breaks the key.
     tx.execute(
         "INSERT INTO temp.doomed (id, depth)
          WITH RECURSIVE sub(id, depth) AS (SELECT CAST(?1 AS BIGINT), CAST(0 AS BIGINT) UNION ALL
-             SELECT n.id, sub.depth + 1 FROM nodes n JOIN sub ON n.parent_id = sub.id)
+             SELECT n.id, sub.depth + 1 FROM nodes n JOIN sub ON n.parent_id = sub.id
+             WHERE sub.depth < ?2)
          SELECT id, depth FROM sub",
-        [id],
+        params![id, super::MAX_WALK_DEPTH],
     )?;
     let hashes: Vec<String> = tx
         .prepare(
@@ -44,6 +46,9 @@ pub(super) fn delete_subtree(tx: &Transaction, id: i64) -> Result<Vec<String>> {
         tx.query_row("SELECT coalesce(max(depth), 0) FROM temp.doomed", [], |r| {
             r.get(0)
         })?;
+    if deepest >= super::MAX_WALK_DEPTH {
+        return Err(super::resolve::damaged(id));
+    }
     {
         let mut level = tx.prepare_cached(
             "DELETE FROM nodes WHERE id IN (SELECT id FROM temp.doomed WHERE depth = ?1)",

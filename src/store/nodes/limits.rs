@@ -47,21 +47,28 @@ pub(in crate::store) fn check_quota(
 pub(super) fn subtree_size(conn: &Connection, id: i64, limit: u64) -> Result<(u64, u64)> {
     // PostgreSQL has no LIMIT inside a recursive query: the limit of the one reading it stops
     // the walk there instead.
+    // Bounded in depth too, as every walk of the tree (`MAX_WALK_DEPTH`).
     let sql = if conn.is_pg() {
-        "WITH RECURSIVE sub(id) AS (SELECT CAST(?1 AS BIGINT) UNION ALL
-             SELECT n.id FROM nodes n JOIN sub ON n.parent_id = sub.id),
+        "WITH RECURSIVE sub(id, depth) AS (SELECT CAST(?1 AS BIGINT), CAST(0 AS BIGINT) UNION ALL
+             SELECT n.id, sub.depth + 1 FROM nodes n JOIN sub ON n.parent_id = sub.id
+             WHERE sub.depth < ?3),
          bounded AS (SELECT id FROM sub LIMIT ?2)
          SELECT count(*), (SELECT CAST(coalesce(sum(v.length), 0) AS BIGINT) FROM versions v
              WHERE v.committed = 1 AND v.file_id IN (SELECT id FROM bounded)) FROM bounded"
     } else {
-        "WITH RECURSIVE sub(id) AS (SELECT ?1 UNION ALL
-             SELECT n.id FROM nodes n JOIN sub ON n.parent_id = sub.id LIMIT ?2)
+        "WITH RECURSIVE sub(id, depth) AS (SELECT ?1, 0 UNION ALL
+             SELECT n.id, sub.depth + 1 FROM nodes n JOIN sub ON n.parent_id = sub.id
+             WHERE sub.depth < ?3 LIMIT ?2)
          SELECT count(*), (SELECT coalesce(sum(v.length), 0) FROM versions v
-             WHERE v.committed = 1 AND v.file_id IN sub) FROM sub"
+             WHERE v.committed = 1 AND v.file_id IN (SELECT id FROM sub)) FROM sub"
     };
     let (n, bytes): (i64, i64) = conn.query_row(
         sql,
-        params![id, limit.saturating_add(1).min(i64::MAX as u64) as i64],
+        params![
+            id,
+            limit.saturating_add(1).min(i64::MAX as u64) as i64,
+            super::MAX_WALK_DEPTH
+        ],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
     Ok((n as u64, bytes as u64))

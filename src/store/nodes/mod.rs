@@ -69,6 +69,13 @@ pub struct NodeRow {
     pub exec: u32,
 }
 
+/// Levels a walk of the tree (up the parents, or down a subtree) goes at most: far more than any
+/// path can have ([`crate::api::path::MAX_PATH_DEPTH`]) or than trees made before that bound
+/// plausibly have, so a walk that gets this far has met a cycle of parents an older build left
+/// (issue 31), and stops with [`resolve::damaged`] instead of running forever under the
+/// store's lock. `vaultfs check` finds and mends such cycles.
+pub(super) const MAX_WALK_DEPTH: i64 = 10_000;
+
 /// md5 of no bytes: the checksum of a file created in step 1 and not uploaded yet.
 use crate::api::checksum::EMPTY_MD5;
 

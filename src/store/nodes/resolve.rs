@@ -2,7 +2,7 @@
 //! account down ([`resolve`]), a file ID is found only under the caller's account and only while
 //! attached ([`file_by_id`]), and a row's path is read back up its parents ([`path_of`]).
 
-use super::{NodeKind, NodeRow, SELECT, read_row};
+use super::{MAX_WALK_DEPTH, NodeKind, NodeRow, SELECT, read_row};
 use crate::api::{Error, NodePath, Result};
 use crate::store::Scope;
 use crate::store::db::{Conn as Connection, OptionalExtension, params};
@@ -23,16 +23,27 @@ pub(super) fn child_row(conn: &Connection, parent: i64, name: &str) -> Result<Op
         .optional()?)
 }
 
-/// The child `name` of `parent`, spelled as given or, as new names are stored, in NFC.
+/// The other spellings a stored name may have for `name`: in NFC (as new names are stored) and
+/// in NFD (as older builds stored what a client sent, macOS's names typically). Worked out only
+/// once the name as given is not found: most lookups find it.
+fn other_spellings(name: &str) -> Vec<String> {
+    let (nfc, nfd) = (crate::api::path::nfc(name), crate::api::path::nfd(name));
+    let nfd = (nfd != nfc && nfd != name).then_some(nfd);
+    let nfc = (nfc != name).then_some(nfc);
+    nfc.into_iter().chain(nfd).collect()
+}
+
+/// The child `name` of `parent`, as given or in one of its [`other_spellings`].
 pub(super) fn find_child(conn: &Connection, parent: i64, name: &str) -> Result<Option<NodeRow>> {
     if let Some(row) = child_row(conn, parent, name)? {
         return Ok(Some(row));
     }
-    let nfc = crate::api::path::nfc(name);
-    if nfc == name {
-        return Ok(None);
+    for spelling in other_spellings(name) {
+        if let Some(row) = child_row(conn, parent, &spelling)? {
+            return Ok(Some(row));
+        }
     }
-    child_row(conn, parent, &nfc)
+    Ok(None)
 }
 
 pub(super) fn has_children(conn: &Connection, id: i64) -> Result<bool> {
@@ -52,12 +63,23 @@ pub(super) fn resolve(conn: &Connection, scope: Scope, path: &NodePath) -> Resul
         .segments()
         .split_first()
         .ok_or_else(|| Error::bad_path("the root has no node"))?;
-    let account = conn
-        .prepare_cached(&format!(
-            "{SELECT} WHERE n.parent_id IS NULL AND n.kind = 0 AND n.name = ?1"
-        ))?
-        .query_row([first], read_row)
-        .optional()?;
+    let account_named = |name: &str| -> Result<Option<NodeRow>> {
+        Ok(conn
+            .prepare_cached(&format!(
+                "{SELECT} WHERE n.parent_id IS NULL AND n.kind = 0 AND n.name = ?1"
+            ))?
+            .query_row([name], read_row)
+            .optional()?)
+    };
+    let mut account = account_named(first)?;
+    if account.is_none() {
+        for spelling in other_spellings(first) {
+            account = account_named(&spelling)?;
+            if account.is_some() {
+                break;
+            }
+        }
+    }
     let mut row = match (scope, account) {
         (Scope::Account(a), Some(acc)) if acc.id == a => acc,
         (Scope::Account(_), _) => return Err(outside()),
@@ -94,18 +116,50 @@ pub(in crate::store) fn file_by_id(conn: &Connection, scope: Scope, id: &str) ->
     Ok(row)
 }
 
-/// Whether the node is under an account, not in a tree a delete detached (`store::purge`).
+/// Whether the node is under an account, not in a tree a delete detached (`store::purge`), nor
+/// in a cycle or below a missing parent that an older build left (`vaultfs check`): the walk up
+/// stops after [`MAX_WALK_DEPTH`] levels.
 fn attached(conn: &Connection, id: i64) -> Result<bool> {
     let root_kind: Option<i64> = conn
         .prepare_cached(
-            "WITH RECURSIVE up(id, parent_id, kind) AS (
-                 SELECT id, parent_id, kind FROM nodes WHERE id = ?1
-                 UNION ALL SELECT n.id, n.parent_id, n.kind FROM nodes n JOIN up ON n.id = up.parent_id)
+            "WITH RECURSIVE up(id, parent_id, kind, depth) AS (
+                 SELECT id, parent_id, kind, CAST(0 AS BIGINT) FROM nodes WHERE id = ?1
+                 UNION ALL SELECT n.id, n.parent_id, n.kind, up.depth + 1 FROM nodes n
+                     JOIN up ON n.id = up.parent_id WHERE up.depth < ?2)
              SELECT kind FROM up WHERE parent_id IS NULL",
         )?
-        .query_row([id], |r| r.get(0))
+        .query_row(params![id, MAX_WALK_DEPTH], |r| r.get(0))
         .optional()?;
     Ok(root_kind == Some(NodeKind::Account as i64))
+}
+
+/// The error of a walk of the tree that went [`MAX_WALK_DEPTH`] levels from node `id`: the
+/// tree is damaged (a cycle of parents), which `vaultfs check --repair` mends.
+pub(in crate::store) fn damaged(id: i64) -> Error {
+    Error::internal(format!(
+        "the tree at node {id} is more than {MAX_WALK_DEPTH} levels deep or a cycle: \
+         the operator can repair it with `vaultfs check --repair`"
+    ))
+}
+
+/// Whether `ancestor` is `id` or one of its parents, by IDs walking up (at most
+/// [`MAX_WALK_DEPTH`] levels): what "inside itself" means, whatever the spelling of the paths.
+pub(super) fn is_within(conn: &Connection, id: i64, ancestor: i64) -> Result<bool> {
+    let mut stmt = conn.prepare_cached("SELECT parent_id FROM nodes WHERE id = ?1")?;
+    let mut at = id;
+    for _ in 0..=MAX_WALK_DEPTH {
+        if at == ancestor {
+            return Ok(true);
+        }
+        match stmt
+            .query_row([at], |r| r.get::<_, Option<i64>>(0))
+            .optional()?
+        {
+            Some(Some(parent)) => at = parent,
+            _ => return Ok(false),
+        }
+    }
+    Err(damaged(id))
 }
 
 /// The row of a node known to exist.
@@ -113,16 +167,18 @@ pub(in crate::store) fn row(conn: &Connection, id: i64) -> Result<NodeRow> {
     get_row(conn, id)?.ok_or_else(|| Error::internal(format!("node {id} vanished")))
 }
 
-/// The path of a node, walking up its parents.
-pub(in crate::store) fn path_of(conn: &Connection, mut id: i64) -> Result<NodePath> {
+/// The path of a node, walking up its parents (at most [`MAX_WALK_DEPTH`] levels).
+pub(in crate::store) fn path_of(conn: &Connection, id: i64) -> Result<NodePath> {
     let mut names = Vec::new();
     let mut stmt = conn.prepare_cached("SELECT parent_id, name FROM nodes WHERE id = ?1")?;
+    let mut at = id;
     loop {
         let (parent, name): (Option<i64>, String) =
-            stmt.query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            stmt.query_row([at], |r| Ok((r.get(0)?, r.get(1)?)))?;
         names.push(name);
         match parent {
-            Some(p) => id = p,
+            _ if names.len() as i64 > MAX_WALK_DEPTH => return Err(damaged(id)),
+            Some(p) => at = p,
             None => break,
         }
     }

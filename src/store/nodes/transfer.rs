@@ -2,8 +2,10 @@
 
 use super::delete::delete_subtree;
 use super::limits::{check_quota, subtree_size};
-use super::resolve::{child_row, get_row, has_children, require_folder, resolve, split};
-use super::{NodeRow, SELECT, insert_node, read_row, touch};
+use super::resolve::{
+    damaged, find_child, get_row, has_children, is_within, require_folder, resolve, split,
+};
+use super::{MAX_WALK_DEPTH, NodeRow, SELECT, insert_node, read_row, touch};
 use crate::api::{Error, Node, NodePath, Result};
 use crate::store::db::{Conn as Connection, Tx as Transaction, params};
 use crate::store::{Scope, Store, now_ns};
@@ -15,27 +17,36 @@ pub enum TransferMode {
     Move,
 }
 
-/// Levels of the subtree at `id`: 1 for a file or an empty folder.
+/// Levels of the subtree at `id`: 1 for a file or an empty folder (counted up to
+/// [`MAX_WALK_DEPTH`]).
 fn subtree_height(conn: &Connection, id: i64) -> Result<usize> {
     let h: i64 = conn.query_row(
         "WITH RECURSIVE sub(id, depth) AS (SELECT CAST(?1 AS BIGINT), CAST(1 AS BIGINT) UNION ALL
-             SELECT n.id, sub.depth + 1 FROM nodes n JOIN sub ON n.parent_id = sub.id)
+             SELECT n.id, sub.depth + 1 FROM nodes n JOIN sub ON n.parent_id = sub.id
+             WHERE sub.depth <= ?2)
          SELECT max(depth) FROM sub",
-        [id],
+        params![id, MAX_WALK_DEPTH],
         |r| r.get(0),
     )?;
+    if h > MAX_WALK_DEPTH {
+        return Err(damaged(id));
+    }
     Ok(h as usize)
 }
 
 /// Copies the subtree `src` as `name` into `dst_parent`; returns the new top node's ID. A
-/// work list, not a recursion: the depth of the tree costs no stack.
+/// work list, not a recursion: the depth of the tree costs no stack. It makes at most `nodes`
+/// nodes (the subtree as counted before): a copy that finds more is finding its own copies
+/// (a destination inside the source, which the caller refuses) and stops.
 fn copy_tree(
     tx: &Transaction,
     src: &NodeRow,
     dst_parent: &NodeRow,
     name: &str,
     now: i64,
+    nodes: u64,
 ) -> Result<i64> {
+    let mut made = 1u64;
     let top = copy_node(tx, src, dst_parent, name, now)?;
     // (source folder, its copy) pairs whose children are still to copy.
     let mut todo: Vec<(i64, NodeRow)> = Vec::new();
@@ -48,6 +59,13 @@ fn copy_tree(
             .query_map([from], read_row)?
             .collect::<crate::store::db::Result<_>>()?;
         for child in &children {
+            made += 1;
+            if made > nodes {
+                return Err(Error::internal(format!(
+                    "copying node {} found more nodes than it holds",
+                    src.id
+                )));
+            }
             let new_id = copy_node(tx, child, &to, &child.name, now)?;
             if !child.is_file() {
                 todo.push((child.id, get_row(tx, new_id)?.expect("node just inserted")));
@@ -119,13 +137,18 @@ impl Store {
             other => other?,
         };
         require_folder(&dp, &dst_parent_path)?;
-        if src == dst {
+        // "Onto itself" and "inside itself" are decided by node IDs: a path may spell a name
+        // in either normalization, and both find the same node (issue 31: text comparisons let
+        // a copy into itself run forever and a move make a cycle of parents).
+        let existing = find_child(&tx, dp.id, name)?;
+        let onto_itself = existing.as_ref().is_some_and(|e| e.id == s.id);
+        if onto_itself && (mode == TransferMode::Copy || s.name == *name) {
             if mode == TransferMode::Copy && !replace {
                 return Err(Error::conflict("exists", format!("{dst} already exists")));
             }
-            return Ok(s.to_api(src));
+            return Ok(s.to_api(dst));
         }
-        if !s.is_file() && src.contains(dst) {
+        if !s.is_file() && is_within(&tx, dp.id, s.id)? {
             return Err(Error::bad_request(
                 "move_into_self",
                 format!("cannot put {src} inside itself"),
@@ -139,7 +162,9 @@ impl Store {
             }
         }
         let mut freed = Vec::new();
-        if let Some(existing) = child_row(&tx, dp.id, name)? {
+        // A move onto itself only takes the name as given (a spelling stored by an older build
+        // becomes NFC); nothing is replaced.
+        if let Some(existing) = existing.filter(|_| !onto_itself) {
             if !replace {
                 return Err(Error::conflict("exists", format!("{dst} already exists")));
             }
@@ -165,11 +190,14 @@ impl Store {
                     params![s.id, dp.id, name],
                 )?;
                 if dp.account_id != s.account_id {
+                    // (Not a cycle: `s` is not above `dp`, which is under an account.)
                     tx.execute(
-                        "WITH RECURSIVE sub(id) AS (SELECT CAST(?1 AS BIGINT) UNION ALL
-                             SELECT n.id FROM nodes n JOIN sub ON n.parent_id = sub.id)
+                        "WITH RECURSIVE sub(id, depth) AS (
+                             SELECT CAST(?1 AS BIGINT), CAST(0 AS BIGINT) UNION ALL
+                             SELECT n.id, sub.depth + 1 FROM nodes n JOIN sub ON n.parent_id = sub.id
+                             WHERE sub.depth < ?3)
                          UPDATE nodes SET account_id = ?2 WHERE id IN (SELECT id FROM sub)",
-                        params![s.id, dp.account_id],
+                        params![s.id, dp.account_id, MAX_WALK_DEPTH],
                     )?;
                 }
                 touch(&tx, s.parent_id, now)?;
@@ -189,7 +217,7 @@ impl Store {
                     ));
                 }
                 check_quota(&tx, &self.config, scope, nodes, bytes)?;
-                copy_tree(&tx, &s, &dp, name, now)?
+                copy_tree(&tx, &s, &dp, name, now, nodes)?
             }
         };
         touch(&tx, Some(dp.id), now)?;
@@ -197,5 +225,97 @@ impl Store {
         tx.commit()?;
         self.forget_blobs(&conn, &freed);
         Ok(row.to_api(dst))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ErrorKind;
+
+    fn at(rel: &str) -> NodePath {
+        let mut p = NodePath::from_segments(["Local", "My First Vault"]).unwrap();
+        for seg in rel.split('/').filter(|s| !s.is_empty()) {
+            p = p.child(seg).unwrap();
+        }
+        p
+    }
+
+    /// Paths as the mount gives them (its names as the kernel has them, in any spelling): into
+    /// itself and onto itself are told by nodes, so a decomposed name changes nothing.
+    #[test]
+    fn into_and_onto_itself_are_told_by_nodes_in_any_spelling() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_local(&tmp.path().join("store")).unwrap();
+        store.create_folder(Scope::All, &at("\u{e8}")).unwrap();
+        store.create_folder(Scope::All, &at("\u{e8}/sub")).unwrap();
+        let f = store.create_file(Scope::All, &at(""), "\u{fc}.txt");
+        let f = f.unwrap().id.unwrap();
+        for mode in [TransferMode::Copy, TransferMode::Move] {
+            let e = store
+                .transfer(
+                    Scope::All,
+                    &at("\u{e8}"),
+                    &at("e\u{300}/sub/c"),
+                    false,
+                    mode,
+                )
+                .unwrap_err();
+            assert_eq!(
+                (e.kind, e.code.as_ref()),
+                (ErrorKind::BadRequest, "move_into_self")
+            );
+            for replace in [false, true] {
+                let r = store.transfer(
+                    Scope::All,
+                    &at("u\u{308}.txt"),
+                    &at("\u{fc}.txt"),
+                    replace,
+                    mode,
+                );
+                match (mode, replace) {
+                    (TransferMode::Copy, false) => assert_eq!(r.unwrap_err().code, "exists"),
+                    _ => assert_eq!(r.unwrap().id.as_deref(), Some(f.as_str())),
+                }
+                assert_eq!(store.file(Scope::All, &f).unwrap().name, "\u{fc}.txt");
+            }
+        }
+        assert!(store.check_integrity().unwrap().is_empty());
+    }
+
+    /// A name an older build stored decomposed (as a macOS client sent it) is still found now
+    /// that the server takes paths in NFC, and a move onto itself takes the NFC name.
+    #[test]
+    fn names_stored_decomposed_by_older_builds_are_found_in_either_spelling() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_local(&tmp.path().join("store")).unwrap();
+        let f = store.create_file(Scope::All, &at(""), "old.txt").unwrap();
+        let f = f.id.unwrap();
+        store
+            .lock()
+            .unwrap()
+            .execute(
+                "UPDATE nodes SET name = ?1 WHERE id = ?2",
+                params!["re\u{301}sume\u{301}.txt", f.parse::<i64>().unwrap()],
+            )
+            .unwrap();
+        for spelling in ["r\u{e9}sum\u{e9}.txt", "re\u{301}sume\u{301}.txt"] {
+            let node = store.node(Scope::All, &at(spelling)).unwrap();
+            assert_eq!(node.id.as_deref(), Some(f.as_str()), "{spelling:?}");
+        }
+        let moved = store
+            .transfer(
+                Scope::All,
+                &at("r\u{e9}sum\u{e9}.txt"),
+                &at("r\u{e9}sum\u{e9}.txt"),
+                false,
+                TransferMode::Move,
+            )
+            .unwrap();
+        assert_eq!(moved.id.as_deref(), Some(f.as_str()));
+        assert_eq!(
+            store.file(Scope::All, &f).unwrap().name,
+            "r\u{e9}sum\u{e9}.txt"
+        );
     }
 }
