@@ -73,7 +73,9 @@ async fn not_ready_is_409_then_rendered_once_threads_start() {
     assert_eq!(body["error"]["error_name"], "preview_not_ready");
 
     // Threads started later pick up what was left in progress.
-    store.start_previews(1).unwrap();
+    store
+        .start_previews(1, std::path::Path::new(common::mount::BIN))
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     while remote.preview(&id).await.unwrap().status != PreviewStatus::Ready {
         assert!(Instant::now() < deadline, "never rendered");
@@ -99,7 +101,9 @@ async fn bytes_stored_before_previews_get_one_on_first_request_and_lose_it_with_
         .unwrap()
         .execute("DELETE FROM previews", [])
         .unwrap();
-    store.start_previews(1).unwrap();
+    store
+        .start_previews(1, std::path::Path::new(common::mount::BIN))
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     let meta = loop {
         let m = b.preview(&id).await.unwrap();
