@@ -153,3 +153,33 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// A renderer that cannot be started is not the file's fault: the preview stays in progress
+/// (not recorded as not supported), and renders once a renderer runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renderer_that_cannot_start_records_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let id = {
+        let store = quiet_store(&dir);
+        store.ensure_account("Local").unwrap();
+        store
+            .start_previews(1, Path::new("/nonexistent/vaultfs"))
+            .unwrap();
+        let b = LocalBackend::new(store.clone());
+        let id = put(&b, &vault(), "notes.txt", &sample_text()).await;
+        for _ in 0..10 {
+            let status = b.preview(&id).await.unwrap().status;
+            assert_eq!(status, PreviewStatus::InProgress);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        id
+    };
+    // The same store with a renderer that runs.
+    let store = quiet_store(&dir);
+    store
+        .start_previews(1, Path::new(common::mount::BIN))
+        .unwrap();
+    let b = LocalBackend::new(store.clone());
+    assert!(common::preview_pages_when_ready(&b, &id, 60).await > 0);
+}
