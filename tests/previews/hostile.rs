@@ -68,9 +68,9 @@ fn zlib(data: &[u8]) -> Vec<u8> {
     z.finish().unwrap()
 }
 
-/// 60,000 fills of the whole page, Flate-compressed: about 3 KB.
-fn fills_pdf() -> Vec<u8> {
-    let content = "0.5 g 0 0 612 792 re f\n".repeat(60_000);
+/// `n` fills of the whole page, Flate-compressed: about 4 KB for 60,000.
+fn fills_pdf(n: usize) -> Vec<u8> {
+    let content = "0.5 g 0 0 612 792 re f\n".repeat(n);
     one_page_pdf("/FlateDecode", &zlib(content.as_bytes()))
 }
 
@@ -131,7 +131,7 @@ async fn hostile_files_cannot_take_the_servers_memory_nor_crash_loop_it() {
         let store = vaultfs::store::Store::open(&dir, Default::default()).unwrap();
         store.add_user("h@example.com", "Hostile", "pw").unwrap();
     }
-    let (fills, inflating, accents) = (fills_pdf(), inflating_pdf(8), accents_text());
+    let (fills, inflating, accents) = (fills_pdf(60_000), inflating_pdf(8), accents_text());
     println!(
         "hostile files: fills {} B, inflating {} B, accents {} B",
         fills.len(),
@@ -254,4 +254,96 @@ async fn hostile_files_cannot_take_the_servers_memory_nor_crash_loop_it() {
     );
     let (peak, _) = memory_kib(pid);
     assert!(peak / 1024 < SERVER_PEAK_MIB, "peak {} MiB", peak / 1024);
+}
+
+/// The renderers running as children of `pid` (their process IDs).
+fn renderers_of(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // pid (comm) state ppid ...: the fields after the last ')'.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if ppid == Some(pid) && cmdline.windows(14).any(|w| w == b"render-preview") {
+            found.push(child);
+        }
+    }
+    found
+}
+
+/// The server killed while a renderer works on one long page (12,000 page-sized fills: seconds
+/// of work within the memory bound): the renderer goes with it at once, not rendering on by
+/// itself (nobody would be there to kill it at its time bound; between pages it would stop on
+/// its closed output); after the restart the job, left in progress, is taken again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_killed_mid_render_leaves_no_renderer_and_takes_the_job_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let log = tmp.path().join("serve.log");
+    {
+        let store = vaultfs::store::Store::open(&dir, Default::default()).unwrap();
+        store.add_user("h@example.com", "Hostile", "pw").unwrap();
+    }
+    let long = fills_pdf(12_000);
+    let mut served = Served::start_logged(&dir, &["--previews", "eager"], &log);
+    let pid = served.child.id();
+    let token = common::login(&served.base, "h@example.com", "pw").await;
+    let creds = common::Creds {
+        email: "h@example.com".into(),
+        token,
+    };
+    let http = reqwest::Client::new();
+    let vault = "/nodes/pth/Hostile/My%20First%20Vault";
+    common::upload(&http, &served.base, &creds, vault, "long.pdf", &long).await;
+    // The idle-time renderer starts on it after the writes stop.
+    let started = |pid: u32| async move {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let r = renderers_of(pid);
+            if !r.is_empty() {
+                return r;
+            }
+            assert!(Instant::now() < deadline, "no renderer started");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let renderers = started(pid).await;
+    served.child.kill().unwrap();
+    served.child.wait().unwrap();
+    drop(served);
+    // Gone at once: no process left, or a zombie waiting for whoever adopted it to reap it.
+    // (Without PR_SET_PDEATHSIG it renders on for seconds.)
+    let running = |p: &u32| {
+        std::fs::read_to_string(format!("/proc/{p}/stat"))
+            .ok()
+            .and_then(|s| Some(s.rsplit_once(')')?.1.split_whitespace().next()? != "Z"))
+            .unwrap_or(false)
+    };
+    let gone_by = Instant::now() + Duration::from_millis(1500);
+    while renderers.iter().any(running) {
+        assert!(Instant::now() < gone_by, "a renderer outlived its server");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let hash = sha256(&long);
+    assert_eq!(row(&dir, &hash).map(|r| r.0), Some(0), "left in progress");
+
+    let served = Served::start_logged(&dir, &["--previews", "eager"], &log);
+    let again = started(served.child.id()).await;
+    assert!(again.iter().all(|p| !renderers.contains(p)));
+    let r = http
+        .get(format!("{}{vault}", served.base))
+        .basic_auth(&creds.email, Some(&creds.token))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
 }
