@@ -71,6 +71,10 @@ struct Args {
     /// Preview cache bound of the tree, bytes
     #[arg(long, default_value_t = 4 << 20)]
     cache_size: u64,
+    /// The `vaultfs` binary that renders each preview in a child process [default: the one
+    /// built beside this example, `cargo build --release` first]
+    #[arg(long)]
+    renderer: Option<std::path::PathBuf>,
 }
 
 fn stream(data: Arc<Vec<u8>>) -> ByteStream {
@@ -147,6 +151,20 @@ async fn download_all(b: &RemoteBackend, id: &str) -> u64 {
     n
 }
 
+/// `--renderer`, else `target/<profile>/vaultfs` beside `target/<profile>/examples/`.
+fn renderer(args: &Args) -> std::path::PathBuf {
+    let path = args.renderer.clone().unwrap_or_else(|| {
+        let exe = std::env::current_exe().unwrap();
+        exe.parent().unwrap().parent().unwrap().join("vaultfs")
+    });
+    assert!(
+        path.is_file(),
+        "no renderer at {} (cargo build --release, or --renderer)",
+        path.display()
+    );
+    path
+}
+
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
@@ -162,7 +180,7 @@ async fn main() {
         .unwrap();
     let store = Arc::new(Store::open(&tmp.path().join("data"), StoreConfig::default()).unwrap());
     let workers = default_preview_workers();
-    store.start_previews(workers).unwrap();
+    store.start_previews(workers, &renderer(&args)).unwrap();
     store
         .add_user("bench@example.com", "Bench", "bench-password")
         .unwrap();
@@ -365,7 +383,9 @@ fn open_store(dir: &std::path::Path, args: &Args, cache: u64, previews: bool) ->
     };
     let store = Arc::new(Store::open(dir, config).unwrap());
     if previews {
-        store.start_previews(default_preview_workers()).unwrap();
+        store
+            .start_previews(default_preview_workers(), &renderer(args))
+            .unwrap();
     }
     store
         .add_user("bench@example.com", "Bench", "bench-password")

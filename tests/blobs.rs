@@ -103,7 +103,7 @@ async fn blobs_in_a_folder_of_their_own() {
     let tmp = tempfile::tempdir().unwrap();
     let blobs = tmp.path().join("elsewhere");
     let (store, b) = open(&tmp.path().join("data"), BlobLocation::Dir(blobs.clone()));
-    store.start_previews(1).unwrap();
+    store.start_previews(1, std::path::Path::new(BIN)).unwrap();
     let data = Bytes::from_static(b"plain text, previewed as a page\n");
     let id = put(&b, &vault(), "a.txt", data.clone()).await;
     assert_eq!(content(&b, &id).await, data);

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use common::TestServer;
 use common::env::{Env, Via};
+use common::served::{Served, memory_kib};
 
 const BIN: &str = env!("CARGO_BIN_EXE_vaultfs");
 
@@ -351,63 +352,6 @@ mod depth {
     #[test]
     fn remote() {
         mkdir_past_the_depth_bound_is_enametoolong(Via::Remote)
-    }
-}
-
-/// The peak resident memory (VmHWM) and the current one (VmRSS) of a process, in KiB.
-fn memory_kib(pid: u32) -> (u64, u64) {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let field = |name: &str| -> u64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
-    };
-    (field("VmHWM:"), field("VmRSS:"))
-}
-
-/// A real `vaultfs serve` on loopback over a store in `dir`; killed when dropped.
-struct Served {
-    child: std::process::Child,
-    base: String,
-}
-
-impl Served {
-    fn start(dir: &Path, extra: &[&str]) -> Served {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(BIN)
-            .args([
-                "serve",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--data-dir",
-            ])
-            .arg(dir)
-            .args(["--preview-workers", "1"])
-            .args(extra)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        common::wait_for_port(port);
-        Served {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-        }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

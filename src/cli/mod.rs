@@ -15,7 +15,7 @@ mod sync;
 mod users;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -331,6 +331,13 @@ impl PreviewArgs {
 pub fn main() -> ExitCode {
     limit_malloc_arenas();
     let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // The store's bounded renderer (`vaultfs render-preview KIND DIR`): not a command of the
+    // CLI, so in no help, man page or completion; no logging, its output is its answer.
+    if let [_, cmd, kind, dir] = &argv[..] {
+        if cmd == "render-preview" {
+            return crate::store::render_preview_main(&kind.to_string_lossy(), Path::new(dir));
+        }
+    }
     if argv
         .first()
         .is_some_and(|a| mount_helper::is_helper_name(a))
@@ -501,7 +508,7 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     let workers = args
         .preview_workers
         .map_or_else(crate::store::default_preview_workers, usize::from);
-    store.start_previews(workers)?;
+    store.start_previews(workers, &crate::store::this_program())?;
     let options = ServerOptions {
         max_json_body: args.max_json_body,
         public_url: args.public_url,

@@ -271,7 +271,10 @@ fn mount_checked(
             });
             let store = Store::open_local_with(&data_dir, config)
                 .map_err(|e| format!("cannot open the store in {}: {e}", data_dir.display()))?;
-            store.start_previews(crate::store::default_preview_workers())?;
+            store.start_previews(
+                crate::store::default_preview_workers(),
+                &crate::store::this_program(),
+            )?;
             let identity = std::fs::canonicalize(&data_dir).unwrap_or(data_dir.clone());
             let key = backend_key("local", &identity.to_string_lossy());
             let info = Info {

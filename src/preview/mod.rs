@@ -34,7 +34,9 @@
 //! at most `max_image_pixels` (checked from the header before decoding, and as the decoder's
 //! allocation limit, so a decompression bomb fails fast), pages at most `max_page_side` px on
 //! their longer side, and a deadline checked between pages. Third-party code runs under
-//! `catch_unwind`: a panic in a decoder becomes [`Unsupported`], never a crash.
+//! `catch_unwind`: a panic in a decoder becomes [`Unsupported`], never a crash. Memory is not
+//! bounded here (hayro inflates a stream whole; a page of many fills records them all): the
+//! store runs this in a child process with a memory bound (`store::previews::sandbox`).
 
 mod pdf;
 mod picture;

@@ -1,11 +1,14 @@
 //! PDF pages to PNG with hayro.
 
+use std::io::Read;
 use std::sync::Arc;
 
 use hayro::hayro_interpret::InterpreterSettings;
 use hayro::hayro_interpret::util::TransformExt;
+use hayro::hayro_syntax::object::dict::keys::CONTENTS;
+use hayro::hayro_syntax::object::{Array, Stream};
 use hayro::hayro_syntax::page::Page as PdfPage;
-use hayro::hayro_syntax::{DecryptionError, LoadPdfError, Pdf};
+use hayro::hayro_syntax::{DecryptionError, Filter, LoadPdfError, Pdf};
 use hayro::kurbo::Affine;
 use hayro::vello_cpu::color::palette::css::WHITE;
 use hayro::vello_cpu::peniko::ImageAlphaType;
@@ -15,6 +18,11 @@ use image::{DynamicImage, RgbImage, RgbaImage};
 
 use super::scale::encode_page;
 use super::{DocumentPdf, Limits, PX_PER_PT, Page, Rendered, Unsupported, emit};
+
+/// Decoded bytes of one page's content streams at most. hayro inflates them whole before
+/// drawing: a few KB of Flate can inflate to gigabytes (the store's child process bound stops
+/// that too; this says why, at once). Real pages, maps and drawings included, stay far below.
+pub const MAX_PAGE_CONTENT: u64 = 256 << 20;
 
 /// A PDF file: its own pages, the file itself as the document PDF.
 pub(super) fn render_pdf(
@@ -63,6 +71,7 @@ pub(super) fn rasterize(
     let mut rendered = 0;
     for page in all.iter().take(max_pages) {
         limits.check_deadline()?;
+        check_content(page)?;
         let png = render_page(page, &cache, &settings, limits, &mut ctx, &mut resources)?;
         emit(out, png)?;
         rendered += 1;
@@ -120,6 +129,65 @@ fn render_page<'a>(
     .ok_or_else(|| Unsupported::new("renderer returned a wrong buffer"))?;
     let (png, _) = encode_page(rgb).map_err(Unsupported)?;
     Ok(Page { width, height, png })
+}
+
+/// `Err` when the page's content streams inflate to more than [`MAX_PAGE_CONTENT`], counted
+/// without keeping them (Flate only; other filters expand little).
+fn check_content(page: &PdfPage<'_>) -> Result<(), Unsupported> {
+    let raw = page.raw();
+    let streams: Vec<Stream<'_>> = match raw.get::<Stream<'_>>(CONTENTS) {
+        Some(s) => vec![s],
+        None => raw
+            .get::<Array<'_>>(CONTENTS)
+            .map(|a| a.iter::<Stream<'_>>().collect())
+            .unwrap_or_default(),
+    };
+    let mut total = 0;
+    for stream in streams {
+        total += inflated_len(&stream, MAX_PAGE_CONTENT + 1 - total);
+        if total > MAX_PAGE_CONTENT {
+            return Err(Unsupported(format!(
+                "a page's content inflates to more than {} MiB",
+                MAX_PAGE_CONTENT >> 20
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The inflated length of a stream of Flate filters (one or more), at most `cap`; 0 for other
+/// filters or none. Layers before the last are kept (each at most `cap`), the last is counted.
+fn inflated_len(stream: &Stream<'_>, cap: u64) -> u64 {
+    let filters = stream.filters();
+    if filters.is_empty() || filters.iter().any(|f| *f != Filter::FlateDecode) {
+        return 0;
+    }
+    let mut data = stream.raw_data().into_owned();
+    for layer in 1..=filters.len() {
+        // As hayro: zlib, else raw deflate; a damaged stream counts what came out of it.
+        let mut reader: Box<dyn Read> = if data.starts_with(&[0x78]) {
+            Box::new(flate2::read::ZlibDecoder::new(&data[..]))
+        } else {
+            Box::new(flate2::read::DeflateDecoder::new(&data[..]))
+        };
+        let mut limited = (&mut reader).take(cap);
+        if layer == filters.len() {
+            let mut n = 0;
+            let mut buf = [0u8; 64 << 10];
+            while let Ok(k @ 1..) = limited.read(&mut buf) {
+                n += k as u64;
+            }
+            return n;
+        }
+        let mut next = Vec::new();
+        let _ = limited.read_to_end(&mut next);
+        if next.len() as u64 >= cap {
+            return cap;
+        }
+        drop(reader);
+        data = next;
+    }
+    0
 }
 
 /// Pixel size of a page of `w_pt` x `h_pt` points: 2 px/pt, shrunk to fit `max_side`.

@@ -34,6 +34,10 @@ const COLUMNS: usize = ((PAGE_WIDTH - 2.0 * MARGIN_X) / (FONT_SIZE * ADVANCE_EM)
 /// Lines per page: 62.
 const LINES: usize = ((PAGE_HEIGHT - MARGIN_TOP - MARGIN_BOTTOM) / LINE_HEIGHT) as usize;
 const TAB_WIDTH: usize = 8;
+/// Zero-width characters (combining marks) kept after one character: a file of nothing but
+/// combining accents would otherwise be one line of millions of characters, shaped as one
+/// cluster (0.8 GB for 2 MB of U+0301). Real text stacks two or three.
+const MAX_MARKS: usize = 8;
 
 /// How many leading bytes of a text file `render` uses at most; the caller reads only that
 /// much of a text file. 8 MiB: the default 500 full pages (62 lines of 95 characters) at up to
@@ -76,6 +80,7 @@ fn layout(text: &str, max_pages: usize) -> (Vec<Vec<String>>, bool, bool) {
         line: String::new(),
         cols: 0,
         last_space: None,
+        marks: 0,
         max_pages,
     };
     let mut chars = text.chars().peekable();
@@ -110,7 +115,12 @@ fn layout(text: &str, max_pages: usize) -> (Vec<Vec<String>>, bool, bool) {
             }
             '\u{FEFF}' => {}
             c if c.is_control() => l.push(char::REPLACEMENT_CHARACTER, 1),
-            c if is_zero_width(c) => l.push(c, 0),
+            c if is_zero_width(c) => {
+                if l.marks < MAX_MARKS {
+                    l.push(c, 0);
+                    l.marks += 1;
+                }
+            }
             c => {
                 // DejaVu covers ASCII; only look further characters up.
                 if !c.is_ascii() && !lacks_glyphs {
@@ -144,6 +154,8 @@ struct Layout {
     cols: usize,
     /// Byte offset just after the last space of `line`, and the columns up to it.
     last_space: Option<(usize, usize)>,
+    /// Zero-width characters since the last character with a width (or the line's start).
+    marks: usize,
     max_pages: usize,
 }
 
@@ -154,6 +166,9 @@ impl Layout {
         }
         self.line.push(c);
         self.cols += width;
+        if width > 0 {
+            self.marks = 0;
+        }
         if c == ' ' {
             self.last_space = Some((self.line.len(), self.cols));
         }
@@ -177,6 +192,7 @@ impl Layout {
     fn end_line(&mut self) {
         let line = std::mem::take(&mut self.line);
         self.cols = 0;
+        self.marks = 0;
         self.last_space = None;
         if self.pages.len() >= self.max_pages {
             return;

@@ -39,7 +39,7 @@ use db::{Conn, Db, Engine, Guard};
 pub use nodes::{NodeKind, NodeRow, PendingUpload, TransferMode, VersionInfo, length_mismatch};
 pub use previews::{
     DEFAULT_PREVIEW_CACHE_SIZE, MAX_INPUT as MAX_PREVIEW_INPUT, PreviewMode, PreviewState,
-    PreviewStats, default_preview_workers,
+    PreviewStats, default_preview_workers, render_preview_main, this_program,
 };
 pub use put::PutFile;
 // Kept where the store's modules and its callers have always found them.

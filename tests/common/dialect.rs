@@ -94,7 +94,9 @@ impl DialectServer {
     /// A server over the store in `dir`.
     pub async fn start_in(dir: &std::path::Path, options: DialectOptions) -> DialectServer {
         let store = Arc::new(Store::open(dir, StoreConfig::default()).unwrap());
-        store.start_previews(1).unwrap();
+        store
+            .start_previews(1, std::path::Path::new(super::mount::BIN))
+            .unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let shared = Arc::new(Shared {

@@ -10,6 +10,7 @@ pub mod fixtures;
 pub mod mount;
 pub mod pg;
 pub mod s3;
+pub mod served;
 pub mod suite;
 
 use std::path::{Path, PathBuf};
@@ -69,7 +70,9 @@ impl TestServer {
     ) -> TestServer {
         let store = Arc::new(Store::open(dir, config).unwrap());
         // As `vaultfs serve` does.
-        store.start_previews(1).unwrap();
+        store
+            .start_previews(1, std::path::Path::new(mount::BIN))
+            .unwrap();
         let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         // As `vaultfs serve` does (its connections bounded and timed).

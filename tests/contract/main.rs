@@ -81,7 +81,9 @@ async fn local_world_with(config: StoreConfig) -> World<LocalBackend> {
     let store = Arc::new(Store::open(&tmp.path().join("data"), config).unwrap());
     store.add_user("a@acme.test", "Acme", "pw-a").unwrap();
     store.add_user("b@other.test", "Other", "pw-b").unwrap();
-    store.start_previews(1).unwrap();
+    store
+        .start_previews(1, std::path::Path::new(common::mount::BIN))
+        .unwrap();
     let (acme, other) = (
         store.ensure_account("Acme").unwrap(),
         store.ensure_account("Other").unwrap(),

@@ -73,7 +73,9 @@ async fn not_ready_is_409_then_rendered_once_threads_start() {
     assert_eq!(body["error"]["error_name"], "preview_not_ready");
 
     // Threads started later pick up what was left in progress.
-    store.start_previews(1).unwrap();
+    store
+        .start_previews(1, std::path::Path::new(common::mount::BIN))
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     while remote.preview(&id).await.unwrap().status != PreviewStatus::Ready {
         assert!(Instant::now() < deadline, "never rendered");
@@ -99,7 +101,9 @@ async fn bytes_stored_before_previews_get_one_on_first_request_and_lose_it_with_
         .unwrap()
         .execute("DELETE FROM previews", [])
         .unwrap();
-    store.start_previews(1).unwrap();
+    store
+        .start_previews(1, std::path::Path::new(common::mount::BIN))
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     let meta = loop {
         let m = b.preview(&id).await.unwrap();
@@ -148,4 +152,34 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+/// A renderer that cannot be started is not the file's fault: the preview stays in progress
+/// (not recorded as not supported), and renders once a renderer runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renderer_that_cannot_start_records_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let id = {
+        let store = quiet_store(&dir);
+        store.ensure_account("Local").unwrap();
+        store
+            .start_previews(1, Path::new("/nonexistent/vaultfs"))
+            .unwrap();
+        let b = LocalBackend::new(store.clone());
+        let id = put(&b, &vault(), "notes.txt", &sample_text()).await;
+        for _ in 0..10 {
+            let status = b.preview(&id).await.unwrap().status;
+            assert_eq!(status, PreviewStatus::InProgress);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        id
+    };
+    // The same store with a renderer that runs.
+    let store = quiet_store(&dir);
+    store
+        .start_previews(1, Path::new(common::mount::BIN))
+        .unwrap();
+    let b = LocalBackend::new(store.clone());
+    assert!(common::preview_pages_when_ready(&b, &id, 60).await > 0);
 }

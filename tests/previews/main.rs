@@ -6,13 +6,15 @@
 //! below: `mounted` (the `.preview/` tree, on both backends), `lifecycle` (409 before Ready,
 //! bytes stored before previews, preview files going with their bytes), `scheduling` (asked-for
 //! first, idle otherwise, bounded), `accounts` (what previews may tell of another account's
-//! bytes, issue 19 item 8). The helpers more than one of them uses are here.
+//! bytes, issue 19 item 8), `hostile` (files that would take the server's memory, issue 31).
+//! The helpers more than one of them uses are here.
 
 #[path = "../common/mod.rs"]
 #[macro_use]
 mod common;
 
 mod accounts;
+mod hostile;
 mod lifecycle;
 mod mounted;
 mod scheduling;

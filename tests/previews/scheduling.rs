@@ -29,7 +29,9 @@ fn store_with(
     let store = Arc::new(Store::open(dir, config).unwrap());
     store.ensure_account("Local").unwrap();
     if start {
-        store.start_previews(1).unwrap();
+        store
+            .start_previews(1, std::path::Path::new(common::mount::BIN))
+            .unwrap();
     }
     let b = LocalBackend::new(store.clone());
     (store, b)
@@ -65,7 +67,9 @@ async fn asked_for_previews_come_first_latest_request_first() {
             PreviewStatus::InProgress
         );
     }
-    store.start_previews(1).unwrap();
+    store
+        .start_previews(1, std::path::Path::new(common::mount::BIN))
+        .unwrap();
     // Waiting without asking again (every request moves its job to the front).
     let deadline = Instant::now() + Duration::from_secs(60);
     while !asked

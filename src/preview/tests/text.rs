@@ -113,3 +113,21 @@ fn cjk_and_controls_do_not_break_layout() {
     );
     assert_eq!(copied[0].matches("漢字かな交じり文").count(), 5);
 }
+
+#[test]
+fn stacked_combining_marks_are_capped() {
+    // 2 MB of combining accents (1 M of U+0301), after one letter and alone: before the cap
+    // one line of a million characters, 0.8 GB to shape.
+    let mut text = "e".to_string();
+    text.push_str(&"\u{301}".repeat(1 << 20));
+    text.push_str("\nnext line e\u{301}\u{302}\n");
+    let (rendered, _) = render_all(PreviewKind::Text, text.as_bytes(), &Limits::default()).unwrap();
+    assert_eq!(rendered.pages, 1);
+    let copied = extract_text(made_pdf(&rendered));
+    let marks = copied[0].matches('\u{301}').count();
+    // Eight on the first letter, one on the second line's.
+    assert_eq!(marks, 9, "{}", copied[0]);
+    // (The extracted text splits a run before its marks.)
+    assert!(copied[0].contains("next line"), "{}", copied[0]);
+    assert!(copied[0].contains("e\u{301}\u{302}"), "{}", copied[0]);
+}

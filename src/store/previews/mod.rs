@@ -30,20 +30,28 @@
 //! bytes that are gone go with them (`Store::forget_blob`), and a store opened alone removes
 //! preview directories no row accounts for.
 //!
-//! Bounds: a job gives up between pages after [`JOB_TIME`] (the renderer checks its deadline),
-//! and a job stuck inside one page is abandoned after [`JOB_HARD_LIMIT`]: marked not supported
+//! Bounds: each job renders in a child process ([`sandbox`]: `vaultfs render-preview`) under a
+//! memory and CPU bound, killed when still running after [`sandbox::KILL_AFTER`]: whatever a
+//! file makes the renderer do, the server loses at most that job, recorded as not supported
+//! (so a restart does not render it again). The child gives up between pages after
+//! [`JOB_TIME`] (the renderer checks its deadline); a worker still in one job after
+//! [`JOB_HARD_LIMIT`] (stuck reading its input, say) is abandoned: marked not supported
 //! (asked-for jobs), its worker replaced, whatever it produces later thrown away. Inputs over
 //! [`MAX_INPUT`] are not previewed; the renderer bounds pages, page sizes and image decoding
 //! (`crate::preview::Limits`).
 //!
 //! Here: the types, the jobs and the kinds of bytes. [`queue`]: the two queues and what the
-//! threads share; [`workers`]: the threads that render and record; [`cache`]: the bound, the
-//! eviction and the cleanup; [`reads`]: what the store answers (state, pages, PDF, stats).
+//! threads share; [`workers`]: the threads that take jobs and record them; [`sandbox`]: the
+//! child process that renders; [`cache`]: the bound, the eviction and the cleanup; [`reads`]:
+//! what the store answers (state, pages, PDF, stats).
 
 mod cache;
 mod queue;
 mod reads;
+mod sandbox;
 mod workers;
+
+pub use sandbox::{child_main as render_preview_main, this_program};
 
 use std::io::Read;
 use std::sync::{Arc, Mutex, OnceLock};

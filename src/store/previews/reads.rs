@@ -53,8 +53,10 @@ pub(super) struct ReadyPreview {
 impl Store {
     /// Starts the preview threads (once per process; later calls do nothing): `workers` for
     /// asked-for jobs and as many for the background, and queues every preview left in
-    /// progress by an earlier run for the background.
-    pub fn start_previews(&self, workers: usize) -> Result<()> {
+    /// progress by an earlier run for the background. Each job runs in a child process,
+    /// `renderer render-preview` (the `vaultfs` binary: [`crate::store::this_program`] from
+    /// the binary itself, its path from tests).
+    pub fn start_previews(&self, workers: usize, renderer: &std::path::Path) -> Result<()> {
         let p = &self.previews;
         if p.started.set(()).is_err() {
             return Ok(());
@@ -77,6 +79,7 @@ impl Store {
             db: p.db.clone(),
             shared: p.shared.clone(),
             files_bytes: Arc::default(),
+            renderer: renderer.into(),
         };
         let mut slots = Vec::new();
         for _ in 0..workers.max(1) {

@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 
 use super::cache::{on_disk, preview_bytes};
 use super::queue::{Shared, Tier};
+use super::sandbox::{self, Ended};
 use super::{
     BACKGROUND_MIN_BYTES, FILES_BYTES_TTL, IN_PROGRESS, IS_CURRENT, JOB_HARD_LIMIT, JOB_TIME, Job,
-    Judged, NOT_SUPPORTED, PreviewMode, READY, UNREQUESTED_SHARE, files_bytes, judge, page_file,
+    Judged, NOT_SUPPORTED, PreviewMode, READY, UNREQUESTED_SHARE, files_bytes, judge,
 };
 use crate::api::Result;
-use crate::preview::{self, DocumentPdf, Limits, PreviewKind};
+use crate::preview::{self, PreviewKind};
 use crate::store::blobs::{Blobs, StagedPreview};
 use crate::store::db::{Conn as Connection, OptionalExtension, TransactionBehavior, params};
 use crate::store::now_ns;
@@ -36,6 +37,8 @@ pub(super) struct Pool {
     pub(super) shared: Arc<Shared>,
     /// The files' bytes, and when they were summed.
     pub(super) files_bytes: Arc<Mutex<Option<(Instant, u64)>>>,
+    /// The program that renders in a child process (`vaultfs render-preview`).
+    pub(super) renderer: Arc<Path>,
 }
 
 /// A job's result: the folder with its files, or why there is no preview.
@@ -336,7 +339,7 @@ impl Pool {
             Err(e) => return Err(e),
         };
         let Judged {
-            mut file,
+            file,
             size,
             head,
             kind,
@@ -345,65 +348,58 @@ impl Pool {
             PreviewKind::Text => preview::TEXT_MAX_BYTES as u64,
             _ => size,
         };
-        let mut data = head;
-        (&mut file)
-            .take(cap.saturating_sub(data.len() as u64))
-            .read_to_end(&mut data)?;
-        data.truncate(cap as usize);
+        let head_len = (head.len() as u64).min(cap);
+        let mut input = std::io::Cursor::new(head)
+            .take(head_len)
+            .chain(file.take(cap - head_len));
 
         let staged = self.blobs.preview_staging(&job.hash)?;
-        let tmp = staged.dir().to_path_buf();
-        let deadline = Instant::now() + JOB_TIME;
-        let limits = Limits {
-            deadline: Some(deadline),
-            ..Limits::default()
-        };
-        let mut pages = Vec::new();
-        let mut bytes = 0;
-        let mut yielded = false;
-        let mut write_page = |page: preview::Page| -> std::result::Result<(), String> {
-            if background && self.shared.busy() {
-                yielded = true;
-                return Err("the store is busy".into());
-            }
-            let name = page_file(pages.len() + 1);
-            write_synced(&tmp.join(name), &page.png).map_err(|e| format!("writing a page: {e}"))?;
-            bytes += on_disk(page.png.len() as u64);
-            pages.push((page.width, page.height));
-            Ok(())
-        };
-        let rendered = preview::render(kind, &data, &limits, &mut write_page);
-        let rendered = match rendered {
-            Ok(r) => r,
-            Err(why) => {
-                drop(staged);
-                return Ok(if yielded {
-                    Outcome::Yielded
-                } else if background && Instant::now() >= deadline {
-                    Outcome::Dropped(why.0)
-                } else {
-                    Outcome::NotSupported(why.0)
-                });
+        let started = Instant::now();
+        let stop = || background && self.shared.busy();
+        let ended = match sandbox::run(&self.renderer, kind, staged.dir(), &mut input, cap, &stop) {
+            Ok(ended) => ended,
+            // Not the file's fault (the program missing, no processes left): not recorded, so
+            // the next request tries again.
+            Err(e) => {
+                log::error!(
+                    "cannot run the preview renderer {}: {e}",
+                    self.renderer.display()
+                );
+                return Ok(Outcome::Dropped(format!("the renderer could not run: {e}")));
             }
         };
-        if rendered.truncated {
+        let (pages, own_pdf, truncated) = match ended {
+            Ended::Done {
+                pages,
+                own_pdf,
+                truncated,
+            } => (pages, own_pdf, truncated),
+            Ended::Stopped => return Ok(Outcome::Yielded),
+            // A background job may just have been starved of CPU: left for a request.
+            // (A death is not: its bounds are of memory and CPU time.)
+            Ended::Unsupported(why) if background && started.elapsed() >= JOB_TIME => {
+                return Ok(Outcome::Dropped(why));
+            }
+            Ended::TimedOut if background => {
+                return Ok(Outcome::Dropped("rendering took too long".into()));
+            }
+            Ended::TimedOut => return Ok(Outcome::NotSupported("rendering took too long".into())),
+            Ended::Unsupported(why) | Ended::Died(why) => return Ok(Outcome::NotSupported(why)),
+        };
+        if truncated {
             log::info!(
                 "preview of {}: only the first {} pages",
                 job.name,
                 pages.len()
             );
         }
-        let own_pdf = match rendered.pdf {
-            DocumentPdf::Made(pdf) => {
-                write_synced(&tmp.join("document.pdf"), &pdf)?;
-                bytes += on_disk(pdf.len() as u64);
-                true
-            }
-            DocumentPdf::Original => false,
-        };
+        let mut bytes: u64 = pages.iter().map(|p| on_disk(p.2)).sum();
+        if own_pdf {
+            bytes += on_disk(std::fs::metadata(staged.dir().join("document.pdf"))?.len());
+        }
         Ok(Outcome::Done {
             staged,
-            pages,
+            pages: pages.into_iter().map(|(w, h, _)| (w, h)).collect(),
             own_pdf,
             bytes,
         })
