@@ -354,20 +354,6 @@ mod depth {
     }
 }
 
-/// The peak resident memory (VmHWM) and the current one (VmRSS) of a process, in KiB.
-fn memory_kib(pid: u32) -> (u64, u64) {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let field = |name: &str| -> u64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
-    };
-    (field("VmHWM:"), field("VmRSS:"))
-}
-
 /// A real `vaultfs serve` on loopback over a store in `dir`; killed when dropped.
 struct Served {
     child: std::process::Child,
@@ -448,12 +434,12 @@ async fn concurrent_sign_ins_are_bounded_in_memory() {
     };
     // One check first, so the baseline includes argon2's first allocation.
     assert_eq!(sign_in("nobody@example.com".into(), "x").await.0, 401);
-    let (_, before) = memory_kib(pid);
+    let (_, before) = common::memory_kib(pid);
     let answers = futures_util::future::join_all(
         (0..300).map(|i| sign_in(format!("unknown{i}@example.com"), "guess")),
     )
     .await;
-    let (peak, after) = memory_kib(pid);
+    let (peak, after) = common::memory_kib(pid);
     let unauthorized = answers.iter().filter(|a| a.0 == 401).count();
     let busy = answers.iter().filter(|a| a.0 == 503).count();
     println!(
