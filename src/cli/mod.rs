@@ -229,7 +229,7 @@ struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..))]
     max_nodes_per_account: u64,
     /// Bytes one account may hold, every version counted (suffixes K, M, G, T allowed)
-    /// [default: no limit]
+    /// [default: off: any account may fill the disk for all; a warning at start says so]
     #[arg(long, value_parser = mount::parse_size, value_name = "BYTES")]
     max_bytes_per_account: Option<u64>,
     /// Files and folders one request (a copy) may create; more are refused with 413
@@ -470,6 +470,15 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         log::warn!(
             "no --public-url: users on other machines cannot log in (set it to the address \
              browsers reach this server at)"
+        );
+    }
+    if args.max_bytes_per_account.is_none() {
+        // Off by default: how much each account may hold depends on the disk and on how many
+        // share it, which the server cannot know (see the commit that made this a warning).
+        log::warn!(
+            "no byte quota: any account may store until the disk is full, for every account \
+             (every earlier version counts and is kept); set --max-bytes-per-account on a \
+             server shared by people who do not trust each other"
         );
     }
     let config = args.previews.apply(StoreConfig {
