@@ -167,6 +167,8 @@ async fn operator_commands_and_serve_process() {
     let mut log = String::new();
     std::io::Read::read_to_string(server.stderr.as_mut().unwrap(), &mut log).unwrap();
     assert!(log.contains("GET /nodes/pth/Ops 200"), "{log}");
+    // A server without a byte quota says so at start (issue 31: it was silent).
+    assert!(log.contains("no byte quota"), "{log}");
     assert!(
         !log.contains(&token) && !log.contains("s3cret"),
         "secrets in the log"

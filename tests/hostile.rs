@@ -11,6 +11,7 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -522,6 +523,22 @@ async fn unreadable_range_header_is_416() {
 struct LyingServer {
     nodes: std::collections::BTreeMap<String, Value>,
     bytes: Vec<u8>,
+    /// A folder whose listing never ends: `total_children` 10^15 and 1,000 new names on every
+    /// page, however far the client reads.
+    endless: Option<String>,
+    /// Pages of `endless` sent.
+    endless_pages: AtomicU64,
+}
+
+/// A page of the endless folder at `path`: 1,000 files never sent before.
+fn endless_page(path: &str, page: u64) -> Vec<Value> {
+    (0..1000)
+        .map(|i| {
+            let name = format!("f{page}-{i}");
+            json!({"name": name, "uri": format!("/nodes/pth{path}/{name}"), "id": format!("{page}{i:03}"),
+                "nodeType": "FileNodeType", "size": 1, "modifiedOn": "2026-01-01T00:00:00Z"})
+        })
+        .collect()
 }
 
 fn parent_of(path: &str) -> &str {
@@ -552,6 +569,17 @@ impl LyingServer {
                 return (StatusCode::NOT_FOUND, body.to_string()).into_response();
             };
             let mut node = node.clone();
+            if query.contains("children=1") && self.endless.as_deref() == Some(rest) {
+                let page = query
+                    .split('&')
+                    .find_map(|kv| kv.strip_prefix("page="))
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or(0);
+                self.endless_pages.fetch_add(1, Ordering::Relaxed);
+                node["total_children"] = json!(1_000_000_000_000_000u64);
+                node["children"] = json!(endless_page(rest, page));
+                return envelope(node);
+            }
             if query.contains("children=1") {
                 let first_page = !query.contains("page=") || query.contains("page=0");
                 let children: Vec<Value> = self
@@ -595,6 +623,59 @@ impl LyingServer {
             return r;
         }
         (StatusCode::NOT_FOUND, "{}").into_response()
+    }
+}
+
+/// A real mount (`root/mnt`, cache in `root/cache`) of a [`LyingServer`] on loopback, with
+/// `--timeout` seconds; unmounted when dropped, before the server's runtime goes.
+struct LyingMount {
+    mount: common::mount::Mount,
+    server: Arc<LyingServer>,
+    _rt: tokio::runtime::Runtime,
+}
+
+/// `server` on loopback: its base URL.
+async fn serve_lying(server: Arc<LyingServer>) -> String {
+    let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+        let server = server.clone();
+        async move { server.answer(req) }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    base
+}
+
+fn mount_lying(server: LyingServer, root: &std::path::Path, timeout: f64) -> LyingMount {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = Arc::new(server);
+    let base = rt.block_on(serve_lying(server.clone()));
+    let config = root.join("config");
+    let login = vaultfs::cli::login::Credentials {
+        server: base.clone(),
+        email: "victim@example.com".into(),
+        token: "token".into(),
+        expires_at: std::time::SystemTime::now() + Duration::from_secs(3600),
+    };
+    vaultfs::cli::login::save_credentials(&config.join("vaultfs/credentials.toml"), &login)
+        .unwrap();
+    let cache = root.join("cache");
+    let mount = common::mount::Mount::start_with_env(
+        &root.join("mnt"),
+        &[
+            "--server",
+            &base,
+            "--cache-dir",
+            cache.to_str().unwrap(),
+            "--timeout",
+            &timeout.to_string(),
+        ],
+        &[("XDG_CONFIG_HOME", &config)],
+    );
+    LyingMount {
+        mount,
+        server,
+        _rt: rt,
     }
 }
 
@@ -658,44 +739,15 @@ fn hostile_ids_cannot_make_the_mount_write_outside_its_cache() {
         folder("/Local/V/link", "FolderNodeType"),
         file("/Local/V/link/w.txt", None, &md5),
     ];
-    let server = Arc::new(LyingServer {
+    let server = LyingServer {
         nodes: nodes.into_iter().collect(),
         bytes: content.clone(),
-    });
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let base = rt.block_on(async {
-        let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
-            let server = server.clone();
-            async move { server.answer(req) }
-        });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        base
-    });
-    let config = root.join("config");
-    let login = vaultfs::cli::login::Credentials {
-        server: base.clone(),
-        email: "victim@example.com".into(),
-        token: "token".into(),
-        expires_at: std::time::SystemTime::now() + Duration::from_secs(3600),
+        endless: None,
+        endless_pages: Default::default(),
     };
-    vaultfs::cli::login::save_credentials(&config.join("vaultfs/credentials.toml"), &login)
-        .unwrap();
-    let cache = root.join("cache");
-    let mnt = root.join("mnt");
-    let m = common::mount::Mount::start_with_env(
-        &mnt,
-        &[
-            "--server",
-            &base,
-            "--cache-dir",
-            cache.to_str().unwrap(),
-            "--timeout",
-            "5",
-        ],
-        &[("XDG_CONFIG_HOME", &config)],
-    );
+    let lying = mount_lying(server, &root, 5.0);
+    let (m, cache) = (&lying.mount, root.join("cache"));
+    let mnt = m.dir.clone();
     let v = mnt.join("Local/V");
     assert_eq!(std::fs::read(v.join("good.txt")).unwrap(), content);
     assert_eq!(std::fs::read(v.join("md5.txt")).unwrap(), content);
@@ -744,5 +796,105 @@ fn hostile_ids_cannot_make_the_mount_write_outside_its_cache() {
             "cache file {name:?}"
         );
     }
-    m.unmount();
+}
+
+/// The tree of a lying server with one good file and the endless folder `/Local/V/endless`.
+fn endless_server(content: &[u8]) -> LyingServer {
+    let node = |path: &str, kind: &str| {
+        let mut n = json!({"name": path.rsplit('/').next().unwrap(), "uri": format!("/nodes/pth{path}"),
+            "nodeType": kind, "modifiedOn": "2026-01-01T00:00:00Z"});
+        if kind == "FileNodeType" {
+            n["id"] = json!("1");
+            n["size"] = json!(content.len());
+        }
+        (path.to_string(), n)
+    };
+    LyingServer {
+        nodes: [
+            node("", "FolderNodeType"),
+            node("/Local", "AccountNodeType"),
+            node("/Local/V", "VaultNodeType"),
+            node("/Local/V/good.txt", "FileNodeType"),
+            node("/Local/V/endless", "FolderNodeType"),
+        ]
+        .into_iter()
+        .collect(),
+        bytes: content.to_vec(),
+        endless: Some("/Local/V/endless".into()),
+        endless_pages: Default::default(),
+    }
+}
+
+/// A server claiming an endless folder: its listing is EIO after 4 x `--timeout` (before: `ls`
+/// in state D for good, the mount growing by gigabytes); the mount stays small and answers on.
+/// The listing runs on a thread of its own, so a listing that never ends fails the test.
+#[test]
+fn a_listing_that_never_ends_is_eio_within_its_bound() {
+    if !common::mount::fuse_available() {
+        eprintln!("skipped: needs root and /dev/fuse");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let content = b"a file beside the endless folder\n".to_vec();
+    let lying = mount_lying(endless_server(&content), tmp.path(), 1.0);
+    let v = lying.mount.dir.join("Local/V");
+    let list = |dir: std::path::PathBuf| {
+        std::fs::read_dir(dir).and_then(|d| d.map(|e| e.map(|e| e.file_name())).collect())
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let started = std::time::Instant::now();
+    let dir = v.join("endless");
+    std::thread::spawn(move || {
+        let _ = tx.send(list(dir));
+    });
+    let r: std::io::Result<Vec<_>> = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the listing of the endless folder did not end within a minute");
+    let took = started.elapsed();
+    let e = r.expect_err("an endless folder was listed");
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    // The bound is 4 s (4 x --timeout 1); a page in flight and a loaded machine add a little.
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(15),
+        "the listing failed after {took:?}"
+    );
+    let pid = lying.mount.child.as_ref().unwrap().id();
+    let (peak_kib, _) = common::memory_kib(pid);
+    let (pages, mib) = (
+        lying.server.endless_pages.load(Ordering::Relaxed),
+        peak_kib / 1024,
+    );
+    println!("EIO after {took:?}, {pages} pages read, mount's peak memory {mib} MiB");
+    assert!(mib < 512, "the mount grew to {mib} MiB");
+    // The mount goes on answering, the folder beside included.
+    assert_eq!(std::fs::read(v.join("good.txt")).unwrap(), content);
+    let mut names = list(v.clone()).unwrap();
+    names.sort();
+    assert_eq!(names, ["endless", "good.txt"]);
+}
+
+/// The endless folder through the remote backend's `list_all`, its bound of entries lowered to
+/// 20,000 (a million by default): `listing_too_large` after the pages that takes, not one more.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_listing_stops_at_its_bound_of_entries() {
+    let server = Arc::new(endless_server(b"x"));
+    let base = serve_lying(server.clone()).await;
+    let mut config = RemoteConfig::new(&base, "victim@example.com", "token");
+    config.max_listing_entries = 20_000;
+    let remote = RemoteBackend::new(config).unwrap();
+    let folder = NodePath::parse_uri("/nodes/pth/Local/V/endless").unwrap();
+    let started = std::time::Instant::now();
+    let e = vaultfs::backend::list_all(&remote, &folder, 1000)
+        .await
+        .expect_err("an endless folder was listed");
+    assert_eq!(e.code, "listing_too_large", "{e}");
+    let pages = server.endless_pages.load(Ordering::Relaxed);
+    assert_eq!(pages, 21, "pages asked for");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    // A folder within the bound is listed whole (the vault: two children).
+    let vault = NodePath::parse_uri("/nodes/pth/Local/V").unwrap();
+    let node = vaultfs::backend::list_all(&remote, &vault, 1000)
+        .await
+        .unwrap();
+    assert_eq!(node.children.unwrap().len(), 2);
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use common::TestServer;
 use common::env::{Env, Via};
-use common::served::{Served, memory_kib};
+use common::served::Served;
 
 const BIN: &str = env!("CARGO_BIN_EXE_vaultfs");
 
@@ -392,12 +392,12 @@ async fn concurrent_sign_ins_are_bounded_in_memory() {
     };
     // One check first, so the baseline includes argon2's first allocation.
     assert_eq!(sign_in("nobody@example.com".into(), "x").await.0, 401);
-    let (_, before) = memory_kib(pid);
+    let (_, before) = common::memory_kib(pid);
     let answers = futures_util::future::join_all(
         (0..300).map(|i| sign_in(format!("unknown{i}@example.com"), "guess")),
     )
     .await;
-    let (peak, after) = memory_kib(pid);
+    let (peak, after) = common::memory_kib(pid);
     let unauthorized = answers.iter().filter(|a| a.0 == 401).count();
     let busy = answers.iter().filter(|a| a.0 == 503).count();
     println!(

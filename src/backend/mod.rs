@@ -97,11 +97,52 @@ pub struct PreviewImage {
 /// Children fetched per page by the mount's listings.
 pub const LIST_PAGE: u64 = 1000;
 
+/// What one listing of a backend that is not trusted (a server) may cost the mount: beyond
+/// either bound it fails with EIO instead of going on asking for pages (a hostile or broken
+/// server that claims an endless folder and sends new names on every page).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListingLimits {
+    /// Most children one listing takes.
+    pub entries: u64,
+    /// Longest a whole listing may take, all its pages together.
+    pub time: std::time::Duration,
+}
+
+/// A listing of a server may take this many `--timeout`s ([`remote::RemoteConfig`]'s
+/// `total_timeout`). Each page is one call bounded by `--timeout`; a few make room for a large
+/// folder (a million children are a thousand pages) while `ls` on a server that never ends its
+/// listing fails within minutes, not never.
+pub const LISTING_TIMEOUTS: u32 = 4;
+
 /// A folder with all its children (`children=1`), following `page`/`per_page` until
 /// `total_children` is reached. A server may cap pages below what was asked, so without a count
 /// a short page does not end the listing: an empty page does, or one that brings no name not
 /// seen before (a server that ignores `page`), so a miscounting server loops no more than that.
+/// A server that keeps sending new names is stopped by the backend's [`ListingLimits`]: past
+/// either, the listing fails (`listing_too_large`, `listing_too_slow`: EIO in the mount).
 pub async fn list_all<B: Backend>(b: &B, path: &NodePath, per_page: u64) -> Result<Node> {
+    let Some(limits) = b.listing_limits() else {
+        return list_pages(b, path, per_page, u64::MAX).await;
+    };
+    match tokio::time::timeout(limits.time, list_pages(b, path, per_page, limits.entries)).await {
+        Ok(r) => r,
+        Err(_) => Err(crate::api::Error::new(
+            crate::api::ErrorKind::Server,
+            "listing_too_slow",
+            format!(
+                "the listing of {path} did not end within {:?}: given up",
+                limits.time
+            ),
+        )),
+    }
+}
+
+async fn list_pages<B: Backend>(
+    b: &B,
+    path: &NodePath,
+    per_page: u64,
+    max_entries: u64,
+) -> Result<Node> {
     let per_page = per_page.max(1);
     let mut node = b.list(path, 0, per_page).await?;
     let mut children = node.children.take().unwrap_or_default();
@@ -110,6 +151,13 @@ pub async fn list_all<B: Backend>(b: &B, path: &NodePath, per_page: u64) -> Resu
     let mut last = children.len() as u64;
     let mut page = 1;
     loop {
+        if children.len() as u64 > max_entries {
+            return Err(crate::api::Error::new(
+                crate::api::ErrorKind::Server,
+                "listing_too_large",
+                format!("the listing of {path} has more than {max_entries} children: given up"),
+            ));
+        }
         let done = match node.total_children {
             Some(total) => children.len() as u64 >= total,
             None => false,
@@ -157,6 +205,12 @@ pub trait Backend: Send + Sync + 'static {
     /// folder, `vaultfs serve` on it). None where that cannot be known cheaply (a server: others'
     /// changes show when a listing is fetched again, after the listing TTL).
     fn foreign_changes(&self) -> Option<u64> {
+        None
+    }
+
+    /// Bounds on one [`list_all`]; `None` where the backend is trusted (the built-in store in
+    /// this process).
+    fn listing_limits(&self) -> Option<ListingLimits> {
         None
     }
 

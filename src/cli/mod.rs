@@ -243,7 +243,7 @@ struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..))]
     max_nodes_per_account: u64,
     /// Bytes one account may hold, every version counted (suffixes K, M, G, T allowed)
-    /// [default: no limit]
+    /// [default: off: any account may fill the disk for all; a warning at start says so]
     #[arg(long, value_parser = mount::parse_size, value_name = "BYTES")]
     max_bytes_per_account: Option<u64>,
     /// Files and folders one request (a copy) may create; more are refused with 413
@@ -294,6 +294,21 @@ struct ServeArgs {
     #[arg(long, default_value_t = server::DEFAULT_MAX_CONNECTIONS_PER_SOURCE as u64, value_name = "N",
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_connections_per_source: u64,
+    /// A reverse proxy in front of this server (an address or ADDR/BITS; repeat for more):
+    /// requests from it are counted against the address its forwarding header names
+    /// (--proxy-header), read from the right past the trusted proxies. Without it, every
+    /// client is the address it connects from, and one proxy is one client
+    #[arg(long = "trusted-proxy", value_name = "CIDR")]
+    trusted_proxies: Vec<server::proxy::Cidr>,
+    /// The header the trusted proxies name the client in: x-forwarded-for or forwarded
+    /// (RFC 7239); the other one is not read
+    #[arg(
+        long,
+        default_value = "x-forwarded-for",
+        value_name = "HEADER",
+        requires = "trusted_proxies"
+    )]
+    proxy_header: server::proxy::ProxyHeader,
     #[command(flatten)]
     previews: PreviewArgs,
 }
@@ -480,6 +495,15 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
              browsers reach this server at)"
         );
     }
+    if args.max_bytes_per_account.is_none() {
+        // Off by default: how much each account may hold depends on the disk and on how many
+        // share it, which the server cannot know (see the commit that made this a warning).
+        log::warn!(
+            "no byte quota: any account may store until the disk is full, for every account \
+             (every earlier version counts and is kept); set --max-bytes-per-account on a \
+             server shared by people who do not trust each other"
+        );
+    }
     let config = args.previews.apply(StoreConfig {
         max_file_size: args.max_file_size,
         token_ttl: Duration::from_secs(args.token_ttl),
@@ -521,6 +545,8 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         header_timeout: Duration::from_secs(args.header_timeout),
         max_connections: server::connections_within_open_file_limit(args.max_connections as usize),
         max_connections_per_source: args.max_connections_per_source as usize,
+        trusted_proxies: args.trusted_proxies,
+        proxy_header: args.proxy_header,
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
@@ -570,5 +596,51 @@ mod tests {
         );
         assert!(previews_of(&["vaultfs", "serve", "--previews", "lazy"]).is_err());
         assert!(previews_of(&["vaultfs", "serve", "--preview-cache-size", "1Q"]).is_err());
+    }
+
+    fn proxies_of(argv: &[&str]) -> Result<(Vec<String>, server::proxy::ProxyHeader), clap::Error> {
+        match Cli::try_parse_from(argv)?.command {
+            Command::Serve(a) => Ok((
+                a.trusted_proxies.iter().map(|c| c.to_string()).collect(),
+                a.proxy_header,
+            )),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn trusted_proxies_of_serve() {
+        use server::proxy::ProxyHeader;
+        assert_eq!(
+            proxies_of(&["vaultfs", "serve"]).unwrap(),
+            (vec![], ProxyHeader::XForwardedFor)
+        );
+        assert_eq!(
+            proxies_of(&[
+                "vaultfs",
+                "serve",
+                "--trusted-proxy",
+                "127.0.0.1",
+                "--trusted-proxy",
+                "10.0.0.0/8",
+                "--trusted-proxy",
+                "fd00::/8",
+                "--proxy-header",
+                "forwarded"
+            ])
+            .unwrap(),
+            (
+                vec![
+                    "127.0.0.1/32".into(),
+                    "10.0.0.0/8".into(),
+                    "fd00::/8".into()
+                ],
+                ProxyHeader::Forwarded
+            )
+        );
+        assert!(proxies_of(&["vaultfs", "serve", "--trusted-proxy", "nginx"]).is_err());
+        assert!(proxies_of(&["vaultfs", "serve", "--trusted-proxy", "10.0.0.0/40"]).is_err());
+        // A header without a proxy to trust is a mistake, said at once.
+        assert!(proxies_of(&["vaultfs", "serve", "--proxy-header", "forwarded"]).is_err());
     }
 }

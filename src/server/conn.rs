@@ -40,6 +40,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let open = Arc::new(Semaphore::new(options.max_connections.max(1)));
     let per_source = Arc::new(Slots::<IpAddr>::new(options.max_connections_per_source));
+    let proxies = Arc::new((options.trusted_proxies.clone(), options.proxy_header));
     let (stop_tx, stop_rx) = watch::channel(false);
     // Each connection's task holds a clone; when all are dropped, every connection has ended.
     let (alive_tx, mut alive_rx) = tokio::sync::mpsc::channel::<()>(1);
@@ -60,12 +61,15 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let local = stream.local_addr().unwrap_or(peer);
         let io = TokioIo::new(StallGuard::new(stream, options.transfer_idle_timeout));
+        let proxies = proxies.clone();
         let service = app
             .clone()
             .map_request(move |mut req: Request<hyper::body::Incoming>| {
+                let client = super::proxy::client(peer.ip(), req.headers(), &proxies.0, proxies.1);
                 req.extensions_mut().insert(Peer {
                     remote: peer,
                     local,
+                    client,
                 });
                 req.map(Body::new)
             });
@@ -158,12 +162,15 @@ pub struct Peer {
     pub remote: SocketAddr,
     /// The server's address the client reached.
     pub local: SocketAddr,
+    /// The client's address: `remote`, or where a trusted proxy says it forwards the request
+    /// from (`proxy::client`).
+    pub client: IpAddr,
 }
 
 impl Peer {
-    /// Whether the client is on this machine.
+    /// Whether the client is on this machine (not so when a proxy here forwards for another).
     pub fn is_loopback(&self) -> bool {
-        self.remote.ip().to_canonical().is_loopback()
+        self.client.to_canonical().is_loopback()
     }
 }
 
@@ -171,10 +178,10 @@ impl Peer {
 pub struct Source(pub Option<Peer>);
 
 impl Source {
-    /// The client's address as the lockout counts it ('' when not known).
+    /// The client's address as the lockout counts it (`proxy::source_key`; '' when not known).
     pub fn key(&self) -> String {
         self.0
-            .map(|p| p.remote.ip().to_canonical().to_string())
+            .map(|p| super::proxy::source_key(p.client))
             .unwrap_or_default()
     }
 }

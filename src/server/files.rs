@@ -12,6 +12,7 @@ use super::auth::Caller;
 use super::limits::holding;
 use super::openapi::{ErrorEnvelope, PreviewEnvelope};
 use super::reply::{ApiResult, ok};
+use crate::api::path::encode_segment;
 use crate::api::{Error, ErrorKind, PageSize, RangeRequest};
 use crate::backend::local::LocalBackend;
 use crate::backend::{Backend, Download, PreviewImage};
@@ -89,6 +90,43 @@ pub(super) fn send(d: Download, ctype: &str) -> Response {
     (status, h, Body::from_stream(d.body)).into_response()
 }
 
+/// `Content-Disposition` for `name`: the ASCII form for old browsers, the exact one in
+/// `filename*` (RFC 6266).
+pub(super) fn disposition(kind: &str, name: &str) -> HeaderValue {
+    let plain: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let v = format!(
+        "{kind}; filename=\"{plain}\"; filename*=UTF-8''{}",
+        encode_segment(name)
+    );
+    HeaderValue::from_str(&v).unwrap_or(HeaderValue::from_static("attachment"))
+}
+
+/// The headers of a file's bytes sent to a browser, whatever the file is: an attachment (saved,
+/// not shown), never sniffed, and under a sandbox policy should it be opened anyway. An
+/// uploaded HTML or SVG file would otherwise run its script as a page of this site. (The API's
+/// download and the web interface's.)
+pub(super) fn attachment(resp: &mut Response, name: &str) {
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_DISPOSITION, disposition("attachment", name));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; sandbox"),
+    );
+}
+
 #[utoipa::path(
     get,
     path = "/files/id/Document/{id}",
@@ -100,7 +138,7 @@ pub(super) fn send(d: Download, ctype: &str) -> Response {
         ("Range" = Option<String>, Header, description = "One range: `bytes=a-b`, `bytes=a-`, `bytes=-n`", example = "bytes=0-1023"),
     ),
     responses(
-        (status = 200, description = "The bytes, with `ETag` (the md5), `Last-Modified`, `Accept-Ranges: bytes` and a Content-Type from the name", content_type = "*/*", body = Vec<u8>),
+        (status = 200, description = "The bytes, with `ETag` (the md5), `Last-Modified`, `Accept-Ranges: bytes` and a Content-Type from the name; an attachment (`Content-Disposition`), `nosniff`, under `Content-Security-Policy: sandbox`", content_type = "*/*", body = Vec<u8>),
         (status = 206, description = "The range, with `Content-Range`", content_type = "*/*", body = Vec<u8>),
         (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
         (status = 404, description = "`not_found`: no such file (another account's file is not found either)", body = ErrorEnvelope),
@@ -116,8 +154,10 @@ pub async fn download(
     headers: HeaderMap,
 ) -> ApiResult {
     let d = download_of(&state, &caller.backend, caller.user_id, &id, &headers).await?;
-    let ctype = content_type(&d.node.name);
-    Ok(send(d, ctype))
+    let name = d.node.name.clone();
+    let mut resp = send(d, content_type(&name));
+    attachment(&mut resp, &name);
+    Ok(resp)
 }
 
 #[utoipa::path(

@@ -10,6 +10,7 @@ pub mod limits;
 mod nodes;
 mod openapi;
 mod pin;
+pub mod proxy;
 mod reply;
 mod web;
 
@@ -50,6 +51,11 @@ pub struct ServerOptions {
     pub max_connections: usize,
     /// Connections one source address may hold; more are closed at once.
     pub max_connections_per_source: usize,
+    /// Reverse proxies whose forwarding header names the client (see [`proxy`]); none by
+    /// default: the client is the address a connection comes from.
+    pub trusted_proxies: Vec<proxy::Cidr>,
+    /// The header they name it in.
+    pub proxy_header: proxy::ProxyHeader,
 }
 
 /// Defaults of the limits (`vaultfs serve --help` shows them).
@@ -72,6 +78,8 @@ impl Default for ServerOptions {
             header_timeout: Duration::from_secs(DEFAULT_HEADER_TIMEOUT_SECS),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_source: DEFAULT_MAX_CONNECTIONS_PER_SOURCE,
+            trusted_proxies: Vec::new(),
+            proxy_header: proxy::ProxyHeader::default(),
         }
     }
 }

@@ -3,9 +3,12 @@
 //! Passwords are argon2id hashes; tokens are 256 random bits kept only as their sha256; pins are
 //! kept as a keyed hash (HMAC-SHA256 under `pin.key`, a file of the data dir, so a copy of the
 //! database alone cannot be searched for them), are used once and expire. Failed sign-ins and
-//! pin exchanges are counted per e-mail address (known or not) and source address, before the
-//! check runs: five lock that pair out with a doubling backoff, which an attacker cannot aim at
-//! someone else's sign-in.
+//! pin exchanges are counted per e-mail address (known or not) and source address (an IPv6
+//! one by its /64, `server::proxy`), before the check runs: five lock that pair out with a
+//! doubling backoff, which an attacker cannot aim at someone else's sign-in. Twenty from all
+//! sources together slow the e-mail for every source it was not signed into from before: they
+//! share one attempt at a time, further and further apart, so rotating addresses gains little,
+//! while the owner's own machines are never held back by failures elsewhere.
 
 use std::time::Duration;
 
@@ -34,6 +37,18 @@ const FIRST_BACKOFF: Duration = Duration::from_secs(60);
 const MAX_BACKOFF: Duration = Duration::from_secs(3600);
 /// Failures older than this are forgotten.
 const FAILURE_WINDOW: Duration = Duration::from_secs(24 * 3600);
+/// Failures for one e-mail from all sources together (within the window) before the account is
+/// slowed: from then on, sources it has not been signed into from share one attempt at a time,
+/// spaced by [`ACCOUNT_FIRST_SPACING`] doubling with each further failure up to
+/// [`ACCOUNT_MAX_SPACING`] (some 110 guesses a day, however many addresses an attacker has).
+const ACCOUNT_FAILURES: i64 = 20;
+const ACCOUNT_FIRST_SPACING: Duration = Duration::from_secs(60);
+const ACCOUNT_MAX_SPACING: Duration = Duration::from_secs(15 * 60);
+/// A source a sign-in or pin exchange succeeded from stays known to that e-mail this long:
+/// failures from elsewhere never slow it (the owner's own machines stay open under attack).
+const KNOWN_WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
+/// The `kind` of the rows that record a source known to an e-mail.
+const KNOWN: &str = "known";
 
 /// Who a request acts for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,6 +174,26 @@ fn backoff(failures: i64) -> Duration {
     }
     let doublings = (failures - MAX_FAILURES).min(16) as u32;
     (FIRST_BACKOFF * 2u32.pow(doublings)).min(MAX_BACKOFF)
+}
+
+/// The spacing of attempts from unknown sources after `failures` failures of one e-mail from
+/// all sources.
+fn account_spacing(failures: i64) -> Duration {
+    if failures < ACCOUNT_FAILURES {
+        return Duration::ZERO;
+    }
+    let doublings = (failures - ACCOUNT_FAILURES).min(16) as u32;
+    (ACCOUNT_FIRST_SPACING * 2u32.pow(doublings)).min(ACCOUNT_MAX_SPACING)
+}
+
+/// 429 `too_many_attempts` until `until` (ns).
+fn wait_error(until: i64, now: i64) -> Error {
+    let minutes = (until - now + 59_999_999_999) / 60_000_000_000;
+    Error::new(
+        ErrorKind::TooManyRequests,
+        "too_many_attempts",
+        format!("too many failed attempts; try again in {minutes} minute(s)"),
+    )
 }
 
 fn validate_email(email: &str) -> Result<()> {
@@ -301,35 +336,57 @@ impl Store {
     }
 
     /// Counts an attempt of `kind` by `source` for `email` before it is checked, atomically (the
-    /// store's lock): 429 while the pair waits out its backoff; otherwise the attempt is counted
-    /// as a failure until [`Store::attempt_succeeded`] clears the pair's count. So concurrent
-    /// attempts cannot all be checked before the first failures are seen.
+    /// store's lock): 429 while the pair waits out its backoff, or while the e-mail, over its
+    /// failures from all sources, is slowed for sources it was never signed into from;
+    /// otherwise the attempt is counted as a failure until [`Store::attempt_succeeded`] clears
+    /// the pair's count. So concurrent attempts cannot all be checked before the first failures
+    /// are seen.
     fn begin_attempt(&self, email: &str, source: &str, kind: Attempt) -> Result<()> {
         let conn = self.lock()?;
         let now = now_ns();
         let email = email.to_lowercase();
+        let since = now - FAILURE_WINDOW.as_nanos() as i64;
+        // Old rows of this e-mail go as it is tried, so none lingers past its use.
+        conn.prepare_cached(
+            "DELETE FROM auth_attempts WHERE email = ?1
+             AND ((kind <> ?2 AND at <= ?3) OR at <= ?4)",
+        )?
+        .execute(params![
+            email,
+            KNOWN,
+            since,
+            now - KNOWN_WINDOW.as_nanos() as i64
+        ])?;
         let (n, last): (i64, Option<i64>) = conn
             .prepare_cached(
                 "SELECT count(*), max(at) FROM auth_attempts
                  WHERE email = ?1 AND source = ?2 AND kind = ?3 AND at > ?4",
             )?
-            .query_row(
-                params![
-                    email,
-                    source,
-                    kind.as_str(),
-                    now - FAILURE_WINDOW.as_nanos() as i64
-                ],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?;
+            .query_row(params![email, source, kind.as_str(), since], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?;
         let wait_until = last.unwrap_or(0) + backoff(n).as_nanos() as i64;
         if n >= MAX_FAILURES && wait_until > now {
-            let minutes = (wait_until - now + 59_999_999_999) / 60_000_000_000;
-            return Err(Error::new(
-                ErrorKind::TooManyRequests,
-                "too_many_attempts",
-                format!("too many failed attempts; try again in {minutes} minute(s)"),
-            ));
+            return Err(wait_error(wait_until, now));
+        }
+        let known = conn
+            .prepare_cached(
+                "SELECT 1 FROM auth_attempts WHERE email = ?1 AND source = ?2 AND kind = ?3",
+            )?
+            .exists(params![email, source, KNOWN])?;
+        if !known {
+            let (n, last): (i64, Option<i64>) = conn
+                .prepare_cached(
+                    "SELECT count(*), max(at) FROM auth_attempts
+                     WHERE email = ?1 AND kind = ?2 AND at > ?3",
+                )?
+                .query_row(params![email, kind.as_str(), since], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?;
+            let wait_until = last.unwrap_or(0) + account_spacing(n).as_nanos() as i64;
+            if n >= ACCOUNT_FAILURES && wait_until > now {
+                return Err(wait_error(wait_until, now));
+            }
         }
         conn.prepare_cached(
             "INSERT INTO auth_attempts (email, source, kind, at) VALUES (?1, ?2, ?3, ?4)",
@@ -338,12 +395,18 @@ impl Store {
         Ok(())
     }
 
-    /// The attempt begun by [`Store::begin_attempt`] was right: the pair starts afresh.
+    /// The attempt begun by [`Store::begin_attempt`] was right: the pair starts afresh, and the
+    /// source is known to the e-mail from now on.
     fn attempt_succeeded(&self, email: &str, source: &str, kind: Attempt) -> Result<()> {
         let conn = self.lock()?;
+        let email = email.to_lowercase();
         conn.execute(
-            "DELETE FROM auth_attempts WHERE email = ?1 AND source = ?2 AND kind = ?3",
-            params![email.to_lowercase(), source, kind.as_str()],
+            "DELETE FROM auth_attempts WHERE email = ?1 AND source = ?2 AND kind IN (?3, ?4)",
+            params![email, source, kind.as_str(), KNOWN],
+        )?;
+        conn.execute(
+            "INSERT INTO auth_attempts (email, source, kind, at) VALUES (?1, ?2, ?3, ?4)",
+            params![email, source, KNOWN, now_ns()],
         )?;
         Ok(())
     }
@@ -558,6 +621,14 @@ mod tests {
             crate::api::checksum::hex(&mac),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
+    }
+
+    #[test]
+    fn accounts_are_slowed_from_their_twentieth_failure() {
+        assert_eq!(account_spacing(19), Duration::ZERO);
+        assert_eq!(account_spacing(20), ACCOUNT_FIRST_SPACING);
+        assert_eq!(account_spacing(21), ACCOUNT_FIRST_SPACING * 2);
+        assert_eq!(account_spacing(1000), ACCOUNT_MAX_SPACING);
     }
 
     #[test]

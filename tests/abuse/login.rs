@@ -323,3 +323,128 @@ async fn the_authorization_link_comes_from_the_public_url() {
     let v: serde_json::Value = r.json().await.unwrap();
     assert_eq!(v["error"]["error_name"], "no_public_url", "{v}");
 }
+
+/// A server behind a reverse proxy at 127.0.0.1 that names clients in `X-Forwarded-For`.
+async fn behind_a_proxy() -> TestServer {
+    TestServer::start_with(
+        Default::default(),
+        ServerOptions {
+            trusted_proxies: vec!["127.0.0.1".parse().unwrap()],
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// A sign-in with a wrong (or the right) password through the proxy for `client`: what the
+/// proxy sends on, `X-Forwarded-For` ending in `client` after whatever the client wrote.
+async fn via_proxy(s: &TestServer, xff: &str, email: &str, password: &str) -> u16 {
+    sign_in_from(s, "127.0.0.1", email, password, &[("X-Forwarded-For", xff)])
+        .await
+        .0
+}
+
+/// Behind the documented proxy every client connects from 127.0.0.1 (issue 31: five wrong
+/// passwords for bob from anyone locked bob out for everyone). With the proxy trusted, clients
+/// are told apart by the address it names: the attacker locks out only themself; the owner,
+/// elsewhere, signs in. What a client writes in the header itself is not believed: through the
+/// proxy only the address the proxy appended counts, and a client that connects directly
+/// (127.0.0.2, not trusted) is its own address whatever it sends. IPv6 clients are counted by
+/// their /64, so walking through its 2^64 addresses gains nothing. Without the setting, the
+/// header is ignored altogether.
+#[tokio::test(flavor = "multi_thread")]
+async fn behind_a_trusted_proxy_clients_are_told_apart() {
+    let s = behind_a_proxy().await;
+    s.store.add_user("bob@example.com", "Bob", "right").unwrap();
+    let bob = "bob@example.com";
+    let mut attacker = Vec::new();
+    for _ in 0..6 {
+        attacker.push(via_proxy(&s, "203.0.113.9", bob, "guess").await);
+    }
+    assert_eq!(attacker, [401, 401, 401, 401, 401, 429]);
+    assert_eq!(via_proxy(&s, "198.51.100.4", bob, "right").await, 200);
+    // The attacker writes the owner's address first: the proxy appends the real one.
+    assert_eq!(
+        via_proxy(&s, "198.51.100.4, 203.0.113.9", bob, "right").await,
+        429
+    );
+    // Straight to the server from an address that is no proxy: the header is not read.
+    for _ in 0..5 {
+        let (st, _) = sign_in_from(
+            &s,
+            "127.0.0.2",
+            bob,
+            "guess",
+            &[("X-Forwarded-For", "198.51.100.4")],
+        )
+        .await;
+        assert_eq!(st, 401);
+    }
+    assert_eq!(
+        sign_in_from(&s, "127.0.0.2", bob, "right", &[]).await.0,
+        429
+    );
+    assert_eq!(via_proxy(&s, "198.51.100.4", bob, "right").await, 200);
+    // One /64 is one source, whichever of its addresses the attacker takes.
+    let mut v6 = Vec::new();
+    for i in 1..=6 {
+        v6.push(via_proxy(&s, &format!("2001:db8:1:2::{i:x}"), bob, "guess").await);
+    }
+    assert_eq!(v6, [401, 401, 401, 401, 401, 429]);
+    assert_eq!(
+        via_proxy(&s, "[2001:db8:1:2:ffff::1]:443", bob, "right").await,
+        429
+    );
+    assert_eq!(via_proxy(&s, "2001:db8:1:3::1", bob, "right").await, 200);
+
+    // Without --trusted-proxy the header changes nothing: every request is 127.0.0.1's.
+    let plain = TestServer::start().await;
+    plain
+        .store
+        .add_user("bob@example.com", "Bob", "right")
+        .unwrap();
+    for i in 0..5 {
+        assert_eq!(
+            via_proxy(&plain, &format!("203.0.113.{i}"), bob, "guess").await,
+            401
+        );
+    }
+    assert_eq!(via_proxy(&plain, "198.51.100.4", bob, "right").await, 429);
+}
+
+/// Guessing one account's password from ever new addresses (one guess each, as from a botnet
+/// or a /48 of IPv6 networks): after 20 failures from all of them together the account is
+/// slowed for every address it was never signed into from, so each further guess waits its
+/// turn (1 minute, doubling to 15: some 110 a day however many addresses; before: unlimited).
+/// The owner, at an address they signed in from before, is never held back by it, and their
+/// own wrong password there is checked (401), not refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn guesses_from_many_addresses_are_slowed_but_the_owner_gets_in() {
+    let s = behind_a_proxy().await;
+    s.store.add_user("bob@example.com", "Bob", "right").unwrap();
+    let bob = "bob@example.com";
+    let home = "198.51.100.4";
+    assert_eq!(via_proxy(&s, home, bob, "right").await, 200);
+    let mut answers = Vec::new();
+    for i in 0..30 {
+        answers.push(via_proxy(&s, &format!("203.0.113.{i}"), bob, "guess").await);
+    }
+    let checked = answers.iter().filter(|a| **a == 401).count();
+    let slowed = answers.iter().filter(|a| **a == 429).count();
+    println!("30 guesses from 30 addresses: {checked} checked, {slowed} slowed");
+    assert_eq!((checked, slowed), (20, 10), "{answers:?}");
+    assert!(answers[..20].iter().all(|a| *a == 401) && answers[20..].iter().all(|a| *a == 429));
+    // A new IPv6 network is slowed as well.
+    assert_eq!(via_proxy(&s, "2001:db8:9::1", bob, "guess").await, 429);
+    // The owner at home: a typo is checked, and the right password signs in.
+    assert_eq!(via_proxy(&s, home, bob, "typo").await, 401);
+    assert_eq!(via_proxy(&s, home, bob, "right").await, 200);
+    // Another e-mail is not slowed by bob's attacker.
+    s.store
+        .add_user("carol@example.com", "Carol", "pw")
+        .unwrap();
+    assert_eq!(
+        via_proxy(&s, "203.0.113.77", "carol@example.com", "pw").await,
+        200
+    );
+}

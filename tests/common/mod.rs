@@ -407,3 +407,17 @@ pub async fn upload_bytes(
     }
     (status, resp.json().await.unwrap())
 }
+
+/// The peak resident memory (VmHWM) and the current one (VmRSS) of a process, in KiB.
+pub fn memory_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}

@@ -13,7 +13,8 @@ use flate2::{Compress, Compression, FlushCompress, write::ZlibEncoder};
 
 use super::{rows, sha256};
 use crate::common;
-use crate::common::served::{Served, memory_kib};
+use crate::common::memory_kib;
+use crate::common::served::Served;
 use vaultfs::api::PreviewStatus;
 use vaultfs::backend::Backend;
 use vaultfs::backend::remote::{RemoteBackend, RemoteConfig};

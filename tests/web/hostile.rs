@@ -182,3 +182,72 @@ async fn hostile_names_are_shown_as_text() {
     assert!(listing.contains("&lt;img src=x onerror=alert(1)&gt;.txt"));
     assert!(listing.contains("&quot;&gt;&lt;svg onload=alert(2)&gt;"));
 }
+
+/// An uploaded HTML or SVG file never runs as a page of this site, by either download route:
+/// the API's `GET /files/id/Document/{id}` (before: served inline as `text/html` and
+/// `image/svg+xml`, without `nosniff` or a policy) and `/web/download/{id}` both send it as an
+/// attachment, never sniffed, in a sandbox; the bytes are the file's, ranges as before.
+#[tokio::test(flavor = "multi_thread")]
+async fn uploaded_html_and_svg_are_attachments_on_both_download_routes() {
+    let s = TestServer::start().await;
+    let (alice, token) = alice(&s).await;
+    let api = s.user("alice.api@acme.test", "Acme").await;
+    let files: [(&str, &[u8]); 2] = [
+        ("x.html", b"<script>fetch('/nodes/pth')</script>"),
+        (
+            "y.svg",
+            b"<svg xmlns=\"http://www.w3.org/2000/svg\" onload=\"alert(1)\"/>",
+        ),
+    ];
+    for (name, data) in files {
+        let (st, up) = alice.upload(VAULT, name, data, &token).await;
+        assert_eq!(st, 200, "{up}");
+        let id = up["message"]["id"].as_str().unwrap().to_string();
+        let by_api = page_of(
+            reqwest::Client::new()
+                .get(s.url(&format!("/files/id/Document/{id}")))
+                .basic_auth(&api.email, Some(&api.token))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        let by_web = alice.get(&format!("/web/download/{id}")).await;
+        for (route, p) in [("api", &by_api), ("web", &by_web)] {
+            assert_eq!(p.status, 200, "{route} {name}");
+            assert_eq!(p.body.as_bytes(), data, "{route} {name}");
+            assert!(
+                p.header("content-disposition")
+                    .starts_with(&format!("attachment; filename=\"{name}\"")),
+                "{route} {name}: {}",
+                p.header("content-disposition")
+            );
+            assert_eq!(
+                p.header("x-content-type-options"),
+                "nosniff",
+                "{route} {name}"
+            );
+            let csp = p.header("content-security-policy");
+            assert!(
+                csp.contains("sandbox") && csp.contains("default-src 'none'"),
+                "{route} {name}: {csp}"
+            );
+        }
+        // A range of it is the same attachment.
+        let part = reqwest::Client::new()
+            .get(s.url(&format!("/files/id/Document/{id}")))
+            .basic_auth(&api.email, Some(&api.token))
+            .header("Range", "bytes=0-3")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(part.status(), 206);
+        assert!(
+            part.headers()["content-disposition"]
+                .to_str()
+                .unwrap()
+                .starts_with("attachment")
+        );
+        assert_eq!(&part.bytes().await.unwrap()[..], &data[..4]);
+    }
+}

@@ -77,6 +77,8 @@ pub struct RemoteConfig {
     /// Largest download read without a Content-Length when its size is not known otherwise
     /// (it is held in memory to learn its length).
     pub max_unsized_body: usize,
+    /// Most children one listing of a folder takes (all its pages); a listing of more fails.
+    pub max_listing_entries: u64,
 }
 
 impl RemoteConfig {
@@ -93,6 +95,9 @@ impl RemoteConfig {
             backoff_max: Duration::from_secs(5),
             max_json_response: 64 << 20,
             max_unsized_body: 64 << 20,
+            // `vaultfs serve`'s default quota of one account: a whole account in one folder.
+            // A child costs the mount about 1 KB while its listing is read.
+            max_listing_entries: crate::store::DEFAULT_MAX_NODES_PER_ACCOUNT,
         }
     }
 }
@@ -195,6 +200,14 @@ impl RemoteBackend {
 }
 
 impl Backend for RemoteBackend {
+    fn listing_limits(&self) -> Option<super::ListingLimits> {
+        let c = &self.inner.config;
+        Some(super::ListingLimits {
+            entries: c.max_listing_entries,
+            time: c.total_timeout.saturating_mul(super::LISTING_TIMEOUTS),
+        })
+    }
+
     async fn node(&self, path: &NodePath) -> Result<Node> {
         self.call_node(Req::get(path.encoded())).await
     }

@@ -16,7 +16,9 @@ use axum::response::{IntoResponse, Response};
 use futures_util::TryStreamExt;
 
 use super::super::AppState;
-use super::super::files::{content_type, download_of, image, page_number, page_size, pdf_of, send};
+use super::super::files::{
+    attachment, content_type, disposition, download_of, image, page_number, page_size, pdf_of, send,
+};
 use super::super::reply::{ApiError, ApiResult, ok};
 use super::page::{escape, not_a_page, path_href, size, time};
 use super::session::WebUser;
@@ -170,26 +172,6 @@ fn fit(width: u32, height: u32, max: u32) -> (u32, u32) {
     (max, h.max(1) as u32)
 }
 
-/// `Content-Disposition` for `name`: the ASCII form for old browsers, the exact one in
-/// `filename*` (RFC 6266).
-fn disposition(kind: &str, name: &str) -> HeaderValue {
-    let plain: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    let v = format!(
-        "{kind}; filename=\"{plain}\"; filename*=UTF-8''{}",
-        encode_segment(name)
-    );
-    HeaderValue::from_str(&v).unwrap_or(HeaderValue::from_static("attachment"))
-}
-
 /// GET `/web/download/{id}` (`download_link_uri`): the bytes as an attachment (ranges as the
 /// API serves them). Never shown as a page of this site: an uploaded HTML or SVG file would
 /// otherwise run its script with the person's session, so it is an attachment, in a sandbox,
@@ -208,15 +190,7 @@ pub async fn download(
     let name = d.node.name.clone();
     let mut resp = send(d, content_type(&name));
     not_a_page(&mut resp, PRIVATE);
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_DISPOSITION,
-        disposition("attachment", &name),
-    );
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("default-src 'none'; sandbox"),
-    );
+    attachment(&mut resp, &name);
     resp
 }
 
