@@ -31,6 +31,7 @@
 //! The parts: `transport` (requests, retries, envelopes), `download`, `upload` (steps 2 and 3),
 //! `pin` (the pin exchange).
 
+mod changes;
 mod download;
 mod pin;
 mod transport;
@@ -195,6 +196,14 @@ impl RemoteBackend {
 }
 
 impl Backend for RemoteBackend {
+    async fn changes(
+        &self,
+        cursor: Option<u64>,
+        wait: Duration,
+    ) -> Result<Option<crate::api::ChangesPage>> {
+        self.feed(cursor, wait).await
+    }
+
     async fn node(&self, path: &NodePath) -> Result<Node> {
         self.call_node(Req::get(path.encoded())).await
     }
