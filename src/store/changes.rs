@@ -266,6 +266,14 @@ impl Store {
         })
     }
 
+    /// Rows of the change log, of every account (tests of its bound).
+    pub fn change_log_rows(&self) -> Result<u64> {
+        let n: i64 = self
+            .lock()?
+            .query_row("SELECT count(*) FROM changes", [], |r| r.get(0))?;
+        Ok(n as u64)
+    }
+
     /// The wake-ups of the change log (see [`Feed`]); the first call starts the thread that
     /// hears other processes' commits.
     pub fn feed(&self) -> &Arc<Feed> {
