@@ -16,6 +16,7 @@
 mod common;
 
 // The contract's cases.
+mod changes;
 mod conflicts;
 mod nodes;
 mod previews;
@@ -39,6 +40,7 @@ use nodes::{
     attribute_cases, begin_version_cases, create_file_cases, folders, nodes_and_paging,
     other_accounts_are_forbidden,
 };
+use changes::change_feed;
 use previews::preview_cases;
 use transfers::{concurrent_uploads_get_their_own_answers, download_cases, upload_cases};
 use tree::{copy_cases, delete_cases, move_cases};
@@ -254,6 +256,7 @@ contract!(
     preview_cases,
     conflict_cases,
     version_cases,
+    change_feed,
 );
 
 // ----- helpers -----
