@@ -310,3 +310,61 @@ async fn a_user_holds_a_bounded_number_of_long_polls() {
     }
     assert_eq!(poll(&alice, c, 1).await["changes"].as_array().unwrap().len(), 1);
 }
+
+/// A real `vaultfs serve` holding 20 long polls for 10 s uses next to no CPU: the waits sleep
+/// on the store's wake-ups, nothing polls.
+#[tokio::test(flavor = "multi_thread")]
+async fn idle_long_polls_cost_nothing() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    const BIN: &str = env!("CARGO_BIN_EXE_vaultfs");
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let mut add = Command::new(BIN)
+        .args(["user", "add", "alice@example.com", "--account", "Acme"])
+        .env("VAULTFS_DATA_DIR", &data)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    add.stdin.take().unwrap().write_all(b"pw-alice\n").unwrap();
+    assert!(add.wait().unwrap().success());
+    let port = common::free_port();
+    let mut server = Command::new(BIN)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--preview-workers", "1", "--max-waits-per-user", "32"])
+        .env("VAULTFS_DATA_DIR", &data)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    common::wait_for_port(port);
+    let base = format!("http://127.0.0.1:{port}");
+    let creds = common::Creds {
+        email: "alice@example.com".into(),
+        token: common::login(&base, "alice@example.com", "pw-alice").await,
+    };
+    let polls = common::long_polls(&base, &creds, 20).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = common::cpu_time(server.id());
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let used = common::cpu_time(server.id()) - before;
+    eprintln!("20 long polls held 10 s: {used:?} of the server's CPU");
+    assert!(polls.iter().all(|p| !p.is_finished()), "a poll answered with nothing changed");
+    assert!(used <= Duration::from_millis(50), "{used:?} of CPU in 10 s idle");
+    // And they all wake on one change.
+    let api = Api {
+        http: reqwest::Client::new(),
+        base: base.clone(),
+        creds: Some(creds),
+    };
+    let (st, _) = api.call(Method::PUT, &format!("{VAULT}/x"), Some(json!({}))).await;
+    assert_eq!(st, 200);
+    for p in polls {
+        let page = tokio::time::timeout(Duration::from_secs(2), p).await.unwrap().unwrap();
+        assert_eq!(page["message"]["changes"].as_array().unwrap().len(), 1);
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+}
