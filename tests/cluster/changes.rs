@@ -55,3 +55,47 @@ async fn a_change_at_one_server_wakes_a_waiter_at_the_other() {
         assert_eq!(page["message"]["changes"][0]["kind"], "deleted");
     }
 }
+
+/// A database made by a vaultfs of schema 9 gets the change log when a server opens it, and
+/// its tree and users stay as they were.
+#[test]
+fn a_database_of_schema_9_gets_the_change_log() {
+    use vaultfs::store::db::Engine;
+    use vaultfs::store::{Scope, Store, StoreConfig};
+    let Some(pg) = common::pg::pg() else {
+        return;
+    };
+    let database = pg.database();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = || StoreConfig {
+        database: Some(database.clone()),
+        blobs: vaultfs::store::BlobLocation::Dir(tmp.path().join("blobs")),
+        ..StoreConfig::default()
+    };
+    let store = Store::open(&tmp.path().join("one"), config()).unwrap();
+    store.add_user("a@acme.test", "Acme", "pw-a").unwrap();
+    store.create_folder(Scope::All, &at("kept")).unwrap();
+    drop(store);
+    // As schema 9 was: no change log.
+    let conn = Engine::Postgres(database.clone()).connect().unwrap();
+    conn.execute_batch(
+        "DROP TABLE changes; DROP TABLE change_floors;
+         UPDATE settings SET value = convert_to('9', 'UTF8') WHERE name = 'schema_version'",
+    )
+    .unwrap();
+    let store = Store::open(&tmp.path().join("two"), config()).unwrap();
+    assert!(store.node(Scope::All, &at("kept")).is_ok());
+    let head = store.changes(Scope::All, None, 10).unwrap().cursor;
+    store.create_folder(Scope::All, &at("new")).unwrap();
+    let page = store.changes(Scope::All, Some(head), 10).unwrap();
+    assert_eq!(page.changes.len(), 1, "{page:?}");
+    assert_eq!(page.changes[0].uri, at("new").uri());
+    let version: Vec<u8> = conn
+        .query_row(
+            "SELECT value FROM settings WHERE name = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(version, b"10");
+}
