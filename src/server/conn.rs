@@ -193,7 +193,11 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Stopping {
         parts: &mut axum::http::request::Parts,
         _: &S,
     ) -> Result<Self, Self::Rejection> {
-        Ok(parts.extensions.get::<Stopping>().cloned().unwrap_or_default())
+        Ok(parts
+            .extensions
+            .get::<Stopping>()
+            .cloned()
+            .unwrap_or_default())
     }
 }
 

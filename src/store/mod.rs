@@ -37,12 +37,12 @@ pub use blobs::BlobLocation;
 use blobs::Blobs;
 use db::{Conn, Db, Engine, Guard};
 
+pub use changes::{DEFAULT_CHANGE_LOG_AGE, DEFAULT_CHANGE_LOG_ENTRIES, Feed};
 pub use nodes::{NodeKind, NodeRow, PendingUpload, TransferMode, VersionInfo, length_mismatch};
 pub use previews::{
     DEFAULT_PREVIEW_CACHE_SIZE, MAX_INPUT as MAX_PREVIEW_INPUT, PreviewMode, PreviewState,
     PreviewStats, default_preview_workers, render_preview_main, this_program,
 };
-pub use changes::{DEFAULT_CHANGE_LOG_AGE, DEFAULT_CHANGE_LOG_ENTRIES, Feed};
 pub use put::PutFile;
 // Kept where the store's modules and its callers have always found them.
 pub use crate::api::time::{ns_to_time, time_to_ns};

@@ -372,14 +372,9 @@ impl Store {
         let now = now_ns();
         let file = match &f.file_id {
             Some(id) => nodes::file_by_id(tx, scope, id)?,
-            None => nodes::create_file_row_in(
-                tx,
-                scope,
-                &f.path,
-                now,
-                folders,
-                self.change_limits(),
-            )?,
+            None => {
+                nodes::create_file_row_in(tx, scope, &f.path, now, folders, self.change_limits())?
+            }
         };
         debug_assert_eq!(file.kind, NodeKind::File);
         if !f.base.holds(file.md5.as_deref()) {

@@ -27,37 +27,75 @@ pub async fn change_feed<B: Backend>(w: &World<B>) {
     assert!(start.changes.is_empty() && !start.reset);
     let fed = at(&w.vault, "fed");
     let began = Instant::now();
-    let (page, made) = tokio::join!(w.a.changes(Some(start.cursor), Duration::from_secs(10)), async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        w.a.create_folder(&fed).await.unwrap();
-        Instant::now()
-    });
+    let (page, made) = tokio::join!(
+        w.a.changes(Some(start.cursor), Duration::from_secs(10)),
+        async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            w.a.create_folder(&fed).await.unwrap();
+            Instant::now()
+        }
+    );
     let page = page.unwrap().unwrap();
     let late = began.elapsed().saturating_sub(made - began);
-    assert!(late < Duration::from_millis(500), "answered {late:?} after the change");
+    assert!(
+        late < Duration::from_millis(500),
+        "answered {late:?} after the change"
+    );
     assert_eq!(
         kinds(&page),
-        vec![(ChangeKind::Created, NodeType::FolderNodeType, fed.uri(), None)]
+        vec![(
+            ChangeKind::Created,
+            NodeType::FolderNodeType,
+            fed.uri(),
+            None
+        )]
     );
     // Another account's changes wake nothing here and never show.
-    let (mine, ()) = tokio::join!(w.a.changes(Some(page.cursor), Duration::from_secs(1)), async {
-        w.other.create_folder(&at(&w.other_vault, "theirs")).await.unwrap();
-    });
+    let (mine, ()) = tokio::join!(
+        w.a.changes(Some(page.cursor), Duration::from_secs(1)),
+        async {
+            w.other
+                .create_folder(&at(&w.other_vault, "theirs"))
+                .await
+                .unwrap();
+        }
+    );
     let mine = mine.unwrap().unwrap();
-    assert!(mine.changes.is_empty() && mine.cursor == page.cursor, "{mine:?}");
+    assert!(
+        mine.changes.is_empty() && mine.cursor == page.cursor,
+        "{mine:?}"
+    );
     // A move and a delete, read on from the cursor.
     let moved = at(&w.vault, "fed2");
     w.a.rename(&fed, &moved, false).await.unwrap();
     w.a.delete(&moved).await.unwrap();
-    let next = w.a.changes(Some(page.cursor), Duration::ZERO).await.unwrap().unwrap();
+    let next =
+        w.a.changes(Some(page.cursor), Duration::ZERO)
+            .await
+            .unwrap()
+            .unwrap();
     assert_eq!(
         kinds(&next),
         vec![
-            (ChangeKind::Moved, NodeType::FolderNodeType, moved.uri(), Some(fed.uri())),
-            (ChangeKind::Deleted, NodeType::FolderNodeType, moved.uri(), None),
+            (
+                ChangeKind::Moved,
+                NodeType::FolderNodeType,
+                moved.uri(),
+                Some(fed.uri())
+            ),
+            (
+                ChangeKind::Deleted,
+                NodeType::FolderNodeType,
+                moved.uri(),
+                None
+            ),
         ]
     );
     // A cursor this store never gave: reset, and the current cursor.
-    let stale = w.a.changes(Some(next.cursor + 1_000_000), Duration::ZERO).await.unwrap().unwrap();
+    let stale =
+        w.a.changes(Some(next.cursor + 1_000_000), Duration::ZERO)
+            .await
+            .unwrap()
+            .unwrap();
     assert!(stale.reset && stale.cursor == next.cursor, "{stale:?}");
 }

@@ -33,6 +33,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures_util::StreamExt;
 
+use changes::change_feed;
 use common::dialect::{DialectOptions, DialectServer};
 use common::{TestServer, md5hex};
 use conflicts::{conflict_cases, version_cases};
@@ -40,7 +41,6 @@ use nodes::{
     attribute_cases, begin_version_cases, create_file_cases, folders, nodes_and_paging,
     other_accounts_are_forbidden,
 };
-use changes::change_feed;
 use previews::preview_cases;
 use transfers::{concurrent_uploads_get_their_own_answers, download_cases, upload_cases};
 use tree::{copy_cases, delete_cases, move_cases};

@@ -48,8 +48,17 @@ fn summary(page: &Value) -> Vec<(String, String, String, Option<String>)> {
         .collect()
 }
 
-fn change(kind: &str, folder: bool, rel: &str, from: Option<&str>) -> (String, String, String, Option<String>) {
-    let node_type = if folder { "FolderNodeType" } else { "FileNodeType" };
+fn change(
+    kind: &str,
+    folder: bool,
+    rel: &str,
+    from: Option<&str>,
+) -> (String, String, String, Option<String>) {
+    let node_type = if folder {
+        "FolderNodeType"
+    } else {
+        "FileNodeType"
+    };
     (
         kind.to_string(),
         node_type.to_string(),
@@ -78,13 +87,19 @@ async fn wakes_with(
     });
     // The poll is asleep by then (it reads the log once, in a millisecond).
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!waiting.is_finished(), "the poll answered before any change");
+    assert!(
+        !waiting.is_finished(),
+        "the poll answered before any change"
+    );
     act.await;
     let done = Instant::now();
     let (page, answered) = waiting.await.unwrap();
     let late = answered.saturating_duration_since(done);
     eprintln!("{:?} answered {late:?} after the change", want[0].0);
-    assert!(late < Duration::from_millis(100), "answered {late:?} after the change");
+    assert!(
+        late < Duration::from_millis(100),
+        "answered {late:?} after the change"
+    );
     assert_eq!(summary(&page), want, "{page}");
     assert_eq!(page["reset"], false);
     let next = page["cursor"].as_u64().unwrap();
@@ -102,35 +117,66 @@ async fn each_kind_of_change_wakes_a_long_poll_at_once_with_its_paths() {
     let mut c = head(&api).await;
     assert_eq!(poll(&api, c, 0).await["changes"], json!([]));
 
-    c = wakes_with(&s, &api, c, vec![change("created", true, "docs", None)], async {
-        assert_eq!(api.call(Method::PUT, &format!("{VAULT}/docs"), Some(json!({}))).await.0, 200);
-    })
+    c = wakes_with(
+        &s,
+        &api,
+        c,
+        vec![change("created", true, "docs", None)],
+        async {
+            assert_eq!(
+                api.call(Method::PUT, &format!("{VAULT}/docs"), Some(json!({})))
+                    .await
+                    .0,
+                200
+            );
+        },
+    )
     .await;
     let mut id = String::new();
-    c = wakes_with(&s, &api, c, vec![change("created", false, "docs/a.txt", None)], async {
-        id = api.create_file(&format!("{VAULT}/docs"), "a.txt").await;
-    })
+    c = wakes_with(
+        &s,
+        &api,
+        c,
+        vec![change("created", false, "docs/a.txt", None)],
+        async {
+            id = api.create_file(&format!("{VAULT}/docs"), "a.txt").await;
+        },
+    )
     .await;
-    c = wakes_with(&s, &api, c, vec![change("version", false, "docs/a.txt", None)], async {
-        api.put_version(&id, b"first").await;
-    })
+    c = wakes_with(
+        &s,
+        &api,
+        c,
+        vec![change("version", false, "docs/a.txt", None)],
+        async {
+            api.put_version(&id, b"first").await;
+        },
+    )
     .await;
-    c = wakes_with(&s, &api, c, vec![change("attributes", false, "docs/a.txt", None)], async {
-        let (st, v) = api
-            .call(
-                Method::PUT,
-                &format!("/nodes/upload/{id}"),
-                Some(json!({"modifiedOn": "2001-02-03T04:05:06Z"})),
-            )
-            .await;
-        assert_eq!(st, 200, "{v}");
-    })
+    c = wakes_with(
+        &s,
+        &api,
+        c,
+        vec![change("attributes", false, "docs/a.txt", None)],
+        async {
+            let (st, v) = api
+                .call(
+                    Method::PUT,
+                    &format!("/nodes/upload/{id}"),
+                    Some(json!({"modifiedOn": "2001-02-03T04:05:06Z"})),
+                )
+                .await;
+            assert_eq!(st, 200, "{v}");
+        },
+    )
     .await;
     let transfer = |src: &str, key: &str, dst: &str| {
         let (api, src, dst, key) = (&api, src.to_string(), dst.to_string(), key.to_string());
         async move {
             let body = json!({ key: {"dst_uri": format!("{VAULT_URI}/{dst}"), "replace": "fail"} });
-            let (st, v) = api.call(Method::POST, &format!("{VAULT}/{src}"), Some(body)).await;
+            let (st, v) = api
+                .call(Method::POST, &format!("{VAULT}/{src}"), Some(body))
+                .await;
             assert_eq!(st, 200, "{v}");
         }
     };
@@ -151,9 +197,20 @@ async fn each_kind_of_change_wakes_a_long_poll_at_once_with_its_paths() {
     )
     .await;
     // A folder's delete is one change, whatever it holds.
-    c = wakes_with(&s, &api, c, vec![change("deleted", true, "copy", None)], async {
-        assert_eq!(api.call(Method::DELETE, &format!("{VAULT}/copy"), None).await.0, 200);
-    })
+    c = wakes_with(
+        &s,
+        &api,
+        c,
+        vec![change("deleted", true, "copy", None)],
+        async {
+            assert_eq!(
+                api.call(Method::DELETE, &format!("{VAULT}/copy"), None)
+                    .await
+                    .0,
+                200
+            );
+        },
+    )
     .await;
     // A whole upload: its two changes, read on from the cursor, neither lost nor repeated.
     common::upload(&api.http, &s.base, &alice, VAULT, "c.txt", b"bytes").await;
@@ -165,7 +222,12 @@ async fn each_kind_of_change_wakes_a_long_poll_at_once_with_its_paths() {
             change("version", false, "c.txt", None)
         ]
     );
-    let ids: Vec<&Value> = page["changes"].as_array().unwrap().iter().map(|c| &c["id"]).collect();
+    let ids: Vec<&Value> = page["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["id"])
+        .collect();
     assert!(ids[0].is_string() && ids[0] == ids[1], "{page}");
 }
 
@@ -176,7 +238,9 @@ async fn the_cursor_goes_on_in_pages_without_loss_or_repeat() {
     let api = Api::new(&s, &alice);
     let start = head(&api).await;
     for i in 0..25 {
-        let (st, _) = api.call(Method::PUT, &format!("{VAULT}/f{i:02}"), Some(json!({}))).await;
+        let (st, _) = api
+            .call(Method::PUT, &format!("{VAULT}/f{i:02}"), Some(json!({})))
+            .await;
         assert_eq!(st, 200);
     }
     let mut seen = Vec::new();
@@ -197,10 +261,23 @@ async fn the_cursor_goes_on_in_pages_without_loss_or_repeat() {
     assert_eq!(seen, want);
     assert_eq!(cursor, head(&api).await);
     // Bad parameters.
-    for q in ["cursor=x", "cursor=1&wait=56", "cursor=1&limit=0", "cursor=1&limit=1001"] {
-        assert_error(&api.get(&format!("/changes?{q}")).await, 400, "bad_parameter");
+    for q in [
+        "cursor=x",
+        "cursor=1&wait=56",
+        "cursor=1&limit=0",
+        "cursor=1&limit=1001",
+    ] {
+        assert_error(
+            &api.get(&format!("/changes?{q}")).await,
+            400,
+            "bad_parameter",
+        );
     }
-    assert_error(&crate::Api::anonymous(&s).get("/changes").await, 401, "invalid_token");
+    assert_error(
+        &crate::Api::anonymous(&s).get("/changes").await,
+        401,
+        "invalid_token",
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -217,7 +294,9 @@ async fn a_cursor_past_the_kept_log_or_not_of_this_server_is_told_to_reset() {
     let api = Api::new(&s, &alice);
     let old = head(&api).await;
     for i in 0..200 {
-        let (st, _) = api.call(Method::PUT, &format!("{VAULT}/f{i:03}"), Some(json!({}))).await;
+        let (st, _) = api
+            .call(Method::PUT, &format!("{VAULT}/f{i:03}"), Some(json!({})))
+            .await;
         assert_eq!(st, 200);
     }
     let now = head(&api).await;
@@ -233,7 +312,10 @@ async fn a_cursor_past_the_kept_log_or_not_of_this_server_is_told_to_reset() {
     assert_eq!(recent["changes"].as_array().unwrap().len(), 5);
     // A cursor this server never gave (another server's, a database restored from a backup).
     let future = poll(&api, now + 1000, 30).await;
-    assert_eq!((future["reset"].clone(), future["cursor"].as_u64()), (json!(true), Some(now)));
+    assert_eq!(
+        (future["reset"].clone(), future["cursor"].as_u64()),
+        (json!(true), Some(now))
+    );
     // The log stays bounded: the last 10 entries and at most a pruning round more.
     let rows = s.store.change_log_rows().unwrap();
     assert!((10..10 + 64).contains(&rows), "{rows} rows kept");
@@ -246,23 +328,40 @@ async fn another_accounts_changes_never_show() {
     let bob = Api::new(&s, &s.user("bob@example.com", "Bobco").await);
     let (a0, b0) = (head(&alice).await, head(&bob).await);
     let waiting = {
-        let alice = Api { http: reqwest::Client::new(), base: s.base.clone(), creds: alice.creds.clone() };
+        let alice = Api {
+            http: reqwest::Client::new(),
+            base: s.base.clone(),
+            creds: alice.creds.clone(),
+        };
         tokio::spawn(async move { poll(&alice, a0, 2).await })
     };
     for i in 0..5 {
         let (st, _) = bob
-            .call(Method::PUT, &format!("/nodes/pth/Bobco/My%20First%20Vault/b{i}"), Some(json!({})))
+            .call(
+                Method::PUT,
+                &format!("/nodes/pth/Bobco/My%20First%20Vault/b{i}"),
+                Some(json!({})),
+            )
             .await;
         assert_eq!(st, 200);
     }
     // Alice's poll sleeps through Bob's changes and ends empty, on her cursor.
     let page = waiting.await.unwrap();
-    assert_eq!((page["changes"].clone(), page["cursor"].as_u64()), (json!([]), Some(a0)));
+    assert_eq!(
+        (page["changes"].clone(), page["cursor"].as_u64()),
+        (json!([]), Some(a0))
+    );
     let theirs = poll(&bob, b0, 0).await;
     assert_eq!(theirs["changes"].as_array().unwrap().len(), 5);
-    assert!(summary(&theirs).iter().all(|c| c.2.starts_with("/nodes/pth/Bobco/")));
+    assert!(
+        summary(&theirs)
+            .iter()
+            .all(|c| c.2.starts_with("/nodes/pth/Bobco/"))
+    );
     // Bob's cursors read nothing of Alice's account either.
-    let (st, _) = alice.call(Method::PUT, &format!("{VAULT}/mine"), Some(json!({}))).await;
+    let (st, _) = alice
+        .call(Method::PUT, &format!("{VAULT}/mine"), Some(json!({})))
+        .await;
     assert_eq!(st, 200);
     let after = theirs["cursor"].as_u64().unwrap();
     assert_eq!(poll(&bob, after, 0).await["changes"], json!([]));
@@ -285,7 +384,11 @@ async fn a_user_holds_a_bounded_number_of_long_polls() {
     let c = head(&alice).await;
     let mut held = Vec::new();
     for _ in 0..2 {
-        let a = Api { http: reqwest::Client::new(), base: s.base.clone(), creds: alice.creds.clone() };
+        let a = Api {
+            http: reqwest::Client::new(),
+            base: s.base.clone(),
+            creds: alice.creds.clone(),
+        };
         held.push(tokio::spawn(async move { poll(&a, c, 20).await }));
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -303,12 +406,20 @@ async fn a_user_holds_a_bounded_number_of_long_polls() {
     let (st, _) = bob.get(&format!("/changes?cursor={b}&wait=1")).await;
     assert_eq!(st, 200);
     // A change ends the waits, and their slots come back.
-    let (st, _) = alice.call(Method::PUT, &format!("{VAULT}/x"), Some(json!({}))).await;
+    let (st, _) = alice
+        .call(Method::PUT, &format!("{VAULT}/x"), Some(json!({})))
+        .await;
     assert_eq!(st, 200);
     for h in held {
         assert_eq!(h.await.unwrap()["changes"].as_array().unwrap().len(), 1);
     }
-    assert_eq!(poll(&alice, c, 1).await["changes"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        poll(&alice, c, 1).await["changes"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 /// A real `vaultfs serve` holding 20 long polls for 10 s uses next to no CPU: the waits sleep
@@ -351,18 +462,29 @@ async fn idle_long_polls_cost_nothing() {
     tokio::time::sleep(Duration::from_secs(10)).await;
     let used = common::cpu_time(server.id()) - before;
     eprintln!("20 long polls held 10 s: {used:?} of the server's CPU");
-    assert!(polls.iter().all(|p| !p.is_finished()), "a poll answered with nothing changed");
-    assert!(used <= Duration::from_millis(50), "{used:?} of CPU in 10 s idle");
+    assert!(
+        polls.iter().all(|p| !p.is_finished()),
+        "a poll answered with nothing changed"
+    );
+    assert!(
+        used <= Duration::from_millis(50),
+        "{used:?} of CPU in 10 s idle"
+    );
     // And they all wake on one change.
     let api = Api {
         http: reqwest::Client::new(),
         base: base.clone(),
         creds: Some(creds),
     };
-    let (st, _) = api.call(Method::PUT, &format!("{VAULT}/x"), Some(json!({}))).await;
+    let (st, _) = api
+        .call(Method::PUT, &format!("{VAULT}/x"), Some(json!({})))
+        .await;
     assert_eq!(st, 200);
     for p in polls {
-        let page = tokio::time::timeout(Duration::from_secs(2), p).await.unwrap().unwrap();
+        let page = tokio::time::timeout(Duration::from_secs(2), p)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(page["message"]["changes"].as_array().unwrap().len(), 1);
     }
     let _ = server.kill();

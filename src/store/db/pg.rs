@@ -267,7 +267,9 @@ impl PgListener {
         }
         drop(notes);
         if self.0.is_closed() {
-            return Err(DbError::Unavailable("the listening connection was closed".into()));
+            return Err(DbError::Unavailable(
+                "the listening connection was closed".into(),
+            ));
         }
         Ok(got)
     }

@@ -13,8 +13,8 @@ use super::{NodeKind, NodeRow, insert_node, touch};
 use crate::api::{
     Base, ChangeKind, EXEC_BITS, Error, FileAttrs, FileExProperties, Node, NodePath, Result,
 };
-use crate::store::changes::{Limits, NewChange, record};
 use crate::store::blobs::{BlobWriter, StagedBlob};
+use crate::store::changes::{Limits, NewChange, record};
 use crate::store::db::{Conn as Connection, OptionalExtension, params};
 use crate::store::{Scope, Store, now_ns, time_to_ns};
 use crate::sync::relock;
