@@ -442,3 +442,52 @@ fn watch_sqlite(db: Weak<super::db::Db>, feed: Weak<Feed>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreConfig;
+
+    fn vault() -> NodePath {
+        NodePath::from_segments(["Local", "My First Vault"]).unwrap()
+    }
+
+    /// A tree is one change whatever it holds: a delete large enough to be purged in the
+    /// background as much as a small one, and its move; the log's rows stay few.
+    #[test]
+    fn a_large_tree_is_one_change() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_local_with(tmp.path(), StoreConfig::default()).unwrap();
+        let top = vault().child("big").unwrap();
+        store.create_folder(Scope::All, &top).unwrap();
+        let n = crate::store::purge::INLINE_NODES as usize + 10;
+        for i in 0..n {
+            let path = top.child(&format!("f{i}")).unwrap();
+            store.create_folder(Scope::All, &path).unwrap();
+        }
+        let head = store.changes(Scope::All, None, 1).unwrap().cursor;
+        let moved = vault().child("moved").unwrap();
+        store
+            .transfer(Scope::All, &top, &moved, false, crate::store::TransferMode::Move)
+            .unwrap();
+        let rows = store.change_log_rows().unwrap();
+        store.delete(Scope::All, &moved).unwrap();
+        assert_eq!(store.change_log_rows().unwrap(), rows + 1);
+        let page = store.changes(Scope::All, Some(head), 100).unwrap();
+        let got: Vec<(ChangeKind, String, Option<String>)> = page
+            .changes
+            .iter()
+            .map(|c| (c.kind, c.uri.clone(), c.from_uri.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (ChangeKind::Moved, moved.uri(), Some(top.uri())),
+                (ChangeKind::Deleted, moved.uri(), None),
+            ]
+        );
+        assert!(store.wait_purged(Duration::from_secs(60)));
+        // The purge of the detached tree logs nothing more.
+        assert_eq!(store.change_log_rows().unwrap(), rows + 1);
+    }
+}
