@@ -11,9 +11,9 @@ use common::TestServer;
 use reqwest::Method;
 use serde_json::{Value, json};
 use vaultfs::api::{
-    Change, ChangeKind, ChangesPage, CreateFileRequest, ErrorObject, FileExProperties, NameEntry, Node, NodeType, PinAuthRequest,
-    PinAuthResponse, PinEndRequest, PinEndResponse, PinInfo, PreviewMeta, PreviewPage,
-    PreviewStatus, Transfer, Version, VersionRequest,
+    Change, ChangeKind, ChangesPage, CreateFileRequest, ErrorObject, FileExProperties, NameEntry,
+    Node, NodeType, PinAuthRequest, PinAuthResponse, PinEndRequest, PinEndResponse, PinInfo,
+    PreviewMeta, PreviewPage, PreviewStatus, Transfer, Version, VersionRequest,
 };
 
 const METHODS: [&str; 6] = ["GET", "PUT", "POST", "DELETE", "PATCH", "OPTIONS"];

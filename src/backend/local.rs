@@ -128,7 +128,9 @@ impl Backend for LocalBackend {
         cursor: Option<u64>,
         wait: std::time::Duration,
     ) -> Result<Option<ChangesPage>> {
-        self.changes_page(cursor, wait, CHANGES_PAGE).await.map(Some)
+        self.changes_page(cursor, wait, CHANGES_PAGE)
+            .await
+            .map(Some)
     }
 
     async fn local_file(

@@ -468,7 +468,13 @@ mod tests {
         let head = store.changes(Scope::All, None, 1).unwrap().cursor;
         let moved = vault().child("moved").unwrap();
         store
-            .transfer(Scope::All, &top, &moved, false, crate::store::TransferMode::Move)
+            .transfer(
+                Scope::All,
+                &top,
+                &moved,
+                false,
+                crate::store::TransferMode::Move,
+            )
             .unwrap();
         let rows = store.change_log_rows().unwrap();
         store.delete(Scope::All, &moved).unwrap();

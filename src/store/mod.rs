@@ -13,8 +13,8 @@
 
 pub mod auth;
 pub mod blobs;
-pub mod check;
 mod changes;
+pub mod check;
 pub mod db;
 pub mod migrate;
 mod nodes;

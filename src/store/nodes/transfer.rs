@@ -3,8 +3,7 @@
 use super::delete::delete_subtree;
 use super::limits::{check_quota, subtree_size};
 use super::resolve::{
-    damaged, find_child, get_row, has_children, is_within, path_of, require_folder, resolve,
-    split,
+    damaged, find_child, get_row, has_children, is_within, path_of, require_folder, resolve, split,
 };
 use super::{MAX_WALK_DEPTH, NodeRow, SELECT, insert_node, read_row, touch};
 use crate::api::{ChangeKind, Error, Node, NodePath, Result};
