@@ -11,9 +11,9 @@ use common::TestServer;
 use reqwest::Method;
 use serde_json::{Value, json};
 use vaultfs::api::{
-    CreateFileRequest, ErrorObject, FileExProperties, NameEntry, Node, NodeType, PinAuthRequest,
-    PinAuthResponse, PinEndRequest, PinEndResponse, PinInfo, PreviewMeta, PreviewPage,
-    PreviewStatus, Transfer, Version, VersionRequest,
+    Change, ChangeKind, ChangesPage, CreateFileRequest, ErrorObject, FileExProperties, NameEntry,
+    Node, NodeType, PinAuthRequest, PinAuthResponse, PinEndRequest, PinEndResponse, PinInfo,
+    PreviewMeta, PreviewPage, PreviewStatus, Transfer, Version, VersionRequest,
 };
 
 const METHODS: [&str; 6] = ["GET", "PUT", "POST", "DELETE", "PATCH", "OPTIONS"];
@@ -308,6 +308,23 @@ fn schemas_have_the_fields_of_the_wire_types() {
     );
     expect.insert("NameEntry", keys(NameEntry::default()));
     expect.insert("CreateFile", keys(CreateFileRequest::default()));
+    let change = Change {
+        cursor: 1,
+        kind: ChangeKind::Moved,
+        node_type: NodeType::FileNodeType,
+        id: s(),
+        uri: "/nodes/pth/a".into(),
+        from_uri: s(),
+        at: "x".into(),
+    };
+    expect.insert("Change", keys(&change));
+    expect.insert(
+        "ChangesPage",
+        keys(ChangesPage {
+            changes: vec![change],
+            ..Default::default()
+        }),
+    );
     for (name, fields) in &expect {
         assert_eq!(&properties(&doc, name), fields, "schema {name}");
     }
@@ -346,6 +363,21 @@ fn schemas_have_the_fields_of_the_wire_types() {
     assert_eq!(
         values("NodeType"),
         node_types
+            .iter()
+            .map(|t| json!(t).as_str().unwrap().to_string())
+            .collect()
+    );
+    let kinds = [
+        ChangeKind::Created,
+        ChangeKind::Version,
+        ChangeKind::Attributes,
+        ChangeKind::Deleted,
+        ChangeKind::Moved,
+        ChangeKind::Copied,
+    ];
+    assert_eq!(
+        values("ChangeKind"),
+        kinds
             .iter()
             .map(|t| json!(t).as_str().unwrap().to_string())
             .collect()

@@ -2,6 +2,7 @@
 //! server and the HTTP client, plus the helpers both sides need: paths, ranges, times, and a
 //! [`Secret`] type that keeps tokens out of logs.
 
+pub mod changes;
 pub mod checksum;
 pub mod envelope;
 pub mod error;
@@ -13,6 +14,7 @@ pub mod time;
 pub mod types;
 
 pub use self::time::{format_time, parse_time};
+pub use changes::{Change, ChangeKind, ChangesPage};
 pub use envelope::{Envelope, ErrorObject};
 pub use error::{Error, ErrorKind, Result};
 pub use path::NodePath;

@@ -12,11 +12,14 @@ use futures_util::StreamExt;
 
 use super::{Backend, ByteStream, Download, PreviewImage, reader_stream};
 use crate::api::{
-    Base, Error, FileAttrs, Node, NodePath, PageSize, PreviewMeta, PreviewPage, PreviewStatus,
-    RangeRequest, Result, Version,
+    Base, ChangesPage, Error, FileAttrs, Node, NodePath, PageSize, PreviewMeta, PreviewPage,
+    PreviewStatus, RangeRequest, Result, Version,
 };
 use crate::store::blobs::{BlobFile, BlobWriter};
 use crate::store::{PreviewState, Scope, Store, TransferMode, length_mismatch};
+
+/// Changes per page of [`Backend::changes`].
+pub const CHANGES_PAGE: u64 = 1000;
 
 /// Bytes of an upload gathered before a blocking task writes them.
 const WRITE_BATCH: usize = 256 * 1024;
@@ -63,6 +66,36 @@ impl LocalBackend {
         self.run(move |s, scope| s.file(scope, &id)).await
     }
 
+    /// [`Backend::changes`] with pages of at most `limit` changes: the store's log read, then
+    /// (when nothing is new) a sleep on its wake-ups until this scope's log moved or `wait` is
+    /// over. Nothing runs while it sleeps.
+    pub async fn changes_page(
+        &self,
+        cursor: Option<u64>,
+        wait: std::time::Duration,
+        limit: u64,
+    ) -> Result<ChangesPage> {
+        let feed = self.store.feed().clone();
+        let mut woken = feed.subscribe();
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Read before the log: a change committed after the read moves it.
+            let seen = feed.generation(self.scope);
+            let page = self
+                .run(move |s, scope| s.changes(scope, cursor, limit))
+                .await?;
+            if cursor.is_none() || page.reset || !page.changes.is_empty() {
+                return Ok(page);
+            }
+            while feed.generation(self.scope) == seen {
+                match tokio::time::timeout_at(deadline, woken.changed()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) | Err(_) => return Ok(page),
+                }
+            }
+        }
+    }
+
     /// Runs a store call on a blocking thread.
     async fn run<T, F>(&self, f: F) -> Result<T>
     where
@@ -88,6 +121,16 @@ impl Backend for LocalBackend {
 
     fn foreign_changes(&self) -> Option<u64> {
         Some(self.store.foreign_commits())
+    }
+
+    async fn changes(
+        &self,
+        cursor: Option<u64>,
+        wait: std::time::Duration,
+    ) -> Result<Option<ChangesPage>> {
+        self.changes_page(cursor, wait, CHANGES_PAGE)
+            .await
+            .map(Some)
     }
 
     async fn local_file(

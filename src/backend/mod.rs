@@ -242,6 +242,19 @@ pub trait Backend: Send + Sync + 'static {
         }
     }
 
+    /// The change feed (`GET /changes` of `vaultfs serve`): the changes after `cursor`, waiting
+    /// up to `wait` for one when there is none yet (then an empty page with the same cursor);
+    /// without a cursor, the one to follow from. `Ok(None)`: this backend or its server has no
+    /// feed (the public service), so the caller polls what it has cached instead.
+    fn changes(
+        &self,
+        cursor: Option<u64>,
+        wait: std::time::Duration,
+    ) -> impl Future<Output = Result<Option<crate::api::ChangesPage>>> + Send {
+        let _ = (cursor, wait);
+        async { Ok(None) }
+    }
+
     /// Whether uploads should announce an md5 computed by the client (step 2). True for a
     /// server across a network; false where the store runs in this process and hashes what it
     /// receives anyway.

@@ -273,6 +273,16 @@ struct ServeArgs {
     #[arg(long, default_value_t = server::DEFAULT_MAX_TRANSFERS_PER_USER as u64, value_name = "N",
           value_parser = clap::value_parser!(u64).range(1..=100_000))]
     max_transfers_per_user: u64,
+    /// Long polls of the change feed (`GET /changes?wait=`) one user may hold open at once;
+    /// more are answered 503 with Retry-After
+    #[arg(long, default_value_t = server::DEFAULT_MAX_WAITS_PER_USER as u64, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    max_waits_per_user: u64,
+    /// Changes each account's log keeps for the change feed (a client further behind lists
+    /// again); none is kept longer than 7 days
+    #[arg(long, default_value_t = crate::store::DEFAULT_CHANGE_LOG_ENTRIES, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    change_log_size: u64,
     /// Password checks (argon2id, about 19 MiB each) run at once [default: the number of cores]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     password_checks: Option<u64>,
@@ -514,6 +524,7 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         earlier_versions: args.keep_versions,
         blobs: blob_location(args.blobs.as_deref(), args.s3_endpoint.as_deref())?,
         database: args.database.url(),
+        change_log_entries: args.change_log_size,
         ..StoreConfig::default()
     });
     let dir = args.data.path();
@@ -538,6 +549,7 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         public_url: args.public_url,
         transfer_idle_timeout: Duration::from_secs(args.transfer_idle_timeout),
         max_transfers_per_user: args.max_transfers_per_user as usize,
+        max_waits_per_user: args.max_waits_per_user as usize,
         password_checks: args
             .password_checks
             .map_or_else(server::limits::cores, |n| n as usize),

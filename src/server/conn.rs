@@ -62,6 +62,7 @@ pub async fn serve(
         let local = stream.local_addr().unwrap_or(peer);
         let io = TokioIo::new(StallGuard::new(stream, options.transfer_idle_timeout));
         let proxies = proxies.clone();
+        let stopping = Stopping(Some(stop_rx.clone()));
         let service = app
             .clone()
             .map_request(move |mut req: Request<hyper::body::Incoming>| {
@@ -71,6 +72,7 @@ pub async fn serve(
                     local,
                     client,
                 });
+                req.extensions_mut().insert(stopping.clone());
                 req.map(Body::new)
             });
         let mut builder = hyper::server::conn::http1::Builder::new();
@@ -171,6 +173,38 @@ impl Peer {
     /// Whether the client is on this machine (not so when a proxy here forwards for another).
     pub fn is_loopback(&self) -> bool {
         self.client.to_canonical().is_loopback()
+    }
+}
+
+/// Resolves when the server begins to shut down (a request that waits, a long poll of the
+/// change feed, answers then instead of holding the shutdown up). Never, for a request that did
+/// not come through [`serve`].
+#[derive(Clone, Default)]
+pub struct Stopping(Option<watch::Receiver<bool>>);
+
+impl Stopping {
+    pub async fn stopped(self) {
+        match self.0 {
+            Some(mut rx) => {
+                let _ = rx.wait_for(|s| *s).await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Stopping {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<Stopping>()
+            .cloned()
+            .unwrap_or_default())
     }
 }
 

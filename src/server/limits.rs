@@ -6,6 +6,9 @@
 //!   connection whose client reads nothing of an answer for as long is closed ([`StallGuard`], on
 //!   every connection: see `conn`). One user runs at most `max_transfers_per_user` at once
 //!   ([`TransferSlots`]); beyond that: 503 `too_many_transfers` with `Retry-After`.
+//! - **Long polls of the change feed** (`GET /changes?wait=`) hold no thread and cost nothing
+//!   while they wait (see `store::changes`); one user holds at most `max_waits_per_user` at
+//!   once ([`Limits::wait`]); beyond that: 503 `too_many_waits` with `Retry-After`.
 //! - **Password checks** (argon2id, ~19 MiB and tens of milliseconds each) run at most
 //!   `password_checks` at once (the cores, by default) with at most `password_queue` waiting
 //!   ([`HashGate`]); beyond that: 503 with `Retry-After`, before any memory is spent.
@@ -33,6 +36,8 @@ use crate::sync::relock;
 /// The limits of one server, shared by its requests.
 pub struct Limits {
     pub transfers: Arc<TransferSlots>,
+    /// Long polls of the change feed, per user.
+    pub waits: Arc<Slots<i64>>,
     pub passwords: HashGate,
     pub transfer_idle: Duration,
 }
@@ -41,6 +46,7 @@ impl Limits {
     pub fn new(options: &super::ServerOptions) -> Limits {
         Limits {
             transfers: Arc::new(TransferSlots::new(options.max_transfers_per_user)),
+            waits: Arc::new(Slots::new(options.max_waits_per_user)),
             passwords: HashGate::new(options.password_checks, options.password_queue),
             transfer_idle: options.transfer_idle_timeout,
         }
@@ -122,6 +128,23 @@ impl Limits {
                     "you have {} uploads and downloads running, the most this server allows at once; \
                      try again when one has finished",
                     self.transfers.per_key
+                ),
+            )
+        })
+    }
+}
+
+impl Limits {
+    /// A slot for one more long poll of `user`, or 503 `too_many_waits`.
+    pub fn wait(&self, user: i64) -> Result<Slot<i64>, Error> {
+        self.waits.take(user).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Unavailable,
+                "too_many_waits",
+                format!(
+                    "you are waiting for changes in {} requests already, the most this server \
+                     allows at once; ask without `wait`, or when one has returned",
+                    self.waits.per_key
                 ),
             )
         })

@@ -2,6 +2,7 @@
 //! local backend scoped to the caller's account.
 
 mod auth;
+mod changes;
 pub mod conn;
 mod context;
 mod files;
@@ -40,6 +41,8 @@ pub struct ServerOptions {
     pub transfer_idle_timeout: Duration,
     /// Uploads (step 3) and downloads one user may run at once; beyond: 503 with Retry-After.
     pub max_transfers_per_user: usize,
+    /// Long polls of the change feed one user may hold at once; beyond: 503 with Retry-After.
+    pub max_waits_per_user: usize,
     /// Password checks (argon2id) run at once; by default the number of cores.
     pub password_checks: usize,
     /// Sign-ins that may wait for a password check; beyond: 503 with Retry-After.
@@ -61,6 +64,7 @@ pub struct ServerOptions {
 /// Defaults of the limits (`vaultfs serve --help` shows them).
 pub const DEFAULT_TRANSFER_IDLE_SECS: u64 = 60;
 pub const DEFAULT_MAX_TRANSFERS_PER_USER: usize = 128;
+pub const DEFAULT_MAX_WAITS_PER_USER: usize = 16;
 pub const DEFAULT_PASSWORD_QUEUE: usize = 64;
 pub const DEFAULT_HEADER_TIMEOUT_SECS: u64 = 30;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
@@ -73,6 +77,7 @@ impl Default for ServerOptions {
             public_url: None,
             transfer_idle_timeout: Duration::from_secs(DEFAULT_TRANSFER_IDLE_SECS),
             max_transfers_per_user: DEFAULT_MAX_TRANSFERS_PER_USER,
+            max_waits_per_user: DEFAULT_MAX_WAITS_PER_USER,
             password_checks: limits::cores(),
             password_queue: DEFAULT_PASSWORD_QUEUE,
             header_timeout: Duration::from_secs(DEFAULT_HEADER_TIMEOUT_SECS),
@@ -108,6 +113,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(nodes::begin_version))
         .routes(routes!(files::download_version))
         .routes(routes!(nodes::upload))
+        .routes(routes!(changes::changes))
         .routes(routes!(files::download))
         .routes(routes!(files::preview))
         .routes(routes!(files::preview_page))

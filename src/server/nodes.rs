@@ -52,7 +52,7 @@ fn flag(q: &HashMap<String, String>, name: &str) -> bool {
         .is_some_and(|v| !matches!(v.as_str(), "0" | "false"))
 }
 
-fn number(q: &HashMap<String, String>, name: &str) -> Result<Option<u64>, Error> {
+pub(super) fn number(q: &HashMap<String, String>, name: &str) -> Result<Option<u64>, Error> {
     q.get(name)
         .map(|v| {
             v.parse::<u64>().map_err(|_| {

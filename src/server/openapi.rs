@@ -183,6 +183,66 @@ pub struct PinAuthEnvelope {
     pub message: PinAuthResponse,
 }
 
+/// An answer of the change feed in the success envelope.
+#[derive(Serialize, ToSchema)]
+pub struct ChangesEnvelope {
+    pub error: Success,
+    pub message: ChangesPage,
+}
+
+// ----- the change feed (crate::api::ChangesPage, as serialized) -----
+
+/// What happened to a node.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    Created,
+    Version,
+    Attributes,
+    Deleted,
+    Moved,
+    Copied,
+}
+
+/// One change of the caller's account.
+#[derive(Serialize, ToSchema)]
+pub struct Change {
+    /// The cursor just past this change.
+    #[schema(minimum = 0)]
+    pub cursor: u64,
+    /// `created` (a file by upload step 1, or a folder), `version` (upload step 3 made new
+    /// bytes current), `attributes` (time or mode set), `deleted` (with everything under it),
+    /// `moved` (from `from_uri`, with everything under it), `copied` (from `from_uri`).
+    pub kind: ChangeKind,
+    /// `FileNodeType` or `FolderNodeType`.
+    #[serde(rename = "nodeType")]
+    pub node_type: NodeType,
+    /// Files: the file ID.
+    pub id: Option<String>,
+    /// The decoded path after the change (a delete's: where it was), `/nodes/pth/...`.
+    pub uri: String,
+    /// Moves: the path before; copies: the source.
+    pub from_uri: Option<String>,
+    /// When it happened (RFC 3339, UTC).
+    #[schema(format = DateTime)]
+    pub at: String,
+}
+
+/// A page of the change feed.
+#[derive(Serialize, ToSchema)]
+pub struct ChangesPage {
+    /// The cursor to ask with next.
+    #[schema(minimum = 0)]
+    pub cursor: u64,
+    /// The cursor asked with is too old (or not of this server): changes may have been missed.
+    /// Drop what is cached, list again, then follow from `cursor`.
+    pub reset: bool,
+    /// More changes are waiting past this page: ask again at once.
+    pub more: bool,
+    /// Oldest first.
+    pub changes: Vec<Change>,
+}
+
 // ----- nodes (crate::api::Node and friends, as serialized) -----
 
 /// The wire names of `crate::api::NodeType`.

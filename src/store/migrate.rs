@@ -28,10 +28,21 @@ use super::{Store, StoreConfig};
 use crate::api::{Error, Result};
 
 /// The tables copied, parents before children (foreign keys are checked as rows go in).
-/// `usage` comes last: the triggers count as nodes and versions go in, and the source's counts
-/// then replace theirs.
-const TABLES: [&str; 9] = [
-    "nodes", "versions", "blobs", "users", "clients", "pins", "tokens", "trash", "usage",
+/// `usage` comes after the tree: the triggers count as nodes and versions go in, and the
+/// source's counts then replace theirs. The change log is copied as it is, its IDs kept, so the
+/// cursors of the clients that followed the source go on.
+const TABLES: [&str; 11] = [
+    "nodes",
+    "versions",
+    "blobs",
+    "users",
+    "clients",
+    "pins",
+    "tokens",
+    "trash",
+    "usage",
+    "changes",
+    "change_floors",
 ];
 
 /// What was copied.
@@ -144,7 +155,7 @@ impl Migration<'_> {
             say(&format!("  {table}: {copied} row(s)"));
         }
         // Past the IDs copied, so that new rows get new ones.
-        for table in ["nodes", "versions", "users"] {
+        for table in ["nodes", "versions", "users", "changes"] {
             tx.query_row(
                 &format!(
                     "SELECT CAST(setval(pg_get_serial_sequence('{table}', 'id'),

@@ -13,6 +13,7 @@
 
 pub mod auth;
 pub mod blobs;
+mod changes;
 pub mod check;
 pub mod db;
 pub mod migrate;
@@ -36,6 +37,7 @@ pub use blobs::BlobLocation;
 use blobs::Blobs;
 use db::{Conn, Db, Engine, Guard};
 
+pub use changes::{DEFAULT_CHANGE_LOG_AGE, DEFAULT_CHANGE_LOG_ENTRIES, Feed};
 pub use nodes::{NodeKind, NodeRow, PendingUpload, TransferMode, VersionInfo, length_mismatch};
 pub use previews::{
     DEFAULT_PREVIEW_CACHE_SIZE, MAX_INPUT as MAX_PREVIEW_INPUT, PreviewMode, PreviewState,
@@ -102,6 +104,9 @@ pub struct StoreConfig {
     /// The metadata in PostgreSQL at this `postgres://` address (`--database`) instead of
     /// `vault.db` in the data directory.
     pub database: Option<String>,
+    /// The change log (`GET /changes`): rows each account keeps at most, and for how long.
+    pub change_log_entries: u64,
+    pub change_log_age: Duration,
 }
 
 impl Default for StoreConfig {
@@ -118,6 +123,8 @@ impl Default for StoreConfig {
             earlier_versions: None,
             blobs: BlobLocation::DataDir,
             database: None,
+            change_log_entries: changes::DEFAULT_CHANGE_LOG_ENTRIES,
+            change_log_age: changes::DEFAULT_CHANGE_LOG_AGE,
         }
     }
 }
@@ -142,6 +149,8 @@ pub struct Store {
     foreign: AtomicU64,
     /// SQLite's wal-index header, through the connection's own mapping (see `db::WalIndex`).
     wal_index: std::sync::OnceLock<Option<db::WalIndex>>,
+    /// Wakes the change feed's waiters (`changes`).
+    feed: Arc<changes::Feed>,
 }
 
 fn flock(f: &fs::File, op: i32) -> bool {
@@ -239,6 +248,7 @@ impl Store {
         let blobs = Blobs::owned_by(dir, &config.blobs, owner)?;
         let previews =
             previews::Previews::new(engine.clone(), config.previews, config.preview_cache_size);
+        let feed = changes::Feed::new();
         let lock = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -267,6 +277,7 @@ impl Store {
             _lock: lock,
             foreign: AtomicU64::new(0),
             wal_index: std::sync::OnceLock::new(),
+            feed,
         };
         store.migrate_preview_kinds()?;
         if alone {

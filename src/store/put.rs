@@ -272,6 +272,7 @@ impl Store {
             // The renames, durable before the commit that refers to them.
             self.sync_mode.renames(&dirs)?;
             tx.commit()?;
+            self.feed.wake(scope);
             // Under the lock still: no upload can be about to reuse these bytes.
             self.forget_blobs(&conn, &freed);
             Ok(results)
@@ -371,7 +372,9 @@ impl Store {
         let now = now_ns();
         let file = match &f.file_id {
             Some(id) => nodes::file_by_id(tx, scope, id)?,
-            None => nodes::create_file_row_in(tx, scope, &f.path, now, folders)?,
+            None => {
+                nodes::create_file_row_in(tx, scope, &f.path, now, folders, self.change_limits())?
+            }
         };
         debug_assert_eq!(file.kind, NodeKind::File);
         if !f.base.holds(file.md5.as_deref()) {
@@ -425,6 +428,10 @@ impl Store {
             (None, Some(folder)) => folders.resolve(tx, scope, &folder)?.1.child(&file.name)?,
             _ => nodes::path_of(tx, file.id)?,
         };
+        self.log_change(
+            tx,
+            super::changes::NewChange::new(&row, crate::api::ChangeKind::Version, &path),
+        )?;
         Ok(nodes::Committed {
             node: row.to_api(&path),
             render,

@@ -4,7 +4,7 @@
 use rusqlite::Connection;
 
 /// Bumped when the schema changes; `migrate` brings older databases forward.
-pub(crate) const VERSION: i64 = 9;
+pub(crate) const VERSION: i64 = 10;
 
 const V1: &str = "
 CREATE TABLE nodes (
@@ -270,6 +270,27 @@ const V9: &str = "
 ALTER TABLE versions ADD COLUMN base TEXT;
 ";
 
+/// The change log of each account (issue 32, item 3; `store::changes` says why the store
+/// writes it, not triggers): one row per change, its ID the feed's cursor, with the paths the
+/// node had; the highest ID pruned of each account is its floor (a cursor below it: reset).
+const V10: &str = "
+CREATE TABLE changes (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT, -- the cursor; never reused
+    account_id INTEGER NOT NULL,
+    at         INTEGER NOT NULL,       -- ns
+    kind       INTEGER NOT NULL,       -- 0 created, 1 version, 2 attributes, 3 deleted, 4 moved, 5 copied
+    node_id    INTEGER NOT NULL,
+    folder     INTEGER NOT NULL,       -- 1 folder, 0 file
+    path       TEXT NOT NULL,          -- segments joined by '/', after the change
+    from_path  TEXT                    -- moved: where it was; copied: the source
+);
+CREATE INDEX changes_by_account ON changes(account_id, id);
+CREATE TABLE change_floors (
+    account_id INTEGER PRIMARY KEY,
+    floor      INTEGER NOT NULL
+);
+";
+
 /// Adds the columns of the preview cache to a database from before it (idempotent). Ready
 /// previews of such a database have their sizes measured once the threads start.
 pub fn preview_cache_columns(conn: &Connection) -> rusqlite::Result<()> {
@@ -325,6 +346,7 @@ pub(crate) fn prepare_to(conn: &mut Connection, target: i64) -> rusqlite::Result
         (7, V7),
         (8, V8),
         (9, V9),
+        (10, V10),
     ] {
         if version < to && to <= target {
             let tx = conn.transaction()?;

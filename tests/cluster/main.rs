@@ -3,6 +3,7 @@
 //! blobs in moto's S3 when it is installed, else in one shared folder) and talks to them over
 //! loopback as clients would behind a load balancer. Skipped, loudly, without PostgreSQL.
 
+mod changes;
 #[path = "../common/mod.rs"]
 mod common;
 mod previews;

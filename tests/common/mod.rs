@@ -421,3 +421,38 @@ pub fn memory_kib(pid: u32) -> (u64, u64) {
     };
     (field("VmHWM:"), field("VmRSS:"))
 }
+
+/// CPU time (user and system) process `pid` has used so far, from `/proc/PID/stat`.
+pub fn cpu_time(pid: u32) -> std::time::Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // After the command's `(name)`: state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf reads a constant of the system.
+    let per_sec = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    std::time::Duration::from_millis(ticks * 1000 / per_sec)
+}
+
+/// `n` long polls of the change feed (`GET /changes?cursor=&wait=55`) by `creds` at `base`,
+/// held open until the returned tasks are dropped or a change comes.
+pub async fn long_polls(base: &str, creds: &Creds, n: usize) -> Vec<JoinHandle<Value>> {
+    let http = reqwest::Client::new();
+    let head: Value = http
+        .get(format!("{base}/changes"))
+        .basic_auth(&creds.email, Some(&creds.token))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let cursor = head["message"]["cursor"].as_u64().unwrap();
+    (0..n)
+        .map(|_| {
+            let req = http
+                .get(format!("{base}/changes?cursor={cursor}&wait=55"))
+                .basic_auth(&creds.email, Some(&creds.token));
+            tokio::spawn(async move { req.send().await.unwrap().json().await.unwrap() })
+        })
+        .collect()
+}

@@ -16,6 +16,7 @@
 mod common;
 
 // The contract's cases.
+mod changes;
 mod conflicts;
 mod nodes;
 mod previews;
@@ -32,6 +33,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures_util::StreamExt;
 
+use changes::change_feed;
 use common::dialect::{DialectOptions, DialectServer};
 use common::{TestServer, md5hex};
 use conflicts::{conflict_cases, version_cases};
@@ -254,6 +256,7 @@ contract!(
     preview_cases,
     conflict_cases,
     version_cases,
+    change_feed,
 );
 
 // ----- helpers -----

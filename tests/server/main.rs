@@ -7,6 +7,7 @@
 mod common;
 
 mod auth_pin;
+mod changes;
 mod limits;
 mod nodes;
 mod upload;

@@ -271,3 +271,59 @@ async fn in_a_real_browser() {
         shots.display()
     );
 }
+
+/// A folder's page shows a folder made and a file deleted elsewhere (another connection, the
+/// same account) by itself, within a second: it follows the change feed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_folder_page_follows_changes_made_elsewhere() {
+    let (chromium, driver) = match browser::installed() {
+        Ok(found) => found,
+        Err(why) => {
+            eprintln!(
+                "\n**********\nSKIPPED a_folder_page_follows_changes_made_elsewhere: {why}\n**********\n"
+            );
+            return;
+        }
+    };
+    let s = TestServer::start().await;
+    s.store.add_user(ALICE, "Acme", "alice-pw").unwrap();
+    let alice_http = Visitor::sign_in(&s, ALICE, "alice-pw").await;
+    let token = alice_http.form_token().await;
+    alice_http.upload(VAULT, "old.txt", b"old", &token).await;
+    let downloads = tempfile::tempdir().unwrap();
+    let b = browser::Browser::start(&chromium, &driver, downloads.path()).await;
+    b.goto(&s.url(&format!("/web/browse/{VAULT}"))).await;
+    b.find("form.signin").await;
+    b.fill("#email", ALICE).await;
+    b.fill("#password", "alice-pw").await;
+    b.click("form.signin button").await;
+    in_table(&b, "old.txt").await;
+    // Its poll is waiting by now; the changes come through the API, not this page.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let vault = vaultfs::api::NodePath::parse_uri("/nodes/pth/Acme/My First Vault").unwrap();
+    let all = vaultfs::store::Scope::All;
+    let made = Instant::now();
+    s.store
+        .create_folder(all, &vault.child("made elsewhere").unwrap())
+        .unwrap();
+    in_table(&b, "made elsewhere").await;
+    eprintln!("a folder made elsewhere shown after {:?}", made.elapsed());
+    assert!(made.elapsed() < std::time::Duration::from_secs(1));
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let gone = Instant::now();
+    s.store
+        .delete(all, &vault.child("old.txt").unwrap())
+        .unwrap();
+    b.wait_until("old.txt gone from the table", || async {
+        !b.run(
+            "return [...document.querySelectorAll('td.name a')].some(a => a.textContent === 'old.txt');",
+            serde_json::json!([]),
+        )
+        .await
+        .as_bool()
+        .unwrap_or(true)
+    })
+    .await;
+    eprintln!("a file deleted elsewhere gone after {:?}", gone.elapsed());
+    assert!(gone.elapsed() < std::time::Duration::from_secs(1));
+}

@@ -31,6 +31,7 @@
 //! The parts: `transport` (requests, retries, envelopes), `download`, `upload` (steps 2 and 3),
 //! `pin` (the pin exchange).
 
+mod changes;
 mod download;
 mod pin;
 mod transport;
@@ -206,6 +207,14 @@ impl Backend for RemoteBackend {
             entries: c.max_listing_entries,
             time: c.total_timeout.saturating_mul(super::LISTING_TIMEOUTS),
         })
+    }
+
+    async fn changes(
+        &self,
+        cursor: Option<u64>,
+        wait: Duration,
+    ) -> Result<Option<crate::api::ChangesPage>> {
+        self.feed(cursor, wait).await
     }
 
     async fn node(&self, path: &NodePath) -> Result<Node> {

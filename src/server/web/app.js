@@ -1,8 +1,39 @@
 // The web interface's only script (served from /web/static/app.js): uploads of the files chosen
 // or dropped on a folder's page, one after the other, each with a progress bar. Each file is
 // sent as its own request body to the form's data-action (?name=...), with the page's form token
-// in X-Form-Token; the server stores it as the three upload steps do.
+// in X-Form-Token; the server stores it as the three upload steps do. And a folder's page
+// follows the change feed (#live): it reloads when a change touches what it shows.
 "use strict";
+
+document.addEventListener("DOMContentLoaded", () => {
+  const live = document.getElementById("live");
+  if (!live) return;
+  let cursor = live.dataset.cursor;
+  let pause = 1000;
+  // Not while an upload runs (it reloads when done) or a field holds what someone typed.
+  const quiet = () => !document.body.dataset.uploading &&
+    !(document.activeElement && document.activeElement.value);
+  const reload = () => { if (quiet()) window.location.reload(); else setTimeout(reload, 1000); };
+  const follow = async () => {
+    for (;;) {
+      try {
+        const r = await fetch(live.dataset.changes + "?cursor=" + cursor,
+          { credentials: "same-origin", headers: { "Accept": "application/json" } });
+        if (r.redirected) return; // signed out
+        if (r.status === 200) {
+          const m = (await r.json()).message;
+          if (m.changed) { reload(); return; }
+          cursor = m.cursor;
+          pause = 1000;
+          continue;
+        }
+      } catch (_) { /* the server is away: try again later */ }
+      await new Promise((done) => setTimeout(done, pause));
+      pause = Math.min(pause * 2, 30000);
+    }
+  };
+  follow();
+});
 
 document.addEventListener("DOMContentLoaded", () => {
   const form = document.querySelector("form.upload");
@@ -48,8 +79,10 @@ document.addEventListener("DOMContentLoaded", () => {
 
   const upload = async (files) => {
     if (!files || files.length === 0) return;
+    document.body.dataset.uploading = "1";
     let all = true;
     for (const f of Array.from(files)) all = (await sendOne(f)) && all;
+    delete document.body.dataset.uploading;
     if (all) window.location.reload();
   };
 

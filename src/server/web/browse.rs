@@ -217,6 +217,7 @@ fn forms(user: &WebUser, path: &NodePath) -> String {
 /// The page of the container at `path` (a file's path goes to the file's page).
 async fn listing(user: WebUser, path: NodePath, q: HashMap<String, String>) -> Response {
     let view = View::parse(&q);
+    let live = super::live::marker(&user, &path).await;
     let (node, rows, sorted) = match page_of(&user, &path, &view).await {
         Ok(found) => found,
         Err(e) => return user.error(&e),
@@ -298,7 +299,7 @@ async fn listing(user: WebUser, path: NodePath, q: HashMap<String, String>) -> R
     let body = format!(
         "{tools}{note}<div class=\"table\"><table><thead><tr>{head}\
          <th scope=\"col\" class=\"actions\"><span class=\"visually-hidden\">Actions</span></th>\
-         </tr></thead><tbody>{body_rows}</tbody></table></div>{empty}{nav}"
+         </tr></thead><tbody>{body_rows}</tbody></table></div>{empty}{nav}{live}"
     );
     let trail = path.parent().map(|_| path.clone());
     user.page(&title, trail.as_ref(), &body)

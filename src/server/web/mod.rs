@@ -18,6 +18,7 @@
 
 mod browse;
 mod documents;
+mod live;
 pub(super) mod page;
 mod session;
 
@@ -50,6 +51,7 @@ pub(super) fn router() -> Router<AppState> {
             "/web/delete/{*path}",
             get(browse::confirm_delete).post(browse::delete),
         )
+        .route("/web/changes/{*folder}", get(live::changes))
         .route("/web/static/{name}", get(asset))
         .route("/web/{*rest}", any(not_found))
 }

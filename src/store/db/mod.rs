@@ -43,7 +43,7 @@ mod wal_index;
 
 pub use conn::{Conn, Engine, Stmt, TransactionBehavior, Tx};
 pub use lock::{Db, Guard};
-pub use pg::{PgConn, pg_sql};
+pub use pg::{PgConn, PgListener, pg_sql};
 pub(crate) use value::params;
 pub use value::{Column, DbError, OptionalExtension, Param, Params, Result, Row, RowIndex, Value};
 pub use wal_index::WalIndex;

@@ -240,6 +240,41 @@ impl PgConn {
     }
 }
 
+/// A connection of its own that `LISTEN`s on `channel` (the change feed's: one per server,
+/// held by a thread that waits on nothing else).
+pub struct PgListener(postgres::Client);
+
+impl PgListener {
+    pub fn open(url: &str, channel: &str) -> Result<PgListener> {
+        let mut client = connect(url)?;
+        client.batch_execute(&format!("LISTEN {channel}"))?;
+        Ok(PgListener(client))
+    }
+
+    /// The payloads of the notifications that come within `timeout` (waits for the first, then
+    /// takes what is there); an error once the connection is lost.
+    pub fn wait(&mut self, timeout: Duration) -> Result<Vec<String>> {
+        use postgres::fallible_iterator::FallibleIterator;
+        let mut got = Vec::new();
+        let mut notes = self.0.notifications();
+        let first = notes.timeout_iter(timeout).next()?;
+        if let Some(n) = first {
+            got.push(n.payload().to_string());
+            let mut rest = notes.iter();
+            while let Some(n) = rest.next()? {
+                got.push(n.payload().to_string());
+            }
+        }
+        drop(notes);
+        if self.0.is_closed() {
+            return Err(DbError::Unavailable(
+                "the listening connection was closed".into(),
+            ));
+        }
+        Ok(got)
+    }
+}
+
 /// A result that an error converts into (for [`PgConn::call`]).
 struct Wrap<T>(Result<T>);
 

@@ -2,9 +2,10 @@
 //! blobs that no version uses any more freed, as after a version is pruned.
 
 use super::limits::subtree_size;
-use super::resolve::resolve;
+use super::resolve::{path_of, resolve};
 use super::touch;
-use crate::api::{Error, NodePath, Result};
+use crate::api::{ChangeKind, Error, NodePath, Result};
+use crate::store::changes::NewChange;
 use crate::store::db::{Conn as Connection, Tx as Transaction, params};
 use crate::store::{Scope, Store, now_ns};
 
@@ -137,6 +138,11 @@ impl Store {
         let tx = conn.transaction()?;
         let row = resolve(&tx, scope, path)?;
         let now = now_ns();
+        // One change for the whole tree: a client drops what it has under it.
+        self.log_change(
+            &tx,
+            NewChange::new(&row, ChangeKind::Deleted, &path_of(&tx, row.id)?),
+        )?;
         let (nodes, _) = subtree_size(&tx, row.id, crate::store::purge::INLINE_NODES)?;
         if nodes > crate::store::purge::INLINE_NODES {
             tx.prepare_cached("UPDATE nodes SET parent_id = NULL, name = '/' || id WHERE id = ?1")?
@@ -148,6 +154,7 @@ impl Store {
             touch(&tx, row.parent_id, now)?;
             tx.commit()?;
             drop(conn);
+            self.changed(row.account_id);
             log::debug!("{path} detached, to be purged");
             self.purger().wake();
             return Ok(());
@@ -155,6 +162,7 @@ impl Store {
         let freed = delete_subtree(&tx, row.id)?;
         touch(&tx, row.parent_id, now)?;
         tx.commit()?;
+        self.changed(row.account_id);
         self.forget_blobs(&conn, &freed);
         Ok(())
     }

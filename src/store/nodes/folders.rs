@@ -2,9 +2,10 @@
 //! folder, and an account with its first vault.
 
 use super::limits::check_quota;
-use super::resolve::{child_row, get_row, require_folder, resolve, split};
+use super::resolve::{child_row, get_row, path_of, require_folder, resolve, split};
 use super::{NodeKind, SELECT, insert_node, read_row, touch};
-use crate::api::{Error, Node, NodePath, NodeType, Result};
+use crate::api::{ChangeKind, Error, Node, NodePath, NodeType, Result};
+use crate::store::changes::NewChange;
 use crate::store::db::{OptionalExtension, Tx as Transaction, params};
 use crate::store::{FIRST_VAULT, Scope, Store, now_ns};
 
@@ -124,7 +125,12 @@ impl Store {
         let id = insert_node(&tx, &parent, NodeKind::Folder, name, now)?;
         touch(&tx, Some(parent.id), now)?;
         let row = get_row(&tx, id)?.expect("node just inserted");
+        self.log_change(
+            &tx,
+            NewChange::new(&row, ChangeKind::Created, &path_of(&tx, id)?),
+        )?;
         tx.commit()?;
+        self.changed(row.account_id);
         Ok(row.to_api(path))
     }
 }

@@ -3,10 +3,11 @@
 use super::delete::delete_subtree;
 use super::limits::{check_quota, subtree_size};
 use super::resolve::{
-    damaged, find_child, get_row, has_children, is_within, require_folder, resolve, split,
+    damaged, find_child, get_row, has_children, is_within, path_of, require_folder, resolve, split,
 };
 use super::{MAX_WALK_DEPTH, NodeRow, SELECT, insert_node, read_row, touch};
-use crate::api::{Error, Node, NodePath, Result};
+use crate::api::{ChangeKind, Error, Node, NodePath, Result};
+use crate::store::changes::NewChange;
 use crate::store::db::{Conn as Connection, Tx as Transaction, params};
 use crate::store::{Scope, Store, now_ns};
 
@@ -162,6 +163,7 @@ impl Store {
             }
         }
         let mut freed = Vec::new();
+        let mut replaced = None;
         // A move onto itself only takes the name as given (a spelling stored by an older build
         // becomes NFC); nothing is replaced.
         if let Some(existing) = existing.filter(|_| !onto_itself) {
@@ -181,6 +183,12 @@ impl Store {
                 ));
             }
             freed = delete_subtree(&tx, existing.id)?;
+            replaced = Some(existing);
+        }
+        // Where the node was and goes, as stored (for the change log).
+        let (from, to) = (path_of(&tx, s.id)?, path_of(&tx, dp.id)?.child(name)?);
+        if let Some(existing) = &replaced {
+            self.log_change(&tx, NewChange::new(existing, ChangeKind::Deleted, &to))?;
         }
         let now = now_ns();
         let id = match mode {
@@ -222,7 +230,20 @@ impl Store {
         };
         touch(&tx, Some(dp.id), now)?;
         let row = get_row(&tx, id)?.expect("node exists");
+        let kind = match mode {
+            TransferMode::Move => ChangeKind::Moved,
+            TransferMode::Copy => ChangeKind::Copied,
+        };
+        if mode == TransferMode::Move && row.account_id != s.account_id {
+            // Between accounts (a caller of every account): gone from one, new in the other.
+            self.log_change(&tx, NewChange::new(&s, ChangeKind::Deleted, &from))?;
+            self.log_change(&tx, NewChange::new(&row, ChangeKind::Created, &to))?;
+        } else {
+            self.log_change(&tx, NewChange::new(&row, kind, &to).from(&from))?;
+        }
         tx.commit()?;
+        self.changed(row.account_id);
+        self.changed(s.account_id);
         self.forget_blobs(&conn, &freed);
         Ok(row.to_api(dst))
     }

@@ -10,8 +10,11 @@ use super::resolve::{
     Folders, file_by_id, find_child, get_row, path_of, require_folder, row, split,
 };
 use super::{NodeKind, NodeRow, insert_node, touch};
-use crate::api::{Base, EXEC_BITS, Error, FileAttrs, FileExProperties, Node, NodePath, Result};
+use crate::api::{
+    Base, ChangeKind, EXEC_BITS, Error, FileAttrs, FileExProperties, Node, NodePath, Result,
+};
 use crate::store::blobs::{BlobWriter, StagedBlob};
+use crate::store::changes::{Limits, NewChange, record};
 use crate::store::db::{Conn as Connection, OptionalExtension, params};
 use crate::store::{Scope, Store, now_ns, time_to_ns};
 use crate::sync::relock;
@@ -31,21 +34,24 @@ pub(in crate::store) fn create_file_row(
     scope: Scope,
     path: &NodePath,
     now: i64,
+    log: Limits,
 ) -> Result<NodeRow> {
-    create_file_row_in(tx, scope, path, now, &mut Folders::default())
+    create_file_row_in(tx, scope, path, now, &mut Folders::default(), log)
 }
 
-/// `create_file_row` with the folder looked up in (and remembered by) `folders`.
+/// `create_file_row` with the folder looked up in (and remembered by) `folders`. A new file is
+/// logged (`store::changes`) with the log's bounds `log`.
 pub(in crate::store) fn create_file_row_in(
     tx: &Connection,
     scope: Scope,
     path: &NodePath,
     now: i64,
     folders: &mut Folders,
+    log: Limits,
 ) -> Result<NodeRow> {
     let (folder, name) = split(path)?;
     let name = &crate::api::path::new_name(name)?;
-    let parent = folders.resolve(tx, scope, &folder)?.0;
+    let (parent, stored) = folders.resolve(tx, scope, &folder)?;
     require_folder(&parent, &folder)?;
     match find_child(tx, parent.id, name)? {
         Some(existing) if existing.is_file() => Ok(existing),
@@ -53,7 +59,10 @@ pub(in crate::store) fn create_file_row_in(
         None => {
             let id = insert_node(tx, &parent, NodeKind::File, name, now)?;
             touch(tx, Some(parent.id), now)?;
-            row(tx, id)
+            let row = row(tx, id)?;
+            let path = stored.child(name)?;
+            record(tx, NewChange::new(&row, ChangeKind::Created, &path), log)?;
+            Ok(row)
         }
     }
 }
@@ -66,8 +75,9 @@ impl Store {
         let conn = self.lock()?;
         let tx = conn.transaction()?;
         check_quota(&tx, &self.config, scope, 1, 0)?;
-        let row = create_file_row(&tx, scope, &path, now_ns())?;
+        let row = create_file_row(&tx, scope, &path, now_ns(), self.change_limits())?;
         tx.commit()?;
+        self.changed(row.account_id);
         Ok(row.to_api(&path))
     }
 
@@ -120,7 +130,9 @@ impl Store {
         )?;
         let row = row(&tx, file.id)?;
         let path = path_of(&tx, file.id)?;
+        self.log_change(&tx, NewChange::new(&row, ChangeKind::Attributes, &path))?;
         tx.commit()?;
+        self.changed(row.account_id);
         Ok(row.to_api(&path))
     }
 
@@ -242,6 +254,11 @@ impl Store {
                 }
             }
             tx.commit()?;
+            for (p, r) in batch.iter().zip(&results) {
+                if r.is_ok() {
+                    self.feed.wake(p.scope);
+                }
+            }
             // Under the lock still: no upload can be about to reuse these bytes.
             self.forget_blobs(conn, results.iter().flatten().flat_map(|c| &c.freed));
             Ok(())
@@ -321,6 +338,9 @@ impl Store {
         let freed = prune_versions(tx, file.id, self.config.earlier_versions)?;
         let row = get_row(tx, file.id)?.expect("file exists");
         let path = path_of(tx, file.id)?;
+        if !committed {
+            self.log_change(tx, NewChange::new(&row, ChangeKind::Version, &path))?;
+        }
         Ok(Committed {
             node: row.to_api(&path),
             render,

@@ -1,0 +1,47 @@
+//! The change feed of `vaultfs serve` (`GET /changes`, a long poll), and what a server without
+//! it answers: 404, so the caller falls back to polling.
+
+use std::time::Duration;
+
+use super::RemoteBackend;
+use super::transport::{Req, required};
+use crate::api::{ChangesPage, Result};
+
+/// Kept under the client's read timeout, which a long poll's silence must not reach.
+const MARGIN: Duration = Duration::from_secs(5);
+
+impl RemoteBackend {
+    /// See [`crate::backend::Backend::changes`]. `wait` is cut to the client's idle timeout
+    /// less a margin (25 s by default): a server holds the request that long without a byte.
+    pub(super) async fn feed(
+        &self,
+        cursor: Option<u64>,
+        wait: Duration,
+    ) -> Result<Option<ChangesPage>> {
+        let c = &self.inner.config;
+        let wait = wait.min(c.idle_timeout.saturating_sub(MARGIN));
+        let mut path = format!("/changes?wait={}", wait.as_secs());
+        if let Some(cursor) = cursor {
+            path.push_str(&format!("&cursor={cursor}"));
+        }
+        let req = Req::get(path);
+        let what = req.what();
+        let limit = wait + c.total_timeout;
+        let call = async {
+            let resp = self.send(&req).await?;
+            if resp.status() == reqwest::StatusCode::NOT_FOUND {
+                // No such route: a server without the feed (the public service, an older
+                // vaultfs). Its body says nothing more.
+                return Ok(None);
+            }
+            let page: ChangesPage = required(self.envelope(resp).await?, &what)?;
+            Ok(Some(page))
+        };
+        tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+            Err(super::transport::network(format!(
+                "{what}: no answer from {} within {limit:?}",
+                self.inner.base
+            )))
+        })
+    }
+}
