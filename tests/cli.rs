@@ -186,6 +186,14 @@ fn completions_and_man_page_come_from_the_flags() {
     assert!(ok && out.contains("#compdef vaultfs"));
     let (ok, _, err) = vaultfs(&["completions", "tcsh"], None);
     assert!(!ok && err.contains("invalid value"), "{err}");
+    // Defaults shown as written (from MountOptions), and how the options spell in config.toml and -o.
+    let (ok, out, _) = vaultfs(&["mount", "--help"], None);
+    assert!(
+        ok && out.contains("[default: 2G]")
+            && out.contains("1T for a server")
+            && out.contains("-o cache_size=4G"),
+        "{out}"
+    );
     let (ok, out, _) = vaultfs(&["manpage"], None);
     assert!(
         ok && out.contains(".TH vaultfs 1") && out.contains("mount"),

@@ -1,5 +1,6 @@
 //! Running the mount for real: `--daemon`, `vaultfs unmount`, SIGTERM with uploads pending,
-//! stale mounts, `vaultfs status --json`, `mount -t fuse.vaultfs`, the systemd units.
+//! stale mounts, `vaultfs status --json`, `mount -t fuse.vaultfs`, options from config.toml and
+//! `-o`, the systemd units.
 
 mod common;
 
@@ -112,6 +113,94 @@ fn daemon_returns_once_the_mount_is_usable_and_unmount_flushes() {
     let logged = fs::read_to_string(&log).unwrap();
     assert!(logged.contains("is ready"), "{logged}");
     assert!(logged.contains("unmount asked for"), "{logged}");
+}
+
+/// The read-ahead (KiB) the kernel holds for the mount at `mnt`, once it is `kb`.
+fn wait_read_ahead(mnt: &Path, kb: u32) {
+    use std::os::unix::fs::MetadataExt;
+    let dev = fs::metadata(mnt).unwrap().dev();
+    let knob = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        libc::major(dev),
+        libc::minor(dev)
+    );
+    wait_for(10, "the read-ahead of the options", || {
+        fs::read_to_string(&knob).is_ok_and(|t| t.trim() == kb.to_string())
+    });
+}
+
+/// `vaultfs status MNT --json` of the daemon's socket: the test's, or (as mount(8) starts
+/// the helper, with no XDG_RUNTIME_DIR) the default one.
+fn status_json(env: &Env, default_socket: bool) -> serde_json::Value {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["status", env.mnt.to_str().unwrap(), "--json"]);
+    if default_socket {
+        cmd.env_remove("XDG_RUNTIME_DIR");
+    } else {
+        cmd.env("XDG_RUNTIME_DIR", env._tmp.path().join("run"));
+    }
+    let st = cmd.output().unwrap();
+    assert!(st.status.success(), "{}", text(&st));
+    serde_json::from_slice(&st.stdout).unwrap()
+}
+
+/// Options in config.toml reach the mount, the issue's `read_ahead = 512` among them.
+#[test]
+fn options_in_config_toml_reach_the_mount() {
+    let Some(env) = Env::new(Via::Local) else {
+        return;
+    };
+    fs::create_dir_all(env.config.join("vaultfs")).unwrap();
+    fs::write(
+        env.config.join("vaultfs/config.toml"),
+        "[mount]\nread_ahead = 512\nno_kernel_writes = true\n",
+    )
+    .unwrap();
+    fs::create_dir_all(&env.mnt).unwrap();
+    let out = daemon_mount(&env, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    wait_read_ahead(&env.mnt, 512);
+    let v = status_json(&env, false);
+    assert_eq!(v["writes"], "through the daemon", "{v}");
+    assert_eq!(v["read_ahead_kb"], 512, "{v}");
+    let un = vaultfs(&env, &["unmount", env.mnt.to_str().unwrap()]);
+    assert!(un.status.success(), "{}", text(&un));
+}
+
+/// Options given with `-o` reach the mount, `no_kernel_writes` among them. The helper is run
+/// as mount(8) runs it (by the name mount.fuse.vaultfs, with an empty environment) rather than
+/// through /sbin, which tests of other builds on this machine may hold at once.
+#[test]
+fn options_given_with_dash_o_reach_the_mount() {
+    use std::os::unix::process::CommandExt;
+    let Some(env) = Env::new(Via::Local) else {
+        return;
+    };
+    fs::create_dir_all(&env.mnt).unwrap();
+    let opts = format!(
+        "rw,_netdev,read_ahead=384,no_kernel_writes,cache_dir={},log_file={}",
+        env.cache.display(),
+        log_path(&env).display()
+    );
+    let out = Command::new(BIN)
+        .arg0("mount.fuse.vaultfs")
+        .arg(format!("local:{}", env.data.display()))
+        .arg(&env.mnt)
+        .args(["-o", &opts])
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    wait_read_ahead(&env.mnt, 384);
+    let v = status_json(&env, true);
+    assert_eq!(v["writes"], "through the daemon", "{v}");
+    let un = Command::new(BIN)
+        .arg("unmount")
+        .arg(&env.mnt)
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .unwrap();
+    assert!(un.status.success(), "{}", text(&un));
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! `$XDG_CONFIG_HOME/vaultfs/config.toml`: defaults for `vaultfs mount`, for every mount
-//! (`[mount]`) and per mount point (`[mount."/home/me/Vault"]`). Keys are the long flags
-//! (`cache_size = "4G"`, `read_only = true`, `server = "https://..."`); flags given on the command
+//! (`[mount]`) and per mount point (`[mount."/home/me/Vault"]`). Keys are the long flags, every
+//! one of them (`options.rs`: `cache_size = "4G"`, `read_only = true`, `server = "https://..."`,
+//! `read_ahead = 512`); flags given on the command
 //! line override them. `[server."URL"]` holds what belongs to a server rather than a mount:
 //! `client_id`, the ID `vaultfs login` registers as there. `[serve]` holds defaults of
 //! `vaultfs serve` (where its store is: `data_dir`, `database`, `blobs`, `s3_endpoint`; `listen`,
@@ -8,26 +9,6 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-
-/// Flags `vaultfs mount` accepts from the config file.
-const KEYS: [&str; 16] = [
-    "data_dir",
-    "server",
-    "timeout",
-    "root",
-    "read_only",
-    "allow_other",
-    "cache_dir",
-    "cache_size",
-    "max_file_size",
-    "attr_ttl",
-    "dir_ttl",
-    "flush_timeout",
-    "daemon",
-    "log_file",
-    "previews",
-    "preview_cache_size",
-];
 
 /// Flags `vaultfs serve` accepts from the config file.
 const SERVE_KEYS: [&str; 6] = [
@@ -100,9 +81,10 @@ pub fn serve_flags(file: &Path) -> Result<Vec<OsString>, String> {
     let serve = serve
         .as_table()
         .ok_or_else(|| format!("{}: `serve` must be a table", file.display()))?;
+    let known: Vec<(String, bool)> = SERVE_KEYS.iter().map(|k| (k.to_string(), true)).collect();
     let mut flags = Vec::new();
     for (key, value) in serve {
-        push_flag(&mut flags, &SERVE_KEYS, key, value, file, "[serve]")?;
+        push_flag(&mut flags, &known, key, value, file, "[serve]")?;
     }
     Ok(flags)
 }
@@ -120,6 +102,10 @@ pub fn mount_flags(file: &Path, mountpoint: &Path) -> Result<Vec<OsString>, Stri
         .as_table()
         .ok_or_else(|| format!("{}: `mount` must be a table", file.display()))?;
     let here = normalize(&mountpoint.to_string_lossy());
+    let known: Vec<(String, bool)> = super::options::mount_options()
+        .into_iter()
+        .map(|o| (o.key, o.takes_value))
+        .collect();
     let mut flags = Vec::new();
     let mut own = None;
     for (key, value) in mount {
@@ -129,14 +115,14 @@ pub fn mount_flags(file: &Path, mountpoint: &Path) -> Result<Vec<OsString>, Stri
                     own = Some(t);
                 }
             }
-            v => push_flag(&mut flags, &KEYS, key, v, file, "[mount]")?,
+            v => push_flag(&mut flags, &known, key, v, file, "[mount]")?,
         }
     }
     if let Some(t) = own {
         for (key, value) in t {
             push_flag(
                 &mut flags,
-                &KEYS,
+                &known,
                 key,
                 value,
                 file,
@@ -147,32 +133,39 @@ pub fn mount_flags(file: &Path, mountpoint: &Path) -> Result<Vec<OsString>, Stri
     Ok(flags)
 }
 
+/// The flag for `key = value`; `known` are the keys, each with whether it takes a value.
 fn push_flag(
     flags: &mut Vec<OsString>,
-    known: &[&str],
+    known: &[(String, bool)],
     key: &str,
     value: &toml::Value,
     file: &Path,
     section: &str,
 ) -> Result<(), String> {
     let name = key.replace('-', "_");
-    if !known.contains(&name.as_str()) {
+    let Some(&(_, takes_value)) = known.iter().find(|(k, _)| *k == name) else {
+        let names: Vec<&str> = known.iter().map(|(k, _)| k.as_str()).collect();
         return Err(format!(
             "{}: unknown option `{key}` in {section} (known: {})",
             file.display(),
-            known.join(", ")
+            names.join(", ")
         ));
-    }
+    };
     let flag = format!("--{}", name.replace('_', "-"));
     match value {
-        toml::Value::Boolean(true) => flags.push(flag.into()),
-        toml::Value::Boolean(false) => {}
-        toml::Value::String(s) => flags.extend([flag.into(), s.into()]),
-        toml::Value::Integer(n) => flags.extend([flag.into(), n.to_string().into()]),
-        toml::Value::Float(x) => flags.extend([flag.into(), x.to_string().into()]),
+        toml::Value::Boolean(true) if !takes_value => flags.push(flag.into()),
+        toml::Value::Boolean(false) if !takes_value => {}
+        toml::Value::String(s) if takes_value => flags.extend([flag.into(), s.into()]),
+        toml::Value::Integer(n) if takes_value => flags.extend([flag.into(), n.to_string().into()]),
+        toml::Value::Float(x) if takes_value => flags.extend([flag.into(), x.to_string().into()]),
         other => {
+            let want = if takes_value {
+                "a value"
+            } else {
+                "true or false"
+            };
             return Err(format!(
-                "{}: `{key}` cannot be {}",
+                "{}: `{key}` is {want}, not {}",
                 file.display(),
                 other.type_str()
             ));

@@ -9,6 +9,7 @@ pub mod login;
 mod mount;
 mod mount_helper;
 mod notify;
+mod options;
 mod owner;
 mod status;
 mod sync;
@@ -86,7 +87,7 @@ enum Command {
 }
 
 /// Where the built-in store keeps its data.
-#[derive(Args, Clone)]
+#[derive(Args, Clone, Debug, PartialEq)]
 pub struct DataDir {
     /// Data directory of the built-in store [default: $XDG_DATA_HOME/vaultfs, or ~/.local/share/vaultfs]
     #[arg(long, env = "VAULTFS_DATA_DIR", value_name = "DIR")]
@@ -325,19 +326,20 @@ struct ServeArgs {
 
 /// How the built-in store makes previews (`vaultfs serve`, and `vaultfs mount` of the built-in
 /// store).
-#[derive(Args, Clone)]
+#[derive(Args, Clone, Debug, PartialEq)]
 pub struct PreviewArgs {
     /// What is rendered without being asked for: `on-demand` renders a preview when it is asked
     /// for (at once, ahead of everything else) and, when the machine is idle, large files within
     /// a quarter of the files' bytes; `eager` renders every stored version when idle
-    #[arg(long = "previews", default_value = "on-demand", value_name = "MODE",
+    #[arg(long = "previews", default_value_t = PreviewMode::default(), value_name = "MODE",
           value_parser = clap::builder::TypedValueParser::map(
               clap::builder::PossibleValuesParser::new(["on-demand", "eager"]),
               |s| s.parse::<PreviewMode>().expect("a listed mode")))]
     pub mode: PreviewMode,
     /// Bound of the previews kept on disk (least recently used removed, rendered again when
     /// asked for), in bytes (suffixes K, M, G allowed)
-    #[arg(long, default_value = "1G", value_parser = mount::parse_size, value_name = "BYTES")]
+    #[arg(long, default_value = mount::format_size(crate::store::DEFAULT_PREVIEW_CACHE_SIZE),
+          value_parser = mount::parse_size, value_name = "BYTES")]
     pub preview_cache_size: u64,
 }
 
@@ -385,32 +387,14 @@ pub fn main() -> ExitCode {
             }
         }
     }
-    let mut cli = Cli::parse_from(&argv);
-    let from_file = match &cli.command {
-        Command::Mount(args) => Some(config::mount_flags(
-            &config::config_path(),
-            args.mountpoint(),
-        )),
-        Command::Serve(_) => Some(config::serve_flags(&config::config_path())),
-        _ => None,
-    };
-    if let Some(from_file) = from_file {
-        // Config-file flags go right after the command, before the user's: later ones win.
-        match from_file {
-            Ok(extra) if !extra.is_empty() => {
-                argv.splice(2..2, extra);
-                let cmd = <Cli as clap::CommandFactory>::command().args_override_self(true);
-                let matches = cmd.try_get_matches_from(&argv).unwrap_or_else(|e| e.exit());
-                cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches)
-                    .unwrap_or_else(|e| e.exit());
-            }
-            Ok(_) => {}
-            Err(e) => {
-                eprintln!("vaultfs: {e}");
-                return ExitCode::FAILURE;
-            }
+    let cli = match parse_args(argv, &config::config_path()) {
+        Ok(cli) => cli,
+        Err(ArgsError::Clap(e)) => e.exit(),
+        Err(ArgsError::Config(e)) => {
+            eprintln!("vaultfs: {e}");
+            return ExitCode::FAILURE;
         }
-    }
+    };
     init_logging();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -419,6 +403,39 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Why the arguments were not taken.
+enum ArgsError {
+    /// clap's (usage, `--help` and `--version` included): it prints and exits.
+    Clap(clap::Error),
+    /// The config file's.
+    Config(String),
+}
+
+/// The command line, with what `config_file` gives `mount` and `serve` right after the command,
+/// before the user's own flags: a flag given twice is no error, the later one wins.
+fn parse_args(
+    mut argv: Vec<std::ffi::OsString>,
+    config_file: &std::path::Path,
+) -> Result<Cli, ArgsError> {
+    let parse = |argv: &[std::ffi::OsString]| {
+        let cmd = <Cli as clap::CommandFactory>::command().args_override_self(true);
+        let matches = cmd.try_get_matches_from(argv)?;
+        <Cli as clap::FromArgMatches>::from_arg_matches(&matches)
+    };
+    let cli = parse(&argv).map_err(ArgsError::Clap)?;
+    let from_file = match &cli.command {
+        Command::Mount(args) => config::mount_flags(config_file, args.mountpoint()),
+        Command::Serve(_) => config::serve_flags(config_file),
+        _ => return Ok(cli),
+    };
+    let extra = from_file.map_err(ArgsError::Config)?;
+    if extra.is_empty() {
+        return Ok(cli);
+    }
+    argv.splice(2..2, extra);
+    parse(&argv).map_err(ArgsError::Clap)
 }
 
 /// glibc gives each thread that allocates its own arena, and those keep freed memory: a server

@@ -16,7 +16,14 @@ use crate::fs::{self, MountOptions};
 use crate::store::Store;
 use crate::sync::relock;
 
-#[derive(Args)]
+/// The options: each is also a config.toml key and a mount helper `-o` option (`options.rs`).
+/// Defaults that MountOptions has are taken from it.
+#[derive(Args, Debug, PartialEq)]
+#[command(
+    after_help = "Every option is also a key of [mount] in ~/.config/vaultfs/config.toml \
+    and an -o option of `mount -t fuse.vaultfs` (fstab), without the dashes and with _ for -: \
+    cache_size = \"4G\", read_only = true; -o cache_size=4G,read_only (or ro)."
+)]
 pub struct MountArgs {
     /// Where to mount (an existing, empty directory)
     mountpoint: PathBuf,
@@ -41,18 +48,20 @@ pub struct MountArgs {
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
     /// Bound of the read cache, in bytes (suffixes K, M, G allowed)
-    #[arg(long, default_value = "2G", value_parser = parse_size, value_name = "BYTES")]
+    #[arg(long, default_value = format_size(MountOptions::default().cache_size),
+          value_parser = parse_size, value_name = "BYTES")]
     cache_size: u64,
-    /// Largest file the store takes; writing past it fails at once with EFBIG [default: the
-    /// built-in store's own limit, 1T for a server]
-    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    #[arg(long, value_parser = parse_size, value_name = "BYTES", help = format!(
+        "Largest file the store takes; writing past it fails at once with EFBIG [default: the \
+         built-in store's own limit, {} for a server]",
+        format_size(MountOptions::default().max_file_size)))]
     max_file_size: Option<u64>,
     /// Seconds the kernel may keep file attributes and names
-    #[arg(long, default_value_t = 1.0, value_name = "S")]
+    #[arg(long, default_value_t = MountOptions::default().attr_ttl.as_secs_f64(), value_name = "S")]
     attr_ttl: f64,
     /// Seconds a directory listing is reused before it is fetched again (changes made elsewhere
     /// show within this time)
-    #[arg(long, default_value_t = 10.0, value_name = "S")]
+    #[arg(long, default_value_t = MountOptions::default().dir_ttl.as_secs_f64(), value_name = "S")]
     dir_ttl: f64,
     /// Serve every read and write through the daemon: no FUSE passthrough (by default a file
     /// whose bytes are whole on local disk is read by the kernel itself, and a file created or
@@ -68,7 +77,8 @@ pub struct MountArgs {
     read_ahead: Option<u32>,
     /// Seconds an unmount (SIGTERM, Ctrl-C, `vaultfs unmount`) waits for pending uploads; what is
     /// left stays journaled for the next mount
-    #[arg(long, default_value_t = 30.0, value_name = "S")]
+    #[arg(long, default_value_t = MountOptions::default().flush_timeout.as_secs_f64(),
+          value_name = "S")]
     flush_timeout: f64,
     /// Run in the background: return once the mount answers (exit 0), or fail with the reason
     #[arg(long)]
@@ -85,6 +95,16 @@ impl MountArgs {
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint
     }
+}
+
+/// `2G` for 2 GiB: the largest suffix that is exact (what `parse_size` reads back).
+pub fn format_size(n: u64) -> String {
+    for (shift, suffix) in [(40, 'T'), (30, 'G'), (20, 'M'), (10, 'K')] {
+        if n != 0 && n.trailing_zeros() >= shift {
+            return format!("{}{suffix}", n >> shift);
+        }
+    }
+    n.to_string()
 }
 
 /// `4096`, `512K`, `100M`, `2G`.
@@ -372,6 +392,10 @@ mod tests {
         assert_eq!(parse_size("512k"), Ok(512 << 10));
         assert!(parse_size("12Q").is_err());
         assert!(parse_size("x").is_err());
+        for n in [0, 1000, 4096, 2 << 30, 1 << 40, 3 << 20, (1 << 20) + 1] {
+            assert_eq!(parse_size(&format_size(n)), Ok(n), "{}", format_size(n));
+        }
+        assert_eq!(format_size(2 << 30), "2G");
         assert_eq!(
             parse_root("Local/My First Vault").unwrap().uri(),
             "/nodes/pth/Local/My First Vault"

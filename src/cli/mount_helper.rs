@@ -1,5 +1,6 @@
 //! `mount.fuse.vaultfs` (a symlink to the binary): what `mount -t fuse.vaultfs SOURCE DIR -o
-//! OPTS` and `/etc/fstab` run. The options become `vaultfs mount` flags, and the mount goes to
+//! OPTS` and `/etc/fstab` run. The options become `vaultfs mount` flags (each flag is an option:
+//! `cache_size=4G`, `no_passthrough`; `options.rs`), and the mount goes to
 //! the background once it answers (as mount(8) expects of a helper).
 //!
 //! SOURCE: `vaultfs` or `local` (the built-in store), `local:/data/dir`, or a server URL
@@ -47,24 +48,6 @@ const IGNORED: &[&str] = &[
     "dirsync",
     "silent",
     "loud",
-];
-
-/// Options with a value, and the flag each becomes.
-const VALUED: &[(&str, &str)] = &[
-    ("cache_size", "--cache-size"),
-    ("max_file_size", "--max-file-size"),
-    ("cache_dir", "--cache-dir"),
-    ("data_dir", "--data-dir"),
-    ("server", "--server"),
-    ("root", "--root"),
-    ("timeout", "--timeout"),
-    ("attr_ttl", "--attr-ttl"),
-    ("dir_ttl", "--dir-ttl"),
-    ("flush_timeout", "--flush-timeout"),
-    ("read_ahead", "--read-ahead"),
-    ("log_file", "--log-file"),
-    ("previews", "--previews"),
-    ("preview_cache_size", "--preview-cache-size"),
 ];
 
 /// The helper's arguments: positional ones, the `-o` options one by one, and whether `-f`
@@ -208,15 +191,14 @@ pub fn translate(args: &[OsString]) -> Result<Option<Vec<OsString>>, String> {
         if IGNORED.contains(&k) || k.starts_with("x-") || k == "comment" {
             continue;
         }
-        match (k, v) {
-            ("ro", None) => out.push("--read-only".into()),
-            ("allow_other", None) => out.push("--allow-other".into()),
-            ("no_passthrough", None) => out.push("--no-passthrough".into()),
-            (k, Some(v)) => match VALUED.iter().find(|(name, _)| *name == k) {
-                Some((_, flag)) => out.extend([(*flag).into(), v.into()]),
-                None => return Err(format!("unknown mount option `{o}`")),
-            },
-            _ => return Err(format!("unknown mount option `{o}`")),
+        // `ro` as mount(8) spells it; every other option is a flag of `vaultfs mount`.
+        let k = if k == "ro" { "read_only" } else { k };
+        let opt = super::options::find(k).ok_or_else(|| format!("unknown mount option `{o}`"))?;
+        match (opt.takes_value, v) {
+            (true, Some(v)) => out.extend([opt.flag.into(), v.into()]),
+            (false, None) => out.push(opt.flag.into()),
+            (true, None) => return Err(format!("mount option `{k}` needs a value: {k}=...")),
+            (false, Some(_)) => return Err(format!("mount option `{k}` takes no value")),
         }
     }
     Ok((!fake).then_some(out))
