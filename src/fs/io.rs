@@ -247,7 +247,7 @@ impl<B: Backend> Fs<B> {
             }
         }
         // fsync returns only once the bytes are stored remotely, or reports why not.
-        if self.backend.puts_batches() {
+        if self.backend.local().is_some() {
             // Stored with the next batch (one durable commit for all of it).
             return if super::writeback::flush(self, ino, staged.generation()).await {
                 Ok(())

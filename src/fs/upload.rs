@@ -33,7 +33,7 @@ pub fn recover<B: Backend>(fs: &Arc<Fs<B>>) -> std::io::Result<()> {
 /// task of its own, which keeps going until the file is clean).
 pub fn schedule<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
     let new = relock(&fs.uploading).insert(ino);
-    if fs.backend.puts_batches() {
+    if fs.backend.local().is_some() {
         fs.writeback.enqueue(ino);
         return;
     }
@@ -163,7 +163,7 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
     }
     // A backend in this process hashes what it stores anyway; a remote one gets the md5 so
     // the server can check the bytes that crossed the network.
-    let md5 = if fs.backend.checksum_on_upload() {
+    let md5 = if fs.backend.local().is_none() {
         let s2 = staged.clone();
         let md5 = tokio::task::spawn_blocking(move || s2.md5())
             .await

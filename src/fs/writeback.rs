@@ -1,5 +1,5 @@
 //! Write-back in batches, for a backend that stores whole files together (the built-in store
-//! in this process, [`Backend::puts_batches`]). Closed files wait in a queue; one worker
+//! in this process, [`crate::backend::LocalStore`]). Closed files wait in a queue; one worker
 //! takes everything queued (up to a bound) and stores it with one `put_files` call, whose
 //! durable work (fsyncs, the transaction) is paid once per batch. While a batch is stored the
 //! next one gathers, so the batch size follows the load: one file when idle, hundreds in a burst.
@@ -239,7 +239,13 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
         end_entries(fs, retired).await;
         return;
     }
-    let results = fs.backend.put_files(puts).await;
+    let results = match fs.backend.local() {
+        Some(store) => store.put_files(puts).await,
+        // (Never: the worker runs only for a backend with batches, see `Fs::start`.)
+        None => (puts.iter())
+            .map(|_| Err(Error::internal("no batches")))
+            .collect(),
+    };
     for (item, result) in items.into_iter().zip(results) {
         match result {
             Ok(node) => {
