@@ -169,7 +169,7 @@ impl<B: Backend> Fs<B> {
             let stored = t.stored_version(ino);
             if let Some(s) = kernel_staged.filter(|_| pt_ended && staged.is_none()) {
                 // The last reader of it, after the writers: a map of a writer may have written
-                // meanwhile (`retire` left the file to this release).
+                // meanwhile (retiring left the file to this release: `staging/lifecycle.rs`).
                 s.kernel_recheck(stored.as_ref());
                 drop(t);
                 self.settle(ino, &s);

@@ -366,7 +366,9 @@ async fn settling_after_an_open_joined_leaves_the_copy_open() {
 /// The second (fstests generic/451, "stale data from DIO read"): an upload marked the copy
 /// clean, and only later gave the inode its new version; a close in between dropped the
 /// clean copy, and the next open staged the old bytes. Watched from beside the uploads: under
-/// the table's lock, a clean copy's bytes are always the version the inode names.
+/// the table's lock, a clean copy's bytes are always the version the inode names. (Not while
+/// the test itself opens and writes: bytes being written are new before their generation is,
+/// and an O_TRUNC open installs its copy before it empties it.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
 async fn a_copy_is_never_clean_while_its_inode_names_an_older_version() {
     for one_by_one in [false, true] {
@@ -374,11 +376,14 @@ async fn a_copy_is_never_clean_while_its_inode_names_an_older_version() {
         let ino = h.write_file(ROOT, "v.txt", b"version 0").await;
         let stop = Arc::new(AtomicBool::new(false));
         let (seen, wrong) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let writing = Arc::new(tokio::sync::RwLock::new(()));
         let watcher = {
             let (fs, stop, seen, wrong) = (h.fs.clone(), stop.clone(), seen.clone(), wrong.clone());
+            let writing = writing.clone();
             std::thread::spawn(move || {
                 while !stop.load(Ordering::SeqCst) {
                     {
+                        let _quiet = writing.blocking_read();
                         let t = fs.table();
                         let i = t.get(ino);
                         if let Some((s, r)) =
@@ -397,20 +402,32 @@ async fn a_copy_is_never_clean_while_its_inode_names_an_older_version() {
             })
         };
         for n in 1..=20 {
+            let data = format!("version {n}");
+            let writes = writing.write().await;
             let fh =
                 h.fs.open(ino, OpenFlags(libc::O_RDWR | libc::O_TRUNC))
                     .await
                     .unwrap();
-            let data = format!("version {n}");
             h.fs.write(fh.fh, 0, data.as_bytes()).unwrap();
+            drop(writes);
             h.fs.fsync(ino).await.unwrap();
             // Stored while open: clean, and the inode names the new version (the watcher
             // sees it so before the close retires the copy).
             let before = seen.load(Ordering::SeqCst);
-            eventually(Duration::from_secs(5), "the watcher saw it", || async {
-                seen.load(Ordering::SeqCst) > before
-            })
-            .await;
+            let until = std::time::Instant::now() + Duration::from_secs(10);
+            while seen.load(Ordering::SeqCst) <= before {
+                if std::time::Instant::now() > until {
+                    let s = staged_of(&h, ino);
+                    panic!(
+                        "the watcher never saw the stored copy (one by one: {one_by_one}, \
+                         round {n}; its life, dirty, generation: {:?} {:?} {:?})",
+                        s.as_ref().map(|s| s.life()),
+                        s.as_ref().map(|s| s.is_dirty()),
+                        s.as_ref().map(|s| s.generation())
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
             h.fs.release(fh.fh);
             assert_eq!(h.read_all(ino).await.unwrap(), data.as_bytes());
         }
