@@ -17,8 +17,8 @@
 //! Open and Closed are the live states: the staged file is its inode's copy, read and written
 //! in place of the stored version. Retired, Dropped and SetAside are final: the inode lets go
 //! of the file in the same step, under the inode table's lock, so no writer can join it after.
-//! What the other issues add (a conflict with another client's version, a file kept while
-//! offline) are states of this type, with their steps here.
+//! The states the shared-vault and offline issues add (a conflict with another client's
+//! version, a file kept while offline) belong in this type, and their steps here.
 //!
 //! - **Write** (`write_at`, `truncate`, `allocate`, `set_attrs`): a new generation, dirty until
 //!   an upload stores it. A sealed file (its bytes shared with the store) is copied first.
