@@ -9,7 +9,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::{Backend, ByteStream, Download, PreviewImage, PutFile};
+use super::{
+    Backend, BoxFuture, ByteStream, Download, LocalFile, LocalStore, PreviewImage, PutFile,
+};
 use crate::api::{
     Base, Error, ErrorKind, FileAttrs, Node, NodePath, PageSize, PreviewMeta, RangeRequest, Result,
 };
@@ -197,31 +199,49 @@ impl<B: Backend> Faulty<B> {
     }
 }
 
-impl<B: Backend> Backend for Faulty<B> {
-    fn puts_batches(&self) -> bool {
-        self.inner.puts_batches() && !self.one_by_one.load(Ordering::SeqCst)
-    }
-
-    async fn put_files(&self, files: Vec<PutFile>) -> Vec<Result<Node>> {
-        let plan = match self.enter(Op::PutFiles).await {
-            Ok(p) => p,
-            Err(e) => return files.iter().map(|_| Err(e.clone())).collect(),
-        };
-        let paths: Vec<NodePath> = files.iter().map(|f| f.path.clone()).collect();
-        let results = self.inner.put_files(files).await;
-        if plan.lose {
-            for (path, r) in paths.iter().zip(&results) {
-                if r.is_ok() {
-                    let _ = self.inner.delete(path).await;
+/// The built-in store's batches, with faults; its other local calls are not offered (a
+/// test's listings and opens go through the interface, as a server's would).
+impl<B: Backend> LocalStore for Faulty<B> {
+    fn put_files(&self, files: Vec<PutFile>) -> BoxFuture<'_, Vec<Result<Node>>> {
+        Box::pin(async move {
+            let plan = match self.enter(Op::PutFiles).await {
+                Ok(p) => p,
+                Err(e) => return files.iter().map(|_| Err(e.clone())).collect(),
+            };
+            let Some(inner) = self.inner.local() else {
+                let e = Error::internal("this backend uploads files one by one");
+                return files.iter().map(|_| Err(e.clone())).collect();
+            };
+            let paths: Vec<NodePath> = files.iter().map(|f| f.path.clone()).collect();
+            let results = inner.put_files(files).await;
+            if plan.lose {
+                for (path, r) in paths.iter().zip(&results) {
+                    if r.is_ok() {
+                        let _ = self.inner.delete(path).await;
+                    }
                 }
             }
-        }
-        tokio::time::sleep(plan.answer_delay).await;
-        results
+            tokio::time::sleep(plan.answer_delay).await;
+            results
+        })
     }
 
-    fn checksum_on_upload(&self) -> bool {
-        self.inner.checksum_on_upload()
+    fn local_file<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Option<LocalFile>>> {
+        Box::pin(async { Ok(None) })
+    }
+
+    fn foreign_changes(&self) -> Option<u64> {
+        None
+    }
+}
+
+impl<B: Backend> Backend for Faulty<B> {
+    /// The wrapped store's batches, unless told to upload file by file.
+    fn local(&self) -> Option<&dyn LocalStore> {
+        match self.inner.local() {
+            Some(_) if !self.one_by_one.load(Ordering::SeqCst) => Some(self),
+            _ => None,
+        }
     }
 
     async fn node(&self, path: &NodePath) -> Result<Node> {

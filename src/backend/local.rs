@@ -110,17 +110,36 @@ impl LocalBackend {
     }
 }
 
-impl Backend for LocalBackend {
-    fn checksum_on_upload(&self) -> bool {
-        false
+impl super::LocalStore for LocalBackend {
+    fn put_files(&self, files: Vec<super::PutFile>) -> super::BoxFuture<'_, Vec<Result<Node>>> {
+        Box::pin(async move {
+            let n = files.len();
+            match self
+                .run(move |s, scope| Ok(s.put_files(scope, &files)))
+                .await
+            {
+                Ok(results) => results,
+                Err(e) => (0..n).map(|_| Err(e.clone())).collect(),
+            }
+        })
     }
 
-    fn puts_batches(&self) -> bool {
-        true
+    fn local_file<'a>(
+        &'a self,
+        file_id: &'a str,
+    ) -> super::BoxFuture<'a, Result<Option<super::LocalFile>>> {
+        let id = file_id.to_string();
+        Box::pin(self.run(move |s, scope| s.open_local_blob(scope, &id)))
     }
 
     fn foreign_changes(&self) -> Option<u64> {
         Some(self.store.foreign_commits())
+    }
+}
+
+impl Backend for LocalBackend {
+    fn local(&self) -> Option<&dyn super::LocalStore> {
+        Some(self)
     }
 
     async fn changes(
@@ -131,26 +150,6 @@ impl Backend for LocalBackend {
         self.changes_page(cursor, wait, CHANGES_PAGE)
             .await
             .map(Some)
-    }
-
-    async fn local_file(
-        &self,
-        file_id: &str,
-    ) -> Result<Option<(Node, std::path::PathBuf, std::fs::File)>> {
-        let id = file_id.to_string();
-        self.run(move |s, scope| s.open_local_blob(scope, &id))
-            .await
-    }
-
-    async fn put_files(&self, files: Vec<super::PutFile>) -> Vec<Result<Node>> {
-        let n = files.len();
-        match self
-            .run(move |s, scope| Ok(s.put_files(scope, &files)))
-            .await
-        {
-            Ok(results) => results,
-            Err(e) => (0..n).map(|_| Err(e.clone())).collect(),
-        }
     }
 
     async fn node(&self, path: &NodePath) -> Result<Node> {

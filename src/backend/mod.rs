@@ -188,23 +188,45 @@ pub fn no_versions() -> crate::api::Error {
     )
 }
 
-/// A whole local file to store, for [`Backend::put_files`] (the built-in store's type: only
+/// A whole local file to store, for [`LocalStore::put_files`] (the built-in store's type: only
 /// it stores batches).
 pub use crate::store::PutFile;
 
-/// The interface of the document store (spec §4 and DESIGN.md §2).
-pub trait Backend: Send + Sync + 'static {
-    /// Whether [`Backend::put_files`] stores a batch of whole files in one go (the built-in
-    /// store in this process). Otherwise the caller uploads each file in three steps.
-    fn puts_batches(&self) -> bool {
-        false
-    }
+/// A boxed future, for the calls of [`LocalStore`] (a trait object).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What only a store in this process can do beyond the interface (the built-in store): store
+/// whole files in batches, hand out a file's bytes on local disk, tell at once that another
+/// process changed it. A mount asks for it with [`Backend::local`] and uses the interface alone
+/// where it is not offered (a server, a bucket).
+pub trait LocalStore: Send + Sync {
+    /// Stores whole files together, durably before it returns: one result per file, in order.
+    /// A batch's durable work (fsyncs, the transaction) is paid once for all of it.
+    fn put_files(&self, files: Vec<PutFile>) -> BoxFuture<'_, Vec<Result<crate::api::Node>>>;
+
+    /// A file's current bytes whole on local disk, opened, with the version they are (md5 and
+    /// size in `node`) and the file's path: the store's blob when its blobs are in a folder.
+    /// `None` where they are not. The file is immutable under that path, so it may be opened
+    /// again by it while the version is current.
+    fn local_file<'a>(&'a self, file_id: &'a str) -> BoxFuture<'a, Result<Option<LocalFile>>>;
 
     /// A number that changes when someone else changed the store, known at once and without
     /// waiting: the built-in store counts other processes' commits (another mount of the same
-    /// folder, `vaultfs serve` on it). None where that cannot be known cheaply (a server: others'
-    /// changes show when a listing is fetched again, after the listing TTL).
-    fn foreign_changes(&self) -> Option<u64> {
+    /// folder, `vaultfs serve` on it). `None` when it cannot say (others' changes then show
+    /// when a listing is fetched again, after the listing TTL).
+    fn foreign_changes(&self) -> Option<u64>;
+}
+
+/// A file's bytes on local disk ([`LocalStore::local_file`]): its node, path and open file.
+pub type LocalFile = (crate::api::Node, std::path::PathBuf, std::fs::File);
+
+/// The interface of the document store (spec §4 and DESIGN.md §2).
+pub trait Backend: Send + Sync + 'static {
+    /// What this backend can do beyond the interface, when it is a store in this process
+    /// ([`LocalStore`]). Without it, the mount uploads file by file (the three steps of the
+    /// interface) and announces an md5 with each version, for the server to check the bytes
+    /// that crossed the network; a store in this process hashes what it receives anyway.
+    fn local(&self) -> Option<&dyn LocalStore> {
         None
     }
 
@@ -212,34 +234,6 @@ pub trait Backend: Send + Sync + 'static {
     /// this process).
     fn listing_limits(&self) -> Option<ListingLimits> {
         None
-    }
-
-    /// A file's current bytes whole on local disk, opened, with the version they are (md5 and
-    /// size in `node`) and the file's path: the built-in store's blob when its blobs are in a
-    /// folder. `None` where the bytes are elsewhere (a server, a bucket). The file is immutable
-    /// under that path, so it may be opened again by it while the version is current.
-    fn local_file(
-        &self,
-        file_id: &str,
-    ) -> impl Future<Output = Result<Option<(Node, std::path::PathBuf, std::fs::File)>>> + Send
-    {
-        let _ = file_id;
-        async { Ok(None) }
-    }
-
-    /// Stores whole files together, durably before it returns: one result per file, in order.
-    /// Only where [`Backend::puts_batches`] says so.
-    fn put_files(&self, files: Vec<PutFile>) -> impl Future<Output = Vec<Result<Node>>> + Send {
-        let n = files.len();
-        async move {
-            (0..n)
-                .map(|_| {
-                    Err(crate::api::Error::internal(
-                        "this backend uploads files one by one",
-                    ))
-                })
-                .collect()
-        }
     }
 
     /// The change feed (`GET /changes` of `vaultfs serve`): the changes after `cursor`, waiting
@@ -253,13 +247,6 @@ pub trait Backend: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<crate::api::ChangesPage>>> + Send {
         let _ = (cursor, wait);
         async { Ok(None) }
-    }
-
-    /// Whether uploads should announce an md5 computed by the client (step 2). True for a
-    /// server across a network; false where the store runs in this process and hashes what it
-    /// receives anyway.
-    fn checksum_on_upload(&self) -> bool {
-        true
     }
 
     /// The node at `path` (spec 4.1, without children).

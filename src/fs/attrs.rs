@@ -73,9 +73,9 @@ impl<B: Backend> Fs<B> {
         }
         let modified = match &i.staged {
             Some(s) if s.set_attrs(mtime) => {
-                return match s.writers.load(std::sync::atomic::Ordering::SeqCst) {
-                    0 => Keep::Settle(s.clone()),
-                    _ => Keep::Nothing,
+                return match s.has_writers() {
+                    false => Keep::Settle(s.clone()),
+                    true => Keep::Nothing,
                 };
             }
             Some(s) => {

@@ -23,7 +23,7 @@ impl Freshness {
     }
 
     /// Whether something fetched at `at` is fresh; `foreign` reads the backend's count of
-    /// others' changes (`Backend::foreign_changes`), only when the TTL leaves it to decide.
+    /// others' changes (`LocalStore::foreign_changes`), only when the TTL leaves it to decide.
     pub(super) fn fresh(&self, at: Instant, foreign: impl FnOnce() -> Option<u64>) -> bool {
         if at.elapsed() >= self.ttl {
             return false;

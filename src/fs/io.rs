@@ -1,6 +1,6 @@
 //! File contents: read, write, release, fsync and fallocate (opens: `open.rs`). Writes go to a
-//! staged copy on local disk (`staging/`); the last writer's release journals it and starts its
-//! upload (`upload.rs`, `writeback.rs`); fsync returns once the bytes are stored. Reads come
+//! staged copy on local disk (`staging/`); the last writer's release settles it
+//! (`staging/lifecycle.rs`); fsync returns once the bytes are stored. Reads come
 //! from the staged copy while there is one, else from the read cache (`cache.rs`).
 
 use std::sync::Arc;
@@ -32,9 +32,8 @@ impl<B: Backend> Fs<B> {
     }
 
     /// The staged copy of a file, created (with its content, unless `truncate`) if there is
-    /// none, with one more writer counted. The count is taken with the table locked, where a
-    /// finished upload decides to retire the staged copy, so a writer never writes to a retired
-    /// copy; the caller gives it back with `release_staged`.
+    /// none, with one more writer joined (`staging::lifecycle`); the caller gives it back with
+    /// `release_staged`.
     pub(super) async fn stage(self: &Arc<Self>, ino: Ino, truncate: bool) -> OpResult<Arc<Staged>> {
         // A file rewritten faster than it can be copied, again and again: give up at last.
         for _ in 0..STAGE_ATTEMPTS {
@@ -58,7 +57,9 @@ impl<B: Backend> Fs<B> {
             let i = t.get(ino).ok_or(Errno::ENOENT)?;
             if let Some(s) = &i.staged {
                 let s = s.clone();
-                s.writers.fetch_add(1, Ordering::SeqCst);
+                if s.join().is_err() {
+                    return Ok(None);
+                }
                 drop(t);
                 return self.emptied_if(ino, s, truncate).map(Some);
             }
@@ -78,7 +79,7 @@ impl<B: Backend> Fs<B> {
                 .copy_into(self.backend.as_ref(), &entry, &staged.file())
                 .await
             {
-                self.journal.finish(&staged);
+                self.discard(&staged);
                 if e.code == super::cache::CHANGED {
                     // Another version came while downloading: learn which, and copy that.
                     self.refresh_attr(ino, &path).await?;
@@ -88,23 +89,25 @@ impl<B: Backend> Fs<B> {
             }
             staged.truncate(r.size).map_err(|e| io_errno(&e))?;
             // The copy is the stored content: not a change to upload by itself.
-            staged.mark_uploaded(staged.generation());
+            if let Err(e) = staged.holds_stored() {
+                log::error!("{e}");
+            }
         }
         let staged = Arc::new(staged);
         let mut t = self.table();
         let Some(i) = t.get(ino) else {
-            self.journal.finish(&staged);
+            self.discard(&staged);
             return Err(Errno::ENOENT);
         };
         let (staged, truncate) = match i.staged.clone() {
             // Someone staged it meanwhile: use theirs.
             Some(other) => {
-                self.journal.finish(&staged);
+                self.discard(&staged);
                 (other, truncate)
             }
             None if !same_version(i.remote.as_ref(), remote.as_ref()) => {
                 drop(t);
-                self.journal.finish(&staged);
+                self.discard(&staged);
                 return Ok(None);
             }
             None => {
@@ -112,7 +115,9 @@ impl<B: Backend> Fs<B> {
                 (staged, truncate && remote.is_some())
             }
         };
-        staged.writers.fetch_add(1, Ordering::SeqCst);
+        if staged.join().is_err() {
+            return Ok(None);
+        }
         drop(t);
         self.emptied_if(ino, staged, truncate).map(Some)
     }
@@ -132,69 +137,6 @@ impl<B: Backend> Fs<B> {
             }
         }
         Ok(staged)
-    }
-
-    /// A writer is done with a staged file: journal it and start its upload when it was the
-    /// last one and something changed; drop the staged copy when nothing did.
-    pub(super) fn release_staged(self: &Arc<Self>, ino: Ino, staged: &Arc<Staged>) {
-        if staged.writers.fetch_sub(1, Ordering::SeqCst) != 1 {
-            return;
-        }
-        self.settle(ino, staged);
-    }
-
-    /// With no writer left: upload if dirty, else retire the staged copy.
-    pub(super) fn settle(self: &Arc<Self>, ino: Ino, staged: &Arc<Staged>) {
-        let mut t = self.table();
-        let Some(inode) = t.get(ino) else { return };
-        // The last close counted itself out before taking the table; an open may have joined
-        // this copy since (it counts itself in under the table). Its own close settles it
-        // then: dropping the copy now would leave that writer's bytes where nobody reads or
-        // stores them (fstests generic/451).
-        if staged.writers.load(Ordering::SeqCst) > 0 {
-            return;
-        }
-        if !inode
-            .staged
-            .as_ref()
-            .is_some_and(|s| Arc::ptr_eq(s, staged))
-        {
-            // No longer the inode's copy (set aside, replaced): nothing of the inode's to
-            // retire. Stored bytes need no journal entry; others stay for the next mount.
-            if !staged.is_dirty() {
-                self.journal.finish(staged);
-            }
-            return;
-        }
-        if inode.unlinked {
-            self.journal.finish(staged);
-            t.set_staged(ino, None);
-            t.maybe_drop(ino);
-            return;
-        }
-        if staged.is_dirty() {
-            let (path, id) = (
-                inode.path.clone(),
-                inode.remote.as_ref().map(|r| r.id.clone()),
-            );
-            if let Err(e) = self.journal.record(staged, &path, id) {
-                log::error!("could not journal {path}: {e}");
-            }
-            drop(t);
-            upload::schedule(self, ino);
-        } else if staged.kernel_wrote() && (inode.pt.is_some() || staged.kernel_holds()) {
-            // Clean, but the kernel may write it on (see `writeback::retire`).
-        } else if staged.kernel_wrote() && staged.mapped_elsewhere() {
-            drop(t);
-            super::writeback::until_unmapped(self, ino, staged);
-        } else {
-            // Clean: every generation is stored (or nothing was written). An upload task that
-            // still holds it finds nothing to do. (No `uploading` lock here: the uploader takes
-            // that lock before the table's, and the order must not be reversed.)
-            self.journal.finish(staged);
-            t.set_staged(ino, None);
-            t.maybe_drop(ino);
-        }
     }
 
     /// RELEASE: the journal entry is on disk before this returns (written when staging began
@@ -227,7 +169,7 @@ impl<B: Backend> Fs<B> {
             let stored = t.stored_version(ino);
             if let Some(s) = kernel_staged.filter(|_| pt_ended && staged.is_none()) {
                 // The last reader of it, after the writers: a map of a writer may have written
-                // meanwhile (`retire` left the file to this release).
+                // meanwhile (retiring left the file to this release: `staging/lifecycle.rs`).
                 s.kernel_recheck(stored.as_ref());
                 drop(t);
                 self.settle(ino, &s);
@@ -305,7 +247,7 @@ impl<B: Backend> Fs<B> {
             }
         }
         // fsync returns only once the bytes are stored remotely, or reports why not.
-        if self.backend.puts_batches() {
+        if self.backend.local().is_some() {
             // Stored with the next batch (one durable commit for all of it).
             return if super::writeback::flush(self, ino, staged.generation()).await {
                 Ok(())

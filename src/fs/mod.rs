@@ -5,8 +5,11 @@
 //!   `listing` (listings, LOOKUP, GETATTR, READDIR), `namespace` (mkdir, create, unlink, rename,
 //!   setattr, xattrs), `io` (open, read, write, release, fsync);
 //! - `table`: inodes, attributes, cached listings; `errno`: the one error table;
-//! - `staging`: write staging files; `journal`: the upload journal; `upload`, `writeback`: the
-//!   uploaders (file by file, in batches);
+//! - `staging`: write staging files, and the staged file's life (`staging/lifecycle.rs`: every
+//!   step from open to retired, removed or renamed) with the one retry policy of uploads;
+//!   `journal`: the upload journal; `upload`, `writeback`: the uploaders (file by file; in
+//!   batches, where the backend is a store in this process, `LocalStore`), which schedule
+//!   and send and leave every change of a staged file's state to `lifecycle`;
 //! - `cache`: the read cache; `preview`: the virtual `.preview`; `attrs`: times and modes kept;
 //!   `freshness`: whether what was fetched may still be used; `passthrough`: opens the kernel
 //!   reads from a local file itself.
@@ -26,8 +29,8 @@
 //! 4. the `.preview` tree (`Fs::previews`);
 //! 5. the inode table (`Fs::table`; the attributes kept here live inside it);
 //! 6. a staged file's own: `order` (writes, truncates, seals) before its hashing-ahead state
-//!    (whose hasher it may wait for); its journal state before the journal's log; its data
-//!    and mtime locks are innermost;
+//!    (whose hasher it may wait for); its journal state before the journal's log; its data,
+//!    mtime and life (`lifecycle::State`) locks are innermost;
 //! 7. the read cache's index, then a cache entry's `present` set (an entry's async `fetching`
 //!    is taken with none of the locks above held);
 //! 8. `Fs::freshness` (under the table; it asks the backend for its count of others' changes,
@@ -232,7 +235,8 @@ impl<B: Backend> Fs<B> {
     ) -> std::io::Result<Arc<Self>> {
         private_dir(&opts.cache_dir)?;
         // sha256 only where the store that names blobs by it takes whole files (`put_files`).
-        let journal = Journal::open(&opts.cache_dir, opts.max_file_size, backend.puts_batches())?;
+        let batches = backend.local().is_some();
+        let journal = Journal::open(&opts.cache_dir, opts.max_file_size, batches)?;
         let cache = ReadCache::open(opts.cache_dir.join("cache"), opts.cache_size)?;
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -270,7 +274,7 @@ impl<B: Backend> Fs<B> {
             refreshing: Mutex::default(),
             attr_refreshing: Mutex::default(),
         });
-        if fs.backend.puts_batches() {
+        if batches {
             writeback::start(&fs);
         }
         upload::recover(&fs)?;
@@ -287,7 +291,8 @@ impl<B: Backend> Fs<B> {
 
     /// Whether a listing or attributes fetched at `at` may be used without asking the backend.
     fn fresh(&self, at: std::time::Instant) -> bool {
-        self.freshness.fresh(at, || self.backend.foreign_changes())
+        self.freshness
+            .fresh(at, || self.backend.local()?.foreign_changes())
     }
 }
 

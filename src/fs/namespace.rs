@@ -13,6 +13,7 @@ use super::errno::{errno, io_errno};
 use super::io::Opened;
 use super::passthrough::Register;
 use super::preview::{DIR_NAME, is_virtual};
+use super::staging::Removal;
 use super::table::{Ino, InodeKind};
 use super::{Fs, OpResult};
 use crate::api::NodePath;
@@ -183,7 +184,6 @@ impl<B: Backend> Fs<B> {
         };
         // A new file is a change even with no bytes written: it must be created remotely.
         staged.mark_changed();
-        staged.writers.store(1, Ordering::SeqCst);
         let mut t = self.table();
         let taken = self
             .fresh_listing(&t, parent)
@@ -194,7 +194,12 @@ impl<B: Backend> Fs<B> {
         if taken {
             // Made or listed meanwhile: the slow path sorts it out.
             drop(t);
-            self.journal.finish(&staged);
+            self.discard(&staged);
+            return None;
+        }
+        if staged.join().is_err() {
+            drop(t);
+            self.discard(&staged);
             return None;
         }
         let ino = t.ensure(&path, InodeKind::File);
@@ -311,19 +316,12 @@ impl<B: Backend> Fs<B> {
             }
         }
         let mut t = self.table();
-        let staged = t.get(ino).and_then(|i| i.staged.clone());
         if let Some(r) = t.get(ino).and_then(|i| i.remote.as_ref()) {
             self.cache.invalidate(&r.id);
         }
         t.detach(ino);
         removing.done();
-        if let Some(s) = staged {
-            if s.writers.load(Ordering::SeqCst) == 0 {
-                self.journal.finish(&s);
-                t.set_staged(ino, None);
-                t.maybe_drop(ino);
-            }
-        }
+        self.removed(&mut t, ino);
         t.entries_changed(parent);
         Ok(())
     }
@@ -405,27 +403,16 @@ impl<B: Backend> Fs<B> {
                 .rename(&src, &dst, true)
                 .await
                 .map_err(|e| errno(&e))?;
-        } else if let Some(tino) = target {
-            // A file that exists only here takes the name; a remote file under that name gets
-            // its bytes as a new version when the upload runs. Nothing else of the target stays.
-            let t = self.table();
-            if let Some(s) = t.get(tino).and_then(|i| i.staged.clone()) {
-                if s.writers.load(Ordering::SeqCst) == 0 {
-                    self.journal.finish(&s);
-                }
-            }
         }
+        // A file that exists only here takes the name; a remote file under that name gets its
+        // bytes as a new version when the upload runs. Nothing else of the target stays.
         let mut t = self.table();
         if let Some(tino) = target {
             // The replaced file's bytes are gone (or about to be superseded): free their cache.
             if let Some(r) = t.get(tino).and_then(|i| i.remote.as_ref()) {
                 self.cache.invalidate(&r.id);
             }
-            let target_staged = t.get(tino).and_then(|i| i.staged.clone());
-            if let Some(s) = target_staged.filter(|s| s.writers.load(Ordering::SeqCst) == 0) {
-                self.journal.finish(&s);
-                t.set_staged(tino, None);
-            }
+            self.replaced(&mut t, tino);
             // The replaced remote file's ID now belongs to the renamed one (same path).
             if !remote {
                 let rid = t.get(tino).and_then(|i| i.remote.clone());
@@ -435,20 +422,7 @@ impl<B: Backend> Fs<B> {
             }
         }
         t.rename(ino, &dst);
-        // Journal entries follow their files (all staged files under a renamed folder too).
-        for sino in t.staged_inos() {
-            if let Some(i) = t.get(sino) {
-                if dst.contains(&i.path) {
-                    if let Some(s) = &i.staged {
-                        let _ = self.journal.record(
-                            s,
-                            &i.path,
-                            i.remote.as_ref().map(|r| r.id.clone()),
-                        );
-                    }
-                }
-            }
-        }
+        self.renamed(&t, &dst);
         t.entries_changed(parent);
         t.entries_changed(newparent);
         Ok(())
@@ -584,35 +558,4 @@ fn new_entry(dir: &NodePath, name: &str) -> OpResult<NodePath> {
         return Err(Errno::EACCES);
     }
     dir.child(name).map_err(|_| Errno::EINVAL)
-}
-
-/// A removal's hold on the file's upload, given up so that `rm` does not wait for it: taken
-/// back, and the file queued to be stored again, unless the removal goes through.
-struct Removal<'a, B: Backend> {
-    fs: &'a Arc<Fs<B>>,
-    ino: Ino,
-    staged: Option<Arc<super::staging::Staged>>,
-}
-
-impl<'a, B: Backend> Removal<'a, B> {
-    fn start(fs: &'a Arc<Fs<B>>, ino: Ino) -> Self {
-        let staged = fs.table().get(ino).and_then(|i| i.staged.clone());
-        if let Some(s) = &staged {
-            s.removal().cancel();
-        }
-        Removal { fs, ino, staged }
-    }
-
-    fn done(mut self) {
-        self.staged = None;
-    }
-}
-
-impl<B: Backend> Drop for Removal<'_, B> {
-    fn drop(&mut self) {
-        if let Some(s) = self.staged.take() {
-            s.removal().resume();
-            super::upload::schedule(self.fs, self.ino);
-        }
-    }
 }

@@ -404,7 +404,7 @@ impl<B: Backend> Fs<B> {
             return Some(s);
         }
         let key = passthrough::key(r).filter(|_| r.size > 0)?;
-        match self.backend.local_file(&r.id).await {
+        match self.backend.local()?.local_file(&r.id).await {
             Ok(Some((node, path, file)))
                 if node.md5_checksum == r.md5 && node.size == Some(r.size) =>
             {

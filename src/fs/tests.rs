@@ -17,17 +17,17 @@ use crate::backend::local::LocalBackend;
 use crate::backend::{Backend, ByteStream};
 use crate::store::Store;
 
-type TestFs = Fs<Faulty<LocalBackend>>;
+pub(super) type TestFs = Fs<Faulty<LocalBackend>>;
 
-struct Harness {
-    fs: Arc<TestFs>,
-    vault: NodePath,
-    cache_dir: std::path::PathBuf,
+pub(super) struct Harness {
+    pub(super) fs: Arc<TestFs>,
+    pub(super) vault: NodePath,
+    pub(super) cache_dir: std::path::PathBuf,
     _tmp: tempfile::TempDir,
 }
 
 /// A file system over a fresh store, rooted at its vault.
-fn harness(one_by_one: bool, dir_ttl: Duration) -> Harness {
+pub(super) fn harness(one_by_one: bool, dir_ttl: Duration) -> Harness {
     let tmp = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open_local(&tmp.path().join("data")).unwrap());
     let local = LocalBackend::new(store);
@@ -54,21 +54,21 @@ fn harness(one_by_one: bool, dir_ttl: Duration) -> Harness {
 }
 
 /// No kernel to pass files through to: every open is served the plain way.
-fn no_backing(_: std::os::fd::BorrowedFd<'_>) -> std::io::Result<fuser::BackingId> {
+pub(super) fn no_backing(_: std::os::fd::BorrowedFd<'_>) -> std::io::Result<fuser::BackingId> {
     Err(std::io::ErrorKind::Unsupported.into())
 }
 
 impl Harness {
-    fn faults(&self) -> &Faulty<LocalBackend> {
+    pub(super) fn faults(&self) -> &Faulty<LocalBackend> {
         &self.fs.backend
     }
 
-    fn store(&self) -> &LocalBackend {
+    pub(super) fn store(&self) -> &LocalBackend {
         self.faults().inner()
     }
 
     /// creat(2) of `name` in the root: its inode and handle.
-    async fn create(&self, name: &str) -> (Ino, u64) {
+    pub(super) async fn create(&self, name: &str) -> (Ino, u64) {
         let (attr, fh) = self
             .fs
             .create(ROOT, name, libc::O_CREAT | libc::O_WRONLY, 0, &no_backing)
@@ -78,7 +78,7 @@ impl Harness {
     }
 
     /// A new file in `dir` with `data`, fsynced and closed.
-    async fn write_file(&self, dir: Ino, name: &str, data: &[u8]) -> Ino {
+    pub(super) async fn write_file(&self, dir: Ino, name: &str, data: &[u8]) -> Ino {
         let (attr, fh) = self
             .fs
             .create(dir, name, libc::O_CREAT | libc::O_WRONLY, 0, &no_backing)
@@ -92,7 +92,7 @@ impl Harness {
     }
 
     /// The bytes the store holds at `name` of the vault (another client's view).
-    async fn stored(&self, name: &str) -> Option<Vec<u8>> {
+    pub(super) async fn stored(&self, name: &str) -> Option<Vec<u8>> {
         let node = self
             .store()
             .node(&self.vault.child(name).unwrap())
@@ -109,7 +109,7 @@ impl Harness {
     }
 
     /// Another client stores `data` at `name` of the vault (the three upload steps).
-    async fn put_remote(&self, name: &str, data: &'static [u8]) {
+    pub(super) async fn put_remote(&self, name: &str, data: &'static [u8]) {
         let s = self.store();
         let file = s.create_file(&self.vault, name).await.unwrap();
         let id = file.file_id().unwrap();
@@ -122,11 +122,11 @@ impl Harness {
             .unwrap();
     }
 
-    async fn read_all(&self, ino: Ino) -> Result<Vec<u8>, Errno> {
+    pub(super) async fn read_all(&self, ino: Ino) -> Result<Vec<u8>, Errno> {
         self.fs.read(ino, 0, 1 << 20).await
     }
 
-    async fn names(&self, dir: Ino) -> Vec<String> {
+    pub(super) async fn names(&self, dir: Ino) -> Vec<String> {
         let mut names: Vec<String> = self
             .fs
             .readdir_snapshot(dir)
@@ -142,7 +142,7 @@ impl Harness {
 }
 
 /// Waits (up to `limit`) for `cond` to hold; panics with `what` when it never does.
-async fn eventually<F, Fut>(limit: Duration, what: &str, mut cond: F)
+pub(super) async fn eventually<F, Fut>(limit: Duration, what: &str, mut cond: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
@@ -154,7 +154,7 @@ where
     }
 }
 
-const TTL: Duration = Duration::from_secs(10);
+pub(super) const TTL: Duration = Duration::from_secs(10);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_the_store_refuses_stays_journaled_and_readable_until_stored() {
@@ -516,12 +516,7 @@ async fn a_writer_joining_a_staged_copy_as_the_last_close_settles_it_is_kept() {
     // A reader opens read-write, and closes: its release counts itself out first...
     let reader = h.fs.open(ino, rw).await.unwrap();
     let staged = h.fs.writing(reader.fh).unwrap();
-    assert_eq!(
-        staged
-            .writers
-            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst),
-        1
-    );
+    assert_eq!(staged.leave(), Ok(true));
     // ...the writer opens in between and joins the same staged copy...
     let writer = h.fs.open(ino, rw).await.unwrap();
     assert!(Arc::ptr_eq(&staged, &h.fs.writing(writer.fh).unwrap()));

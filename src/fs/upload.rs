@@ -1,21 +1,15 @@
 //! The uploader: takes staged files to the backend in the interface's order (`create_file` for a
-//! new file, a version with the exact length and md5, the bytes), retrying with backoff while
-//! the backend is away. The journal entry goes only after the backend has the bytes.
-
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::Duration;
+//! new file, a version with the exact length and md5, the bytes), retried as `staging::retry`
+//! says. The journal entry goes only after the backend has the bytes.
 
 use super::Fs;
-use super::errno::is_transient;
+use super::staging::{Next, Retry};
 use super::table::{Ino, InodeKind};
 use crate::api::{Error, ErrorKind, FileAttrs, Result, file_mode};
 use crate::backend::{Backend, reader_stream};
 use crate::sync::relock;
-
-pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(60);
-/// Permanent failures (the folder is gone, say) tolerated before the bytes are set aside.
-pub(super) const PERMANENT_ATTEMPTS: u32 = 3;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 /// Queues the uploads a previous run left in the journal.
 pub fn recover<B: Backend>(fs: &Arc<Fs<B>>) -> std::io::Result<()> {
@@ -39,7 +33,7 @@ pub fn recover<B: Backend>(fs: &Arc<Fs<B>>) -> std::io::Result<()> {
 /// task of its own, which keeps going until the file is clean).
 pub fn schedule<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
     let new = relock(&fs.uploading).insert(ino);
-    if fs.backend.puts_batches() {
+    if fs.backend.local().is_some() {
         fs.writeback.enqueue(ino);
         return;
     }
@@ -51,8 +45,7 @@ pub fn schedule<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
 }
 
 async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
-    let mut backoff = Duration::from_secs(1);
-    let mut permanent = 0;
+    let mut retry = Retry::default();
     loop {
         let result = {
             let _slot = fs.upload_slots.acquire().await.expect("semaphore open");
@@ -79,38 +72,27 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
             fs.storing.fetch_sub(1, Ordering::SeqCst);
             r
         };
-        match result {
-            Ok(()) => {
-                backoff = Duration::from_secs(1);
-                fs.note_reachable();
-            }
-            Err(e) if is_transient(&e) => {
-                if e.kind == crate::api::ErrorKind::Network {
-                    // Offline until the next attempt says otherwise.
-                    fs.note_unreachable(backoff * 2);
-                }
-                fs.tracker
-                    .error(format!("upload of {}: {e}", path_of(fs, ino)));
-                log::warn!(
-                    "upload of inode {ino} failed, retrying in {}s: {e}",
-                    backoff.as_secs()
-                );
-                tokio::time::sleep(backoff + jitter(backoff)).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                continue;
-            }
-            Err(e) => {
-                fs.tracker
-                    .error(format!("upload of {}: {e}", path_of(fs, ino)));
-                permanent += 1;
-                if permanent >= PERMANENT_ATTEMPTS {
-                    quarantine(fs, ino, &e);
-                } else {
-                    log::warn!("upload of inode {ino} failed: {e}; trying again");
-                    tokio::time::sleep(backoff).await;
+        if let Err(e) = result {
+            fs.tracker
+                .error(format!("upload of {}: {e}", path_of(fs, ino)));
+            match retry.failed(&e) {
+                Next::After(wait) => {
+                    if e.kind == crate::api::ErrorKind::Network {
+                        // Offline until the next attempt says otherwise.
+                        fs.note_unreachable(wait * 2);
+                    }
+                    log::warn!(
+                        "upload of inode {ino} failed, retrying in {:.1}s: {e}",
+                        wait.as_secs_f64()
+                    );
+                    tokio::time::sleep(wait).await;
                     continue;
                 }
+                Next::SetAside => fs.set_aside(ino, &e),
             }
+        } else {
+            retry = Retry::default();
+            fs.note_reachable();
         }
         // Done unless a writer made it dirty again (and has closed it since).
         let mut up = relock(&fs.uploading);
@@ -118,9 +100,7 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
             .table()
             .get(ino)
             .and_then(|i| i.staged.clone())
-            .is_some_and(|s| {
-                s.is_dirty() && s.writers.load(std::sync::atomic::Ordering::SeqCst) == 0
-            });
+            .is_some_and(|s| s.waits_for_upload());
         if !again {
             up.remove(&ino);
             return;
@@ -135,45 +115,8 @@ fn path_of<B: Backend>(fs: &Fs<B>, ino: Ino) -> String {
         .map_or_else(|| format!("inode {ino}"), |i| i.path.to_string())
 }
 
-fn jitter(d: Duration) -> Duration {
-    d.mul_f64(rand::random::<f64>() * 0.25)
-}
-
-/// Sets the bytes of an upload that cannot succeed aside in `lost+found`, and says so loudly.
-pub(super) fn quarantine<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, err: &Error) {
-    let mut t = fs.table();
-    let Some(inode) = t.get(ino) else { return };
-    let Some(staged) = inode.staged.clone() else {
-        return;
-    };
-    let path = inode.path.clone();
-    match fs.journal.quarantine(&staged, &path) {
-        Ok(dest) => log::error!(
-            "cannot upload {path} ({err}); its bytes are kept in {}",
-            dest.display()
-        ),
-        Err(e) => {
-            log::error!(
-                "cannot upload {path} ({err}) nor set it aside ({e}); it stays in the journal"
-            );
-            return;
-        }
-    }
-    t.set_staged(ino, None);
-    t.maybe_drop(ino);
-    drop(t);
-    // What the store has from now on (an older version, or nothing at all): readers must not
-    // go on seeing the size of bytes that are now only in lost+found.
-    let fs = fs.clone();
-    tokio::spawn(async move {
-        if fs.table().get(ino).is_some() {
-            let _ = fs.refresh_attr(ino, &path).await;
-        }
-    });
-}
-
-/// One attempt: snapshot, hash, the three steps; on success the staged copy is retired if no
-/// change came in meanwhile.
+/// One attempt: snapshot, hash, the three steps; on success the staged copy is stored
+/// (`Fs::stored`: retired if no change came in meanwhile).
 pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
     let io = match fs.table().get(ino) {
         Some(i) => i.io.clone(),
@@ -220,7 +163,7 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
     }
     // A backend in this process hashes what it stores anyway; a remote one gets the md5 so
     // the server can check the bytes that crossed the network.
-    let md5 = if fs.backend.checksum_on_upload() {
+    let md5 = if fs.backend.local().is_none() {
         let s2 = staged.clone();
         let md5 = tokio::task::spawn_blocking(move || s2.md5())
             .await
@@ -276,16 +219,10 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
     };
     log::info!("uploaded {path} ({size} bytes)");
     let mut t = fs.table();
-    // Clean and the inode's new version together, under the table: a close that settles the
-    // copy (`Fs::settle`) sees both or neither (see `writeback::run_batch`).
-    staged.mark_uploaded(generation);
-    if let Some(node) = &node {
-        if let Some(id) = node.file_id() {
-            super::attrs::answered(&mut t, &id, node, attrs);
-        }
-        t.update_from(ino, node);
+    if let Some((node, id)) = node.as_ref().and_then(|n| Some((n, n.file_id()?))) {
+        super::attrs::answered(&mut t, &id, node, attrs);
     }
-    if super::writeback::retire(fs, &mut t, ino, &staged) {
+    if fs.stored(&mut t, ino, &staged, generation, node.as_ref()) {
         drop(t);
         fs.journal.finish(&staged);
     }

@@ -1,12 +1,12 @@
 //! Write-back in batches, for a backend that stores whole files together (the built-in store
-//! in this process, [`Backend::puts_batches`]). Closed files wait in a queue; one worker takes
-//! everything queued (up to a bound) and stores it with one [`Backend::put_files`] call, whose
+//! in this process, [`crate::backend::LocalStore`]). Closed files wait in a queue; one worker
+//! takes everything queued (up to a bound) and stores it with one `put_files` call, whose
 //! durable work (fsyncs, the transaction) is paid once per batch. While a batch is stored the
 //! next one gathers, so the batch size follows the load: one file when idle, hundreds in a burst.
 //!
 //! The staged file is sealed for the batch (the store may keep that very file as its blob); a
 //! writer that comes back later writes to a copy (`Staged::seal`). Backends without batches
-//! upload file by file (`upload.rs`); both end in [`retire`].
+//! upload file by file (`upload.rs`); both end in `Fs::stored` (`staging/lifecycle.rs`).
 //!
 //! The queue's place in the file system's lock order: after a file's `io`, before the
 //! `uploading` set and the inode table (see `fs`, "Locks").
@@ -19,12 +19,10 @@ use std::time::Duration;
 use tokio::sync::{Notify, oneshot};
 
 use super::Fs;
-use super::errno::is_transient;
-use super::staging::Staged;
-use super::table::{Ino, Table};
-use super::upload::{MAX_BACKOFF, PERMANENT_ATTEMPTS};
-use crate::api::{Error, FileAttrs, file_mode};
-use crate::backend::{Backend, PutFile};
+use super::staging::{Next, Retry, Staged, ToStore};
+use super::table::Ino;
+use crate::api::Error;
+use crate::backend::Backend;
 use crate::sync::relock;
 
 /// Most files in one batch.
@@ -54,7 +52,7 @@ struct Queue {
     /// fsync callers waiting for a file's bytes up to a generation: true once stored.
     waiters: HashMap<Ino, Vec<(u64, oneshot::Sender<bool>)>>,
     /// Failed attempts in a row, per file.
-    failures: HashMap<Ino, u32>,
+    failures: HashMap<Ino, Retry>,
 }
 
 impl Writeback {
@@ -190,87 +188,39 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
             busy.push(ino);
             continue;
         };
-        let t = fs.table();
-        let Some(inode) = t.get(ino) else {
-            drop(t);
-            finished(fs, ino, true);
-            continue;
-        };
-        let staged = match inode.staged.clone() {
-            Some(s) if !inode.unlinked && s.is_dirty() => s,
-            // Stored already, removed, or never changed: nothing to send.
-            _ => {
-                drop(t);
-                finished(fs, ino, true);
-                continue;
-            }
-        };
-        // Still open for writing and nobody asked for it: its last release queues it again.
-        if staged.writers.load(std::sync::atomic::Ordering::SeqCst) > 0 && !fsync {
-            drop(t);
-            finished(fs, ino, false);
-            continue;
-        }
-        // Written by the kernel, maybe to the same bytes (see `Staged::kernel_changed`):
-        // compared with the stored version first.
-        if staged.unsure() {
-            if let Some(stored) = t.stored_version(ino) {
-                drop(t);
+        match fs.to_store(ino, fsync) {
+            ToStore::Nothing { clean } => finished(fs, ino, clean),
+            ToStore::Compare {
+                staged,
+                generation,
+                size,
+                stored,
+            } => {
                 let item = Item {
                     ino,
-                    generation: staged.generation(),
-                    size: staged.size(),
                     staged,
+                    generation,
+                    size,
                     _io: guard,
                 };
                 unsure.push((item, stored));
-                continue;
             }
-            staged.make_sure();
-        }
-        // A file the kernel may still write (passthrough opens share it, or a map that
-        // outlived them) is never sealed: the store copies it. Decided with the table locked,
-        // where such opens start.
-        let mut held = inode.pt.is_some() || staged.kernel_holds();
-        if !held && staged.kernel_wrote() && staged.mapped_elsewhere() {
-            log::trace!("inode {ino}: held elsewhere, stored later");
-            until_unmapped(fs, ino, &staged);
-            if !fsync {
-                // Stored once the map is gone (by a link then, not a copy now).
-                drop(t);
-                finished(fs, ino, false);
-                continue;
+            ToStore::Send {
+                staged,
+                generation,
+                size,
+                put,
+            } => {
+                puts.push(put);
+                items.push(Item {
+                    ino,
+                    staged,
+                    generation,
+                    size,
+                    _io: guard,
+                });
             }
-            // An fsync waits: a copy now, and what the map writes after it later.
-            held = true;
         }
-        let snap = if held {
-            staged.snapshot()
-        } else {
-            staged.seal()
-        };
-        puts.push(PutFile {
-            path: inode.path.clone(),
-            file_id: inode.remote.as_ref().map(|r| r.id.clone()),
-            source: snap.file,
-            len: snap.size,
-            sealed: !held,
-            digests: snap.digests,
-            attrs: FileAttrs {
-                modified: Some(snap.mtime),
-                mode: inode.exec.map(file_mode),
-            },
-            cancel: staged.removal().clone(),
-            base: crate::api::Base::Any,
-        });
-        drop(t);
-        items.push(Item {
-            ino,
-            staged,
-            generation: snap.generation,
-            size: snap.size,
-            _io: guard,
-        });
     }
     if !busy.is_empty() {
         let fs = fs.clone();
@@ -289,32 +239,26 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
         end_entries(fs, retired).await;
         return;
     }
-    let results = fs.backend.put_files(puts).await;
+    let results = match fs.backend.local() {
+        Some(store) => store.put_files(puts).await,
+        // (Never: the worker runs only for a backend with batches, see `Fs::start`.)
+        None => (puts.iter())
+            .map(|_| Err(Error::internal("no batches")))
+            .collect(),
+    };
     for (item, result) in items.into_iter().zip(results) {
         match result {
             Ok(node) => {
                 fs.writeback.queue().failures.remove(&item.ino);
                 log::debug!("stored inode {} ({} bytes)", item.ino, item.size);
-                {
-                    let mut t = fs.table();
-                    // Clean and the inode's new version together, under the table: a close
-                    // that settles the copy in between would otherwise find it clean while the
-                    // inode still names the old version, drop it, and the next open would stage
-                    // the old bytes (fstests generic/451, "stale data from DIO read").
-                    item.staged.mark_uploaded(item.generation);
-                    t.update_from(item.ino, &node);
-                    if retire(fs, &mut t, item.ino, &item.staged) {
-                        retired.push(item.staged.clone());
-                    }
+                let mut t = fs.table();
+                if fs.stored(&mut t, item.ino, &item.staged, item.generation, Some(&node)) {
+                    retired.push(item.staged.clone());
                 }
+                drop(t);
                 fs.writeback.notify(item.ino, Some(item.generation));
                 // Written to again and closed since: it goes in the next batch.
-                let again = item.staged.is_dirty()
-                    && item
-                        .staged
-                        .writers
-                        .load(std::sync::atomic::Ordering::SeqCst)
-                        == 0;
+                let again = item.staged.waits_for_upload();
                 drop(item._io);
                 if again {
                     fs.writeback.enqueue(item.ino);
@@ -339,56 +283,6 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
         }
     }
     end_entries(fs, retired).await;
-}
-
-/// A staged file the kernel wrote is still open through a map of it, its handles gone (see
-/// `Staged::mapped_elsewhere`; most often the kernel is only about to close the backing file
-/// of a handle just released): it is not retired until the map is gone, and what the map
-/// wrote is stored then.
-pub(super) fn until_unmapped<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, staged: &Arc<Staged>) {
-    staged.set_mapped(true);
-    // Held weakly: a file removed meanwhile gives its space back at once.
-    let (fs, weak) = (fs.clone(), Arc::downgrade(staged));
-    fs.rt.clone().spawn(async move {
-        let mut wait = Duration::ZERO;
-        let staged = loop {
-            if wait.is_zero() {
-                tokio::task::yield_now().await;
-            } else {
-                tokio::time::sleep(wait).await;
-            }
-            // Let go of with the table locked, where a batch decides to seal.
-            let t = fs.table();
-            let Some(staged) = weak.upgrade() else { return };
-            let current = t
-                .get(ino)
-                .and_then(|i| i.staged.as_ref())
-                .is_some_and(|s| Arc::ptr_eq(s, &staged));
-            if !current {
-                return; // removed, or set aside: nothing of the inode's to store
-            }
-            if !staged.mapped_elsewhere() {
-                staged.set_mapped(false);
-                break staged;
-            }
-            drop(t);
-            if wait >= Duration::from_millis(100) {
-                log::debug!("inode {ino}: mapped after its last close, stored once unmapped");
-            }
-            wait = (wait * 4).clamp(Duration::from_millis(1), Duration::from_millis(500));
-        };
-        // Still to store: the store takes the bytes as the map left them. Stored already: the
-        // map may have written since.
-        if !staged.is_dirty() {
-            let stored = fs.table().stored_version(ino);
-            staged.kernel_recheck(stored.as_ref());
-        }
-        if staged.is_dirty() {
-            super::upload::schedule(&fs, ino);
-        } else {
-            fs.settle(ino, &staged);
-        }
-    });
 }
 
 /// The journal entries of retired files end: a write and an unlink per file, file system work
@@ -446,55 +340,53 @@ async fn same_as_stored<B: Backend>(
             ..
         } = item;
         if same {
-            {
-                let mut t = fs.table();
-                staged.mark_uploaded(generation);
-                if retire(fs, &mut t, ino, &staged) {
-                    retired.push(staged.clone());
-                }
+            let mut t = fs.table();
+            if fs.stored(&mut t, ino, &staged, generation, None) {
+                retired.push(staged.clone());
             }
+            drop(t);
             fs.writeback.notify(ino, Some(generation));
             drop(guard);
             finished(fs, ino, !staged.is_dirty());
         } else {
-            staged.make_sure();
+            staged.found_changed();
             drop(guard);
             fs.writeback.enqueue(ino);
         }
     }
 }
 
-/// A failed attempt: retried with backoff while it may succeed later; set aside after a few
-/// permanent failures.
+/// A failed attempt: tried again as `staging::retry` says, or set aside.
 fn failed<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, e: &Error) {
     let path = fs
         .table()
         .get(ino)
         .map_or_else(|| format!("inode {ino}"), |i| i.path.to_string());
     fs.tracker.error(format!("upload of {path}: {e}"));
-    let n = {
-        let mut q = fs.writeback.queue();
-        let n = q.failures.entry(ino).or_insert(0);
-        *n += 1;
-        *n
+    let next = fs
+        .writeback
+        .queue()
+        .failures
+        .entry(ino)
+        .or_default()
+        .failed(e);
+    let wait = match next {
+        Next::After(wait) => wait,
+        Next::SetAside => {
+            fs.writeback.queue().failures.remove(&ino);
+            fs.set_aside(ino, e);
+            fs.writeback.notify(ino, None);
+            finished(fs, ino, false);
+            return;
+        }
     };
-    if !is_transient(e) && n >= PERMANENT_ATTEMPTS {
-        fs.writeback.queue().failures.remove(&ino);
-        super::upload::quarantine(fs, ino, e);
-        fs.writeback.notify(ino, None);
-        finished(fs, ino, false);
-        return;
-    }
-    let backoff = (Duration::from_millis(500) * 2u32.saturating_pow(n.min(8)))
-        .min(MAX_BACKOFF)
-        .mul_f64(1.0 + rand::random::<f64>() * 0.25);
     log::warn!(
         "storing {path} failed, retrying in {:.1}s: {e}",
-        backoff.as_secs_f64()
+        wait.as_secs_f64()
     );
     let fs = fs.clone();
     fs.rt.clone().spawn(async move {
-        tokio::time::sleep(backoff).await;
+        tokio::time::sleep(wait).await;
         fs.writeback.enqueue(ino);
     });
 }
@@ -508,57 +400,4 @@ fn finished<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, clean: bool) {
     if !fs.writeback.queue().queued.contains(&ino) {
         relock(&fs.uploading).remove(&ino);
     }
-}
-
-/// After a successful upload: a staged file with no writer and nothing new is retired (the
-/// read cache adopts its bytes) and the file reads from the backend again. True when it was
-/// retired: the caller then ends its journal entry and staging name (`Journal::finish`),
-/// after letting go of the table (a crash in between uploads the same bytes once more).
-pub(super) fn retire<B: Backend>(
-    fs: &Arc<Fs<B>>,
-    t: &mut Table,
-    ino: Ino,
-    staged: &Arc<Staged>,
-) -> bool {
-    let Some(inode) = t.get_mut(ino) else {
-        return false;
-    };
-    let current = inode
-        .staged
-        .as_ref()
-        .is_some_and(|s| Arc::ptr_eq(s, staged));
-    if !current || staged.is_dirty() || staged.writers.load(std::sync::atomic::Ordering::SeqCst) > 0
-    {
-        return false;
-    }
-    // Passthrough opens of a file the kernel wrote: one of them may have mapped it, and the
-    // map write on after its close. Their last release retires it (see `io`), or the end of
-    // a map that outlived them.
-    if staged.kernel_wrote() {
-        if inode.pt.is_some() || staged.kernel_holds() {
-            return false;
-        }
-        // (A sealed file was asked before it was sealed, and no map of it can start since.)
-        if !staged.is_sealed() && staged.mapped_elsewhere() {
-            until_unmapped(fs, ino, staged);
-            return false;
-        }
-    }
-    if let Some(r) = inode.remote.clone() {
-        // What the kernel caches of the inode is what it saw written, unless it wrote the
-        // staged file itself (passthrough).
-        inode.kernel_md5 = r.md5.clone().filter(|_| !staged.kernel_wrote());
-        inode.mtime = staged.mtime();
-        // Kept open before the staging name goes: reading back what was written needs no copy.
-        if let Err(e) = fs
-            .cache
-            .adopt(&r.id, r.md5.as_deref(), staged.size(), &staged.file())
-        {
-            log::debug!("could not keep inode {ino} in the read cache: {e}");
-        }
-    }
-    t.set_staged(ino, None);
-    t.touch(ino);
-    t.maybe_drop(ino);
-    true
 }

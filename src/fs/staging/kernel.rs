@@ -131,7 +131,7 @@ impl Staged {
     }
 
     /// The bytes were compared with the stored version and found changed.
-    pub fn make_sure(&self) {
+    pub(super) fn make_sure(&self) {
         self.unsure.store(false, Ordering::SeqCst);
     }
 
@@ -179,7 +179,7 @@ impl Staged {
         self.kernel_writers() > 0 || self.mapped.load(Ordering::SeqCst)
     }
 
-    pub fn set_mapped(&self, mapped: bool) {
+    pub(super) fn set_mapped(&self, mapped: bool) {
         self.mapped.store(mapped, Ordering::SeqCst);
     }
 

@@ -2,8 +2,10 @@
 //! in the upload journal (`journal.rs`) says where its bytes belong.
 //!
 //! Here: the staged file and what the daemon's own writes, cuts and reservations do to it.
-//! `ahead`: hashing sequential writes while they arrive. `kernel`: files the kernel writes
-//! itself (passthrough).
+//! `lifecycle`: where a staged file is in its life, and every step that moves it on (opened,
+//! closed, settled, stored, retired, removed, renamed, set aside). `retry`: how a failed store
+//! is tried again. `ahead`: hashing sequential writes while they arrive. `kernel`: files the
+//! kernel writes itself (passthrough).
 use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -18,9 +20,13 @@ use crate::sync::{relock, unpoisoned};
 
 mod ahead;
 mod kernel;
+mod lifecycle;
+mod retry;
 
 use ahead::{Ahead, HashAhead};
 pub use kernel::kernel_writes_safe;
+pub(super) use lifecycle::{Removal, ToStore};
+pub use retry::{Next, Retry};
 
 /// A staged file: the bytes a writer sees, and how far they are from being uploaded.
 ///
@@ -46,9 +52,8 @@ pub struct Staged {
     /// Bumped by every change; an upload records the generation it sent.
     generation: AtomicU64,
     uploaded: AtomicU64,
-    /// Open writable handles. Changed only with the inode table locked (see `fs::writeback`),
-    /// so a staged file is never retired while a writer is about to use it.
-    pub writers: AtomicU32,
+    /// Where the file is in its life, and its writers (`lifecycle`).
+    state: Mutex<lifecycle::State>,
     /// Of those, the handles the kernel writes through itself (passthrough): their writes never
     /// reach the daemon, so size and time are read from the file (`observe`) and each of their
     /// releases counts as a change.
@@ -107,7 +112,7 @@ impl Staged {
             sha256: true,
             generation: AtomicU64::new(u64::from(dirty)),
             uploaded: AtomicU64::new(0),
-            writers: AtomicU32::new(0),
+            state: Mutex::default(),
             kernel_writers: AtomicU32::new(0),
             kernel_wrote: AtomicBool::new(false),
             synced: Mutex::new((0, 0, 0)),
@@ -193,7 +198,7 @@ impl Staged {
         self.generation() != self.uploaded.load(Ordering::SeqCst)
     }
 
-    pub fn mark_uploaded(&self, generation: u64) {
+    fn mark_uploaded(&self, generation: u64) {
         self.uploaded.store(generation, Ordering::SeqCst);
     }
 
@@ -202,7 +207,7 @@ impl Staged {
     }
 
     /// The content as it is now, never to be written again: later changes go to a copy.
-    pub fn seal(&self) -> Snapshot {
+    fn seal(&self) -> Snapshot {
         let _order = self.order();
         debug_assert_eq!(
             self.kernel_writers(),

@@ -1,0 +1,633 @@
+//! The staged file's life, in one place: every step that moves a staged file on (a writer
+//! joins or leaves, its last close settles it, an upload or a batch stores it, it is retired,
+//! removed, replaced by a rename, set aside) is a method here that checks it may happen. `io`,
+//! `namespace` and the two uploaders (`upload`: file by file; `writeback`: the built-in
+//! store's batches) call these; nothing else changes where a staged file is. What the bytes
+//! go through meanwhile (writes, cuts, seals and copies; the kernel's own writes) is in the
+//! rest of `staging`; how a failed store is tried again, in `retry`.
+//!
+//! ```text
+//!  made ──join──► Open ◄──join── Closed ──stored, no writer, the kernel let go──► Retired
+//!    │             └──last leave──►  │  (settled: dirty, its upload is scheduled;
+//!    │                               │   clean, retired at once)
+//!    ├── superseded, removed, or replaced by a rename (no writer) ──────────────► Dropped
+//!    └── stored in vain three times (`retry`) ──────────────────────────────────► SetAside
+//! ```
+//!
+//! Open and Closed are the live states: the staged file is its inode's copy, read and written
+//! in place of the stored version. Retired, Dropped and SetAside are final: the inode lets go
+//! of the file in the same step, under the inode table's lock, so no writer can join it after.
+//! The states the shared-vault and offline issues add (a conflict with another client's
+//! version, a file kept while offline) belong in this type, and their steps here.
+//!
+//! - **Write** (`write_at`, `truncate`, `allocate`, `set_attrs`): a new generation, dirty until
+//!   an upload stores it. A sealed file (its bytes shared with the store) is copied first.
+//! - **Close** ([`Fs::release_staged`]): the last writer leaves; [`Fs::settle`] decides.
+//! - **Settle**: with a writer back meanwhile, nothing (its own close settles); removed, it is
+//!   dropped; dirty, it is journaled and its upload scheduled; clean, it is retired, unless the
+//!   kernel may still write it (a passthrough open, a map: `kernel`), which lets go later.
+//! - **Upload**: the per-file uploader reads the generation and sends the bytes; a batch seals
+//!   the file ([`Fs::to_store`]) so the store may keep it as its blob. Finished,
+//!   [`Fs::stored`] marks the generation clean and gives the inode its new version under one
+//!   lock (a close in between would drop the copy while the inode still named the old version,
+//!   and the next open stage the old bytes: fstests generic/451), then retires the file if
+//!   nothing new came. Failed: `retry`.
+//! - **Remove** ([`Removal`], [`Fs::removed`]): an upload under way stops; the file is dropped
+//!   once no writer holds it (else at its last close).
+//! - **Rename** ([`Fs::renamed`], [`Fs::replaced`]): the staged file goes with its inode, its
+//!   journal entry (and those under a renamed folder) rewritten to the new path; a staged file
+//!   the rename replaced is dropped, unless it is open for writing.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Snapshot, Staged};
+use crate::api::{Error, FileAttrs, Node, NodePath, file_mode};
+use crate::backend::{Backend, PutFile};
+use crate::fs::Fs;
+use crate::fs::table::{Ino, Inode, Table};
+use crate::sync::relock;
+
+#[cfg(test)]
+mod tests;
+
+/// Where a staged file is in its life (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Life {
+    /// Its inode's copy, with writers.
+    Open,
+    /// No writer: made and not yet joined, or settled (its changes wait for an upload, or,
+    /// all stored, it waits for the kernel to let go of it).
+    Closed,
+    /// Stored and let go of: the file reads from the backend (and the read cache) again.
+    Retired,
+    /// Its bytes go nowhere: removed, replaced by a rename, or another copy took its place.
+    Dropped,
+    /// Stored in vain: its bytes are in `lost+found`.
+    SetAside,
+}
+
+impl Life {
+    /// Whether the file may still be written and stored.
+    pub fn live(self) -> bool {
+        matches!(self, Life::Open | Life::Closed)
+    }
+}
+
+/// A step refused: the file was not in a state it may be taken from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Illegal {
+    pub step: &'static str,
+    pub from: Life,
+    pub writers: u32,
+}
+
+impl fmt::Display for Illegal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "staged file: cannot {} when {:?} with {} writer(s)",
+            self.step, self.from, self.writers
+        )
+    }
+}
+
+impl std::error::Error for Illegal {}
+
+/// The life of a staged file and its writers, changed together under one small lock (taken
+/// with nothing under it: "a staged file's own" in `fs`, Locks).
+#[derive(Debug)]
+pub(super) struct State {
+    life: Life,
+    /// Open writable handles. A writer joins with the inode table locked, where a finished
+    /// upload decides to retire the file, so no writer ever writes to a retired copy.
+    writers: u32,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            life: Life::Closed,
+            writers: 0,
+        }
+    }
+}
+
+impl Staged {
+    fn step<T>(
+        &self,
+        step: &'static str,
+        legal: impl FnOnce(&State) -> bool,
+        go: impl FnOnce(&mut State) -> T,
+    ) -> Result<T, Illegal> {
+        let mut s = relock(&self.state);
+        if !legal(&s) {
+            return Err(Illegal {
+                step,
+                from: s.life,
+                writers: s.writers,
+            });
+        }
+        Ok(go(&mut s))
+    }
+
+    /// Where the file is in its life (the steps below read it; so do tests).
+    #[cfg(test)]
+    pub fn life(&self) -> Life {
+        relock(&self.state).life
+    }
+
+    /// Whether a writable handle holds the file.
+    pub fn has_writers(&self) -> bool {
+        relock(&self.state).writers > 0
+    }
+
+    /// Changes wait and no writer is left: the last close scheduled an upload, and one that
+    /// just ended must go round again.
+    pub fn waits_for_upload(&self) -> bool {
+        self.is_dirty() && !self.has_writers()
+    }
+
+    /// **Open**: a writable handle joins (with the inode table locked). Refused once the file
+    /// is retired, dropped or set aside: the writer stages the file again.
+    pub fn join(&self) -> Result<(), Illegal> {
+        self.step(
+            "join",
+            |s| s.life.live(),
+            |s| {
+                s.writers += 1;
+                s.life = Life::Open;
+            },
+        )
+    }
+
+    /// **Close**: a writable handle leaves; true when it was the last (the caller settles the
+    /// file then). Legal whatever the life: a writer holds a file set aside until it closes.
+    pub fn leave(&self) -> Result<bool, Illegal> {
+        self.step(
+            "leave",
+            |s| s.writers > 0,
+            |s| {
+                s.writers -= 1;
+                if s.writers == 0 && s.life == Life::Open {
+                    s.life = Life::Closed;
+                }
+                s.writers == 0
+            },
+        )
+    }
+
+    /// The file was made as a copy of the stored version: not a change to upload by itself.
+    pub fn holds_stored(&self) -> Result<(), Illegal> {
+        self.step(
+            "take the stored bytes",
+            |s| s.life == Life::Closed && s.writers == 0,
+            |_| self.mark_uploaded(self.generation()),
+        )
+    }
+
+    /// **Upload finished**: `generation` is stored (later ones may wait still).
+    pub fn stored(&self, generation: u64) -> Result<(), Illegal> {
+        self.step(
+            "be stored",
+            |s| s.life.live() && generation <= self.generation(),
+            |_| self.mark_uploaded(generation),
+        )
+    }
+
+    /// A generation that might have held the stored bytes (`kernel_changed`) was compared and
+    /// found changed: it is stored like any other.
+    pub fn found_changed(&self) {
+        self.make_sure();
+    }
+
+    /// **Retire**: stored and let go of, once no writer holds it and nothing new waits.
+    fn retire(&self) -> Result<(), Illegal> {
+        self.step(
+            "retire",
+            |s| s.life.live() && s.writers == 0 && !self.is_dirty(),
+            |s| s.life = Life::Retired,
+        )
+    }
+
+    /// **Drop**: removed, replaced, or superseded by another copy, with no writer.
+    pub fn drop_copy(&self) -> Result<(), Illegal> {
+        self.step(
+            "drop",
+            |s| s.life.live() && s.writers == 0,
+            |s| s.life = Life::Dropped,
+        )
+    }
+
+    /// **Set aside**: its bytes could not be stored and went to `lost+found`. A writer that
+    /// still holds it writes on to a file nobody stores.
+    fn set_aside(&self) -> Result<(), Illegal> {
+        self.step("set aside", |s| s.life.live(), |s| s.life = Life::SetAside)
+    }
+}
+
+/// Whether `staged` is `inode`'s copy.
+fn current(inode: &Inode, staged: &Arc<Staged>) -> bool {
+    inode
+        .staged
+        .as_ref()
+        .is_some_and(|s| Arc::ptr_eq(s, staged))
+}
+
+/// What a batch does with one file, decided with its `io` held ([`Fs::to_store`]). (Taken
+/// apart as soon as it is returned: no box for the large variant.)
+#[allow(clippy::large_enum_variant)]
+pub(in crate::fs) enum ToStore {
+    /// Nothing to send: `clean` when nothing is left to store (stored already, removed, never
+    /// changed), else its release (or the end of a map) queues it again.
+    Nothing { clean: bool },
+    /// Written by the kernel, maybe to the same bytes: compared with the stored version
+    /// (md5 and size) first.
+    Compare {
+        staged: Arc<Staged>,
+        generation: u64,
+        size: u64,
+        stored: (String, u64),
+    },
+    /// To send as this.
+    Send {
+        staged: Arc<Staged>,
+        generation: u64,
+        size: u64,
+        put: PutFile,
+    },
+}
+
+impl<B: Backend> Fs<B> {
+    /// A made copy nobody will use (another copy took its place, the stored version changed
+    /// while it was copied, the open failed): its journal entry ends.
+    pub(in crate::fs) fn discard(&self, staged: &Staged) {
+        if let Err(e) = staged.drop_copy() {
+            log::warn!("{e}");
+        }
+        self.journal.finish(staged);
+    }
+
+    /// **Close**: a writer is done with a staged file; the last one settles it.
+    pub(in crate::fs) fn release_staged(self: &Arc<Self>, ino: Ino, staged: &Arc<Staged>) {
+        match staged.leave() {
+            Ok(true) => self.settle(ino, staged),
+            Ok(false) => {}
+            Err(e) => log::error!("inode {ino}: {e}"),
+        }
+    }
+
+    /// **Settle**, with no writer left: upload if dirty, else retire the staged copy.
+    pub(in crate::fs) fn settle(self: &Arc<Self>, ino: Ino, staged: &Arc<Staged>) {
+        let mut t = self.table();
+        let Some(inode) = t.get(ino) else { return };
+        // The last close counted itself out before taking the table; an open may have joined
+        // this copy since (it counts itself in under the table). Its own close settles it
+        // then: dropping the copy now would leave that writer's bytes where nobody reads or
+        // stores them (fstests generic/451).
+        if staged.has_writers() {
+            return;
+        }
+        if !current(inode, staged) {
+            // No longer the inode's copy (set aside): nothing of the inode's to retire. Stored
+            // bytes need no journal entry; others stay for the next mount.
+            if !staged.is_dirty() {
+                self.journal.finish(staged);
+            }
+            return;
+        }
+        if inode.unlinked {
+            self.drop_staged(&mut t, ino);
+            t.maybe_drop(ino);
+            return;
+        }
+        if staged.is_dirty() {
+            let (path, id) = (
+                inode.path.clone(),
+                inode.remote.as_ref().map(|r| r.id.clone()),
+            );
+            if let Err(e) = self.journal.record(staged, &path, id) {
+                log::error!("could not journal {path}: {e}");
+            }
+            drop(t);
+            crate::fs::upload::schedule(self, ino);
+        } else if self.retire(&mut t, ino, staged, false) {
+            // Clean: every generation is stored (or nothing was written). An upload task that
+            // still holds it finds nothing to do. (No `uploading` lock here: the uploader takes
+            // that lock before the table's, and the order must not be reversed.)
+            drop(t);
+            self.journal.finish(staged);
+        }
+    }
+
+    /// **Upload finished**: `generation` of `staged` is stored, as `node` when the backend
+    /// made a new version. Clean and the inode's new version together, under the table: a
+    /// close that settles the copy in between would otherwise find it clean while the inode
+    /// still names the old version, drop it, and the next open would stage the old bytes
+    /// (fstests generic/451, "stale data from DIO read"). Then retired if nothing new came:
+    /// true, and the caller ends its journal entry after letting go of the table (a crash in
+    /// between stores the same bytes once more).
+    pub(in crate::fs) fn stored(
+        self: &Arc<Self>,
+        t: &mut Table,
+        ino: Ino,
+        staged: &Arc<Staged>,
+        generation: u64,
+        node: Option<&Node>,
+    ) -> bool {
+        if let Err(e) = staged.stored(generation) {
+            log::debug!("inode {ino}: {e}");
+            return false;
+        }
+        if let Some(node) = node {
+            t.update_from(ino, node);
+        }
+        self.retire(t, ino, staged, true)
+    }
+
+    /// **Retire**: a staged file with no writer and nothing new lets go of its inode, which
+    /// reads from the backend again. `stored_now`: an upload just stored it (the read cache
+    /// adopts its bytes, the inode takes its time); else it was clean when settled (opened
+    /// for writing and left as it was, or stored while a writer still held it). True when
+    /// retired: the caller ends its journal entry.
+    fn retire(
+        self: &Arc<Self>,
+        t: &mut Table,
+        ino: Ino,
+        staged: &Arc<Staged>,
+        stored_now: bool,
+    ) -> bool {
+        let Some(inode) = t.get_mut(ino) else {
+            return false;
+        };
+        if !current(inode, staged) || staged.is_dirty() || staged.has_writers() {
+            return false;
+        }
+        // Passthrough opens of a file the kernel wrote: one of them may have mapped it, and the
+        // map write on after its close. Their last release retires it (see `io`), or the end of
+        // a map that outlived them.
+        if staged.kernel_wrote() {
+            if inode.pt.is_some() || staged.kernel_holds() {
+                return false;
+            }
+            // (A sealed file was asked before it was sealed, and no map of it can start since.)
+            if !staged.is_sealed() && staged.mapped_elsewhere() {
+                self.until_unmapped(ino, staged);
+                return false;
+            }
+        }
+        if let Err(e) = staged.retire() {
+            log::warn!("inode {ino}: {e}");
+            return false;
+        }
+        if let Some(r) = inode.remote.clone().filter(|_| stored_now) {
+            // What the kernel caches of the inode is what it saw written, unless it wrote the
+            // staged file itself (passthrough).
+            inode.kernel_md5 = r.md5.clone().filter(|_| !staged.kernel_wrote());
+            inode.mtime = staged.mtime();
+            // Kept open before the staging name goes: reading back what was written needs no
+            // copy.
+            if let Err(e) = self
+                .cache
+                .adopt(&r.id, r.md5.as_deref(), staged.size(), &staged.file())
+            {
+                log::debug!("could not keep inode {ino} in the read cache: {e}");
+            }
+        }
+        t.set_staged(ino, None);
+        if stored_now {
+            t.touch(ino);
+        }
+        t.maybe_drop(ino);
+        true
+    }
+
+    /// **Drop** the staged file of `ino` (removed, replaced by a rename) when no writer holds
+    /// it; one that does is dropped at its last close (`settle`, the inode unlinked).
+    fn drop_staged(&self, t: &mut Table, ino: Ino) {
+        let Some(s) = t.get(ino).and_then(|i| i.staged.clone()) else {
+            return;
+        };
+        if s.drop_copy().is_ok() {
+            self.journal.finish(&s);
+            t.set_staged(ino, None);
+        }
+    }
+
+    /// **Remove**: the file `ino` is gone (detached from its folder): its staged file too.
+    pub(in crate::fs) fn removed(&self, t: &mut Table, ino: Ino) {
+        if t.get(ino).is_some_and(|i| i.staged.is_some()) {
+            self.drop_staged(t, ino);
+            t.maybe_drop(ino);
+        }
+    }
+
+    /// **Rename**, the target: a file that a rename replaced loses its staged bytes.
+    pub(in crate::fs) fn replaced(&self, t: &mut Table, target: Ino) {
+        self.drop_staged(t, target);
+    }
+
+    /// **Rename**, the source: staged files follow their inodes; their journal entries (all
+    /// those under a renamed folder too) are rewritten to the paths under `dst`.
+    pub(in crate::fs) fn renamed(&self, t: &Table, dst: &NodePath) {
+        for sino in t.staged_inos() {
+            if let Some(i) = t.get(sino) {
+                if dst.contains(&i.path) {
+                    if let Some(s) = &i.staged {
+                        let _ = self.journal.record(
+                            s,
+                            &i.path,
+                            i.remote.as_ref().map(|r| r.id.clone()),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// **Upload started**, in a batch: what to do with `ino`, whose `io` the caller holds.
+    /// The file is sealed for the store (which may keep that very file as its blob) unless the
+    /// kernel may still write it.
+    pub(in crate::fs) fn to_store(self: &Arc<Self>, ino: Ino, fsync: bool) -> ToStore {
+        let t = self.table();
+        let Some(inode) = t.get(ino) else {
+            return ToStore::Nothing { clean: true };
+        };
+        let staged = match inode.staged.clone() {
+            Some(s) if !inode.unlinked && s.is_dirty() => s,
+            // Stored already, removed, or never changed: nothing to send.
+            _ => return ToStore::Nothing { clean: true },
+        };
+        // Still open for writing and nobody asked for it: its last release queues it again.
+        if staged.has_writers() && !fsync {
+            return ToStore::Nothing { clean: false };
+        }
+        // Written by the kernel, maybe to the same bytes (see `Staged::kernel_changed`):
+        // compared with the stored version first.
+        if staged.unsure() {
+            if let Some(stored) = t.stored_version(ino) {
+                return ToStore::Compare {
+                    generation: staged.generation(),
+                    size: staged.size(),
+                    staged,
+                    stored,
+                };
+            }
+            staged.make_sure();
+        }
+        // A file the kernel may still write (passthrough opens share it, or a map that
+        // outlived them) is never sealed: the store copies it. Decided with the table locked,
+        // where such opens start.
+        let mut held = inode.pt.is_some() || staged.kernel_holds();
+        if !held && staged.kernel_wrote() && staged.mapped_elsewhere() {
+            log::trace!("inode {ino}: held elsewhere, stored later");
+            self.until_unmapped(ino, &staged);
+            if !fsync {
+                // Stored once the map is gone (by a link then, not a copy now).
+                return ToStore::Nothing { clean: false };
+            }
+            // An fsync waits: a copy now, and what the map writes after it later.
+            held = true;
+        }
+        let snap: Snapshot = if held {
+            staged.snapshot()
+        } else {
+            staged.seal()
+        };
+        let put = PutFile {
+            path: inode.path.clone(),
+            file_id: inode.remote.as_ref().map(|r| r.id.clone()),
+            source: snap.file,
+            len: snap.size,
+            sealed: !held,
+            digests: snap.digests,
+            attrs: FileAttrs {
+                modified: Some(snap.mtime),
+                mode: inode.exec.map(file_mode),
+            },
+            cancel: staged.removal().clone(),
+            base: crate::api::Base::Any,
+        };
+        ToStore::Send {
+            staged,
+            generation: snap.generation,
+            size: snap.size,
+            put,
+        }
+    }
+
+    /// A staged file the kernel wrote is still open through a map of it, its handles gone (see
+    /// `Staged::mapped_elsewhere`; most often the kernel is only about to close the backing
+    /// file of a handle just released): it is not retired until the map is gone, and what the
+    /// map wrote is stored then.
+    pub(in crate::fs) fn until_unmapped(self: &Arc<Self>, ino: Ino, staged: &Arc<Staged>) {
+        staged.set_mapped(true);
+        // Held weakly: a file removed meanwhile gives its space back at once.
+        let (fs, weak) = (self.clone(), Arc::downgrade(staged));
+        self.rt.spawn(async move {
+            let mut wait = Duration::ZERO;
+            let staged = loop {
+                if wait.is_zero() {
+                    tokio::task::yield_now().await;
+                } else {
+                    tokio::time::sleep(wait).await;
+                }
+                // Let go of with the table locked, where a batch decides to seal.
+                let t = fs.table();
+                let Some(staged) = weak.upgrade() else { return };
+                if !t.get(ino).is_some_and(|i| current(i, &staged)) {
+                    return; // removed, or set aside: nothing of the inode's to store
+                }
+                if !staged.mapped_elsewhere() {
+                    staged.set_mapped(false);
+                    break staged;
+                }
+                drop(t);
+                if wait >= Duration::from_millis(100) {
+                    log::debug!("inode {ino}: mapped after its last close, stored once unmapped");
+                }
+                wait = (wait * 4).clamp(Duration::from_millis(1), Duration::from_millis(500));
+            };
+            // Still to store: the store takes the bytes as the map left them. Stored already:
+            // the map may have written since.
+            if !staged.is_dirty() {
+                let stored = fs.table().stored_version(ino);
+                staged.kernel_recheck(stored.as_ref());
+            }
+            if staged.is_dirty() {
+                crate::fs::upload::schedule(&fs, ino);
+            } else {
+                fs.settle(ino, &staged);
+            }
+        });
+    }
+
+    /// **Set aside**: the bytes of an upload that cannot succeed go to `lost+found`, loudly.
+    pub(in crate::fs) fn set_aside(self: &Arc<Self>, ino: Ino, err: &Error) {
+        let mut t = self.table();
+        let Some(inode) = t.get(ino) else { return };
+        let Some(staged) = inode.staged.clone() else {
+            return;
+        };
+        let path = inode.path.clone();
+        match self.journal.quarantine(&staged, &path) {
+            Ok(dest) => log::error!(
+                "cannot upload {path} ({err}); its bytes are kept in {}",
+                dest.display()
+            ),
+            Err(e) => {
+                log::error!(
+                    "cannot upload {path} ({err}) nor set it aside ({e}); it stays in the journal"
+                );
+                return;
+            }
+        }
+        if let Err(e) = staged.set_aside() {
+            log::warn!("inode {ino}: {e}");
+        }
+        t.set_staged(ino, None);
+        t.maybe_drop(ino);
+        drop(t);
+        // What the store has from now on (an older version, or nothing at all): readers must
+        // not go on seeing the size of bytes that are now only in lost+found.
+        let fs = self.clone();
+        tokio::spawn(async move {
+            if fs.table().get(ino).is_some() {
+                let _ = fs.refresh_attr(ino, &path).await;
+            }
+        });
+    }
+}
+
+/// **Remove** started: a removal's hold on the file's upload, given up so that `rm` does not
+/// wait for it (the upload stops at its next chunk): taken back, and the file queued to be
+/// stored again, unless the removal goes through ([`Removal::done`]).
+pub(in crate::fs) struct Removal<'a, B: Backend> {
+    fs: &'a Arc<Fs<B>>,
+    ino: Ino,
+    staged: Option<Arc<Staged>>,
+}
+
+impl<'a, B: Backend> Removal<'a, B> {
+    pub(in crate::fs) fn start(fs: &'a Arc<Fs<B>>, ino: Ino) -> Self {
+        let staged = fs.table().get(ino).and_then(|i| i.staged.clone());
+        if let Some(s) = &staged {
+            s.removal().cancel();
+        }
+        Removal { fs, ino, staged }
+    }
+
+    pub(in crate::fs) fn done(mut self) {
+        self.staged = None;
+    }
+}
+
+impl<B: Backend> Drop for Removal<'_, B> {
+    fn drop(&mut self) {
+        if let Some(s) = self.staged.take() {
+            s.removal().resume();
+            crate::fs::upload::schedule(self.fs, self.ino);
+        }
+    }
+}
