@@ -212,6 +212,8 @@ pub(crate) struct Fs<B: Backend> {
     refreshing: Mutex<HashSet<Ino>>,
     /// Nodes whose attributes are being fetched again.
     attr_refreshing: Mutex<HashSet<Ino>>,
+    /// Handles the kernel opened to run the file (exec), by handle: see `open::FMODE_EXEC`.
+    running: Mutex<HashMap<u64, Ino>>,
     /// Whether a listing or attributes fetched at some time may still be used.
     freshness: freshness::Freshness,
     /// Whether opens are passed through, and the blobs opened so far.
@@ -273,6 +275,7 @@ impl<B: Backend> Fs<B> {
             storing: std::sync::atomic::AtomicUsize::new(0),
             refreshing: Mutex::default(),
             attr_refreshing: Mutex::default(),
+            running: Mutex::default(),
         });
         if batches {
             writeback::start(&fs);

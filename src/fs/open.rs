@@ -17,6 +17,7 @@ use super::staging::Staged;
 use super::table::{Ino, InodeKind, Remote};
 use super::{Fs, Handle, OpResult};
 use crate::backend::Backend;
+use crate::sync::relock;
 
 impl<B: Backend> Fs<B> {
     /// OPEN without a kernel to pass files through to (tests).
@@ -61,6 +62,9 @@ impl<B: Backend> Fs<B> {
         if kind == InodeKind::Dir {
             return Err(Errno::EISDIR);
         }
+        if truncates(flags) && matches!(flags.acc_mode(), OpenAccMode::O_RDONLY) && self.runs(ino) {
+            return Err(Errno::ETXTBSY);
+        }
         if write {
             self.writable()?;
             return self.open_writer(ino, flags, register).await;
@@ -77,6 +81,31 @@ impl<B: Backend> Fs<B> {
             }
         }
         Err(Errno::ESTALE)
+    }
+
+    /// Whether a program runs from `ino`: a handle the kernel opened for exec(2) is open.
+    fn runs(&self, ino: Ino) -> bool {
+        relock(&self.running).values().any(|&i| i == ino)
+    }
+
+    /// Notes an open for exec(2) that succeeded (see [`FMODE_EXEC`]); `r` passes through.
+    pub(super) fn note_running(
+        &self,
+        ino: Ino,
+        flags: OpenFlags,
+        r: OpResult<Opened>,
+    ) -> OpResult<Opened> {
+        if let Ok(o) = &r {
+            if flags.0 & FMODE_EXEC != 0 {
+                relock(&self.running).insert(o.fh, ino);
+            }
+        }
+        r
+    }
+
+    /// RELEASE of handle `fh`: a program run from it has ended.
+    pub(super) fn release_running(&self, fh: u64) {
+        relock(&self.running).remove(&fh);
     }
 
     /// OPEN of a reader answered on the FUSE thread when all it needs is local; `None`: the
@@ -457,6 +486,18 @@ fn shares_staged(i: &super::table::Inode) -> bool {
         _ => false,
     }
 }
+
+/// The flag of the kernel's own open for exec(2) (`__FMODE_EXEC`, in FUSE's open flags).
+///
+/// The kernel refuses a write open of a running program (ETXTBSY) before it asks the daemon,
+/// but checks an `O_RDONLY|O_TRUNC` open only after OPEN, where the daemon has cut the file
+/// already (FUSE_ATOMIC_O_TRUNC): the program died of SIGBUS on its next page, and when it died
+/// before the kernel's check, the open succeeded (pjdfstest open::etxtbsy under load). So the
+/// daemon refuses such an open itself while a handle opened for exec is open (the kernel holds
+/// it, and its denial of writes, as long as the program runs). Write opens are left to the
+/// kernel: its RELEASE of the handle comes a little after the program's end, and a build that
+/// writes the program again at once must not see ETXTBSY.
+const FMODE_EXEC: i32 = 0x20;
 
 /// Whether an open cuts the file (the kernel sends O_TRUNC with it: FUSE_ATOMIC_O_TRUNC).
 fn truncates(flags: OpenFlags) -> bool {

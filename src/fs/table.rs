@@ -595,6 +595,18 @@ impl Table {
             .collect()
     }
 
+    /// Whether the names of folder `dir` changed here after `since` (created, uploaded,
+    /// renamed in or away, removed): the backend's listing of it, paged meanwhile, may then
+    /// lack names that did not change, its pages having moved under it.
+    pub fn names_changed_since(&self, dir: &NodePath, since: Instant) -> bool {
+        let in_dir = |p: &NodePath| p.parent().as_ref() == Some(dir);
+        self.removed.iter().any(|(p, at)| *at >= since && in_dir(p))
+            || self
+                .recent
+                .iter()
+                .any(|(i, at)| *at >= since && self.inodes.get(i).is_some_and(|i| in_dir(&i.path)))
+    }
+
     pub fn staged_inos(&self) -> Vec<Ino> {
         self.staged.iter().copied().collect()
     }

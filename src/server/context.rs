@@ -65,7 +65,13 @@ async fn into_envelope(resp: Response, id: &str) -> Response {
     if ctype.starts_with("application/json") || ctype.starts_with("text/html") {
         return resp;
     }
-    let text = axum::body::to_bytes(resp.into_body(), 4096)
+    // The framework's headers stay (`Connection: close` from `conn::body_idle_limited` on an
+    // answer given before its body was read: lost, a pooling client reused the dropped
+    // connection; `Allow` of a 405), but those of the body replaced.
+    let (mut parts, body) = resp.into_parts();
+    parts.headers.remove(header::CONTENT_TYPE);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let text = axum::body::to_bytes(body, 4096)
         .await
         .ok()
         .and_then(|b| String::from_utf8(b.to_vec()).ok())
@@ -105,8 +111,12 @@ async fn into_envelope(resp: Response, id: &str) -> Response {
     };
     // The status becomes our kind's (a 422 of the framework is a 400 here), so the HTTP status
     // and `status_code` always agree.
-    error_response(
+    let mut resp = error_response(
         &Error::new(kind, code, text.unwrap_or_else(|| default_text.to_string())),
         id,
-    )
+    );
+    for (name, value) in &parts.headers {
+        resp.headers_mut().append(name, value.clone());
+    }
+    resp
 }

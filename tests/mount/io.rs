@@ -17,6 +17,7 @@ both!(
     appends_random_writes_and_truncates_match_a_model,
     large_file_checksum_survives_remount,
     concurrent_readers_and_writers,
+    a_running_program_is_neither_cut_nor_opened_for_writing,
 );
 
 fn appends_random_writes_and_truncates_match_a_model(via: Via) {
@@ -238,4 +239,32 @@ fn saved_and_sparse_files_take_the_room_of_their_data() {
     assert_eq!(b.store().version_history(&id).unwrap().len(), 1);
     assert!(b.store().check_integrity().unwrap().is_empty());
     m.unmount();
+}
+
+/// A program run from the mount: opening it for writing is ETXTBSY, and so is O_RDONLY|O_TRUNC,
+/// which the kernel checks only after the daemon's OPEN (that OPEN cut the file first: the
+/// program died of SIGBUS, and under load the open then succeeded: pjdfstest open::etxtbsy).
+fn a_running_program_is_neither_cut_nor_opened_for_writing(via: Via) {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let Some(env) = Env::new(via) else { return };
+    let _m = env.mount(&[]);
+    let prog = env.vault().join("sleep");
+    let original = fs::read("/bin/sleep").unwrap();
+    fs::write(&prog, &original).unwrap();
+    fs::set_permissions(&prog, fs::Permissions::from_mode(0o755)).unwrap();
+    let mut child = Command::new(&prog).arg("60").spawn().unwrap();
+    let writer = |o: &mut OpenOptions| o.open(&prog).map(drop).unwrap_err().raw_os_error();
+    assert_eq!(writer(OpenOptions::new().write(true)), Some(libc::ETXTBSY));
+    assert_eq!(
+        writer(OpenOptions::new().read(true).custom_flags(libc::O_TRUNC)),
+        Some(libc::ETXTBSY)
+    );
+    assert_eq!(
+        fs::read(&prog).unwrap(),
+        original,
+        "the running program was cut"
+    );
+    assert!(child.try_wait().unwrap().is_none(), "the program died");
+    child.kill().unwrap();
+    child.wait().unwrap();
 }
