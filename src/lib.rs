@@ -3,7 +3,7 @@
 //! # Layers
 //!
 //! Each module uses only the modules its row names, all of them lower in the table: no import
-//! runs back up. This table is the one place the layers are written down (DESIGN.md §1 draws the
+//! runs back up. This table is the one place the layers are written down (docs/design.md §1 draws the
 //! same picture); the `layers` unit test reads it and fails, naming file, line and rule, when a
 //! `crate::` path in the code goes anywhere else. Test code (`#[cfg(test)]` modules and files) is
 //! not held to it.

@@ -1,5 +1,5 @@
 //! fstests, the Linux file system test suite, against the built-in store through the mount
-//! helper (`mount -t fuse.vaultfs local:DIR MNT`), as `../shared/xfstests/setup.sh` sets it up:
+//! helper (`mount -t fuse.vaultfs local:DIR MNT`), as fstests' own setup would:
 //! the cases of `tests/xfstests/ci-tests.txt` (5-7 minutes). Every failure must be listed in
 //! `tests/xfstests/expected-failures.toml` with its reason, every listed case that is run must
 //! fail, and every case of the list must run (a case the suite skips here is a setup fault).

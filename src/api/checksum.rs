@@ -1,7 +1,7 @@
 //! The checksums of a file's bytes, in one place for every layer: md5 (the interface's
 //! `md5_checksum`) and sha256 (the built-in store's content address).
 //!
-//! md5 comes in the two spellings servers use: hex (DESIGN.md, our nodes) and base64 (the
+//! md5 comes in the two spellings servers use: hex (docs/design.md, our nodes) and base64 (the
 //! public service's step 2 and nodes). What a server sends is read in either form and kept as
 //! lowercase hex; what a client sends in step 2 is base64, as documented.
 //!

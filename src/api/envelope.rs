@@ -1,4 +1,4 @@
-//! The JSON envelope every response is wrapped in (DESIGN.md §2): `{"error": {...}, "message": {...}}`.
+//! The JSON envelope every response is wrapped in (docs/design.md §2): `{"error": {...}, "message": {...}}`.
 //! This is the one place that builds it, for success and for failure.
 
 use serde::{Deserialize, Serialize};

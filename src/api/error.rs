@@ -76,7 +76,7 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    /// The HTTP status of DESIGN.md §2 for this kind.
+    /// The HTTP status of docs/design.md §2 for this kind.
     pub fn status(self) -> u16 {
         match self {
             ErrorKind::BadRequest => 400,

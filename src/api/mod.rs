@@ -1,4 +1,4 @@
-//! Wire types of the interface (`shared/spec/interface.md`) and of DESIGN.md §2, shared by the
+//! Wire types of the interface (docs/design.md §2, `docs/openapi.json`), shared by the
 //! server and the HTTP client, plus the helpers both sides need: paths, ranges, times, and a
 //! [`Secret`] type that keeps tokens out of logs.
 

@@ -1,5 +1,5 @@
 //! The `Range: bytes=` header: the one parser, used by the server, and the form the client sends.
-//! One range per request; a multi-range or malformed header is 416, as DESIGN.md §2 decides.
+//! One range per request; a multi-range or malformed header is 416, as docs/design.md §2 decides.
 
 use std::fmt;
 

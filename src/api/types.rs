@@ -178,7 +178,7 @@ fn lenient_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Strin
 }
 
 impl Node {
-    /// The file ID: `id`, or else the value after `&id=` of one of the links (spec §4.3).
+    /// The file ID: `id`, or else the value after `&id=` of one of the links (docs/design.md §2).
     pub fn file_id(&self) -> Option<String> {
         if let Some(id) = &self.id {
             return Some(id.clone());
@@ -239,7 +239,7 @@ impl Node {
     }
 }
 
-/// The links of a file object. Each ends in `&id=<id>` (spec §2). The three browser links are
+/// The links of a file object. Each ends in `&id=<id>` (docs/design.md §2). The three browser links are
 /// pages of the server's web interface (`server::web`: a person opening one signs in with a
 /// session cookie); `download_uri` is the API's download route (Authorization header).
 pub fn file_links(node: &mut Node, id: &str) {

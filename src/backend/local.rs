@@ -352,7 +352,7 @@ impl Backend for LocalBackend {
     }
 }
 
-/// The metadata envelope's message (spec §2) for a preview state.
+/// The metadata envelope's message (docs/design.md §2) for a preview state.
 fn preview_meta(file_id: &str, state: PreviewState) -> PreviewMeta {
     let base = format!(
         "/preview/id/Document/{}",

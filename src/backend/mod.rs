@@ -220,7 +220,7 @@ pub trait LocalStore: Send + Sync {
 /// A file's bytes on local disk ([`LocalStore::local_file`]): its node, path and open file.
 pub type LocalFile = (crate::api::Node, std::path::PathBuf, std::fs::File);
 
-/// The interface of the document store (spec §4 and DESIGN.md §2).
+/// The interface of the document store (docs/design.md §2).
 pub trait Backend: Send + Sync + 'static {
     /// What this backend can do beyond the interface, when it is a store in this process
     /// ([`LocalStore`]). Without it, the mount uploads file by file (the three steps of the
@@ -249,7 +249,7 @@ pub trait Backend: Send + Sync + 'static {
         async { Ok(None) }
     }
 
-    /// The node at `path` (spec 4.1, without children).
+    /// The node at `path` (docs/design.md §2, without children).
     fn node(&self, path: &NodePath) -> impl Future<Output = Result<Node>> + Send;
 
     /// The node at `path` with one page of its children and `total_children` (`children=1`).

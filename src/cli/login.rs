@@ -1,4 +1,4 @@
-//! `vaultfs login` and `vaultfs logout`: the pin exchange of spec §5, and the credentials file
+//! `vaultfs login` and `vaultfs logout`: the pin exchange of docs/design.md §2, and the credentials file
 //! (`$XDG_CONFIG_HOME/vaultfs/credentials.toml`, mode 0600) that the mount reads through
 //! [`credentials_for`]. The token is never printed or logged.
 

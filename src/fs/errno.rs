@@ -1,4 +1,4 @@
-//! The one table from interface errors to errno (DESIGN.md §3).
+//! The one table from interface errors to errno (docs/design.md §3).
 
 use fuser::Errno;
 

@@ -539,7 +539,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        // The execute bits of the new file's mode are kept like a chmod's (DESIGN.md §3).
+        // The execute bits of the new file's mode are kept like a chmod's (docs/design.md §3).
         let exec = mode & !umask & crate::api::EXEC_BITS;
         let name = match name_of(name) {
             Ok(n) => n,

@@ -1,4 +1,4 @@
-//! The mount: a FUSE filesystem over any [`Backend`] (DESIGN.md §3).
+//! The mount: a FUSE filesystem over any [`Backend`] (docs/design.md §3).
 //!
 //! - `fuse`: the kernel's requests, converted and answered (fuser's `Filesystem`); the logic it
 //!   calls returns typed results and never sees a reply, so tests call it without a mount:

@@ -1,4 +1,4 @@
-//! The virtual, read-only `.preview/` of every folder (DESIGN.md §3): `.preview/<file>/` holds
+//! The virtual, read-only `.preview/` of every folder (docs/design.md §3): `.preview/<file>/` holds
 //! `status` (one line), and once the preview is ready `page-0001.png`... (100%),
 //! `thumb-0001.png`... (25%) and `document.pdf`. Files whose type has no preview have no entry.
 //!

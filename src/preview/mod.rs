@@ -1,5 +1,5 @@
 //! Preview rendering: turns a stored file into PNG page images plus a PDF of the document
-//! (DESIGN.md §2 "Previews"). Pure functions over bytes, no I/O: the store decides where pages go.
+//! (docs/design.md §2 "Previews"). Pure functions over bytes, no I/O: the store decides where pages go.
 //!
 //! - [`sniff`] tells what a file is, by its content first (magic bytes) and its name second.
 //! - [`render`] produces the pages one by one, each handed to a callback as soon as it is

@@ -1,4 +1,4 @@
-//! `vaultfs serve`: the interface over HTTP (axum), exactly as DESIGN.md §2 decides, backed by the
+//! `vaultfs serve`: the interface over HTTP (axum), exactly as docs/design.md §2 decides, backed by the
 //! local backend scoped to the caller's account.
 
 mod auth;

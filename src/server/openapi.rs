@@ -47,8 +47,8 @@ pub(super) fn base() -> OpenApi {
 /// (`/nodes/pth/{*path}`) written as OpenAPI's path template (`/nodes/pth/{path}`).
 pub(super) fn finish(mut doc: OpenApi) -> OpenApi {
     doc.info.description = Some(
-        "The storage interface served by `vaultfs serve` (shared/spec/interface.md with the \
-         decisions of DESIGN.md §2). Every JSON answer is an envelope `{\"error\": {...}, \
+        "The storage interface served by `vaultfs serve` (the decisions of docs/design.md \
+         §2 over the interface it names). Every JSON answer is an envelope `{\"error\": {...}, \
          \"message\": ...}`; `error.success` says whether the call succeeded. Failures carry \
          `error_code` (an integer: the public service's documented codes where it has one), \
          `error_name` (snake_case), `error_text`, `instance_guid` and `status_code` (equal to \

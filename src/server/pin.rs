@@ -1,4 +1,4 @@
-//! The pin exchange (spec §5, DESIGN.md §2): `/pin/end`, `/pin/auth`, and the authorization page
+//! The pin exchange (docs/design.md §2): `/pin/end`, `/pin/auth`, and the authorization page
 //! where a user signs in and is shown their pin. The page is plain HTML with no JavaScript, may
 //! not be framed or cached (the headers of every page: `web::page::respond`), and takes its form
 //! only from its own origin.

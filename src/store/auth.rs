@@ -1,4 +1,4 @@
-//! Users, registered clients, pins and delegation tokens of `vaultfs serve` (DESIGN.md §2).
+//! Users, registered clients, pins and delegation tokens of `vaultfs serve` (docs/design.md §2).
 //!
 //! Passwords are argon2id hashes; tokens are 256 random bits kept only as their sha256; pins are
 //! kept as a keyed hash (HMAC-SHA256 under `pin.key`, a file of the data dir, so a copy of the

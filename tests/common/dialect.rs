@@ -492,7 +492,7 @@ async fn put_node(b: &LocalBackend, p: &NodePath, body: Body) -> vaultfs::api::R
         Err(r) => return Ok(r),
     };
     let Some(list) = v.get("create_file") else {
-        // Folders are outside the documented part: `{}` makes one, as DESIGN.md decides.
+        // Folders are outside the documented part: `{}` makes one, as docs/design.md decides.
         return Ok(ok(node_json(&b.create_folder(p).await?)));
     };
     let Some(name) = list[0]["name"].as_str() else {

@@ -197,7 +197,7 @@ pub fn pin_in(html: &str) -> Option<String> {
     Some(html[text_start..text_end].trim().to_string())
 }
 
-/// The pin flow of spec §5 as a person goes through it: `/pin/end`, open the authorization page,
+/// The pin flow of docs/design.md §2 as a person goes through it: `/pin/end`, open the authorization page,
 /// fill in its form (read from the page), read the pin, `/pin/auth`.
 pub async fn login(base: &str, email: &str, password: &str) -> String {
     let http = reqwest::Client::new();

@@ -5,7 +5,7 @@ import json
 import schemathesis
 
 # The authorization page is HTML for people: it answers a bad form with the form again (400, 401,
-# 429) as a page, as DESIGN.md §2 decides. Everything else fails in the JSON envelope.
+# 429) as a page, as docs/design.md §2 decides. Everything else fails in the JSON envelope.
 HTML_PAGES = {"/pin/authorize"}
 
 

@@ -45,7 +45,7 @@ async fn get_node_and_list_children_with_paging() {
     }
     assert_eq!(seen, expected);
 
-    // A file node carries everything DESIGN.md lists.
+    // A file node carries everything docs/design.md lists.
     let (st, v) = api.get(&format!("{VAULT}/f03.txt")).await;
     assert_eq!(st, 200);
     let f = &v["message"];

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds fstests from the tarball beside this script into DIR, for tests/fstests.rs (run by
-# .ci/run; the same suite as ../shared/xfstests). Installs the build dependencies with apt-get
+# .ci/run). Installs the build dependencies with apt-get
 # when the suite is not built yet. Usage: build.sh DIR
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -1,4 +1,4 @@
-//! The backend over HTTP: the interface (spec §4, DESIGN.md §2) spoken to `vaultfs serve` or to
+//! The backend over HTTP: the interface (docs/design.md §2) spoken to `vaultfs serve` or to
 //! the public service, with one pooled client.
 //!
 //! Failure handling, decided once here:
@@ -23,7 +23,7 @@
 //! - Answers that are not the interface's JSON (HTML, truncated, wrong types) are
 //!   [`ErrorKind::Server`] with code `bad_response`.
 //!
-//! The public service's dialect (DESIGN.md §2) is read wherever it can appear: integer or string
+//! The public service's dialect (docs/design.md §2) is read wherever it can appear: integer or string
 //! error codes ([`crate::api::Error::from_server`]), md5 in hex or base64 (made hex in
 //! `transport::checked`), numbers as strings and other date forms (`api::types`, `api::time`).
 //! What is sent follows its documentation: base64 md5 (`upload`), `Replace`/`Fail`, numeric pins.

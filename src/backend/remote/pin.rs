@@ -1,4 +1,4 @@
-//! The pin exchange of spec §5 (no `Authorization` header).
+//! The pin exchange of docs/design.md §2 (no `Authorization` header).
 
 use reqwest::Method;
 
@@ -24,7 +24,7 @@ impl RemoteBackend {
         pin: &str,
     ) -> Result<PinAuthResponse> {
         let pin = pin.trim();
-        // A number on the wire (spec §4.10), leading zeros and all: a server that issues such
+        // A number on the wire (docs/design.md §2), leading zeros and all: a server that issues such
         // pins compares numbers. Only what is no number at all goes as it is.
         let pin_value = match pin.parse::<u64>() {
             Ok(n) => serde_json::json!(n),

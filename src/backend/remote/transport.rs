@@ -37,7 +37,7 @@ pub(super) struct Req {
     pub(super) json: Option<Bytes>,
     pub(super) retry: Retry,
     pub(super) auth: bool,
-    /// `application/json` for JSON calls (spec §4); anything for bytes.
+    /// `application/json` for JSON calls (docs/design.md §2); anything for bytes.
     pub(super) accept: &'static str,
     pub(super) range: Option<RangeRequest>,
 }

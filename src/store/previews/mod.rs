@@ -1,4 +1,4 @@
-//! Previews of stored files (DESIGN.md §2), kept where the blobs are (`Blobs`: in
+//! Previews of stored files (docs/design.md §2), kept where the blobs are (`Blobs`: in
 //! `previews/<hash[0..2]>/<hash>/<kind>/` beside a folder of blobs, under `PREFIX/previews/` in
 //! a bucket, so every server of a store reads what any of them rendered): `page-0001.png`...,
 //! `document.pdf` when one was made. They are keyed by the blob and the kind its bytes are rendered as, which the file's
