@@ -154,10 +154,16 @@ pub async fn download(
     headers: HeaderMap,
 ) -> ApiResult {
     let d = download_of(&state, &caller.backend, caller.user_id, &id, &headers).await?;
+    Ok(as_attachment(d))
+}
+
+/// The API's bytes of a file: a Content-Type from the name, but always an attachment under a
+/// sandbox policy, never a page the browser shows (an uploaded `.html` or `.svg`).
+fn as_attachment(d: Download) -> Response {
     let name = d.node.name.clone();
     let mut resp = send(d, content_type(&name));
     attachment(&mut resp, &name);
-    Ok(resp)
+    resp
 }
 
 #[utoipa::path(
@@ -172,7 +178,7 @@ pub async fn download(
         ("Range" = Option<String>, Header, description = "One range: `bytes=a-b`, `bytes=a-`, `bytes=-n`", example = "bytes=0-1023"),
     ),
     responses(
-        (status = 200, description = "The bytes, with `ETag` (that version's md5)", content_type = "*/*", body = Vec<u8>),
+        (status = 200, description = "The bytes, with `ETag` (that version's md5); an attachment, `nosniff`, under `Content-Security-Policy: sandbox`, as the current bytes are", content_type = "*/*", body = Vec<u8>),
         (status = 206, description = "The range, with `Content-Range`", content_type = "*/*", body = Vec<u8>),
         (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
         (status = 404, description = "`not_found`: no such file or kept version", body = ErrorEnvelope),
@@ -194,8 +200,7 @@ pub async fn download_version(
         .download_version(&id, &version, range)
         .await?;
     d.body = holding(d.body, slot);
-    let ctype = content_type(&d.node.name);
-    Ok(send(d, ctype))
+    Ok(as_attachment(d))
 }
 
 /// The download of file `id` for `user`: whole, or the one range of the `Range` header; it

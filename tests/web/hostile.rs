@@ -213,7 +213,32 @@ async fn uploaded_html_and_svg_are_attachments_on_both_download_routes() {
         )
         .await;
         let by_web = alice.get(&format!("/web/download/{id}")).await;
-        for (route, p) in [("api", &by_api), ("web", &by_web)] {
+        // A kept version of it, by the versions route (`vprop=1` gives its ID).
+        let file = reqwest::Client::new()
+            .get(s.url(&format!(
+                "/nodes/pth/Acme/My%20First%20Vault/{name}?vprop=1"
+            )))
+            .basic_auth(&api.email, Some(&api.token))
+            .send()
+            .await
+            .unwrap()
+            .json::<serde_json::Value>()
+            .await
+            .unwrap();
+        let vid = file["message"]["versions"][0]["version_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let by_version = page_of(
+            reqwest::Client::new()
+                .get(s.url(&format!("/files/id/Document/{id}/version/{vid}")))
+                .basic_auth(&api.email, Some(&api.token))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        for (route, p) in [("api", &by_api), ("web", &by_web), ("version", &by_version)] {
             assert_eq!(p.status, 200, "{route} {name}");
             assert_eq!(p.body.as_bytes(), data, "{route} {name}");
             assert!(
