@@ -459,16 +459,8 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::NodePath;
+    use crate::store::test_path as at;
     use crate::store::{Scope, TransferMode};
-
-    fn at(rel: &str) -> NodePath {
-        let mut p = NodePath::from_segments(["Local", "My First Vault"]).unwrap();
-        for seg in rel.split('/').filter(|s| !s.is_empty()) {
-            p = p.child(seg).unwrap();
-        }
-        p
-    }
 
     /// A cycle of parents planted in the database: every walk of the tree ends (a file in it is
     /// not found, its path is an error, a move or copy near it answers), `check` finds it, and

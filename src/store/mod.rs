@@ -543,6 +543,16 @@ impl Store {
     }
 }
 
+/// `rel` under the local store's default vault, for the store's unit tests.
+#[cfg(test)]
+pub(crate) fn test_path(rel: &str) -> crate::api::NodePath {
+    let mut p = crate::api::NodePath::from_segments(["Local", "My First Vault"]).unwrap();
+    for seg in rel.split('/').filter(|s| !s.is_empty()) {
+        p = p.child(seg).unwrap();
+    }
+    p
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -253,14 +253,7 @@ impl Store {
 mod tests {
     use super::*;
     use crate::api::ErrorKind;
-
-    fn at(rel: &str) -> NodePath {
-        let mut p = NodePath::from_segments(["Local", "My First Vault"]).unwrap();
-        for seg in rel.split('/').filter(|s| !s.is_empty()) {
-            p = p.child(seg).unwrap();
-        }
-        p
-    }
+    use crate::store::test_path as at;
 
     /// Paths as the mount gives them (its names as the kernel has them, in any spelling): into
     /// itself and onto itself are told by nodes, so a decomposed name changes nothing.
