@@ -48,11 +48,20 @@ pub fn pdf(contents: &[String]) -> Vec<u8> {
             content.len()
         ));
     }
+    let objects: Vec<Vec<u8>> = objects.into_iter().map(String::into_bytes).collect();
+    pdf_of_objects(&objects)
+}
+
+/// A PDF file of these objects (numbered from 1; the first is the catalog), with a correct
+/// cross-reference table.
+pub fn pdf_of_objects(objects: &[Vec<u8>]) -> Vec<u8> {
     let mut out = b"%PDF-1.4\n".to_vec();
     let mut offsets = Vec::new();
     for (i, o) in objects.iter().enumerate() {
         offsets.push(out.len());
-        out.extend_from_slice(format!("{} 0 obj\n{o}\nendobj\n", i + 1).as_bytes());
+        out.extend_from_slice(format!("{} 0 obj\n", i + 1).as_bytes());
+        out.extend_from_slice(o);
+        out.extend_from_slice(b"\nendobj\n");
     }
     let xref = out.len();
     out.extend_from_slice(
