@@ -270,6 +270,23 @@ pub trait Backend: Send + Sync + 'static {
         name: &str,
     ) -> impl Future<Output = Result<Node>> + Send;
 
+    /// Upload step 1 for several files of one folder: one request where the backend takes a
+    /// list (the interface's `create_file` is an array), else one by one. One result per name,
+    /// in order; `Err` when the request itself failed (nothing is known of any name).
+    fn create_files(
+        &self,
+        folder: &NodePath,
+        names: &[String],
+    ) -> impl Future<Output = Result<Vec<Result<Node>>>> + Send {
+        async move {
+            let mut out = Vec::with_capacity(names.len());
+            for n in names {
+                out.push(self.create_file(folder, n).await);
+            }
+            Ok(out)
+        }
+    }
+
     /// Upload step 2: a new version of `length` bytes; the node's `fileExProperties` says where
     /// to send them.
     fn begin_version(

@@ -50,6 +50,7 @@ mod journal;
 mod listing;
 mod namespace;
 mod open;
+mod pacing;
 mod passthrough;
 mod preview;
 mod read_ahead;
@@ -117,7 +118,7 @@ pub struct MountOptions {
     pub dir_ttl: Duration,
     /// FUSE event-loop threads.
     pub threads: usize,
-    /// Uploads running at once.
+    /// Uploads in flight at first (the window then adapts: `pacing`).
     pub upload_concurrency: usize,
     /// How long an unmount waits for pending uploads before leaving them to the journal.
     pub flush_timeout: Duration,
@@ -147,7 +148,7 @@ impl Default for MountOptions {
             attr_ttl: Duration::from_secs(1),
             dir_ttl: Duration::from_secs(10),
             threads: 4,
-            upload_concurrency: 4,
+            upload_concurrency: 16,
             flush_timeout: Duration::from_secs(30),
             source: "vaultfs".into(),
             max_file_size: 1 << 40,
@@ -194,7 +195,8 @@ pub(crate) struct Fs<B: Backend> {
     gid: u32,
     /// Files with an upload task running.
     uploading: Mutex<HashSet<Ino>>,
-    upload_slots: tokio::sync::Semaphore,
+    /// The uploads' window and the batching of their first step (`pacing`).
+    pacing: pacing::Pacing,
     notifier: OnceLock<Notifier>,
     /// Until when the backend counts as unreachable (cached listings are used meanwhile).
     offline_until: Mutex<Option<std::time::Instant>>,
@@ -255,7 +257,7 @@ impl<B: Backend> Fs<B> {
             uid,
             gid,
             uploading: Mutex::new(HashSet::new()),
-            upload_slots: tokio::sync::Semaphore::new(opts.upload_concurrency.max(1)),
+            pacing: pacing::Pacing::new(opts.upload_concurrency),
             notifier: OnceLock::new(),
             offline_until: Mutex::new(None),
             freshness: freshness::Freshness::new(opts.dir_ttl),

@@ -48,7 +48,9 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
     let mut retry = Retry::default();
     loop {
         let result = {
-            let _slot = fs.upload_slots.acquire().await.expect("semaphore open");
+            // Step 1 with the folder's other new files, before waiting for a place (`pacing`).
+            let created = super::pacing::create_ahead(fs, ino).await;
+            let _slot = fs.pacing.window.acquire().await;
             if fs.handing_over.load(Ordering::SeqCst) {
                 return; // the next daemon uploads it (see `fs::mount`)
             }
@@ -57,7 +59,10 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
                 .table()
                 .get(ino)
                 .and_then(|i| Some((i.staged.as_ref()?.removal().clone(), i.io.clone())));
-            let r = upload_once(fs, ino).await;
+            let r = match created {
+                Ok(()) => upload_once(fs, ino).await,
+                Err(e) => Err(e),
+            };
             let r = match removal {
                 // The file is being removed (`Fs::remove`): its hashing and the sending of its
                 // bytes stopped at the next chunk (a version whose bytes did not all arrive is
@@ -72,6 +77,10 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
             fs.storing.fetch_sub(1, Ordering::SeqCst);
             r
         };
+        match &result {
+            Ok(()) => fs.pacing.window.succeeded(),
+            Err(e) => fs.pacing.window.failed(e),
+        }
         if let Err(e) = result {
             fs.tracker
                 .error(format!("upload of {}: {e}", path_of(fs, ino)));
