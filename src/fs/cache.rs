@@ -3,6 +3,12 @@
 //! bounds its bytes. A chunk is marked present only once all its bytes are written, so a reader
 //! never sees a hole as data; the cache starts empty on each mount.
 //!
+//! Behind a link with round trips of tens of ms, one download after the other leaves the link
+//! idle a round trip each time: a sequential reader's read-ahead goes out in pieces of
+//! [`PIECE`] chunks, up to [`AHEAD_RUNS`] of them at once, from its first read on (a window of
+//! [`FIRST_WINDOW`]), and a reader whose chunks are on their way waits for them, not for the
+//! whole piece. Each chunk is downloaded once: a download claims its chunks while it runs.
+//!
 //! File names in the cache dir never come from the server: the ID and md5 it sends are only
 //! hashed (sha256) into a name, so no answer can make the mount write outside the cache dir.
 
@@ -12,7 +18,7 @@ use std::io;
 use std::num::NonZeroUsize;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
@@ -23,7 +29,12 @@ use crate::backend::Backend;
 use crate::sync::relock;
 
 pub const CHUNK: u64 = 1 << 20;
-const MAX_READAHEAD: u64 = 16 * CHUNK;
+const MAX_READAHEAD: u64 = 32 * CHUNK;
+/// The read-ahead of a file's first sequential read.
+const FIRST_WINDOW: u64 = 8 * CHUNK;
+/// Chunks in one read-ahead request, and such requests running at once per file.
+const PIECE: u64 = 4;
+const AHEAD_RUNS: usize = 4;
 
 pub struct CachedFile {
     pub id: String,
@@ -34,14 +45,15 @@ pub struct CachedFile {
     /// only (see `adopt`).
     path: Option<PathBuf>,
     present: Mutex<HashSet<u64>>,
-    /// One download at a time per file: concurrent readers of the same chunks wait for it
-    /// instead of fetching twice.
+    /// A whole-file fill at a time (`fill`): readers of the same key wait for it.
     fetching: tokio::sync::Mutex<()>,
+    /// The chunk runs being downloaded (see [`Claim`]); `arrived` wakes their waiters as chunks
+    /// come and runs end.
+    inflight: Mutex<Vec<(u64, u64)>>,
+    arrived: tokio::sync::Notify,
     /// End of the last read and the current read-ahead window, for sequential readers.
     last_end: AtomicU64,
     window: AtomicU64,
-    /// A read-ahead download runs in the background (one at a time per file).
-    ahead: AtomicBool,
 }
 
 impl CachedFile {
@@ -61,9 +73,10 @@ impl CachedFile {
             path,
             present: Mutex::new(present),
             fetching: tokio::sync::Mutex::new(()),
+            inflight: Mutex::new(Vec::new()),
+            arrived: tokio::sync::Notify::new(),
             last_end: AtomicU64::new(0),
-            window: AtomicU64::new(CHUNK),
-            ahead: AtomicBool::new(false),
+            window: AtomicU64::new(FIRST_WINDOW / 2),
         })
     }
 
@@ -74,6 +87,7 @@ impl CachedFile {
 
     fn mark(&self, chunk: u64) {
         relock(&self.present).insert(chunk);
+        self.arrived.notify_waiters();
     }
 
     /// The cached bytes' file (handed to the kernel once complete: `passthrough`).
@@ -247,12 +261,13 @@ impl ReadCache {
         };
         let first = offset / CHUNK;
         let last = (end - 1) / CHUNK;
-        if !e.missing(first, last).is_empty() {
-            fetch_missing(backend.as_ref(), e, first, last).await?;
-        }
+        // The read-ahead first: its downloads go out beside this read's own.
         let ahead_last = ((end + window).min(e.size) - 1) / CHUNK;
         if ahead_last > last {
             read_ahead(backend, e, last + 1, ahead_last);
+        }
+        if !e.missing(first, last).is_empty() {
+            fetch_missing(backend.as_ref(), e, first, last).await?;
         }
         let e2 = e.clone();
         tokio::task::spawn_blocking(move || e2.pread(offset, (end - offset) as usize))
@@ -355,6 +370,14 @@ impl ReadCache {
 }
 
 impl CachedFile {
+    /// Downloads what is missing of the whole file (a prefetch: `prefetch`).
+    pub async fn fetch_all<B: Backend>(self: &Arc<Self>, backend: &B) -> Result<()> {
+        if self.size == 0 {
+            return Ok(());
+        }
+        fetch_missing(backend, self, 0, (self.size - 1) / CHUNK).await
+    }
+
     /// Bytes of a complete entry (no download).
     pub async fn read_cached(self: &Arc<Self>, offset: u64, len: usize) -> Result<Vec<u8>> {
         let e = self.clone();
@@ -365,51 +388,100 @@ impl CachedFile {
     }
 }
 
-/// Consecutive chunk numbers grouped into (first, last) runs.
-fn runs(chunks: &[u64]) -> Vec<(u64, u64)> {
-    let mut out: Vec<(u64, u64)> = Vec::new();
-    for &c in chunks {
-        match out.last_mut() {
-            Some((_, last)) if *last + 1 == c => *last = c,
-            _ => out.push((c, c)),
-        }
-    }
-    out
-}
-
 /// The error code of a download that found another version than its entry's.
 pub(super) const CHANGED: &str = "changed";
 
-/// Downloads the missing chunks of `first..=last` in the background, unless a read-ahead of
-/// the file runs already: the reader goes on with what it has while the next run comes (one
-/// after the other, downloading and reading would take turns). A failure is only logged: the
-/// reader fetches what it then lacks itself.
-fn read_ahead<B: Backend>(backend: &Arc<B>, e: &Arc<CachedFile>, first: u64, last: u64) {
-    if e.missing(first, last).is_empty() || e.ahead.swap(true, Ordering::SeqCst) {
-        return;
-    }
-    let (backend, e) = (backend.clone(), e.clone());
-    tokio::spawn(async move {
-        if let Err(err) = fetch_missing(backend.as_ref(), &e, first, last).await {
-            log::debug!("read-ahead of {}: {err}", e.id);
-        }
-        e.ahead.store(false, Ordering::SeqCst);
-    });
+/// Chunks `run` of a file being downloaded by one request; given up when dropped (downloaded
+/// or not: a waiter then claims what is still missing itself).
+struct Claim {
+    e: Arc<CachedFile>,
+    run: (u64, u64),
 }
 
-/// Downloads what is missing of chunks `first..=last`, one download of the file at a time
-/// (readers of the same chunks wait for it rather than fetch them twice).
+impl Drop for Claim {
+    fn drop(&mut self) {
+        relock(&self.e.inflight).retain(|r| *r != self.run);
+        self.e.arrived.notify_waiters();
+    }
+}
+
+/// Claims the chunks of `first..=last` that are neither present nor on their way, in runs of
+/// at most `piece` chunks; true in `.1` when some are on their way in other downloads.
+fn claim(e: &Arc<CachedFile>, first: u64, last: u64, piece: u64) -> (Vec<Claim>, bool) {
+    let present = relock(&e.present);
+    let mut inflight = relock(&e.inflight);
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    let mut others = false;
+    let mut open = false;
+    for c in first..=last {
+        if present.contains(&c) {
+            open = false;
+            continue;
+        }
+        if inflight.iter().any(|&(a, b)| a <= c && c <= b) {
+            others = true;
+            open = false;
+            continue;
+        }
+        match runs.last_mut() {
+            Some((a, b)) if open && c - *a < piece => *b = c,
+            _ => runs.push((c, c)),
+        }
+        open = true;
+    }
+    inflight.extend(&runs);
+    let claims = runs
+        .into_iter()
+        .map(|run| Claim { e: e.clone(), run })
+        .collect();
+    (claims, others)
+}
+
+/// Downloads the missing chunks of `first..=last` in the background, in pieces, beside those
+/// already running (at most [`AHEAD_RUNS`] per file): the reader goes on with what it has while
+/// the next come. A failure is only logged: the reader fetches what it then lacks itself.
+fn read_ahead<B: Backend>(backend: &Arc<B>, e: &Arc<CachedFile>, first: u64, last: u64) {
+    let running = relock(&e.inflight).len();
+    if running >= AHEAD_RUNS || e.missing(first, last).is_empty() {
+        return;
+    }
+    let (claims, _) = claim(e, first, last, PIECE);
+    // Claims past the limit are dropped here: unclaimed again.
+    for c in claims.into_iter().take(AHEAD_RUNS - running) {
+        let backend = backend.clone();
+        tokio::spawn(async move {
+            if let Err(err) = fetch(backend.as_ref(), &c.e, c.run.0, c.run.1).await {
+                log::debug!("read-ahead of {}: {err}", c.e.id);
+            }
+        });
+    }
+}
+
+/// Downloads what is missing of chunks `first..=last`, waiting for those other downloads
+/// bring (each chunk is fetched once; one whose download failed is claimed again here).
 async fn fetch_missing<B: Backend>(
     backend: &B,
-    e: &CachedFile,
+    e: &Arc<CachedFile>,
     first: u64,
     last: u64,
 ) -> Result<()> {
-    let _guard = e.fetching.lock().await;
-    for run in runs(&e.missing(first, last)) {
-        fetch(backend, e, run.0, run.1).await?;
+    loop {
+        let arrived = e.arrived.notified();
+        tokio::pin!(arrived);
+        arrived.as_mut().enable();
+        let (claims, others) = claim(e, first, last, u64::MAX);
+        for c in &claims {
+            fetch(backend, e, c.run.0, c.run.1).await?;
+        }
+        drop(claims);
+        if !others {
+            return Ok(());
+        }
+        if e.missing(first, last).is_empty() {
+            return Ok(());
+        }
+        arrived.await;
     }
-    Ok(())
 }
 
 /// Downloads chunks `first..=last` into the entry, marking each once it is whole.

@@ -52,6 +52,7 @@ mod namespace;
 mod open;
 mod pacing;
 mod passthrough;
+mod prefetch;
 mod preview;
 mod read_ahead;
 mod spares;
@@ -197,6 +198,8 @@ pub(crate) struct Fs<B: Backend> {
     uploading: Mutex<HashSet<Ino>>,
     /// The uploads' window and the batching of their first step (`pacing`).
     pacing: pacing::Pacing,
+    /// The small files fetched ahead of a reader going through a folder.
+    prefetch: prefetch::Prefetch,
     notifier: OnceLock<Notifier>,
     /// Until when the backend counts as unreachable (cached listings are used meanwhile).
     offline_until: Mutex<Option<std::time::Instant>>,
@@ -258,6 +261,7 @@ impl<B: Backend> Fs<B> {
             gid,
             uploading: Mutex::new(HashSet::new()),
             pacing: pacing::Pacing::new(opts.upload_concurrency),
+            prefetch: prefetch::Prefetch::default(),
             notifier: OnceLock::new(),
             offline_until: Mutex::new(None),
             freshness: freshness::Freshness::new(opts.dir_ttl),

@@ -120,6 +120,7 @@ impl<B: Backend> Fs<B> {
         {
             return None;
         }
+        super::prefetch::opened(self, ino);
         let (kind, remote, staged) = {
             let t = self.table();
             let i = t.get(ino)?;

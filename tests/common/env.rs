@@ -34,6 +34,11 @@ pub struct Env {
 
 impl Env {
     pub fn new(via: Via) -> Option<Env> {
+        Self::new_with(via, Default::default())
+    }
+
+    /// The same with a server of these limits (remote).
+    pub fn new_with(via: Via, options: vaultfs::server::ServerOptions) -> Option<Env> {
         if !fuse_available() {
             eprintln!("skipped: needs root and /dev/fuse");
             return None;
@@ -44,8 +49,7 @@ impl Env {
         let config = tmp.path().join("config");
         let server = (via == Via::Remote).then(|| {
             rt.block_on(async {
-                let s = super::TestServer::start_in(&data, Default::default(), Default::default())
-                    .await;
+                let s = super::TestServer::start_in(&data, Default::default(), options).await;
                 let creds = s.user("tester@example.com", "Local").await;
                 super::save_login(
                     &config.join("vaultfs/credentials.toml"),
@@ -115,6 +119,27 @@ impl Env {
     /// (answers go back at full speed): the server itself moves to another port. For the rest
     /// of the test.
     pub fn throttle_server(&mut self, rate: u64) {
+        self.behind_proxy(move |client, upstream| throttled_pipe(client, &upstream, rate));
+    }
+
+    /// Puts a proxy on the server's port that holds each piece of a request `delay` before
+    /// passing it on (a link's latency, one way) and keeps every byte of the requests: what
+    /// the mount asked, for the rest of the test (as `throttle_server`, once the mount runs).
+    pub fn record_requests(
+        &mut self,
+        delay: std::time::Duration,
+    ) -> Arc<std::sync::Mutex<Vec<u8>>> {
+        let sent = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = sent.clone();
+        self.behind_proxy(move |client, upstream| recording_pipe(client, &upstream, delay, &log));
+        sent
+    }
+
+    /// Moves the server to another port and carries each connection to its port with `pipe`.
+    fn behind_proxy(
+        &mut self,
+        pipe: impl Fn(std::net::TcpStream, String) + Clone + Send + 'static,
+    ) {
         let server = self.server.take().expect("a remote env");
         let addr = server.base.trim_start_matches("http://").to_string();
         self.rt.block_on(server.stop());
@@ -131,8 +156,8 @@ impl Env {
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { break };
-                let upstream = upstream.clone();
-                std::thread::spawn(move || throttled_pipe(client, &upstream, rate));
+                let (upstream, pipe) = (upstream.clone(), pipe.clone());
+                std::thread::spawn(move || pipe(client, upstream));
             }
         });
     }
@@ -211,6 +236,70 @@ macro_rules! both {
             $(#[test] fn $name() { super::$name(super::Via::Remote) })*
         }
     };
+}
+
+/// Stores `data` as a new version of `name` in the vault, as another client does.
+pub fn put_elsewhere(env: &Env, name: &str, data: &[u8]) {
+    use vaultfs::backend::Backend;
+    let b = env.backend();
+    let vault = vaultfs::api::NodePath::parse_uri("/nodes/pth/Local/My First Vault").unwrap();
+    let data = data.to_vec();
+    env.rt.block_on(async {
+        let f = b.create_file(&vault, name).await.unwrap();
+        let id = f.id.unwrap();
+        let len = data.len() as u64;
+        let t = b.begin_version(&id, len, None).await.unwrap();
+        let vid = t.file_ex_properties.unwrap().version_id.unwrap();
+        let body = Box::pin(futures_util::stream::once(async move {
+            Ok(bytes::Bytes::from(data))
+        }));
+        b.upload(&id, &vid, len, body).await.unwrap();
+    });
+}
+
+/// The stored bytes of `name` in the vault, as another client reads them.
+pub fn stored(env: &Env, name: &str) -> Vec<u8> {
+    use vaultfs::backend::Backend;
+    let b = env.backend();
+    let p = vaultfs::api::NodePath::parse_uri(&format!("/nodes/pth/Local/My First Vault/{name}"))
+        .unwrap();
+    env.rt.block_on(async {
+        let id = b.node(&p).await.unwrap().file_id().unwrap().to_string();
+        super::content(&b, &id).await
+    })
+}
+
+/// Carries one connection to `upstream`: each piece of a request `delay` late, every byte of
+/// them kept in `log`; answers as they come.
+fn recording_pipe(
+    client: std::net::TcpStream,
+    upstream: &str,
+    delay: std::time::Duration,
+    log: &std::sync::Mutex<Vec<u8>>,
+) {
+    use std::io::{Read, Write};
+    let Ok(server) = std::net::TcpStream::connect(upstream) else {
+        return;
+    };
+    let (mut from_server, mut to_client) =
+        (server.try_clone().unwrap(), client.try_clone().unwrap());
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut from_server, &mut to_client);
+        let _ = to_client.shutdown(std::net::Shutdown::Both);
+    });
+    let (mut from_client, mut to_server) = (client, server);
+    let mut buf = vec![0u8; 64 << 10];
+    while let Ok(n) = from_client.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        log.lock().unwrap().extend_from_slice(&buf[..n]);
+        std::thread::sleep(delay);
+        if to_server.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to_server.shutdown(std::net::Shutdown::Both);
 }
 
 /// Carries one connection to `upstream`: requests at `rate` bytes a second, answers as they come.
