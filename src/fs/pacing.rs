@@ -155,7 +155,8 @@ impl Window {
 
 /// Upload step 1 for `ino` when it is new (no remote file yet), with the other new files of
 /// its folder waiting for theirs: the file then has its remote ID, and `upload::upload_once`
-/// goes on with step 2. Nothing to do for a file with a remote node, or one no longer staged.
+/// goes on with step 2. Nothing to do for a file with a remote node, an empty one, or one no
+/// longer staged.
 pub async fn create_ahead<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
     let Some(io) = fs.table().get(ino).map(|i| i.io.clone()) else {
         return Ok(());
@@ -165,7 +166,12 @@ pub async fn create_ahead<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
     let path = {
         let t = fs.table();
         let Some(i) = t.get(ino) else { return Ok(()) };
-        let dirty = i.staged.as_ref().is_some_and(|s| s.is_dirty());
+        // An empty file is left to `upload_once` whole: a new file's node already says "no
+        // bytes", and that would pass for its version being stored.
+        let dirty = i
+            .staged
+            .as_ref()
+            .is_some_and(|s| s.is_dirty() && s.size() > 0);
         if i.remote.is_some() || i.unlinked || !dirty {
             return Ok(());
         }
