@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::{Semaphore, SemaphorePermit, oneshot};
 
 use super::Fs;
 use super::table::Ino;
@@ -49,26 +49,36 @@ impl Pacing {
     }
 }
 
-/// How many uploads may be in flight, and how many are.
+/// How many uploads may be in flight: a semaphore's permits (waiters served in turn), which
+/// grow by adding one and shrink by forgetting permits as they come back.
 pub struct Window {
+    permits: Semaphore,
     state: Mutex<WindowState>,
-    freed: Notify,
 }
 
 struct WindowState {
     limit: usize,
-    in_use: usize,
+    /// Permits still to forget as uploads end (a cut beyond those free at the time).
+    debt: usize,
     waiting: usize,
     cut_at: Option<Instant>,
 }
 
-/// A place in the window, given back when dropped.
-pub struct Slot<'a>(&'a Window);
+/// A place in the window, given back when dropped (or forgotten, after a cut).
+pub struct Slot<'a> {
+    window: &'a Window,
+    permit: Option<SemaphorePermit<'a>>,
+}
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        relock(&self.0.state).in_use -= 1;
-        self.0.freed.notify_waiters();
+        let mut s = relock(&self.window.state);
+        if s.debt > 0 {
+            s.debt -= 1;
+            if let Some(p) = self.permit.take() {
+                p.forget();
+            }
+        }
     }
 }
 
@@ -83,38 +93,27 @@ impl Drop for Waiting<'_> {
 
 impl Window {
     fn new(start: usize) -> Window {
+        let limit = start.clamp(1, MAX_WINDOW);
         Window {
+            permits: Semaphore::new(limit),
             state: Mutex::new(WindowState {
-                limit: start.clamp(1, MAX_WINDOW),
-                in_use: 0,
+                limit,
+                debt: 0,
                 waiting: 0,
                 cut_at: None,
             }),
-            freed: Notify::new(),
         }
     }
 
     /// Waits for a place in the window.
     pub async fn acquire(&self) -> Slot<'_> {
-        let mut waiting = None;
-        loop {
-            let freed = self.freed.notified();
-            tokio::pin!(freed);
-            freed.as_mut().enable();
-            {
-                let mut s = relock(&self.state);
-                if s.in_use < s.limit {
-                    s.in_use += 1;
-                    drop(s);
-                    drop(waiting);
-                    return Slot(self);
-                }
-                if waiting.is_none() {
-                    s.waiting += 1;
-                    waiting = Some(Waiting(self));
-                }
-            }
-            freed.await;
+        relock(&self.state).waiting += 1;
+        let waiting = Waiting(self);
+        let permit = self.permits.acquire().await.expect("never closed");
+        drop(waiting);
+        Slot {
+            window: self,
+            permit: Some(permit),
         }
     }
 
@@ -123,8 +122,11 @@ impl Window {
         let mut s = relock(&self.state);
         if s.waiting > 0 && s.limit < MAX_WINDOW {
             s.limit += 1;
-            drop(s);
-            self.freed.notify_waiters();
+            if s.debt > 0 {
+                s.debt -= 1;
+            } else {
+                self.permits.add_permits(1);
+            }
         }
     }
 
@@ -143,6 +145,16 @@ impl Window {
         s.cut_at = Some(Instant::now());
         let before = s.limit;
         s.limit = (s.limit / 2).max(1);
+        // Free places go now, the rest as uploads end.
+        let mut cut = before - s.limit;
+        while cut > 0 {
+            match self.permits.try_acquire() {
+                Ok(p) => p.forget(),
+                Err(_) => break,
+            }
+            cut -= 1;
+        }
+        s.debt += cut;
         log::info!("uploads in flight: at most {} (was {before}): {e}", s.limit);
     }
 
@@ -284,7 +296,10 @@ mod tests {
         relock(&w.state).cut_at = None;
         w.failed(&refused);
         assert_eq!(w.limit(), 1);
-        drop((a, b));
-        assert_eq!(relock(&w.state).in_use, 0);
+        // Two places were taken when the window went from 3 to 1: the first back is forgotten.
+        drop(a);
+        assert_eq!(w.permits.available_permits(), 0);
+        drop(b);
+        assert_eq!(w.permits.available_permits(), 1);
     }
 }
