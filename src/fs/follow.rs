@@ -32,6 +32,10 @@ use crate::sync::relock;
 /// client's idle timeout).
 const WAIT: Duration = Duration::from_secs(25);
 
+/// How often the built-in store's count of other processes' commits is looked at (a read of
+/// shared memory, as `freshness` does at each use).
+const FOREIGN_LOOK: Duration = Duration::from_millis(250);
+
 /// A folder used this recently is polled (without a feed).
 const RECENT: Duration = Duration::from_secs(300);
 
@@ -89,11 +93,30 @@ pub(super) fn start<B: Backend>(
 
 async fn follow<B: Backend>(fs: Arc<Fs<B>>, mut cursor: Option<u64>) {
     let mut retry = Retry::default();
+    // The built-in store's count of other processes' commits, as last seen.
+    let mut foreign = None;
     loop {
         let wait = if cursor.is_some() {
             WAIT
         } else {
             Duration::ZERO
+        };
+        let wait = match (cursor, fs.backend.local()) {
+            (Some(_), Some(local)) => {
+                // The built-in store in this process: another process's commit (a mount or
+                // `vaultfs serve` on the same folder) shows in its commit count, read from
+                // shared memory; this process's own changes need no following.
+                loop {
+                    let now = local.foreign_changes();
+                    if now != foreign || now.is_none() {
+                        foreign = now;
+                        break;
+                    }
+                    tokio::time::sleep(FOREIGN_LOOK).await;
+                }
+                Duration::ZERO
+            }
+            _ => wait,
         };
         match fs.backend.changes(cursor, wait).await {
             Ok(None) => {
@@ -237,13 +260,16 @@ impl Follow {
     }
 }
 
-pub(super) fn notify<B: Backend>(fs: &Fs<B>, what: Vec<Kernel>) {
+pub(super) fn notify<B: Backend>(fs: &Fs<B>, mut what: Vec<Kernel>) {
     let Some(n) = fs.notifier.get().cloned() else {
         return;
     };
     if what.is_empty() {
         return;
     }
+    // Removals first: an entry dropped before (a create and a delete of one name in a page)
+    // would leave the kernel nothing to remove, and watchers no event.
+    what.sort_by_key(|k| !matches!(k, Kernel::Delete(..)));
     let follow = fs.follow.clone();
     let root = fs.opts.root.clone();
     // Outside any request: the kernel may wait on one of ours while handling a notification.
@@ -308,7 +334,8 @@ async fn apply<B: Backend>(fs: &Arc<Fs<B>>, changes: &[Change]) {
                 let Some(ino) = t.ino_of(&path) else { continue };
                 let Some(i) = t.get(ino) else { continue };
                 // Ours (uploaded here at or after it), or bytes waiting here: kept as they are.
-                if i.kind != InodeKind::File || i.staged.is_some() || i.touched >= at {
+                if i.kind != InodeKind::File || i.staged.is_some() || t.changed_here_since(ino, at)
+                {
                     continue;
                 }
                 refetch.push((ino, path));
@@ -351,7 +378,7 @@ fn gone(
     };
     let Some(i) = t.get(ino) else { return };
     // Made again here since (or with bytes waiting here): the delete is older than what we have.
-    if i.staged.is_some() || i.touched >= at {
+    if i.staged.is_some() || t.changed_here_since(ino, at) {
         return;
     }
     let dir = i.kind == InodeKind::Dir;
@@ -378,10 +405,10 @@ fn appeared(
     };
     if let Some(i) = t.ino_of(path).and_then(|i| t.get(i)) {
         // Made here (our own change coming back), or with bytes waiting here.
-        if i.staged.is_some() || i.touched >= at {
+        let ino = i.ino;
+        if i.staged.is_some() || t.changed_here_since(ino, at) {
             return;
         }
-        let ino = i.ino;
         // Something else now has this name: its attributes are asked again.
         t.expire_attrs(ino, past);
         kernel.push(Kernel::Attrs(ino));

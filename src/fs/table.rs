@@ -631,6 +631,11 @@ impl Table {
         }
     }
 
+    /// Whether `ino` was created, renamed or uploaded here at or after `at` (`touch`).
+    pub fn changed_here_since(&self, ino: Ino, at: Instant) -> bool {
+        self.recent.get(&ino).is_some_and(|t| *t >= at)
+    }
+
     /// Files of `dir` that a listing fetched from the backend at `since` may lack: those with
     /// staged bytes, and those created, renamed or uploaded here since (a listing paged while
     /// the folder changes can miss entries).

@@ -239,3 +239,47 @@ fn an_idle_mount_asks_nothing_but_the_feed() {
     );
     m.unmount();
 }
+
+/// Two mounts of one built-in store (`--data-dir`): the store's own feed brings B's kernel the
+/// delete made on A (inotify's IN_DELETE), as the server's does.
+#[test]
+fn two_mounts_of_one_store_tell_watchers_of_deletes() {
+    if !fuse_available() {
+        eprintln!("skipped: needs root and /dev/fuse");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let mount = |name: &str| {
+        let cache = tmp.path().join(format!("{name}-cache"));
+        Mount::start(
+            &tmp.path().join(name),
+            &[
+                "--cache-dir",
+                cache.to_str().unwrap(),
+                "--data-dir",
+                data.to_str().unwrap(),
+            ],
+        )
+    };
+    let (a, b) = (mount("a"), mount("b"));
+    let va = a.path("Local/My First Vault");
+    let vb = b.path("Local/My First Vault");
+    write_stored(&va.join("gone.txt"), b"soon gone\n");
+    wait_for(SEEN_WITHIN, "the file on B", || {
+        vb.join("gone.txt").exists()
+    });
+    let watch = Watch::new(&vb);
+    fs::remove_file(va.join("gone.txt")).unwrap();
+    let mut events = Vec::new();
+    let t = seen("IN_DELETE on B", || {
+        events.extend(watch.events());
+        events
+            .iter()
+            .any(|(m, n)| m & libc::IN_DELETE != 0 && n == "gone.txt")
+    });
+    eprintln!("IN_DELETE on B after {t:?}");
+    assert!(!vb.join("gone.txt").exists());
+    b.unmount();
+    a.unmount();
+}
