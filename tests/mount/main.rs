@@ -13,6 +13,7 @@ mod common;
 
 mod caches;
 mod crash;
+mod follow;
 mod io;
 mod namespace;
 mod options;
