@@ -43,6 +43,7 @@
 
 mod attrs;
 mod cache;
+mod conflict;
 mod errno;
 mod follow;
 mod freshness;
@@ -211,6 +212,8 @@ pub(crate) struct Fs<B: Backend> {
     offline_until: Mutex<Option<std::time::Instant>>,
     /// Uploads in flight and recent errors, for `vaultfs status`.
     tracker: status::Tracker,
+    /// Conflict copies made (`conflict`).
+    conflicts: conflict::Conflicts,
     /// The virtual `.preview` directories.
     previews: Mutex<preview::Tree>,
     /// Closed files waiting for the next batch (backends that store batches).
@@ -257,6 +260,7 @@ impl<B: Backend> Fs<B> {
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let mut table = Table::new(opts.root.clone());
         table.kept = attrs::KeptHere::load(&opts.cache_dir.join("attrs"))?;
+        let conflicts = conflict::Conflicts::open(&opts.cache_dir)?;
         let fs = Arc::new(Fs {
             backend: Arc::new(backend),
             rt,
@@ -283,6 +287,7 @@ impl<B: Backend> Fs<B> {
             daemon_writes: AtomicU64::new(0),
             opts,
             tracker: status::Tracker::default(),
+            conflicts,
             previews: Mutex::default(),
             writeback: writeback::Writeback::default(),
             handing_over: std::sync::atomic::AtomicBool::new(false),

@@ -20,6 +20,9 @@ use crate::api::NodePath;
 use crate::api::path::MAX_NAME_BYTES;
 use crate::backend::Backend;
 
+/// On a conflict copy: the file it conflicts with and that file's version (`fs::conflict`).
+const CONFLICT_XATTR: &str = "user.vaultfs.conflict";
+
 const XATTRS: [&str; 4] = [
     "user.vaultfs.id",
     "user.vaultfs.link_uri",
@@ -178,7 +181,7 @@ impl<B: Backend> Fs<B> {
             }
             new_entry(&t.get(parent)?.path, name).ok()?
         };
-        let staged = match self.journal.create(&path, None) {
+        let staged = match self.journal.create(&path, None, crate::api::Base::Absent) {
             Ok(s) => Arc::new(s),
             Err(e) => return Some(Err(io_errno(&e))),
         };
@@ -398,6 +401,41 @@ impl<B: Backend> Fs<B> {
             .table()
             .get(ino)
             .is_some_and(|i| i.kind == InodeKind::Dir || i.remote.is_some());
+        // A stored file put over one changed elsewhere since this mount knew it: it goes to a
+        // conflict copy instead, and the name keeps the store's version (`conflict`).
+        let known = target.and_then(|tino| {
+            let t = self.table();
+            let i = t.get(tino)?;
+            (i.kind == InodeKind::File).then(|| match &i.staged {
+                Some(s) => s.base(),
+                None => super::io::base_of(i),
+            })
+        });
+        let copy = match (&known, remote) {
+            (Some(known), true) => self.rename_over_changed(&dst, known).await,
+            _ => None,
+        };
+        if let Some(copy) = copy {
+            self.backend
+                .rename(&src, &copy, false)
+                .await
+                .map_err(|e| errno(&e))?;
+            let mut t = self.table();
+            t.rename(ino, &copy);
+            t.give_back(&dst);
+            self.renamed(&t, &copy);
+            t.entries_changed(parent);
+            t.entries_changed(newparent);
+            drop(t);
+            // The kernel moves its entry to `dst` when this returns: dropped again after that.
+            if let Some(n) = self.notifier.get().cloned() {
+                let name = newname.to_string();
+                tokio::task::spawn_blocking(move || {
+                    let _ = n.inval_entry(fuser::INodeNo(newparent), std::ffi::OsStr::new(&name));
+                });
+            }
+            return Ok(());
+        }
         if remote {
             self.backend
                 .rename(&src, &dst, true)
@@ -412,12 +450,22 @@ impl<B: Backend> Fs<B> {
             if let Some(r) = t.get(tino).and_then(|i| i.remote.as_ref()) {
                 self.cache.invalidate(&r.id);
             }
+            // What the bytes put here replace is what this mount knew of the target (its
+            // own base while it had edits staged): a target changed elsewhere meanwhile makes
+            // the upload a conflict (editors' save-by-rename).
+            let target_base = t.get(tino).map(|i| match &i.staged {
+                Some(s) => s.base(),
+                None => super::io::base_of(i),
+            });
             self.replaced(&mut t, tino);
             // The replaced remote file's ID now belongs to the renamed one (same path).
             if !remote {
                 let rid = t.get(tino).and_then(|i| i.remote.clone());
                 if let Some(i) = t.get_mut(ino) {
                     i.remote = rid;
+                    if let (Some(s), Some(b)) = (&i.staged, target_base) {
+                        s.set_base(b);
+                    }
                 }
             }
         }
@@ -476,6 +524,13 @@ impl<B: Backend> Fs<B> {
             return Err(Errno::EOPNOTSUPP);
         }
         let t = self.table();
+        if name.to_str() == Some(CONFLICT_XATTR) {
+            let path = t.get(ino).map(|i| i.path.clone()).ok_or(Errno::ENOENT)?;
+            drop(t);
+            return (self.conflicts.of_copy(&path))
+                .map(String::into_bytes)
+                .ok_or(Errno::NO_XATTR);
+        }
         let r = t.get(ino).and_then(|i| i.remote.clone());
         let value = match (name.to_str(), r) {
             (Some("user.vaultfs.id"), Some(r)) => Some(r.id),
@@ -487,15 +542,23 @@ impl<B: Backend> Fs<B> {
         value.map(String::into_bytes).ok_or(Errno::NO_XATTR)
     }
 
-    /// LISTXATTR: the names, each ended by a NUL (files stored remotely only).
+    /// LISTXATTR: the names, each ended by a NUL (files stored remotely only; the conflict
+    /// attribute on conflict copies).
     pub(super) fn listxattr(&self, ino: Ino) -> Vec<u8> {
-        let has = self.table().get(ino).is_some_and(|i| i.remote.is_some());
+        let (has, path) = {
+            let t = self.table();
+            let i = t.get(ino);
+            (
+                i.is_some_and(|i| i.remote.is_some()),
+                i.map(|i| i.path.clone()),
+            )
+        };
         let mut buf = Vec::new();
-        if has {
-            for n in XATTRS {
-                buf.extend_from_slice(n.as_bytes());
-                buf.push(0);
-            }
+        let conflict = path.is_some_and(|p| self.conflicts.of_copy(&p).is_some());
+        let names = XATTRS.iter().filter(|_| has);
+        for n in names.chain(conflict.then_some(&CONFLICT_XATTR)) {
+            buf.extend_from_slice(n.as_bytes());
+            buf.push(0);
         }
         buf
     }

@@ -61,6 +61,25 @@ pub struct Status {
     pub uploads: Vec<Upload>,
     /// The most recent errors, oldest first.
     pub errors: Vec<RecentError>,
+    /// Conflict copies this mount made (`fs::conflict`), oldest first.
+    #[serde(default)]
+    pub conflicts: Vec<Conflict>,
+}
+
+/// A conflict copy: the local edit of `original`, which had changed elsewhere, stored as `copy`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Conflict {
+    /// The copy's path (`/nodes/pth/...`).
+    pub copy: String,
+    /// The file it conflicts with, which kept the store's version.
+    pub original: String,
+    /// That version, as the store described it when the copy was made.
+    #[serde(default)]
+    pub server_md5: Option<String>,
+    #[serde(default)]
+    pub server_modified: Option<String>,
+    /// When the copy was made (RFC 3339).
+    pub at: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -229,6 +248,7 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
         daemon_writes: fs.daemon_writes.load(Ordering::Relaxed),
         uploads,
         errors: fs.tracker.errors(),
+        conflicts: fs.conflicts.list(),
     }
 }
 

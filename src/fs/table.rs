@@ -68,6 +68,9 @@ pub struct Inode {
     pub io: Arc<tokio::sync::Mutex<()>>,
     /// md5 of the content the kernel may have in its page cache for this file.
     pub kernel_md5: Option<String>,
+    /// md5 of the version last opened for reading here, or stored from here: what a whole
+    /// rewrite (O_TRUNC, a save-by-rename over it) replaces (`io::base_of`).
+    pub read_md5: Option<String>,
     /// Removed from the namespace while still open.
     pub unlinked: bool,
     /// Passthrough opens and the backing file they share (see `passthrough`).
@@ -102,6 +105,7 @@ impl Inode {
             staged: None,
             io: Arc::new(tokio::sync::Mutex::new(())),
             kernel_md5: None,
+            read_md5: None,
             unlinked: false,
             pt: None,
             plain_pending: 0,
@@ -405,6 +409,17 @@ impl Table {
         self.removed
             .retain(|_, at| now.duration_since(*at) < REMOVED_MEMORY);
         self.removed.insert(path.clone(), now);
+    }
+
+    /// The name `path` belongs to the store again (a conflict copy took this mount's inode
+    /// away from it): not removed here, and its folder's listing is fetched again.
+    pub fn give_back(&mut self, path: &NodePath) {
+        self.removed.remove(path);
+        let dir = path.parent().and_then(|p| self.by_path.get(&p).copied());
+        if let Some(i) = dir.and_then(|d| self.inodes.get_mut(&d)) {
+            i.listing = None;
+            i.subdirs.set(None);
+        }
     }
 
     /// Whether `path` was removed or renamed away here after `since`.

@@ -46,6 +46,7 @@ pub fn schedule<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
 
 async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
     let mut retry = Retry::default();
+    let mut resolved = 0;
     loop {
         let result = {
             // Step 1 with the folder's other new files, before waiting for a place (`pacing`).
@@ -82,6 +83,11 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
             Err(e) => fs.pacing.window.failed(e),
         }
         if let Err(e) = result {
+            // A conflict, or the file deleted elsewhere: stored as a copy, or again.
+            if resolved < super::conflict::RESOLVE_AT_MOST && fs.resolve_refusal(ino, &e).await {
+                resolved += 1;
+                continue;
+            }
             fs.tracker
                 .error(format!("upload of {}: {e}", path_of(fs, ino)));
             match retry.failed(&e) {
@@ -205,7 +211,7 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
         };
         let ticket = fs
             .backend
-            .begin_version_with(&id, size, md5.as_deref(), attrs, &crate::api::Base::Any)
+            .begin_version_with(&id, size, md5.as_deref(), attrs, &staged.base())
             .await?;
         let vid = ticket
             .version_id()
@@ -227,6 +233,10 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
         }
     };
     log::info!("uploaded {path} ({size} bytes)");
+    if let Some(md5) = node.as_ref().and_then(|n| n.md5_checksum.clone()) {
+        // What the next round replaces: this version (saves in sequence never conflict).
+        staged.set_base(crate::api::Base::Md5(md5));
+    }
     let mut t = fs.table();
     if let Some((node, id)) = node.as_ref().and_then(|n| Some((n, n.file_id()?))) {
         super::attrs::answered(&mut t, &id, node, attrs);
@@ -234,6 +244,11 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
     if fs.stored(&mut t, ino, &staged, generation, node.as_ref()) {
         drop(t);
         fs.journal.finish(&staged);
+    } else if let Some(i) = t.get(ino) {
+        // Still staged (written again meanwhile): its entry names the new base.
+        let _ = fs
+            .journal
+            .record(&staged, &i.path, i.remote.as_ref().map(|r| r.id.clone()));
     }
     Ok(())
 }

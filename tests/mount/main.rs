@@ -12,6 +12,7 @@
 mod common;
 
 mod caches;
+mod conflicts;
 mod crash;
 mod follow;
 mod io;

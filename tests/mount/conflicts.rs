@@ -1,0 +1,282 @@
+//! Two writers on one file (issue 32): a later save never silently erases an earlier one from
+//! another mount. The version stored first keeps the name; the other edit becomes a conflict
+//! copy beside it, listed by `vaultfs status` and marked with `user.vaultfs.conflict`. An edit
+//! to a file deleted elsewhere is stored again. Saves in sequence from one mount never make a
+//! conflict copy.
+
+use std::fs::{self, OpenOptions};
+use std::io::{Seek, Write};
+use std::path::{Path, PathBuf};
+
+use crate::common::env::{Env, VAULT, Via};
+use crate::common::mount::{Mount, names};
+use vaultfs::api::NodePath;
+use vaultfs::backend::Backend;
+
+both!(
+    concurrent_edits_keep_both,
+    a_save_by_rename_over_a_changed_file_keeps_both,
+    an_edit_beats_a_delete,
+    saves_in_sequence_make_no_conflict_copy,
+);
+
+/// A second mount of the env's store, with a cache dir of its own.
+fn second_mount(env: &Env) -> (Mount, PathBuf, PathBuf) {
+    let mnt = env._tmp.path().join("mnt2");
+    let cache = env._tmp.path().join("cache2");
+    let mut args = vec!["--cache-dir".to_string(), cache.to_str().unwrap().into()];
+    match &env.server {
+        Some(s) => args.extend(["--server".into(), s.base.clone()]),
+        None => args.extend(["--data-dir".into(), env.data.to_str().unwrap().into()]),
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let m = Mount::start_with_env(&mnt, &args, &[("XDG_CONFIG_HOME", &env.config)]);
+    (m, mnt, cache)
+}
+
+/// Waits until the mount with cache dir `cache` has stored everything.
+fn settle(cache: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while crate::common::env::pending_uploads(cache) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "uploads did not finish"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// The names in the vault's folder as the store has them (no mount's cache in between).
+fn stored_names(env: &Env) -> Vec<String> {
+    let b = env.backend();
+    let path = NodePath::parse_uri(&format!("/nodes/pth/{VAULT}")).unwrap();
+    let node = env.rt.block_on(b.list(&path, 0, 1000)).unwrap();
+    let mut v: Vec<String> = node
+        .children
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    v.sort();
+    v
+}
+
+/// The stored bytes of `name` in the vault.
+fn stored(env: &Env, name: &str) -> Vec<u8> {
+    let b = env.backend();
+    let path = NodePath::parse_uri(&format!("/nodes/pth/{VAULT}/{name}")).unwrap();
+    let node = env.rt.block_on(b.node(&path)).unwrap();
+    env.rt
+        .block_on(crate::common::content(&b, &node.file_id().unwrap()))
+}
+
+fn copies(names: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .filter(|n| n.starts_with("report (conflict ") && n.ends_with(".txt"))
+        .cloned()
+        .collect()
+}
+
+/// A and B both have `report.txt` open on the same version; A saves and its save is stored,
+/// then B saves: the name keeps A's bytes, and B's are in one conflict copy, which both mounts
+/// and the store show, `vaultfs status` lists and an attribute marks. Nothing is lost, and the
+/// copy survives B's remount.
+fn concurrent_edits_keep_both(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let a = env.mount(&[]);
+    let (b, mnt_b, cache_b) = second_mount(&env);
+    let (va, vb) = (env.vault(), mnt_b.join(VAULT));
+    fs::write(va.join("report.txt"), b"the first text").unwrap();
+    env.wait_uploaded();
+    assert_eq!(fs::read(vb.join("report.txt")).unwrap(), b"the first text");
+
+    // B's editor has the file open (its staged copy is of the first version) ...
+    let mut fb = OpenOptions::new()
+        .write(true)
+        .open(vb.join("report.txt"))
+        .unwrap();
+    // ... while A saves, and A's save is stored.
+    fs::write(va.join("report.txt"), b"edit from A").unwrap();
+    env.wait_uploaded();
+    fb.set_len(0).unwrap();
+    fb.rewind().unwrap();
+    fb.write_all(b"edit from B").unwrap();
+    drop(fb);
+    settle(&cache_b);
+
+    let listed = stored_names(&env);
+    let copy = copies(&listed);
+    assert_eq!(
+        copy.len(),
+        1,
+        "one conflict copy: {listed:?}\n{}",
+        b.log_text()
+    );
+    assert_eq!(stored(&env, "report.txt"), b"edit from A");
+    assert_eq!(stored(&env, &copy[0]), b"edit from B");
+    // B shows both at once: the name leads to A's version, the copy to B's bytes.
+    assert_eq!(fs::read(vb.join("report.txt")).unwrap(), b"edit from A");
+    assert_eq!(fs::read(vb.join(&copy[0])).unwrap(), b"edit from B");
+    assert!(names(&vb).contains(&copy[0]));
+    let mark = xattr(&vb.join(&copy[0]), "user.vaultfs.conflict");
+    assert!(
+        mark.as_deref().is_some_and(|m| m.contains("report.txt")),
+        "{mark:?}"
+    );
+    let status = b.status();
+    let listed = status["conflicts"].as_array().cloned().unwrap_or_default();
+    assert_eq!(listed.len(), 1, "{status}");
+    assert!(listed[0]["copy"].as_str().unwrap().ends_with(&copy[0]));
+    assert!(b.log_text().contains("conflict"));
+    // A sees the copy too (once its listing is fetched again).
+    a.unmount();
+    let a = env.mount(&[]);
+    assert_eq!(fs::read(va.join(&copy[0])).unwrap(), b"edit from B");
+    assert_eq!(fs::read(va.join("report.txt")).unwrap(), b"edit from A");
+    // The record of the copy outlives B's daemon.
+    b.unmount();
+    let (b, _, _) = second_mount(&env);
+    assert_eq!(b.status()["conflicts"].as_array().map(Vec::len), Some(1));
+    b.unmount();
+    a.unmount();
+}
+
+/// An editor's save-by-rename over a file that another writer changed since this mount knew
+/// it: the rename's bytes become the conflict copy (the temporary file stored first, or not
+/// yet), the name keeps the other writer's version.
+fn a_save_by_rename_over_a_changed_file_keeps_both(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    let b = env.backend();
+    for (i, stored_first) in [false, true].into_iter().enumerate() {
+        let name = format!("report{i}.txt");
+        fs::write(v.join(&name), b"first").unwrap();
+        env.wait_uploaded();
+        assert_eq!(fs::read(v.join(&name)).unwrap(), b"first");
+        // The third writer: the interface itself.
+        let path = NodePath::parse_uri(&format!("/nodes/pth/{VAULT}/{name}")).unwrap();
+        let id = env.rt.block_on(b.node(&path)).unwrap().file_id().unwrap();
+        env.rt.block_on(async {
+            let data = b"from elsewhere";
+            let v = b.begin_version(&id, data.len() as u64, None).await.unwrap();
+            let body = vaultfs::backend::reader_stream(std::io::Cursor::new(data.to_vec()));
+            b.upload(&id, &v.version_id().unwrap(), data.len() as u64, body)
+                .await
+                .unwrap();
+        });
+        fs::write(v.join(".tmp"), b"saved here").unwrap();
+        if stored_first {
+            env.wait_uploaded();
+        }
+        fs::rename(v.join(".tmp"), v.join(&name)).unwrap();
+        env.wait_uploaded();
+        let listed = stored_names(&env);
+        let stem = format!("report{i} (conflict ");
+        let copy: Vec<&String> = listed.iter().filter(|n| n.starts_with(&stem)).collect();
+        assert_eq!(
+            copy.len(),
+            1,
+            "stored first: {stored_first}; {listed:?}\n{}",
+            m.log_text()
+        );
+        assert_eq!(stored(&env, &name), b"from elsewhere");
+        assert_eq!(stored(&env, copy[0]), b"saved here");
+        assert_eq!(fs::read(v.join(copy[0])).unwrap(), b"saved here");
+        assert_eq!(fs::read(v.join(&name)).unwrap(), b"from elsewhere");
+        assert!(!listed.contains(&".tmp".to_string()));
+    }
+    m.unmount();
+}
+
+/// A file deleted by another writer while this mount edits it is stored again with the edit.
+fn an_edit_beats_a_delete(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    fs::create_dir(v.join("sub")).unwrap();
+    fs::write(v.join("sub/notes.txt"), b"first").unwrap();
+    fs::write(v.join("top.txt"), b"first").unwrap();
+    env.wait_uploaded();
+    let mut f = OpenOptions::new()
+        .append(true)
+        .open(v.join("top.txt"))
+        .unwrap();
+    let mut g = OpenOptions::new()
+        .append(true)
+        .open(v.join("sub/notes.txt"))
+        .unwrap();
+    // Another client deletes the file, and the whole folder of the other.
+    let b = env.backend();
+    for p in [
+        format!("/nodes/pth/{VAULT}/top.txt"),
+        format!("/nodes/pth/{VAULT}/sub"),
+    ] {
+        env.rt
+            .block_on(b.delete(&NodePath::parse_uri(&p).unwrap()))
+            .unwrap();
+    }
+    f.write_all(b" and more").unwrap();
+    g.write_all(b" and more").unwrap();
+    drop((f, g));
+    env.wait_uploaded();
+    assert_eq!(stored(&env, "top.txt"), b"first and more");
+    assert_eq!(stored(&env, "sub/notes.txt"), b"first and more");
+    m.unmount();
+}
+
+/// Saves in sequence from one mount, by writing in place and by an editor's save-by-rename
+/// (renamed before and after its upload), never make a conflict copy; the last save wins.
+fn saves_in_sequence_make_no_conflict_copy(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    let n: usize = std::env::var("VAULTFS_SEQUENTIAL_SAVES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(120);
+    for i in 0..n {
+        let text = format!("save {i}\n");
+        match i % 3 {
+            0 => fs::write(v.join("report.txt"), &text).unwrap(),
+            _ => {
+                fs::write(v.join(".report.txt.swp"), &text).unwrap();
+                if i % 3 == 2 {
+                    env.wait_uploaded();
+                }
+                fs::rename(v.join(".report.txt.swp"), v.join("report.txt")).unwrap();
+            }
+        }
+        if i % 10 == 9 {
+            env.wait_uploaded();
+        }
+    }
+    env.wait_uploaded();
+    let listed = stored_names(&env);
+    assert!(copies(&listed).is_empty(), "{listed:?}");
+    assert_eq!(listed, ["report.txt"]);
+    assert_eq!(
+        stored(&env, "report.txt"),
+        format!("save {}\n", n - 1).as_bytes()
+    );
+    assert!(m.status()["conflicts"].as_array().is_none_or(Vec::is_empty));
+    m.unmount();
+}
+
+/// An extended attribute's value, as text (None when not set).
+fn xattr(p: &Path, name: &str) -> Option<String> {
+    let path = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    let name = std::ffi::CString::new(name).unwrap();
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: both strings are NUL-terminated; the buffer is as long as we say.
+    let n = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    (n >= 0).then(|| String::from_utf8_lossy(&buf[..n as usize]).into_owned())
+}
