@@ -262,6 +262,30 @@ impl<B: Backend> Fs<B> {
         Some(copy)
     }
 
+    /// After step 3 on a server without the atomic check (`conflict_check` absent from the
+    /// node of step 2): whether the file now holds another version than the `md5` just stored,
+    /// i.e. another writer committed right after this one. What commits between step 2's
+    /// comparison and this look is the window left (docs/design.md). A failed look says nothing.
+    pub(super) async fn committed_after(
+        &self,
+        step2: &crate::api::Node,
+        path: &NodePath,
+        md5: &str,
+    ) -> bool {
+        let atomic =
+            (step2.file_ex_properties.as_ref()).is_some_and(|x| x.conflict_check == Some(true));
+        if atomic {
+            return false;
+        }
+        match self.backend.node(path).await {
+            Ok(n) => n
+                .md5_checksum
+                .as_deref()
+                .is_some_and(|m| !m.eq_ignore_ascii_case(md5)),
+            Err(_) => false,
+        }
+    }
+
     /// `NotFound` for an upload: the file was deleted elsewhere (it is stored again as a new
     /// file: an edit beats a delete), or its folder was (made again, then the file stored).
     async fn store_again(self: &Arc<Self>, ino: Ino) -> bool {

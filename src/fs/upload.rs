@@ -229,7 +229,20 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
                 // the new bytes.
                 return Ok(());
             }
-            other => Some(other?),
+            other => {
+                let node = other?;
+                if let Some(m) = md5
+                    .as_deref()
+                    .filter(|_| staged.base() != crate::api::Base::Any)
+                {
+                    if fs.committed_after(&ticket, &path, m).await {
+                        // Overwritten right after by another writer: these bytes go to a
+                        // conflict copy (the run resolves it as a refusal).
+                        return Err(staged.base().conflict(&path.to_string()));
+                    }
+                }
+                Some(node)
+            }
         }
     };
     log::info!("uploaded {path} ({size} bytes)");

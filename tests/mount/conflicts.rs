@@ -22,6 +22,10 @@ both!(
 
 /// A second mount of the env's store, with a cache dir of its own.
 fn second_mount(env: &Env) -> (Mount, PathBuf, PathBuf) {
+    second_mount_with(env, &[])
+}
+
+fn second_mount_with(env: &Env, extra: &[&str]) -> (Mount, PathBuf, PathBuf) {
     let mnt = env._tmp.path().join("mnt2");
     let cache = env._tmp.path().join("cache2");
     let mut args = vec!["--cache-dir".to_string(), cache.to_str().unwrap().into()];
@@ -29,6 +33,7 @@ fn second_mount(env: &Env) -> (Mount, PathBuf, PathBuf) {
         Some(s) => args.extend(["--server".into(), s.base.clone()]),
         None => args.extend(["--data-dir".into(), env.data.to_str().unwrap().into()]),
     }
+    args.extend(extra.iter().map(|a| a.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let m = Mount::start_with_env(&mnt, &args, &[("XDG_CONFIG_HOME", &env.config)]);
     (m, mnt, cache)
@@ -188,6 +193,47 @@ fn a_save_by_rename_over_a_changed_file_keeps_both(via: Via) {
         assert!(!listed.contains(&".tmp".to_string()));
     }
     m.unmount();
+}
+
+/// B's save over a stale version is journaled while the server is down, and B's daemon is
+/// SIGKILLed: with the server back, the next mount of B's cache dir uploads it against the base
+/// its journal entry kept, and it becomes a conflict copy; nothing is lost.
+#[test]
+fn a_stale_save_journaled_before_a_kill_becomes_a_conflict_copy() {
+    let Some(mut env) = Env::new(Via::Remote) else {
+        return;
+    };
+    let a = env.mount(&[]);
+    let va = env.vault();
+    fs::write(va.join("report.txt"), "original").unwrap();
+    env.wait_uploaded();
+    let (b, mnt_b, cache_b) = second_mount_with(&env, &["--timeout", "2"]);
+    let vb = mnt_b.join(VAULT);
+    assert_eq!(fs::read(vb.join("report.txt")).unwrap(), b"original");
+    fs::write(va.join("report.txt"), "edit from A").unwrap();
+    env.wait_uploaded();
+    a.unmount();
+
+    let server = env.server.take().unwrap();
+    let addr = server.base.trim_start_matches("http://").to_string();
+    env.rt.block_on(server.stop());
+    let vb2 = vb.clone();
+    crate::common::env::within(20, "B saving while the server is down", move || {
+        fs::write(vb2.join("report.txt"), "edit from B").unwrap()
+    });
+    assert_eq!(crate::common::env::pending_uploads(&cache_b), 1);
+    b.kill();
+
+    env.serve_again(&addr);
+    let (b, _, cache_b) = second_mount(&env);
+    settle(&cache_b);
+    let listed = stored_names(&env);
+    let copy = copies(&listed);
+    assert_eq!(copy.len(), 1, "{listed:?}\n{}", b.log_text());
+    assert_eq!(stored(&env, "report.txt"), b"edit from A");
+    assert_eq!(stored(&env, &copy[0]), b"edit from B");
+    assert_eq!(fs::read(vb.join(&copy[0])).unwrap(), b"edit from B");
+    b.unmount();
 }
 
 /// A file deleted by another writer while this mount edits it is stored again with the edit.
