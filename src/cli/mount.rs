@@ -10,6 +10,7 @@ use super::DataDir;
 use super::control::Info;
 use crate::api::NodePath;
 use crate::backend::Backend;
+use crate::backend::bwlimit::BwLimit;
 use crate::backend::local::LocalBackend;
 use crate::backend::remote::RemoteBackend;
 use crate::fs::{self, MountOptions};
@@ -80,6 +81,10 @@ pub struct MountArgs {
     #[arg(long, default_value_t = MountOptions::default().flush_timeout.as_secs_f64(),
           value_name = "S")]
     flush_timeout: f64,
+    /// Bandwidth limit of a server's transfers in bytes a second, rclone's spelling: `10M` both
+    /// ways, `1M:5M` upload:download, `off` for none on a side
+    #[arg(long, value_parser = parse_bwlimit, value_name = "RATE")]
+    bwlimit: Option<BwLimit>,
     /// Run in the background: return once the mount answers (exit 0), or fail with the reason
     #[arg(long)]
     daemon: bool,
@@ -127,6 +132,10 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok()
         .and_then(|n| n.checked_mul(mult))
         .ok_or_else(|| format!("`{s}` is not a size"))
+}
+
+fn parse_bwlimit(s: &str) -> Result<BwLimit, String> {
+    BwLimit::parse(s, parse_size)
 }
 
 fn parse_root(s: &str) -> Result<NodePath, String> {
@@ -268,6 +277,8 @@ fn mount_checked(
             config.total_timeout = Duration::from_secs_f64(args.timeout);
             config.idle_timeout = config.idle_timeout.min(config.total_timeout);
             config.connect_timeout = config.connect_timeout.min(config.total_timeout);
+            (config.upload_limit, config.download_limit) =
+                args.bwlimit.unwrap_or_default().buckets();
             let backend = RemoteBackend::new(config)?;
             let identity = format!("{} {}", creds.server, creds.email);
             let info = Info {
@@ -405,5 +416,8 @@ mod tests {
             "/nodes/pth/Local"
         );
         assert!(parse_root("Local/../x").is_err());
+        let b = parse_bwlimit("1M:5M").unwrap();
+        assert_eq!((b.upload, b.download), (Some(1 << 20), Some(5 << 20)));
+        assert_eq!(parse_bwlimit("10M").unwrap().download, Some(10 << 20));
     }
 }
