@@ -339,9 +339,27 @@ fn run<B: Backend>(
         .clone()
         .unwrap_or_else(|| cache_base().join(key));
     opts.cache_dir = super::owner::own_cache_dir(&cache_dir, &args.mountpoint)?;
-    // The mount root must exist before the kernel is asked to show it.
-    rt.block_on(backend.node(&opts.root))
-        .map_err(|e| format!("cannot reach {} in {what}: {e}", opts.root))?;
+    // The mount root must exist before the kernel is asked to show it; out of reach, the mount
+    // starts from the tree its cache dir kept, if it has one (waiting for it `START_PROBE`).
+    let cannot = |e: &dyn std::fmt::Display| format!("cannot reach {} in {what}: {e}", opts.root);
+    if fs::offline::can_start_offline(&opts.cache_dir, &opts.root) {
+        let probe = fs::offline::START_PROBE;
+        match rt.block_on(async { tokio::time::timeout(probe, backend.node(&opts.root)).await }) {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) if !fs::offline::unreachable(&e) => return Err(cannot(&e).into()),
+            Ok(Err(e)) => {
+                log::warn!("{}; starting offline", cannot(&e));
+                opts.start_offline = true;
+            }
+            Err(_) => {
+                log::warn!("{}; starting offline", cannot(&"no answer within 2 s"));
+                opts.start_offline = true;
+            }
+        }
+    } else {
+        rt.block_on(backend.node(&opts.root))
+            .map_err(|e| cannot(&e))?;
+    }
     let mp = args.mountpoint.clone();
     let before = dev_of(&mp);
     let server = Arc::new(Mutex::new(None));

@@ -49,6 +49,7 @@ mod io;
 mod journal;
 mod listing;
 mod namespace;
+pub mod offline;
 mod open;
 mod passthrough;
 mod preview;
@@ -134,6 +135,8 @@ pub struct MountOptions {
     /// The kernel's read-ahead for the mount in KiB: None decides by the way reads go
     /// (`read_ahead`), 0 keeps the kernel's.
     pub read_ahead_kb: Option<u32>,
+    /// The backend was out of reach at start: show the tree kept in the cache dir (`offline`).
+    pub start_offline: bool,
 }
 
 impl Default for MountOptions {
@@ -154,6 +157,7 @@ impl Default for MountOptions {
             passthrough: true,
             read_ahead_kb: None,
             kernel_writes: true,
+            start_offline: false,
         }
     }
 }
@@ -198,6 +202,8 @@ pub(crate) struct Fs<B: Backend> {
     notifier: OnceLock<Notifier>,
     /// Until when the backend counts as unreachable (cached listings are used meanwhile).
     offline_until: Mutex<Option<std::time::Instant>>,
+    /// The tree kept for starting offline, and since when the backend is out of reach.
+    offline: offline::Offline,
     /// Uploads in flight and recent errors, for `vaultfs status`.
     tracker: status::Tracker,
     /// The virtual `.preview` directories.
@@ -258,6 +264,7 @@ impl<B: Backend> Fs<B> {
             upload_slots: tokio::sync::Semaphore::new(opts.upload_concurrency.max(1)),
             notifier: OnceLock::new(),
             offline_until: Mutex::new(None),
+            offline: offline::Offline::open(&opts.cache_dir)?,
             freshness: freshness::Freshness::new(opts.dir_ttl),
             passthrough: passthrough::Passthrough::new(if opts.passthrough {
                 "the kernel did not offer passthrough"
@@ -277,6 +284,10 @@ impl<B: Backend> Fs<B> {
             attr_refreshing: Mutex::default(),
             running: Mutex::default(),
         });
+        if fs.opts.start_offline {
+            fs.restore_snapshot();
+        }
+        offline::start(&fs);
         if batches {
             writeback::start(&fs);
         }
@@ -425,6 +436,7 @@ pub fn mount<B: Backend>(
         }
     });
     let result = session.run();
+    offline::save(&fs);
     fs.journal.shut_spares();
     // Unmounted: give uploads in flight a bounded time to finish; the journal keeps the rest.
     // A new mount of the same point may come meanwhile: it asks for the journal (SIGUSR1),

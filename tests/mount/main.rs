@@ -15,6 +15,7 @@ mod caches;
 mod crash;
 mod io;
 mod namespace;
+mod offline;
 mod options;
 
 use std::fs;
