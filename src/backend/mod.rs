@@ -2,6 +2,7 @@
 //! [`Backend`]; [`local::LocalBackend`] implements it in process over the store, and the remote
 //! backend over HTTP.
 
+pub mod bwlimit;
 #[cfg(test)]
 pub mod faulty;
 pub mod local;

@@ -10,6 +10,7 @@ use super::DataDir;
 use super::control::Info;
 use crate::api::NodePath;
 use crate::backend::Backend;
+use crate::backend::bwlimit::BwLimit;
 use crate::backend::local::LocalBackend;
 use crate::backend::remote::RemoteBackend;
 use crate::fs::{self, MountOptions};
@@ -84,6 +85,10 @@ pub struct MountArgs {
     #[arg(long, default_value_t = MountOptions::default().flush_timeout.as_secs_f64(),
           value_name = "S")]
     flush_timeout: f64,
+    /// Bandwidth limit of a server's transfers in bytes a second, rclone's spelling: `10M` both
+    /// ways, `1M:5M` upload:download, `off` for none on a side
+    #[arg(long, value_parser = parse_bwlimit, value_name = "RATE")]
+    bwlimit: Option<BwLimit>,
     /// Run in the background: return once the mount answers (exit 0), or fail with the reason
     #[arg(long)]
     daemon: bool,
@@ -131,6 +136,10 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok()
         .and_then(|n| n.checked_mul(mult))
         .ok_or_else(|| format!("`{s}` is not a size"))
+}
+
+fn parse_bwlimit(s: &str) -> Result<BwLimit, String> {
+    BwLimit::parse(s, parse_size)
 }
 
 fn parse_root(s: &str) -> Result<NodePath, String> {
@@ -274,6 +283,8 @@ fn mount_checked(
             config.total_timeout = Duration::from_secs_f64(args.timeout);
             config.idle_timeout = config.idle_timeout.min(config.total_timeout);
             config.connect_timeout = config.connect_timeout.min(config.total_timeout);
+            (config.upload_limit, config.download_limit) =
+                args.bwlimit.unwrap_or_default().buckets();
             let backend = RemoteBackend::new(config)?;
             let identity = format!("{} {}", creds.server, creds.email);
             let info = Info {
@@ -334,9 +345,27 @@ fn run<B: Backend>(
         .clone()
         .unwrap_or_else(|| cache_base().join(key));
     opts.cache_dir = super::owner::own_cache_dir(&cache_dir, &args.mountpoint)?;
-    // The mount root must exist before the kernel is asked to show it.
-    rt.block_on(backend.node(&opts.root))
-        .map_err(|e| format!("cannot reach {} in {what}: {e}", opts.root))?;
+    // The mount root must exist before the kernel is asked to show it; out of reach, the mount
+    // starts from the tree its cache dir kept, if it has one (waiting for it `START_PROBE`).
+    let cannot = |e: &dyn std::fmt::Display| format!("cannot reach {} in {what}: {e}", opts.root);
+    if fs::offline::can_start_offline(&opts.cache_dir, &opts.root) {
+        let probe = fs::offline::START_PROBE;
+        match rt.block_on(async { tokio::time::timeout(probe, backend.node(&opts.root)).await }) {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) if !fs::offline::unreachable(&e) => return Err(cannot(&e).into()),
+            Ok(Err(e)) => {
+                log::warn!("{}; starting offline", cannot(&e));
+                opts.start_offline = true;
+            }
+            Err(_) => {
+                log::warn!("{}; starting offline", cannot(&"no answer within 2 s"));
+                opts.start_offline = true;
+            }
+        }
+    } else {
+        rt.block_on(backend.node(&opts.root))
+            .map_err(|e| cannot(&e))?;
+    }
     let mp = args.mountpoint.clone();
     let before = dev_of(&mp);
     let server = Arc::new(Mutex::new(None));
@@ -411,5 +440,8 @@ mod tests {
             "/nodes/pth/Local"
         );
         assert!(parse_root("Local/../x").is_err());
+        let b = parse_bwlimit("1M:5M").unwrap();
+        assert_eq!((b.upload, b.download), (Some(1 << 20), Some(5 << 20)));
+        assert_eq!(parse_bwlimit("10M").unwrap().download, Some(10 << 20));
     }
 }

@@ -80,6 +80,7 @@ mod tests {
             Some("FILE") => "/var/log/somewhere.log",
             Some("URL") => "http://127.0.0.1:9",
             Some("PATH") => "Local/Docs",
+            Some("RATE") => "1M:5M",
             other => panic!(
                 "--{}: no sample value for {other:?}; add one here",
                 arg.get_long().unwrap()

@@ -117,7 +117,14 @@ fn render(s: &Status) -> String {
         if s.read_only { " (read-only)" } else { "" }
     );
     if s.offline {
-        out += "  state     backend unreachable: cached listings, writes staged\n";
+        let since = s
+            .offline_since
+            .as_ref()
+            .map(|t| format!(" since {t}"))
+            .unwrap_or_default();
+        out += &format!(
+            "  state     offline{since}: backend unreachable; cached listings, writes staged\n"
+        );
     }
     if let Some(t) = &s.token_expires {
         out += &format!("  token     expires {t}\n");

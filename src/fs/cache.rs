@@ -1,7 +1,9 @@
 //! The read cache: one sparse file per remote file version (ID and md5) in the cache dir, filled
 //! by ranged downloads in 1 MiB chunks, with read-ahead that grows for sequential readers. An LRU
 //! bounds its bytes. A chunk is marked present only once all its bytes are written, so a reader
-//! never sees a hole as data; the cache starts empty on each mount.
+//! never sees a hole as data. Whole files outlive the mount (`offline`): `save_index` lists
+//! them, synced to disk first, in `index.json`, and the next mount keeps those and drops the
+//! rest (a partly fetched file's chunks are not trusted across runs).
 //!
 //! Behind a link with round trips of tens of ms, one download after the other leaves the link
 //! idle a round trip each time: a sequential reader's read-ahead goes out in pieces of
@@ -54,6 +56,8 @@ pub struct CachedFile {
     /// End of the last read and the current read-ahead window, for sequential readers.
     last_end: AtomicU64,
     window: AtomicU64,
+    /// Its file stays when it is dropped: listed in `index.json` for the next mount.
+    kept: AtomicBool,
 }
 
 impl CachedFile {
@@ -77,6 +81,7 @@ impl CachedFile {
             arrived: tokio::sync::Notify::new(),
             last_end: AtomicU64::new(0),
             window: AtomicU64::new(FIRST_WINDOW / 2),
+            kept: AtomicBool::new(false),
         })
     }
 
@@ -109,7 +114,11 @@ impl CachedFile {
 
 impl Drop for CachedFile {
     fn drop(&mut self) {
-        if let Some(path) = &self.path {
+        if let Some(path) = self
+            .path
+            .as_ref()
+            .filter(|_| !self.kept.load(Ordering::Relaxed))
+        {
             let _ = fs::remove_file(path);
         }
     }
@@ -120,6 +129,33 @@ pub struct ReadCache {
     max_bytes: u64,
     inner: Mutex<Inner>,
     files: AtomicU64,
+    /// The keys `index.json` lists (`save_index`).
+    saved: Mutex<HashSet<String>>,
+}
+
+/// The cache goes with the mount: the files its index lists stay for the next one.
+impl Drop for ReadCache {
+    fn drop(&mut self) {
+        let saved = relock(&self.saved);
+        for (k, e) in self.lock().lru.iter() {
+            if saved.contains(k) {
+                e.kept.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The index of whole files kept for the next mount.
+const INDEX: &str = "index.json";
+
+/// A whole file in `index.json`.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Whole {
+    id: String,
+    md5: Option<String>,
+    size: u64,
+    /// Its name in the cache dir.
+    file: String,
 }
 
 struct Inner {
@@ -134,21 +170,100 @@ fn key(id: &str, md5: Option<&str>) -> String {
 
 impl ReadCache {
     pub fn open(dir: PathBuf, max_bytes: u64) -> io::Result<ReadCache> {
-        // Entries are not trusted across runs: start empty.
-        if dir.exists() {
-            fs::remove_dir_all(&dir)?;
-        }
         super::private_dir(&dir)?;
         let inner = Inner {
             lru: LruCache::new(NonZeroUsize::new(1 << 20).unwrap()),
             bytes: 0,
         };
-        Ok(ReadCache {
+        let cache = ReadCache {
             dir,
             max_bytes,
             inner: Mutex::new(inner),
             files: AtomicU64::new(0),
-        })
+            saved: Mutex::new(HashSet::new()),
+        };
+        cache.keep_whole_files()?;
+        Ok(cache)
+    }
+
+    /// Takes back the whole files the last run listed in its index; every other file goes
+    /// (chunks of a partly fetched file are not trusted across runs).
+    fn keep_whole_files(&self) -> io::Result<()> {
+        let listed: Vec<Whole> = fs::read(self.dir.join(INDEX))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        let mut keep = std::collections::HashMap::new();
+        for w in listed {
+            // Only plain names this cache made (hex digest, a dot, a number).
+            if w.file.contains('/') || w.file.starts_with('.') {
+                continue;
+            }
+            keep.insert(w.file.clone(), w);
+        }
+        let mut inner = self.lock();
+        let mut next = 0;
+        for d in fs::read_dir(&self.dir)? {
+            let d = d?;
+            let name = d.file_name().to_string_lossy().into_owned();
+            let path = d.path();
+            let whole = keep
+                .remove(&name)
+                .filter(|w| d.metadata().is_ok_and(|m| m.is_file() && m.len() == w.size));
+            let Some(w) = whole else {
+                if name != INDEX {
+                    let _ = fs::remove_file(&path);
+                }
+                continue;
+            };
+            if let Some(n) = name.rsplit('.').next().and_then(|n| n.parse::<u64>().ok()) {
+                next = next.max(n + 1);
+            }
+            let file = fs::OpenOptions::new().read(true).write(true).open(&path)?;
+            let present = (0..w.size.div_ceil(CHUNK)).collect();
+            let e = CachedFile::new(&w.id, w.md5.as_deref(), w.size, file, Some(path), present);
+            let k = key(&w.id, w.md5.as_deref());
+            relock(&self.saved).insert(k.clone());
+            self.insert(&mut inner, k, e);
+        }
+        self.files.store(next, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Lists the whole files in `index.json` (synced to disk first, then written aside and
+    /// renamed over), for the next mount: `keep_whole_files`. Nothing is written when the
+    /// list did not change.
+    pub fn save_index(&self) -> io::Result<()> {
+        let whole: Vec<(String, Arc<CachedFile>)> = self
+            .lock()
+            .lru
+            .iter()
+            .filter(|(_, e)| e.path.is_some() && e.is_complete())
+            .map(|(k, e)| (k.clone(), e.clone()))
+            .collect();
+        let keys: HashSet<String> = whole.iter().map(|(k, _)| k.clone()).collect();
+        let mut saved = relock(&self.saved);
+        if *saved == keys {
+            return Ok(());
+        }
+        let mut list = Vec::new();
+        for (k, e) in &whole {
+            if !saved.contains(k) {
+                e.file.sync_data()?;
+            }
+            let file = e.path.as_ref().and_then(|p| p.file_name());
+            list.push(Whole {
+                id: e.id.clone(),
+                md5: e.md5.clone(),
+                size: e.size,
+                file: file
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            });
+        }
+        super::offline::write_atomically(&self.dir.join(INDEX), &serde_json::to_vec(&list)?)?;
+        *saved = keys;
+        Ok(())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -562,5 +677,33 @@ mod tests {
         let names = fs::read_dir(&dir).unwrap().count();
         assert_eq!(names, hostile.len());
         assert!(!tmp.path().join("tmp").exists());
+    }
+
+    /// Whole files outlive the mount (listed in the index, synced first); partly fetched ones
+    /// and files the index does not list go.
+    #[test]
+    fn whole_files_are_kept_for_the_next_mount() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("cache");
+        let cache = ReadCache::open(dir.clone(), 1 << 30).unwrap();
+        let whole = cache.entry("1", Some("m1"), 5).unwrap();
+        whole.file.write_all_at(b"hello", 0).unwrap();
+        whole.mark(0);
+        let part = cache.entry("2", Some("m2"), 3 * CHUNK).unwrap();
+        part.mark(0);
+        cache.save_index().unwrap();
+        fs::write(dir.join("stray.0"), b"x").unwrap();
+        drop((whole, part, cache));
+
+        let cache = ReadCache::open(dir.clone(), 1 << 30).unwrap();
+        let e = cache.complete("1", Some("m1")).expect("kept");
+        assert_eq!(e.pread(0, 5).unwrap(), b"hello");
+        assert!(cache.complete("2", Some("m2")).is_none());
+        assert_eq!(cache.usage().2, 1);
+        // The kept file, the index; no stray, no partial file.
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 2);
+        // A new entry never takes the kept file's name.
+        let other = cache.entry("3", None, 1).unwrap();
+        assert_ne!(other.path, e.path);
     }
 }

@@ -39,13 +39,17 @@ impl<B: Backend> Fs<B> {
     /// what it has, `vaultfs status` says so) for at least `d`.
     pub(super) fn note_unreachable(&self, d: Duration) {
         let until = Instant::now() + d;
-        let mut o = relock(&self.offline_until);
-        *o = Some(o.map_or(until, |t| t.max(until)));
+        {
+            let mut o = relock(&self.offline_until);
+            *o = Some(o.map_or(until, |t| t.max(until)));
+        }
+        self.offline.went_away();
     }
 
     /// The backend answered a request that needed it: it is reachable again.
     pub(super) fn note_reachable(&self) {
         *relock(&self.offline_until) = None;
+        self.offline.came_back();
     }
 
     pub(super) fn attr(&self, ino: Ino) -> OpResult<FileAttr> {
@@ -147,6 +151,10 @@ impl<B: Backend> Fs<B> {
             .await
             .map_err(|e| errno(&e))?;
         let children = node.children.take().unwrap_or_default();
+        // Kept for a start without the server (the built-in store is never out of reach).
+        if self.backend.local().is_none() {
+            self.offline.record(path, &node, &children);
+        }
         let mut changed = Vec::new();
         let mut gone = Vec::new();
         {

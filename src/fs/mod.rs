@@ -52,6 +52,7 @@ mod io;
 mod journal;
 mod listing;
 mod namespace;
+pub mod offline;
 mod open;
 mod pacing;
 mod passthrough;
@@ -142,6 +143,8 @@ pub struct MountOptions {
     /// Without a change feed: how often folders used lately are listed again (`follow`);
     /// zero never.
     pub poll_interval: Duration,
+    /// The backend was out of reach at start: show the tree kept in the cache dir (`offline`).
+    pub start_offline: bool,
 }
 
 impl Default for MountOptions {
@@ -163,6 +166,7 @@ impl Default for MountOptions {
             read_ahead_kb: None,
             kernel_writes: true,
             poll_interval: Duration::from_secs(10),
+            start_offline: false,
         }
     }
 }
@@ -210,6 +214,8 @@ pub(crate) struct Fs<B: Backend> {
     notifier: OnceLock<Notifier>,
     /// Until when the backend counts as unreachable (cached listings are used meanwhile).
     offline_until: Mutex<Option<std::time::Instant>>,
+    /// The tree kept for starting offline, and since when the backend is out of reach.
+    offline: offline::Offline,
     /// Uploads in flight and recent errors, for `vaultfs status`.
     tracker: status::Tracker,
     /// Conflict copies made (`conflict`).
@@ -276,6 +282,7 @@ impl<B: Backend> Fs<B> {
             prefetch: prefetch::Prefetch::default(),
             notifier: OnceLock::new(),
             offline_until: Mutex::new(None),
+            offline: offline::Offline::open(&opts.cache_dir)?,
             freshness: freshness::Freshness::new(opts.dir_ttl),
             passthrough: passthrough::Passthrough::new(if opts.passthrough {
                 "the kernel did not offer passthrough"
@@ -297,6 +304,10 @@ impl<B: Backend> Fs<B> {
             running: Mutex::default(),
             follow: Arc::default(),
         });
+        if fs.opts.start_offline {
+            fs.restore_snapshot();
+        }
+        offline::start(&fs);
         if batches {
             writeback::start(&fs);
         }
@@ -446,6 +457,7 @@ pub fn mount<B: Backend>(
         }
     });
     let result = session.run();
+    offline::save(&fs);
     fs.journal.shut_spares();
     // Unmounted: give uploads in flight a bounded time to finish; the journal keeps the rest.
     // A new mount of the same point may come meanwhile: it asks for the journal (SIGUSR1),

@@ -38,6 +38,9 @@ pub struct Status {
     pub pid: u32,
     /// Whether the backend currently counts as unreachable.
     pub offline: bool,
+    /// Since when it is out of reach (RFC 3339).
+    #[serde(default)]
+    pub offline_since: Option<String>,
     pub cache: CacheUse,
     /// How reads are served: passed through to local files by the kernel, or by the daemon
     /// (and why).
@@ -236,6 +239,7 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
         token_expires: None,
         pid: std::process::id(),
         offline,
+        offline_since: fs.offline.since().map(crate::api::format_time),
         cache: CacheUse {
             used_bytes,
             max_bytes,

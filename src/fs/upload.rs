@@ -100,7 +100,10 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
                         "upload of inode {ino} failed, retrying in {:.1}s: {e}",
                         wait.as_secs_f64()
                     );
-                    tokio::time::sleep(wait).await;
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = fs.offline.reconnected.notified() => {}
+                    }
                     continue;
                 }
                 Next::SetAside => fs.set_aside(ino, &e),

@@ -17,6 +17,7 @@ mod crash;
 mod follow;
 mod io;
 mod namespace;
+mod offline;
 mod options;
 
 use std::fs;

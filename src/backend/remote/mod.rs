@@ -45,6 +45,7 @@ use std::time::Duration;
 use reqwest::Method;
 use reqwest::header::{self, HeaderValue};
 
+use super::bwlimit::Bucket;
 use super::{Backend, ByteStream, Download, PreviewImage};
 use crate::api::path::encode_segment;
 use crate::api::{
@@ -80,6 +81,9 @@ pub struct RemoteConfig {
     pub max_unsized_body: usize,
     /// Most children one listing of a folder takes (all its pages); a listing of more fails.
     pub max_listing_entries: u64,
+    /// `--bwlimit`: the buckets upload and download bodies go through.
+    pub upload_limit: Option<Arc<Bucket>>,
+    pub download_limit: Option<Arc<Bucket>>,
 }
 
 impl RemoteConfig {
@@ -99,6 +103,8 @@ impl RemoteConfig {
             // `vaultfs serve`'s default quota of one account: a whole account in one folder.
             // A child costs the mount about 1 KB while its listing is read.
             max_listing_entries: crate::store::DEFAULT_MAX_NODES_PER_ACCOUNT,
+            upload_limit: None,
+            download_limit: None,
         }
     }
 }

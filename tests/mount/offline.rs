@@ -1,0 +1,82 @@
+//! Offline: a mount started with its server away shows the tree it knew, reads what it kept
+//! whole, stages writes and stores them once the server is back.
+
+use std::fs;
+use std::time::{Duration, Instant};
+
+use crate::common::env::{Env, VAULT, Via, within};
+use crate::common::mount::{Mount, wait_for};
+use crate::errno_of;
+use vaultfs::api::NodePath;
+use vaultfs::backend::Backend;
+
+#[test]
+fn a_mount_starts_offline_from_what_it_read_and_stores_what_was_written_meanwhile() {
+    let Some(mut env) = Env::new(Via::Remote) else {
+        return;
+    };
+    let dir = env.vault().join("docs");
+    let m = env.mount(&[]);
+    fs::create_dir(&dir).unwrap();
+    fs::write(dir.join("read.txt"), b"read before").unwrap();
+    fs::write(dir.join("unread.txt"), b"never read").unwrap();
+    env.wait_uploaded();
+    m.unmount();
+
+    // A new mount reads one file (its cache starts without the bytes written through the
+    // last one), then goes.
+    let m = env.mount(&[]);
+    let mut names = crate::common::mount::names(&dir);
+    names.sort();
+    assert_eq!(names, ["read.txt", "unread.txt"]);
+    assert_eq!(fs::read(dir.join("read.txt")).unwrap(), b"read before");
+    m.unmount();
+
+    let server = env.server.take().unwrap();
+    let base = server.base.clone();
+    let addr = base.trim_start_matches("http://").to_string();
+    env.rt.block_on(server.stop());
+
+    // (`env.mount` without a server would mount the data dir itself.)
+    let cache = env.cache.to_str().unwrap();
+    let args = ["--cache-dir", cache, "--server", &base, "--timeout", "3"];
+    let started = Instant::now();
+    let m = Mount::start_with_env(&env.mnt, &args, &[("XDG_CONFIG_HOME", &env.config)]);
+    let took = started.elapsed();
+    eprintln!("mounted offline in {:.2} s", took.as_secs_f64());
+    assert!(took < Duration::from_secs(10), "{took:?}\n{}", m.log_text());
+    let mut names = crate::common::mount::names(&dir);
+    names.sort();
+    assert_eq!(names, ["read.txt", "unread.txt"], "{}", m.log_text());
+    let index = fs::read_to_string(env.cache.join("cache/index.json"));
+    let r = fs::read(dir.join("read.txt"));
+    assert!(r.is_ok(), "{r:?} {index:?}\n{}", m.log_text());
+    assert_eq!(r.unwrap(), b"read before");
+    let unread = dir.join("unread.txt");
+    let r = within(30, "a read of a file not on disk", move || fs::read(unread));
+    assert!(
+        r.is_err(),
+        "{:?}\n{}",
+        r.map(String::from_utf8),
+        m.log_text()
+    );
+    assert_eq!(errno_of(r), libc::EIO);
+    let st = m.status();
+    assert_eq!(st["offline"], true, "{st}");
+    assert!(st["offline_since"].is_string(), "{st}");
+    fs::write(dir.join("offline.txt"), b"written offline").unwrap();
+
+    env.serve_again(&addr);
+    let backend = env.backend();
+    let path = NodePath::from_segments(VAULT.split('/').chain(["docs", "offline.txt"])).unwrap();
+    wait_for(90, "the offline write stored", || {
+        env.rt.block_on(backend.node(&path)).is_ok()
+    });
+    env.wait_uploaded();
+    wait_for(30, "the mount online again", || {
+        m.status()["offline"] == false
+    });
+    assert!(m.log_text().contains("reconnected"), "{}", m.log_text());
+    assert_eq!(fs::read(dir.join("unread.txt")).unwrap(), b"never read");
+    m.unmount();
+}
