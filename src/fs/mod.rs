@@ -10,7 +10,8 @@
 //!   `journal`: the upload journal; `upload`, `writeback`: the uploaders (file by file; in
 //!   batches, where the backend is a store in this process, `LocalStore`), which schedule
 //!   and send and leave every change of a staged file's state to `lifecycle`;
-//! - `cache`: the read cache; `preview`: the virtual `.preview`; `attrs`: times and modes kept;
+//! - `cache`: the read cache; `preview`: the virtual `.preview`; `versions`: the virtual
+//!   `.versions`; `attrs`: times and modes kept;
 //!   `freshness`: whether what was fetched may still be used; `passthrough`: opens the kernel
 //!   reads from a local file itself.
 //!
@@ -61,6 +62,7 @@ mod table;
 mod tests;
 pub mod unmount;
 mod upload;
+mod versions;
 mod writeback;
 
 use std::collections::{HashMap, HashSet};
@@ -202,6 +204,8 @@ pub(crate) struct Fs<B: Backend> {
     tracker: status::Tracker,
     /// The virtual `.preview` directories.
     previews: Mutex<preview::Tree>,
+    /// The virtual `.versions` directories.
+    versions: Mutex<versions::Tree>,
     /// Closed files waiting for the next batch (backends that store batches).
     writeback: writeback::Writeback,
     /// The journal is being handed to a new daemon: no upload or batch starts any more.
@@ -270,6 +274,7 @@ impl<B: Backend> Fs<B> {
             opts,
             tracker: status::Tracker::default(),
             previews: Mutex::default(),
+            versions: Mutex::default(),
             writeback: writeback::Writeback::default(),
             handing_over: std::sync::atomic::AtomicBool::new(false),
             storing: std::sync::atomic::AtomicUsize::new(0),
