@@ -5,7 +5,7 @@
 use std::fs;
 
 use crate::common::env::{Env, Via};
-use crate::common::mount::names;
+use crate::common::mount::{BIN, names};
 
 both!(earlier_versions_in_the_mount);
 
@@ -78,5 +78,40 @@ fn earlier_versions_in_the_mount(via: Via) {
     let after = names(&dir);
     assert_eq!(after.len(), 3, "{after:?}");
     assert_eq!(fs::read(dir.join(&after[2])).unwrap(), saves[2]);
+
+    // `vaultfs restore` lists them and brings one back; a name it does not list is exit 1, a
+    // file outside a mount exit 2.
+    let restore = |file: &std::path::Path, args: &[&str]| {
+        std::process::Command::new(BIN)
+            .arg("restore")
+            .arg(file)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let report = v.join("report.txt");
+    let list = restore(&report, &["--list"]);
+    assert!(list.status.success());
+    let lines: Vec<String> = String::from_utf8(list.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let want: Vec<String> = after
+        .iter()
+        .zip([saves[0], saves[1], saves[2]])
+        .map(|(n, b)| format!("{n}\t{}", b.len()))
+        .collect();
+    assert_eq!(lines, want);
+    let out = restore(&report, &["--version", &after[1]]);
+    assert!(out.status.success(), "{out:?}");
+    env.wait_uploaded();
+    assert_eq!(fs::read(&report).unwrap(), saves[1]);
+    let out = restore(&report, &["--version", "1999-01-01 00.00.00.txt"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&after[0]));
+    let out = restore(&env._tmp.path().join("out.txt"), &["--list"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(fs::read(&report).unwrap(), saves[1]);
     m.unmount();
 }
