@@ -353,7 +353,7 @@ pub struct RetentionArgs {
     /// Earlier versions of each file kept besides the current one (0: none)
     #[arg(long, default_value_t = 50, value_name = "N")]
     pub keep_versions: u64,
-    /// Earlier versions (and deleted files) older than this many days are dropped (0: no
+    /// Earlier versions older than this many days are dropped at the file's next save (0: no
     /// bound by age)
     #[arg(long, default_value_t = 30, value_name = "N")]
     pub keep_versions_days: u64,

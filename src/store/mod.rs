@@ -111,7 +111,7 @@ pub struct StoreConfig {
 /// Which earlier versions of a file the store keeps (each bound `None`: no bound): at most
 /// `count`, none older than `age`, and, newest first, as many as fit in `bytes` (the newest
 /// earlier version is kept whatever its size). The rule is applied when a file gets a new
-/// version and by the purge (`purge`), which also drops old versions of files not written.
+/// version (a file not written since keeps what it had; a deleted file's versions go with it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Retention {
     pub count: Option<u64>,
