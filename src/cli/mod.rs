@@ -563,8 +563,8 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         // share it, which the server cannot know (see the commit that made this a warning).
         log::warn!(
             "no byte quota: any account may store until the disk is full, for every account \
-             (every earlier version counts and is kept); set --max-bytes-per-account on a \
-             server shared by people who do not trust each other"
+             (every earlier version the retention rule keeps counts); set \
+             --max-bytes-per-account on a server shared by people who do not trust each other"
         );
     }
     let config = args.retention.apply(args.previews.apply(StoreConfig {
