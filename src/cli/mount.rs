@@ -98,6 +98,8 @@ pub struct MountArgs {
     /// Previews of the built-in store (a server has its own)
     #[command(flatten)]
     pub(super) previews: super::PreviewArgs,
+    #[command(flatten)]
+    pub(super) retention: super::RetentionArgs,
 }
 
 impl MountArgs {
@@ -301,11 +303,10 @@ fn mount_checked(
         }
         None => {
             let data_dir = args.data.path();
-            // An ordinary folder: a save replaces the file, and its earlier bytes go.
-            let config = args.previews.apply(crate::store::StoreConfig {
-                earlier_versions: Some(0),
-                ..crate::store::StoreConfig::default()
-            });
+            // Earlier versions are kept under the retention rule, readable in `.versions/`.
+            let config = args
+                .retention
+                .apply(args.previews.apply(crate::store::StoreConfig::default()));
             let store = Store::open_local_with(&data_dir, config)
                 .map_err(|e| format!("cannot open the store in {}: {e}", data_dir.display()))?;
             store.start_previews(

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 use fuser::{Errno, FileAttr, FileType, INodeNo};
 
 use super::errno::errno;
-use super::preview::{DIR_NAME, is_virtual};
+use super::preview::{is_virtual, is_virtual_name};
 use super::table::{Ino, InodeKind, ROOT};
 use super::{Fs, Handle, OpResult};
 use crate::api::NodePath;
@@ -162,8 +162,8 @@ impl<B: Backend> Fs<B> {
             let mut names = std::collections::BTreeMap::new();
             let mut hidden_preview = false;
             for child in &children {
-                // A real `.preview` is hidden by the virtual one and never touched.
-                if child.name == DIR_NAME {
+                // A real `.preview` or `.versions` is hidden by the virtual one and never touched.
+                if is_virtual_name(&child.name) {
                     hidden_preview = true;
                     continue;
                 }
@@ -258,7 +258,7 @@ impl<B: Backend> Fs<B> {
     }
 
     pub(super) async fn lookup(self: &Arc<Self>, parent: Ino, name: &str) -> OpResult<FileAttr> {
-        if is_virtual(parent) || name == DIR_NAME {
+        if is_virtual(parent) || is_virtual_name(name) {
             return self.preview_lookup(parent, name).await;
         }
         let ino = self.child(parent, name).await?.ok_or(Errno::ENOENT)?;
@@ -357,7 +357,7 @@ impl<B: Backend> Fs<B> {
     /// LOOKUP answered from memory when the folder's listing is fresh: on the FUSE thread, with
     /// no task and no wait (`None`: the backend may be needed).
     pub(super) fn lookup_cached(&self, parent: Ino, name: &str) -> Option<OpResult<FileAttr>> {
-        if is_virtual(parent) || name == DIR_NAME {
+        if is_virtual(parent) || is_virtual_name(name) {
             return None;
         }
         let mut t = self.table();

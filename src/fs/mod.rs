@@ -10,10 +10,10 @@
 //!   `journal`: the upload journal; `upload`, `writeback`: the uploaders (file by file; in
 //!   batches, where the backend is a store in this process, `LocalStore`), which schedule
 //!   and send and leave every change of a staged file's state to `lifecycle`;
-//! - `cache`: the read cache; `preview`: the virtual `.preview`; `attrs`: times and modes kept;
-//!   `freshness`: whether what was fetched may still be used; `follow`: changes made
-//!   elsewhere (the backend's change feed, else polling) dropped from the caches;
-//!   `passthrough`: opens the kernel reads from a local file itself.
+//! - `cache`: the read cache; `preview`: the virtual `.preview`; `versions`: the virtual
+//!   `.versions`; `attrs`: times and modes kept; `freshness`: whether what was fetched may
+//!   still be used; `follow`: changes made elsewhere (the backend's change feed, else polling)
+//!   dropped from the caches; `passthrough`: opens the kernel reads from a local file itself.
 //!
 //! Requests that need the backend run as tokio tasks and reply when done, so a slow call never
 //! stalls unrelated operations; writes and reads of staged or cached bytes are answered on the
@@ -67,6 +67,7 @@ mod table;
 mod tests;
 pub mod unmount;
 mod upload;
+mod versions;
 mod writeback;
 
 use std::collections::{HashMap, HashSet};
@@ -222,6 +223,8 @@ pub(crate) struct Fs<B: Backend> {
     conflicts: conflict::Conflicts,
     /// The virtual `.preview` directories.
     previews: Mutex<preview::Tree>,
+    /// The virtual `.versions` directories.
+    versions: Mutex<versions::Tree>,
     /// Closed files waiting for the next batch (backends that store batches).
     writeback: writeback::Writeback,
     /// The journal is being handed to a new daemon: no upload or batch starts any more.
@@ -296,6 +299,7 @@ impl<B: Backend> Fs<B> {
             tracker: status::Tracker::default(),
             conflicts,
             previews: Mutex::default(),
+            versions: Mutex::default(),
             writeback: writeback::Writeback::default(),
             handing_over: std::sync::atomic::AtomicBool::new(false),
             storing: std::sync::atomic::AtomicUsize::new(0),

@@ -12,7 +12,7 @@ use super::attrs::Keep;
 use super::errno::{errno, io_errno};
 use super::io::Opened;
 use super::passthrough::Register;
-use super::preview::{DIR_NAME, is_virtual};
+use super::preview::{is_virtual, is_virtual_name};
 use super::staging::Removal;
 use super::table::{Ino, InodeKind};
 use super::{Fs, OpResult};
@@ -54,7 +54,7 @@ impl<B: Backend> Fs<B> {
     /// The virtual `.preview` tree (and the name `.preview` in any folder) cannot be made,
     /// changed or removed.
     pub(super) fn outside_previews(parent: Ino, name: &str) -> OpResult<()> {
-        if is_virtual(parent) || name == DIR_NAME {
+        if is_virtual(parent) || is_virtual_name(name) {
             Err(Errno::EROFS)
         } else {
             Ok(())

@@ -19,10 +19,10 @@ use std::time::{Duration, Instant, SystemTime};
 use fuser::{Errno, FileAttr, FileType, INodeNo};
 use futures_util::StreamExt;
 
-use super::Fs;
 use super::cache::CachedFile;
 use super::errno::errno;
 use super::table::{Ino, InodeKind, Remote};
+use super::{Fs, versions};
 use crate::api::{PageSize, PreviewMeta, PreviewStatus};
 use crate::backend::Backend;
 use crate::sync::relock;
@@ -41,6 +41,11 @@ const THUMB_SCALE: u32 = 25;
 
 pub fn is_virtual(ino: Ino) -> bool {
     ino & FLAG != 0
+}
+
+/// The names of the virtual directories (`.preview` and `.versions`) in every folder.
+pub fn is_virtual_name(name: &str) -> bool {
+    name == DIR_NAME || name == versions::DIR_NAME
 }
 
 /// A virtual node: its folder's inode and, below `.preview`, the file's name.
@@ -285,6 +290,9 @@ impl<B: Backend> Fs<B> {
     }
 
     pub(super) async fn preview_getattr(self: &Arc<Self>, ino: Ino) -> Result<FileAttr, Errno> {
+        if versions::owns(ino) {
+            return self.versions_getattr(ino).await;
+        }
         let node = self.previews().node(ino).ok_or(Errno::ENOENT)?;
         match node {
             Node::Root(folder) => {
@@ -311,6 +319,9 @@ impl<B: Backend> Fs<B> {
         parent: Ino,
         name: &str,
     ) -> Result<FileAttr, Errno> {
+        if versions::owns(parent) || (!is_virtual(parent) && name == versions::DIR_NAME) {
+            return self.versions_lookup(parent, name).await;
+        }
         let node = match self.previews().node(parent) {
             None if is_virtual(parent) => return Err(Errno::ENOENT),
             None => {
@@ -336,6 +347,9 @@ impl<B: Backend> Fs<B> {
         self: &Arc<Self>,
         ino: Ino,
     ) -> Result<Vec<(Ino, FileType, String)>, Errno> {
+        if versions::owns(ino) {
+            return self.versions_readdir(ino).await;
+        }
         let node = self.previews().node(ino).ok_or(Errno::ENOENT)?;
         let mut out = vec![(ino, FileType::Directory, ".".to_string())];
         match node {
@@ -412,6 +426,9 @@ impl<B: Backend> Fs<B> {
     /// Opening a virtual file: reading only. The status line changes size as the preview
     /// progresses, so it is read around the kernel's cache.
     pub(super) fn preview_open(&self, ino: Ino, write: bool) -> Result<fuser::FopenFlags, Errno> {
+        if versions::owns(ino) {
+            return self.versions_open(ino, write);
+        }
         match self.previews().node(ino) {
             None => Err(Errno::ENOENT),
             Some(Node::Root(_) | Node::File(..)) => Err(Errno::EISDIR),
@@ -427,6 +444,9 @@ impl<B: Backend> Fs<B> {
         offset: u64,
         size: u32,
     ) -> Result<Vec<u8>, Errno> {
+        if versions::owns(ino) {
+            return self.versions_read(ino, offset, size).await;
+        }
         let Some(Node::Item(folder, name, item)) = self.previews().node(ino) else {
             return Err(Errno::EISDIR);
         };

@@ -87,22 +87,40 @@ pub(in crate::store) fn free_blobs(
 pub(in crate::store) fn prune_versions(
     tx: &Connection,
     file: i64,
-    keep: Option<u64>,
+    keep: &crate::store::Retention,
 ) -> Result<Vec<String>> {
-    let Some(keep) = keep else {
+    if keep.is_unbounded() {
         return Ok(Vec::new());
-    };
-    let hashes: Vec<Option<String>> = tx
+    }
+    // Newest first: the rule keeps a prefix of this list (by count and bytes) younger than
+    // the age bound.
+    let earlier: Vec<(i64, i64, i64)> = tx
         .prepare_cached(
-            "DELETE FROM versions WHERE id IN (
-                 SELECT v.id FROM versions v JOIN nodes n ON n.id = v.file_id
-                 WHERE v.file_id = ?1 AND v.committed = 1 AND v.id <> n.current_version
-                 ORDER BY v.id DESC LIMIT -1 OFFSET ?2)
-             RETURNING blob",
+            "SELECT v.id, v.length, v.created_on FROM versions v JOIN nodes n ON n.id = v.file_id
+             WHERE v.file_id = ?1 AND v.committed = 1 AND v.id <> n.current_version
+             ORDER BY v.id DESC",
         )?
-        .query_map(params![file, keep as i64], |r| r.get(0))?
+        .query_map(params![file], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
         .collect::<crate::store::db::Result<_>>()?;
-    free_blobs(tx, hashes.into_iter().flatten())
+    let oldest = keep
+        .age
+        .map(|a| now_ns().saturating_sub(i64::try_from(a.as_nanos()).unwrap_or(i64::MAX)));
+    let mut bytes = 0u64;
+    let mut hashes = Vec::new();
+    for (rank, (id, length, created)) in earlier.into_iter().enumerate() {
+        bytes = bytes.saturating_add(length.max(0) as u64);
+        let kept = keep.count.is_none_or(|n| (rank as u64) < n)
+            && oldest.is_none_or(|o| created >= o)
+            // The newest earlier version (the last save's undo) is kept whatever its size.
+            && (rank == 0 || keep.bytes.is_none_or(|b| bytes <= b));
+        if !kept {
+            let blob: Option<String> = tx
+                .prepare_cached("DELETE FROM versions WHERE id = ?1 RETURNING blob")?
+                .query_row(params![id], |r| r.get(0))?;
+            hashes.extend(blob);
+        }
+    }
+    free_blobs(tx, hashes)
 }
 
 impl Store {
