@@ -14,7 +14,6 @@ mod common;
 mod caches;
 mod conflicts;
 mod crash;
-mod follow;
 mod io;
 mod namespace;
 mod offline;
