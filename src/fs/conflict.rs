@@ -349,15 +349,15 @@ mod tests {
         let t = UNIX_EPOCH + Duration::from_secs(1_795_000_000);
         assert_eq!(
             copy_name("report.txt", t, "laptop", 1),
-            "report (conflict 2026-11-18 083320 laptop).txt"
+            "report (conflict 2026-11-18 110640 laptop).txt"
         );
         assert_eq!(
             copy_name("archive.tar.gz", t, "h", 2),
-            "archive.tar (conflict 2026-11-18 083320 h 2).gz"
+            "archive.tar (conflict 2026-11-18 110640 h 2).gz"
         );
         assert_eq!(
             copy_name(".bashrc", t, "h", 1),
-            ".bashrc (conflict 2026-11-18 083320 h)"
+            ".bashrc (conflict 2026-11-18 110640 h)"
         );
         let long = "é".repeat(200) + ".pdf";
         let c = copy_name(&long, t, "h", 1);
