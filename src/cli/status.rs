@@ -159,6 +159,12 @@ fn render(s: &Status) -> String {
             out += &format!("    {}\n", upload_line(u));
         }
     }
+    if !s.conflicts.is_empty() {
+        out += "  conflict copies (edits made here to files changed elsewhere)\n";
+        for c in &s.conflicts {
+            out += &format!("    {}  (of {}, {})\n", c.copy, c.original, c.at);
+        }
+    }
     if !s.errors.is_empty() {
         out += "  recent errors\n";
         for e in &s.errors {
