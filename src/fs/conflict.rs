@@ -292,11 +292,18 @@ impl<B: Backend> Fs<B> {
         let Some((path, staged, known)) = self
             .table()
             .get(ino)
-            .and_then(|i| Some((i.path.clone(), i.staged.clone()?, i.remote.is_some())))
+            .and_then(|i| Some((i.path.clone(), i.staged.clone()?, i.remote.clone())))
         else {
             return false;
         };
-        if known {
+        if let Some(known) = known {
+            // Still there as the same file: something else was not found (a pending version
+            // the server dropped); the retry policy repeats the steps.
+            match self.backend.node(&path).await {
+                Ok(n) if n.file_id().as_deref() == Some(known.id.as_str()) => return false,
+                Err(e) if e.kind != ErrorKind::NotFound => return false,
+                _ => {}
+            }
             staged.set_base(Base::Absent);
             let mut t = self.table();
             if let Some(i) = t.get_mut(ino) {
