@@ -164,7 +164,6 @@ impl<B: Backend> Fs<B> {
         let Some(copy) = self.free_copy_path(&path, now).await else {
             return false;
         };
-        staged.set_base(Base::Absent);
         let dir_ino = {
             let mut t = self.table();
             let still = t.get(ino).is_some_and(|i| {
@@ -173,6 +172,7 @@ impl<B: Backend> Fs<B> {
             if !still {
                 return false;
             }
+            staged.set_base(Base::Absent);
             if let Some(i) = t.get_mut(ino) {
                 i.remote = None;
                 i.read_md5 = None;
