@@ -142,25 +142,41 @@ struct Meta {
 /// The virtual nodes handed to the kernel (never reused) and the preview metadata fetched.
 #[derive(Default)]
 pub struct Tree {
-    inos: HashMap<Node, Ino>,
-    nodes: HashMap<Ino, Node>,
-    next: u64,
+    ids: VirtualInos<Node, FLAG>,
     metas: HashMap<String, Meta>,
 }
 
-impl Tree {
-    fn ino(&mut self, node: Node) -> Ino {
+/// Inode numbers of virtual nodes (`.preview` here, `.versions`): each node gets one, with
+/// `F` set, the first time it is handed to the kernel, and keeps it (never reused).
+pub(super) struct VirtualInos<N, const F: Ino> {
+    inos: HashMap<N, Ino>,
+    nodes: HashMap<Ino, N>,
+    next: u64,
+}
+
+impl<N, const F: Ino> Default for VirtualInos<N, F> {
+    fn default() -> Self {
+        VirtualInos {
+            inos: HashMap::new(),
+            nodes: HashMap::new(),
+            next: 0,
+        }
+    }
+}
+
+impl<N: std::hash::Hash + Eq + Clone, const F: Ino> VirtualInos<N, F> {
+    pub(super) fn ino(&mut self, node: N) -> Ino {
         if let Some(&ino) = self.inos.get(&node) {
             return ino;
         }
         self.next += 1;
-        let ino = FLAG | self.next;
+        let ino = F | self.next;
         self.inos.insert(node.clone(), ino);
         self.nodes.insert(ino, node);
         ino
     }
 
-    fn node(&self, ino: Ino) -> Option<Node> {
+    pub(super) fn node(&self, ino: Ino) -> Option<N> {
         self.nodes.get(&ino).cloned()
     }
 }
@@ -293,7 +309,7 @@ impl<B: Backend> Fs<B> {
         if versions::owns(ino) {
             return self.versions_getattr(ino).await;
         }
-        let node = self.previews().node(ino).ok_or(Errno::ENOENT)?;
+        let node = self.previews().ids.node(ino).ok_or(Errno::ENOENT)?;
         match node {
             Node::Root(folder) => {
                 let time = self.table().get(folder).ok_or(Errno::ENOENT)?.mtime;
@@ -322,7 +338,7 @@ impl<B: Backend> Fs<B> {
         if versions::owns(parent) || (!is_virtual(parent) && name == versions::DIR_NAME) {
             return self.versions_lookup(parent, name).await;
         }
-        let node = match self.previews().node(parent) {
+        let node = match self.previews().ids.node(parent) {
             None if is_virtual(parent) => return Err(Errno::ENOENT),
             None => {
                 let t = self.table();
@@ -338,7 +354,7 @@ impl<B: Backend> Fs<B> {
             }
             Some(Node::Item(..)) => return Err(Errno::ENOTDIR),
         };
-        let ino = self.previews().ino(node);
+        let ino = self.previews().ids.ino(node);
         self.preview_getattr(ino).await
     }
 
@@ -350,7 +366,7 @@ impl<B: Backend> Fs<B> {
         if versions::owns(ino) {
             return self.versions_readdir(ino).await;
         }
-        let node = self.previews().node(ino).ok_or(Errno::ENOENT)?;
+        let node = self.previews().ids.node(ino).ok_or(Errno::ENOENT)?;
         let mut out = vec![(ino, FileType::Directory, ".".to_string())];
         match node {
             Node::Root(folder) => {
@@ -393,7 +409,7 @@ impl<B: Backend> Fs<B> {
                 let mut entries: Vec<_> = shown
                     .into_iter()
                     .map(|name| {
-                        let c = tree.ino(Node::File(folder, name.clone()));
+                        let c = tree.ids.ino(Node::File(folder, name.clone()));
                         (c, FileType::Directory, name)
                     })
                     .collect();
@@ -401,7 +417,7 @@ impl<B: Backend> Fs<B> {
                 out.extend(entries);
             }
             Node::File(folder, name) => {
-                let root = self.previews().ino(Node::Root(folder));
+                let root = self.previews().ids.ino(Node::Root(folder));
                 out.push((root, FileType::Directory, "..".into()));
                 let (r, _) = self.preview_source(folder, &name).await?;
                 let meta = self.preview_meta(&r).await?;
@@ -414,7 +430,7 @@ impl<B: Backend> Fs<B> {
                 }
                 let mut tree = self.previews();
                 for item in items {
-                    let c = tree.ino(Node::Item(folder, name.clone(), item));
+                    let c = tree.ids.ino(Node::Item(folder, name.clone(), item));
                     out.push((c, FileType::RegularFile, item.name()));
                 }
             }
@@ -429,7 +445,7 @@ impl<B: Backend> Fs<B> {
         if versions::owns(ino) {
             return self.versions_open(ino, write);
         }
-        match self.previews().node(ino) {
+        match self.previews().ids.node(ino) {
             None => Err(Errno::ENOENT),
             Some(Node::Root(_) | Node::File(..)) => Err(Errno::EISDIR),
             Some(_) if write => Err(Errno::EROFS),
@@ -447,7 +463,7 @@ impl<B: Backend> Fs<B> {
         if versions::owns(ino) {
             return self.versions_read(ino, offset, size).await;
         }
-        let Some(Node::Item(folder, name, item)) = self.previews().node(ino) else {
+        let Some(Node::Item(folder, name, item)) = self.previews().ids.node(ino) else {
             return Err(Errno::EISDIR);
         };
         match self.preview_content(folder, &name, item).await?.0 {

@@ -59,28 +59,9 @@ struct Listed {
 
 #[derive(Default)]
 pub struct Tree {
-    inos: HashMap<Node, Ino>,
-    nodes: HashMap<Ino, Node>,
-    next: u64,
+    ids: super::preview::VirtualInos<Node, VFLAG>,
     /// By file ID.
     lists: HashMap<String, Listed>,
-}
-
-impl Tree {
-    fn ino(&mut self, node: Node) -> Ino {
-        if let Some(&ino) = self.inos.get(&node) {
-            return ino;
-        }
-        self.next += 1;
-        let ino = VFLAG | self.next;
-        self.inos.insert(node.clone(), ino);
-        self.nodes.insert(ino, node);
-        ino
-    }
-
-    fn node(&self, ino: Ino) -> Option<Node> {
-        self.nodes.get(&ino).cloned()
-    }
 }
 
 /// When a version was stored (else when it was modified).
@@ -207,7 +188,7 @@ impl<B: Backend> Fs<B> {
     }
 
     pub(super) async fn versions_getattr(self: &Arc<Self>, ino: Ino) -> Result<FileAttr, Errno> {
-        let node = self.versions_tree().node(ino).ok_or(Errno::ENOENT)?;
+        let node = self.versions_tree().ids.node(ino).ok_or(Errno::ENOENT)?;
         let folder_time = |folder| {
             self.table()
                 .get(folder)
@@ -241,7 +222,7 @@ impl<B: Backend> Fs<B> {
         parent: Ino,
         name: &str,
     ) -> Result<FileAttr, Errno> {
-        let known = self.versions_tree().node(parent);
+        let known = self.versions_tree().ids.node(parent);
         let node = match known {
             None if owns(parent) => return Err(Errno::ENOENT),
             None => match self.table().get(parent).map(|i| i.kind) {
@@ -257,7 +238,7 @@ impl<B: Backend> Fs<B> {
             }
             Some(Node::Item(..)) => return Err(Errno::ENOTDIR),
         };
-        let ino = self.versions_tree().ino(node);
+        let ino = self.versions_tree().ids.ino(node);
         self.versions_getattr(ino).await
     }
 
@@ -266,7 +247,7 @@ impl<B: Backend> Fs<B> {
         self: &Arc<Self>,
         ino: Ino,
     ) -> Result<Vec<(Ino, FileType, String)>, Errno> {
-        let node = self.versions_tree().node(ino).ok_or(Errno::ENOENT)?;
+        let node = self.versions_tree().ids.node(ino).ok_or(Errno::ENOENT)?;
         let mut out = vec![(ino, FileType::Directory, ".".to_string())];
         match node {
             Node::Root(folder) => {
@@ -309,17 +290,19 @@ impl<B: Backend> Fs<B> {
                 shown.sort();
                 let mut tree = self.versions_tree();
                 for name in shown {
-                    let c = tree.ino(Node::File(folder, name.clone()));
+                    let c = tree.ids.ino(Node::File(folder, name.clone()));
                     out.push((c, FileType::Directory, name));
                 }
             }
             Node::File(folder, name) => {
-                let root = self.versions_tree().ino(Node::Root(folder));
+                let root = self.versions_tree().ids.ino(Node::Root(folder));
                 out.push((root, FileType::Directory, "..".into()));
                 let (_, list) = self.version_list(folder, &name).await?;
                 let mut tree = self.versions_tree();
                 for (vname, v) in list.iter() {
-                    let c = tree.ino(Node::Item(folder, name.clone(), v.version_id.clone()));
+                    let c = tree
+                        .ids
+                        .ino(Node::Item(folder, name.clone(), v.version_id.clone()));
                     out.push((c, FileType::RegularFile, vname.clone()));
                 }
             }
@@ -330,7 +313,7 @@ impl<B: Backend> Fs<B> {
 
     /// Opening a version: reading only.
     pub(super) fn versions_open(&self, ino: Ino, write: bool) -> Result<fuser::FopenFlags, Errno> {
-        match self.versions_tree().node(ino) {
+        match self.versions_tree().ids.node(ino) {
             None => Err(Errno::ENOENT),
             Some(Node::Root(_) | Node::File(..)) => Err(Errno::EISDIR),
             Some(_) if write => Err(Errno::EROFS),
@@ -346,7 +329,7 @@ impl<B: Backend> Fs<B> {
         offset: u64,
         size: u32,
     ) -> Result<Vec<u8>, Errno> {
-        let Some(Node::Item(folder, name, vid)) = self.versions_tree().node(ino) else {
+        let Some(Node::Item(folder, name, vid)) = self.versions_tree().ids.node(ino) else {
             return Err(Errno::EISDIR);
         };
         let (id, v) = self.version_of(folder, &name, &vid).await?;
