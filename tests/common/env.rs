@@ -164,20 +164,25 @@ impl Env {
 
     /// Waits until no staged file is left: every file written is stored.
     pub fn wait_uploaded(&self) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-        while pending_uploads(&self.cache) > 0 {
-            if std::time::Instant::now() > deadline {
-                let journal =
-                    fs::read_to_string(self.cache.join("journal/log")).unwrap_or_default();
-                let log = fs::read_to_string(self.mnt.with_extension("log")).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(40).collect();
-                panic!(
-                    "uploads did not finish; journal: {journal}\nlog tail:\n{}",
-                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-                );
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
+        wait_stored(&self.cache, &self.mnt);
+    }
+}
+
+/// Waits until the mount at `mnt` with cache dir `cache` has stored every file written (its
+/// journal and log tail shown when it does not within 120 s).
+pub fn wait_stored(cache: &std::path::Path, mnt: &std::path::Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while pending_uploads(cache) > 0 {
+        if std::time::Instant::now() > deadline {
+            let journal = fs::read_to_string(cache.join("journal/log")).unwrap_or_default();
+            let log = fs::read_to_string(mnt.with_extension("log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            panic!(
+                "uploads did not finish; journal: {journal}\nlog tail:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
         }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
 

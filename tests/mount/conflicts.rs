@@ -8,7 +8,7 @@ use std::fs::{self, OpenOptions};
 use std::io::{Seek, Write};
 use std::path::{Path, PathBuf};
 
-use crate::common::env::{Env, VAULT, Via};
+use crate::common::env::{Env, VAULT, Via, wait_stored};
 use crate::common::mount::{Mount, names};
 use vaultfs::api::NodePath;
 use vaultfs::backend::Backend;
@@ -37,18 +37,6 @@ fn second_mount_with(env: &Env, extra: &[&str]) -> (Mount, PathBuf, PathBuf) {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let m = Mount::start_with_env(&mnt, &args, &[("XDG_CONFIG_HOME", &env.config)]);
     (m, mnt, cache)
-}
-
-/// Waits until the mount with cache dir `cache` has stored everything.
-fn settle(cache: &Path) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while crate::common::env::pending_uploads(cache) > 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "uploads did not finish"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
 }
 
 /// The names in the vault's folder as the store has them (no mount's cache in between).
@@ -108,7 +96,7 @@ fn concurrent_edits_keep_both(via: Via) {
     fb.rewind().unwrap();
     fb.write_all(b"edit from B").unwrap();
     drop(fb);
-    settle(&cache_b);
+    wait_stored(&cache_b, &mnt_b);
 
     let listed = stored_names(&env);
     let copy = copies(&listed);
@@ -226,7 +214,7 @@ fn a_stale_save_journaled_before_a_kill_becomes_a_conflict_copy() {
 
     env.serve_again(&addr);
     let (b, _, cache_b) = second_mount(&env);
-    settle(&cache_b);
+    wait_stored(&cache_b, &mnt_b);
     let listed = stored_names(&env);
     let copy = copies(&listed);
     assert_eq!(copy.len(), 1, "{listed:?}\n{}", b.log_text());
