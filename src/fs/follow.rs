@@ -10,8 +10,9 @@
 //! `--poll-interval`: one listing per folder used lately, and the folders of open files.
 //!
 //! Changes this mount made itself come back through the feed too: one whose effect the table
-//! already shows (the name is there, changed here at or after the change's time; or it is gone
-//! here already) is skipped, and a file with staged bytes is never invalidated.
+//! already shows (the name is there, changed here at or after the change's time, or being
+//! changed here now ([`Ours`]); or it is gone here already) is skipped, and a file with staged
+//! bytes is never invalidated.
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsStr;
@@ -211,7 +212,34 @@ fn expire_all<B: Backend>(fs: &Fs<B>) {
         return;
     };
     let dirs = fs.table().expire_all(past);
-    notify(fs, dirs.into_iter().map(|d| Kernel::Attrs(d)).collect());
+    notify(fs, dirs.into_iter().map(Kernel::Attrs).collect());
+}
+
+/// Nodes this mount is renaming or deleting, from before its request goes until after the
+/// answer is in the table: the feed can bring the change back before the answer comes, and it
+/// is this mount's own, not another writer's (`Table::changed_here_since`).
+pub(super) struct Ours<'a, B: Backend> {
+    fs: &'a Fs<B>,
+    inos: Vec<Ino>,
+}
+
+impl<'a, B: Backend> Ours<'a, B> {
+    pub(super) fn sending(fs: &'a Fs<B>, inos: Vec<Ino>) -> Self {
+        let mut t = fs.table();
+        for &i in &inos {
+            t.change_sent(i);
+        }
+        Ours { fs, inos }
+    }
+}
+
+impl<B: Backend> Drop for Ours<'_, B> {
+    fn drop(&mut self) {
+        let mut t = self.fs.table();
+        for &i in &self.inos {
+            t.change_answered(i);
+        }
+    }
 }
 
 /// What the kernel is told.

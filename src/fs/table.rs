@@ -264,6 +264,9 @@ pub struct Table {
     recent: HashMap<Ino, Instant>,
     /// When `recent` was last pruned.
     recent_pruned: Instant,
+    /// Renames and deletes of this mount under way (sent, not answered), by node: the change
+    /// feed can tell of one before its answer comes (`follow::Ours`).
+    in_flight: HashMap<Ino, u32>,
     /// Attributes kept here for a backend that does not keep them.
     pub kept: KeptHere,
 }
@@ -281,6 +284,7 @@ impl Table {
             removed: HashMap::new(),
             recent: HashMap::new(),
             recent_pruned: Instant::now(),
+            in_flight: HashMap::new(),
             kept: KeptHere::default(),
         };
         let mut r = Inode::new(ROOT, root.clone(), InodeKind::Dir);
@@ -646,9 +650,26 @@ impl Table {
         }
     }
 
-    /// Whether `ino` was created, renamed or uploaded here at or after `at` (`touch`).
+    /// Whether `ino` was created, renamed or uploaded here at or after `at` (`touch`), or is
+    /// being changed here now.
     pub fn changed_here_since(&self, ino: Ino, at: Instant) -> bool {
-        self.recent.get(&ino).is_some_and(|t| *t >= at)
+        self.in_flight.contains_key(&ino) || self.recent.get(&ino).is_some_and(|t| *t >= at)
+    }
+
+    /// A change of `ino` by this mount is sent (`follow::Ours`).
+    pub(super) fn change_sent(&mut self, ino: Ino) {
+        *self.in_flight.entry(ino).or_default() += 1;
+    }
+
+    /// ... and answered, or given up: from now on its time tells (`touch`).
+    pub(super) fn change_answered(&mut self, ino: Ino) {
+        if let Some(n) = self.in_flight.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                self.in_flight.remove(&ino);
+            }
+        }
+        self.touch(ino);
     }
 
     /// Files of `dir` that a listing fetched from the backend at `since` may lack: those with
