@@ -66,6 +66,14 @@ impl LocalBackend {
         self.run(move |s, scope| s.file(scope, &id)).await
     }
 
+    /// Makes a kept version of the file current again, as a new version (our server's
+    /// extension; not in [`Backend`]: the public interface has no such call).
+    pub async fn restore_version(&self, file_id: &str, version_id: &str) -> Result<Node> {
+        let (id, vid) = (file_id.to_string(), version_id.to_string());
+        self.run(move |s, scope| s.restore_version(scope, &id, &vid))
+            .await
+    }
+
     /// [`Backend::changes`] with pages of at most `limit` changes: the store's log read, then
     /// (when nothing is new) a sleep on its wake-ups until this scope's log moved or `wait` is
     /// over. Nothing runs while it sleeps.

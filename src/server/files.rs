@@ -193,14 +193,33 @@ pub async fn download_version(
     Path((id, version)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> ApiResult {
-    let range = range_of(&headers)?;
-    let slot = state.limits.transfer(caller.user_id)?;
-    let mut d = caller
-        .backend
-        .download_version(&id, &version, range)
-        .await?;
-    d.body = holding(d.body, slot);
+    let d = version_of(
+        &state,
+        &caller.backend,
+        caller.user_id,
+        &id,
+        &version,
+        &headers,
+    )
+    .await?;
     Ok(as_attachment(d))
+}
+
+/// The download of one kept version, holding a transfer slot as [`download_of`] does. (The
+/// API's route and the web interface's.)
+pub(super) async fn version_of(
+    state: &AppState,
+    backend: &LocalBackend,
+    user: i64,
+    id: &str,
+    version: &str,
+    headers: &HeaderMap,
+) -> Result<Download, Error> {
+    let range = range_of(headers)?;
+    let slot = state.limits.transfer(user)?;
+    let mut d = backend.download_version(id, version, range).await?;
+    d.body = holding(d.body, slot);
+    Ok(d)
 }
 
 /// The download of file `id` for `user`: whole, or the one range of the `Range` header; it
