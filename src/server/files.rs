@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::auth::Caller;
 use super::limits::holding;
-use super::openapi::{ErrorEnvelope, PreviewEnvelope};
+use super::openapi::{ErrorEnvelope, NodeEnvelope, PreviewEnvelope};
 use super::reply::{ApiResult, ok};
 use crate::api::path::encode_segment;
 use crate::api::{Error, ErrorKind, PageSize, RangeRequest};
@@ -203,6 +203,32 @@ pub async fn download_version(
     )
     .await?;
     Ok(as_attachment(d))
+}
+
+#[utoipa::path(
+    post,
+    path = "/files/id/Document/{id}/version/{version}/restore",
+    tag = "files",
+    operation_id = "restore_version",
+    summary = "Make a kept version current again, as a new version (an extension of ours; ids from `vprop=1`)",
+    description = "The bytes of `version` become the file's current version as a new version (its own `version_id`; the bytes are not copied), with the time of the restore as its modification time; the version it replaces stays among the kept versions, under the server's retention rule. Restoring the current version changes nothing. The change feed reports a `version` change.",
+    params(
+        ("id" = String, Path, description = "The file (document) ID", example = "1"),
+        ("version" = String, Path, description = "A `version_id` of the file's `versions`", example = "1"),
+    ),
+    responses(
+        (status = 200, description = "The file, the restored bytes current (their size and md5)", body = NodeEnvelope),
+        (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
+        (status = 404, description = "`not_found`: no such file or kept version", body = ErrorEnvelope),
+        (status = 507, description = "`insufficient_storage`; `quota_exceeded`: the new version would take the account over its quota of bytes", body = ErrorEnvelope),
+    ),
+    security(("basic" = [])),
+)]
+pub async fn restore_version(
+    caller: Caller,
+    Path((id, version)): Path<(String, String)>,
+) -> ApiResult {
+    Ok(ok(caller.backend.restore_version(&id, &version).await?))
 }
 
 /// The download of one kept version, holding a transfer slot as [`download_of`] does. (The

@@ -1,0 +1,112 @@
+//! Our extensions for earlier versions (issue 32, item 4): a kept version made current again
+//! (`POST /files/id/Document/{id}/version/{version}/restore`), authorized like every route.
+
+use super::{Api, VAULT, assert_error};
+use crate::common::{TestServer, served_retention};
+use reqwest::Method;
+use serde_json::Value;
+use vaultfs::server::ServerOptions;
+
+/// The version IDs of `vprop=1`, newest first, and which is current.
+async fn versions(api: &Api, path: &str) -> Vec<(String, bool, u64)> {
+    let (st, v) = api.get(&format!("{path}?vprop=1")).await;
+    assert_eq!(st, 200, "{v}");
+    v["message"]["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["version_id"].as_str().unwrap().to_string(),
+                v["current"].as_bool().unwrap(),
+                v["size"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+async fn download_version(api: &Api, id: &str, version: &str) -> Vec<u8> {
+    let resp = api
+        .req(
+            Method::GET,
+            &format!("/files/id/Document/{id}/version/{version}"),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.bytes().await.unwrap().to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kept_version_is_restored_as_a_new_version() {
+    let s = TestServer::start_with(served_retention(), ServerOptions::default()).await;
+    let alice = Api::new(&s, &s.user("alice@example.com", "Acme").await);
+    let bob = Api::new(&s, &s.user("bob@example.com", "Other").await);
+    let id = alice.upload(VAULT, "plan.txt", b"plan A").await;
+    alice.put_version(&id, b"plan B, longer").await;
+    let path = format!("{VAULT}/plan.txt");
+    let before = versions(&alice, &path).await;
+    assert_eq!(before.len(), 2);
+    let (old, _, _) = &before[1];
+    let restore = format!("/files/id/Document/{id}/version/{old}/restore");
+
+    // Authorized like every route: no token, another account (not found, as an unused ID).
+    let anon = Api::anonymous(&s);
+    assert_error(
+        &anon.call(Method::POST, &restore, None).await,
+        401,
+        "invalid_token",
+    );
+    assert_error(
+        &bob.call(Method::POST, &restore, None).await,
+        404,
+        "not_found",
+    );
+    assert_eq!(alice.download(&id).await, b"plan B, longer");
+    // No such version, a pending one, a version of another file.
+    alice.upload(VAULT, "other.txt", b"x").await;
+    let other_v = &versions(&alice, &format!("{VAULT}/other.txt")).await[0].0;
+    for bad in ["999999", "abc", other_v.as_str()] {
+        let p = format!("/files/id/Document/{id}/version/{bad}/restore");
+        assert_error(&alice.call(Method::POST, &p, None).await, 404, "not_found");
+    }
+
+    let (st, v) = alice.call(Method::POST, &restore, None).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["message"]["id"], Value::from(id.clone()));
+    assert_eq!(v["message"]["size"], 6);
+    assert_eq!(
+        v["message"]["md5_checksum"],
+        crate::common::md5hex(b"plan A")
+    );
+    assert_eq!(alice.download(&id).await, b"plan A");
+    let after = versions(&alice, &path).await;
+    assert_eq!(after.len(), 3, "{after:?}");
+    assert!(after[0].1 && after[0].2 == 6, "{after:?}");
+    assert!(
+        !before.iter().any(|(v, _, _)| *v == after[0].0),
+        "a new version"
+    );
+    assert_eq!(&after[1].0, &before[0].0);
+    assert_eq!(
+        download_version(&alice, &id, &before[0].0).await,
+        b"plan B, longer",
+        "the replaced bytes are kept"
+    );
+    // The current one again: nothing changes.
+    let p = format!("/files/id/Document/{id}/version/{}/restore", after[0].0);
+    assert_eq!(alice.call(Method::POST, &p, None).await.0, 200);
+    assert_eq!(versions(&alice, &path).await.len(), 3);
+    // The change feed tells followers: the restore was the last change.
+    let log = s
+        .store
+        .changes(vaultfs::store::Scope::All, Some(0), 1000)
+        .unwrap();
+    let last = log.changes.last().unwrap();
+    assert_eq!(
+        (last.kind, last.id.as_deref()),
+        (vaultfs::api::ChangeKind::Version, Some(id.as_str())),
+        "{last:?}"
+    );
+}
