@@ -12,8 +12,8 @@ use futures_util::StreamExt;
 
 use super::{Backend, ByteStream, Download, PreviewImage, reader_stream};
 use crate::api::{
-    Base, ChangesPage, Error, FileAttrs, Node, NodePath, PageSize, PreviewMeta, PreviewPage,
-    PreviewStatus, RangeRequest, Result, Version,
+    Base, ChangesPage, DeletedFile, Error, FileAttrs, Node, NodePath, PageSize, PreviewMeta,
+    PreviewPage, PreviewStatus, RangeRequest, Result, Version,
 };
 use crate::store::blobs::{BlobFile, BlobWriter};
 use crate::store::{PreviewState, Scope, Store, TransferMode, length_mismatch};
@@ -71,6 +71,20 @@ impl LocalBackend {
     pub async fn restore_version(&self, file_id: &str, version_id: &str) -> Result<Node> {
         let (id, vid) = (file_id.to_string(), version_id.to_string());
         self.run(move |s, scope| s.restore_version(scope, &id, &vid))
+            .await
+    }
+
+    /// The files deleted from the folder at `path` and kept restorable (our extension).
+    pub async fn deleted_files(&self, path: &NodePath) -> Result<Vec<DeletedFile>> {
+        let path = path.clone();
+        self.run(move |s, scope| s.deleted_files(scope, &path))
+            .await
+    }
+
+    /// Brings a deleted file back into its folder (our extension).
+    pub async fn restore_deleted(&self, file_id: &str) -> Result<Node> {
+        let id = file_id.to_string();
+        self.run(move |s, scope| s.restore_deleted(scope, &id))
             .await
     }
 

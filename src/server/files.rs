@@ -231,6 +231,25 @@ pub async fn restore_version(
     Ok(ok(caller.backend.restore_version(&id, &version).await?))
 }
 
+#[utoipa::path(
+    post,
+    path = "/files/id/Document/{id}/restore",
+    tag = "files",
+    operation_id = "restore_deleted",
+    summary = "Bring a deleted file back into its folder (an extension of ours; ids from `deleted=1`)",
+    description = "The file goes back into the folder it was deleted from, with its ID and its kept versions, under its old name, or `NAME (restored YYYY-MM-DD HHMMSS).EXT` when a node has that name now. Deleted files are kept for the server's retention age (`--keep-versions-days`). The change feed reports a `created` change.",
+    params(("id" = String, Path, description = "The `id` of one of the folder's `deleted` files", example = "1")),
+    responses(
+        (status = 200, description = "The file, back in its folder", body = NodeEnvelope),
+        (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
+        (status = 404, description = "`not_found`: no such deleted file (restored already, pruned, another account's), or its folder is gone", body = ErrorEnvelope),
+    ),
+    security(("basic" = [])),
+)]
+pub async fn restore_deleted(caller: Caller, Path(id): Path<String>) -> ApiResult {
+    Ok(ok(caller.backend.restore_deleted(&id).await?))
+}
+
 /// The download of one kept version, holding a transfer slot as [`download_of`] does. (The
 /// API's route and the web interface's.)
 pub(super) async fn version_of(

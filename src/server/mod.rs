@@ -113,6 +113,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(nodes::begin_version))
         .routes(routes!(files::download_version))
         .routes(routes!(files::restore_version))
+        .routes(routes!(files::restore_deleted))
         .routes(routes!(nodes::upload))
         .routes(routes!(changes::changes))
         .routes(routes!(files::download))

@@ -110,3 +110,136 @@ async fn a_kept_version_is_restored_as_a_new_version() {
         "{last:?}"
     );
 }
+
+/// The names and IDs of `deleted=1` on the folder at `path`.
+async fn deleted(api: &Api, path: &str) -> Vec<(String, String, u64)> {
+    let (st, v) = api.get(&format!("{path}?deleted=1")).await;
+    assert_eq!(st, 200, "{v}");
+    v["message"]["deleted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            assert!(
+                d["deletedOn"].as_str().is_some_and(|t| t.ends_with('Z')),
+                "{d}"
+            );
+            (
+                d["name"].as_str().unwrap().to_string(),
+                d["id"].as_str().unwrap().to_string(),
+                d["versions"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// A deleted file stays restorable under the retention rule: listed with `deleted=1` on its
+/// folder (and nowhere else), restored by ID with its versions, to its old name or, when that
+/// is taken, to `NAME (restored ...)`; another account cannot; a folder deleted takes its
+/// deleted files with it. Clients that do not ask see the interface as it was.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_file_is_listed_and_restored_with_its_versions() {
+    let s = TestServer::start_with(served_retention(), ServerOptions::default()).await;
+    let alice = Api::new(&s, &s.user("alice@example.com", "Acme").await);
+    let bob = Api::new(&s, &s.user("bob@example.com", "Other").await);
+    let id = alice.upload(VAULT, "notes.txt", b"monday").await;
+    alice.put_version(&id, b"monday and tuesday").await;
+    let path = format!("{VAULT}/notes.txt");
+    let (st, _) = alice.call(Method::DELETE, &path, None).await;
+    assert_eq!(st, 200);
+
+    // Gone by path, by ID and from the listing; listed as deleted with both versions.
+    assert_error(&alice.get(&path).await, 404, "not_found");
+    let resp = alice
+        .req(Method::GET, &format!("/files/id/Document/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+    let (_, listing) = alice.get(&format!("{VAULT}?children=1")).await;
+    assert!(!listing.to_string().contains("notes.txt"), "{listing}");
+    assert!(listing["message"].get("deleted").is_none(), "{listing}");
+    assert_eq!(
+        deleted(&alice, VAULT).await,
+        vec![("notes.txt".to_string(), id.clone(), 2)]
+    );
+    assert_eq!(s.store.check_integrity().unwrap(), Vec::<String>::new());
+
+    // Not another account's to list or restore.
+    let (st, _) = bob.get(&format!("{VAULT}?deleted=1")).await;
+    assert_eq!(st, 403);
+    let restore = format!("/files/id/Document/{id}/restore");
+    assert_error(
+        &bob.call(Method::POST, &restore, None).await,
+        404,
+        "not_found",
+    );
+
+    // Its name taken meanwhile: restored beside it, with its ID and versions.
+    let newer = alice.upload(VAULT, "notes.txt", b"a new file").await;
+    let (st, v) = alice.call(Method::POST, &restore, None).await;
+    assert_eq!(st, 200, "{v}");
+    let name = v["message"]["name"].as_str().unwrap().to_string();
+    assert!(
+        name.starts_with("notes (restored 20") && name.ends_with(").txt"),
+        "{name}"
+    );
+    assert_eq!(v["message"]["id"], Value::from(id.clone()));
+    assert_eq!(alice.download(&id).await, b"monday and tuesday");
+    assert_eq!(alice.download(&newer).await, b"a new file");
+    let restored = format!("{VAULT}/{}", vaultfs::api::path::encode_segment(&name));
+    let kept = versions(&alice, &restored).await;
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert_eq!(download_version(&alice, &id, &kept[1].0).await, b"monday");
+    assert!(deleted(&alice, VAULT).await.is_empty());
+    assert_error(
+        &alice.call(Method::POST, &restore, None).await,
+        404,
+        "not_found",
+    );
+    // The feed says it is there again.
+    let log = s
+        .store
+        .changes(vaultfs::store::Scope::All, Some(0), 1000)
+        .unwrap();
+    let last = log.changes.last().unwrap();
+    assert_eq!(last.kind, vaultfs::api::ChangeKind::Created, "{last:?}");
+    assert!(last.uri.ends_with(&name), "{last:?}");
+
+    // Their names free: restored under them (the name each had when deleted).
+    let (st, _) = alice.call(Method::DELETE, &restored, None).await;
+    assert_eq!(st, 200);
+    alice.call(Method::DELETE, &path, None).await;
+    let both = deleted(&alice, VAULT).await;
+    assert_eq!(both.len(), 2, "{both:?}");
+    assert_eq!(both[0].1, newer, "most recently deleted first");
+    for (file, was) in [(&newer, "notes.txt"), (&id, name.as_str())] {
+        let p = format!("/files/id/Document/{file}/restore");
+        let (st, v) = alice.call(Method::POST, &p, None).await;
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["message"]["name"], was);
+    }
+
+    // A folder deleted takes the files deleted from it along: nothing left behind.
+    let (st, _) = alice
+        .call(
+            Method::PUT,
+            &format!("{VAULT}/old"),
+            Some(serde_json::json!({})),
+        )
+        .await;
+    assert_eq!(st, 200);
+    let inner = alice
+        .upload(&format!("{VAULT}/old"), "inner.txt", b"inner")
+        .await;
+    alice
+        .call(Method::DELETE, &format!("{VAULT}/old/inner.txt"), None)
+        .await;
+    assert_eq!(deleted(&alice, &format!("{VAULT}/old")).await.len(), 1);
+    alice
+        .call(Method::DELETE, &format!("{VAULT}/old"), None)
+        .await;
+    let p = format!("/files/id/Document/{inner}/restore");
+    assert_error(&alice.call(Method::POST, &p, None).await, 404, "not_found");
+    assert_eq!(s.store.check_integrity().unwrap(), Vec::<String>::new());
+}

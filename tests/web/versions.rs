@@ -1,6 +1,7 @@
 //! Versions on a file's page (issue 32, item 4): listed with their time and size, each
 //! downloadable, and restored (the version becomes current as a new version, the bytes it
-//! replaces stay a version) by a form with the page's CSRF protection; in Chromium too.
+//! replaces stay a version) by a form with the page's CSRF protection; a deleted file listed
+//! in its folder's deleted files and restored; in Chromium too.
 
 use super::{ALICE, BOB, VAULT, Visitor, alice};
 use crate::browser;
@@ -182,4 +183,102 @@ async fn versions_in_a_real_browser() {
         .get(&format!("/web/download/{id}/version/{replaced}"))
         .await;
     assert_eq!(old.body, "final");
+
+    // Deleted from its page, then restored from the folder's deleted files.
+    b.click("a.danger").await;
+    b.wait_text("can be restored from the folder's deleted files for 30 days")
+        .await;
+    b.click("button.danger").await;
+    b.find("p.deleted-link a").await;
+    assert!(!b.text().await.contains("report.txt"));
+    b.click("p.deleted-link a").await;
+    b.find("tr.deleted form.undelete button").await;
+    assert!(b.text().await.contains("report.txt"));
+    b.screenshot(
+        &std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join("web-screenshots")
+            .join("deleted.png"),
+    )
+    .await;
+    b.click("tr.deleted form.undelete button").await;
+    b.wait_until("report.txt back in the folder", || async {
+        b.run(
+            "return [...document.querySelectorAll('td.name a')].some(a => a.textContent === 'report.txt');",
+            serde_json::json!([]),
+        )
+        .await
+        .as_bool()
+        .unwrap_or(false)
+    })
+    .await;
+    assert_eq!(content(&b_store, &id).await, b"first draft");
+    assert_eq!(
+        s.store
+            .versions(vaultfs::store::Scope::All, &id)
+            .unwrap()
+            .len(),
+        4,
+        "restored with its versions"
+    );
+}
+
+/// Without a browser: a file deleted from the page is listed in its folder's deleted files,
+/// and restored by a form that needs the page's token.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_file_is_restored_from_the_folders_deleted_files() {
+    let s = TestServer::start_with(served_retention(), ServerOptions::default()).await;
+    let (alice, token) = alice(&s).await;
+    let (_, up) = alice.upload(VAULT, "memo.txt", b"memo", &token).await;
+    let id = up["message"]["id"].as_str().unwrap().to_string();
+    let ask = alice.get(&format!("/web/delete/{VAULT}/memo.txt")).await;
+    assert!(ask.body.contains("for 30 days"), "{}", ask.body);
+    let r = alice
+        .post(
+            &format!("/web/delete/{VAULT}/memo.txt"),
+            &[("csrf", &token)],
+        )
+        .await;
+    assert_eq!(r.status, 303);
+    let listing = alice.get(&format!("/web/browse/{VAULT}")).await.body;
+    assert!(!listing.contains("memo.txt"));
+    assert!(
+        listing.contains(&format!("href=\"/web/deleted/{VAULT}\"")),
+        "{listing}"
+    );
+    let page = alice.get(&format!("/web/deleted/{VAULT}")).await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("memo.txt"), "{}", page.body);
+    assert!(
+        page.body
+            .contains(&format!("action=\"/web/undelete/{id}\""))
+    );
+    for form in [vec![], vec![("csrf", "guess")]] {
+        let r = alice.post(&format!("/web/undelete/{id}"), &form).await;
+        assert_eq!(r.status, 403, "{}", r.body);
+    }
+    assert!(
+        !alice
+            .get(&format!("/web/browse/{VAULT}"))
+            .await
+            .body
+            .contains("memo.txt")
+    );
+    let r = alice
+        .post(&format!("/web/undelete/{id}"), &[("csrf", &token)])
+        .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(r.location(), format!("/web/browse/{VAULT}"));
+    assert!(
+        alice
+            .get(&format!("/web/browse/{VAULT}"))
+            .await
+            .body
+            .contains("memo.txt")
+    );
+    let page = alice.get(&format!("/web/deleted/{VAULT}")).await;
+    assert!(
+        page.body.contains("No deleted files here."),
+        "{}",
+        page.body
+    );
 }

@@ -49,6 +49,8 @@ pub(super) fn router() -> Router<AppState> {
             get(documents::download_version),
         )
         .route("/web/restore/{id}/{version}", post(documents::restore))
+        .route("/web/deleted/{*path}", get(browse::deleted))
+        .route("/web/undelete/{id}", post(browse::undelete))
         .route("/web/upload/{*folder}", post(documents::upload))
         .route("/web/folder/{*parent}", post(browse::new_folder))
         .route("/web/rename/{*path}", post(browse::rename))

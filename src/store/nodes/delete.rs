@@ -3,6 +3,7 @@
 
 use super::limits::subtree_size;
 use super::resolve::{path_of, resolve};
+use super::restore::{keep_deleted, keeps_deleted};
 use super::touch;
 use crate::api::{ChangeKind, Error, NodePath, Result};
 use crate::store::changes::NewChange;
@@ -35,6 +36,13 @@ pub(super) fn delete_subtree(tx: &Transaction, id: i64) -> Result<Vec<String>> {
              WHERE sub.depth < ?2)
          SELECT id, depth FROM sub",
         params![id, super::MAX_WALK_DEPTH],
+    )?;
+    // The files deleted from its folders and kept restorable go with them (detached: no level
+    // of the walk reaches them).
+    tx.execute(
+        "INSERT INTO temp.doomed (id, depth) SELECT d.node_id, 0 FROM deleted d
+         WHERE d.folder_id IN (SELECT id FROM temp.doomed)",
+        [],
     )?;
     let hashes: Vec<String> = tx
         .prepare(
@@ -143,7 +151,8 @@ impl Store {
         Ok(started.elapsed())
     }
 
-    /// Deletes a file, or a folder with everything under it, and frees unshared bytes.
+    /// Deletes a file, or a folder with everything under it, and frees unshared bytes. A file
+    /// stays restorable for the retention rule's age (`restore`), a folder does not.
     ///
     /// A tree of more than [`crate::store::purge::INLINE_NODES`] nodes is detached in this transaction
     /// (its name is gone when this returns) and purged by the store's thread in bounded chunks,
@@ -177,7 +186,11 @@ impl Store {
             self.purger().wake();
             return Ok(());
         }
-        let freed = delete_subtree(&tx, row.id)?;
+        let freed = if row.is_file() && keeps_deleted(&self.config.retention) {
+            keep_deleted(&tx, &row, now, &self.config.retention)?
+        } else {
+            delete_subtree(&tx, row.id)?
+        };
         touch(&tx, row.parent_id, now)?;
         tx.commit()?;
         self.changed(row.account_id);

@@ -1,17 +1,26 @@
-//! What a user brings back (issue 32, item 4): a kept version made current again.
+//! What a user brings back (issue 32, item 4): a kept version made current again, and a
+//! deleted file kept restorable.
 //!
 //! A restore is a new version, not a step back: the version restored is copied into a new row
 //! (the same blob: no byte is copied) that becomes current, so the bytes it replaces are an
 //! earlier version like any other (nothing is lost), a client that read the file sees another
 //! md5, and the change feed says `version`.
+//!
+//! A delete of a file, while the retention rule bounds versions by age, keeps the file: it is
+//! detached with its versions (no parent and the name `/<id>`, as the trash's trees are, so no
+//! path or ID reaches it) and listed in `deleted` with the folder and name it had. Restored, it
+//! goes back with its ID and versions; older than the bound, it is pruned (`prune_expired`). A
+//! folder deleted takes its deleted files with it.
 
 use super::delete::prune_versions;
 use super::limits::check_quota;
-use super::resolve::{file_by_id, get_row, path_of};
-use crate::api::{ChangeKind, Error, Node, Result};
+use super::resolve::{attached, file_by_id, find_child, get_row, path_of, require_folder, resolve};
+use super::{EMPTY_MD5, NodeRow, touch};
+use crate::api::path::tagged_name;
+use crate::api::{ChangeKind, DeletedFile, Error, Node, NodePath, Result, format_time};
 use crate::store::changes::NewChange;
-use crate::store::db::{OptionalExtension, params};
-use crate::store::{Scope, Store, now_ns};
+use crate::store::db::{Conn as Connection, OptionalExtension, params};
+use crate::store::{Scope, Store, now_ns, ns_to_time};
 
 impl Store {
     /// Makes the committed version `version_id` of the file current again, as a new version
@@ -72,6 +81,130 @@ impl Store {
             self.previews.enqueue(h, kind, &row.name);
         }
         log::info!("{path}: version {version_id} restored as version {new}");
+        Ok(row.to_api(&path))
+    }
+}
+
+/// Whether a delete keeps the file restorable: when the rule keeps earlier versions at all and
+/// bounds them by age (the time a deleted file is kept; without one the store would keep every
+/// deleted file for ever).
+pub(super) fn keeps_deleted(keep: &crate::store::Retention) -> bool {
+    keep.age.is_some() && keep.count != Some(0)
+}
+
+/// Inside a delete's transaction: the file `row` detached and listed as deleted from its
+/// folder, its versions pruned by the rule as at a save. Returns the blobs that freed.
+pub(super) fn keep_deleted(
+    tx: &Connection,
+    row: &NodeRow,
+    now: i64,
+    keep: &crate::store::Retention,
+) -> Result<Vec<String>> {
+    let folder = row
+        .parent_id
+        .ok_or_else(|| Error::internal("a file with no folder"))?;
+    tx.prepare_cached("UPDATE nodes SET parent_id = NULL, name = '/' || id WHERE id = ?1")?
+        .execute([row.id])?;
+    tx.prepare_cached(
+        "INSERT INTO deleted (node_id, account_id, folder_id, name, deleted_on)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![row.id, row.account_id, folder, row.name, now])?;
+    prune_versions(tx, row.id, keep)
+}
+
+/// The deleted file of that ID in the caller's scope: (its node, folder, name). Another
+/// account's is not found, as for every ID.
+fn deleted_row(tx: &Connection, scope: Scope, id: &str) -> Result<(i64, i64, String)> {
+    let not_found = || Error::not_found(format!("no deleted file with ID {id}"));
+    let n: i64 = id.parse().map_err(|_| not_found())?;
+    let (node, account, folder, name): (i64, i64, i64, String) = tx
+        .query_row(
+            "SELECT node_id, account_id, folder_id, name FROM deleted WHERE node_id = ?1",
+            [n],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .optional()?
+        .ok_or_else(not_found)?;
+    match scope {
+        Scope::Account(a) if a != account => Err(not_found()),
+        _ => Ok((node, folder, name)),
+    }
+}
+
+impl Store {
+    /// The files deleted from the folder (or vault) at `path` and kept restorable, most
+    /// recently deleted first.
+    pub fn deleted_files(&self, scope: Scope, path: &NodePath) -> Result<Vec<DeletedFile>> {
+        let conn = self.lock()?;
+        let folder = resolve(&conn, scope, path)?;
+        require_folder(&folder, path)?;
+        let rows = conn
+            .prepare_cached(
+                "SELECT d.node_id, d.name, d.deleted_on, n.modified_on, v.length, v.md5,
+                     (SELECT count(*) FROM versions w WHERE w.file_id = d.node_id AND w.committed = 1)
+                 FROM deleted d JOIN nodes n ON n.id = d.node_id
+                 LEFT JOIN versions v ON v.id = n.current_version
+                 WHERE d.folder_id = ?1 ORDER BY d.deleted_on DESC, d.node_id DESC",
+            )?
+            .query_map([folder.id], |r| {
+                Ok(DeletedFile {
+                    id: r.get::<_, i64>(0)?.to_string(),
+                    name: r.get(1)?,
+                    deleted_on: format_time(ns_to_time(r.get(2)?)),
+                    modified_on: Some(format_time(ns_to_time(r.get(3)?))),
+                    size: r.get::<_, Option<i64>>(4)?.unwrap_or(0).max(0) as u64,
+                    md5_checksum: Some(
+                        r.get::<_, Option<String>>(5)?
+                            .unwrap_or_else(|| EMPTY_MD5.to_string()),
+                    ),
+                    versions: r.get::<_, i64>(6)?.max(0) as u64,
+                })
+            })?
+            .collect::<crate::store::db::Result<_>>()?;
+        Ok(rows)
+    }
+
+    /// Brings a deleted file back into the folder it was deleted from, with its versions and
+    /// ID, under its old name, or `NAME (restored YYYY-MM-DD HHMMSS).EXT` when that is taken.
+    /// Its bytes never left the account's usage, so no quota is checked.
+    pub fn restore_deleted(&self, scope: Scope, file_id: &str) -> Result<Node> {
+        self.note_write_activity();
+        let conn = self.lock()?;
+        let tx = conn.transaction()?;
+        let (id, folder_id, name) = deleted_row(&tx, scope, file_id)?;
+        let folder = get_row(&tx, folder_id)?
+            .filter(|f| !f.is_file() && f.parent_id.is_some())
+            .filter(|f| attached(&tx, f.id).unwrap_or(false))
+            .ok_or_else(|| {
+                Error::not_found(format!(
+                    "the folder {name} was deleted from is gone: restore the folder first"
+                ))
+            })?;
+        let when = crate::api::path::name_time(std::time::SystemTime::now());
+        let mut taken = 0u32;
+        let new_name = loop {
+            let candidate = match taken {
+                0 => name.clone(),
+                n => tagged_name(&name, &format!("restored {when}"), n),
+            };
+            if find_child(&tx, folder.id, &candidate)?.is_none() {
+                break candidate;
+            }
+            taken += 1;
+        };
+        let now = now_ns();
+        tx.prepare_cached("UPDATE nodes SET parent_id = ?2, name = ?3 WHERE id = ?1")?
+            .execute(params![id, folder.id, new_name])?;
+        tx.prepare_cached("DELETE FROM deleted WHERE node_id = ?1")?
+            .execute([id])?;
+        touch(&tx, Some(folder.id), now)?;
+        let row = get_row(&tx, id)?.expect("the file exists");
+        let path = path_of(&tx, id)?;
+        self.log_change(&tx, NewChange::new(&row, ChangeKind::Created, &path))?;
+        tx.commit()?;
+        self.changed(row.account_id);
+        log::info!("{path}: deleted file {id} restored");
         Ok(row.to_api(&path))
     }
 }
