@@ -243,3 +243,58 @@ async fn a_deleted_file_is_listed_and_restored_with_its_versions() {
     assert_error(&alice.call(Method::POST, &p, None).await, 404, "not_found");
     assert_eq!(s.store.check_integrity().unwrap(), Vec::<String>::new());
 }
+
+/// The age bound holds for files no write touches (item 4): the store's idle-time pass drops a
+/// file's earlier versions older than the bound (the current one stays) and deleted files
+/// deleted longer ago, with their bytes.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_age_bound_holds_for_untouched_and_deleted_files() {
+    let mut config = served_retention();
+    config.retention.age = Some(std::time::Duration::from_secs(3));
+    let s = TestServer::start_with(config, ServerOptions::default()).await;
+    let alice = Api::new(&s, &s.user("alice@example.com", "Acme").await);
+    let first = std::time::Instant::now();
+    let id = alice.upload(VAULT, "kept.txt", b"old bytes").await;
+    alice.put_version(&id, b"current bytes").await;
+    alice.upload(VAULT, "gone.txt", b"deleted bytes").await;
+    alice
+        .call(Method::DELETE, &format!("{VAULT}/gone.txt"), None)
+        .await;
+    let path = format!("{VAULT}/kept.txt");
+    assert_eq!(versions(&alice, &path).await.len(), 2);
+    assert_eq!(deleted(&alice, VAULT).await.len(), 1);
+    let blobs = s.store.blob_count().unwrap();
+    assert_eq!(blobs, 3);
+    // The pass runs every 300 ms here (hourly in `vaultfs serve` and a mount), in idle time.
+    let started = std::time::Instant::now();
+    s.store
+        .start_expiry(std::time::Duration::from_millis(300))
+        .unwrap();
+    // Nothing within the bound (looked at 1.5 s after the first upload, at least one pass
+    // after the start).
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    if let Some(rest) = std::time::Duration::from_millis(1500).checked_sub(first.elapsed()) {
+        tokio::time::sleep(rest).await;
+    }
+    assert_eq!(versions(&alice, &path).await.len(), 2);
+    assert_eq!(deleted(&alice, VAULT).await.len(), 1);
+    loop {
+        let left = (
+            versions(&alice, &path).await.len(),
+            deleted(&alice, VAULT).await.len(),
+        );
+        if left == (1, 0) {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "still {left:?} after {:?}",
+            started.elapsed()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    eprintln!("pruned by age {:?} after the start", started.elapsed());
+    assert_eq!(alice.download(&id).await, b"current bytes");
+    assert_eq!(s.store.blob_count().unwrap(), 1, "the bytes went with them");
+    assert_eq!(s.store.check_integrity().unwrap(), Vec::<String>::new());
+}
