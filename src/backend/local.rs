@@ -307,6 +307,27 @@ impl Backend for LocalBackend {
         .await
     }
 
+    async fn deleted_versions(&self, path: &NodePath) -> Result<Option<(String, Vec<Version>)>> {
+        let path = path.clone();
+        self.run(move |s, scope| {
+            let (Some(folder), Some(name)) = (path.parent(), path.name()) else {
+                return Ok(None);
+            };
+            let found = match s.deleted_files(scope, &folder) {
+                Ok(d) => d.into_iter().find(|d| d.name == name),
+                Err(e) if e.kind == crate::api::ErrorKind::NotFound => None,
+                Err(e) => return Err(e),
+            };
+            let Some(d) = found else { return Ok(None) };
+            let mut versions = s.versions(scope, &d.id)?;
+            for v in &mut versions {
+                v.current = false;
+            }
+            Ok(Some((d.id, versions)))
+        })
+        .await
+    }
+
     async fn download_version(
         &self,
         file_id: &str,

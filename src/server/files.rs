@@ -171,7 +171,7 @@ fn as_attachment(d: Download) -> Response {
     path = "/files/id/Document/{id}/version/{version}",
     tag = "files",
     operation_id = "download_version",
-    summary = "The bytes of one kept version of the file (an extension of ours; ids from `vprop=1`), whole or one range",
+    summary = "The bytes of one kept version of the file, or of a deleted file kept restorable (an extension of ours; ids from `vprop=1`), whole or one range",
     params(
         ("id" = String, Path, description = "The file (document) ID", example = "1"),
         ("version" = String, Path, description = "A `version_id` of the file's `versions`", example = "1"),

@@ -145,8 +145,14 @@ async fn a_deleted_file_is_listed_and_restored_with_its_versions() {
     let id = alice.upload(VAULT, "notes.txt", b"monday").await;
     alice.put_version(&id, b"monday and tuesday").await;
     let path = format!("{VAULT}/notes.txt");
+    let before = versions(&alice, &path).await;
     let (st, _) = alice.call(Method::DELETE, &path, None).await;
     assert_eq!(st, 200);
+    // Its kept versions stay readable by ID (the mount's `.versions/` reads them so), by its
+    // owner only.
+    assert_eq!(download_version(&alice, &id, &before[1].0).await, b"monday");
+    let p = format!("/files/id/Document/{id}/version/{}", before[1].0);
+    assert_error(&bob.get(&p).await, 404, "not_found");
 
     // Gone by path, by ID and from the listing; listed as deleted with both versions.
     assert_error(&alice.get(&path).await, 404, "not_found");

@@ -132,6 +132,33 @@ fn deleted_row(tx: &Connection, scope: Scope, id: &str) -> Result<(i64, i64, Str
     }
 }
 
+/// The file of that ID with its path: an attached one, or a deleted one kept restorable (named
+/// and placed as when it was deleted; its folder must still be there), whose versions stay
+/// readable (the mount's `.versions/`).
+pub(super) fn file_or_deleted(
+    tx: &Connection,
+    scope: Scope,
+    id: &str,
+) -> Result<(NodeRow, NodePath)> {
+    match file_by_id(tx, scope, id) {
+        Ok(row) => {
+            let path = path_of(tx, row.id)?;
+            Ok((row, path))
+        }
+        Err(e) if e.kind == crate::api::ErrorKind::NotFound => {
+            let Ok((node, folder, name)) = deleted_row(tx, scope, id) else {
+                return Err(e);
+            };
+            let in_place = attached(tx, folder)? && get_row(tx, folder)?.is_some();
+            let mut row = get_row(tx, node)?.filter(|_| in_place).ok_or(e)?;
+            let path = path_of(tx, folder)?.child(&name)?;
+            row.name = name;
+            Ok((row, path))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 impl Store {
     /// The files deleted from the folder (or vault) at `path` and kept restorable, most
     /// recently deleted first.
