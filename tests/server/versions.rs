@@ -165,6 +165,13 @@ async fn a_deleted_file_is_listed_and_restored_with_its_versions() {
     let (_, listing) = alice.get(&format!("{VAULT}?children=1")).await;
     assert!(!listing.to_string().contains("notes.txt"), "{listing}");
     assert!(listing["message"].get("deleted").is_none(), "{listing}");
+    // Beside a page of children too; on an account, nothing (it holds vaults only).
+    let (_, both) = alice.get(&format!("{VAULT}?children=1&deleted=1")).await;
+    assert_eq!(both["message"]["deleted"][0]["name"], "notes.txt", "{both}");
+    assert!(both["message"]["children"].is_array(), "{both}");
+    let (st, account) = alice.get("/nodes/pth/Acme?deleted=1").await;
+    assert_eq!(st, 200);
+    assert!(account["message"].get("deleted").is_none(), "{account}");
     assert_eq!(
         deleted(&alice, VAULT).await,
         vec![("notes.txt".to_string(), id.clone(), 2)]

@@ -205,7 +205,7 @@ impl Store {
             .filter(|f| attached(&tx, f.id).unwrap_or(false))
             .ok_or_else(|| {
                 Error::not_found(format!(
-                    "the folder {name} was deleted from is gone: restore the folder first"
+                    "the folder {name} was deleted from is gone, and the file with it"
                 ))
             })?;
         let when = crate::api::path::name_time(std::time::SystemTime::now());
