@@ -121,6 +121,8 @@ pub struct DeletedFile {
     pub deleted_on: String,
     /// Versions kept, its last one included.
     pub versions: u64,
+    /// Its last version: `/files/id/Document/{id}/version/{version_id}` reads it.
+    pub version_id: String,
 }
 
 /// One stored version of a file (`vprop=1`), readable by its ID.

@@ -331,6 +331,8 @@ pub struct DeletedFile {
     /// Versions kept, its last one included.
     #[schema(minimum = 0)]
     pub versions: u64,
+    /// Its last version: `/files/id/Document/{id}/version/{version_id}` reads it.
+    pub version_id: String,
 }
 
 /// One kept version of a file.

@@ -124,6 +124,10 @@ async fn deleted(api: &Api, path: &str) -> Vec<(String, String, u64)> {
                 d["deletedOn"].as_str().is_some_and(|t| t.ends_with('Z')),
                 "{d}"
             );
+            assert!(
+                d["version_id"].as_str().is_some_and(|v| !v.is_empty()),
+                "{d}"
+            );
             (
                 d["name"].as_str().unwrap().to_string(),
                 d["id"].as_str().unwrap().to_string(),

@@ -252,6 +252,10 @@ async fn a_deleted_file_is_restored_from_the_folders_deleted_files() {
         page.body
             .contains(&format!("action=\"/web/undelete/{id}\""))
     );
+    // Its bytes downloadable from there before it is restored.
+    let link = crate::common::attr_after(&page.body, "download>Download", "href").unwrap();
+    let d = alice.get(&link).await;
+    assert_eq!((d.status.as_u16(), d.body.as_str()), (200, "memo"));
     for form in [vec![], vec![("csrf", "guess")]] {
         let r = alice.post(&format!("/web/undelete/{id}"), &form).await;
         assert_eq!(r.status, 403, "{}", r.body);

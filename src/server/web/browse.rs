@@ -469,7 +469,7 @@ pub async fn deleted(user: WebUser, uri: Uri) -> Response {
             format!(
                 "<tr class=\"deleted\" data-id=\"{id}\"><td class=\"name\">{name}</td>\
                  <td class=\"size\">{size}</td><td class=\"modified\">{when}</td>\
-                 <td class=\"actions\"><form class=\"undelete\" method=\"post\" action=\"/web/undelete/{id_seg}\">\
+                 <td class=\"actions\">{download}<form class=\"undelete\" method=\"post\" action=\"/web/undelete/{id_seg}\">\
                  <input type=\"hidden\" name=\"csrf\" value=\"{token}\">\
                  <button type=\"submit\" aria-label=\"Restore {name}\">Restore</button></form></td></tr>",
                 id = escape(&f.id),
@@ -477,6 +477,15 @@ pub async fn deleted(user: WebUser, uri: Uri) -> Response {
                 name = escape(&f.name),
                 size = size(f.size),
                 when = time_seconds(Some(&f.deleted_on)),
+                download = if f.version_id.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "<a href=\"/web/download/{}/version/{}\" download>Download</a> ",
+                        crate::api::path::encode_segment(&f.id),
+                        crate::api::path::encode_segment(&f.version_id)
+                    )
+                },
             )
         })
         .collect();

@@ -169,7 +169,8 @@ impl Store {
         let rows = conn
             .prepare_cached(
                 "SELECT d.node_id, d.name, d.deleted_on, n.modified_on, v.length, v.md5,
-                     (SELECT count(*) FROM versions w WHERE w.file_id = d.node_id AND w.committed = 1)
+                     (SELECT count(*) FROM versions w WHERE w.file_id = d.node_id AND w.committed = 1),
+                     n.current_version
                  FROM deleted d JOIN nodes n ON n.id = d.node_id
                  LEFT JOIN versions v ON v.id = n.current_version
                  WHERE d.folder_id = ?1 ORDER BY d.deleted_on DESC, d.node_id DESC",
@@ -186,6 +187,10 @@ impl Store {
                             .unwrap_or_else(|| EMPTY_MD5.to_string()),
                     ),
                     versions: r.get::<_, i64>(6)?.max(0) as u64,
+                    version_id: r
+                        .get::<_, Option<i64>>(7)?
+                        .map(|v| v.to_string())
+                        .unwrap_or_default(),
                 })
             })?
             .collect::<crate::store::db::Result<_>>()?;
