@@ -729,6 +729,35 @@ async fn migrate_copies_a_built_in_store_and_verifies_it() {
         .unwrap();
     assert_eq!(restored.status(), 200);
     assert!(content(&a, &gone_id).await == gone);
+    // And an earlier version made current again, on PostgreSQL too.
+    let (two, two_path, two_now) = &files[1];
+    let listed: serde_json::Value = http
+        .get(format!("{}{}?vprop=1", node.base(), two_path.encoded()))
+        .basic_auth("a@acme.test", Some(&token))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let versions = listed["message"]["versions"].as_array().unwrap();
+    assert_eq!(versions.len(), 2, "{listed}");
+    let older = versions[1]["version_id"].as_str().unwrap();
+    let restored = http
+        .post(format!(
+            "{}/files/id/Document/{two}/version/{older}/restore",
+            node.base()
+        ))
+        .basic_auth("a@acme.test", Some(&token))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(restored.status(), 200);
+    assert_eq!(
+        a.node(two_path).await.unwrap().md5_checksum,
+        versions[1]["md5_checksum"].as_str().map(str::to_string)
+    );
+    assert!(content(&a, two).await != *two_now);
     assert!(cluster.store().check_integrity().unwrap().is_empty());
 
     // Into a database that holds a store: refused, with the reason.

@@ -9,7 +9,7 @@
 //! A delete of a file, while the retention rule bounds versions by age, keeps the file: it is
 //! detached with its versions (no parent and the name `/<id>`, as the trash's trees are, so no
 //! path or ID reaches it) and listed in `deleted` with the folder and name it had. Restored, it
-//! goes back with its ID and versions; older than the bound, it is pruned (`prune_expired`). A
+//! goes back with its ID and versions; older than the bound, it is pruned (`Store::expire`). A
 //! folder deleted takes its deleted files with it.
 
 use super::delete::prune_versions;
@@ -41,7 +41,8 @@ impl Store {
             bool,
         ) = tx
             .query_row(
-                "SELECT v.length, v.md5, v.blob, v.exec, n.current_version = v.id
+                "SELECT v.length, v.md5, v.blob, v.exec,
+                     CASE WHEN n.current_version = v.id THEN 1 ELSE 0 END
                  FROM versions v JOIN nodes n ON n.id = v.file_id
                  WHERE v.id = ?1 AND v.file_id = ?2 AND v.committed = 1",
                 params![vid, file.id],
