@@ -137,3 +137,56 @@ impl Store {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Retention, Scope, StoreConfig, test_path};
+
+    /// A folder emptied file by file, then removed: with more deleted files than a delete's
+    /// transaction takes, they are left to the pass (not restorable, their folder gone), which
+    /// drops them all; with few, the delete takes them at once.
+    #[test]
+    fn a_removed_folders_many_deleted_files_go_with_the_pass() {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = StoreConfig {
+            retention: Retention {
+                count: Some(50),
+                age: Some(Duration::from_secs(30 * 24 * 3600)),
+                bytes: None,
+            },
+            ..StoreConfig::default()
+        };
+        let store = Store::open_local_with(&tmp.path().join("store"), config).unwrap();
+        let deleted = |store: &Store| -> i64 {
+            store
+                .lock()
+                .unwrap()
+                .query_row("SELECT count(*) FROM deleted", [], |r| r.get(0))
+                .unwrap()
+        };
+        for (folder, files) in [("few", 3), ("many", 1001)] {
+            store.create_folder(Scope::All, &test_path(folder)).unwrap();
+            let mut ids = Vec::new();
+            for i in 0..files {
+                let n = store
+                    .create_file(Scope::All, &test_path(folder), &format!("f{i}.txt"))
+                    .unwrap();
+                ids.push(n.id.unwrap());
+                store
+                    .delete(Scope::All, &test_path(&format!("{folder}/f{i}.txt")))
+                    .unwrap();
+            }
+            assert_eq!(deleted(&store), files);
+            store.delete(Scope::All, &test_path(folder)).unwrap();
+            let left = deleted(&store);
+            assert_eq!(left, if files > 1000 { files } else { 0 }, "{folder}");
+            assert!(store.restore_deleted(Scope::All, &ids[0]).is_err());
+            assert_eq!(store.check_integrity().unwrap(), Vec::<String>::new());
+        }
+        let done = store.expire().unwrap();
+        assert_eq!(done.deleted_files, 1001);
+        assert_eq!(deleted(&store), 0);
+        assert_eq!(store.check_integrity().unwrap(), Vec::<String>::new());
+    }
+}

@@ -38,12 +38,21 @@ pub(super) fn delete_subtree(tx: &Transaction, id: i64) -> Result<Vec<String>> {
         params![id, super::MAX_WALK_DEPTH],
     )?;
     // The files deleted from its folders and kept restorable go with them (detached: no level
-    // of the walk reaches them).
-    tx.execute(
-        "INSERT INTO temp.doomed (id, depth) SELECT d.node_id, 0 FROM deleted d
-         WHERE d.folder_id IN (SELECT id FROM temp.doomed)",
+    // of the walk reaches them), here when they are few; many (a large folder emptied file by
+    // file, then removed) are left to the store's pass by age, which drops deleted files whose
+    // folder is gone in bounded chunks, so this transaction stays bounded as the tree is.
+    let orphans: i64 = tx.query_row(
+        "SELECT count(*) FROM deleted WHERE folder_id IN (SELECT id FROM temp.doomed)",
         [],
+        |r| r.get(0),
     )?;
+    if orphans as u64 <= crate::store::purge::INLINE_NODES {
+        tx.execute(
+            "INSERT INTO temp.doomed (id, depth) SELECT d.node_id, 0 FROM deleted d
+             WHERE d.folder_id IN (SELECT id FROM temp.doomed)",
+            [],
+        )?;
+    }
     let hashes: Vec<String> = tx
         .prepare(
             "SELECT DISTINCT v.blob FROM versions v JOIN temp.doomed d ON v.file_id = d.id
