@@ -375,6 +375,17 @@ pub trait Backend: Send + Sync + 'static {
         async { Err(no_versions()) }
     }
 
+    /// The file most recently deleted from the folder as `path` and kept restorable (the
+    /// built-in store): its ID and its kept versions, newest first, none marked current (the
+    /// file is gone). `None` where there is none, or the backend keeps no deleted files.
+    fn deleted_versions(
+        &self,
+        path: &NodePath,
+    ) -> impl Future<Output = Result<Option<(String, Vec<Version>)>>> + Send {
+        let _ = path;
+        async { Ok(None) }
+    }
+
     /// The bytes of one kept version of a file (by the IDs [`Backend::versions`] gave), whole
     /// or one range; the node says that version's size and md5.
     fn download_version(

@@ -353,8 +353,9 @@ pub struct RetentionArgs {
     /// Earlier versions of each file kept besides the current one (0: none)
     #[arg(long, default_value_t = 50, value_name = "N")]
     pub keep_versions: u64,
-    /// Earlier versions older than this many days are dropped at the file's next save (0: no
-    /// bound by age)
+    /// Days earlier versions, and deleted files, stay restorable (dropped at the file's next
+    /// save, or by the store's hourly pass in idle time; 0: no bound by age, and deletes are
+    /// final)
     #[arg(long, default_value_t = 30, value_name = "N")]
     pub keep_versions_days: u64,
     /// Bytes of earlier versions kept per file, newest first (the newest is kept whatever its
@@ -596,6 +597,7 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         .preview_workers
         .map_or_else(crate::store::default_preview_workers, usize::from);
     store.start_previews(workers, &crate::store::this_program())?;
+    store.start_expiry(crate::store::EXPIRE_EVERY)?;
     let options = ServerOptions {
         max_json_body: args.max_json_body,
         public_url: args.public_url,

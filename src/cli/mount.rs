@@ -320,7 +320,9 @@ fn mount_checked(
                 token_expires: None,
             };
             let store_max = store.config().max_file_size;
-            let backend = LocalBackend::new(Arc::new(store));
+            let store = Arc::new(store);
+            store.start_expiry(crate::store::EXPIRE_EVERY)?;
+            let backend = LocalBackend::new(store);
             let mut opts = opts;
             opts.max_file_size = args.max_file_size.unwrap_or(store_max).min(store_max);
             if args.data.is_given() {

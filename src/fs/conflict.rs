@@ -88,35 +88,8 @@ impl Conflicts {
 /// unique (` 2` after the host). The extension stays last so the copy opens as the file did;
 /// the stem is cut (at a character boundary) to keep the name within 255 bytes.
 pub(super) fn copy_name(name: &str, when: SystemTime, host: &str, n: u32) -> String {
-    let (stem, ext) = match name.rfind('.') {
-        Some(i) if i > 0 => name.split_at(i),
-        _ => (name, ""),
-    };
-    let t = time::OffsetDateTime::from(when);
-    let host: String = host
-        .chars()
-        .filter(|c| !c.is_control() && *c != '/')
-        .collect();
-    let suffix = format!(
-        " (conflict {:04}-{:02}-{:02} {:02}{:02}{:02} {host}{})",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        if n > 1 {
-            format!(" {n}")
-        } else {
-            String::new()
-        }
-    );
-    let room = 255usize.saturating_sub(suffix.len() + ext.len());
-    let mut cut = stem.len().min(room);
-    while !stem.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}{suffix}{ext}", &stem[..cut])
+    use crate::api::path::{name_time, tagged_name};
+    tagged_name(name, &format!("conflict {} {host}", name_time(when)), n)
 }
 
 /// This machine's name, for conflict copies.

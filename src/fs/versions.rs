@@ -3,7 +3,9 @@
 //! each was stored, in UTC: `2026-11-27 01.02.03.txt` (sortable, no colon, the file's extension
 //! kept so applications open them; a second version stored within the same second is
 //! `2026-11-27 01.02.03_2.txt`, which sorts after the first). Each reads as that version's bytes, with its size and
-//! modification time; restoring is copying one back (`vaultfs restore` does that).
+//! modification time; restoring is copying one back (`vaultfs restore` does that). A name no
+//! file has in the folder any more lists the versions of the file last deleted under it, where
+//! the backend keeps deleted files (the built-in store: its last version is among them).
 //!
 //! Like `.preview` (see `preview`), `.versions` is reached by name, never listed in its folder,
 //! and nothing in it can be made, changed or removed (EROFS). Its inodes carry the preview
@@ -54,13 +56,15 @@ type Named = Vec<(String, Version)>;
 
 struct Listed {
     at: Instant,
+    /// The file's ID (the key, but for a deleted file's list, kept by its path).
+    id: String,
     versions: Arc<Named>,
 }
 
 #[derive(Default)]
 pub struct Tree {
     ids: super::preview::VirtualInos<Node, VFLAG>,
-    /// By file ID.
+    /// By file ID (a deleted file's: `deleted <path>`).
     lists: HashMap<String, Listed>,
 }
 
@@ -140,13 +144,18 @@ impl<B: Backend> Fs<B> {
     }
 
     /// The named earlier versions of `folder/name` and the file's ID (asked again after
-    /// [`LIST_TTL`]). A backend that keeps none answers an empty list.
+    /// [`LIST_TTL`]). A backend that keeps none answers an empty list. A name no file has in
+    /// the folder: the versions of the file last deleted under it, where the backend keeps
+    /// deleted files (all of them earlier versions: the file is gone).
     async fn version_list(
         self: &Arc<Self>,
         folder: Ino,
         name: &str,
     ) -> Result<(String, Arc<Named>), Errno> {
-        let (r, path) = self.versioned_file(folder, name).await?;
+        let (r, path) = match self.versioned_file(folder, name).await {
+            Err(Errno::ENOENT) => return self.deleted_version_list(folder, name).await,
+            other => other?,
+        };
         let cached = self
             .versions_tree()
             .lists
@@ -166,10 +175,48 @@ impl<B: Backend> Fs<B> {
             r.id.clone(),
             Listed {
                 at: Instant::now(),
+                id: r.id.clone(),
                 versions: named.clone(),
             },
         );
         Ok((r.id, named))
+    }
+
+    /// [`Self::version_list`] of a name no file has in `folder` (asked again after
+    /// [`LIST_TTL`], by the name: the file deleted last under it may change).
+    async fn deleted_version_list(
+        self: &Arc<Self>,
+        folder: Ino,
+        name: &str,
+    ) -> Result<(String, Arc<Named>), Errno> {
+        let dir = self.table().get(folder).map(|i| i.path.clone());
+        let path = dir.and_then(|d| d.child(name).ok()).ok_or(Errno::ENOENT)?;
+        let key = format!("deleted {path}");
+        let cached = self
+            .versions_tree()
+            .lists
+            .get(&key)
+            .filter(|l| l.at.elapsed() < LIST_TTL)
+            .map(|l| (l.id.clone(), l.versions.clone()));
+        if let Some(found) = cached {
+            return Ok(found);
+        }
+        let (id, versions) = self
+            .backend
+            .deleted_versions(&path)
+            .await
+            .map_err(|e| errno(&e))?
+            .ok_or(Errno::ENOENT)?;
+        let named = Arc::new(name_versions(name, versions));
+        self.versions_tree().lists.insert(
+            key,
+            Listed {
+                at: Instant::now(),
+                id: id.clone(),
+                versions: named.clone(),
+            },
+        );
+        Ok((id, named))
     }
 
     /// The version `vid` of `folder/name` and the file's ID.

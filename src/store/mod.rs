@@ -16,6 +16,7 @@ pub mod blobs;
 mod changes;
 pub mod check;
 pub mod db;
+mod expire;
 pub mod migrate;
 mod nodes;
 mod previews;
@@ -38,6 +39,7 @@ use blobs::Blobs;
 use db::{Conn, Db, Engine, Guard};
 
 pub use changes::{DEFAULT_CHANGE_LOG_AGE, DEFAULT_CHANGE_LOG_ENTRIES, Feed};
+pub use expire::{EXPIRE_EVERY, Expired};
 pub use nodes::{NodeKind, NodeRow, PendingUpload, TransferMode, VersionInfo, length_mismatch};
 pub use previews::{
     DEFAULT_PREVIEW_CACHE_SIZE, MAX_INPUT as MAX_PREVIEW_INPUT, PreviewMode, PreviewState,

@@ -1,13 +1,16 @@
 //! The mount's virtual `.versions/` tree on both backends (issue 32, item 4): earlier versions
 //! listed by time with their sizes, read and copied out, never written, and restored by copying
-//! one back.
+//! one back; a deleted file's versions under its name while the built-in store keeps it.
 
 use std::fs;
 
 use crate::common::env::{Env, Via};
 use crate::common::mount::{BIN, names};
 
-both!(earlier_versions_in_the_mount);
+both!(
+    earlier_versions_in_the_mount,
+    a_deleted_files_versions_stay_in_dot_versions
+);
 
 fn earlier_versions_in_the_mount(via: Via) {
     let Some(env) = Env::new(via) else { return };
@@ -113,5 +116,39 @@ fn earlier_versions_in_the_mount(via: Via) {
     let out = restore(&env._tmp.path().join("out.txt"), &["--list"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert_eq!(fs::read(&report).unwrap(), saves[1]);
+    m.unmount();
+}
+
+/// A file removed through a mount of the built-in store is kept restorable with its versions
+/// (the retention rule's age): `DIR/.versions/FILE/` still lists them all, its last version
+/// included, and copying one back restores it. A mount of `vaultfs serve` does not reach the
+/// server's deleted files (its web page and API do): there the name is gone.
+fn a_deleted_files_versions_stay_in_dot_versions(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    let saves: [&[u8]; 2] = [b"draft\n", b"the final text\n"];
+    for bytes in saves {
+        fs::write(v.join("gone.txt"), bytes).unwrap();
+        env.wait_uploaded();
+    }
+    fs::remove_file(v.join("gone.txt")).unwrap();
+    env.wait_uploaded();
+    assert!(!v.join("gone.txt").exists());
+    assert_eq!(names(&v), Vec::<String>::new());
+    let dir = v.join(".versions").join("gone.txt");
+    if via == Via::Remote {
+        assert!(!dir.exists());
+        m.unmount();
+        return;
+    }
+    let listed = names(&dir);
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    for (name, bytes) in listed.iter().zip(saves) {
+        assert_eq!(fs::read(dir.join(name)).unwrap(), bytes, "{name}");
+    }
+    fs::copy(dir.join(&listed[1]), v.join("gone.txt")).unwrap();
+    env.wait_uploaded();
+    assert_eq!(fs::read(v.join("gone.txt")).unwrap(), saves[1]);
     m.unmount();
 }

@@ -3,6 +3,7 @@
 
 use super::limits::subtree_size;
 use super::resolve::{path_of, resolve};
+use super::restore::{keep_deleted, keeps_deleted};
 use super::touch;
 use crate::api::{ChangeKind, Error, NodePath, Result};
 use crate::store::changes::NewChange;
@@ -36,6 +37,22 @@ pub(super) fn delete_subtree(tx: &Transaction, id: i64) -> Result<Vec<String>> {
          SELECT id, depth FROM sub",
         params![id, super::MAX_WALK_DEPTH],
     )?;
+    // The files deleted from its folders and kept restorable go with them (detached: no level
+    // of the walk reaches them), here when they are few; many (a large folder emptied file by
+    // file, then removed) are left to the store's pass by age, which drops deleted files whose
+    // folder is gone in bounded chunks, so this transaction stays bounded as the tree is.
+    let orphans: i64 = tx.query_row(
+        "SELECT count(*) FROM deleted WHERE folder_id IN (SELECT id FROM temp.doomed)",
+        [],
+        |r| r.get(0),
+    )?;
+    if orphans as u64 <= crate::store::purge::INLINE_NODES {
+        tx.execute(
+            "INSERT INTO temp.doomed (id, depth) SELECT d.node_id, 0 FROM deleted d
+             WHERE d.folder_id IN (SELECT id FROM temp.doomed)",
+            [],
+        )?;
+    }
     let hashes: Vec<String> = tx
         .prepare(
             "SELECT DISTINCT v.blob FROM versions v JOIN temp.doomed d ON v.file_id = d.id
@@ -143,7 +160,8 @@ impl Store {
         Ok(started.elapsed())
     }
 
-    /// Deletes a file, or a folder with everything under it, and frees unshared bytes.
+    /// Deletes a file, or a folder with everything under it, and frees unshared bytes. A file
+    /// stays restorable for the retention rule's age (`restore`), a folder does not.
     ///
     /// A tree of more than [`crate::store::purge::INLINE_NODES`] nodes is detached in this transaction
     /// (its name is gone when this returns) and purged by the store's thread in bounded chunks,
@@ -177,7 +195,11 @@ impl Store {
             self.purger().wake();
             return Ok(());
         }
-        let freed = delete_subtree(&tx, row.id)?;
+        let freed = if row.is_file() && keeps_deleted(&self.config.retention) {
+            keep_deleted(&tx, &row, now, &self.config.retention)?
+        } else {
+            delete_subtree(&tx, row.id)?
+        };
         touch(&tx, row.parent_id, now)?;
         tx.commit()?;
         self.changed(row.account_id);
