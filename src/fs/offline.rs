@@ -2,7 +2,9 @@
 //! server out of reach shows it (listed from this snapshot, read from the whole files the read
 //! cache kept, writes staged in the journal), and the probe that finds the server again.
 //!
-//! - Each listing fetched is recorded (`record`); every `SAVE_EVERY` the snapshot
+//! - Each listing fetched is recorded (`record`), and each folder's entries as this mount
+//!   changed them (`record_here`: the feed keeps listings fresh without fetching them again
+//!   after the mount's own changes); every `SAVE_EVERY` the snapshot
 //!   (`offline/tree.json`) and the read cache's index are written aside and renamed over, so a
 //!   crash leaves the previous whole file, never a torn one.
 //! - `cli::mount` probes the root for at most `START_PROBE`: unreachable, with a snapshot,
@@ -100,6 +102,36 @@ impl Offline {
         }
     }
 
+    /// A folder's entries as this mount changed them (`Table::listings_changed_here`): what
+    /// the last listing said of each name is kept where the table knows less (a vault's type,
+    /// a file's creation time).
+    fn record_here(&self, node: Node, children: Vec<Node>) {
+        let mut tree = relock(&self.tree);
+        // A folder made here was never listed: the table's view of it is all there is.
+        let folder = tree.entry(node.uri.clone()).or_insert(node);
+        let before: BTreeMap<String, Node> = folder
+            .children
+            .take()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| (c.name.clone(), c))
+            .collect();
+        let children = children
+            .into_iter()
+            .map(|mut c| {
+                if let Some(b) = before.get(&c.name) {
+                    if b.node_type.is_file() == c.node_type.is_file() {
+                        c.node_type = b.node_type;
+                        c.created_on = b.created_on.clone().or(c.created_on);
+                    }
+                }
+                c
+            })
+            .collect();
+        folder.children = Some(children);
+        self.dirty.store(true, Ordering::Relaxed);
+    }
+
     fn save(&self) -> std::io::Result<()> {
         if !self.dirty.swap(false, Ordering::Relaxed) {
             return Ok(());
@@ -188,6 +220,10 @@ impl<B: Backend> Fs<B> {
 
 /// Writes the snapshot and the read cache's index, if changed since last written.
 pub(super) fn save<B: Backend>(fs: &Fs<B>) {
+    let changed = fs.table().listings_changed_here();
+    for (folder, children) in changed {
+        fs.offline.record_here(folder, children);
+    }
     if let Err(e) = fs.offline.save() {
         log::warn!("cannot write the offline snapshot: {e}");
     }

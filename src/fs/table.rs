@@ -243,6 +243,35 @@ impl Inode {
     }
 }
 
+impl Inode {
+    /// What the backend holds of this node, as this mount knows it (`None` for a file that
+    /// exists only here).
+    fn as_node(&self) -> Option<Node> {
+        let mut n = Node {
+            name: self.path.name()?.to_string(),
+            uri: self.path.uri(),
+            modified_on: Some(crate::api::format_time(self.mtime)),
+            created_on: Some(crate::api::format_time(self.crtime)),
+            ..Node::default()
+        };
+        match self.kind {
+            InodeKind::Dir => n.node_type = NodeType::FolderNodeType,
+            InodeKind::File => {
+                let r = self.remote.as_ref()?;
+                n.node_type = NodeType::FileNodeType;
+                n.id = Some(r.id.clone());
+                n.size = Some(r.size);
+                n.md5_checksum = r.md5.clone();
+                n.mode = self.exec;
+                n.link_uri = r.link_uri.clone();
+                n.preview_link_uri = r.preview_link_uri.clone();
+                n.download_link_uri = r.download_link_uri.clone();
+            }
+        }
+        Some(n)
+    }
+}
+
 pub fn kind_of(node: &Node) -> InodeKind {
     if node.node_type == NodeType::FileNodeType {
         InodeKind::File
@@ -264,6 +293,9 @@ pub struct Table {
     recent: HashMap<Ino, Instant>,
     /// When `recent` was last pruned.
     recent_pruned: Instant,
+    /// Folders whose entries changed here since the offline snapshot last took them
+    /// (`listings_changed_here`).
+    snapshot_due: HashSet<Ino>,
     /// Renames and deletes of this mount under way (sent, not answered), by node: the change
     /// feed can tell of one before its answer comes (`follow::Ours`).
     in_flight: HashMap<Ino, u32>,
@@ -285,6 +317,7 @@ impl Table {
             recent: HashMap::new(),
             recent_pruned: Instant::now(),
             in_flight: HashMap::new(),
+            snapshot_due: HashSet::new(),
             kept: KeptHere::default(),
         };
         let mut r = Inode::new(ROOT, root.clone(), InodeKind::Dir);
@@ -319,6 +352,28 @@ impl Table {
             i.mtime = now;
             i.ctime = now;
         }
+        self.snapshot_due.insert(dir);
+    }
+
+    /// The listings of folders whose entries changed here since last asked, as nodes (files
+    /// known to the backend only: one that exists only here is the journal's): for the
+    /// offline snapshot, which would otherwise hold only listings fetched, and a listing the
+    /// change feed keeps fresh is not fetched again after this mount's own changes.
+    pub fn listings_changed_here(&mut self) -> Vec<(Node, Vec<Node>)> {
+        let due: Vec<Ino> = self.snapshot_due.drain().collect();
+        due.into_iter()
+            .filter_map(|dir| {
+                let d = self.inodes.get(&dir)?;
+                let (_, names) = d.listing.as_ref()?;
+                let children = names
+                    .values()
+                    .filter_map(|c| self.inodes.get(c))
+                    .filter(|c| !c.unlinked)
+                    .filter_map(Inode::as_node)
+                    .collect();
+                Some((d.as_node()?, children))
+            })
+            .collect()
     }
 
     /// A change made elsewhere (`follow`): the listing of `dir` counts as fetched at `past`,
@@ -647,6 +702,11 @@ impl Table {
         self.recent.insert(ino, now);
         if let Some(i) = self.inodes.get_mut(&ino) {
             i.touched = now;
+        }
+        // Its folder's entry in the offline snapshot (a new ID, size or md5 after an upload).
+        let parent = self.inodes.get(&ino).and_then(|i| i.path.parent());
+        if let Some(p) = parent.and_then(|p| self.by_path.get(&p).copied()) {
+            self.snapshot_due.insert(p);
         }
     }
 
