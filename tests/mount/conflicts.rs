@@ -8,8 +8,8 @@ use std::fs::{self, OpenOptions};
 use std::io::{Seek, Write};
 use std::path::{Path, PathBuf};
 
-use crate::common::env::{Env, VAULT, Via, wait_stored};
-use crate::common::mount::{Mount, names};
+use crate::common::env::{Env, VAULT, Via, put_elsewhere, wait_stored};
+use crate::common::mount::{Mount, names, wait_for};
 use vaultfs::api::NodePath;
 use vaultfs::backend::Backend;
 
@@ -17,6 +17,7 @@ both!(
     concurrent_edits_keep_both,
     a_save_by_rename_over_a_changed_file_keeps_both,
     an_edit_beats_a_delete,
+    a_delete_of_a_file_changed_elsewhere_keeps_the_edit,
     saves_in_sequence_make_no_conflict_copy,
 );
 
@@ -25,7 +26,7 @@ fn second_mount(env: &Env) -> (Mount, PathBuf, PathBuf) {
     second_mount_with(env, &[])
 }
 
-fn second_mount_with(env: &Env, extra: &[&str]) -> (Mount, PathBuf, PathBuf) {
+pub(super) fn second_mount_with(env: &Env, extra: &[&str]) -> (Mount, PathBuf, PathBuf) {
     let mnt = env._tmp.path().join("mnt2");
     let cache = env._tmp.path().join("cache2");
     let mut args = vec!["--cache-dir".to_string(), cache.to_str().unwrap().into()];
@@ -257,6 +258,55 @@ fn an_edit_beats_a_delete(via: Via) {
     env.wait_uploaded();
     assert_eq!(stored(&env, "top.txt"), b"first and more");
     assert_eq!(stored(&env, "sub/notes.txt"), b"first and more");
+    m.unmount();
+}
+
+/// A delete of a file another writer changed since this mount knew it leaves the file on the
+/// store (an edit beats a delete, this way round too): the name goes here, and comes back
+/// with the other writer's bytes. A file nobody else changed is deleted as before.
+fn a_delete_of_a_file_changed_elsewhere_keeps_the_edit(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    fs::write(v.join("report.txt"), b"first").unwrap();
+    fs::write(v.join("other.txt"), b"first").unwrap();
+    env.wait_uploaded();
+    assert_eq!(fs::read(v.join("report.txt")).unwrap(), b"first");
+    put_elsewhere(&env, "report.txt", b"edit from elsewhere");
+    fs::remove_file(v.join("report.txt")).unwrap();
+    fs::remove_file(v.join("other.txt")).unwrap();
+    assert_eq!(stored_names(&env), ["report.txt"], "{}", m.log_text());
+    assert_eq!(stored(&env, "report.txt"), b"edit from elsewhere");
+    assert!(m.log_text().contains("an edit beats a delete"));
+    wait_for(15, "the kept file back in the mount", || {
+        fs::read(v.join("report.txt")).is_ok_and(|b| b == b"edit from elsewhere")
+    });
+    m.unmount();
+}
+
+/// A rename onto a name this mount does not know (another writer made the file there since
+/// the mount listed the folder) does not replace that file: the renamed file becomes a
+/// conflict copy, and the name keeps the other writer's bytes. (Remote only: a mount of the
+/// built-in store sees another writer's file at once, and a rename over it replaces it.)
+#[test]
+fn a_rename_onto_a_name_made_elsewhere_keeps_both() {
+    let Some(env) = Env::new(Via::Remote) else {
+        return;
+    };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    fs::write(v.join("draft.txt"), b"written here").unwrap();
+    env.wait_uploaded();
+    assert_eq!(names(&v), ["draft.txt"]);
+    put_elsewhere(&env, "report.txt", b"made elsewhere");
+    fs::rename(v.join("draft.txt"), v.join("report.txt")).unwrap();
+    env.wait_uploaded();
+    let listed = stored_names(&env);
+    let copy = copies(&listed);
+    assert_eq!(copy.len(), 1, "{listed:?}\n{}", m.log_text());
+    assert_eq!(stored(&env, "report.txt"), b"made elsewhere");
+    assert_eq!(stored(&env, &copy[0]), b"written here");
+    assert!(!listed.contains(&"draft.txt".to_string()));
     m.unmount();
 }
 
