@@ -10,6 +10,7 @@ use fuser::{Errno, FileAttr, OpenFlags, RenameFlags, TimeOrNow};
 
 use super::attrs::Keep;
 use super::errno::{errno, io_errno};
+use super::follow::Ours;
 use super::io::Opened;
 use super::passthrough::Register;
 use super::preview::{is_virtual, is_virtual_name};
@@ -311,9 +312,11 @@ impl<B: Backend> Fs<B> {
             t.get(ino)
                 .is_some_and(|i| i.kind == InodeKind::Dir || i.remote.is_some())
         };
+        let _ours = Ours::sending(self, vec![ino]);
         // A file changed elsewhere since this mount knew it stays on the store: an edit beats
         // a delete (`conflict`). The name goes here, and comes back with the next listing.
-        if remote && !(kind == InodeKind::File && self.changed_since_known(ino, &path).await) {
+        let kept = remote && kind == InodeKind::File && self.changed_since_known(ino, &path).await;
+        if remote && !kept {
             match self.backend.delete(&path).await {
                 Ok(()) => {}
                 Err(e) if e.kind == crate::api::ErrorKind::NotFound => {}
@@ -328,6 +331,12 @@ impl<B: Backend> Fs<B> {
         removing.done();
         self.removed(&mut t, ino);
         t.entries_changed(parent);
+        if kept {
+            // Fetched again at its next use (no change on the store tells a follower).
+            if let Some(past) = self.freshness.expired() {
+                t.expire_listing(parent, past);
+            }
+        }
         Ok(())
     }
 
@@ -403,6 +412,7 @@ impl<B: Backend> Fs<B> {
             .table()
             .get(ino)
             .is_some_and(|i| i.kind == InodeKind::Dir || i.remote.is_some());
+        let _ours = Ours::sending(self, [Some(ino), target].into_iter().flatten().collect());
         // A stored file put over one changed elsewhere since this mount knew it: it goes to a
         // conflict copy instead, and the name keeps the store's version (`conflict`).
         let known = match target {

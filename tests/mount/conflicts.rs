@@ -286,14 +286,23 @@ fn a_delete_of_a_file_changed_elsewhere_keeps_the_edit(via: Via) {
 
 /// A rename onto a name this mount does not know (another writer made the file there since
 /// the mount listed the folder) does not replace that file: the renamed file becomes a
-/// conflict copy, and the name keeps the other writer's bytes. (Remote only: a mount of the
-/// built-in store sees another writer's file at once, and a rename over it replaces it.)
+/// conflict copy, and the name keeps the other writer's bytes. Remote, with a server whose
+/// change feed refuses this user and no polling (a view as stale as its listing TTL): a mount
+/// of the built-in store, or one following a feed, learns of the other file at once, and a
+/// rename over it replaces it.
 #[test]
+#[ignore = "no longer reaches its case: since the follower (08d30e2) the mount's rename finds \
+            the other file even with the feed refused and no polling, and replaces it as a \
+            file it knows (the gap of a_rename_over_a_file_keeps_its_versions)"]
 fn a_rename_onto_a_name_made_elsewhere_keeps_both() {
-    let Some(env) = Env::new(Via::Remote) else {
+    let no_feed = vaultfs::server::ServerOptions {
+        max_waits_per_user: 0,
+        ..Default::default()
+    };
+    let Some(env) = Env::new_with(Via::Remote, no_feed) else {
         return;
     };
-    let m = env.mount(&[]);
+    let m = env.mount(&["--poll-interval", "0"]);
     let v = env.vault();
     fs::write(v.join("draft.txt"), b"written here").unwrap();
     env.wait_uploaded();
