@@ -215,16 +215,19 @@ impl<B: Backend> Fs<B> {
         });
     }
 
-    /// A rename of a stored file over `dst`, which this mount knew as `known`: where the store
-    /// has another version there now, the renamed file goes to a conflict copy instead (the
-    /// path returned, already noted) and `dst` keeps the store's version. A check, then the
-    /// move: a version stored in between is replaced (and kept among the server's versions).
+    /// A rename of a stored file over `dst`, which this mount knew as `known` (`Absent`: no
+    /// file there): where the store has another version there now, the renamed file goes to a
+    /// conflict copy instead (the path returned, already noted) and `dst` keeps the store's
+    /// version. A check, then the move: a version stored in between is replaced, and goes
+    /// with the file it replaced.
     pub(super) async fn rename_over_changed(
         &self,
         dst: &NodePath,
         known: &Base,
     ) -> Option<NodePath> {
-        let Base::Md5(_) = known else { return None };
+        if *known == Base::Any {
+            return None;
+        }
         let now = self.backend.node(dst).await.ok()?;
         if known.holds(now.md5_checksum.as_deref()) {
             return None;
@@ -233,6 +236,40 @@ impl<B: Backend> Fs<B> {
         let copy = self.free_copy_path(dst, when).await?;
         self.note_conflict(dst, &copy, Some(&now), when);
         Some(copy)
+    }
+
+    /// An unlink of the stored file `ino` at `path`: whether the store's file there is no
+    /// longer what this mount's user had (the version last read or stored here, else the one
+    /// the mount lists: what a rewrite would replace) but another writer's edit, or another
+    /// file. The delete would lose that edit, so the store keeps it: an edit beats a delete,
+    /// either way round. A check, then the delete: what is stored in between is lost
+    /// (docs/design.md). A mount that knows no md5 (a server without them) cannot tell.
+    pub(super) async fn changed_since_known(&self, ino: Ino, path: &NodePath) -> bool {
+        let (id, known) = {
+            let t = self.table();
+            let Some(i) = t.get(ino) else { return false };
+            let Some(r) = &i.remote else { return false };
+            let known = match &i.staged {
+                Some(s) => s.base(),
+                None => super::io::base_of(i),
+            };
+            (r.id.clone(), known)
+        };
+        if known == Base::Any {
+            return false;
+        }
+        let Ok(now) = self.backend.node(path).await else {
+            return false;
+        };
+        let changed = now.file_id().as_deref() != Some(id.as_str())
+            || !known.holds(now.md5_checksum.as_deref());
+        if changed {
+            log::warn!(
+                "{path} was changed elsewhere since this mount knew it; not deleted from the \
+                 store (an edit beats a delete)"
+            );
+        }
+        changed
     }
 
     /// After step 3 on a server without the atomic check (`conflict_check` absent from the

@@ -313,7 +313,10 @@ impl<B: Backend> Fs<B> {
                 .is_some_and(|i| i.kind == InodeKind::Dir || i.remote.is_some())
         };
         let _ours = Ours::sending(self, vec![ino]);
-        if remote {
+        // A file changed elsewhere since this mount knew it stays on the store: an edit beats
+        // a delete (`conflict`). The name goes here, and comes back with the next listing.
+        let kept = remote && kind == InodeKind::File && self.changed_since_known(ino, &path).await;
+        if remote && !kept {
             match self.backend.delete(&path).await {
                 Ok(()) => {}
                 Err(e) if e.kind == crate::api::ErrorKind::NotFound => {}
@@ -328,6 +331,12 @@ impl<B: Backend> Fs<B> {
         removing.done();
         self.removed(&mut t, ino);
         t.entries_changed(parent);
+        if kept {
+            // Fetched again at its next use (no change on the store tells a follower).
+            if let Some(past) = self.freshness.expired() {
+                t.expire_listing(parent, past);
+            }
+        }
         Ok(())
     }
 
@@ -406,14 +415,21 @@ impl<B: Backend> Fs<B> {
         let _ours = Ours::sending(self, [Some(ino), target].into_iter().flatten().collect());
         // A stored file put over one changed elsewhere since this mount knew it: it goes to a
         // conflict copy instead, and the name keeps the store's version (`conflict`).
-        let known = target.and_then(|tino| {
-            let t = self.table();
-            let i = t.get(tino)?;
-            (i.kind == InodeKind::File).then(|| match &i.staged {
-                Some(s) => s.base(),
-                None => super::io::base_of(i),
-            })
-        });
+        let known = match target {
+            Some(tino) => {
+                let t = self.table();
+                t.get(tino).and_then(|i| {
+                    (i.kind == InodeKind::File).then(|| match &i.staged {
+                        Some(s) => s.base(),
+                        None => super::io::base_of(i),
+                    })
+                })
+            }
+            // A name this mount knows no file at: one another writer put there is not
+            // replaced either.
+            None if kind == InodeKind::File => Some(crate::api::Base::Absent),
+            None => None,
+        };
         let copy = match (&known, remote) {
             (Some(known), true) => self.rename_over_changed(&dst, known).await,
             _ => None,

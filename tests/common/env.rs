@@ -243,14 +243,16 @@ macro_rules! both {
     };
 }
 
-/// Stores `data` as a new version of `name` in the vault, as another client does.
+/// Stores `data` as a new version of `name` (`sub/name.txt` in a folder) in the vault, as
+/// another client does (the file made first if it is not there).
 pub fn put_elsewhere(env: &Env, name: &str, data: &[u8]) {
     use vaultfs::backend::Backend;
     let b = env.backend();
-    let vault = vaultfs::api::NodePath::parse_uri("/nodes/pth/Local/My First Vault").unwrap();
+    let path = vaultfs::api::NodePath::parse_uri(&format!("/nodes/pth/{VAULT}/{name}")).unwrap();
     let data = data.to_vec();
     env.rt.block_on(async {
-        let f = b.create_file(&vault, name).await.unwrap();
+        let (folder, name) = (path.parent().unwrap(), path.name().unwrap());
+        let f = b.create_file(&folder, name).await.unwrap();
         let id = f.id.unwrap();
         let len = data.len() as u64;
         let t = b.begin_version(&id, len, None).await.unwrap();

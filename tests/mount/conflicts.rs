@@ -8,8 +8,8 @@ use std::fs::{self, OpenOptions};
 use std::io::{Seek, Write};
 use std::path::{Path, PathBuf};
 
-use crate::common::env::{Env, VAULT, Via, wait_stored};
-use crate::common::mount::{Mount, names};
+use crate::common::env::{Env, VAULT, Via, put_elsewhere, wait_stored};
+use crate::common::mount::{Mount, names, wait_for};
 use vaultfs::api::NodePath;
 use vaultfs::backend::Backend;
 
@@ -17,6 +17,7 @@ both!(
     concurrent_edits_keep_both,
     a_save_by_rename_over_a_changed_file_keeps_both,
     an_edit_beats_a_delete,
+    a_delete_of_a_file_changed_elsewhere_keeps_the_edit,
     saves_in_sequence_make_no_conflict_copy,
 );
 
@@ -25,7 +26,7 @@ fn second_mount(env: &Env) -> (Mount, PathBuf, PathBuf) {
     second_mount_with(env, &[])
 }
 
-fn second_mount_with(env: &Env, extra: &[&str]) -> (Mount, PathBuf, PathBuf) {
+pub(super) fn second_mount_with(env: &Env, extra: &[&str]) -> (Mount, PathBuf, PathBuf) {
     let mnt = env._tmp.path().join("mnt2");
     let cache = env._tmp.path().join("cache2");
     let mut args = vec!["--cache-dir".to_string(), cache.to_str().unwrap().into()];
@@ -257,6 +258,106 @@ fn an_edit_beats_a_delete(via: Via) {
     env.wait_uploaded();
     assert_eq!(stored(&env, "top.txt"), b"first and more");
     assert_eq!(stored(&env, "sub/notes.txt"), b"first and more");
+    m.unmount();
+}
+
+/// A delete of a file another writer changed since this mount knew it leaves the file on the
+/// store (an edit beats a delete, this way round too): the name goes here, and comes back
+/// with the other writer's bytes. A file nobody else changed is deleted as before.
+fn a_delete_of_a_file_changed_elsewhere_keeps_the_edit(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    fs::write(v.join("report.txt"), b"first").unwrap();
+    fs::write(v.join("other.txt"), b"first").unwrap();
+    env.wait_uploaded();
+    assert_eq!(fs::read(v.join("report.txt")).unwrap(), b"first");
+    put_elsewhere(&env, "report.txt", b"edit from elsewhere");
+    fs::remove_file(v.join("report.txt")).unwrap();
+    fs::remove_file(v.join("other.txt")).unwrap();
+    assert_eq!(stored_names(&env), ["report.txt"], "{}", m.log_text());
+    assert_eq!(stored(&env, "report.txt"), b"edit from elsewhere");
+    assert!(m.log_text().contains("an edit beats a delete"));
+    wait_for(15, "the kept file back in the mount", || {
+        fs::read(v.join("report.txt")).is_ok_and(|b| b == b"edit from elsewhere")
+    });
+    m.unmount();
+}
+
+/// A rename onto a name this mount does not know (another writer made the file there since
+/// the mount listed the folder) does not replace that file: the renamed file becomes a
+/// conflict copy, and the name keeps the other writer's bytes. Remote, with a server whose
+/// change feed refuses this user and no polling (a view as stale as its listing TTL): a mount
+/// of the built-in store, or one following a feed, learns of the other file at once, and a
+/// rename over it replaces it.
+#[test]
+#[ignore = "no longer reaches its case: since the follower (08d30e2) the mount's rename finds \
+            the other file even with the feed refused and no polling, and replaces it as a \
+            file it knows (the gap of a_rename_over_a_file_keeps_its_versions)"]
+fn a_rename_onto_a_name_made_elsewhere_keeps_both() {
+    let no_feed = vaultfs::server::ServerOptions {
+        max_waits_per_user: 0,
+        ..Default::default()
+    };
+    let Some(env) = Env::new_with(Via::Remote, no_feed) else {
+        return;
+    };
+    let m = env.mount(&["--poll-interval", "0"]);
+    let v = env.vault();
+    fs::write(v.join("draft.txt"), b"written here").unwrap();
+    env.wait_uploaded();
+    assert_eq!(names(&v), ["draft.txt"]);
+    put_elsewhere(&env, "report.txt", b"made elsewhere");
+    fs::rename(v.join("draft.txt"), v.join("report.txt")).unwrap();
+    env.wait_uploaded();
+    let listed = stored_names(&env);
+    let copy = copies(&listed);
+    assert_eq!(copy.len(), 1, "{listed:?}\n{}", m.log_text());
+    assert_eq!(stored(&env, "report.txt"), b"made elsewhere");
+    assert_eq!(stored(&env, &copy[0]), b"written here");
+    assert!(!listed.contains(&"draft.txt".to_string()));
+    m.unmount();
+}
+
+/// A save-by-rename over a file this mount listed but never read or stored keeps that file's
+/// earlier versions, as it does when the temporary file is not stored yet (its bytes then
+/// become a new version of the file). Found by the model (`model.rs`, its rule 3): B's save
+/// conflicted with A's, B's editor saved again by rename, and A's edit was nowhere after
+/// (B's mount took A's version, listed after the conflict copy, as the one replaced).
+#[test]
+#[ignore = "known gap: a rename of a stored file over another drops the one it replaces, \
+            with its versions (Store::transfer deletes that node)"]
+fn a_rename_over_a_file_keeps_its_versions() {
+    let Some(env) = Env::new(Via::Local) else {
+        return;
+    };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    for (i, stored_first) in [false, true].into_iter().enumerate() {
+        let name = format!("report{i}.txt");
+        put_elsewhere(&env, &name, b"first");
+        put_elsewhere(&env, &name, b"edit from elsewhere");
+        // Listed here (`ls -l`), never read.
+        assert_eq!(fs::metadata(v.join(&name)).unwrap().len(), 19);
+        fs::write(v.join(".tmp"), b"saved here").unwrap();
+        if stored_first {
+            env.wait_uploaded();
+        }
+        fs::rename(v.join(".tmp"), v.join(&name)).unwrap();
+        env.wait_uploaded();
+        assert_eq!(stored(&env, &name), b"saved here");
+        let dir = v.join(".versions").join(&name);
+        let kept: Vec<String> = fs::read_dir(&dir)
+            .map(|d| {
+                d.map(|e| String::from_utf8(fs::read(e.unwrap().path()).unwrap()).unwrap())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(
+            kept.contains(&"edit from elsewhere".to_string()) && kept.contains(&"first".into()),
+            "stored first: {stored_first}; versions kept: {kept:?}"
+        );
+    }
     m.unmount();
 }
 

@@ -5,7 +5,8 @@
 //! below: `namespace` (names, folders, links, errors), `io` (the bytes of files), `crash`
 //! (outages, killed daemons and servers, remounts), `caches` (what the mount keeps and how it
 //! learns of changes), `options` (mount options, the config file, the mount's source),
-//! `versions` (the `.versions/` tree). The helpers more than one of them uses are here.
+//! `versions` (the `.versions/` tree), `model` (random writers checked against a reference
+//! model). The helpers more than one of them uses are here.
 
 #[path = "../common/mod.rs"]
 #[macro_use]
@@ -16,6 +17,7 @@ mod conflicts;
 mod crash;
 mod follow;
 mod io;
+mod model;
 mod namespace;
 mod offline;
 mod options;
