@@ -159,6 +159,31 @@ fn render(s: &Status) -> String {
             out += &format!("    {}\n", upload_line(u));
         }
     }
+    if !s.pins.is_empty() {
+        out += &format!(
+            "  pinned    {} on disk, kept outside the cache's bound\n",
+            human_bytes(s.cache.pinned_bytes)
+        );
+        for p in &s.pins {
+            let at = if p.local_path.is_empty() {
+                &p.path
+            } else {
+                &p.local_path
+            };
+            out += &format!(
+                "    {at}  {}: {} of {} file(s), {} of {}{}\n",
+                p.state,
+                p.whole_files,
+                p.files,
+                human_bytes(p.whole_bytes),
+                human_bytes(p.bytes),
+                p.problem
+                    .as_ref()
+                    .map(|w| format!(" ({w})"))
+                    .unwrap_or_default()
+            );
+        }
+    }
     if !s.conflicts.is_empty() {
         out += "  conflict copies (edits made here to files changed elsewhere)\n";
         for c in &s.conflicts {

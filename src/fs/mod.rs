@@ -12,7 +12,8 @@
 //!   and send and leave every change of a staged file's state to `lifecycle`;
 //! - `cache`: the read cache; `preview`: the virtual `.preview`; `versions`: the virtual
 //!   `.versions`; `attrs`: times and modes kept; `freshness`: whether what was fetched may
-//!   still be used; `passthrough`: opens the kernel reads from a local file itself.
+//!   still be used; `passthrough`: opens the kernel reads from a local file itself;
+//!   `pinned`: files and folders kept whole on disk (`vaultfs pin`).
 //!
 //! Requests that need the backend run as tokio tasks and reply when done, so a slow call never
 //! stalls unrelated operations; writes and reads of staged or cached bytes are answered on the
@@ -38,7 +39,8 @@
 //!
 //! The handle map (`Fs::handles`), `refreshing`, `attr_refreshing`, `offline_until` and the
 //! status tracker's locks are taken alone: nothing else is locked while one is held, nor taken
-//! under it. No std lock is held across an `.await`.
+//! under it. The pins' locks (`pinned`) are innermost: taken under any of the above, nothing
+//! under them. No std lock is held across an `.await`.
 
 mod attrs;
 mod cache;
@@ -54,6 +56,7 @@ pub mod offline;
 mod open;
 mod pacing;
 mod passthrough;
+mod pinned;
 mod prefetch;
 mod preview;
 mod read_ahead;
@@ -206,6 +209,8 @@ pub(crate) struct Fs<B: Backend> {
     pacing: pacing::Pacing,
     /// The small files fetched ahead of a reader going through a folder.
     prefetch: prefetch::Prefetch,
+    /// Files and folders kept whole on disk.
+    pinned: pinned::Pinned,
     notifier: OnceLock<Notifier>,
     /// Until when the backend counts as unreachable (cached listings are used meanwhile).
     offline_until: Mutex<Option<std::time::Instant>>,
@@ -275,6 +280,7 @@ impl<B: Backend> Fs<B> {
             uploading: Mutex::new(HashSet::new()),
             pacing: pacing::Pacing::new(opts.upload_concurrency),
             prefetch: prefetch::Prefetch::default(),
+            pinned: pinned::Pinned::open(&opts.cache_dir),
             notifier: OnceLock::new(),
             offline_until: Mutex::new(None),
             offline: offline::Offline::open(&opts.cache_dir)?,
@@ -303,6 +309,7 @@ impl<B: Backend> Fs<B> {
             fs.restore_snapshot();
         }
         offline::start(&fs);
+        pinned::start(&fs);
         if batches {
             writeback::start(&fs);
         }

@@ -18,6 +18,7 @@ mod io;
 mod namespace;
 mod offline;
 mod options;
+mod pinned;
 mod versions;
 
 use std::fs;
