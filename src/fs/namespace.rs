@@ -327,6 +327,10 @@ impl<B: Backend> Fs<B> {
         removing.done();
         self.removed(&mut t, ino);
         t.entries_changed(parent);
+        drop(t);
+        if dir {
+            self.pins_moved(&path, None);
+        }
         Ok(())
     }
 
@@ -474,6 +478,10 @@ impl<B: Backend> Fs<B> {
         self.renamed(&t, &dst);
         t.entries_changed(parent);
         t.entries_changed(newparent);
+        drop(t);
+        if kind == InodeKind::Dir {
+            self.pins_moved(&src, Some(&dst));
+        }
         Ok(())
     }
 

@@ -133,6 +133,35 @@ impl Pinned {
         *set = next;
         Ok(true)
     }
+
+    /// Moves the pins on `from` and under it below `to` (dropped for `None`), written to disk.
+    fn moved(&self, from: &NodePath, to: Option<&NodePath>) -> std::io::Result<bool> {
+        let mut set = relock(&self.set);
+        let mut next = BTreeSet::new();
+        for uri in set.iter() {
+            let Ok(p) = NodePath::parse_uri(uri) else {
+                continue;
+            };
+            if !from.contains(&p) {
+                next.insert(uri.clone());
+                continue;
+            }
+            let rest = &p.segments()[from.segments().len()..];
+            let moved = to.map(|to| NodePath::from_segments(to.segments().iter().chain(rest)));
+            if let Some(Ok(m)) = moved {
+                next.insert(m.uri());
+            }
+        }
+        if next == *set {
+            return Ok(false);
+        }
+        let saved = Saved {
+            pins: next.iter().cloned().collect(),
+        };
+        super::offline::write_atomically(&self.file, &serde_json::to_vec(&saved)?)?;
+        *set = next;
+        Ok(true)
+    }
 }
 
 impl<B: Backend> Fs<B> {
@@ -163,6 +192,17 @@ impl<B: Backend> Fs<B> {
                 log::warn!("cannot write {}: {e}", self.pinned.file.display());
                 Err(Errno::EIO)
             }
+        }
+    }
+
+    /// Folder `from` was renamed to `to` (or removed: `None`) through the mount: its pins, and
+    /// those of what it holds, go with it. A pinned file's pin stays with its name instead:
+    /// editors save by renaming the old file away and writing a new one under the name.
+    pub(super) fn pins_moved(&self, from: &NodePath, to: Option<&NodePath>) {
+        match self.pinned.moved(from, to) {
+            Ok(true) => self.pinned.wake.notify_one(),
+            Ok(false) => {}
+            Err(e) => log::warn!("cannot write {}: {e}", self.pinned.file.display()),
         }
     }
 

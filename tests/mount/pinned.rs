@@ -90,6 +90,19 @@ fn a_pinned_folder_never_read_is_whole_offline_refreshed_and_kept_across_remount
     assert_eq!(xattr(&dir), "1");
     assert_eq!(xattr(&dir.join("sub/deeper/c.bin")), "folder");
     assert_eq!(xattr(&env.vault()), "");
+    // A file written into the pinned folder here is kept too (its bytes outlive the mount).
+    fs::write(dir.join("later.txt"), b"made here later").unwrap();
+    env.wait_uploaded();
+    wait_for(30, "the new file on disk", || {
+        pin_of(&m, &dir).is_some_and(|p| p["state"] == "on disk" && p["files"] == 6)
+    });
+    // A pinned folder renamed here stays pinned.
+    let moved = env.vault().join("papers");
+    fs::rename(&dir, &moved).unwrap();
+    assert_eq!(xattr(&moved), "1");
+    assert!(pin_of(&m, &dir).is_none() && pin_of(&m, &moved).is_some());
+    fs::rename(&moved, &dir).unwrap();
+    assert_eq!(xattr(&dir), "1");
     // A file pinned through the attribute, then changed elsewhere: the mount learns of the
     // new version from a listing and fetches it.
     let st = Command::new("setfattr")
@@ -123,13 +136,14 @@ fn a_pinned_folder_never_read_is_whole_offline_refreshed_and_kept_across_remount
         assert!(got.is_ok(), "{name}: {got:?}\n{}", m.log_text());
         assert!(got.unwrap() == *data, "{name}: other bytes offline");
     }
+    assert_eq!(fs::read(dir.join("later.txt")).unwrap(), b"made here later");
     let mut names = crate::common::mount::names(&dir);
     names.sort();
-    assert_eq!(names, ["a.txt", "big.bin", "empty", "sub"]);
+    assert_eq!(names, ["a.txt", "big.bin", "empty", "later.txt", "sub"]);
     assert_eq!(fs::read(&note).unwrap(), b"second, longer");
     // The pins came back with the mount.
     let p = pin_of(&m, &dir).expect("the pin after the remount");
-    assert_eq!(p["whole_files"], files.len() as u64, "{p}");
+    assert_eq!(p["whole_files"], files.len() as u64 + 1, "{p}");
     assert_eq!(xattr(&dir), "1");
 
     env.serve_again(&addr);
