@@ -96,6 +96,14 @@ fn a_pinned_folder_never_read_is_whole_offline_refreshed_and_kept_across_remount
     wait_for(30, "the new file on disk", || {
         pin_of(&m, &dir).is_some_and(|p| p["state"] == "on disk" && p["files"] == 6)
     });
+    let out = Command::new(BIN)
+        .arg("status")
+        .arg(&env.mnt)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let want = format!("{}  on disk: 6 of 6 file(s)", dir.display());
+    assert!(text.contains(&want), "{text}");
     // A pinned folder renamed here stays pinned.
     let moved = env.vault().join("papers");
     fs::rename(&dir, &moved).unwrap();
@@ -223,4 +231,20 @@ fn eviction_under_a_small_cache_bound_leaves_pinned_files_alone() {
         "cache holds {held} bytes after unpinning"
     );
     m.unmount();
+}
+
+/// The built-in store's files are on this disk already: pinning there says so.
+#[test]
+fn pinning_on_the_built_in_store_says_its_files_are_on_disk() {
+    let Some(env) = Env::new(Via::Local) else {
+        return;
+    };
+    let m = env.mount(&[]);
+    let dir = env.vault().join("d");
+    fs::create_dir(&dir).unwrap();
+    let (ok, err) = vaultfs(&["pin", dir.to_str().unwrap()]);
+    assert!(!ok && err.contains("always on disk"), "{err}");
+    let (ok, err) = vaultfs(&["pin", env._tmp.path().to_str().unwrap()]);
+    assert!(!ok && err.contains("not in a vaultfs mount"), "{err}");
+    drop(m);
 }
