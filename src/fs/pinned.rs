@@ -253,7 +253,7 @@ impl<B: Backend> Fs<B> {
                 };
                 let Some(f) = f else {
                     s.state = if offline {
-                        "waiting for the server: not listed yet".into()
+                        "offline: not listed yet".into()
                     } else {
                         "listing".into()
                     };

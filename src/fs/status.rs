@@ -89,7 +89,8 @@ pub struct Pin {
     /// Files written here and not stored yet (on disk in the staging area).
     #[serde(default)]
     pub local_files: u64,
-    /// `on disk`, `fetching`, `listing`, `incomplete` or an offline state, in words.
+    /// `on disk`, `fetching`, `listing` (not walked yet), `incomplete` (part of it not listed,
+    /// or it is gone: see `problem`), or `offline: ...`.
     pub state: String,
     /// Why part of it is not on disk, when known.
     #[serde(default)]

@@ -248,3 +248,32 @@ fn pinning_on_the_built_in_store_says_its_files_are_on_disk() {
     assert!(!ok && err.contains("not in a vaultfs mount"), "{err}");
     drop(m);
 }
+
+/// Pinned files are bounded by the cache disk, not by `--cache-size`: a file that would leave
+/// less than the reserve free there is not fetched, and the pin says why.
+#[test]
+fn a_pinned_file_that_does_not_fit_the_cache_disk_is_left_and_said() {
+    let Some(env) = Env::new(Via::Remote) else {
+        return;
+    };
+    let dir = env.vault().join("big");
+    let files = vec![
+        ("small.txt".to_string(), b"fits".to_vec()),
+        ("large.bin".to_string(), pattern(12 << 20, 3)),
+    ];
+    write_unread(&env, &dir, &files);
+    // Room for the reserve (256 MiB) and a little more: not for 12 MiB on top.
+    let _disk = crate::common::mount::Tmpfs::new(&env.cache, 264);
+    let m = env.mount(&[]);
+    let (ok, err) = vaultfs(&["pin", dir.to_str().unwrap(), "--wait", "--timeout", "60"]);
+    assert!(!ok && err.contains("no room in the cache dir"), "{err}");
+    let p = pin_of(&m, &dir).unwrap();
+    assert_eq!(
+        (p["files"].as_u64(), p["whole_files"].as_u64()),
+        (Some(2), Some(1)),
+        "{p}"
+    );
+    assert!(p["problem"].as_str().unwrap().contains("no room"), "{p}");
+    assert_eq!(fs::read(dir.join("small.txt")).unwrap(), b"fits");
+    m.unmount();
+}
