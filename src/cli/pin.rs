@@ -63,6 +63,19 @@ fn set(path: &Path, value: Option<&[u8]>) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Pins or unpins `abs` in the mount at `mp`: through the attribute, or where the kernel
+/// refuses that (a read-only mount) over the mount's control socket.
+fn set_pin(abs: &Path, mp: &Path, on: bool) -> std::io::Result<()> {
+    let r = set(abs, on.then_some(b"1".as_slice()));
+    match r {
+        Err(e) if e.raw_os_error() == Some(libc::EROFS) => {
+            let rel = abs.strip_prefix(mp).unwrap_or(Path::new(""));
+            control::pin(mp, rel, on).unwrap_or(Err(e))
+        }
+        r => r,
+    }
+}
+
 /// `path` made absolute and resolved, with the mount point it is in.
 fn locate(path: &Path) -> Result<(PathBuf, PathBuf), String> {
     let abs = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -76,11 +89,6 @@ fn explain(e: &std::io::Error, path: &Path, on: bool) -> String {
     match e.raw_os_error() {
         Some(libc::EOPNOTSUPP) => format!(
             "{}: this mount's store is on this machine; its files are always on disk",
-            path.display()
-        ),
-        Some(libc::EROFS) => format!(
-            "{}: the mount is read-only; pins are set through a writable mount of the same \
-             cache dir (mount without --read-only)",
             path.display()
         ),
         Some(libc::ENODATA) if !on => format!(
@@ -111,7 +119,7 @@ fn line(p: &Pin) -> String {
 
 pub fn pin(args: PinArgs) -> Result<(), Box<dyn std::error::Error>> {
     let (abs, mp) = locate(&args.path)?;
-    set(&abs, Some(b"1")).map_err(|e| explain(&e, &abs, true))?;
+    set_pin(&abs, &mp, true).map_err(|e| explain(&e, &abs, true))?;
     if !args.wait {
         match pin_state(&mp, &abs) {
             Some(p) if p.state != "listing" => {
@@ -166,8 +174,8 @@ pub fn pin(args: PinArgs) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 pub fn unpin(args: UnpinArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let (abs, _) = locate(&args.path)?;
-    set(&abs, None).map_err(|e| explain(&e, &abs, false))?;
+    let (abs, mp) = locate(&args.path)?;
+    set_pin(&abs, &mp, false).map_err(|e| explain(&e, &abs, false))?;
     eprintln!(
         "vaultfs: unpinned {}; its files stay cached until evicted like any other",
         abs.display()

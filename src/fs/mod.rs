@@ -406,8 +406,10 @@ pub fn mount<B: Backend>(
     let control = {
         let fs = fs.clone();
         let mp = mountpoint.display().to_string();
+        let fs2 = fs.clone();
         status::Control {
             status: Arc::new(move || status::snapshot(&fs, &mp)),
+            pin: Arc::new(move |rel, on| fs2.pin_relative(rel, on).map_err(|e| e.code())),
             stop: stop.clone(),
             finished,
         }

@@ -172,11 +172,33 @@ impl<B: Backend> Fs<B> {
         if super::preview::is_virtual(ino) {
             return Err(Errno::EPERM);
         }
+        let (path, _) = self.path_of(ino)?;
+        self.pin_path(&path, on)
+    }
+
+    /// The same by the path under the mount point, `rel` (`vaultfs pin` on a read-only mount,
+    /// where the kernel refuses to set attributes: over the control socket). A path that
+    /// turns out not to be in the store shows as such in `vaultfs status`.
+    pub(super) fn pin_relative(&self, rel: &Path, on: bool) -> OpResult<()> {
+        let mut path = self.opts.root.clone();
+        for c in rel.components() {
+            let std::path::Component::Normal(name) = c else {
+                return Err(Errno::EINVAL);
+            };
+            let name = name.to_str().ok_or(Errno::EINVAL)?;
+            if super::preview::is_virtual_name(name) {
+                return Err(Errno::EPERM);
+            }
+            path = path.child(name).map_err(|_| Errno::EINVAL)?;
+        }
+        self.pin_path(&path, on)
+    }
+
+    fn pin_path(&self, path: &NodePath, on: bool) -> OpResult<()> {
         if self.backend.local().is_some() {
             return Err(Errno::EOPNOTSUPP);
         }
-        let (path, _) = self.path_of(ino)?;
-        match self.pinned.set(&path, on) {
+        match self.pinned.set(path, on) {
             Ok(true) => {
                 log::info!("{} {path}", if on { "pinned" } else { "unpinned" });
                 if !on {

@@ -335,10 +335,14 @@ pub fn human_bytes(n: u64) -> String {
     }
 }
 
+/// Pins (`true`) or unpins a path relative to the mount point: the errno on failure.
+pub(crate) type PinFn = dyn Fn(&std::path::Path, bool) -> Result<(), i32> + Send + Sync;
+
 /// The command layer's handle on a running mount: its status, and a clean unmount.
 #[derive(Clone)]
 pub struct Control {
     pub(crate) status: Arc<dyn Fn() -> Status + Send + Sync>,
+    pub(crate) pin: Arc<PinFn>,
     pub(crate) stop: Arc<tokio::sync::Notify>,
     pub(crate) finished: tokio::sync::watch::Receiver<Option<Shutdown>>,
 }
@@ -346,6 +350,12 @@ pub struct Control {
 impl Control {
     pub fn status(&self) -> Status {
         (self.status)()
+    }
+
+    /// Pins or unpins `rel` (relative to the mount point), as the `user.vaultfs.pinned`
+    /// attribute does.
+    pub fn pin(&self, rel: &std::path::Path, on: bool) -> Result<(), i32> {
+        (self.pin)(rel, on)
     }
 
     /// Asks the mount to unmount as SIGTERM does: uploads in flight get their time, the

@@ -170,6 +170,17 @@ fn a_pinned_folder_never_read_is_whole_offline_refreshed_and_kept_across_remount
     assert!(pin_of(&m, &dir).is_none(), "{}", m.status());
     assert!(pin_of(&m, &note).is_some(), "{}", m.status());
     m.unmount();
+    // A read-only mount refuses attributes in the kernel: the command pins over the mount's
+    // control socket instead.
+    let m = env.mount(&["--read-only"]);
+    let (ok, err) = vaultfs(&["pin", dir.to_str().unwrap(), "--wait", "--timeout", "60"]);
+    assert!(ok, "{err}\n{}", m.log_text());
+    assert_eq!(pin_of(&m, &dir).unwrap()["state"], "on disk");
+    assert_eq!(xattr(&dir), "1");
+    let (ok, err) = vaultfs(&["unpin", dir.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(pin_of(&m, &dir).is_none());
+    m.unmount();
 }
 
 /// Reads every file of `dir` (for the cache to hold them).
