@@ -103,7 +103,12 @@ fn explain(e: &std::io::Error, path: &Path, on: bool) -> String {
 /// The pin of `abs` as the mount's status shows it.
 fn pin_state(mp: &Path, abs: &Path) -> Option<Pin> {
     let s = control::status(mp)?.ok()?;
-    s.pins.into_iter().find(|p| Path::new(&p.local_path) == abs)
+    // The daemon names it under the mount point as mounted (through a link, maybe).
+    let same = |p: &Pin| {
+        Path::new(&p.local_path) == abs
+            || std::fs::canonicalize(&p.local_path).is_ok_and(|c| c == abs)
+    };
+    s.pins.into_iter().find(same)
 }
 
 fn line(p: &Pin) -> String {

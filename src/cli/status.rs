@@ -129,12 +129,16 @@ fn render(s: &Status) -> String {
     if let Some(t) = &s.token_expires {
         out += &format!("  token     expires {t}\n");
     }
-    let pct = (s.cache.used_bytes * 100)
-        .checked_div(s.cache.max_bytes)
-        .unwrap_or(0);
+    // Pinned files come on top of the bound.
+    let bounded = s.cache.used_bytes.saturating_sub(s.cache.pinned_bytes);
+    let pct = (bounded * 100).checked_div(s.cache.max_bytes).unwrap_or(0);
+    let pinned = match s.cache.pinned_bytes {
+        0 => String::new(),
+        n => format!(", and {} pinned", human_bytes(n)),
+    };
     out += &format!(
-        "  cache     {} of {} ({pct}%), {} file(s)\n",
-        human_bytes(s.cache.used_bytes),
+        "  cache     {} of {} ({pct}%){pinned}, {} file(s)\n",
+        human_bytes(bounded),
         human_bytes(s.cache.max_bytes),
         s.cache.files
     );
