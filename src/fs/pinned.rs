@@ -402,7 +402,12 @@ async fn fetch<B: Backend>(fs: &Arc<Fs<B>>, (id, md5, size): Version) -> Result<
             ));
         }
     }
-    let e = (fs.cache.entry_on_disk(&id, md5.as_deref(), size)).map_err(|e| e.to_string())?;
+    // (Copies the bytes of a file uploaded from here: off the runtime's threads.)
+    let fs2 = fs.clone();
+    let e = tokio::task::spawn_blocking(move || fs2.cache.entry_on_disk(&id, md5.as_deref(), size))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
     e.fetch_all(fs.backend.as_ref()).await.map_err(|e| {
         if super::offline::unreachable(&e) {
             fs.note_unreachable(Duration::from_secs(5));
