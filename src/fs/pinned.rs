@@ -491,3 +491,90 @@ async fn resolve<B: Backend>(fs: &Arc<Fs<B>>, pin: &NodePath) -> Result<Ino, Str
     }
     Ok(ino)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use fuser::Errno;
+
+    use super::super::tests::{eventually, harness};
+    use crate::backend::faulty::{Fault, Op};
+
+    /// A pin asked for by a path under the mount point (the control socket's way) is only ever
+    /// names under the mount root; pins are written down and follow their folder's renames.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pins_are_names_under_the_root_kept_on_disk_and_moved_with_their_folder() {
+        // One by one: the store stands for a remote one, whose files can be pinned.
+        let h = harness(true, Duration::from_secs(10));
+        let fs = &h.fs;
+        for bad in ["../x", "/etc", "a/../../b"] {
+            assert_eq!(
+                fs.pin_relative(Path::new(bad), true),
+                Err(Errno::EINVAL),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            fs.pin_relative(Path::new("a/.preview/x"), true),
+            Err(Errno::EPERM)
+        );
+        assert_eq!(fs.pin_relative(Path::new("a"), false), Err(Errno::NO_XATTR));
+        fs.pin_relative(Path::new("a"), true).unwrap();
+        fs.pin_relative(Path::new("a"), true).unwrap();
+        let a = h.vault.child("a").unwrap();
+        let inside = a.child("f").unwrap();
+        assert_eq!(fs.pinned.state_of(&a), Some(true));
+        assert_eq!(fs.pinned.state_of(&inside), Some(false));
+        assert_eq!(fs.pinned.state_of(&h.vault), None);
+        let saved = std::fs::read_to_string(h.cache_dir.join("pinned.json")).unwrap();
+        assert!(
+            saved.contains("/nodes/pth/Local/My First Vault/a"),
+            "{saved}"
+        );
+
+        let b = h.vault.child("b").unwrap();
+        fs.pins_moved(&a, Some(&b));
+        assert_eq!(fs.pinned.state_of(&a), None);
+        assert_eq!(fs.pinned.state_of(&b), Some(true));
+        // What the next mount reads.
+        let again = super::Pinned::open(&h.cache_dir);
+        assert_eq!(again.state_of(&b), Some(true));
+        fs.pins_moved(&h.vault, None);
+        assert_eq!(fs.pinned.state_of(&b), None);
+    }
+
+    /// A pinned file the store will not hand over is left, and its pin says why; once the
+    /// store answers, the next pass the mount learns of fetches it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pinned_file_that_cannot_be_fetched_says_why_and_is_fetched_later() {
+        let h = harness(true, Duration::from_secs(10));
+        h.put_remote("doc.txt", b"kept offline").await;
+        let refused = crate::api::Error::forbidden("no downloads today");
+        h.faults().inject(Op::Download, Fault::Fail(refused));
+        h.fs.pin_relative(Path::new("doc.txt"), true).unwrap();
+        let status = || h.fs.pin_status("/mnt").remove(0);
+        eventually(Duration::from_secs(10), "the refusal in status", || async {
+            status()
+                .problem
+                .is_some_and(|p| p.contains("no downloads today"))
+        })
+        .await;
+        let p = status();
+        assert_eq!(
+            (p.state.as_str(), p.files, p.whole_files),
+            ("fetching", 1, 0)
+        );
+        assert_eq!(p.local_path, "/mnt/doc.txt");
+
+        h.faults().clear_all();
+        h.fs.pins_learned(&h.vault);
+        eventually(Duration::from_secs(10), "the file on disk", || async {
+            status().state == "on disk"
+        })
+        .await;
+        let p = status();
+        assert_eq!((p.whole_files, p.whole_bytes, p.problem), (1, 12, None));
+    }
+}
