@@ -317,14 +317,16 @@ pub(super) fn start<B: Backend>(fs: &Arc<Fs<B>>) {
     let weak = Arc::downgrade(fs);
     let wake = fs.pinned.wake.clone();
     fs.rt.spawn(async move {
+        let mut woken = true;
         loop {
             let Some(f) = weak.upgrade() else { return };
             if !f.pinned.list().is_empty() {
-                if f.offline() {
-                    // Keys and states from the listings kept; no download can go.
-                    walk_all(&f).await;
-                } else {
+                if !f.offline() {
                     pass(&f).await;
+                } else if woken {
+                    // Keys and states from the listings kept (once per change: they change
+                    // only with the pins meanwhile); no download can go.
+                    walk_all(&f).await;
                 }
             }
             let offline = f.offline();
@@ -335,7 +337,7 @@ pub(super) fn start<B: Backend>(fs: &Arc<Fs<B>>) {
             } else {
                 PASS_EVERY
             };
-            let _ = tokio::time::timeout(wait, wake.notified()).await;
+            woken = tokio::time::timeout(wait, wake.notified()).await.is_ok();
             tokio::time::sleep(SETTLE).await;
         }
     });
