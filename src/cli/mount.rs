@@ -64,6 +64,10 @@ pub struct MountArgs {
     /// show within this time)
     #[arg(long, default_value_t = MountOptions::default().dir_ttl.as_secs_f64(), value_name = "S")]
     dir_ttl: f64,
+    /// Against a server without a change feed: seconds between listings of the folders used
+    /// lately, so changes made elsewhere show (0: never; with a feed, changes show at once)
+    #[arg(long, default_value_t = MountOptions::default().poll_interval.as_secs_f64(), value_name = "S")]
+    poll_interval: f64,
     /// Serve every read and write through the daemon: no FUSE passthrough (by default a file
     /// whose bytes are whole on local disk is read by the kernel itself, and a file created or
     /// truncated is written by it, where it allows that)
@@ -250,11 +254,12 @@ fn mount_checked(
     };
     if !(args.attr_ttl >= 0.0
         && args.dir_ttl >= 0.0
+        && args.poll_interval >= 0.0
         && args.flush_timeout >= 0.0
         && args.timeout > 0.0)
     {
         return Err(
-            "--attr-ttl, --dir-ttl and --flush-timeout must be zero or more seconds, --timeout more than zero"
+            "--attr-ttl, --dir-ttl, --poll-interval and --flush-timeout must be zero or more seconds, --timeout more than zero"
                 .into(),
         );
     }
@@ -265,6 +270,7 @@ fn mount_checked(
         cache_size: args.cache_size,
         attr_ttl: Duration::from_secs_f64(args.attr_ttl),
         dir_ttl: Duration::from_secs_f64(args.dir_ttl),
+        poll_interval: Duration::from_secs_f64(args.poll_interval),
         flush_timeout: Duration::from_secs_f64(args.flush_timeout),
         passthrough: !args.no_passthrough,
         read_ahead_kb: args.read_ahead,

@@ -236,6 +236,10 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
+        // The follower's own removal of what is gone elsewhere (`follow::echo`).
+        if self.0.follow.is_echo(parent.0, &name) {
+            return reply.ok();
+        }
         let fs = self.0.clone();
         spawn(
             &self.0,
@@ -249,6 +253,10 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
+        // The follower's own removal of what is gone elsewhere (`follow::echo`).
+        if self.0.follow.is_echo(parent.0, &name) {
+            return reply.ok();
+        }
         let fs = self.0.clone();
         spawn(
             &self.0,

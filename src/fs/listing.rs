@@ -76,6 +76,7 @@ impl<B: Backend> Fs<B> {
 
     /// Makes sure the directory's listing is loaded and younger than `dir_ttl`.
     pub(super) async fn ensure_listing(self: &Arc<Self>, dir: Ino) -> OpResult<()> {
+        self.follow.used(dir);
         let (path, have) = {
             let t = self.table();
             let i = t.get(dir).ok_or(Errno::ENOENT)?;
@@ -214,17 +215,18 @@ impl<B: Backend> Fs<B> {
                 if recent {
                     names.insert(name, ino);
                 } else {
-                    gone.push((name, ino));
+                    let dir_kind = t.get(ino).is_some_and(|i| i.kind == InodeKind::Dir);
+                    gone.push((name, ino, dir_kind));
                 }
             }
             if dir != ROOT {
                 t.update_from(dir, &node);
             }
             if let Some(i) = t.get_mut(dir) {
-                i.set_listing(names);
+                i.set_fetched_listing(names, started, self.freshness.expired());
                 i.hidden_preview = hidden_preview;
             }
-            for (_, ino) in &gone {
+            for (_, ino, _) in &gone {
                 t.detach(*ino);
             }
         }
@@ -233,17 +235,21 @@ impl<B: Backend> Fs<B> {
         }
         // Changes made elsewhere: the kernel drops what it cached (outside any request).
         if let Some(n) = self.notifier.get().cloned() {
-            if !changed.is_empty() || !gone.is_empty() {
+            if !changed.is_empty() {
                 tokio::task::spawn_blocking(move || {
                     for ino in changed {
                         let _ = n.inval_inode(INodeNo(ino), 0, 0);
                     }
-                    for (name, _) in gone {
-                        let _ = n.inval_entry(INodeNo(dir), OsStr::new(&name));
-                    }
                 });
             }
         }
+        // Gone elsewhere: the kernel forgets them, and watchers are told (`follow`).
+        let gone = gone
+            .into_iter()
+            .filter_map(|(name, ino, is_dir)| Some((path.child(&name).ok()?, ino, is_dir)))
+            .map(|(p, ino, is_dir)| super::follow::Kernel::Delete(dir, ino, p, is_dir))
+            .collect();
+        super::follow::notify(self, gone);
         Ok(())
     }
 

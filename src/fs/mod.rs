@@ -12,7 +12,8 @@
 //!   and send and leave every change of a staged file's state to `lifecycle`;
 //! - `cache`: the read cache; `preview`: the virtual `.preview`; `versions`: the virtual
 //!   `.versions`; `attrs`: times and modes kept; `freshness`: whether what was fetched may
-//!   still be used; `passthrough`: opens the kernel reads from a local file itself;
+//!   still be used; `follow`: changes made elsewhere (the backend's change feed, else polling)
+//!   dropped from the caches; `passthrough`: opens the kernel reads from a local file itself;
 //!   `pinned`: files and folders kept whole on disk (`vaultfs pin`).
 //!
 //! Requests that need the backend run as tokio tasks and reply when done, so a slow call never
@@ -46,6 +47,7 @@ mod attrs;
 mod cache;
 mod conflict;
 mod errno;
+mod follow;
 mod freshness;
 mod fuse;
 mod io;
@@ -142,6 +144,9 @@ pub struct MountOptions {
     /// The kernel's read-ahead for the mount in KiB: None decides by the way reads go
     /// (`read_ahead`), 0 keeps the kernel's.
     pub read_ahead_kb: Option<u32>,
+    /// Without a change feed: how often folders used lately are listed again (`follow`);
+    /// zero never.
+    pub poll_interval: Duration,
     /// The backend was out of reach at start: show the tree kept in the cache dir (`offline`).
     pub start_offline: bool,
 }
@@ -164,6 +169,7 @@ impl Default for MountOptions {
             passthrough: true,
             read_ahead_kb: None,
             kernel_writes: true,
+            poll_interval: Duration::from_secs(10),
             start_offline: false,
         }
     }
@@ -246,6 +252,8 @@ pub(crate) struct Fs<B: Backend> {
     daemon_reads: AtomicU64,
     /// WRITE requests answered (passthrough writes make none).
     daemon_writes: AtomicU64,
+    /// What the follower of changes made elsewhere keeps (`follow`).
+    follow: Arc<follow::Follow>,
 }
 
 impl<B: Backend> Fs<B> {
@@ -304,6 +312,7 @@ impl<B: Backend> Fs<B> {
             refreshing: Mutex::default(),
             attr_refreshing: Mutex::default(),
             running: Mutex::default(),
+            follow: Arc::default(),
         });
         if fs.opts.start_offline {
             fs.restore_snapshot();
@@ -400,6 +409,7 @@ pub fn mount<B: Backend>(
     config.n_threads = Some(opts.threads.max(1));
     let mut session = fuser::Session::new(fuse::FuseAdapter(fs.clone()), mountpoint, &config)?;
     let _ = fs.notifier.set(session.notifier());
+    follow::start(&fs, mountpoint, rt);
     log::info!("mounted {} at {}", opts.root, mountpoint.display());
     let stop = Arc::new(tokio::sync::Notify::new());
     let (finished_tx, finished) = tokio::sync::watch::channel(None);

@@ -10,6 +10,7 @@ use fuser::{Errno, FileAttr, OpenFlags, RenameFlags, TimeOrNow};
 
 use super::attrs::Keep;
 use super::errno::{errno, io_errno};
+use super::follow::Ours;
 use super::io::Opened;
 use super::passthrough::Register;
 use super::pinned::XATTR as PIN_XATTR;
@@ -312,6 +313,7 @@ impl<B: Backend> Fs<B> {
             t.get(ino)
                 .is_some_and(|i| i.kind == InodeKind::Dir || i.remote.is_some())
         };
+        let _ours = Ours::sending(self, vec![ino]);
         if remote {
             match self.backend.delete(&path).await {
                 Ok(()) => {}
@@ -406,6 +408,7 @@ impl<B: Backend> Fs<B> {
             .table()
             .get(ino)
             .is_some_and(|i| i.kind == InodeKind::Dir || i.remote.is_some());
+        let _ours = Ours::sending(self, [Some(ino), target].into_iter().flatten().collect());
         // A stored file put over one changed elsewhere since this mount knew it: it goes to a
         // conflict copy instead, and the name keeps the store's version (`conflict`).
         let known = target.and_then(|tino| {

@@ -4,10 +4,11 @@
 //!
 //! - The set of pins (store paths) lives in `<cache-dir>/pinned.json`, written aside and renamed
 //!   over on each change. A folder pins everything under it, files made later included.
-//! - A pass ([`pass`]) walks each pin through the mount's own listings (fetched when stale: the
-//!   snapshot for starting offline records them, so a pinned folder never opened lists offline
-//!   too), tells the read cache which versions are pinned, and fetches what is not whole on
-//!   disk, [`FETCHES`] files at a time, through the read cache's download path.
+//! - A pass ([`pass`]) walks each pin through the mount's own listings (fetched afresh, with
+//!   the folders above the pin: the snapshot for starting offline records them, so a pinned
+//!   folder never opened lists offline too, under its name now), tells the read cache which
+//!   versions are pinned, and fetches what is not whole on disk, [`FETCHES`] files at a time,
+//!   through the read cache's download path.
 //! - Passes run when a pin is set, every [`PASS_EVERY`], when the server answers again, and
 //!   when the mount learns of a change under a pin ([`Fs::pins_learned`]: the one hook for
 //!   listings, attributes, uploads and a feed follower). A new version of a pinned file is
@@ -464,14 +465,22 @@ async fn walk<B: Backend>(fs: &Arc<Fs<B>>, pin: &NodePath) -> Found {
     found
 }
 
-/// Whether folder `ino` has a listing to walk: a fresh one is fetched where the server is
-/// there; offline, the one the mount has.
+/// Whether folder `ino` has a listing to walk: fetched afresh where the server is there, so
+/// that the offline snapshot records it as it is now (with the mount's own changes, which a
+/// followed change feed never makes it fetch again); offline, the one the mount has.
 async fn listable<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> bool {
-    let have = (fs.table().get(ino)).is_some_and(|i| i.listing().is_some());
-    if fs.offline() {
+    let (have, path) = {
+        let t = fs.table();
+        let i = t.get(ino);
+        (
+            i.is_some_and(|i| i.listing().is_some()),
+            i.map(|i| i.path.clone()),
+        )
+    };
+    let Some(path) = path.filter(|_| !fs.offline()) else {
         return have;
-    }
-    fs.ensure_listing(ino).await.is_ok() || have
+    };
+    fs.refresh_listing(ino, &path).await.is_ok() || have
 }
 
 /// The inode of `pin`, looked up from the mount root.
@@ -482,7 +491,8 @@ async fn resolve<B: Backend>(fs: &Arc<Fs<B>>, pin: &NodePath) -> Result<Ino, Str
     }
     let mut ino = ROOT;
     for name in &pin.segments()[root.segments().len()..] {
-        if fs.offline() && (fs.table().get(ino)).is_none_or(|i| i.listing().is_none()) {
+        // The folders above it too: the snapshot reaches it through them.
+        if !listable(fs, ino).await {
             return Err("not listed yet (the server is out of reach)".into());
         }
         ino = match fs.child(ino, name).await {

@@ -54,6 +54,9 @@ pub struct Inode {
     pub open_handles: u32,
     /// Directories: the cached listing (names to inodes) and when it was fetched.
     listing: Option<(Instant, BTreeMap<String, Ino>)>,
+    /// Directories: when a change made elsewhere last made the listing stale (`follow`): a
+    /// listing asked for before that is stale as soon as it comes.
+    listing_expired: Option<Instant>,
     /// Directories: how many of the listed entries are folders (nlink), counted when first
     /// asked after the listing changed; a getattr per create would otherwise walk it each time.
     subdirs: Cell<Option<u32>>,
@@ -96,6 +99,7 @@ impl Inode {
             lookups: 0,
             open_handles: 0,
             listing: None,
+            listing_expired: None,
             subdirs: Cell::new(None),
             hidden_preview: false,
             staged: None,
@@ -124,6 +128,22 @@ impl Inode {
     pub fn set_listing(&mut self, names: BTreeMap<String, Ino>) {
         self.listing = Some((Instant::now(), names));
         self.subdirs.set(None);
+    }
+
+    /// A listing fetched from the backend, asked for at `asked`: stale at once if a change made
+    /// elsewhere expired it since (`past`, see `Table::expire_listing`).
+    pub fn set_fetched_listing(
+        &mut self,
+        names: BTreeMap<String, Ino>,
+        asked: Instant,
+        past: Option<Instant>,
+    ) {
+        self.set_listing(names);
+        if let (Some(e), Some(past)) = (self.listing_expired, past) {
+            if e >= asked {
+                self.listing = self.listing.take().map(|(_, n)| (past, n));
+            }
+        }
     }
 
     /// The names of a loaded listing, for a change made here.
@@ -244,6 +264,9 @@ pub struct Table {
     recent: HashMap<Ino, Instant>,
     /// When `recent` was last pruned.
     recent_pruned: Instant,
+    /// Renames and deletes of this mount under way (sent, not answered), by node: the change
+    /// feed can tell of one before its answer comes (`follow::Ours`).
+    in_flight: HashMap<Ino, u32>,
     /// Attributes kept here for a backend that does not keep them.
     pub kept: KeptHere,
 }
@@ -261,6 +284,7 @@ impl Table {
             removed: HashMap::new(),
             recent: HashMap::new(),
             recent_pruned: Instant::now(),
+            in_flight: HashMap::new(),
             kept: KeptHere::default(),
         };
         let mut r = Inode::new(ROOT, root.clone(), InodeKind::Dir);
@@ -295,6 +319,40 @@ impl Table {
             i.mtime = now;
             i.ctime = now;
         }
+    }
+
+    /// A change made elsewhere (`follow`): the listing of `dir` counts as fetched at `past`,
+    /// so its next use fetches it again (the old one still answers while that is under way).
+    pub fn expire_listing(&mut self, dir: Ino, past: Instant) {
+        if let Some(i) = self.inodes.get_mut(&dir) {
+            i.listing_expired = Some(Instant::now());
+            if let Some((at, _)) = i.listing.as_mut() {
+                *at = past;
+            }
+        }
+    }
+
+    /// The attributes of `ino` count as fetched at `past` (see `expire_listing`).
+    pub fn expire_attrs(&mut self, ino: Ino, past: Instant) {
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.fetched = i.fetched.min(past);
+        }
+    }
+
+    /// Every listing and attribute counts as fetched at `past`; returns the folders.
+    pub fn expire_all(&mut self, past: Instant) -> Vec<Ino> {
+        let mut dirs = Vec::new();
+        for i in self.inodes.values_mut() {
+            i.fetched = i.fetched.min(past);
+            if i.kind == InodeKind::Dir {
+                i.listing_expired = Some(Instant::now());
+            }
+            if let Some((at, _)) = i.listing.as_mut() {
+                *at = past;
+                dirs.push(i.ino);
+            }
+        }
+        dirs
     }
 
     /// md5 and size of `ino`'s stored version, when the backend gave an md5.
@@ -590,6 +648,28 @@ impl Table {
         if let Some(i) = self.inodes.get_mut(&ino) {
             i.touched = now;
         }
+    }
+
+    /// Whether `ino` was created, renamed or uploaded here at or after `at` (`touch`), or is
+    /// being changed here now.
+    pub fn changed_here_since(&self, ino: Ino, at: Instant) -> bool {
+        self.in_flight.contains_key(&ino) || self.recent.get(&ino).is_some_and(|t| *t >= at)
+    }
+
+    /// A change of `ino` by this mount is sent (`follow::Ours`).
+    pub(super) fn change_sent(&mut self, ino: Ino) {
+        *self.in_flight.entry(ino).or_default() += 1;
+    }
+
+    /// ... and answered, or given up: from now on its time tells (`touch`).
+    pub(super) fn change_answered(&mut self, ino: Ino) {
+        if let Some(n) = self.in_flight.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                self.in_flight.remove(&ino);
+            }
+        }
+        self.touch(ino);
     }
 
     /// Files of `dir` that a listing fetched from the backend at `since` may lack: those with

@@ -14,6 +14,7 @@ mod common;
 mod caches;
 mod conflicts;
 mod crash;
+mod follow;
 mod io;
 mod namespace;
 mod offline;
