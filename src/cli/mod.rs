@@ -11,6 +11,7 @@ mod mount_helper;
 mod notify;
 mod options;
 mod owner;
+mod pin;
 mod restore;
 mod status;
 mod sync;
@@ -52,6 +53,12 @@ enum Command {
     /// Bring back an earlier version of a file in a mount (as listed in `.versions/`): its
     /// bytes become the file's new current version; `--list` shows the versions.
     Restore(restore::RestoreArgs),
+    /// Keep a folder's (or a file's) files whole on disk, for use offline: never evicted,
+    /// fetched again when they change; files added to a pinned folder later too. Same as
+    /// `setfattr -n user.vaultfs.pinned -v 1 PATH`.
+    Pin(pin::PinArgs),
+    /// Unpin a folder or file: its files stay cached until evicted like any other.
+    Unpin(pin::UnpinArgs),
     /// Serve the built-in store over HTTP: the whole interface, with pin-based login.
     ///
     /// Users are created with `vaultfs user add`; clients log in with `vaultfs login`.
@@ -502,6 +509,8 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Status(args) => status::status(args),
         Command::Sync(args) => sync::sync(args),
         Command::Restore(args) => restore::restore(args),
+        Command::Pin(args) => pin::pin(args),
+        Command::Unpin(args) => pin::unpin(args),
         Command::Serve(args) => serve(args),
         Command::Migrate(args) => migrate(args),
         Command::Check(args) => check::check(args),

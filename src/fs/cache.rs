@@ -5,6 +5,10 @@
 //! them, synced to disk first, in `index.json`, and the next mount keeps those and drops the
 //! rest (a partly fetched file's chunks are not trusted across runs).
 //!
+//! Pinned files (`pinned`) are exempt from eviction: the bound holds the other entries, pinned
+//! ones come on top of it (as "always keep on this device" does elsewhere), and the index says
+//! which keys are pinned, so a mount started offline evicts none of them before it knows its pins.
+//!
 //! Behind a link with round trips of tens of ms, one download after the other leaves the link
 //! idle a round trip each time: a sequential reader's read-ahead goes out in pieces of
 //! [`PIECE`] chunks, up to [`AHEAD_RUNS`] of them at once, from its first read on (a window of
@@ -129,8 +133,9 @@ pub struct ReadCache {
     max_bytes: u64,
     inner: Mutex<Inner>,
     files: AtomicU64,
-    /// The keys `index.json` lists (`save_index`).
+    /// The keys `index.json` lists (`save_index`), and those it lists as pinned.
     saved: Mutex<HashSet<String>>,
+    saved_pinned: Mutex<HashSet<String>>,
 }
 
 /// The cache goes with the mount: the files its index lists stay for the next one.
@@ -156,15 +161,20 @@ struct Whole {
     size: u64,
     /// Its name in the cache dir.
     file: String,
+    /// Exempt from eviction (a pinned file's version).
+    #[serde(default)]
+    pinned: bool,
 }
 
 struct Inner {
     lru: LruCache<String, Arc<CachedFile>>,
     bytes: u64,
+    /// Keys of the versions pinned files have (present or still to fetch): never evicted.
+    pinned: HashSet<String>,
 }
 
 /// The in-memory key of a cached version. (Never a file name: see [`ReadCache::file_for`].)
-fn key(id: &str, md5: Option<&str>) -> String {
+pub(super) fn key(id: &str, md5: Option<&str>) -> String {
     format!("{id}-{}", md5.unwrap_or("none"))
 }
 
@@ -174,6 +184,7 @@ impl ReadCache {
         let inner = Inner {
             lru: LruCache::new(NonZeroUsize::new(1 << 20).unwrap()),
             bytes: 0,
+            pinned: HashSet::new(),
         };
         let cache = ReadCache {
             dir,
@@ -181,6 +192,7 @@ impl ReadCache {
             inner: Mutex::new(inner),
             files: AtomicU64::new(0),
             saved: Mutex::new(HashSet::new()),
+            saved_pinned: Mutex::new(HashSet::new()),
         };
         cache.keep_whole_files()?;
         Ok(cache)
@@ -194,6 +206,12 @@ impl ReadCache {
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default();
         let mut keep = std::collections::HashMap::new();
+        let mut inner = self.lock();
+        // Pinned first: keeping the others below evicts down to the bound.
+        for w in listed.iter().filter(|w| w.pinned) {
+            inner.pinned.insert(key(&w.id, w.md5.as_deref()));
+        }
+        *relock(&self.saved_pinned) = inner.pinned.clone();
         for w in listed {
             // Only plain names this cache made (hex digest, a dot, a number).
             if w.file.contains('/') || w.file.starts_with('.') {
@@ -201,7 +219,6 @@ impl ReadCache {
             }
             keep.insert(w.file.clone(), w);
         }
-        let mut inner = self.lock();
         let mut next = 0;
         for d in fs::read_dir(&self.dir)? {
             let d = d?;
@@ -234,16 +251,24 @@ impl ReadCache {
     /// renamed over), for the next mount: `keep_whole_files`. Nothing is written when the
     /// list did not change.
     pub fn save_index(&self) -> io::Result<()> {
-        let whole: Vec<(String, Arc<CachedFile>)> = self
-            .lock()
-            .lru
-            .iter()
-            .filter(|(_, e)| e.path.is_some() && e.is_complete())
-            .map(|(k, e)| (k.clone(), e.clone()))
-            .collect();
+        let (whole, pinned): (Vec<(String, Arc<CachedFile>)>, HashSet<String>) = {
+            let inner = self.lock();
+            let whole: Vec<_> = inner
+                .lru
+                .iter()
+                .filter(|(_, e)| e.path.is_some() && e.is_complete())
+                .map(|(k, e)| (k.clone(), e.clone()))
+                .collect();
+            let pinned = (whole.iter())
+                .filter(|(k, _)| inner.pinned.contains(k))
+                .map(|(k, _)| k.clone())
+                .collect();
+            (whole, pinned)
+        };
         let keys: HashSet<String> = whole.iter().map(|(k, _)| k.clone()).collect();
         let mut saved = relock(&self.saved);
-        if *saved == keys {
+        let mut saved_pinned = relock(&self.saved_pinned);
+        if *saved == keys && *saved_pinned == pinned {
             return Ok(());
         }
         let mut list = Vec::new();
@@ -259,11 +284,18 @@ impl ReadCache {
                 file: file
                     .map(|f| f.to_string_lossy().into_owned())
                     .unwrap_or_default(),
+                pinned: pinned.contains(k),
             });
         }
         super::offline::write_atomically(&self.dir.join(INDEX), &serde_json::to_vec(&list)?)?;
         *saved = keys;
+        *saved_pinned = pinned;
         Ok(())
+    }
+
+    /// The folder of the cache's files.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -309,15 +341,20 @@ impl ReadCache {
         self.evict(inner);
     }
 
-    /// Drops least recently used entries nobody is reading until the cache fits its bound.
+    /// Drops least recently used entries nobody is reading until the cache fits its bound;
+    /// pinned entries stay, and their bytes do not count against it.
     fn evict(&self, inner: &mut Inner) {
+        if inner.bytes <= self.max_bytes {
+            return;
+        }
+        let pinned = pinned_bytes(inner);
         let mut skipped = Vec::new();
-        while inner.bytes > self.max_bytes {
+        while inner.bytes - pinned > self.max_bytes {
             let Some((k, e)) = inner.lru.pop_lru() else {
                 break;
             };
-            if Arc::strong_count(&e) > 1 {
-                skipped.push((k, e)); // in use: keep
+            if Arc::strong_count(&e) > 1 || inner.pinned.contains(&k) {
+                skipped.push((k, e)); // in use or pinned: keep
                 continue;
             }
             inner.bytes -= e.size;
@@ -329,10 +366,49 @@ impl ReadCache {
         }
     }
 
-    /// Bytes held (the sizes of the cached versions), the bound, and the number of files.
-    pub fn usage(&self) -> (u64, u64, usize) {
+    /// Bytes held (the sizes of the cached versions), the bound, the number of files, and the
+    /// bytes of pinned ones among them.
+    pub fn usage(&self) -> (u64, u64, usize, u64) {
         let inner = self.lock();
-        (inner.bytes, self.max_bytes, inner.lru.len())
+        let pinned = pinned_bytes(&inner);
+        (inner.bytes, self.max_bytes, inner.lru.len(), pinned)
+    }
+
+    /// The versions pinned files have now (`pinned`): these are never evicted, the others
+    /// again once evicted down to the bound.
+    pub fn set_pinned(&self, keys: HashSet<String>) {
+        let mut inner = self.lock();
+        if inner.pinned != keys {
+            inner.pinned = keys;
+            self.evict(&mut inner);
+        }
+    }
+
+    /// Whether this version is whole in a file of the cache dir (kept for the next mount).
+    pub fn kept_whole(&self, id: &str, md5: Option<&str>) -> bool {
+        (self.lock().lru.peek(&key(id, md5))).is_some_and(|e| e.path.is_some() && e.is_complete())
+    }
+
+    /// The entry of a version to keep on disk (a pinned file's): as [`ReadCache::entry`], but
+    /// bytes adopted from an upload, which live in an open descriptor only, are copied into a
+    /// file of the cache dir, so that they outlive the mount too.
+    pub fn entry_on_disk(&self, id: &str, md5: Option<&str>, size: u64) -> Result<Arc<CachedFile>> {
+        let k = key(id, md5);
+        let adopted = (self.lock().lru.peek(&k))
+            .filter(|e| e.path.is_none() && e.size == size && e.is_complete())
+            .cloned();
+        let Some(a) = adopted else {
+            return self.entry(id, md5, size);
+        };
+        let path = self.file_for(&k);
+        let file = crate::api::files::new_private(&path)?;
+        file.set_len(size)?;
+        crate::api::files::copy_range(&a.file, &file, size)?;
+        let present = (0..size.div_ceil(CHUNK)).collect();
+        let e = CachedFile::new(id, md5, size, file, Some(path), present);
+        let mut inner = self.lock();
+        self.insert(&mut inner, k, e.clone());
+        Ok(e)
     }
 
     /// Forgets every cached version of a file that is gone, so its bytes free their disk (the
@@ -427,6 +503,14 @@ impl ReadCache {
         self.insert(&mut inner, key(id, md5), e);
         Ok(())
     }
+}
+
+/// The bytes of the pinned entries held.
+fn pinned_bytes(inner: &Inner) -> u64 {
+    (inner.pinned.iter())
+        .filter_map(|k| inner.lru.peek(k))
+        .map(|e| e.size)
+        .sum()
 }
 
 impl ReadCache {
@@ -705,5 +789,38 @@ mod tests {
         // A new entry never takes the kept file's name.
         let other = cache.entry("3", None, 1).unwrap();
         assert_ne!(other.path, e.path);
+    }
+
+    /// Pinned versions are never evicted and their bytes do not count against the bound; the
+    /// index says which they are, so a cache opened again over its bound keeps them too.
+    #[test]
+    fn pinned_files_outlive_eviction_and_the_mount() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("cache");
+        let whole = |cache: &ReadCache, id: &str| {
+            let e = cache.entry(id, None, CHUNK).unwrap();
+            e.mark(0);
+        };
+        let cache = ReadCache::open(dir.clone(), 2 * CHUNK).unwrap();
+        cache.set_pinned([key("p1", None), key("p2", None)].into());
+        for id in ["p1", "p2", "a", "b", "c"] {
+            whole(&cache, id);
+        }
+        // Two pinned, and two others within the bound.
+        assert_eq!(cache.usage(), (4 * CHUNK, 2 * CHUNK, 4, 2 * CHUNK));
+        assert!(cache.kept_whole("p1", None) && cache.kept_whole("p2", None));
+        assert!(!cache.kept_whole("a", None) && cache.kept_whole("c", None));
+        cache.save_index().unwrap();
+        drop(cache);
+
+        // Opened with a smaller bound: the pinned ones stay, the others go down to it.
+        let cache = ReadCache::open(dir.clone(), CHUNK).unwrap();
+        assert_eq!(cache.usage().3, 2 * CHUNK);
+        assert!(cache.kept_whole("p1", None) && cache.kept_whole("p2", None));
+        assert_eq!(cache.usage().0, 3 * CHUNK);
+        // Unpinned: evicted down to the bound at once.
+        cache.set_pinned([key("p2", None)].into());
+        assert_eq!(cache.usage(), (2 * CHUNK, CHUNK, 2, CHUNK));
+        assert!(cache.kept_whole("p2", None));
     }
 }

@@ -333,10 +333,12 @@ async fn apply<B: Backend>(fs: &Arc<Fs<B>>, changes: &[Change]) {
     let mut kernel = Vec::new();
     // Files whose attributes are fetched again (new bytes or times elsewhere).
     let mut refetch: Vec<(Ino, NodePath)> = Vec::new();
+    let mut learned = Vec::new();
     for c in changes {
         let Ok(path) = NodePath::parse_uri(&c.uri) else {
             continue;
         };
+        learned.push(path.clone());
         let from = c
             .from_uri
             .as_deref()
@@ -384,6 +386,10 @@ async fn apply<B: Backend>(fs: &Arc<Fs<B>>, changes: &[Change]) {
                 notify(fs, vec![Kernel::Attrs(ino)]);
             }
         }
+    }
+    // What pinned folders hold is fetched again (`pinned`).
+    for path in &learned {
+        fs.pins_learned(path);
     }
 }
 

@@ -510,14 +510,14 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
     fn setxattr(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
         _flags: i32,
         _pos: u32,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.0.change_xattr());
+        empty(reply, self.0.change_xattr(ino.0, name, Some(value)));
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -528,8 +528,8 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
         xattr(reply, size, Ok(self.0.listxattr(ino.0)));
     }
 
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.0.change_xattr());
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(reply, self.0.change_xattr(ino.0, name, None));
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {

@@ -157,6 +157,7 @@ impl<B: Backend> Fs<B> {
         }
         let mut changed = Vec::new();
         let mut gone = Vec::new();
+        let added;
         {
             let mut t = self.table();
             let mut names = std::collections::BTreeMap::new();
@@ -200,6 +201,7 @@ impl<B: Backend> Fs<B> {
             // name goes for being absent (fstests generic/736 over a server: 1 of 5,000 files
             // gone from the listing while it was still there). A later listing settles them.
             let unsettled = t.names_changed_since(path, started);
+            added = names.keys().any(|n| !old.contains_key(n));
             for (name, ino) in old {
                 if names.contains_key(&name) {
                     continue;
@@ -227,6 +229,9 @@ impl<B: Backend> Fs<B> {
             for (_, ino, _) in &gone {
                 t.detach(*ino);
             }
+        }
+        if added || !changed.is_empty() || !gone.is_empty() {
+            self.pins_learned(path);
         }
         // Changes made elsewhere: the kernel drops what it cached (outside any request).
         if let Some(n) = self.notifier.get().cloned() {
@@ -318,6 +323,7 @@ impl<B: Backend> Fs<B> {
             Ok(node) => {
                 let changed = self.table().update_from(ino, &node);
                 if changed {
+                    self.pins_learned(path);
                     if let Some(n) = self.notifier.get().cloned() {
                         tokio::task::spawn_blocking(move || n.inval_inode(INodeNo(ino), 0, 0));
                     }

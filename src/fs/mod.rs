@@ -13,7 +13,8 @@
 //! - `cache`: the read cache; `preview`: the virtual `.preview`; `versions`: the virtual
 //!   `.versions`; `attrs`: times and modes kept; `freshness`: whether what was fetched may
 //!   still be used; `follow`: changes made elsewhere (the backend's change feed, else polling)
-//!   dropped from the caches; `passthrough`: opens the kernel reads from a local file itself.
+//!   dropped from the caches; `passthrough`: opens the kernel reads from a local file itself;
+//!   `pinned`: files and folders kept whole on disk (`vaultfs pin`).
 //!
 //! Requests that need the backend run as tokio tasks and reply when done, so a slow call never
 //! stalls unrelated operations; writes and reads of staged or cached bytes are answered on the
@@ -39,7 +40,8 @@
 //!
 //! The handle map (`Fs::handles`), `refreshing`, `attr_refreshing`, `offline_until` and the
 //! status tracker's locks are taken alone: nothing else is locked while one is held, nor taken
-//! under it. No std lock is held across an `.await`.
+//! under it. The pins' locks (`pinned`) are innermost: taken under any of the above, nothing
+//! under them. No std lock is held across an `.await`.
 
 mod attrs;
 mod cache;
@@ -56,6 +58,7 @@ pub mod offline;
 mod open;
 mod pacing;
 mod passthrough;
+mod pinned;
 mod prefetch;
 mod preview;
 mod read_ahead;
@@ -212,6 +215,8 @@ pub(crate) struct Fs<B: Backend> {
     pacing: pacing::Pacing,
     /// The small files fetched ahead of a reader going through a folder.
     prefetch: prefetch::Prefetch,
+    /// Files and folders kept whole on disk.
+    pinned: pinned::Pinned,
     notifier: OnceLock<Notifier>,
     /// Until when the backend counts as unreachable (cached listings are used meanwhile).
     offline_until: Mutex<Option<std::time::Instant>>,
@@ -283,6 +288,7 @@ impl<B: Backend> Fs<B> {
             uploading: Mutex::new(HashSet::new()),
             pacing: pacing::Pacing::new(opts.upload_concurrency),
             prefetch: prefetch::Prefetch::default(),
+            pinned: pinned::Pinned::open(&opts.cache_dir),
             notifier: OnceLock::new(),
             offline_until: Mutex::new(None),
             offline: offline::Offline::open(&opts.cache_dir)?,
@@ -312,6 +318,7 @@ impl<B: Backend> Fs<B> {
             fs.restore_snapshot();
         }
         offline::start(&fs);
+        pinned::start(&fs);
         if batches {
             writeback::start(&fs);
         }
@@ -409,8 +416,10 @@ pub fn mount<B: Backend>(
     let control = {
         let fs = fs.clone();
         let mp = mountpoint.display().to_string();
+        let fs2 = fs.clone();
         status::Control {
             status: Arc::new(move || status::snapshot(&fs, &mp)),
+            pin: Arc::new(move |rel, on| fs2.pin_relative(rel, on).map_err(|e| e.code())),
             stop: stop.clone(),
             finished,
         }

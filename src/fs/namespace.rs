@@ -13,6 +13,7 @@ use super::errno::{errno, io_errno};
 use super::follow::Ours;
 use super::io::Opened;
 use super::passthrough::Register;
+use super::pinned::XATTR as PIN_XATTR;
 use super::preview::{is_virtual, is_virtual_name};
 use super::staging::Removal;
 use super::table::{Ino, InodeKind};
@@ -337,6 +338,10 @@ impl<B: Backend> Fs<B> {
                 t.expire_listing(parent, past);
             }
         }
+        drop(t);
+        if dir {
+            self.pins_moved(&path, None);
+        }
         Ok(())
     }
 
@@ -492,6 +497,10 @@ impl<B: Backend> Fs<B> {
         self.renamed(&t, &dst);
         t.entries_changed(parent);
         t.entries_changed(newparent);
+        drop(t);
+        if kind == InodeKind::Dir {
+            self.pins_moved(&src, Some(&dst));
+        }
         Ok(())
     }
 
@@ -542,6 +551,14 @@ impl<B: Backend> Fs<B> {
         if !name.as_encoded_bytes().starts_with(b"user.") {
             return Err(Errno::EOPNOTSUPP);
         }
+        if name.to_str() == Some(PIN_XATTR) {
+            let (path, _) = self.path_of(ino)?;
+            return match self.pinned.state_of(&path) {
+                Some(true) => Ok(b"1".to_vec()),
+                Some(false) => Ok(b"folder".to_vec()),
+                None => Err(Errno::NO_XATTR),
+            };
+        }
         let t = self.table();
         if name.to_str() == Some(CONFLICT_XATTR) {
             let path = t.get(ino).map(|i| i.path.clone()).ok_or(Errno::ENOENT)?;
@@ -562,7 +579,7 @@ impl<B: Backend> Fs<B> {
     }
 
     /// LISTXATTR: the names, each ended by a NUL (files stored remotely only; the conflict
-    /// attribute on conflict copies).
+    /// attribute on conflict copies; the pin attribute on what is pinned).
     pub(super) fn listxattr(&self, ino: Ino) -> Vec<u8> {
         let (has, path) = {
             let t = self.table();
@@ -573,18 +590,35 @@ impl<B: Backend> Fs<B> {
             )
         };
         let mut buf = Vec::new();
-        let conflict = path.is_some_and(|p| self.conflicts.of_copy(&p).is_some());
+        let conflict = path
+            .as_ref()
+            .is_some_and(|p| self.conflicts.of_copy(p).is_some());
+        let pinned = path.is_some_and(|p| self.pinned.state_of(&p).is_some());
         let names = XATTRS.iter().filter(|_| has);
-        for n in names.chain(conflict.then_some(&CONFLICT_XATTR)) {
+        let names = names.chain(conflict.then_some(&CONFLICT_XATTR));
+        for n in names.chain(pinned.then_some(&PIN_XATTR)) {
             buf.extend_from_slice(n.as_bytes());
             buf.push(0);
         }
         buf
     }
 
-    /// SETXATTR, REMOVEXATTR: the attributes are the backend's, read-only.
-    pub(super) fn change_xattr(&self) -> OpResult<()> {
-        Err(Errno::ENOTSUP)
+    /// SETXATTR (`value` given), REMOVEXATTR: only the pin attribute changes (`1` pins, `0`
+    /// or its removal unpins: `pinned`); the others are the backend's, read-only.
+    pub(super) fn change_xattr(
+        &self,
+        ino: Ino,
+        name: &std::ffi::OsStr,
+        value: Option<&[u8]>,
+    ) -> OpResult<()> {
+        if name.to_str() != Some(PIN_XATTR) {
+            return Err(Errno::ENOTSUP);
+        }
+        match value.map(|v| v.trim_ascii()) {
+            Some(b"1") => self.pin(ino, true),
+            Some(b"0") | None => self.pin(ino, false),
+            Some(_) => Err(Errno::EINVAL),
+        }
     }
 
     /// STATFS: writes are staged in the cache dir first, so its free space is what a writer

@@ -21,6 +21,7 @@ mod model;
 mod namespace;
 mod offline;
 mod options;
+mod pinned;
 mod versions;
 
 use std::fs;

@@ -398,6 +398,8 @@ impl<B: Backend> Fs<B> {
             {
                 log::debug!("could not keep inode {ino} in the read cache: {e}");
             }
+            // Stored into a pinned folder: kept on disk for the next mount too.
+            self.pins_learned(&inode.path);
         }
         t.set_staged(ino, None);
         if stored_now {

@@ -447,7 +447,7 @@ fn reserve(f: &File, offset: u64, len: u64, keep_size: bool) -> io::Result<()> {
 }
 
 /// The bytes an unprivileged writer may still take on `f`'s file system.
-fn free_bytes(f: &File) -> io::Result<u64> {
+pub(in crate::fs) fn free_bytes(f: &File) -> io::Result<u64> {
     use std::os::fd::AsRawFd;
     // SAFETY: fstatvfs fills the zeroed struct we pass, for a descriptor the caller holds.
     unsafe {
