@@ -10,7 +10,7 @@ mod common;
 use std::fs;
 use std::time::Duration;
 
-use common::env::{Env, Via, put_elsewhere, stored};
+use common::env::{Env, VAULT, Via, put_elsewhere, stored};
 use common::mount::wait_for;
 use common::pattern;
 
@@ -130,6 +130,21 @@ fn uploads_refused_with_503_back_off_and_are_all_stored() {
     let Some(env) = Env::new_with(Via::Remote, options) else {
         return;
     };
+    // The one transfer the server allows the user is held from outside while the files are
+    // written (a download of a large file left unread): every upload meets a 503 until it is
+    // let go, whatever the timing (the mount's uploads alone overlapped or not by chance).
+    put_elsewhere(&env, "held", &pattern(32 << 20, 99));
+    let base = env.server.as_ref().unwrap().base.clone();
+    let held = env.rt.block_on(async {
+        use vaultfs::backend::Backend;
+        use vaultfs::backend::remote::{RemoteBackend, RemoteConfig};
+        let email = "tester@example.com";
+        let token = common::login(&base, email, &format!("pw-{email}")).await;
+        let remote = RemoteBackend::new(RemoteConfig::new(&base, email, &token)).unwrap();
+        let path = vaultfs::api::NodePath::parse_uri(&format!("/nodes/pth/{VAULT}/held")).unwrap();
+        let id = remote.node(&path).await.unwrap().file_id().unwrap();
+        remote.download(&id, None).await.unwrap()
+    });
     let m = env.mount(&[]);
     let n = 24;
     for i in 0..n {
@@ -139,6 +154,10 @@ fn uploads_refused_with_503_back_off_and_are_all_stored() {
         )
         .unwrap();
     }
+    wait_for(30, "an upload refused and backed off", || {
+        m.log_text().contains("uploads in flight: at most")
+    });
+    drop(held);
     env.wait_uploaded();
     for i in 0..n {
         let name = format!("b-{i:02}");

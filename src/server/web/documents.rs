@@ -27,7 +27,7 @@ use super::session::WebUser;
 use super::web_path;
 use crate::api::path::encode_segment;
 use crate::api::{Error, ErrorKind, Node, NodePath, PreviewStatus, Version};
-use crate::backend::Backend;
+use crate::backend::{Backend, Download};
 
 /// Widest page image of the preview page, and of its thumbnails (pixels; the browser scales
 /// them down further on a narrow screen).
@@ -233,7 +233,14 @@ pub async fn download(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let d = match download_of(&state, &user.backend, user.user_id, &id, &headers).await {
+    let d = download_of(&state, &user.backend, user.user_id, &id, &headers).await;
+    as_attachment(&user, d)
+}
+
+/// A download's answer: the bytes as a private attachment that is never shown as a page; a
+/// bad range in the API's words, any other error as the site's page.
+fn as_attachment(user: &WebUser, d: Result<Download, Error>) -> Response {
+    let d = match d {
         Ok(d) => d,
         Err(e) if e.kind == ErrorKind::RangeNotSatisfiable => return ApiError(e).into_response(),
         Err(e) => return user.error(&by_id(e)),
@@ -253,16 +260,8 @@ pub async fn download_version(
     Path((id, version)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    let d = match version_of(&state, &user.backend, user.user_id, &id, &version, &headers).await {
-        Ok(d) => d,
-        Err(e) if e.kind == ErrorKind::RangeNotSatisfiable => return ApiError(e).into_response(),
-        Err(e) => return user.error(&by_id(e)),
-    };
-    let name = d.node.name.clone();
-    let mut resp = send(d, content_type(&name));
-    not_a_page(&mut resp, PRIVATE);
-    attachment(&mut resp, &name);
-    resp
+    let d = version_of(&state, &user.backend, user.user_id, &id, &version, &headers).await;
+    as_attachment(&user, d)
 }
 
 /// POST `/web/restore/{id}/{version}` (the file page's restore form): the version becomes
