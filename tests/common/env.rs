@@ -104,6 +104,24 @@ impl Env {
         LocalBackend::new(store)
     }
 
+    /// Stops the server and mounts again from the cache dir alone (`--timeout 3`): the mount
+    /// starts offline, within 10 s. Returns it and the server's address (`serve_again`).
+    #[allow(dead_code)] // for the mount tests only
+    pub fn mount_offline(&mut self) -> (Mount, String) {
+        let server = self.server.take().expect("a server to stop");
+        let base = server.base.clone();
+        self.rt.block_on(server.stop());
+        let cache = self.cache.to_str().unwrap();
+        let args = ["--cache-dir", cache, "--server", &base, "--timeout", "3"];
+        let started = std::time::Instant::now();
+        let m = Mount::start_with_env(&self.mnt, &args, &[("XDG_CONFIG_HOME", &self.config)]);
+        let took = started.elapsed();
+        eprintln!("mounted offline in {:.2} s", took.as_secs_f64());
+        assert!(took.as_secs() < 10, "{took:?}\n{}", m.log_text());
+        assert_eq!(m.status()["offline"], true, "{}", m.log_text());
+        (m, base.trim_start_matches("http://").to_string())
+    }
+
     /// Starts the server again on `addr` over the same data dir (after a test stopped it).
     pub fn serve_again(&mut self, addr: &str) {
         let data = self.data.clone();

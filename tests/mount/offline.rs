@@ -2,10 +2,9 @@
 //! whole, stages writes and stores them once the server is back.
 
 use std::fs;
-use std::time::{Duration, Instant};
 
 use crate::common::env::{Env, VAULT, Via, within};
-use crate::common::mount::{Mount, wait_for};
+use crate::common::mount::wait_for;
 use crate::errno_of;
 use vaultfs::api::NodePath;
 use vaultfs::backend::Backend;
@@ -32,19 +31,7 @@ fn a_mount_starts_offline_from_what_it_read_and_stores_what_was_written_meanwhil
     assert_eq!(fs::read(dir.join("read.txt")).unwrap(), b"read before");
     m.unmount();
 
-    let server = env.server.take().unwrap();
-    let base = server.base.clone();
-    let addr = base.trim_start_matches("http://").to_string();
-    env.rt.block_on(server.stop());
-
-    // (`env.mount` without a server would mount the data dir itself.)
-    let cache = env.cache.to_str().unwrap();
-    let args = ["--cache-dir", cache, "--server", &base, "--timeout", "3"];
-    let started = Instant::now();
-    let m = Mount::start_with_env(&env.mnt, &args, &[("XDG_CONFIG_HOME", &env.config)]);
-    let took = started.elapsed();
-    eprintln!("mounted offline in {:.2} s", took.as_secs_f64());
-    assert!(took < Duration::from_secs(10), "{took:?}\n{}", m.log_text());
+    let (m, addr) = env.mount_offline();
     let mut names = crate::common::mount::names(&dir);
     names.sort();
     assert_eq!(names, ["read.txt", "unread.txt"], "{}", m.log_text());
@@ -104,13 +91,7 @@ fn the_mounts_own_changes_are_in_the_tree_it_starts_offline_from() {
     // The snapshot is written every 2 s and at unmount.
     m.unmount();
 
-    let server = env.server.take().unwrap();
-    let base = server.base.clone();
-    env.rt.block_on(server.stop());
-    let cache = env.cache.to_str().unwrap();
-    let args = ["--cache-dir", cache, "--server", &base, "--timeout", "3"];
-    let m = Mount::start_with_env(&env.mnt, &args, &[("XDG_CONFIG_HOME", &env.config)]);
-    assert_eq!(m.status()["offline"], true);
+    let (m, _) = env.mount_offline();
     let mut names = crate::common::mount::names(&dir);
     names.sort();
     assert_eq!(names, ["made-here.txt", "renamed.txt"], "{}", m.log_text());

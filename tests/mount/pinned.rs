@@ -131,18 +131,7 @@ fn a_pinned_folder_never_read_is_whole_offline_refreshed_and_kept_across_remount
     m.unmount();
 
     // The server goes; a new mount starts from what the cache dir holds.
-    let server = env.server.take().unwrap();
-    let base = server.base.clone();
-    let addr = base.trim_start_matches("http://").to_string();
-    env.rt.block_on(server.stop());
-    let cache = env.cache.to_str().unwrap();
-    let args = ["--cache-dir", cache, "--server", &base, "--timeout", "3"];
-    let started = Instant::now();
-    let m = Mount::start_with_env(&env.mnt, &args, &[("XDG_CONFIG_HOME", &env.config)]);
-    let took = started.elapsed();
-    eprintln!("mounted offline in {:.2} s", took.as_secs_f64());
-    assert!(took < Duration::from_secs(10), "{took:?}\n{}", m.log_text());
-    assert_eq!(m.status()["offline"], true);
+    let (m, addr) = env.mount_offline();
     for (name, data) in &files {
         let got = fs::read(dir.join(name));
         assert!(got.is_ok(), "{name}: {got:?}\n{}", m.log_text());
