@@ -703,9 +703,15 @@ impl Table {
         if let Some(i) = self.inodes.get_mut(&ino) {
             i.touched = now;
         }
-        // Its folder's entry in the offline snapshot (a new ID, size or md5 after an upload).
-        let parent = self.inodes.get(&ino).and_then(|i| i.path.parent());
-        if let Some(p) = parent.and_then(|p| self.by_path.get(&p).copied()) {
+        // Its folder's entry in the offline snapshot (a new ID, size or md5 after an upload),
+        // and a folder's own listing under its new path (a rename).
+        let Some(i) = self.inodes.get(&ino) else {
+            return;
+        };
+        if i.kind == InodeKind::Dir {
+            self.snapshot_due.insert(ino);
+        }
+        if let Some(p) = i.path.parent().and_then(|p| self.by_path.get(&p).copied()) {
             self.snapshot_due.insert(p);
         }
     }

@@ -69,9 +69,9 @@ fn a_mount_starts_offline_from_what_it_read_and_stores_what_was_written_meanwhil
 }
 
 /// What this mount itself changed is in the tree it starts offline from: while the change feed
-/// keeps a listing fresh, the mount's own creates, renames and deletes are not fetched again,
-/// and the snapshot takes them from the mount's table (found by the pinning work: the vault
-/// listed empty offline after a file written and stored through the mount).
+/// keeps a listing fresh, the mount's own creates, renames (a folder's too) and deletes are not
+/// fetched again, and the snapshot takes them from the mount's table (found by the pinning
+/// work: the vault listed empty offline after a file written and stored through the mount).
 #[test]
 fn the_mounts_own_changes_are_in_the_tree_it_starts_offline_from() {
     let Some(mut env) = Env::new(Via::Remote) else {
@@ -82,10 +82,13 @@ fn the_mounts_own_changes_are_in_the_tree_it_starts_offline_from() {
     fs::create_dir(&dir).unwrap();
     fs::write(dir.join("old.txt"), b"to be renamed").unwrap();
     fs::write(dir.join("gone.txt"), b"to be deleted").unwrap();
+    fs::create_dir(dir.join("sub")).unwrap();
+    fs::write(dir.join("sub/in.txt"), b"in a folder renamed").unwrap();
     env.wait_uploaded();
-    assert_eq!(crate::common::mount::names(&dir).len(), 2);
+    assert_eq!(crate::common::mount::names(&dir).len(), 3);
     fs::write(dir.join("made-here.txt"), b"made here").unwrap();
     fs::rename(dir.join("old.txt"), dir.join("renamed.txt")).unwrap();
+    fs::rename(dir.join("sub"), dir.join("moved")).unwrap();
     fs::remove_file(dir.join("gone.txt")).unwrap();
     env.wait_uploaded();
     // The snapshot is written every 2 s and at unmount.
@@ -94,7 +97,13 @@ fn the_mounts_own_changes_are_in_the_tree_it_starts_offline_from() {
     let (m, _) = env.mount_offline();
     let mut names = crate::common::mount::names(&dir);
     names.sort();
-    assert_eq!(names, ["made-here.txt", "renamed.txt"], "{}", m.log_text());
+    assert_eq!(
+        names,
+        ["made-here.txt", "moved", "renamed.txt"],
+        "{}",
+        m.log_text()
+    );
+    assert_eq!(crate::common::mount::names(&dir.join("moved")), ["in.txt"]);
     // As the store has them (bytes written through an earlier mount are not kept in the read
     // cache across a remount unless pinned: reads of them fail offline, as of any not kept).
     assert_eq!(fs::metadata(dir.join("made-here.txt")).unwrap().len(), 9);
