@@ -261,30 +261,45 @@ impl Follow {
         relock(&self.echo).remove(&(parent, name.to_string()))
     }
 
-    /// Removes `path` through the mount, answered by `is_echo`: the kernel then drops its
-    /// entry and tells watchers (`IN_DELETE`), which no notification does (Linux 6.18's
-    /// `FUSE_NOTIFY_DELETE` drops the entry with `d_delete`, which tells no watcher).
-    fn echo_remove(&self, root: &NodePath, parent: Ino, path: &NodePath, dir: bool) -> bool {
-        let (Some(mnt), Some(name)) = (self.mountpoint.get(), path.name()) else {
-            return false;
+    /// Removes the paths through the mount (`echo`), each answered by `is_echo`: the kernel
+    /// then drops its entry and tells watchers (`IN_DELETE`), which no notification does
+    /// (Linux 6.18's `FUSE_NOTIFY_DELETE` drops the entry with `d_delete`, which tells no
+    /// watcher). Whether each went that way.
+    fn echo_remove(&self, root: &NodePath, gone: &[(Ino, NodePath, bool)]) -> Vec<bool> {
+        let Some(mnt) = self.mountpoint.get() else {
+            return vec![false; gone.len()];
         };
-        if !root.contains(path) || path == root {
-            return false;
+        let mut local = Vec::new();
+        let mut keys = Vec::new();
+        for (parent, path, dir) in gone {
+            let Some(name) = path.name().filter(|_| root.contains(path) && path != root) else {
+                continue;
+            };
+            let mut p = mnt.clone();
+            for seg in &path.segments()[root.depth()..] {
+                p.push(seg);
+            }
+            keys.push((*parent, name.to_string()));
+            local.push((p, *dir));
         }
-        let mut local = mnt.clone();
-        for seg in &path.segments()[root.depth()..] {
-            local.push(seg);
+        relock(&self.echo).extend(keys.iter().cloned());
+        let removed = super::echo::remove_all(&local);
+        // Not reached where it failed (the kernel had no entry: it looked the name up, and it
+        // is gone).
+        let mut echo = relock(&self.echo);
+        for k in &keys {
+            echo.remove(k);
         }
-        let key = (parent, name.to_string());
-        relock(&self.echo).insert(key.clone());
-        let r = if dir {
-            std::fs::remove_dir(&local)
-        } else {
-            std::fs::remove_file(&local)
-        };
-        // Not reached (the kernel had no entry: it looked the name up, and it is gone).
-        relock(&self.echo).remove(&key);
-        r.is_ok()
+        drop(echo);
+        let mut went = removed.into_iter();
+        gone.iter()
+            .map(|(_, path, _)| {
+                path.name().is_some()
+                    && root.contains(path)
+                    && path != root
+                    && went.next().unwrap_or(false)
+            })
+            .collect()
     }
 }
 
@@ -302,11 +317,19 @@ pub(super) fn notify<B: Backend>(fs: &Fs<B>, mut what: Vec<Kernel>) {
     let root = fs.opts.root.clone();
     // Outside any request: the kernel may wait on one of ours while handling a notification.
     tokio::task::spawn_blocking(move || {
+        let gone: Vec<_> = what
+            .iter()
+            .filter_map(|k| match k {
+                Kernel::Delete(p, _, path, dir) => Some((*p, path.clone(), *dir)),
+                _ => None,
+            })
+            .collect();
+        let mut echoed = follow.echo_remove(&root, &gone).into_iter();
         for k in what {
             let r = match &k {
                 Kernel::Entry(p, name) => n.inval_entry(INodeNo(*p), OsStr::new(name)),
-                Kernel::Delete(p, c, path, dir) => {
-                    if follow.echo_remove(&root, *p, path, *dir) {
+                Kernel::Delete(p, c, path, _) => {
+                    if echoed.next().unwrap_or(false) {
                         Ok(())
                     } else {
                         let name = OsStr::new(path.name().unwrap_or_default());
@@ -412,7 +435,13 @@ fn gone(
     };
     let Some(i) = t.get(ino) else { return };
     // Made again here since (or with bytes waiting here): the delete is older than what we have.
+    // The folder is listed again all the same: a listing followed by the feed is trusted until
+    // the feed says otherwise, and the next one keeps the name only if it is still to be kept
+    // (bytes waiting here, or on the store), not for ever (the model, seed 32: a file deleted
+    // elsewhere right after a change here stayed listed, and ENOENT to open, for good).
     if i.staged.is_some() || t.changed_here_since(ino, at) {
+        log::debug!("{path}: gone elsewhere, kept until listed again (changed here since)");
+        t.expire_listing(pino, past);
         return;
     }
     let dir = i.kind == InodeKind::Dir;

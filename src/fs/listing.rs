@@ -189,6 +189,7 @@ impl<B: Backend> Fs<B> {
                 names.insert(child.name.clone(), ino);
             }
             for (name, ino) in t.local_children(path, started) {
+                log::debug!("listing {path}: {name} kept (changed here, or staged)");
                 names.insert(name, ino);
             }
             let old = t
@@ -213,6 +214,7 @@ impl<B: Backend> Fs<B> {
                         && i.path.name() == Some(&name)
                 });
                 if recent {
+                    log::debug!("listing {path}: {name} kept (changed here since asked)");
                     names.insert(name, ino);
                 } else {
                     let dir_kind = t.get(ino).is_some_and(|i| i.kind == InodeKind::Dir);

@@ -46,6 +46,7 @@
 mod attrs;
 mod cache;
 mod conflict;
+mod echo;
 mod errno;
 mod follow;
 mod freshness;

@@ -61,7 +61,11 @@ impl Mount {
             .arg("mount")
             .arg(dir)
             .args(args)
-            .env("RUST_LOG", "info,fuser=warn")
+            // `VAULTFS_TEST_MOUNT_LOG` (a RUST_LOG filter) for more of a test's mounts.
+            .env(
+                "RUST_LOG",
+                std::env::var("VAULTFS_TEST_MOUNT_LOG").unwrap_or("info,fuser=warn".into()),
+            )
             .envs(envs.iter().map(|(k, v)| (*k, *v)))
             .stdout(Stdio::null())
             .stderr(logf)

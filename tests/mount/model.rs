@@ -36,7 +36,8 @@
 //!
 //! `VAULTFS_MODEL_SEED=N` replays a run's operations (their timing may differ; the seed is
 //! printed, and a failure prints it with every step taken), `VAULTFS_MODEL_STEPS=N` makes a
-//! run longer (default 250: about 30 s a backend).
+//! run longer (default 250: about 30 s a backend), `VAULTFS_MODEL_LOGS=DIR` keeps both mounts'
+//! logs of a failed run there.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{self, OpenOptions};
@@ -780,6 +781,10 @@ impl Run {
         lines.push(format!("store now: {}", show(&self.store_view())));
         for (who, s) in [(Who::A, &self.a), (Who::B, &self.b)] {
             let log = s.mount.as_ref().map(Mount::log_text).unwrap_or_default();
+            // The whole logs, where `VAULTFS_MODEL_LOGS=DIR` asks for them.
+            if let Some(dir) = std::env::var_os("VAULTFS_MODEL_LOGS") {
+                let _ = fs::write(Path::new(&dir).join(format!("{who:?}.log")), &log);
+            }
             for l in log
                 .lines()
                 .filter(|l| l.contains("conflict") || l.contains("elsewhere") || l.contains("WARN"))
@@ -821,25 +826,32 @@ fn show(view: &View) -> String {
 /// The vault as a user of a mount sees it: each file read, each `.versions/FILE/` listed and
 /// read. An error (a name gone while looked at) means the view is still moving.
 fn mount_view(vault: &Path) -> std::io::Result<View> {
+    // An error names the path it came from (a settle that fails says where the views differ).
+    let at = |p: &Path| {
+        let p = p.to_path_buf();
+        move |e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", p.display()))
+    };
     let mut view = View::new();
     for dir in ["", "sub/"] {
         let d = vault.join(dir);
-        for e in fs::read_dir(&d)? {
-            let e = e?;
-            if !e.file_type()?.is_file() {
+        for e in fs::read_dir(&d).map_err(at(&d))? {
+            let e = e.map_err(at(&d))?;
+            if !e.file_type().map_err(at(&e.path()))?.is_file() {
                 continue;
             }
             let name = e.file_name().to_string_lossy().into_owned();
-            let md5 = md5hex(&fs::read(e.path())?);
+            let md5 = md5hex(&fs::read(e.path()).map_err(at(&e.path()))?);
             let mut earlier = Vec::new();
-            match fs::read_dir(d.join(".versions").join(&name)) {
+            let versions = d.join(".versions").join(&name);
+            match fs::read_dir(&versions) {
                 Ok(list) => {
                     for v in list {
-                        earlier.push(md5hex(&fs::read(v?.path())?));
+                        let v = v.map_err(at(&versions))?.path();
+                        earlier.push(md5hex(&fs::read(&v).map_err(at(&v))?));
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
+                Err(e) => return Err(at(&versions)(e)),
             }
             earlier.sort();
             view.insert(format!("{dir}{name}"), (md5, earlier));
