@@ -5,12 +5,14 @@ mod check;
 mod config;
 mod control;
 mod daemon;
+mod link;
 pub mod login;
 mod mount;
 mod mount_helper;
 mod notify;
 mod options;
 mod owner;
+mod search;
 mod status;
 mod sync;
 mod users;
@@ -67,6 +69,11 @@ enum Command {
     /// status as fsck(8): 0 nothing found, 1 everything found repaired, 4 a problem remains, 8
     /// the check could not run.
     Check(check::CheckArgs),
+    /// Print the browser link of a file in a mount (`--preview`, `--download`: those links).
+    Link(link::LinkArgs),
+    /// Find files by the words in them (text files, PDFs' text): paths with a line of
+    /// context, best first. The built-in store, or `--server` (`vaultfs serve`).
+    Search(search::SearchArgs),
     /// Manage the users of the built-in server (run against its data directory).
     #[command(subcommand)]
     User(users::UserCommand),
@@ -468,6 +475,8 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Serve(args) => serve(args),
         Command::Migrate(args) => migrate(args),
         Command::Check(args) => check::check(args),
+        Command::Search(args) => search::search(args),
+        Command::Link(args) => link::link(args),
         Command::User(cmd) => users::user(cmd),
         Command::Client(cmd) => users::client(cmd),
         Command::Login(args) => login::login(args),

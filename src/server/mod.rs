@@ -13,6 +13,7 @@ mod openapi;
 mod pin;
 pub mod proxy;
 mod reply;
+mod search;
 mod web;
 
 use std::net::SocketAddr;
@@ -114,6 +115,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(files::download_version))
         .routes(routes!(nodes::upload))
         .routes(routes!(changes::changes))
+        .routes(routes!(search::search))
         .routes(routes!(files::download))
         .routes(routes!(files::preview))
         .routes(routes!(files::preview_page))

@@ -45,7 +45,7 @@ pub use previews::{
     PreviewStats, default_preview_workers, render_preview_main, this_program,
 };
 pub use put::PutFile;
-pub use search::INDEX_MAX_CHARS;
+pub use search::{INDEX_MAX_CHARS, MAX_LIMIT as MAX_SEARCH_LIMIT};
 // Kept where the store's modules and its callers have always found them.
 pub use crate::api::time::{ns_to_time, time_to_ns};
 

@@ -93,6 +93,21 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Current versions not indexed yet (the indexer's backlog; for the tests and the bench).
+    pub fn search_backlog(&self) -> Result<u64> {
+        let conn = self.lock()?;
+        let n: i64 = conn.query_row(
+            "SELECT count(DISTINCT v.blob) FROM nodes n JOIN versions v ON v.id = n.current_version
+             WHERE n.kind = 3 AND v.blob IS NOT NULL
+               AND NOT EXISTS (SELECT 1 FROM search_docs d WHERE d.blob = v.blob)",
+            [],
+            |r| r.get(0),
+        )?;
+        Ok(n as u64)
+    }
+}
+
 /// Matching files with a line of context, best first (?1 the words, ?2 the account or 0 for
 /// all, ?3 and ?4 the page). Files of trees being purged are left to [`place`].
 const SQLITE_QUERY: &str = "

@@ -1,0 +1,155 @@
+//! Full-text search (issue 35, item 1) through `GET /search` of a real server on loopback, two
+//! accounts: text and PDF found, the index following new versions, moves and deletes, and
+//! another account's files never found.
+
+use std::time::{Duration, Instant};
+
+use super::put;
+use crate::common;
+use crate::common::fixtures::pdf;
+use vaultfs::api::{ErrorKind, NodePath, SearchResults};
+use vaultfs::backend::Backend;
+use vaultfs::backend::remote::{RemoteBackend, RemoteConfig};
+
+fn p(s: &str) -> NodePath {
+    NodePath::parse_uri(s).unwrap()
+}
+
+async fn find(b: &RemoteBackend, q: &str) -> SearchResults {
+    b.search(&NodePath::root(), q, 50).await.unwrap()
+}
+
+/// The URIs found for `q` once there are `n` (within 60 s: the index is made in idle time).
+async fn found(b: &RemoteBackend, q: &str, n: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = find(b, q).await;
+        if r.hits.len() == n {
+            return r.hits.into_iter().map(|h| h.uri).collect();
+        }
+        assert!(Instant::now() < deadline, "{q}: {r:?} after 60 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn search_finds_text_and_pdfs_of_ones_own_account_as_the_tree_is() {
+    let s = common::TestServer::start().await;
+    let remote_of = |c: &common::Creds| {
+        RemoteBackend::new(RemoteConfig::new(&s.base, &c.email, &c.token)).unwrap()
+    };
+    let alice = remote_of(&s.user("alice@example.com", "Acme").await);
+    let bob = remote_of(&s.user("bob@example.com", "Bobco").await);
+    let acme = p("/nodes/pth/Acme/My First Vault");
+    let bobco = p("/nodes/pth/Bobco/My First Vault");
+    put(&alice, &acme, "notes.md", b"# Notes\n\nThe quick zebrafish swims.\nOther line.\n").await;
+    let report = pdf(&["BT /F1 12 Tf 72 700 Td (Quarterly okapi figures) Tj ET".into()]);
+    put(&alice, &acme, "report.pdf", &report).await;
+    put(&bob, &bobco, "mine.txt", b"bob keeps zebrafish too").await;
+
+    assert_eq!(
+        found(&alice, "zebrafish", 1).await,
+        ["/nodes/pth/Acme/My First Vault/notes.md"]
+    );
+    let hit = &find(&alice, "ZEBRAFISH quick").await.hits[0];
+    assert!(hit.context.contains("quick zebrafish swims"), "{hit:?}");
+    assert_eq!(
+        found(&bob, "zebrafish", 1).await,
+        ["/nodes/pth/Bobco/My First Vault/mine.txt"],
+        "another account's file was found"
+    );
+    assert_eq!(
+        found(&alice, "okapi", 1).await,
+        ["/nodes/pth/Acme/My First Vault/report.pdf"],
+        "a PDF's text"
+    );
+    assert!(find(&bob, "okapi").await.hits.is_empty());
+    // A folder of another account is refused, as a listing of it is.
+    let e = bob.search(&acme, "okapi", 10).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Forbidden, "{e}");
+
+    // A new version: its words are found, the old ones are not.
+    put_version(&alice, "/nodes/pth/Acme/My First Vault/notes.md", b"now about narwhals").await;
+    found(&alice, "narwhals", 1).await;
+    assert!(find(&alice, "zebrafish").await.hits.is_empty());
+    // A move: found where it is now, at once.
+    alice.create_folder(&p("/nodes/pth/Acme/My First Vault/sea")).await.unwrap();
+    let moved = "/nodes/pth/Acme/My First Vault/sea/narwhals.md";
+    alice
+        .rename(&p("/nodes/pth/Acme/My First Vault/notes.md"), &p(moved), false)
+        .await
+        .unwrap();
+    assert_eq!(found(&alice, "narwhals", 1).await, [moved]);
+    let under = alice
+        .search(&p("/nodes/pth/Acme/My First Vault/sea"), "narwhals", 10)
+        .await
+        .unwrap();
+    assert_eq!(under.hits.len(), 1);
+    let elsewhere = alice
+        .search(&p("/nodes/pth/Acme/My First Vault/sea"), "okapi", 10)
+        .await
+        .unwrap();
+    assert!(elsewhere.hits.is_empty(), "{elsewhere:?}");
+    // A delete: gone at once.
+    alice.delete(&p(moved)).await.unwrap();
+    assert!(find(&alice, "narwhals").await.hits.is_empty());
+    assert!(s.store.check_integrity().unwrap().is_empty());
+}
+
+async fn put_version(b: &RemoteBackend, path: &str, data: &[u8]) {
+    let id = b.node(&p(path)).await.unwrap().file_id().unwrap();
+    let v = b.begin_version(&id, data.len() as u64, None).await.unwrap();
+    let vid = v.file_ex_properties.unwrap().version_id.unwrap();
+    b.upload(&id, &vid, data.len() as u64, super::once(data.to_vec()))
+        .await
+        .unwrap();
+}
+
+/// The target of issue 35: a word query over 10,000 documents (text and PDF) of the built-in
+/// store answers in under 100 ms. Measured, not part of the usual run (it stores 10,000 files
+/// and indexes them): `cargo test --release --test previews search_of_10000 -- --ignored
+/// --nocapture`.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn search_of_10000_documents_answers_in_under_100ms() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(vaultfs::store::Store::open_local(dir.path()).unwrap());
+    store
+        .start_previews(1, std::path::Path::new(common::mount::BIN))
+        .unwrap();
+    let b = vaultfs::backend::local::LocalBackend::new(store.clone());
+    let vault = super::vault();
+    let words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"];
+    let started = Instant::now();
+    for i in 0..10_000usize {
+        let w = words[i % words.len()];
+        if i % 50 == 0 {
+            let page = format!("BT /F1 12 Tf 72 700 Td (report {i} about {w} and okapi) Tj ET");
+            put(&b, &vault, &format!("doc{i}.pdf"), &pdf(&[page])).await;
+        } else {
+            let text = format!("document {i}\n{w} notes on line two\nkeyword{i} {w} okapi\n");
+            put(&b, &vault, &format!("doc{i}.txt"), text.as_bytes()).await;
+        }
+    }
+    eprintln!("stored 10,000 files in {:?}", started.elapsed());
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    while store.search_backlog().unwrap() > 0 {
+        assert!(Instant::now() < deadline, "not indexed after 30 min");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!("indexed after {:?}", started.elapsed());
+    let root = NodePath::root();
+    let mut times = Vec::new();
+    for q in ["okapi", "delta", "keyword4242", "report", "delta okapi"] {
+        for _ in 0..5 {
+            let t = Instant::now();
+            let r = b.search(&root, q, 50).await.unwrap();
+            times.push(t.elapsed());
+            assert!(!r.hits.is_empty(), "{q}");
+        }
+    }
+    times.sort();
+    let (median, worst) = (times[times.len() / 2], times[times.len() - 1]);
+    eprintln!("word query over 10,000 documents: median {median:?}, slowest {worst:?}");
+    assert!(worst < Duration::from_millis(100), "slowest {worst:?}");
+}
