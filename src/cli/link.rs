@@ -56,11 +56,9 @@ pub fn link(args: LinkArgs) -> Result<(), Box<dyn std::error::Error>> {
             args.file.display()
         )
         .into()),
-        Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => Err(format!(
-            "{}: not in a vaultfs mount ({e})",
-            args.file.display()
-        )
-        .into()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => {
+            Err(format!("{}: not in a vaultfs mount ({e})", args.file.display()).into())
+        }
         Err(e) => Err(format!("{}: {e}", args.file.display()).into()),
     }
 }

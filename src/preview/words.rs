@@ -57,7 +57,13 @@ fn pdf_text(data: &[u8], limits: &Limits) -> Result<String, Unsupported> {
         limits.check_deadline()?;
         super::pdf::check_content(page)?;
         let bbox = Rect::new(-1e6, -1e6, 1e6, 1e6);
-        let mut ctx = Context::new(Affine::IDENTITY, bbox, &cache, page.xref(), settings.clone());
+        let mut ctx = Context::new(
+            Affine::IDENTITY,
+            bbox,
+            &cache,
+            page.xref(),
+            settings.clone(),
+        );
         interpret_page(page, &mut ctx, &mut device);
         device.out.push('\n');
         device.last = None;

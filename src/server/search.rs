@@ -54,9 +54,8 @@ pub async fn search(
     }
     let dir = match q.get("path").map(|p| p.trim()) {
         None | Some("") | Some("/") => NodePath::root(),
-        Some(p) => NodePath::parse_uri(p).or_else(|_| {
-            NodePath::from_segments(p.split('/').filter(|s| !s.is_empty()))
-        })?,
+        Some(p) => NodePath::parse_uri(p)
+            .or_else(|_| NodePath::from_segments(p.split('/').filter(|s| !s.is_empty())))?,
     };
     let found = caller.backend.search_in(&dir, words, limit).await?;
     Ok(ok(found))

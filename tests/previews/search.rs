@@ -42,7 +42,13 @@ async fn search_finds_text_and_pdfs_of_ones_own_account_as_the_tree_is() {
     let bob = remote_of(&s.user("bob@example.com", "Bobco").await);
     let acme = p("/nodes/pth/Acme/My First Vault");
     let bobco = p("/nodes/pth/Bobco/My First Vault");
-    put(&alice, &acme, "notes.md", b"# Notes\n\nThe quick zebrafish swims.\nOther line.\n").await;
+    put(
+        &alice,
+        &acme,
+        "notes.md",
+        b"# Notes\n\nThe quick zebrafish swims.\nOther line.\n",
+    )
+    .await;
     let report = pdf(&["BT /F1 12 Tf 72 700 Td (Quarterly okapi figures) Tj ET".into()]);
     put(&alice, &acme, "report.pdf", &report).await;
     put(&bob, &bobco, "mine.txt", b"bob keeps zebrafish too").await;
@@ -69,14 +75,26 @@ async fn search_finds_text_and_pdfs_of_ones_own_account_as_the_tree_is() {
     assert_eq!(e.kind, ErrorKind::Forbidden, "{e}");
 
     // A new version: its words are found, the old ones are not.
-    put_version(&alice, "/nodes/pth/Acme/My First Vault/notes.md", b"now about narwhals").await;
+    put_version(
+        &alice,
+        "/nodes/pth/Acme/My First Vault/notes.md",
+        b"now about narwhals",
+    )
+    .await;
     found(&alice, "narwhals", 1).await;
     assert!(find(&alice, "zebrafish").await.hits.is_empty());
     // A move: found where it is now, at once.
-    alice.create_folder(&p("/nodes/pth/Acme/My First Vault/sea")).await.unwrap();
+    alice
+        .create_folder(&p("/nodes/pth/Acme/My First Vault/sea"))
+        .await
+        .unwrap();
     let moved = "/nodes/pth/Acme/My First Vault/sea/narwhals.md";
     alice
-        .rename(&p("/nodes/pth/Acme/My First Vault/notes.md"), &p(moved), false)
+        .rename(
+            &p("/nodes/pth/Acme/My First Vault/notes.md"),
+            &p(moved),
+            false,
+        )
         .await
         .unwrap();
     assert_eq!(found(&alice, "narwhals", 1).await, [moved]);
@@ -119,7 +137,9 @@ async fn search_of_10000_documents_answers_in_under_100ms() {
         .unwrap();
     let b = vaultfs::backend::local::LocalBackend::new(store.clone());
     let vault = super::vault();
-    let words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"];
+    let words = [
+        "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel",
+    ];
     let started = Instant::now();
     for i in 0..10_000usize {
         let w = words[i % words.len()];

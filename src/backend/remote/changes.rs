@@ -56,8 +56,7 @@ impl RemoteBackend {
         limit: u64,
     ) -> Result<crate::api::SearchResults> {
         let enc = |s: &str| {
-            percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC)
-                .to_string()
+            percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
         };
         let mut path = format!("/search?q={}&limit={limit}", enc(query));
         if !dir.is_root() {

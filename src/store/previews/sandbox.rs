@@ -332,7 +332,11 @@ pub fn child_main(kind: &str, dir: &Path) -> ExitCode {
 /// The child's side of [`PDF_TEXT`].
 fn text_child(dir: &Path) -> ExitCode {
     let mut data = Vec::new();
-    if let Err(e) = std::io::stdin().lock().take(MAX_INPUT).read_to_end(&mut data) {
+    if let Err(e) = std::io::stdin()
+        .lock()
+        .take(MAX_INPUT)
+        .read_to_end(&mut data)
+    {
         eprintln!("render-preview: reading the input: {e}");
         return ExitCode::from(2);
     }

@@ -184,8 +184,8 @@ impl Work {
                     .take(INDEX_MAX_CHARS as u64)
                     .read_to_end(&mut data)
                     .map_err(|e| e.to_string())?;
-                let text = preview::extract_text(kind, &data, &Limits::default())
-                    .map_err(|e| e.0)?;
+                let text =
+                    preview::extract_text(kind, &data, &Limits::default()).map_err(|e| e.0)?;
                 Ok(Some(Ok(text)))
             }
             PreviewKind::Pdf if file.len() <= MAX_INPUT => {

@@ -44,7 +44,10 @@ impl Store {
     ) -> Result<SearchResults> {
         let words: Vec<&str> = query.split_whitespace().collect();
         if words.is_empty() {
-            return Err(Error::bad_request("bad_parameter", "`q`: no words to search for"));
+            return Err(Error::bad_request(
+                "bad_parameter",
+                "`q`: no words to search for",
+            ));
         }
         let limit = limit.clamp(1, MAX_LIMIT) as usize;
         let conn = self.lock()?;
