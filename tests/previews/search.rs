@@ -1,6 +1,7 @@
 //! Full-text search (issue 35, item 1) through `GET /search` of a real server on loopback, two
-//! accounts: text and PDF found, the index following new versions, moves and deletes, and
-//! another account's files never found.
+//! accounts: text and PDF found, the index following new versions, restores, moves and deletes
+//! (a deleted file kept restorable is not found until restored), and another account's files
+//! never found.
 
 use std::time::{Duration, Instant};
 
@@ -10,6 +11,8 @@ use crate::common::fixtures::pdf;
 use vaultfs::api::{ErrorKind, NodePath, SearchResults};
 use vaultfs::backend::Backend;
 use vaultfs::backend::remote::{RemoteBackend, RemoteConfig};
+use vaultfs::server::ServerOptions;
+use vaultfs::store::Scope;
 
 fn p(s: &str) -> NodePath {
     NodePath::parse_uri(s).unwrap()
@@ -17,6 +20,10 @@ fn p(s: &str) -> NodePath {
 
 async fn find(b: &RemoteBackend, q: &str) -> SearchResults {
     b.search(&NodePath::root(), q, 50).await.unwrap()
+}
+
+async fn find_uris(b: &RemoteBackend, q: &str) -> Vec<String> {
+    find(b, q).await.hits.into_iter().map(|h| h.uri).collect()
 }
 
 /// The URIs found for `q` once there are `n` (within 60 s: the index is made in idle time).
@@ -34,7 +41,9 @@ async fn found(b: &RemoteBackend, q: &str, n: usize) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn search_finds_text_and_pdfs_of_ones_own_account_as_the_tree_is() {
-    let s = common::TestServer::start().await;
+    // As `vaultfs serve` runs: earlier versions and deleted files kept.
+    let s = common::TestServer::start_with(common::served_retention(), ServerOptions::default())
+        .await;
     let remote_of = |c: &common::Creds| {
         RemoteBackend::new(RemoteConfig::new(&s.base, &c.email, &c.token)).unwrap()
     };
@@ -83,6 +92,25 @@ async fn search_finds_text_and_pdfs_of_ones_own_account_as_the_tree_is() {
     .await;
     found(&alice, "narwhals", 1).await;
     assert!(find(&alice, "zebrafish").await.hits.is_empty());
+    // The earlier version restored: its words again, at once (its text was kept with its
+    // bytes), and back to the newer one.
+    let notes = alice
+        .node(&p("/nodes/pth/Acme/My First Vault/notes.md"))
+        .await
+        .unwrap()
+        .file_id()
+        .unwrap();
+    let kept = s.store.versions(Scope::All, &notes).unwrap();
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    s.store
+        .restore_version(Scope::All, &notes, &kept[1].version_id)
+        .unwrap();
+    assert_eq!(find(&alice, "zebrafish").await.hits.len(), 1);
+    assert!(find(&alice, "narwhals").await.hits.is_empty());
+    s.store
+        .restore_version(Scope::All, &notes, &kept[0].version_id)
+        .unwrap();
+    assert_eq!(find(&alice, "narwhals").await.hits.len(), 1);
     // A move: found where it is now, at once.
     alice
         .create_folder(&p("/nodes/pth/Acme/My First Vault/sea"))
@@ -108,7 +136,15 @@ async fn search_finds_text_and_pdfs_of_ones_own_account_as_the_tree_is() {
         .await
         .unwrap();
     assert!(elsewhere.hits.is_empty(), "{elsewhere:?}");
-    // A delete: gone at once.
+    // A delete: gone at once, though the file is kept restorable; restored, found again.
+    alice.delete(&p(moved)).await.unwrap();
+    assert!(find(&alice, "narwhals").await.hits.is_empty());
+    let sea = p("/nodes/pth/Acme/My First Vault/sea");
+    let gone = s.store.deleted_files(Scope::All, &sea).unwrap();
+    assert_eq!(gone.len(), 1, "{gone:?}");
+    assert!(alice.search(&sea, "narwhals", 10).await.unwrap().hits.is_empty());
+    s.store.restore_deleted(Scope::All, &gone[0].id).unwrap();
+    assert_eq!(find_uris(&alice, "narwhals").await, [moved]);
     alice.delete(&p(moved)).await.unwrap();
     assert!(find(&alice, "narwhals").await.hits.is_empty());
     assert!(s.store.check_integrity().unwrap().is_empty());
