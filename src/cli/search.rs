@@ -58,8 +58,17 @@ pub fn search(args: SearchArgs) -> Result<(), Box<dyn std::error::Error>> {
             let data_dir = args.data.path();
             let store = Store::open_local(&data_dir)
                 .map_err(|e| format!("cannot open the store in {}: {e}", data_dir.display()))?;
-            let backend = LocalBackend::new(Arc::new(store));
-            rt.block_on(backend.search(&dir, &query, args.limit))
+            let store = Arc::new(store);
+            let found = LocalBackend::new(store.clone());
+            let found = rt.block_on(found.search(&dir, &query, args.limit));
+            // Only a mount or `vaultfs serve` of the store makes the index (in idle time).
+            if let Ok(n @ 1..) = store.search_backlog() {
+                eprintln!(
+                    "({n} file(s) not indexed yet: a mount or `vaultfs serve` of this store \
+                     indexes them while it is idle)"
+                );
+            }
+            found
         }
     }?;
     if args.json {

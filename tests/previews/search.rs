@@ -264,4 +264,23 @@ async fn the_cli_prints_paths_with_context_and_json() {
         2
     );
     assert_eq!(run(&["nothing", "okapi"]), "");
+    // Stored with no mount or server to index it: not found yet, and the CLI says why.
+    {
+        let store = std::sync::Arc::new(vaultfs::store::Store::open_local(dir.path()).unwrap());
+        let b = vaultfs::backend::local::LocalBackend::new(store);
+        put(&b, &super::vault(), "c.txt", b"a late okapi").await;
+    }
+    let out = std::process::Command::new(common::mount::BIN)
+        .args(["search", "--data-dir"])
+        .arg(dir.path())
+        .arg("okapi")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.stdout, run(&["okapi"]).as_bytes());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "(1 file(s) not indexed yet: a mount or `vaultfs serve` of this store indexes them \
+         while it is idle)\n"
+    );
 }
