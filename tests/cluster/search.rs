@@ -46,7 +46,9 @@ async fn a_database_of_schema_11_gets_the_search_index_shared_by_both_servers() 
         put(&a, "old.txt", "the wombat was here first".into()).await;
     }
     // As schema 11 was: no search index.
-    let conn = Engine::Postgres(cluster.database.clone()).connect().unwrap();
+    let conn = Engine::Postgres(cluster.database.clone())
+        .connect()
+        .unwrap();
     conn.execute_batch(
         "DROP TABLE search_docs; DROP INDEX nodes_by_version;
          DROP TRIGGER blobs_drop_search ON blobs; DROP FUNCTION blobs_drop_search();
@@ -75,7 +77,12 @@ async fn a_database_of_schema_11_gets_the_search_index_shared_by_both_servers() 
     assert_eq!(found(&a2, "wombat", 1).await, [old.clone()]);
     assert_eq!(uris(&a1, "WOMBAT first").await, [old.clone()]);
     // New files; another account's never found.
-    put(&a1, "new.md", "# Plans\n\nA wombat burrow, then tea.\n".into()).await;
+    put(
+        &a1,
+        "new.md",
+        "# Plans\n\nA wombat burrow, then tea.\n".into(),
+    )
+    .await;
     let bobs = bob
         .create_file(
             &NodePath::parse_uri("/nodes/pth/Bobco/My First Vault").unwrap(),

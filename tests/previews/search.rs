@@ -42,8 +42,8 @@ async fn found(b: &RemoteBackend, q: &str, n: usize) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn search_finds_text_and_pdfs_of_ones_own_account_as_the_tree_is() {
     // As `vaultfs serve` runs: earlier versions and deleted files kept.
-    let s = common::TestServer::start_with(common::served_retention(), ServerOptions::default())
-        .await;
+    let s =
+        common::TestServer::start_with(common::served_retention(), ServerOptions::default()).await;
     let remote_of = |c: &common::Creds| {
         RemoteBackend::new(RemoteConfig::new(&s.base, &c.email, &c.token)).unwrap()
     };
@@ -142,7 +142,14 @@ async fn search_finds_text_and_pdfs_of_ones_own_account_as_the_tree_is() {
     let sea = p("/nodes/pth/Acme/My First Vault/sea");
     let gone = s.store.deleted_files(Scope::All, &sea).unwrap();
     assert_eq!(gone.len(), 1, "{gone:?}");
-    assert!(alice.search(&sea, "narwhals", 10).await.unwrap().hits.is_empty());
+    assert!(
+        alice
+            .search(&sea, "narwhals", 10)
+            .await
+            .unwrap()
+            .hits
+            .is_empty()
+    );
     s.store.restore_deleted(Scope::All, &gone[0].id).unwrap();
     assert_eq!(find_uris(&alice, "narwhals").await, [moved]);
     alice.delete(&p(moved)).await.unwrap();
