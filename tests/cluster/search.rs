@@ -74,8 +74,8 @@ async fn a_database_of_schema_11_gets_the_search_index_shared_by_both_servers() 
 
     // What the database held is indexed, and found through both servers.
     let old = at("old.txt").uri();
-    assert_eq!(found(&a2, "wombat", 1).await, [old.clone()]);
-    assert_eq!(uris(&a1, "WOMBAT first").await, [old.clone()]);
+    assert_eq!(found(&a2, "wombat", 1).await, [old.as_str()]);
+    assert_eq!(uris(&a1, "WOMBAT first").await, [old.as_str()]);
     // New files; another account's never found.
     put(
         &a1,
@@ -110,7 +110,7 @@ async fn a_database_of_schema_11_gets_the_search_index_shared_by_both_servers() 
     // neither; restored, found at both again.
     a1.delete(&at("new.md")).await.unwrap();
     assert_eq!(uris(&a2, "burrow").await, Vec::<String>::new());
-    assert_eq!(uris(&a1, "wombat").await, [old.clone()]);
+    assert_eq!(uris(&a1, "wombat").await, [old.as_str()]);
     let store = cluster.store();
     let gone = store.deleted_files(Scope::All, &crate::vault()).unwrap();
     assert_eq!(gone.len(), 1, "{gone:?}");
