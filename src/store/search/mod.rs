@@ -171,6 +171,72 @@ fn place(conn: &Connection, id: i64, within: Option<i64>) -> Result<Option<NodeP
 #[cfg(test)]
 mod tests {
     use super::fts5_query;
+    use crate::api::{Base, FileAttrs, NodePath};
+    use crate::store::{PutFile, Retention, Scope, Store, StoreConfig, test_path, this_program};
+    use std::time::{Duration, Instant};
+
+    /// A store of schema 11 (deleted files kept, no index) opened by this one: the index is
+    /// added and made of what the store holds; its deleted file (kept restorable, so its text
+    /// is indexed too) is not found until restored.
+    #[test]
+    fn a_store_of_schema_11_gets_the_index_of_what_it_holds() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("store");
+        let config = || StoreConfig {
+            retention: Retention {
+                count: Some(50),
+                age: Some(Duration::from_secs(30 * 24 * 3600)),
+                bytes: None,
+            },
+            ..StoreConfig::default()
+        };
+        {
+            let store = Store::open_local_with(&dir, config()).unwrap();
+            for (name, text) in [("a.txt", "the okapi grazes"), ("b.txt", "another okapi")] {
+                let staged = tmp.path().join(name);
+                std::fs::write(&staged, text).unwrap();
+                let put = PutFile {
+                    base: Base::Any,
+                    path: test_path(name),
+                    file_id: None,
+                    source: std::sync::Arc::new(std::fs::File::open(&staged).unwrap()),
+                    len: text.len() as u64,
+                    sealed: false,
+                    digests: None,
+                    attrs: FileAttrs::default(),
+                    cancel: Default::default(),
+                };
+                store.put_files(Scope::All, &[put]).remove(0).unwrap();
+            }
+            store.delete(Scope::All, &test_path("b.txt")).unwrap();
+        }
+        let conn = rusqlite::Connection::open(dir.join("vault.db")).unwrap();
+        conn.execute_batch(
+            "DROP TRIGGER blobs_drop_search; DROP TABLE search_text; DROP TABLE search_docs;
+             DROP INDEX nodes_by_version; PRAGMA user_version = 11;",
+        )
+        .unwrap();
+        drop(conn);
+        let store = Store::open_local_with(&dir, config()).unwrap();
+        assert_eq!(store.search_backlog().unwrap(), 2);
+        store.start_previews(1, &this_program()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while store.search_backlog().unwrap() > 0 {
+            assert!(Instant::now() < deadline, "not indexed after 60 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let found = |q: &str| -> Vec<String> {
+            let r = store.search(Scope::All, &NodePath::root(), q, 10).unwrap();
+            r.hits.into_iter().map(|h| h.uri).collect()
+        };
+        assert_eq!(found("okapi"), [test_path("a.txt").uri()]);
+        let gone = store.deleted_files(Scope::All, &test_path("")).unwrap();
+        assert_eq!(gone.len(), 1);
+        store.restore_deleted(Scope::All, &gone[0].id).unwrap();
+        assert_eq!(found("another okapi"), [test_path("b.txt").uri()]);
+        assert_eq!(found("okapi").len(), 2);
+        assert_eq!(store.check_integrity().unwrap(), Vec::<String>::new());
+    }
 
     #[test]
     fn words_are_quoted_not_operators() {
