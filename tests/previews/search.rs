@@ -1,7 +1,7 @@
 //! Full-text search (issue 35, item 1) through `GET /search` of a real server on loopback, two
-//! accounts: text and PDF found, the index following new versions, restores, moves and deletes
-//! (a deleted file kept restorable is not found until restored), and another account's files
-//! never found.
+//! accounts: text and PDF found, the index following new versions, restores, moves (one over a
+//! file too) and deletes (a deleted file kept restorable is not found until restored), and
+//! another account's files never found.
 
 use std::time::{Duration, Instant};
 
@@ -136,24 +136,41 @@ async fn search_finds_text_and_pdfs_of_ones_own_account_as_the_tree_is() {
         .await
         .unwrap();
     assert!(elsewhere.hits.is_empty(), "{elsewhere:?}");
+    // A file moved over it (an editor's save by rename): the file under the name is found by
+    // the bytes moved in, at once; the words they replaced (an earlier version now) are not.
+    let sea = p("/nodes/pth/Acme/My First Vault/sea");
+    put(&alice, &sea, "draft.md", b"a walrus draft").await;
+    assert_eq!(
+        found(&alice, "walrus", 1).await,
+        ["/nodes/pth/Acme/My First Vault/sea/draft.md"]
+    );
+    alice
+        .rename(
+            &p("/nodes/pth/Acme/My First Vault/sea/draft.md"),
+            &p(moved),
+            true,
+        )
+        .await
+        .unwrap();
+    assert_eq!(find_uris(&alice, "walrus").await, [moved]);
+    assert!(find(&alice, "narwhals").await.hits.is_empty());
     // A delete: gone at once, though the file is kept restorable; restored, found again.
     alice.delete(&p(moved)).await.unwrap();
-    assert!(find(&alice, "narwhals").await.hits.is_empty());
-    let sea = p("/nodes/pth/Acme/My First Vault/sea");
+    assert!(find(&alice, "walrus").await.hits.is_empty());
     let gone = s.store.deleted_files(Scope::All, &sea).unwrap();
     assert_eq!(gone.len(), 1, "{gone:?}");
     assert!(
         alice
-            .search(&sea, "narwhals", 10)
+            .search(&sea, "walrus", 10)
             .await
             .unwrap()
             .hits
             .is_empty()
     );
     s.store.restore_deleted(Scope::All, &gone[0].id).unwrap();
-    assert_eq!(find_uris(&alice, "narwhals").await, [moved]);
+    assert_eq!(find_uris(&alice, "walrus").await, [moved]);
     alice.delete(&p(moved)).await.unwrap();
-    assert!(find(&alice, "narwhals").await.hits.is_empty());
+    assert!(find(&alice, "walrus").await.hits.is_empty());
     assert!(s.store.check_integrity().unwrap().is_empty());
 }
 
