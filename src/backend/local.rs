@@ -118,6 +118,18 @@ impl LocalBackend {
         }
     }
 
+    /// [`Backend::search`] (also the server's `GET /search`).
+    pub async fn search_in(
+        &self,
+        dir: &NodePath,
+        query: &str,
+        limit: u64,
+    ) -> Result<crate::api::SearchResults> {
+        let (dir, query) = (dir.clone(), query.to_string());
+        self.run(move |s, scope| s.search(scope, &dir, &query, limit))
+            .await
+    }
+
     /// Runs a store call on a blocking thread.
     async fn run<T, F>(&self, f: F) -> Result<T>
     where
@@ -172,6 +184,15 @@ impl Backend for LocalBackend {
         self.changes_page(cursor, wait, CHANGES_PAGE)
             .await
             .map(Some)
+    }
+
+    async fn search(
+        &self,
+        dir: &NodePath,
+        query: &str,
+        limit: u64,
+    ) -> Result<crate::api::SearchResults> {
+        self.search_in(dir, query, limit).await
     }
 
     async fn node(&self, path: &NodePath) -> Result<Node> {

@@ -189,6 +189,16 @@ pub fn no_versions() -> crate::api::Error {
     )
 }
 
+/// What a backend without full-text search answers.
+pub fn no_search() -> crate::api::Error {
+    crate::api::Error::new(
+        crate::api::ErrorKind::MethodNotAllowed,
+        "no_search",
+        "this server has no full-text search (the public service's API offers none; \
+         vaultfs serve and a local mount do)",
+    )
+}
+
 /// A whole local file to store, for [`LocalStore::put_files`] (the built-in store's type: only
 /// it stores batches).
 pub use crate::store::PutFile;
@@ -248,6 +258,19 @@ pub trait Backend: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<crate::api::ChangesPage>>> + Send {
         let _ = (cursor, wait);
         async { Ok(None) }
+    }
+
+    /// Full-text search (`GET /search` of `vaultfs serve`): the files under `dir` whose text
+    /// holds every word of `query`, best first, at most `limit`. The public service has no
+    /// such call: the default says so.
+    fn search(
+        &self,
+        dir: &NodePath,
+        query: &str,
+        limit: u64,
+    ) -> impl Future<Output = Result<crate::api::SearchResults>> + Send {
+        let _ = (dir, query, limit);
+        async { Err(no_search()) }
     }
 
     /// The node at `path` (docs/design.md §2, without children).

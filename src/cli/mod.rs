@@ -5,6 +5,7 @@ mod check;
 mod config;
 mod control;
 mod daemon;
+mod link;
 pub mod login;
 mod mount;
 mod mount_helper;
@@ -13,6 +14,7 @@ mod options;
 mod owner;
 mod pin;
 mod restore;
+mod search;
 mod status;
 mod sync;
 mod users;
@@ -78,6 +80,11 @@ enum Command {
     /// status as fsck(8): 0 nothing found, 1 everything found repaired, 4 a problem remains, 8
     /// the check could not run.
     Check(check::CheckArgs),
+    /// Print the browser link of a file in a mount (`--preview`, `--download`: those links).
+    Link(link::LinkArgs),
+    /// Find files by the words in them (text files, PDFs' text): paths with a line of
+    /// context, best first. The built-in store, or `--server` (`vaultfs serve`).
+    Search(search::SearchArgs),
     /// Manage the users of the built-in server (run against its data directory).
     #[command(subcommand)]
     User(users::UserCommand),
@@ -514,6 +521,8 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Serve(args) => serve(args),
         Command::Migrate(args) => migrate(args),
         Command::Check(args) => check::check(args),
+        Command::Search(args) => search::search(args),
+        Command::Link(args) => link::link(args),
         Command::User(cmd) => users::user(cmd),
         Command::Client(cmd) => users::client(cmd),
         Command::Login(args) => login::login(args),

@@ -43,6 +43,7 @@ mod picture;
 mod scale;
 mod sniff;
 mod text;
+mod words;
 
 #[cfg(test)]
 mod tests;
@@ -53,6 +54,7 @@ use std::time::Instant;
 pub use scale::{fit, scale_png};
 pub use sniff::{Kinds, kinds, name_class, sniff};
 pub use text::TEXT_MAX_BYTES;
+pub use words::{INDEX_MAX_CHARS, extract as extract_text};
 
 /// Pixels per PDF point of a page image at 100% (144 dpi).
 pub const PX_PER_PT: f32 = 2.0;

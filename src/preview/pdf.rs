@@ -133,7 +133,7 @@ fn render_page<'a>(
 
 /// `Err` when the page's content streams inflate to more than [`MAX_PAGE_CONTENT`], counted
 /// without keeping them (Flate only; other filters expand little).
-fn check_content(page: &PdfPage<'_>) -> Result<(), Unsupported> {
+pub(super) fn check_content(page: &PdfPage<'_>) -> Result<(), Unsupported> {
     let raw = page.raw();
     let streams: Vec<Stream<'_>> = match raw.get::<Stream<'_>>(CONTENTS) {
         Some(s) => vec![s],

@@ -13,6 +13,7 @@ mod openapi;
 mod pin;
 pub mod proxy;
 mod reply;
+mod search;
 mod web;
 
 use std::net::SocketAddr;
@@ -116,6 +117,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(files::restore_deleted))
         .routes(routes!(nodes::upload))
         .routes(routes!(changes::changes))
+        .routes(routes!(search::search))
         .routes(routes!(files::download))
         .routes(routes!(files::preview))
         .routes(routes!(files::preview_page))

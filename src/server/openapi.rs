@@ -243,6 +243,32 @@ pub struct ChangesPage {
     pub changes: Vec<Change>,
 }
 
+/// An answer of the search in the success envelope.
+#[derive(Serialize, ToSchema)]
+pub struct SearchEnvelope {
+    pub error: Success,
+    pub message: SearchResults,
+}
+
+/// A file found by the search.
+#[derive(Serialize, ToSchema)]
+pub struct SearchHit {
+    /// The file ID.
+    pub id: String,
+    /// The decoded path of the file now (`/nodes/pth/...`).
+    pub uri: String,
+    /// A line of context around the first words found.
+    pub context: String,
+}
+
+/// The files found, best first.
+#[derive(Serialize, ToSchema)]
+pub struct SearchResults {
+    pub hits: Vec<SearchHit>,
+    /// More files matched than `limit`.
+    pub more: bool,
+}
+
 // ----- nodes (crate::api::Node and friends, as serialized) -----
 
 /// The wire names of `crate::api::NodeType`.

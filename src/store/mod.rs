@@ -25,6 +25,7 @@ mod put;
 pub mod s3;
 mod schema;
 mod schema_pg;
+mod search;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -46,6 +47,7 @@ pub use previews::{
     PreviewStats, default_preview_workers, render_preview_main, this_program,
 };
 pub use put::PutFile;
+pub use search::{INDEX_MAX_CHARS, MAX_LIMIT as MAX_SEARCH_LIMIT};
 // Kept where the store's modules and its callers have always found them.
 pub use crate::api::time::{ns_to_time, time_to_ns};
 
@@ -163,6 +165,8 @@ pub struct Store {
     /// How batches of whole files are made durable on the blobs' file system.
     sync_mode: put::SyncMode,
     previews: previews::Previews,
+    /// The search indexer's thread (`search`).
+    search: search::Indexer,
     config: StoreConfig,
     /// The key of the pins' hashes (`pin.key`, beside the database but not in it).
     pin_key: [u8; 32],
@@ -296,6 +300,7 @@ impl Store {
             },
             blobs,
             previews,
+            search: search::Indexer::default(),
             config,
             pin_key,
             purger: std::sync::OnceLock::new(),

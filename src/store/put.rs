@@ -288,6 +288,7 @@ impl Store {
                 for (sha, kind, name) in previews {
                     self.previews.enqueue(&sha, kind, &name);
                 }
+                self.search.wake();
                 results
             }
             Err(e) => files.iter().map(|_| Err(e.clone())).collect(),

@@ -4,7 +4,7 @@
 use rusqlite::Connection;
 
 /// Bumped when the schema changes; `migrate` brings older databases forward.
-pub(crate) const VERSION: i64 = 11;
+pub(crate) const VERSION: i64 = 12;
 
 const V1: &str = "
 CREATE TABLE nodes (
@@ -311,6 +311,24 @@ CREATE INDEX deleted_by_age ON deleted(deleted_on);
 CREATE INDEX versions_by_age ON versions(created_on);
 ";
 
+/// Full-text search (issue 35, `store::search`): the text of each blob the indexer could read,
+/// keyed by the bytes like previews (copies share it, a new version gets its own), in FTS5.
+/// Which files match, and their paths, come from the tree at query time: a delete, a move or
+/// a new version needs no change here, and a blob's text goes with the blob (trigger).
+const V12: &str = "
+CREATE TABLE search_docs (
+    id     INTEGER PRIMARY KEY AUTOINCREMENT, -- the rowid of its text in search_text
+    blob   TEXT NOT NULL UNIQUE,   -- sha256 of the bytes
+    status INTEGER NOT NULL        -- 1 text indexed, 2 nothing to index (reason in the log)
+);
+CREATE VIRTUAL TABLE search_text USING fts5(body, tokenize = 'unicode61 remove_diacritics 2');
+CREATE INDEX nodes_by_version ON nodes(current_version) WHERE current_version IS NOT NULL;
+CREATE TRIGGER blobs_drop_search AFTER DELETE ON blobs BEGIN
+    DELETE FROM search_text WHERE rowid IN (SELECT id FROM search_docs WHERE blob = OLD.hash);
+    DELETE FROM search_docs WHERE blob = OLD.hash;
+END;
+";
+
 /// Adds the columns of the preview cache to a database from before it (idempotent). Ready
 /// previews of such a database have their sizes measured once the threads start.
 pub fn preview_cache_columns(conn: &Connection) -> rusqlite::Result<()> {
@@ -368,6 +386,7 @@ pub(crate) fn prepare_to(conn: &mut Connection, target: i64) -> rusqlite::Result
         (9, V9),
         (10, V10),
         (11, V11),
+        (12, V12),
     ] {
         if version < to && to <= target {
             let tx = conn.transaction()?;

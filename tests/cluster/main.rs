@@ -7,6 +7,7 @@ mod changes;
 #[path = "../common/mod.rs"]
 mod common;
 mod previews;
+mod search;
 
 use std::io::Write;
 use std::path::PathBuf;

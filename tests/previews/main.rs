@@ -18,6 +18,7 @@ mod hostile;
 mod lifecycle;
 mod mounted;
 mod scheduling;
+mod search;
 
 use std::fs;
 use std::path::Path;

@@ -10,7 +10,7 @@
 //! below: `session` (signing in, the session cookie, signing out), `hostile` (forms from other
 //! sites, another account's file, hostile names), `files` (uploads, folders, renames, sorting,
 //! paging), `chromium` (all of it in a real browser, driven through `browser`), `versions` (a file's
-//! versions, deleted files, their restores). The visitor that
+//! versions, deleted files, their restores), `search` (the search box). The visitor that
 //! speaks to the pages as a browser does, and the helpers more than one of them uses, are here.
 
 #[path = "../common/mod.rs"]
@@ -20,6 +20,7 @@ mod browser;
 mod chromium;
 mod files;
 mod hostile;
+mod search;
 mod session;
 mod versions;
 

@@ -45,3 +45,34 @@ impl RemoteBackend {
         })
     }
 }
+
+impl RemoteBackend {
+    /// See [`crate::backend::Backend::search`]: `GET /search` of `vaultfs serve`; a server
+    /// without it (the public service) answers 404, told as [`crate::backend::no_search`].
+    pub(super) async fn find(
+        &self,
+        dir: &crate::api::NodePath,
+        query: &str,
+        limit: u64,
+    ) -> Result<crate::api::SearchResults> {
+        let enc = |s: &str| {
+            percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+        };
+        let mut path = format!("/search?q={}&limit={limit}", enc(query));
+        if !dir.is_root() {
+            path.push_str(&format!("&path={}", enc(&dir.uri())));
+        }
+        let req = Req::get(path);
+        let what = req.what();
+        let resp = self.send(&req).await?;
+        let no_route = resp.status() == reqwest::StatusCode::NOT_FOUND;
+        match self.envelope(resp).await {
+            Ok(found) => required(found, &what),
+            // A folder not found is `not_found`; any other 404 is a server without the route.
+            Err(e) if no_route && (dir.is_root() || e.code != "not_found") => {
+                Err(crate::backend::no_search())
+            }
+            Err(e) => Err(e),
+        }
+    }
+}

@@ -227,6 +227,15 @@ impl Backend for RemoteBackend {
         self.feed(cursor, wait).await
     }
 
+    async fn search(
+        &self,
+        dir: &NodePath,
+        query: &str,
+        limit: u64,
+    ) -> Result<crate::api::SearchResults> {
+        self.find(dir, query, limit).await
+    }
+
     async fn node(&self, path: &NodePath) -> Result<Node> {
         self.call_node(Req::get(path.encoded())).await
     }

@@ -300,8 +300,9 @@ async fn listing(user: WebUser, path: NodePath, q: HashMap<String, String>) -> R
     } else {
         node.name.clone()
     };
+    let search = super::search::form(&path, "");
     let body = format!(
-        "{tools}{note}<div class=\"table\"><table><thead><tr>{head}\
+        "{search}{tools}{note}<div class=\"table\"><table><thead><tr>{head}\
          <th scope=\"col\" class=\"actions\"><span class=\"visually-hidden\">Actions</span></th>\
          </tr></thead><tbody>{body_rows}</tbody></table></div>{empty}{nav}{live}"
     );

@@ -20,6 +20,7 @@ mod browse;
 mod documents;
 mod live;
 pub(super) mod page;
+mod search;
 mod session;
 
 use axum::Router;
@@ -58,6 +59,8 @@ pub(super) fn router() -> Router<AppState> {
             "/web/delete/{*path}",
             get(browse::confirm_delete).post(browse::delete),
         )
+        .route("/web/search", get(search::everywhere))
+        .route("/web/search/{*path}", get(search::within))
         .route("/web/changes/{*folder}", get(live::changes))
         .route("/web/static/{name}", get(asset))
         .route("/web/{*rest}", any(not_found))

@@ -19,7 +19,7 @@ mod upload;
 pub(super) use delete::{free_blobs, prune_versions};
 pub use files::VersionInfo;
 pub(super) use folders::ensure_account;
-pub(super) use resolve::{Folders, file_by_id, path_of, row};
+pub(super) use resolve::{Folders, file_by_id, path_of, resolve, row};
 pub use transfer::TransferMode;
 pub(super) use upload::{Committed, PendingCommit, create_file_row_in};
 pub use upload::{PendingUpload, length_mismatch};
@@ -76,7 +76,7 @@ pub struct NodeRow {
 /// plausibly have, so a walk that gets this far has met a cycle of parents an older build left
 /// (issue 31), and stops with [`resolve::damaged`] instead of running forever under the
 /// store's lock. `vaultfs check` finds and mends such cycles.
-pub(super) const MAX_WALK_DEPTH: i64 = 10_000;
+pub(in crate::store) const MAX_WALK_DEPTH: i64 = 10_000;
 
 /// md5 of no bytes: the checksum of a file created in step 1 and not uploaded yet.
 use crate::api::checksum::EMPTY_MD5;

@@ -58,7 +58,11 @@ fn outside() -> Error {
 
 /// Resolves a non-root path to its node, checking the account against the scope first, so a
 /// caller learns nothing about other accounts.
-pub(super) fn resolve(conn: &Connection, scope: Scope, path: &NodePath) -> Result<NodeRow> {
+pub(in crate::store) fn resolve(
+    conn: &Connection,
+    scope: Scope,
+    path: &NodePath,
+) -> Result<NodeRow> {
     let (first, rest) = path
         .segments()
         .split_first()

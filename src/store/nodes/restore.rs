@@ -81,6 +81,8 @@ impl Store {
         if let (Some(kind), Some(h)) = (render, &blob) {
             self.previews.enqueue(h, kind, &row.name);
         }
+        // Only current versions are indexed: this one's bytes may never have been.
+        self.search.wake();
         log::info!("{path}: version {version_id} restored as version {new}");
         Ok(row.to_api(&path))
     }

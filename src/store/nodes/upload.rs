@@ -218,6 +218,7 @@ impl Store {
                 self.previews.enqueue(&sha, kind, &name);
             }
         }
+        self.search.wake();
         relock(&me.result)
             .take()
             .unwrap_or_else(|| Err(Error::internal("upload commit lost its result")))

@@ -48,7 +48,7 @@
 mod cache;
 mod queue;
 mod reads;
-mod sandbox;
+pub(super) mod sandbox;
 mod workers;
 
 pub use sandbox::{child_main as render_preview_main, this_program};
@@ -223,6 +223,39 @@ impl Previews {
     pub(crate) fn note_write_activity(&self) {
         self.shared.note_activity();
     }
+
+    /// For other idle-time work (the search indexer): how long until the store is idle as the
+    /// background previews see it (None: idle now), and whether it is busy (a request's
+    /// preview queued or rendering, a write within [`IDLE_AFTER`], the store closed).
+    pub(super) fn idle_probe(&self) -> IdleProbe {
+        let shared = self.shared.clone();
+        IdleProbe(Arc::new(move |wait| {
+            if wait {
+                shared.writes_for()
+            } else {
+                shared.busy().then_some(Duration::ZERO)
+            }
+        }))
+    }
+}
+
+/// See [`Previews::idle_probe`].
+#[derive(Clone)]
+pub(super) struct IdleProbe(Arc<dyn Fn(bool) -> Option<Duration> + Send + Sync>);
+
+impl IdleProbe {
+    /// How long writes go on being recent (None: none for [`IDLE_AFTER`]).
+    pub(super) fn writes_for(&self) -> Option<Duration> {
+        (self.0)(true)
+    }
+    pub(super) fn busy(&self) -> bool {
+        (self.0)(false).is_some()
+    }
+}
+
+/// The calling thread at idle CPU and I/O priority, as the background previews' threads.
+pub(super) fn idle_priority() {
+    workers::lower_priority(queue::Tier::Background);
 }
 
 impl Drop for Previews {

@@ -89,6 +89,14 @@ impl Store {
         std::thread::Builder::new()
             .name("preview-watch".into())
             .spawn(move || pool.supervise(slots))?;
+        // The search index is made in the same idle time, by the same child program.
+        self.search.start(
+            p.db.clone(),
+            self.blobs.clone(),
+            p.idle_probe(),
+            renderer,
+            self.dir.join("search.tmp"),
+        )?;
         if !pending.is_empty() {
             log::info!(
                 "{} preview(s) left from an earlier run queued",

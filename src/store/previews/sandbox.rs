@@ -54,7 +54,7 @@ pub fn this_program() -> PathBuf {
 }
 
 /// How a child's job ended.
-pub(super) enum Ended {
+pub(in crate::store) enum Ended {
     /// Rendered: its pages (size, PNG bytes) are in the folder.
     Done {
         pages: Vec<(u32, u32, u64)>,
@@ -71,11 +71,16 @@ pub(super) enum Ended {
     Died(String),
 }
 
-/// Runs one job in a child: `program render-preview KIND DIR`, fed `input`. `stop` is asked
-/// between pages and every [`TICK`]; true kills the child ([`Ended::Stopped`]).
-pub(super) fn run(
+/// The job of the search indexer (`store::search`): a PDF's text layer, written to
+/// `DIR/`[`TEXT_FILE`] under the same bounds as a rendering, then `done 0 0`.
+pub(in crate::store) const PDF_TEXT: &str = "pdf-text";
+pub(in crate::store) const TEXT_FILE: &str = "text.txt";
+
+/// Runs one job in a child: `program render-preview KIND DIR` (or [`PDF_TEXT`]), fed `input`.
+/// `stop` is asked between pages and every [`TICK`]; true kills the child ([`Ended::Stopped`]).
+pub(in crate::store) fn run(
     program: &Path,
-    kind: PreviewKind,
+    kind: &str,
     dir: &Path,
     input: &mut (dyn Read + Send),
     input_len: u64,
@@ -83,7 +88,7 @@ pub(super) fn run(
 ) -> std::io::Result<Ended> {
     let mut cmd = Command::new(program);
     cmd.arg("render-preview")
-        .arg(kind.as_str())
+        .arg(kind)
         .arg(dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -261,6 +266,9 @@ fn limit(cmd: &mut Command, memory: u64) {
 /// `vaultfs render-preview KIND DIR`: the child's side (see the module's note). Exits 0 when it
 /// said how the job ended, whatever that was.
 pub fn child_main(kind: &str, dir: &Path) -> ExitCode {
+    if kind == PDF_TEXT {
+        return text_child(dir);
+    }
     let Some(kind) = PreviewKind::parse(kind) else {
         eprintln!("render-preview: unknown kind {kind:?}");
         return ExitCode::from(2);
@@ -312,6 +320,38 @@ pub fn child_main(kind: &str, dir: &Path) -> ExitCode {
                 u8::from(rendered.truncated)
             )
         }
+        Err(why) => format!("unsupported {}", why.0.replace('\n', " ")),
+    };
+    let mut out = std::io::stdout().lock();
+    if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+        return ExitCode::from(2);
+    }
+    ExitCode::SUCCESS
+}
+
+/// The child's side of [`PDF_TEXT`].
+fn text_child(dir: &Path) -> ExitCode {
+    let mut data = Vec::new();
+    if let Err(e) = std::io::stdin()
+        .lock()
+        .take(MAX_INPUT)
+        .read_to_end(&mut data)
+    {
+        eprintln!("render-preview: reading the input: {e}");
+        return ExitCode::from(2);
+    }
+    let limits = Limits {
+        deadline: Some(Instant::now() + JOB_TIME),
+        ..Limits::default()
+    };
+    let line = match preview::extract_text(PreviewKind::Pdf, &data, &limits) {
+        Ok(text) => match std::fs::write(dir.join(TEXT_FILE), text) {
+            Ok(()) => "done 0 0".to_string(),
+            Err(e) => {
+                eprintln!("render-preview: writing the text: {e}");
+                return ExitCode::from(2);
+            }
+        },
         Err(why) => format!("unsupported {}", why.0.replace('\n', " ")),
     };
     let mut out = std::io::stdout().lock();

@@ -356,7 +356,14 @@ impl Pool {
         let staged = self.blobs.preview_staging(&job.hash)?;
         let started = Instant::now();
         let stop = || background && self.shared.busy();
-        let ended = match sandbox::run(&self.renderer, kind, staged.dir(), &mut input, cap, &stop) {
+        let ended = match sandbox::run(
+            &self.renderer,
+            kind.as_str(),
+            staged.dir(),
+            &mut input,
+            cap,
+            &stop,
+        ) {
             Ok(ended) => ended,
             // Not the file's fault (the program missing, no processes left): not recorded, so
             // the next request tries again.

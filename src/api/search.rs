@@ -1,0 +1,23 @@
+//! Full-text search of `vaultfs serve` (an extension of ours, `GET /search`): the files of the
+//! caller's account whose text holds every word asked for, best first.
+
+use serde::{Deserialize, Serialize};
+
+/// One file found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SearchHit {
+    /// The file ID.
+    pub id: String,
+    /// The decoded path (`/nodes/pth/...`), as the tree has it now.
+    pub uri: String,
+    /// A line of context around the first words found (whitespace folded).
+    pub context: String,
+}
+
+/// One answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SearchResults {
+    pub hits: Vec<SearchHit>,
+    /// More files matched than `limit`.
+    pub more: bool,
+}

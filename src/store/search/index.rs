@@ -1,0 +1,246 @@
+//! The indexer thread (see the module's note in `search`).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use super::INDEX_MAX_CHARS;
+use crate::api::Result;
+use crate::preview::{self, Limits, PreviewKind};
+use crate::store::blobs::Blobs;
+use crate::store::db::{Conn as Connection, Engine, OptionalExtension, params};
+use crate::store::previews::sandbox::{self, Ended, PDF_TEXT, TEXT_FILE};
+use crate::store::previews::{IdleProbe, MAX_INPUT, idle_priority, kind_of};
+use crate::sync::relock;
+
+/// How often the thread looks for work nobody told it about (another process's commits).
+const POLL: Duration = Duration::from_secs(30);
+/// Files taken per look.
+const BATCH: i64 = 32;
+
+const INDEXED: i64 = 1;
+const NOTHING: i64 = 2;
+
+#[derive(Default)]
+struct State {
+    /// Something was committed since the thread last looked.
+    dirty: bool,
+    closed: bool,
+}
+
+/// The thread's handle in the store: wakes it after a commit, ends it with the store.
+#[derive(Default)]
+pub(in crate::store) struct Indexer {
+    state: Arc<(Mutex<State>, Condvar)>,
+    started: std::sync::OnceLock<()>,
+}
+
+impl Indexer {
+    /// A version was committed: the thread looks once the store is idle.
+    pub(in crate::store) fn wake(&self) {
+        relock(&self.state.0).dirty = true;
+        self.state.1.notify_all();
+    }
+
+    /// Starts the thread (once).
+    pub(in crate::store) fn start(
+        &self,
+        db: Engine,
+        blobs: Blobs,
+        idle: IdleProbe,
+        program: &Path,
+        tmp: PathBuf,
+    ) -> Result<()> {
+        if self.started.set(()).is_err() {
+            return Ok(());
+        }
+        let work = Work {
+            db,
+            blobs,
+            idle,
+            program: program.to_path_buf(),
+            tmp,
+            state: self.state.clone(),
+        };
+        relock(&self.state.0).dirty = true;
+        std::thread::Builder::new()
+            .name("search-index".into())
+            .spawn(move || work.run())?;
+        Ok(())
+    }
+}
+
+impl Drop for Indexer {
+    fn drop(&mut self) {
+        relock(&self.state.0).closed = true;
+        self.state.1.notify_all();
+    }
+}
+
+struct Work {
+    db: Engine,
+    blobs: Blobs,
+    idle: IdleProbe,
+    program: PathBuf,
+    tmp: PathBuf,
+    state: Arc<(Mutex<State>, Condvar)>,
+}
+
+impl Work {
+    fn closed(&self) -> bool {
+        relock(&self.state.0).closed
+    }
+
+    fn run(self) {
+        idle_priority();
+        let conn = loop {
+            match self.db.connect() {
+                Ok(c) => break c,
+                Err(_) if self.closed() => return,
+                Err(e) => {
+                    log::warn!("search index: cannot open the database: {e}; trying again");
+                    std::thread::sleep(Duration::from_secs(5));
+                }
+            }
+        };
+        loop {
+            {
+                let (lock, cv) = &*self.state;
+                let mut st = relock(lock);
+                if !st.dirty && !st.closed {
+                    st = cv
+                        .wait_timeout(st, POLL)
+                        .map_or_else(|e| e.into_inner().0, |r| r.0);
+                }
+                if st.closed {
+                    return;
+                }
+                st.dirty = false;
+            }
+            if let Err(e) = self.catch_up(&conn) {
+                log::warn!("search index: {e}");
+            }
+        }
+    }
+
+    /// Indexes what is not indexed yet, while the store stays idle.
+    fn catch_up(&self, conn: &Connection) -> Result<()> {
+        loop {
+            while let Some(wait) = self.idle.writes_for() {
+                if self.closed() {
+                    return Ok(());
+                }
+                std::thread::sleep(wait);
+            }
+            let todo: Vec<(String, String)> = conn
+                .prepare_cached(
+                    "SELECT v.blob, min(n.name) FROM nodes n
+                     JOIN versions v ON v.id = n.current_version
+                     WHERE n.kind = 3 AND v.blob IS NOT NULL
+                       AND NOT EXISTS (SELECT 1 FROM search_docs d WHERE d.blob = v.blob)
+                     GROUP BY v.blob LIMIT ?1",
+                )?
+                .query_map([BATCH], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<crate::store::db::Result<_>>()?;
+            if todo.is_empty() {
+                return Ok(());
+            }
+            for (hash, name) in &todo {
+                if self.closed() {
+                    return Ok(());
+                }
+                if self.idle.busy() {
+                    // Back to waiting for idle time (the outer loop).
+                    relock(&self.state.0).dirty = true;
+                    return Ok(());
+                }
+                match self.text_of(conn, hash, name) {
+                    Ok(Some(text)) => record(conn, hash, text)?,
+                    Ok(None) => return Ok(()), // stopped: the store got busy
+                    Err(e) => {
+                        log::info!("search index: nothing indexed of {name}: {e}");
+                        record(conn, hash, Err(()))?;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The text of the bytes `hash` under `name`; `Ok(None)`: stopped half-way (busy).
+    fn text_of(
+        &self,
+        conn: &Connection,
+        hash: &str,
+        name: &str,
+    ) -> std::result::Result<Option<std::result::Result<String, ()>>, String> {
+        let kind = kind_of(conn, &self.blobs, hash, name).map_err(|e| e.to_string())?;
+        let mut file = self.blobs.open(hash).map_err(|e| e.to_string())?;
+        match kind {
+            PreviewKind::Text => {
+                // Text needs no parser: read in process, bounded.
+                let mut data = Vec::new();
+                (&mut file)
+                    .take(INDEX_MAX_CHARS as u64)
+                    .read_to_end(&mut data)
+                    .map_err(|e| e.to_string())?;
+                let text =
+                    preview::extract_text(kind, &data, &Limits::default()).map_err(|e| e.0)?;
+                Ok(Some(Ok(text)))
+            }
+            PreviewKind::Pdf if file.len() <= MAX_INPUT => {
+                let dir = self.tmp.join(hash);
+                let _ = std::fs::remove_dir_all(&dir);
+                std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+                let len = file.len();
+                let stop = || self.idle.busy();
+                let ended = sandbox::run(&self.program, PDF_TEXT, &dir, &mut file, len, &stop);
+                let text = std::fs::read(dir.join(TEXT_FILE));
+                let _ = std::fs::remove_dir_all(&dir);
+                match ended.map_err(|e| format!("the text extractor could not run: {e}"))? {
+                    Ended::Done { .. } => {
+                        let text = text.map_err(|e| e.to_string())?;
+                        Ok(Some(Ok(String::from_utf8_lossy(&text).into_owned())))
+                    }
+                    Ended::Stopped => Ok(None),
+                    Ended::TimedOut => Err("took too long".into()),
+                    Ended::Unsupported(why) | Ended::Died(why) => Err(why),
+                }
+            }
+            _ => Ok(Some(Err(()))),
+        }
+    }
+}
+
+/// Records the text of `hash` (or that it has none), unless the bytes are gone meanwhile or
+/// another thread was first.
+fn record(conn: &Connection, hash: &str, text: std::result::Result<String, ()>) -> Result<()> {
+    let tx = conn.transaction()?;
+    let status = if text.is_ok() { INDEXED } else { NOTHING };
+    // PostgreSQL's text holds no NUL.
+    let body = text.ok().map(|t| t.replace('\0', " "));
+    let id: Option<i64> = if tx.is_pg() {
+        tx.prepare_cached(
+            "INSERT INTO search_docs (blob, status, body, tsv)
+             SELECT ?1, ?2, ?3, to_tsvector('simple', coalesce(?3, ''))
+             WHERE EXISTS (SELECT 1 FROM blobs WHERE hash = ?1)
+             ON CONFLICT (blob) DO NOTHING RETURNING id",
+        )?
+        .query_row(params![hash, status, body.as_deref()], |r| r.get(0))
+        .optional()?
+    } else {
+        tx.prepare_cached(
+            "INSERT INTO search_docs (blob, status) SELECT ?1, ?2
+             WHERE EXISTS (SELECT 1 FROM blobs WHERE hash = ?1)
+             ON CONFLICT (blob) DO NOTHING RETURNING id",
+        )?
+        .query_row(params![hash, status], |r| r.get(0))
+        .optional()?
+    };
+    if let (Some(id), Some(body), false) = (id, &body, tx.is_pg()) {
+        tx.prepare_cached("INSERT INTO search_text (rowid, body) VALUES (?1, ?2)")?
+            .execute(params![id, body.as_str()])?;
+    }
+    tx.commit()?;
+    Ok(())
+}

@@ -1,0 +1,120 @@
+//! Full-text search on a shared store (PostgreSQL's tsvector under a GIN index): a database of
+//! schema 11, made before the index, gets it when a server opens it and indexes what it
+//! already held; what one server indexed is found through the other, another account's files
+//! never, a deleted file (kept restorable) not until it is restored.
+
+use std::time::{Duration, Instant};
+
+use vaultfs::api::NodePath;
+use vaultfs::backend::Backend;
+use vaultfs::backend::remote::RemoteBackend;
+use vaultfs::store::Scope;
+use vaultfs::store::db::Engine;
+
+use crate::{Cluster, at, client, common, put};
+
+async fn uris(b: &RemoteBackend, q: &str) -> Vec<String> {
+    let r = b.search(&NodePath::root(), q, 50).await.unwrap();
+    r.hits.into_iter().map(|h| h.uri).collect()
+}
+
+/// The URIs found for `q` once there are `n` (within 60 s: the index is made in idle time).
+async fn found(b: &RemoteBackend, q: &str, n: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let hits = uris(b, q).await;
+        if hits.len() == n {
+            return hits;
+        }
+        assert!(Instant::now() < deadline, "{q}: {hits:?} after 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_of_schema_11_gets_the_search_index_shared_by_both_servers() {
+    let Some(cluster) = Cluster::new() else {
+        return;
+    };
+    cluster.add_user("a@acme.test", "Acme", "pw-a");
+    cluster.add_user("b@bobco.test", "Bobco", "pw-b");
+    // A file stored before the index existed.
+    {
+        let one = cluster.serve("one");
+        let token = common::login(&one.base(), "a@acme.test", "pw-a").await;
+        let a = client(&one, "a@acme.test", &token);
+        put(&a, "old.txt", "the wombat was here first".into()).await;
+    }
+    // As schema 11 was: no search index.
+    let conn = Engine::Postgres(cluster.database.clone())
+        .connect()
+        .unwrap();
+    conn.execute_batch(
+        "DROP TABLE search_docs; DROP INDEX nodes_by_version;
+         DROP TRIGGER blobs_drop_search ON blobs; DROP FUNCTION blobs_drop_search();
+         UPDATE settings SET value = convert_to('11', 'UTF8') WHERE name = 'schema_version'",
+    )
+    .unwrap();
+    let (one, two) = (cluster.serve("one"), cluster.serve("two"));
+    let version: Vec<u8> = conn
+        .query_row(
+            "SELECT value FROM settings WHERE name = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(version, b"12");
+    let token = common::login(&one.base(), "a@acme.test", "pw-a").await;
+    let (a1, a2) = (
+        client(&one, "a@acme.test", &token),
+        client(&two, "a@acme.test", &token),
+    );
+    let bob_token = common::login(&two.base(), "b@bobco.test", "pw-b").await;
+    let bob = client(&two, "b@bobco.test", &bob_token);
+
+    // What the database held is indexed, and found through both servers.
+    let old = at("old.txt").uri();
+    assert_eq!(found(&a2, "wombat", 1).await, [old.as_str()]);
+    assert_eq!(uris(&a1, "WOMBAT first").await, [old.as_str()]);
+    // New files; another account's never found.
+    put(
+        &a1,
+        "new.md",
+        "# Plans\n\nA wombat burrow, then tea.\n".into(),
+    )
+    .await;
+    let bobs = bob
+        .create_file(
+            &NodePath::parse_uri("/nodes/pth/Bobco/My First Vault").unwrap(),
+            "bob.txt",
+        )
+        .await
+        .unwrap()
+        .file_id()
+        .unwrap();
+    crate::upload(&bob, &bobs, "bob's wombat".into()).await;
+    let both = found(&a2, "wombat", 2).await;
+    assert!(both.contains(&at("new.md").uri()), "{both:?}");
+    assert_eq!(
+        found(&bob, "wombat", 1).await,
+        ["/nodes/pth/Bobco/My First Vault/bob.txt"]
+    );
+    let hit = &a1
+        .search(&NodePath::root(), "burrow", 10)
+        .await
+        .unwrap()
+        .hits[0];
+    assert!(hit.context.contains("wombat burrow"), "{hit:?}");
+
+    // Deleted at one (kept restorable, as `vaultfs serve` keeps deleted files): found at
+    // neither; restored, found at both again.
+    a1.delete(&at("new.md")).await.unwrap();
+    assert_eq!(uris(&a2, "burrow").await, Vec::<String>::new());
+    assert_eq!(uris(&a1, "wombat").await, [old.as_str()]);
+    let store = cluster.store();
+    let gone = store.deleted_files(Scope::All, &crate::vault()).unwrap();
+    assert_eq!(gone.len(), 1, "{gone:?}");
+    store.restore_deleted(Scope::All, &gone[0].id).unwrap();
+    assert_eq!(uris(&a2, "burrow").await, [at("new.md").uri()]);
+    assert!(store.check_integrity().unwrap().is_empty());
+}
