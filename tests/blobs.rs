@@ -130,7 +130,7 @@ async fn large_files_go_to_the_bucket_in_parts() {
     let Some(s3) = common::s3::s3() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let (store, b) = open(tmp.path(), s3.location());
-    let len = vaultfs::store::s3::MULTIPART_ABOVE as usize + (5 << 20) + 123;
+    let len = vaultfs::store::bucket::MULTIPART_ABOVE as usize + (5 << 20) + 123;
     let data = pattern(len, 7);
     let id = put(&b, &vault(), "big.bin", data.clone()).await;
     assert!(
@@ -266,7 +266,7 @@ async fn a_server_killed_mid_upload_makes_nothing_partial_current() {
     let Some(s3) = common::s3::s3() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    let BlobLocation::S3(loc) = s3.location() else {
+    let BlobLocation::Bucket(loc) = s3.location() else {
         unreachable!()
     };
     let blobs = format!("s3://{}/{}", loc.bucket, loc.prefix);
@@ -314,7 +314,7 @@ async fn a_server_killed_mid_upload_makes_nothing_partial_current() {
     let store = Store::open(
         &data,
         StoreConfig {
-            blobs: BlobLocation::S3(loc),
+            blobs: BlobLocation::Bucket(loc),
             ..StoreConfig::default()
         },
     )
