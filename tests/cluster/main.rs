@@ -7,6 +7,8 @@ mod changes;
 #[path = "../common/mod.rs"]
 mod common;
 mod previews;
+mod schema;
+mod tls;
 
 use std::io::Write;
 use std::path::PathBuf;

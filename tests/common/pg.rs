@@ -48,6 +48,11 @@ fn as_owner(cmd: &mut Command) -> &mut Command {
 }
 
 fn start() -> Option<PgServer> {
+    start_with(String::new())
+}
+
+/// A server with `settings` (more `-c name=value` words) after ours.
+fn start_with(settings: String) -> Option<PgServer> {
     let Some(bin) = bin_dir() else {
         eprintln!(
             "\n*** SKIPPED: no PostgreSQL server (`.ci/run` installs the Debian package \
@@ -95,7 +100,7 @@ fn start() -> Option<PgServer> {
          while :; do
              {setpriv} {postgres} -D \"$0/data\" -k \"$0\" -c listen_addresses= -c fsync=off \
                  -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 \
-                 >>\"$0/log\" 2>&1 &
+                 {settings} >>\"$0/log\" 2>&1 &
              pid=$!
              wait $pid
              [ -e \"$0/paused\" ] || break
@@ -143,6 +148,15 @@ fn start() -> Option<PgServer> {
 /// A server of the caller's own (for a test that stops it), or `None` as [`pg`].
 pub fn own() -> Option<PgServer> {
     std::thread::spawn(start).join().expect("PostgreSQL start")
+}
+
+/// A server of the caller's own with more settings (`-c name=value ...`, given to the shell
+/// as they are), or `None` as [`pg`].
+pub fn own_with(settings: &str) -> Option<PgServer> {
+    let settings = settings.to_string();
+    std::thread::spawn(move || start_with(settings))
+        .join()
+        .expect("PostgreSQL start")
 }
 
 /// The shared server, or `None` (said loudly) when PostgreSQL is not installed.
