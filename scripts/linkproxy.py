@@ -4,7 +4,8 @@ measuring the mount as people reach their store (this kernel has no netem).
 
   scripts/linkproxy.py --listen 127.0.0.1:PORT --upstream 127.0.0.1:PORT --rtt-ms 50 --mbit 100
 
-Model: each direction is a link of RATE bytes/s with a one-way delay of RTT/2. A chunk read at
+Model: each direction is a link of RATE bytes/s with a one-way delay of RTT/2, shared by all
+connections through the proxy (parallel connections do not multiply the bandwidth). A chunk read at
 time t starts out once the link is free (after the chunks before it), takes len/RATE to send,
 and arrives RTT/2 later; the other side gets it then, in order. What is in flight is bounded
 (twice the bandwidth-delay product, at least 256 KiB), so a fast sender is held back by TCP as
@@ -24,12 +25,19 @@ import time
 CHUNK = 64 * 1024
 
 
-class Direction:
-    """One way of a connection: a queue of (arrival time, bytes) and the time the link frees."""
+class Wire:
+    """One way of the link, shared by every connection through the proxy: the time it frees
+    (parallel connections share its bandwidth, as on a real link)."""
 
-    def __init__(self, delay, rate, limit):
-        self.delay, self.rate, self.limit = delay, rate, limit
+    def __init__(self):
         self.free_at = 0.0
+
+
+class Direction:
+    """One way of a connection: a queue of (arrival time, bytes) over its wire."""
+
+    def __init__(self, delay, rate, limit, wire):
+        self.delay, self.rate, self.limit, self.wire = delay, rate, limit, wire
         self.queue = collections.deque()
         self.bytes = 0
         self.ready = asyncio.Event()
@@ -39,9 +47,9 @@ class Direction:
 
     def push(self, data):
         now = time.monotonic()
-        start = max(now, self.free_at)
-        self.free_at = start + len(data) / self.rate
-        self.queue.append((self.free_at + self.delay, data))
+        start = max(now, self.wire.free_at)
+        self.wire.free_at = start + len(data) / self.rate
+        self.queue.append((self.wire.free_at + self.delay, data))
         self.bytes += len(data)
         if self.bytes >= self.limit:
             self.room.clear()
@@ -89,7 +97,7 @@ async def pump_out(writer, d):
         pass
 
 
-async def handle(client_r, client_w, upstream, delay, rate):
+async def handle(client_r, client_w, upstream, delay, rate, wires):
     host, port = upstream.rsplit(":", 1)
     try:
         # The handshake's round trip.
@@ -99,7 +107,7 @@ async def handle(client_r, client_w, upstream, delay, rate):
         client_w.close()
         return
     limit = max(256 * 1024, int(2 * rate * 2 * delay))
-    up, down = Direction(delay, rate, limit), Direction(delay, rate, limit)
+    up, down = (Direction(delay, rate, limit, w) for w in wires)
     await asyncio.gather(
         pump_in(client_r, up), pump_out(server_w, up),
         pump_in(server_r, down), pump_out(client_w, down),
@@ -115,8 +123,9 @@ async def serve(listen, upstream, rtt_ms, mbit, started=None):
     delay = rtt_ms / 2000.0
     rate = mbit * 1e6 / 8
     host, port = listen.rsplit(":", 1)
+    wires = (Wire(), Wire())
     server = await asyncio.start_server(
-        lambda r, w: handle(r, w, upstream, delay, rate), host, int(port))
+        lambda r, w: handle(r, w, upstream, delay, rate, wires), host, int(port))
     if started is not None:
         started(server.sockets[0].getsockname())
     async with server:

@@ -257,3 +257,68 @@ fn login_with_the_service_client_id_and_mount() {
     assert_eq!(fs::read_to_string(vault.join("notes.txt")).unwrap(), text);
     m.unmount();
 }
+
+/// Against a server without a change feed, a mount polls the folders it used lately every
+/// `--poll-interval`: a file another mount adds, changes or removes shows within it, though the
+/// listing TTL is far longer.
+#[test]
+fn without_a_feed_a_mount_polls_what_it_uses() {
+    if !fuse_available() {
+        eprintln!("skipped: needs root and /dev/fuse");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(DialectServer::start(DialectOptions::default()));
+    let pin = server.add_user(EMAIL, "Local");
+    let config = tmp.path().join("config");
+    let args = [
+        "--server",
+        &server.base,
+        "--email",
+        EMAIL,
+        "--client-id",
+        DIALECT_CLIENT,
+        "--pin-stdin",
+    ];
+    let (ok, err) = login(&config, &args, Some(&|_: &str| pin.clone()));
+    assert!(ok, "{err}");
+    let mount = |name: &str, extra: &[&str]| {
+        let cache = tmp.path().join(format!("{name}-cache"));
+        let mut a = vec![
+            "--server",
+            &server.base,
+            "--cache-dir",
+            cache.to_str().unwrap(),
+            "--timeout",
+            "10",
+        ];
+        a.extend_from_slice(extra);
+        Mount::start_with_env(&tmp.path().join(name), &a, &[("XDG_CONFIG_HOME", &config)])
+    };
+    let a = mount("a", &[]);
+    let b = mount("b", &["--poll-interval", "1", "--dir-ttl", "60"]);
+    let (va, vb) = (
+        a.path("Local/My First Vault"),
+        b.path("Local/My First Vault"),
+    );
+    assert!(!vb.join("new.txt").exists());
+    assert!(fs::read_dir(&vb).unwrap().next().is_none());
+    let write = |data: &[u8]| {
+        let mut f = fs::File::create(va.join("new.txt")).unwrap();
+        f.write_all(data).unwrap();
+        f.sync_all().unwrap();
+    };
+    write(b"one\n");
+    wait_for(3, "the new file on B", || {
+        fs::read(vb.join("new.txt")).is_ok_and(|d| d == b"one\n")
+    });
+    write(b"two, longer\n");
+    wait_for(3, "the change on B", || {
+        fs::read(vb.join("new.txt")).is_ok_and(|d| d == b"two, longer\n")
+    });
+    fs::remove_file(va.join("new.txt")).unwrap();
+    wait_for(3, "the delete on B", || !vb.join("new.txt").exists());
+    b.unmount();
+    a.unmount();
+}

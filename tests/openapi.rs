@@ -255,6 +255,7 @@ fn schemas_have_the_fields_of_the_wire_types() {
             conflict_check: Some(true),
         }),
         versions: Some(vec![]),
+        deleted: Some(vec![]),
     };
     let mut expect: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
     expect.insert("Node", keys(&node));
@@ -292,6 +293,14 @@ fn schemas_have_the_fields_of_the_wire_types() {
         keys(Version {
             md5_checksum: s(),
             created_on: s(),
+            modified_on: s(),
+            ..Default::default()
+        }),
+    );
+    expect.insert(
+        "DeletedFile",
+        keys(vaultfs::api::DeletedFile {
+            md5_checksum: s(),
             modified_on: s(),
             ..Default::default()
         }),

@@ -13,11 +13,9 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::process::Command;
 
-use common::env::{Env, Via};
+use common::env::{Env, Via, put_elsewhere};
 use common::mount::{BIN, Mount, wait_for};
 use common::pattern;
-use vaultfs::api::NodePath;
-use vaultfs::backend::Backend;
 
 both!(
     whole_ranges_and_mmap_come_from_the_kernel,
@@ -35,24 +33,6 @@ fn daemon_reads(m: &Mount) -> u64 {
 /// cache holds the whole file and the next open is passed through).
 fn read_all(p: &Path) -> Vec<u8> {
     fs::read(p).unwrap()
-}
-
-/// Stores `data` as a new version of `name` in the vault, as another client does.
-fn put_elsewhere(env: &Env, name: &str, data: &[u8]) {
-    let b = env.backend();
-    let vault = NodePath::parse_uri("/nodes/pth/Local/My First Vault").unwrap();
-    let data = data.to_vec();
-    env.rt.block_on(async {
-        let f = b.create_file(&vault, name).await.unwrap();
-        let id = f.id.unwrap();
-        let len = data.len() as u64;
-        let t = b.begin_version(&id, len, None).await.unwrap();
-        let vid = t.file_ex_properties.unwrap().version_id.unwrap();
-        let body = Box::pin(futures_util::stream::once(async move {
-            Ok(bytes::Bytes::from(data))
-        }));
-        b.upload(&id, &vid, len, body).await.unwrap();
-    });
 }
 
 fn whole_ranges_and_mmap_come_from_the_kernel(via: Via) {

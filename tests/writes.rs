@@ -13,7 +13,7 @@ use std::io::{Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 
-use common::env::{Env, Via};
+use common::env::{Env, Via, stored};
 use common::mount::Mount;
 use common::pattern;
 use vaultfs::api::NodePath;
@@ -33,16 +33,6 @@ both!(
 /// WRITE requests the daemon answered so far.
 fn daemon_writes(m: &Mount) -> u64 {
     m.status()["daemon_writes"].as_u64().unwrap()
-}
-
-/// The bytes the store holds for `name` of the vault, as another client reads them.
-fn stored(env: &Env, name: &str) -> Vec<u8> {
-    let b = env.backend();
-    let p = NodePath::parse_uri(&format!("/nodes/pth/Local/My First Vault/{name}")).unwrap();
-    env.rt.block_on(async {
-        let id = b.node(&p).await.unwrap().file_id().unwrap().to_string();
-        common::content(&b, &id).await
-    })
 }
 
 /// Every blob of the built-in store holds the bytes its name (their sha256) says: no stored

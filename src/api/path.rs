@@ -98,6 +98,45 @@ pub fn nfd(s: &str) -> String {
         .into_owned()
 }
 
+/// `NAME (TAG).EXT` for `name`, ` N` after the tag when `n` > 1 (to make it unique): the
+/// extension stays last so the file opens as the original did; the stem is cut (at a character
+/// boundary) to keep the name within [`MAX_NAME_BYTES`]. (Conflict copies, restored files.)
+pub fn tagged_name(name: &str, tag: &str, n: u32) -> String {
+    let (stem, ext) = match name.rfind('.') {
+        Some(i) if i > 0 => name.split_at(i),
+        _ => (name, ""),
+    };
+    let tag: String = tag
+        .chars()
+        .filter(|c| !c.is_control() && *c != '/')
+        .collect();
+    let suffix = if n > 1 {
+        format!(" ({tag} {n})")
+    } else {
+        format!(" ({tag})")
+    };
+    let room = MAX_NAME_BYTES.saturating_sub(suffix.len() + ext.len());
+    let mut cut = stem.len().min(room);
+    while !stem.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}{suffix}{ext}", &stem[..cut])
+}
+
+/// `YYYY-MM-DD HHMMSS` (UTC): a time in a [`tagged_name`].
+pub fn name_time(when: std::time::SystemTime) -> String {
+    let t = time::OffsetDateTime::from(when);
+    format!(
+        "{:04}-{:02}-{:02} {:02}{:02}{:02}",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
+}
+
 /// The error of a path over [`MAX_PATH_DEPTH`] segments.
 pub fn path_too_deep(depth: usize) -> Error {
     Error::bad_request(

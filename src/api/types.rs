@@ -94,6 +94,35 @@ pub struct Node {
     /// documents `vprop` without showing its fields, so a client reads none from it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versions: Option<Vec<Version>>,
+    /// Folders and vaults, with `deleted=1` (our extension): the files deleted from it that
+    /// are kept restorable, most recently deleted first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted: Option<Vec<DeletedFile>>,
+}
+
+/// A file deleted from a folder and kept restorable (`deleted=1`; our extension): restored by
+/// its ID (`POST /files/id/Document/{id}/restore`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeletedFile {
+    pub id: String,
+    /// Its name in the folder when it was deleted.
+    pub name: String,
+    /// Its last version's size and md5.
+    pub size: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub md5_checksum: Option<String>,
+    #[serde(
+        rename = "modifiedOn",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub modified_on: Option<String>,
+    #[serde(rename = "deletedOn")]
+    pub deleted_on: String,
+    /// Versions kept, its last one included.
+    pub versions: u64,
+    /// Its last version: `/files/id/Document/{id}/version/{version_id}` reads it.
+    pub version_id: String,
 }
 
 /// One stored version of a file (`vprop=1`), readable by its ID.

@@ -12,8 +12,8 @@ use futures_util::StreamExt;
 
 use super::{Backend, ByteStream, Download, PreviewImage, reader_stream};
 use crate::api::{
-    Base, ChangesPage, Error, FileAttrs, Node, NodePath, PageSize, PreviewMeta, PreviewPage,
-    PreviewStatus, RangeRequest, Result, Version,
+    Base, ChangesPage, DeletedFile, Error, FileAttrs, Node, NodePath, PageSize, PreviewMeta,
+    PreviewPage, PreviewStatus, RangeRequest, Result, Version,
 };
 use crate::store::blobs::{BlobFile, BlobWriter};
 use crate::store::{PreviewState, Scope, Store, TransferMode, length_mismatch};
@@ -64,6 +64,28 @@ impl LocalBackend {
     pub async fn file(&self, file_id: &str) -> Result<Node> {
         let id = file_id.to_string();
         self.run(move |s, scope| s.file(scope, &id)).await
+    }
+
+    /// Makes a kept version of the file current again, as a new version (our server's
+    /// extension; not in [`Backend`]: the public interface has no such call).
+    pub async fn restore_version(&self, file_id: &str, version_id: &str) -> Result<Node> {
+        let (id, vid) = (file_id.to_string(), version_id.to_string());
+        self.run(move |s, scope| s.restore_version(scope, &id, &vid))
+            .await
+    }
+
+    /// The files deleted from the folder at `path` and kept restorable (our extension).
+    pub async fn deleted_files(&self, path: &NodePath) -> Result<Vec<DeletedFile>> {
+        let path = path.clone();
+        self.run(move |s, scope| s.deleted_files(scope, &path))
+            .await
+    }
+
+    /// Brings a deleted file back into its folder (our extension).
+    pub async fn restore_deleted(&self, file_id: &str) -> Result<Node> {
+        let id = file_id.to_string();
+        self.run(move |s, scope| s.restore_deleted(scope, &id))
+            .await
     }
 
     /// [`Backend::changes`] with pages of at most `limit` changes: the store's log read, then
@@ -281,6 +303,27 @@ impl Backend for LocalBackend {
                 .file_id()
                 .ok_or_else(|| Error::bad_request("not_a_file", format!("{path} is a folder")))?;
             s.versions(scope, &id)
+        })
+        .await
+    }
+
+    async fn deleted_versions(&self, path: &NodePath) -> Result<Option<(String, Vec<Version>)>> {
+        let path = path.clone();
+        self.run(move |s, scope| {
+            let (Some(folder), Some(name)) = (path.parent(), path.name()) else {
+                return Ok(None);
+            };
+            let found = match s.deleted_files(scope, &folder) {
+                Ok(d) => d.into_iter().find(|d| d.name == name),
+                Err(e) if e.kind == crate::api::ErrorKind::NotFound => None,
+                Err(e) => return Err(e),
+            };
+            let Some(d) = found else { return Ok(None) };
+            let mut versions = s.versions(scope, &d.id)?;
+            for v in &mut versions {
+                v.current = false;
+            }
+            Ok(Some((d.id, versions)))
         })
         .await
     }

@@ -2,6 +2,7 @@
 //! [`Backend`]; [`local::LocalBackend`] implements it in process over the store, and the remote
 //! backend over HTTP.
 
+pub mod bwlimit;
 #[cfg(test)]
 pub mod faulty;
 pub mod local;
@@ -270,6 +271,23 @@ pub trait Backend: Send + Sync + 'static {
         name: &str,
     ) -> impl Future<Output = Result<Node>> + Send;
 
+    /// Upload step 1 for several files of one folder: one request where the backend takes a
+    /// list (the interface's `create_file` is an array), else one by one. One result per name,
+    /// in order; `Err` when the request itself failed (nothing is known of any name).
+    fn create_files(
+        &self,
+        folder: &NodePath,
+        names: &[String],
+    ) -> impl Future<Output = Result<Vec<Result<Node>>>> + Send {
+        async move {
+            let mut out = Vec::with_capacity(names.len());
+            for n in names {
+                out.push(self.create_file(folder, n).await);
+            }
+            Ok(out)
+        }
+    }
+
     /// Upload step 2: a new version of `length` bytes; the node's `fileExProperties` says where
     /// to send them.
     fn begin_version(
@@ -355,6 +373,17 @@ pub trait Backend: Send + Sync + 'static {
     fn versions(&self, path: &NodePath) -> impl Future<Output = Result<Vec<Version>>> + Send {
         let _ = path;
         async { Err(no_versions()) }
+    }
+
+    /// The file most recently deleted from the folder as `path` and kept restorable (the
+    /// built-in store): its ID and its kept versions, newest first, none marked current (the
+    /// file is gone). `None` where there is none, or the backend keeps no deleted files.
+    fn deleted_versions(
+        &self,
+        path: &NodePath,
+    ) -> impl Future<Output = Result<Option<(String, Vec<Version>)>>> + Send {
+        let _ = path;
+        async { Ok(None) }
     }
 
     /// The bytes of one kept version of a file (by the IDs [`Backend::versions`] gave), whole

@@ -1,7 +1,9 @@
 //! The daemon's control socket: `$XDG_RUNTIME_DIR/vaultfs/<hash of the mount point>.sock`
 //! (mode 0600, in a 0700 folder). One request per connection, one line each way:
 //! `status` -> the mount's [`Status`] as JSON; `unmount` -> `{"unmounting":true}` at once, then
-//! the [`Shutdown`] as JSON once the mount has ended and its uploads are done or journaled.
+//! the [`Shutdown`] as JSON once the mount has ended and its uploads are done or journaled;
+//! `{"pin":"REL","on":true}` (REL relative to the mount point) -> `{"ok":true}` or
+//! `{"errno":N}`: `vaultfs pin` where the kernel refuses the attribute (a read-only mount).
 //!
 //! The folder may be `/tmp/vaultfs-<uid>` (no `XDG_RUNTIME_DIR`), which another local user could
 //! create first and fill with a socket of theirs. So, as ssh-agent and tmux do, both sides use
@@ -194,6 +196,14 @@ pub fn start(
     })
 }
 
+/// A pin or unpin asked over the socket.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PinRequest {
+    /// Relative to the mount point.
+    pin: String,
+    on: bool,
+}
+
 async fn serve_one(
     conn: tokio::net::UnixStream,
     control: Control,
@@ -219,7 +229,15 @@ async fn serve_one(
             drop(busy);
             r
         }
-        other => serde_json::json!({ "error": format!("unknown request `{other}`") }).to_string(),
+        other => match serde_json::from_str::<PinRequest>(other) {
+            Ok(r) => match control.pin(Path::new(&r.pin), r.on) {
+                Ok(()) => serde_json::json!({ "ok": true }).to_string(),
+                Err(errno) => serde_json::json!({ "errno": errno }).to_string(),
+            },
+            Err(_) => {
+                serde_json::json!({ "error": format!("unknown request `{other}`") }).to_string()
+            }
+        },
     };
     w.write_all(reply.as_bytes()).await?;
     w.write_all(b"\n").await?;
@@ -300,6 +318,31 @@ pub fn status_all() -> Vec<Status> {
         .collect();
     all.sort_by(|a, b| a.mountpoint.cmp(&b.mountpoint));
     all
+}
+
+/// Pins (`on`) or unpins `rel` in the mount at `mountpoint`: `None` if no daemon listens
+/// there; the errno the mount answered as an I/O error.
+pub fn pin(mountpoint: &Path, rel: &Path, on: bool) -> Option<Result<(), std::io::Error>> {
+    let mut s = match connect(mountpoint)? {
+        Ok(s) => s,
+        Err(e) => return Some(Err(std::io::Error::other(e))),
+    };
+    Some((|| {
+        let rel = rel.to_str().ok_or(std::io::ErrorKind::InvalidInput)?;
+        let req = PinRequest {
+            pin: rel.to_string(),
+            on,
+        };
+        s.write_all(format!("{}\n", serde_json::to_string(&req)?).as_bytes())?;
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line)?;
+        let answer: serde_json::Value = serde_json::from_str(&line)?;
+        match answer["errno"].as_i64() {
+            Some(n) => Err(std::io::Error::from_raw_os_error(n as i32)),
+            None if answer["ok"] == true => Ok(()),
+            None => Err(std::io::Error::other(format!("the daemon answered {line}"))),
+        }
+    })())
 }
 
 /// Asks the daemon of `mountpoint` to unmount and waits (at most `wait`) until it has; `None`

@@ -11,6 +11,8 @@ mod mount_helper;
 mod notify;
 mod options;
 mod owner;
+mod pin;
+mod restore;
 mod status;
 mod sync;
 mod users;
@@ -48,6 +50,15 @@ enum Command {
     /// Wait until a mount (or every mount) has stored everything written to it; exits non-zero
     /// saying what is left and why (open for writing, server unreachable, --timeout).
     Sync(sync::SyncArgs),
+    /// Bring back an earlier version of a file in a mount (as listed in `.versions/`): its
+    /// bytes become the file's new current version; `--list` shows the versions.
+    Restore(restore::RestoreArgs),
+    /// Keep a folder's (or a file's) files whole on disk, for use offline: never evicted,
+    /// fetched again when they change; files added to a pinned folder later too. Same as
+    /// `setfattr -n user.vaultfs.pinned -v 1 PATH`.
+    Pin(pin::PinArgs),
+    /// Unpin a folder or file: its files stay cached until evicted like any other.
+    Unpin(pin::UnpinArgs),
     /// Serve the built-in store over HTTP: the whole interface, with pin-based login.
     ///
     /// Users are created with `vaultfs user add`; clients log in with `vaultfs login`.
@@ -253,11 +264,8 @@ struct ServeArgs {
     #[arg(long, default_value_t = crate::store::DEFAULT_MAX_NODES_PER_REQUEST, value_name = "N",
           value_parser = clap::value_parser!(u64).range(1..))]
     max_nodes_per_request: u64,
-    /// Earlier versions of each file kept besides the current one (nothing in the interface
-    /// reads them; an operator can, from the database) [default: all, bounded by
-    /// --max-bytes-per-account]
-    #[arg(long, value_name = "N")]
-    keep_versions: Option<u64>,
+    #[command(flatten)]
+    retention: RetentionArgs,
     /// Minutes a pin shown on the authorization page may wait to be exchanged (once)
     #[arg(long, default_value_t = 15, value_name = "MINUTES",
           value_parser = clap::value_parser!(u64).range(1..=7 * 24 * 60))]
@@ -342,6 +350,41 @@ pub struct PreviewArgs {
     #[arg(long, default_value = mount::format_size(crate::store::DEFAULT_PREVIEW_CACHE_SIZE),
           value_parser = mount::parse_size, value_name = "BYTES")]
     pub preview_cache_size: u64,
+}
+
+/// Which earlier versions the built-in store keeps (`vaultfs serve`, and `vaultfs mount` of the
+/// built-in store): the defaults undo a month of saves (the longest a careful user goes before
+/// noticing a bad edit), at most 50 per file, and at most 1G of earlier bytes per file so that
+/// a large file saved often (a disk image, a mailbox) does not fill the disk.
+#[derive(Args, Clone, Debug, PartialEq)]
+pub struct RetentionArgs {
+    /// Earlier versions of each file kept besides the current one (0: none)
+    #[arg(long, default_value_t = 50, value_name = "N")]
+    pub keep_versions: u64,
+    /// Days earlier versions, and deleted files, stay restorable (dropped at the file's next
+    /// save, or by the store's hourly pass in idle time; 0: no bound by age, and deletes are
+    /// final)
+    #[arg(long, default_value_t = 30, value_name = "N")]
+    pub keep_versions_days: u64,
+    /// Bytes of earlier versions kept per file, newest first (the newest is kept whatever its
+    /// size; 0: no bound by bytes; suffixes K, M, G allowed)
+    #[arg(long, default_value = "1G", value_parser = mount::parse_size, value_name = "BYTES")]
+    pub keep_versions_bytes: u64,
+}
+
+impl RetentionArgs {
+    /// The store configuration with this retention rule.
+    pub fn apply(&self, config: StoreConfig) -> StoreConfig {
+        let some = |n: u64| (n > 0).then_some(n);
+        StoreConfig {
+            retention: crate::store::Retention {
+                count: Some(self.keep_versions),
+                age: some(self.keep_versions_days).map(|d| Duration::from_secs(d * 24 * 3600)),
+                bytes: some(self.keep_versions_bytes),
+            },
+            ..config
+        }
+    }
 }
 
 impl PreviewArgs {
@@ -466,6 +509,9 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Unmount(args) => status::unmount(args),
         Command::Status(args) => status::status(args),
         Command::Sync(args) => sync::sync(args),
+        Command::Restore(args) => restore::restore(args),
+        Command::Pin(args) => pin::pin(args),
+        Command::Unpin(args) => pin::unpin(args),
         Command::Serve(args) => serve(args),
         Command::Migrate(args) => migrate(args),
         Command::Check(args) => check::check(args),
@@ -528,23 +574,22 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         // share it, which the server cannot know (see the commit that made this a warning).
         log::warn!(
             "no byte quota: any account may store until the disk is full, for every account \
-             (every earlier version counts and is kept); set --max-bytes-per-account on a \
-             server shared by people who do not trust each other"
+             (every earlier version the retention rule keeps counts); set \
+             --max-bytes-per-account on a server shared by people who do not trust each other"
         );
     }
-    let config = args.previews.apply(StoreConfig {
+    let config = args.retention.apply(args.previews.apply(StoreConfig {
         max_file_size: args.max_file_size,
         token_ttl: Duration::from_secs(args.token_ttl),
         pin_ttl: Duration::from_secs(args.pin_ttl * 60),
         max_nodes_per_account: args.max_nodes_per_account,
         max_bytes_per_account: args.max_bytes_per_account.unwrap_or(u64::MAX),
         max_nodes_per_request: args.max_nodes_per_request,
-        earlier_versions: args.keep_versions,
         blobs: blob_location(args.blobs.as_deref(), args.s3_endpoint.as_deref())?,
         database: args.database.url(),
         change_log_entries: args.change_log_size,
         ..StoreConfig::default()
-    });
+    }));
     let dir = args.data.path();
     if config.database.is_some() && matches!(config.blobs, crate::store::BlobLocation::DataDir) {
         log::warn!(
@@ -562,6 +607,7 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         .preview_workers
         .map_or_else(crate::store::default_preview_workers, usize::from);
     store.start_previews(workers, &crate::store::this_program())?;
+    store.start_expiry(crate::store::EXPIRE_EVERY)?;
     let options = ServerOptions {
         max_json_body: args.max_json_body,
         public_url: args.public_url,

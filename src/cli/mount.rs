@@ -10,6 +10,7 @@ use super::DataDir;
 use super::control::Info;
 use crate::api::NodePath;
 use crate::backend::Backend;
+use crate::backend::bwlimit::BwLimit;
 use crate::backend::local::LocalBackend;
 use crate::backend::remote::RemoteBackend;
 use crate::fs::{self, MountOptions};
@@ -63,6 +64,10 @@ pub struct MountArgs {
     /// show within this time)
     #[arg(long, default_value_t = MountOptions::default().dir_ttl.as_secs_f64(), value_name = "S")]
     dir_ttl: f64,
+    /// Against a server without a change feed: seconds between listings of the folders used
+    /// lately, so changes made elsewhere show (0: never; with a feed, changes show at once)
+    #[arg(long, default_value_t = MountOptions::default().poll_interval.as_secs_f64(), value_name = "S")]
+    poll_interval: f64,
     /// Serve every read and write through the daemon: no FUSE passthrough (by default a file
     /// whose bytes are whole on local disk is read by the kernel itself, and a file created or
     /// truncated is written by it, where it allows that)
@@ -80,6 +85,10 @@ pub struct MountArgs {
     #[arg(long, default_value_t = MountOptions::default().flush_timeout.as_secs_f64(),
           value_name = "S")]
     flush_timeout: f64,
+    /// Bandwidth limit of a server's transfers in bytes a second, rclone's spelling: `10M` both
+    /// ways, `1M:5M` upload:download, `off` for none on a side
+    #[arg(long, value_parser = parse_bwlimit, value_name = "RATE")]
+    bwlimit: Option<BwLimit>,
     /// Run in the background: return once the mount answers (exit 0), or fail with the reason
     #[arg(long)]
     daemon: bool,
@@ -89,6 +98,8 @@ pub struct MountArgs {
     /// Previews of the built-in store (a server has its own)
     #[command(flatten)]
     pub(super) previews: super::PreviewArgs,
+    #[command(flatten)]
+    pub(super) retention: super::RetentionArgs,
 }
 
 impl MountArgs {
@@ -127,6 +138,10 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok()
         .and_then(|n| n.checked_mul(mult))
         .ok_or_else(|| format!("`{s}` is not a size"))
+}
+
+fn parse_bwlimit(s: &str) -> Result<BwLimit, String> {
+    BwLimit::parse(s, parse_size)
 }
 
 fn parse_root(s: &str) -> Result<NodePath, String> {
@@ -239,11 +254,12 @@ fn mount_checked(
     };
     if !(args.attr_ttl >= 0.0
         && args.dir_ttl >= 0.0
+        && args.poll_interval >= 0.0
         && args.flush_timeout >= 0.0
         && args.timeout > 0.0)
     {
         return Err(
-            "--attr-ttl, --dir-ttl and --flush-timeout must be zero or more seconds, --timeout more than zero"
+            "--attr-ttl, --dir-ttl, --poll-interval and --flush-timeout must be zero or more seconds, --timeout more than zero"
                 .into(),
         );
     }
@@ -254,6 +270,7 @@ fn mount_checked(
         cache_size: args.cache_size,
         attr_ttl: Duration::from_secs_f64(args.attr_ttl),
         dir_ttl: Duration::from_secs_f64(args.dir_ttl),
+        poll_interval: Duration::from_secs_f64(args.poll_interval),
         flush_timeout: Duration::from_secs_f64(args.flush_timeout),
         passthrough: !args.no_passthrough,
         read_ahead_kb: args.read_ahead,
@@ -268,6 +285,8 @@ fn mount_checked(
             config.total_timeout = Duration::from_secs_f64(args.timeout);
             config.idle_timeout = config.idle_timeout.min(config.total_timeout);
             config.connect_timeout = config.connect_timeout.min(config.total_timeout);
+            (config.upload_limit, config.download_limit) =
+                args.bwlimit.unwrap_or_default().buckets();
             let backend = RemoteBackend::new(config)?;
             let identity = format!("{} {}", creds.server, creds.email);
             let info = Info {
@@ -284,11 +303,10 @@ fn mount_checked(
         }
         None => {
             let data_dir = args.data.path();
-            // An ordinary folder: a save replaces the file, and its earlier bytes go.
-            let config = args.previews.apply(crate::store::StoreConfig {
-                earlier_versions: Some(0),
-                ..crate::store::StoreConfig::default()
-            });
+            // Earlier versions are kept under the retention rule, readable in `.versions/`.
+            let config = args
+                .retention
+                .apply(args.previews.apply(crate::store::StoreConfig::default()));
             let store = Store::open_local_with(&data_dir, config)
                 .map_err(|e| format!("cannot open the store in {}: {e}", data_dir.display()))?;
             store.start_previews(
@@ -302,7 +320,9 @@ fn mount_checked(
                 token_expires: None,
             };
             let store_max = store.config().max_file_size;
-            let backend = LocalBackend::new(Arc::new(store));
+            let store = Arc::new(store);
+            store.start_expiry(crate::store::EXPIRE_EVERY)?;
+            let backend = LocalBackend::new(store);
             let mut opts = opts;
             opts.max_file_size = args.max_file_size.unwrap_or(store_max).min(store_max);
             if args.data.is_given() {
@@ -328,9 +348,27 @@ fn run<B: Backend>(
         .clone()
         .unwrap_or_else(|| cache_base().join(key));
     opts.cache_dir = super::owner::own_cache_dir(&cache_dir, &args.mountpoint)?;
-    // The mount root must exist before the kernel is asked to show it.
-    rt.block_on(backend.node(&opts.root))
-        .map_err(|e| format!("cannot reach {} in {what}: {e}", opts.root))?;
+    // The mount root must exist before the kernel is asked to show it; out of reach, the mount
+    // starts from the tree its cache dir kept, if it has one (waiting for it `START_PROBE`).
+    let cannot = |e: &dyn std::fmt::Display| format!("cannot reach {} in {what}: {e}", opts.root);
+    if fs::offline::can_start_offline(&opts.cache_dir, &opts.root) {
+        let probe = fs::offline::START_PROBE;
+        match rt.block_on(async { tokio::time::timeout(probe, backend.node(&opts.root)).await }) {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) if !fs::offline::unreachable(&e) => return Err(cannot(&e).into()),
+            Ok(Err(e)) => {
+                log::warn!("{}; starting offline", cannot(&e));
+                opts.start_offline = true;
+            }
+            Err(_) => {
+                log::warn!("{}; starting offline", cannot(&"no answer within 2 s"));
+                opts.start_offline = true;
+            }
+        }
+    } else {
+        rt.block_on(backend.node(&opts.root))
+            .map_err(|e| cannot(&e))?;
+    }
     let mp = args.mountpoint.clone();
     let before = dev_of(&mp);
     let server = Arc::new(Mutex::new(None));
@@ -405,5 +443,8 @@ mod tests {
             "/nodes/pth/Local"
         );
         assert!(parse_root("Local/../x").is_err());
+        let b = parse_bwlimit("1M:5M").unwrap();
+        assert_eq!((b.upload, b.download), (Some(1 << 20), Some(5 << 20)));
+        assert_eq!(parse_bwlimit("10M").unwrap().download, Some(10 << 20));
     }
 }

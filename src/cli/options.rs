@@ -76,10 +76,12 @@ mod tests {
             Some("S") => "2.5",
             Some("BYTES") => "3M",
             Some("KIB") => "256",
+            Some("N") => "7",
             Some("DIR") => "/srv/somewhere",
             Some("FILE") => "/var/log/somewhere.log",
             Some("URL") => "http://127.0.0.1:9",
             Some("PATH") => "Local/Docs",
+            Some("RATE") => "1M:5M",
             other => panic!(
                 "--{}: no sample value for {other:?}; add one here",
                 arg.get_long().unwrap()

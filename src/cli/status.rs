@@ -117,17 +117,28 @@ fn render(s: &Status) -> String {
         if s.read_only { " (read-only)" } else { "" }
     );
     if s.offline {
-        out += "  state     backend unreachable: cached listings, writes staged\n";
+        let since = s
+            .offline_since
+            .as_ref()
+            .map(|t| format!(" since {t}"))
+            .unwrap_or_default();
+        out += &format!(
+            "  state     offline{since}: backend unreachable; cached listings, writes staged\n"
+        );
     }
     if let Some(t) = &s.token_expires {
         out += &format!("  token     expires {t}\n");
     }
-    let pct = (s.cache.used_bytes * 100)
-        .checked_div(s.cache.max_bytes)
-        .unwrap_or(0);
+    // Pinned files come on top of the bound.
+    let bounded = s.cache.used_bytes.saturating_sub(s.cache.pinned_bytes);
+    let pct = (bounded * 100).checked_div(s.cache.max_bytes).unwrap_or(0);
+    let pinned = match s.cache.pinned_bytes {
+        0 => String::new(),
+        n => format!(", and {} pinned", human_bytes(n)),
+    };
     out += &format!(
-        "  cache     {} of {} ({pct}%), {} file(s)\n",
-        human_bytes(s.cache.used_bytes),
+        "  cache     {} of {} ({pct}%){pinned}, {} file(s)\n",
+        human_bytes(bounded),
         human_bytes(s.cache.max_bytes),
         s.cache.files
     );
@@ -150,6 +161,37 @@ fn render(s: &Status) -> String {
         );
         for u in &s.uploads {
             out += &format!("    {}\n", upload_line(u));
+        }
+    }
+    if !s.pins.is_empty() {
+        out += &format!(
+            "  pinned    {} on disk, kept outside the cache's bound\n",
+            human_bytes(s.cache.pinned_bytes)
+        );
+        for p in &s.pins {
+            let at = if p.local_path.is_empty() {
+                &p.path
+            } else {
+                &p.local_path
+            };
+            out += &format!(
+                "    {at}  {}: {} of {} file(s), {} of {}{}\n",
+                p.state,
+                p.whole_files,
+                p.files,
+                human_bytes(p.whole_bytes),
+                human_bytes(p.bytes),
+                p.problem
+                    .as_ref()
+                    .map(|w| format!(" ({w})"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    if !s.conflicts.is_empty() {
+        out += "  conflict copies (edits made here to files changed elsewhere)\n";
+        for c in &s.conflicts {
+            out += &format!("    {}  (of {}, {})\n", c.copy, c.original, c.at);
         }
     }
     if !s.errors.is_empty() {

@@ -1,7 +1,19 @@
 //! The read cache: one sparse file per remote file version (ID and md5) in the cache dir, filled
 //! by ranged downloads in 1 MiB chunks, with read-ahead that grows for sequential readers. An LRU
 //! bounds its bytes. A chunk is marked present only once all its bytes are written, so a reader
-//! never sees a hole as data; the cache starts empty on each mount.
+//! never sees a hole as data. Whole files outlive the mount (`offline`): `save_index` lists
+//! them, synced to disk first, in `index.json`, and the next mount keeps those and drops the
+//! rest (a partly fetched file's chunks are not trusted across runs).
+//!
+//! Pinned files (`pinned`) are exempt from eviction: the bound holds the other entries, pinned
+//! ones come on top of it (as "always keep on this device" does elsewhere), and the index says
+//! which keys are pinned, so a mount started offline evicts none of them before it knows its pins.
+//!
+//! Behind a link with round trips of tens of ms, one download after the other leaves the link
+//! idle a round trip each time: a sequential reader's read-ahead goes out in pieces of
+//! [`PIECE`] chunks, up to [`AHEAD_RUNS`] of them at once, from its first read on (a window of
+//! [`FIRST_WINDOW`]), and a reader whose chunks are on their way waits for them, not for the
+//! whole piece. Each chunk is downloaded once: a download claims its chunks while it runs.
 //!
 //! File names in the cache dir never come from the server: the ID and md5 it sends are only
 //! hashed (sha256) into a name, so no answer can make the mount write outside the cache dir.
@@ -23,7 +35,12 @@ use crate::backend::Backend;
 use crate::sync::relock;
 
 pub const CHUNK: u64 = 1 << 20;
-const MAX_READAHEAD: u64 = 16 * CHUNK;
+const MAX_READAHEAD: u64 = 32 * CHUNK;
+/// The read-ahead of a file's first sequential read.
+const FIRST_WINDOW: u64 = 8 * CHUNK;
+/// Chunks in one read-ahead request, and such requests running at once per file.
+const PIECE: u64 = 4;
+const AHEAD_RUNS: usize = 4;
 
 pub struct CachedFile {
     pub id: String,
@@ -34,14 +51,17 @@ pub struct CachedFile {
     /// only (see `adopt`).
     path: Option<PathBuf>,
     present: Mutex<HashSet<u64>>,
-    /// One download at a time per file: concurrent readers of the same chunks wait for it
-    /// instead of fetching twice.
+    /// A whole-file fill at a time (`fill`): readers of the same key wait for it.
     fetching: tokio::sync::Mutex<()>,
+    /// The chunk runs being downloaded (see [`Claim`]); `arrived` wakes their waiters as chunks
+    /// come and runs end.
+    inflight: Mutex<Vec<(u64, u64)>>,
+    arrived: tokio::sync::Notify,
     /// End of the last read and the current read-ahead window, for sequential readers.
     last_end: AtomicU64,
     window: AtomicU64,
-    /// A read-ahead download runs in the background (one at a time per file).
-    ahead: AtomicBool,
+    /// Its file stays when it is dropped: listed in `index.json` for the next mount.
+    kept: AtomicBool,
 }
 
 impl CachedFile {
@@ -61,9 +81,11 @@ impl CachedFile {
             path,
             present: Mutex::new(present),
             fetching: tokio::sync::Mutex::new(()),
+            inflight: Mutex::new(Vec::new()),
+            arrived: tokio::sync::Notify::new(),
             last_end: AtomicU64::new(0),
-            window: AtomicU64::new(CHUNK),
-            ahead: AtomicBool::new(false),
+            window: AtomicU64::new(FIRST_WINDOW / 2),
+            kept: AtomicBool::new(false),
         })
     }
 
@@ -74,6 +96,7 @@ impl CachedFile {
 
     fn mark(&self, chunk: u64) {
         relock(&self.present).insert(chunk);
+        self.arrived.notify_waiters();
     }
 
     /// The cached bytes' file (handed to the kernel once complete: `passthrough`).
@@ -95,7 +118,11 @@ impl CachedFile {
 
 impl Drop for CachedFile {
     fn drop(&mut self) {
-        if let Some(path) = &self.path {
+        if let Some(path) = self
+            .path
+            .as_ref()
+            .filter(|_| !self.kept.load(Ordering::Relaxed))
+        {
             let _ = fs::remove_file(path);
         }
     }
@@ -106,35 +133,169 @@ pub struct ReadCache {
     max_bytes: u64,
     inner: Mutex<Inner>,
     files: AtomicU64,
+    /// The keys `index.json` lists (`save_index`), and those it lists as pinned.
+    saved: Mutex<HashSet<String>>,
+    saved_pinned: Mutex<HashSet<String>>,
+}
+
+/// The cache goes with the mount: the files its index lists stay for the next one.
+impl Drop for ReadCache {
+    fn drop(&mut self) {
+        let saved = relock(&self.saved);
+        for (k, e) in self.lock().lru.iter() {
+            if saved.contains(k) {
+                e.kept.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The index of whole files kept for the next mount.
+const INDEX: &str = "index.json";
+
+/// A whole file in `index.json`.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Whole {
+    id: String,
+    md5: Option<String>,
+    size: u64,
+    /// Its name in the cache dir.
+    file: String,
+    /// Exempt from eviction (a pinned file's version).
+    #[serde(default)]
+    pinned: bool,
 }
 
 struct Inner {
     lru: LruCache<String, Arc<CachedFile>>,
     bytes: u64,
+    /// Keys of the versions pinned files have (present or still to fetch): never evicted.
+    pinned: HashSet<String>,
 }
 
 /// The in-memory key of a cached version. (Never a file name: see [`ReadCache::file_for`].)
-fn key(id: &str, md5: Option<&str>) -> String {
+pub(super) fn key(id: &str, md5: Option<&str>) -> String {
     format!("{id}-{}", md5.unwrap_or("none"))
 }
 
 impl ReadCache {
     pub fn open(dir: PathBuf, max_bytes: u64) -> io::Result<ReadCache> {
-        // Entries are not trusted across runs: start empty.
-        if dir.exists() {
-            fs::remove_dir_all(&dir)?;
-        }
         super::private_dir(&dir)?;
         let inner = Inner {
             lru: LruCache::new(NonZeroUsize::new(1 << 20).unwrap()),
             bytes: 0,
+            pinned: HashSet::new(),
         };
-        Ok(ReadCache {
+        let cache = ReadCache {
             dir,
             max_bytes,
             inner: Mutex::new(inner),
             files: AtomicU64::new(0),
-        })
+            saved: Mutex::new(HashSet::new()),
+            saved_pinned: Mutex::new(HashSet::new()),
+        };
+        cache.keep_whole_files()?;
+        Ok(cache)
+    }
+
+    /// Takes back the whole files the last run listed in its index; every other file goes
+    /// (chunks of a partly fetched file are not trusted across runs).
+    fn keep_whole_files(&self) -> io::Result<()> {
+        let listed: Vec<Whole> = fs::read(self.dir.join(INDEX))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        let mut keep = std::collections::HashMap::new();
+        let mut inner = self.lock();
+        // Pinned first: keeping the others below evicts down to the bound.
+        for w in listed.iter().filter(|w| w.pinned) {
+            inner.pinned.insert(key(&w.id, w.md5.as_deref()));
+        }
+        *relock(&self.saved_pinned) = inner.pinned.clone();
+        for w in listed {
+            // Only plain names this cache made (hex digest, a dot, a number).
+            if w.file.contains('/') || w.file.starts_with('.') {
+                continue;
+            }
+            keep.insert(w.file.clone(), w);
+        }
+        let mut next = 0;
+        for d in fs::read_dir(&self.dir)? {
+            let d = d?;
+            let name = d.file_name().to_string_lossy().into_owned();
+            let path = d.path();
+            let whole = keep
+                .remove(&name)
+                .filter(|w| d.metadata().is_ok_and(|m| m.is_file() && m.len() == w.size));
+            let Some(w) = whole else {
+                if name != INDEX {
+                    let _ = fs::remove_file(&path);
+                }
+                continue;
+            };
+            if let Some(n) = name.rsplit('.').next().and_then(|n| n.parse::<u64>().ok()) {
+                next = next.max(n + 1);
+            }
+            let file = fs::OpenOptions::new().read(true).write(true).open(&path)?;
+            let present = (0..w.size.div_ceil(CHUNK)).collect();
+            let e = CachedFile::new(&w.id, w.md5.as_deref(), w.size, file, Some(path), present);
+            let k = key(&w.id, w.md5.as_deref());
+            relock(&self.saved).insert(k.clone());
+            self.insert(&mut inner, k, e);
+        }
+        self.files.store(next, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Lists the whole files in `index.json` (synced to disk first, then written aside and
+    /// renamed over), for the next mount: `keep_whole_files`. Nothing is written when the
+    /// list did not change.
+    pub fn save_index(&self) -> io::Result<()> {
+        let (whole, pinned): (Vec<(String, Arc<CachedFile>)>, HashSet<String>) = {
+            let inner = self.lock();
+            let whole: Vec<_> = inner
+                .lru
+                .iter()
+                .filter(|(_, e)| e.path.is_some() && e.is_complete())
+                .map(|(k, e)| (k.clone(), e.clone()))
+                .collect();
+            let pinned = (whole.iter())
+                .filter(|(k, _)| inner.pinned.contains(k))
+                .map(|(k, _)| k.clone())
+                .collect();
+            (whole, pinned)
+        };
+        let keys: HashSet<String> = whole.iter().map(|(k, _)| k.clone()).collect();
+        let mut saved = relock(&self.saved);
+        let mut saved_pinned = relock(&self.saved_pinned);
+        if *saved == keys && *saved_pinned == pinned {
+            return Ok(());
+        }
+        let mut list = Vec::new();
+        for (k, e) in &whole {
+            if !saved.contains(k) {
+                e.file.sync_data()?;
+            }
+            let file = e.path.as_ref().and_then(|p| p.file_name());
+            list.push(Whole {
+                id: e.id.clone(),
+                md5: e.md5.clone(),
+                size: e.size,
+                file: file
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                pinned: pinned.contains(k),
+            });
+        }
+        super::offline::write_atomically(&self.dir.join(INDEX), &serde_json::to_vec(&list)?)?;
+        *saved = keys;
+        *saved_pinned = pinned;
+        Ok(())
+    }
+
+    /// The folder of the cache's files.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -180,15 +341,20 @@ impl ReadCache {
         self.evict(inner);
     }
 
-    /// Drops least recently used entries nobody is reading until the cache fits its bound.
+    /// Drops least recently used entries nobody is reading until the cache fits its bound;
+    /// pinned entries stay, and their bytes do not count against it.
     fn evict(&self, inner: &mut Inner) {
+        if inner.bytes <= self.max_bytes {
+            return;
+        }
+        let pinned = pinned_bytes(inner);
         let mut skipped = Vec::new();
-        while inner.bytes > self.max_bytes {
+        while inner.bytes - pinned > self.max_bytes {
             let Some((k, e)) = inner.lru.pop_lru() else {
                 break;
             };
-            if Arc::strong_count(&e) > 1 {
-                skipped.push((k, e)); // in use: keep
+            if Arc::strong_count(&e) > 1 || inner.pinned.contains(&k) {
+                skipped.push((k, e)); // in use or pinned: keep
                 continue;
             }
             inner.bytes -= e.size;
@@ -200,10 +366,49 @@ impl ReadCache {
         }
     }
 
-    /// Bytes held (the sizes of the cached versions), the bound, and the number of files.
-    pub fn usage(&self) -> (u64, u64, usize) {
+    /// Bytes held (the sizes of the cached versions), the bound, the number of files, and the
+    /// bytes of pinned ones among them.
+    pub fn usage(&self) -> (u64, u64, usize, u64) {
         let inner = self.lock();
-        (inner.bytes, self.max_bytes, inner.lru.len())
+        let pinned = pinned_bytes(&inner);
+        (inner.bytes, self.max_bytes, inner.lru.len(), pinned)
+    }
+
+    /// The versions pinned files have now (`pinned`): these are never evicted, the others
+    /// again once evicted down to the bound.
+    pub fn set_pinned(&self, keys: HashSet<String>) {
+        let mut inner = self.lock();
+        if inner.pinned != keys {
+            inner.pinned = keys;
+            self.evict(&mut inner);
+        }
+    }
+
+    /// Whether this version is whole in a file of the cache dir (kept for the next mount).
+    pub fn kept_whole(&self, id: &str, md5: Option<&str>) -> bool {
+        (self.lock().lru.peek(&key(id, md5))).is_some_and(|e| e.path.is_some() && e.is_complete())
+    }
+
+    /// The entry of a version to keep on disk (a pinned file's): as [`ReadCache::entry`], but
+    /// bytes adopted from an upload, which live in an open descriptor only, are copied into a
+    /// file of the cache dir, so that they outlive the mount too.
+    pub fn entry_on_disk(&self, id: &str, md5: Option<&str>, size: u64) -> Result<Arc<CachedFile>> {
+        let k = key(id, md5);
+        let adopted = (self.lock().lru.peek(&k))
+            .filter(|e| e.path.is_none() && e.size == size && e.is_complete())
+            .cloned();
+        let Some(a) = adopted else {
+            return self.entry(id, md5, size);
+        };
+        let path = self.file_for(&k);
+        let file = crate::api::files::new_private(&path)?;
+        file.set_len(size)?;
+        crate::api::files::copy_range(&a.file, &file, size)?;
+        let present = (0..size.div_ceil(CHUNK)).collect();
+        let e = CachedFile::new(id, md5, size, file, Some(path), present);
+        let mut inner = self.lock();
+        self.insert(&mut inner, k, e.clone());
+        Ok(e)
     }
 
     /// Forgets every cached version of a file that is gone, so its bytes free their disk (the
@@ -247,12 +452,13 @@ impl ReadCache {
         };
         let first = offset / CHUNK;
         let last = (end - 1) / CHUNK;
-        if !e.missing(first, last).is_empty() {
-            fetch_missing(backend.as_ref(), e, first, last).await?;
-        }
+        // The read-ahead first: its downloads go out beside this read's own.
         let ahead_last = ((end + window).min(e.size) - 1) / CHUNK;
         if ahead_last > last {
             read_ahead(backend, e, last + 1, ahead_last);
+        }
+        if !e.missing(first, last).is_empty() {
+            fetch_missing(backend.as_ref(), e, first, last).await?;
         }
         let e2 = e.clone();
         tokio::task::spawn_blocking(move || e2.pread(offset, (end - offset) as usize))
@@ -297,6 +503,14 @@ impl ReadCache {
         self.insert(&mut inner, key(id, md5), e);
         Ok(())
     }
+}
+
+/// The bytes of the pinned entries held.
+fn pinned_bytes(inner: &Inner) -> u64 {
+    (inner.pinned.iter())
+        .filter_map(|k| inner.lru.peek(k))
+        .map(|e| e.size)
+        .sum()
 }
 
 impl ReadCache {
@@ -355,6 +569,14 @@ impl ReadCache {
 }
 
 impl CachedFile {
+    /// Downloads what is missing of the whole file (a prefetch: `prefetch`).
+    pub async fn fetch_all<B: Backend>(self: &Arc<Self>, backend: &B) -> Result<()> {
+        if self.size == 0 {
+            return Ok(());
+        }
+        fetch_missing(backend, self, 0, (self.size - 1) / CHUNK).await
+    }
+
     /// Bytes of a complete entry (no download).
     pub async fn read_cached(self: &Arc<Self>, offset: u64, len: usize) -> Result<Vec<u8>> {
         let e = self.clone();
@@ -365,51 +587,100 @@ impl CachedFile {
     }
 }
 
-/// Consecutive chunk numbers grouped into (first, last) runs.
-fn runs(chunks: &[u64]) -> Vec<(u64, u64)> {
-    let mut out: Vec<(u64, u64)> = Vec::new();
-    for &c in chunks {
-        match out.last_mut() {
-            Some((_, last)) if *last + 1 == c => *last = c,
-            _ => out.push((c, c)),
-        }
-    }
-    out
-}
-
 /// The error code of a download that found another version than its entry's.
 pub(super) const CHANGED: &str = "changed";
 
-/// Downloads the missing chunks of `first..=last` in the background, unless a read-ahead of
-/// the file runs already: the reader goes on with what it has while the next run comes (one
-/// after the other, downloading and reading would take turns). A failure is only logged: the
-/// reader fetches what it then lacks itself.
-fn read_ahead<B: Backend>(backend: &Arc<B>, e: &Arc<CachedFile>, first: u64, last: u64) {
-    if e.missing(first, last).is_empty() || e.ahead.swap(true, Ordering::SeqCst) {
-        return;
-    }
-    let (backend, e) = (backend.clone(), e.clone());
-    tokio::spawn(async move {
-        if let Err(err) = fetch_missing(backend.as_ref(), &e, first, last).await {
-            log::debug!("read-ahead of {}: {err}", e.id);
-        }
-        e.ahead.store(false, Ordering::SeqCst);
-    });
+/// Chunks `run` of a file being downloaded by one request; given up when dropped (downloaded
+/// or not: a waiter then claims what is still missing itself).
+struct Claim {
+    e: Arc<CachedFile>,
+    run: (u64, u64),
 }
 
-/// Downloads what is missing of chunks `first..=last`, one download of the file at a time
-/// (readers of the same chunks wait for it rather than fetch them twice).
+impl Drop for Claim {
+    fn drop(&mut self) {
+        relock(&self.e.inflight).retain(|r| *r != self.run);
+        self.e.arrived.notify_waiters();
+    }
+}
+
+/// Claims the chunks of `first..=last` that are neither present nor on their way, in runs of
+/// at most `piece` chunks; true in `.1` when some are on their way in other downloads.
+fn claim(e: &Arc<CachedFile>, first: u64, last: u64, piece: u64) -> (Vec<Claim>, bool) {
+    let present = relock(&e.present);
+    let mut inflight = relock(&e.inflight);
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    let mut others = false;
+    let mut open = false;
+    for c in first..=last {
+        if present.contains(&c) {
+            open = false;
+            continue;
+        }
+        if inflight.iter().any(|&(a, b)| a <= c && c <= b) {
+            others = true;
+            open = false;
+            continue;
+        }
+        match runs.last_mut() {
+            Some((a, b)) if open && c - *a < piece => *b = c,
+            _ => runs.push((c, c)),
+        }
+        open = true;
+    }
+    inflight.extend(&runs);
+    let claims = runs
+        .into_iter()
+        .map(|run| Claim { e: e.clone(), run })
+        .collect();
+    (claims, others)
+}
+
+/// Downloads the missing chunks of `first..=last` in the background, in pieces, beside those
+/// already running (at most [`AHEAD_RUNS`] per file): the reader goes on with what it has while
+/// the next come. A failure is only logged: the reader fetches what it then lacks itself.
+fn read_ahead<B: Backend>(backend: &Arc<B>, e: &Arc<CachedFile>, first: u64, last: u64) {
+    let running = relock(&e.inflight).len();
+    if running >= AHEAD_RUNS || e.missing(first, last).is_empty() {
+        return;
+    }
+    let (claims, _) = claim(e, first, last, PIECE);
+    // Claims past the limit are dropped here: unclaimed again.
+    for c in claims.into_iter().take(AHEAD_RUNS - running) {
+        let backend = backend.clone();
+        tokio::spawn(async move {
+            if let Err(err) = fetch(backend.as_ref(), &c.e, c.run.0, c.run.1).await {
+                log::debug!("read-ahead of {}: {err}", c.e.id);
+            }
+        });
+    }
+}
+
+/// Downloads what is missing of chunks `first..=last`, waiting for those other downloads
+/// bring (each chunk is fetched once; one whose download failed is claimed again here).
 async fn fetch_missing<B: Backend>(
     backend: &B,
-    e: &CachedFile,
+    e: &Arc<CachedFile>,
     first: u64,
     last: u64,
 ) -> Result<()> {
-    let _guard = e.fetching.lock().await;
-    for run in runs(&e.missing(first, last)) {
-        fetch(backend, e, run.0, run.1).await?;
+    loop {
+        let arrived = e.arrived.notified();
+        tokio::pin!(arrived);
+        arrived.as_mut().enable();
+        let (claims, others) = claim(e, first, last, u64::MAX);
+        for c in &claims {
+            fetch(backend, e, c.run.0, c.run.1).await?;
+        }
+        drop(claims);
+        if !others {
+            return Ok(());
+        }
+        if e.missing(first, last).is_empty() {
+            return Ok(());
+        }
+        arrived.await;
     }
-    Ok(())
 }
 
 /// Downloads chunks `first..=last` into the entry, marking each once it is whole.
@@ -490,5 +761,66 @@ mod tests {
         let names = fs::read_dir(&dir).unwrap().count();
         assert_eq!(names, hostile.len());
         assert!(!tmp.path().join("tmp").exists());
+    }
+
+    /// Whole files outlive the mount (listed in the index, synced first); partly fetched ones
+    /// and files the index does not list go.
+    #[test]
+    fn whole_files_are_kept_for_the_next_mount() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("cache");
+        let cache = ReadCache::open(dir.clone(), 1 << 30).unwrap();
+        let whole = cache.entry("1", Some("m1"), 5).unwrap();
+        whole.file.write_all_at(b"hello", 0).unwrap();
+        whole.mark(0);
+        let part = cache.entry("2", Some("m2"), 3 * CHUNK).unwrap();
+        part.mark(0);
+        cache.save_index().unwrap();
+        fs::write(dir.join("stray.0"), b"x").unwrap();
+        drop((whole, part, cache));
+
+        let cache = ReadCache::open(dir.clone(), 1 << 30).unwrap();
+        let e = cache.complete("1", Some("m1")).expect("kept");
+        assert_eq!(e.pread(0, 5).unwrap(), b"hello");
+        assert!(cache.complete("2", Some("m2")).is_none());
+        assert_eq!(cache.usage().2, 1);
+        // The kept file, the index; no stray, no partial file.
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 2);
+        // A new entry never takes the kept file's name.
+        let other = cache.entry("3", None, 1).unwrap();
+        assert_ne!(other.path, e.path);
+    }
+
+    /// Pinned versions are never evicted and their bytes do not count against the bound; the
+    /// index says which they are, so a cache opened again over its bound keeps them too.
+    #[test]
+    fn pinned_files_outlive_eviction_and_the_mount() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("cache");
+        let whole = |cache: &ReadCache, id: &str| {
+            let e = cache.entry(id, None, CHUNK).unwrap();
+            e.mark(0);
+        };
+        let cache = ReadCache::open(dir.clone(), 2 * CHUNK).unwrap();
+        cache.set_pinned([key("p1", None), key("p2", None)].into());
+        for id in ["p1", "p2", "a", "b", "c"] {
+            whole(&cache, id);
+        }
+        // Two pinned, and two others within the bound.
+        assert_eq!(cache.usage(), (4 * CHUNK, 2 * CHUNK, 4, 2 * CHUNK));
+        assert!(cache.kept_whole("p1", None) && cache.kept_whole("p2", None));
+        assert!(!cache.kept_whole("a", None) && cache.kept_whole("c", None));
+        cache.save_index().unwrap();
+        drop(cache);
+
+        // Opened with a smaller bound: the pinned ones stay, the others go down to it.
+        let cache = ReadCache::open(dir.clone(), CHUNK).unwrap();
+        assert_eq!(cache.usage().3, 2 * CHUNK);
+        assert!(cache.kept_whole("p1", None) && cache.kept_whole("p2", None));
+        assert_eq!(cache.usage().0, 3 * CHUNK);
+        // Unpinned: evicted down to the bound at once.
+        cache.set_pinned([key("p2", None)].into());
+        assert_eq!(cache.usage(), (2 * CHUNK, CHUNK, 2, CHUNK));
+        assert!(cache.kept_whole("p2", None));
     }
 }

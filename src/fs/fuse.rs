@@ -236,6 +236,10 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
+        // The follower's own removal of what is gone elsewhere (`follow::echo`).
+        if self.0.follow.is_echo(parent.0, &name) {
+            return reply.ok();
+        }
         let fs = self.0.clone();
         spawn(
             &self.0,
@@ -249,6 +253,10 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
+        // The follower's own removal of what is gone elsewhere (`follow::echo`).
+        if self.0.follow.is_echo(parent.0, &name) {
+            return reply.ok();
+        }
         let fs = self.0.clone();
         spawn(
             &self.0,
@@ -502,14 +510,14 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
     fn setxattr(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
         _flags: i32,
         _pos: u32,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.0.change_xattr());
+        empty(reply, self.0.change_xattr(ino.0, name, Some(value)));
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -520,8 +528,8 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
         xattr(reply, size, Ok(self.0.listxattr(ino.0)));
     }
 
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.0.change_xattr());
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(reply, self.0.change_xattr(ino.0, name, None));
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {

@@ -52,7 +52,7 @@ impl<B: Backend> Fs<B> {
         ino: Ino,
         truncate: bool,
     ) -> OpResult<Option<Arc<Staged>>> {
-        let (path, remote) = {
+        let (path, remote, base) = {
             let t = self.table();
             let i = t.get(ino).ok_or(Errno::ENOENT)?;
             if let Some(s) = &i.staged {
@@ -63,11 +63,18 @@ impl<B: Backend> Fs<B> {
                 drop(t);
                 return self.emptied_if(ino, s, truncate).map(Some);
             }
-            (i.path.clone(), i.remote.clone())
+            // A whole rewrite replaces what was read here; a write into the bytes, the
+            // version they are copied from.
+            let base = if truncate {
+                base_of(i)
+            } else {
+                known_base(i.remote.as_ref())
+            };
+            (i.path.clone(), i.remote.clone(), base)
         };
         let staged = self
             .journal
-            .create(&path, remote.as_ref().map(|r| r.id.clone()))
+            .create(&path, remote.as_ref().map(|r| r.id.clone()), base)
             .map_err(|e| io_errno(&e))?;
         if let Some(r) = remote.as_ref().filter(|r| !truncate && r.size > 0) {
             let entry = self
@@ -344,5 +351,24 @@ fn same_version(a: Option<&super::table::Remote>, b: Option<&super::table::Remot
         (Some(a), Some(b)) => a.id == b.id && a.md5 == b.md5 && a.size == b.size,
         (None, None) => true,
         _ => false,
+    }
+}
+
+/// What bytes copied from `remote` replace: the version the mount knows (no check where the
+/// backend gave no md5), or nothing for a name that is new here.
+fn known_base(remote: Option<&super::table::Remote>) -> crate::api::Base {
+    use crate::api::Base;
+    match remote {
+        Some(r) => r.md5.clone().map_or(Base::Any, Base::Md5),
+        None => Base::Absent,
+    }
+}
+
+/// What a whole rewrite of `i` replaces (O_TRUNC, a save-by-rename over it): the version last
+/// read or stored here (the bytes an editor has), else the one the mount knows.
+pub(super) fn base_of(i: &super::table::Inode) -> crate::api::Base {
+    match (&i.read_md5, &i.remote) {
+        (Some(read), Some(_)) => crate::api::Base::Md5(read.clone()),
+        _ => known_base(i.remote.as_ref()),
     }
 }

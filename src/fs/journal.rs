@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use super::spares::{Spare, Spares};
 use super::staging::Staged;
-use crate::api::NodePath;
+use crate::api::{Base, NodePath};
 use crate::sync::relock;
 
 /// The log is rewritten with only its live entries once it is this large.
@@ -37,6 +37,10 @@ pub struct JournalEntry {
     /// The file's ID once it exists remotely.
     #[serde(default)]
     pub file_id: Option<String>,
+    /// What the upload replaces (`Base::column`: absent = no check, for entries of builds
+    /// before the conflict check, "" = a new name, else the md5 of the version it replaces).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -243,19 +247,27 @@ impl Journal {
         if self.sha256 { s } else { s.md5_only() }
     }
 
-    /// A new, empty staging file for `path`, with its journal entry.
-    pub fn create(&self, path: &NodePath, file_id: Option<String>) -> io::Result<Staged> {
+    /// A new, empty staging file for `path`, with its journal entry; `base` is the version its
+    /// bytes will replace (`Staged::base`).
+    pub fn create(
+        &self,
+        path: &NodePath,
+        file_id: Option<String>,
+        base: Base,
+    ) -> io::Result<Staged> {
         let Spare {
             id,
             path: data_path,
             file,
         } = self.spares.take()?;
         let staged = self.staged(id, file, data_path, 0, false);
+        staged.set_base(base);
         self.record(&staged, path, file_id)?;
         Ok(staged)
     }
 
-    /// (Re)writes the entry of a staged file, unless it is what was last written.
+    /// (Re)writes the entry of a staged file (its path, file ID and base), unless it is what
+    /// was last written.
     pub fn record(
         &self,
         staged: &Staged,
@@ -263,7 +275,7 @@ impl Journal {
         file_id: Option<String>,
     ) -> io::Result<()> {
         let mut state = relock(&staged.journal);
-        let entry = (path.uri(), file_id);
+        let entry = (path.uri(), file_id, staged.base());
         if state.finished || state.last.as_ref() == Some(&entry) {
             return Ok(());
         }
@@ -272,6 +284,7 @@ impl Journal {
             entry: JournalEntry {
                 path: entry.0.clone(),
                 file_id: entry.1.clone(),
+                base: entry.2.column().map(str::to_string),
             },
         })?;
         state.last = Some(entry);
@@ -371,9 +384,11 @@ impl Journal {
                 self.finish(&staged);
                 continue;
             }
+            let base = Base::from_column(entry.base.clone());
+            staged.set_base(base.clone());
             *relock(&staged.journal) = super::staging::JournalState {
                 finished: false,
-                last: Some((entry.path, entry.file_id.clone())),
+                last: Some((entry.path, entry.file_id.clone(), base)),
             };
             out.push((path, entry.file_id, staged));
         }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 use fuser::{Errno, FileAttr, FileType, INodeNo};
 
 use super::errno::errno;
-use super::preview::{DIR_NAME, is_virtual};
+use super::preview::{is_virtual, is_virtual_name};
 use super::table::{Ino, InodeKind, ROOT};
 use super::{Fs, Handle, OpResult};
 use crate::api::NodePath;
@@ -39,13 +39,17 @@ impl<B: Backend> Fs<B> {
     /// what it has, `vaultfs status` says so) for at least `d`.
     pub(super) fn note_unreachable(&self, d: Duration) {
         let until = Instant::now() + d;
-        let mut o = relock(&self.offline_until);
-        *o = Some(o.map_or(until, |t| t.max(until)));
+        {
+            let mut o = relock(&self.offline_until);
+            *o = Some(o.map_or(until, |t| t.max(until)));
+        }
+        self.offline.went_away();
     }
 
     /// The backend answered a request that needed it: it is reachable again.
     pub(super) fn note_reachable(&self) {
         *relock(&self.offline_until) = None;
+        self.offline.came_back();
     }
 
     pub(super) fn attr(&self, ino: Ino) -> OpResult<FileAttr> {
@@ -72,6 +76,7 @@ impl<B: Backend> Fs<B> {
 
     /// Makes sure the directory's listing is loaded and younger than `dir_ttl`.
     pub(super) async fn ensure_listing(self: &Arc<Self>, dir: Ino) -> OpResult<()> {
+        self.follow.used(dir);
         let (path, have) = {
             let t = self.table();
             let i = t.get(dir).ok_or(Errno::ENOENT)?;
@@ -146,15 +151,20 @@ impl<B: Backend> Fs<B> {
             .await
             .map_err(|e| errno(&e))?;
         let children = node.children.take().unwrap_or_default();
+        // Kept for a start without the server (the built-in store is never out of reach).
+        if self.backend.local().is_none() {
+            self.offline.record(path, &node, &children);
+        }
         let mut changed = Vec::new();
         let mut gone = Vec::new();
+        let added;
         {
             let mut t = self.table();
             let mut names = std::collections::BTreeMap::new();
             let mut hidden_preview = false;
             for child in &children {
-                // A real `.preview` is hidden by the virtual one and never touched.
-                if child.name == DIR_NAME {
+                // A real `.preview` or `.versions` is hidden by the virtual one and never touched.
+                if is_virtual_name(&child.name) {
                     hidden_preview = true;
                     continue;
                 }
@@ -191,6 +201,7 @@ impl<B: Backend> Fs<B> {
             // name goes for being absent (fstests generic/736 over a server: 1 of 5,000 files
             // gone from the listing while it was still there). A later listing settles them.
             let unsettled = t.names_changed_since(path, started);
+            added = names.keys().any(|n| !old.contains_key(n));
             for (name, ino) in old {
                 if names.contains_key(&name) {
                     continue;
@@ -204,33 +215,41 @@ impl<B: Backend> Fs<B> {
                 if recent {
                     names.insert(name, ino);
                 } else {
-                    gone.push((name, ino));
+                    let dir_kind = t.get(ino).is_some_and(|i| i.kind == InodeKind::Dir);
+                    gone.push((name, ino, dir_kind));
                 }
             }
             if dir != ROOT {
                 t.update_from(dir, &node);
             }
             if let Some(i) = t.get_mut(dir) {
-                i.set_listing(names);
+                i.set_fetched_listing(names, started, self.freshness.expired());
                 i.hidden_preview = hidden_preview;
             }
-            for (_, ino) in &gone {
+            for (_, ino, _) in &gone {
                 t.detach(*ino);
             }
         }
+        if added || !changed.is_empty() || !gone.is_empty() {
+            self.pins_learned(path);
+        }
         // Changes made elsewhere: the kernel drops what it cached (outside any request).
         if let Some(n) = self.notifier.get().cloned() {
-            if !changed.is_empty() || !gone.is_empty() {
+            if !changed.is_empty() {
                 tokio::task::spawn_blocking(move || {
                     for ino in changed {
                         let _ = n.inval_inode(INodeNo(ino), 0, 0);
                     }
-                    for (name, _) in gone {
-                        let _ = n.inval_entry(INodeNo(dir), OsStr::new(&name));
-                    }
                 });
             }
         }
+        // Gone elsewhere: the kernel forgets them, and watchers are told (`follow`).
+        let gone = gone
+            .into_iter()
+            .filter_map(|(name, ino, is_dir)| Some((path.child(&name).ok()?, ino, is_dir)))
+            .map(|(p, ino, is_dir)| super::follow::Kernel::Delete(dir, ino, p, is_dir))
+            .collect();
+        super::follow::notify(self, gone);
         Ok(())
     }
 
@@ -244,7 +263,7 @@ impl<B: Backend> Fs<B> {
     }
 
     pub(super) async fn lookup(self: &Arc<Self>, parent: Ino, name: &str) -> OpResult<FileAttr> {
-        if is_virtual(parent) || name == DIR_NAME {
+        if is_virtual(parent) || is_virtual_name(name) {
             return self.preview_lookup(parent, name).await;
         }
         let ino = self.child(parent, name).await?.ok_or(Errno::ENOENT)?;
@@ -304,6 +323,7 @@ impl<B: Backend> Fs<B> {
             Ok(node) => {
                 let changed = self.table().update_from(ino, &node);
                 if changed {
+                    self.pins_learned(path);
                     if let Some(n) = self.notifier.get().cloned() {
                         tokio::task::spawn_blocking(move || n.inval_inode(INodeNo(ino), 0, 0));
                     }
@@ -343,7 +363,7 @@ impl<B: Backend> Fs<B> {
     /// LOOKUP answered from memory when the folder's listing is fresh: on the FUSE thread, with
     /// no task and no wait (`None`: the backend may be needed).
     pub(super) fn lookup_cached(&self, parent: Ino, name: &str) -> Option<OpResult<FileAttr>> {
-        if is_virtual(parent) || name == DIR_NAME {
+        if is_virtual(parent) || is_virtual_name(name) {
             return None;
         }
         let mut t = self.table();

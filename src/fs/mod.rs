@@ -10,9 +10,11 @@
 //!   `journal`: the upload journal; `upload`, `writeback`: the uploaders (file by file; in
 //!   batches, where the backend is a store in this process, `LocalStore`), which schedule
 //!   and send and leave every change of a staged file's state to `lifecycle`;
-//! - `cache`: the read cache; `preview`: the virtual `.preview`; `attrs`: times and modes kept;
-//!   `freshness`: whether what was fetched may still be used; `passthrough`: opens the kernel
-//!   reads from a local file itself.
+//! - `cache`: the read cache; `preview`: the virtual `.preview`; `versions`: the virtual
+//!   `.versions`; `attrs`: times and modes kept; `freshness`: whether what was fetched may
+//!   still be used; `follow`: changes made elsewhere (the backend's change feed, else polling)
+//!   dropped from the caches; `passthrough`: opens the kernel reads from a local file itself;
+//!   `pinned`: files and folders kept whole on disk (`vaultfs pin`).
 //!
 //! Requests that need the backend run as tokio tasks and reply when done, so a slow call never
 //! stalls unrelated operations; writes and reads of staged or cached bytes are answered on the
@@ -38,19 +40,26 @@
 //!
 //! The handle map (`Fs::handles`), `refreshing`, `attr_refreshing`, `offline_until` and the
 //! status tracker's locks are taken alone: nothing else is locked while one is held, nor taken
-//! under it. No std lock is held across an `.await`.
+//! under it. The pins' locks (`pinned`) are innermost: taken under any of the above, nothing
+//! under them. No std lock is held across an `.await`.
 
 mod attrs;
 mod cache;
+mod conflict;
 mod errno;
+mod follow;
 mod freshness;
 mod fuse;
 mod io;
 mod journal;
 mod listing;
 mod namespace;
+pub mod offline;
 mod open;
+mod pacing;
 mod passthrough;
+mod pinned;
+mod prefetch;
 mod preview;
 mod read_ahead;
 mod spares;
@@ -61,6 +70,7 @@ mod table;
 mod tests;
 pub mod unmount;
 mod upload;
+mod versions;
 mod writeback;
 
 use std::collections::{HashMap, HashSet};
@@ -117,7 +127,7 @@ pub struct MountOptions {
     pub dir_ttl: Duration,
     /// FUSE event-loop threads.
     pub threads: usize,
-    /// Uploads running at once.
+    /// Uploads in flight at first (the window then adapts: `pacing`).
     pub upload_concurrency: usize,
     /// How long an unmount waits for pending uploads before leaving them to the journal.
     pub flush_timeout: Duration,
@@ -134,6 +144,11 @@ pub struct MountOptions {
     /// The kernel's read-ahead for the mount in KiB: None decides by the way reads go
     /// (`read_ahead`), 0 keeps the kernel's.
     pub read_ahead_kb: Option<u32>,
+    /// Without a change feed: how often folders used lately are listed again (`follow`);
+    /// zero never.
+    pub poll_interval: Duration,
+    /// The backend was out of reach at start: show the tree kept in the cache dir (`offline`).
+    pub start_offline: bool,
 }
 
 impl Default for MountOptions {
@@ -147,13 +162,15 @@ impl Default for MountOptions {
             attr_ttl: Duration::from_secs(1),
             dir_ttl: Duration::from_secs(10),
             threads: 4,
-            upload_concurrency: 4,
+            upload_concurrency: 16,
             flush_timeout: Duration::from_secs(30),
             source: "vaultfs".into(),
             max_file_size: 1 << 40,
             passthrough: true,
             read_ahead_kb: None,
             kernel_writes: true,
+            poll_interval: Duration::from_secs(10),
+            start_offline: false,
         }
     }
 }
@@ -194,14 +211,25 @@ pub(crate) struct Fs<B: Backend> {
     gid: u32,
     /// Files with an upload task running.
     uploading: Mutex<HashSet<Ino>>,
-    upload_slots: tokio::sync::Semaphore,
+    /// The uploads' window and the batching of their first step (`pacing`).
+    pacing: pacing::Pacing,
+    /// The small files fetched ahead of a reader going through a folder.
+    prefetch: prefetch::Prefetch,
+    /// Files and folders kept whole on disk.
+    pinned: pinned::Pinned,
     notifier: OnceLock<Notifier>,
     /// Until when the backend counts as unreachable (cached listings are used meanwhile).
     offline_until: Mutex<Option<std::time::Instant>>,
+    /// The tree kept for starting offline, and since when the backend is out of reach.
+    offline: offline::Offline,
     /// Uploads in flight and recent errors, for `vaultfs status`.
     tracker: status::Tracker,
+    /// Conflict copies made (`conflict`).
+    conflicts: conflict::Conflicts,
     /// The virtual `.preview` directories.
     previews: Mutex<preview::Tree>,
+    /// The virtual `.versions` directories.
+    versions: Mutex<versions::Tree>,
     /// Closed files waiting for the next batch (backends that store batches).
     writeback: writeback::Writeback,
     /// The journal is being handed to a new daemon: no upload or batch starts any more.
@@ -224,6 +252,8 @@ pub(crate) struct Fs<B: Backend> {
     daemon_reads: AtomicU64,
     /// WRITE requests answered (passthrough writes make none).
     daemon_writes: AtomicU64,
+    /// What the follower of changes made elsewhere keeps (`follow`).
+    follow: Arc<follow::Follow>,
 }
 
 impl<B: Backend> Fs<B> {
@@ -244,6 +274,7 @@ impl<B: Backend> Fs<B> {
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let mut table = Table::new(opts.root.clone());
         table.kept = attrs::KeptHere::load(&opts.cache_dir.join("attrs"))?;
+        let conflicts = conflict::Conflicts::open(&opts.cache_dir)?;
         let fs = Arc::new(Fs {
             backend: Arc::new(backend),
             rt,
@@ -255,9 +286,12 @@ impl<B: Backend> Fs<B> {
             uid,
             gid,
             uploading: Mutex::new(HashSet::new()),
-            upload_slots: tokio::sync::Semaphore::new(opts.upload_concurrency.max(1)),
+            pacing: pacing::Pacing::new(opts.upload_concurrency),
+            prefetch: prefetch::Prefetch::default(),
+            pinned: pinned::Pinned::open(&opts.cache_dir),
             notifier: OnceLock::new(),
             offline_until: Mutex::new(None),
+            offline: offline::Offline::open(&opts.cache_dir)?,
             freshness: freshness::Freshness::new(opts.dir_ttl),
             passthrough: passthrough::Passthrough::new(if opts.passthrough {
                 "the kernel did not offer passthrough"
@@ -269,14 +303,22 @@ impl<B: Backend> Fs<B> {
             daemon_writes: AtomicU64::new(0),
             opts,
             tracker: status::Tracker::default(),
+            conflicts,
             previews: Mutex::default(),
+            versions: Mutex::default(),
             writeback: writeback::Writeback::default(),
             handing_over: std::sync::atomic::AtomicBool::new(false),
             storing: std::sync::atomic::AtomicUsize::new(0),
             refreshing: Mutex::default(),
             attr_refreshing: Mutex::default(),
             running: Mutex::default(),
+            follow: Arc::default(),
         });
+        if fs.opts.start_offline {
+            fs.restore_snapshot();
+        }
+        offline::start(&fs);
+        pinned::start(&fs);
         if batches {
             writeback::start(&fs);
         }
@@ -367,14 +409,17 @@ pub fn mount<B: Backend>(
     config.n_threads = Some(opts.threads.max(1));
     let mut session = fuser::Session::new(fuse::FuseAdapter(fs.clone()), mountpoint, &config)?;
     let _ = fs.notifier.set(session.notifier());
+    follow::start(&fs, mountpoint, rt);
     log::info!("mounted {} at {}", opts.root, mountpoint.display());
     let stop = Arc::new(tokio::sync::Notify::new());
     let (finished_tx, finished) = tokio::sync::watch::channel(None);
     let control = {
         let fs = fs.clone();
         let mp = mountpoint.display().to_string();
+        let fs2 = fs.clone();
         status::Control {
             status: Arc::new(move || status::snapshot(&fs, &mp)),
+            pin: Arc::new(move |rel, on| fs2.pin_relative(rel, on).map_err(|e| e.code())),
             stop: stop.clone(),
             finished,
         }
@@ -425,6 +470,7 @@ pub fn mount<B: Backend>(
         }
     });
     let result = session.run();
+    offline::save(&fs);
     fs.journal.shut_spares();
     // Unmounted: give uploads in flight a bounded time to finish; the journal keeps the rest.
     // A new mount of the same point may come meanwhile: it asks for the journal (SIGUSR1),

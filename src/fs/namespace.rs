@@ -10,15 +10,20 @@ use fuser::{Errno, FileAttr, OpenFlags, RenameFlags, TimeOrNow};
 
 use super::attrs::Keep;
 use super::errno::{errno, io_errno};
+use super::follow::Ours;
 use super::io::Opened;
 use super::passthrough::Register;
-use super::preview::{DIR_NAME, is_virtual};
+use super::pinned::XATTR as PIN_XATTR;
+use super::preview::{is_virtual, is_virtual_name};
 use super::staging::Removal;
 use super::table::{Ino, InodeKind};
 use super::{Fs, OpResult};
 use crate::api::NodePath;
 use crate::api::path::MAX_NAME_BYTES;
 use crate::backend::Backend;
+
+/// On a conflict copy: the file it conflicts with and that file's version (`fs::conflict`).
+const CONFLICT_XATTR: &str = "user.vaultfs.conflict";
 
 const XATTRS: [&str; 4] = [
     "user.vaultfs.id",
@@ -51,7 +56,7 @@ impl<B: Backend> Fs<B> {
     /// The virtual `.preview` tree (and the name `.preview` in any folder) cannot be made,
     /// changed or removed.
     pub(super) fn outside_previews(parent: Ino, name: &str) -> OpResult<()> {
-        if is_virtual(parent) || name == DIR_NAME {
+        if is_virtual(parent) || is_virtual_name(name) {
             Err(Errno::EROFS)
         } else {
             Ok(())
@@ -178,7 +183,7 @@ impl<B: Backend> Fs<B> {
             }
             new_entry(&t.get(parent)?.path, name).ok()?
         };
-        let staged = match self.journal.create(&path, None) {
+        let staged = match self.journal.create(&path, None, crate::api::Base::Absent) {
             Ok(s) => Arc::new(s),
             Err(e) => return Some(Err(io_errno(&e))),
         };
@@ -308,7 +313,11 @@ impl<B: Backend> Fs<B> {
             t.get(ino)
                 .is_some_and(|i| i.kind == InodeKind::Dir || i.remote.is_some())
         };
-        if remote {
+        let _ours = Ours::sending(self, vec![ino]);
+        // A file changed elsewhere since this mount knew it stays on the store: an edit beats
+        // a delete (`conflict`). The name goes here, and comes back with the next listing.
+        let kept = remote && kind == InodeKind::File && self.changed_since_known(ino, &path).await;
+        if remote && !kept {
             match self.backend.delete(&path).await {
                 Ok(()) => {}
                 Err(e) if e.kind == crate::api::ErrorKind::NotFound => {}
@@ -323,6 +332,16 @@ impl<B: Backend> Fs<B> {
         removing.done();
         self.removed(&mut t, ino);
         t.entries_changed(parent);
+        if kept {
+            // Fetched again at its next use (no change on the store tells a follower).
+            if let Some(past) = self.freshness.expired() {
+                t.expire_listing(parent, past);
+            }
+        }
+        drop(t);
+        if dir {
+            self.pins_moved(&path, None);
+        }
         Ok(())
     }
 
@@ -398,6 +417,49 @@ impl<B: Backend> Fs<B> {
             .table()
             .get(ino)
             .is_some_and(|i| i.kind == InodeKind::Dir || i.remote.is_some());
+        let _ours = Ours::sending(self, [Some(ino), target].into_iter().flatten().collect());
+        // A stored file put over one changed elsewhere since this mount knew it: it goes to a
+        // conflict copy instead, and the name keeps the store's version (`conflict`).
+        let known = match target {
+            Some(tino) => {
+                let t = self.table();
+                t.get(tino).and_then(|i| {
+                    (i.kind == InodeKind::File).then(|| match &i.staged {
+                        Some(s) => s.base(),
+                        None => super::io::base_of(i),
+                    })
+                })
+            }
+            // A name this mount knows no file at: one another writer put there is not
+            // replaced either.
+            None if kind == InodeKind::File => Some(crate::api::Base::Absent),
+            None => None,
+        };
+        let copy = match (&known, remote) {
+            (Some(known), true) => self.rename_over_changed(&dst, known).await,
+            _ => None,
+        };
+        if let Some(copy) = copy {
+            self.backend
+                .rename(&src, &copy, false)
+                .await
+                .map_err(|e| errno(&e))?;
+            let mut t = self.table();
+            t.rename(ino, &copy);
+            t.give_back(&dst);
+            self.renamed(&t, &copy);
+            t.entries_changed(parent);
+            t.entries_changed(newparent);
+            drop(t);
+            // The kernel moves its entry to `dst` when this returns: dropped again after that.
+            if let Some(n) = self.notifier.get().cloned() {
+                let name = newname.to_string();
+                tokio::task::spawn_blocking(move || {
+                    let _ = n.inval_entry(fuser::INodeNo(newparent), std::ffi::OsStr::new(&name));
+                });
+            }
+            return Ok(());
+        }
         if remote {
             self.backend
                 .rename(&src, &dst, true)
@@ -412,12 +474,22 @@ impl<B: Backend> Fs<B> {
             if let Some(r) = t.get(tino).and_then(|i| i.remote.as_ref()) {
                 self.cache.invalidate(&r.id);
             }
+            // What the bytes put here replace is what this mount knew of the target (its
+            // own base while it had edits staged): a target changed elsewhere meanwhile makes
+            // the upload a conflict (editors' save-by-rename).
+            let target_base = t.get(tino).map(|i| match &i.staged {
+                Some(s) => s.base(),
+                None => super::io::base_of(i),
+            });
             self.replaced(&mut t, tino);
             // The replaced remote file's ID now belongs to the renamed one (same path).
             if !remote {
                 let rid = t.get(tino).and_then(|i| i.remote.clone());
                 if let Some(i) = t.get_mut(ino) {
                     i.remote = rid;
+                    if let (Some(s), Some(b)) = (&i.staged, target_base) {
+                        s.set_base(b);
+                    }
                 }
             }
         }
@@ -425,6 +497,10 @@ impl<B: Backend> Fs<B> {
         self.renamed(&t, &dst);
         t.entries_changed(parent);
         t.entries_changed(newparent);
+        drop(t);
+        if kind == InodeKind::Dir {
+            self.pins_moved(&src, Some(&dst));
+        }
         Ok(())
     }
 
@@ -475,7 +551,22 @@ impl<B: Backend> Fs<B> {
         if !name.as_encoded_bytes().starts_with(b"user.") {
             return Err(Errno::EOPNOTSUPP);
         }
+        if name.to_str() == Some(PIN_XATTR) {
+            let (path, _) = self.path_of(ino)?;
+            return match self.pinned.state_of(&path) {
+                Some(true) => Ok(b"1".to_vec()),
+                Some(false) => Ok(b"folder".to_vec()),
+                None => Err(Errno::NO_XATTR),
+            };
+        }
         let t = self.table();
+        if name.to_str() == Some(CONFLICT_XATTR) {
+            let path = t.get(ino).map(|i| i.path.clone()).ok_or(Errno::ENOENT)?;
+            drop(t);
+            return (self.conflicts.of_copy(&path))
+                .map(String::into_bytes)
+                .ok_or(Errno::NO_XATTR);
+        }
         let r = t.get(ino).and_then(|i| i.remote.clone());
         let value = match (name.to_str(), r) {
             (Some("user.vaultfs.id"), Some(r)) => Some(r.id),
@@ -487,22 +578,47 @@ impl<B: Backend> Fs<B> {
         value.map(String::into_bytes).ok_or(Errno::NO_XATTR)
     }
 
-    /// LISTXATTR: the names, each ended by a NUL (files stored remotely only).
+    /// LISTXATTR: the names, each ended by a NUL (files stored remotely only; the conflict
+    /// attribute on conflict copies; the pin attribute on what is pinned).
     pub(super) fn listxattr(&self, ino: Ino) -> Vec<u8> {
-        let has = self.table().get(ino).is_some_and(|i| i.remote.is_some());
+        let (has, path) = {
+            let t = self.table();
+            let i = t.get(ino);
+            (
+                i.is_some_and(|i| i.remote.is_some()),
+                i.map(|i| i.path.clone()),
+            )
+        };
         let mut buf = Vec::new();
-        if has {
-            for n in XATTRS {
-                buf.extend_from_slice(n.as_bytes());
-                buf.push(0);
-            }
+        let conflict = path
+            .as_ref()
+            .is_some_and(|p| self.conflicts.of_copy(p).is_some());
+        let pinned = path.is_some_and(|p| self.pinned.state_of(&p).is_some());
+        let names = XATTRS.iter().filter(|_| has);
+        let names = names.chain(conflict.then_some(&CONFLICT_XATTR));
+        for n in names.chain(pinned.then_some(&PIN_XATTR)) {
+            buf.extend_from_slice(n.as_bytes());
+            buf.push(0);
         }
         buf
     }
 
-    /// SETXATTR, REMOVEXATTR: the attributes are the backend's, read-only.
-    pub(super) fn change_xattr(&self) -> OpResult<()> {
-        Err(Errno::ENOTSUP)
+    /// SETXATTR (`value` given), REMOVEXATTR: only the pin attribute changes (`1` pins, `0`
+    /// or its removal unpins: `pinned`); the others are the backend's, read-only.
+    pub(super) fn change_xattr(
+        &self,
+        ino: Ino,
+        name: &std::ffi::OsStr,
+        value: Option<&[u8]>,
+    ) -> OpResult<()> {
+        if name.to_str() != Some(PIN_XATTR) {
+            return Err(Errno::ENOTSUP);
+        }
+        match value.map(|v| v.trim_ascii()) {
+            Some(b"1") => self.pin(ino, true),
+            Some(b"0") | None => self.pin(ino, false),
+            Some(_) => Err(Errno::EINVAL),
+        }
     }
 
     /// STATFS: writes are staged in the cache dir first, so its free space is what a writer

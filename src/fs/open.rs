@@ -120,6 +120,7 @@ impl<B: Backend> Fs<B> {
         {
             return None;
         }
+        super::prefetch::opened(self, ino);
         let (kind, remote, staged) = {
             let t = self.table();
             let i = t.get(ino)?;
@@ -312,6 +313,10 @@ impl<B: Backend> Fs<B> {
         let backing = {
             let mut t = self.table();
             let i = t.get_mut(ino).ok_or(Errno::ENOENT)?;
+            if i.staged.is_none() {
+                // What a reader here saw: an editor's whole rewrite replaces this version.
+                i.read_md5 = i.remote.as_ref().and_then(|r| r.md5.clone());
+            }
             let current = i.remote.as_ref().and_then(passthrough::key);
             if let Some(pt) = &mut i.pt {
                 // Opens of a staged file the kernel writes are all passed through: none can

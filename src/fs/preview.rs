@@ -19,10 +19,10 @@ use std::time::{Duration, Instant, SystemTime};
 use fuser::{Errno, FileAttr, FileType, INodeNo};
 use futures_util::StreamExt;
 
-use super::Fs;
 use super::cache::CachedFile;
 use super::errno::errno;
 use super::table::{Ino, InodeKind, Remote};
+use super::{Fs, versions};
 use crate::api::{PageSize, PreviewMeta, PreviewStatus};
 use crate::backend::Backend;
 use crate::sync::relock;
@@ -41,6 +41,11 @@ const THUMB_SCALE: u32 = 25;
 
 pub fn is_virtual(ino: Ino) -> bool {
     ino & FLAG != 0
+}
+
+/// The names of the virtual directories (`.preview` and `.versions`) in every folder.
+pub fn is_virtual_name(name: &str) -> bool {
+    name == DIR_NAME || name == versions::DIR_NAME
 }
 
 /// A virtual node: its folder's inode and, below `.preview`, the file's name.
@@ -137,25 +142,41 @@ struct Meta {
 /// The virtual nodes handed to the kernel (never reused) and the preview metadata fetched.
 #[derive(Default)]
 pub struct Tree {
-    inos: HashMap<Node, Ino>,
-    nodes: HashMap<Ino, Node>,
-    next: u64,
+    ids: VirtualInos<Node, FLAG>,
     metas: HashMap<String, Meta>,
 }
 
-impl Tree {
-    fn ino(&mut self, node: Node) -> Ino {
+/// Inode numbers of virtual nodes (`.preview` here, `.versions`): each node gets one, with
+/// `F` set, the first time it is handed to the kernel, and keeps it (never reused).
+pub(super) struct VirtualInos<N, const F: Ino> {
+    inos: HashMap<N, Ino>,
+    nodes: HashMap<Ino, N>,
+    next: u64,
+}
+
+impl<N, const F: Ino> Default for VirtualInos<N, F> {
+    fn default() -> Self {
+        VirtualInos {
+            inos: HashMap::new(),
+            nodes: HashMap::new(),
+            next: 0,
+        }
+    }
+}
+
+impl<N: std::hash::Hash + Eq + Clone, const F: Ino> VirtualInos<N, F> {
+    pub(super) fn ino(&mut self, node: N) -> Ino {
         if let Some(&ino) = self.inos.get(&node) {
             return ino;
         }
         self.next += 1;
-        let ino = FLAG | self.next;
+        let ino = F | self.next;
         self.inos.insert(node.clone(), ino);
         self.nodes.insert(ino, node);
         ino
     }
 
-    fn node(&self, ino: Ino) -> Option<Node> {
+    pub(super) fn node(&self, ino: Ino) -> Option<N> {
         self.nodes.get(&ino).cloned()
     }
 }
@@ -285,7 +306,10 @@ impl<B: Backend> Fs<B> {
     }
 
     pub(super) async fn preview_getattr(self: &Arc<Self>, ino: Ino) -> Result<FileAttr, Errno> {
-        let node = self.previews().node(ino).ok_or(Errno::ENOENT)?;
+        if versions::owns(ino) {
+            return self.versions_getattr(ino).await;
+        }
+        let node = self.previews().ids.node(ino).ok_or(Errno::ENOENT)?;
         match node {
             Node::Root(folder) => {
                 let time = self.table().get(folder).ok_or(Errno::ENOENT)?.mtime;
@@ -311,7 +335,10 @@ impl<B: Backend> Fs<B> {
         parent: Ino,
         name: &str,
     ) -> Result<FileAttr, Errno> {
-        let node = match self.previews().node(parent) {
+        if versions::owns(parent) || (!is_virtual(parent) && name == versions::DIR_NAME) {
+            return self.versions_lookup(parent, name).await;
+        }
+        let node = match self.previews().ids.node(parent) {
             None if is_virtual(parent) => return Err(Errno::ENOENT),
             None => {
                 let t = self.table();
@@ -327,7 +354,7 @@ impl<B: Backend> Fs<B> {
             }
             Some(Node::Item(..)) => return Err(Errno::ENOTDIR),
         };
-        let ino = self.previews().ino(node);
+        let ino = self.previews().ids.ino(node);
         self.preview_getattr(ino).await
     }
 
@@ -336,7 +363,10 @@ impl<B: Backend> Fs<B> {
         self: &Arc<Self>,
         ino: Ino,
     ) -> Result<Vec<(Ino, FileType, String)>, Errno> {
-        let node = self.previews().node(ino).ok_or(Errno::ENOENT)?;
+        if versions::owns(ino) {
+            return self.versions_readdir(ino).await;
+        }
+        let node = self.previews().ids.node(ino).ok_or(Errno::ENOENT)?;
         let mut out = vec![(ino, FileType::Directory, ".".to_string())];
         match node {
             Node::Root(folder) => {
@@ -379,7 +409,7 @@ impl<B: Backend> Fs<B> {
                 let mut entries: Vec<_> = shown
                     .into_iter()
                     .map(|name| {
-                        let c = tree.ino(Node::File(folder, name.clone()));
+                        let c = tree.ids.ino(Node::File(folder, name.clone()));
                         (c, FileType::Directory, name)
                     })
                     .collect();
@@ -387,7 +417,7 @@ impl<B: Backend> Fs<B> {
                 out.extend(entries);
             }
             Node::File(folder, name) => {
-                let root = self.previews().ino(Node::Root(folder));
+                let root = self.previews().ids.ino(Node::Root(folder));
                 out.push((root, FileType::Directory, "..".into()));
                 let (r, _) = self.preview_source(folder, &name).await?;
                 let meta = self.preview_meta(&r).await?;
@@ -400,7 +430,7 @@ impl<B: Backend> Fs<B> {
                 }
                 let mut tree = self.previews();
                 for item in items {
-                    let c = tree.ino(Node::Item(folder, name.clone(), item));
+                    let c = tree.ids.ino(Node::Item(folder, name.clone(), item));
                     out.push((c, FileType::RegularFile, item.name()));
                 }
             }
@@ -412,7 +442,10 @@ impl<B: Backend> Fs<B> {
     /// Opening a virtual file: reading only. The status line changes size as the preview
     /// progresses, so it is read around the kernel's cache.
     pub(super) fn preview_open(&self, ino: Ino, write: bool) -> Result<fuser::FopenFlags, Errno> {
-        match self.previews().node(ino) {
+        if versions::owns(ino) {
+            return self.versions_open(ino, write);
+        }
+        match self.previews().ids.node(ino) {
             None => Err(Errno::ENOENT),
             Some(Node::Root(_) | Node::File(..)) => Err(Errno::EISDIR),
             Some(_) if write => Err(Errno::EROFS),
@@ -427,7 +460,10 @@ impl<B: Backend> Fs<B> {
         offset: u64,
         size: u32,
     ) -> Result<Vec<u8>, Errno> {
-        let Some(Node::Item(folder, name, item)) = self.previews().node(ino) else {
+        if versions::owns(ino) {
+            return self.versions_read(ino, offset, size).await;
+        }
+        let Some(Node::Item(folder, name, item)) = self.previews().ids.node(ino) else {
             return Err(Errno::EISDIR);
         };
         match self.preview_content(folder, &name, item).await?.0 {

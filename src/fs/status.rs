@@ -38,6 +38,9 @@ pub struct Status {
     pub pid: u32,
     /// Whether the backend currently counts as unreachable.
     pub offline: bool,
+    /// Since when it is out of reach (RFC 3339).
+    #[serde(default)]
+    pub offline_since: Option<String>,
     pub cache: CacheUse,
     /// How reads are served: passed through to local files by the kernel, or by the daemon
     /// (and why).
@@ -61,6 +64,56 @@ pub struct Status {
     pub uploads: Vec<Upload>,
     /// The most recent errors, oldest first.
     pub errors: Vec<RecentError>,
+    /// Conflict copies this mount made (`fs::conflict`), oldest first.
+    #[serde(default)]
+    pub conflicts: Vec<Conflict>,
+    /// Pinned files and folders (`vaultfs pin`), kept whole on disk.
+    #[serde(default)]
+    pub pins: Vec<Pin>,
+}
+
+/// A pinned file or folder and how much of it is whole on disk.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Pin {
+    /// Its path in the store (`/nodes/pth/...`).
+    pub path: String,
+    /// Where it is in the mount (empty when outside this mount's root).
+    #[serde(default)]
+    pub local_path: String,
+    /// Stored files it holds, and their bytes.
+    pub files: u64,
+    pub bytes: u64,
+    /// Those whole on disk (kept across remounts, readable offline).
+    pub whole_files: u64,
+    pub whole_bytes: u64,
+    /// Files written here and not stored yet (on disk in the staging area).
+    #[serde(default)]
+    pub local_files: u64,
+    /// `on disk`, `fetching`, `listing` (not walked yet), `incomplete` (part of it not listed,
+    /// or it is gone: see `problem`), or `offline: ...`.
+    pub state: String,
+    /// Why part of it is not on disk, when known.
+    #[serde(default)]
+    pub problem: Option<String>,
+    /// When it was last walked (RFC 3339).
+    #[serde(default)]
+    pub checked: Option<String>,
+}
+
+/// A conflict copy: the local edit of `original`, which had changed elsewhere, stored as `copy`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Conflict {
+    /// The copy's path (`/nodes/pth/...`).
+    pub copy: String,
+    /// The file it conflicts with, which kept the store's version.
+    pub original: String,
+    /// That version, as the store described it when the copy was made.
+    #[serde(default)]
+    pub server_md5: Option<String>,
+    #[serde(default)]
+    pub server_modified: Option<String>,
+    /// When the copy was made (RFC 3339).
+    pub at: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -69,6 +122,9 @@ pub struct CacheUse {
     pub used_bytes: u64,
     pub max_bytes: u64,
     pub files: usize,
+    /// Bytes of pinned files among them: never evicted, not counted against `max_bytes`.
+    #[serde(default)]
+    pub pinned_bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -207,7 +263,7 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
     }
     waiting.sort_by(|a, b| a.path.cmp(&b.path));
     uploads.extend(waiting);
-    let (used_bytes, max_bytes, files) = fs.cache.usage();
+    let (used_bytes, max_bytes, files, pinned_bytes) = fs.cache.usage();
     let offline = relock(&fs.offline_until).is_some_and(|t| t > Instant::now());
     Status {
         mountpoint: mountpoint.to_string(),
@@ -217,10 +273,12 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
         token_expires: None,
         pid: std::process::id(),
         offline,
+        offline_since: fs.offline.since().map(crate::api::format_time),
         cache: CacheUse {
             used_bytes,
             max_bytes,
             files,
+            pinned_bytes,
         },
         reads: fs.passthrough.describe(),
         writes: fs.describe_writes(),
@@ -229,6 +287,8 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
         daemon_writes: fs.daemon_writes.load(Ordering::Relaxed),
         uploads,
         errors: fs.tracker.errors(),
+        conflicts: fs.conflicts.list(),
+        pins: fs.pin_status(mountpoint),
     }
 }
 
@@ -275,10 +335,14 @@ pub fn human_bytes(n: u64) -> String {
     }
 }
 
+/// Pins (`true`) or unpins a path relative to the mount point: the errno on failure.
+pub(crate) type PinFn = dyn Fn(&std::path::Path, bool) -> Result<(), i32> + Send + Sync;
+
 /// The command layer's handle on a running mount: its status, and a clean unmount.
 #[derive(Clone)]
 pub struct Control {
     pub(crate) status: Arc<dyn Fn() -> Status + Send + Sync>,
+    pub(crate) pin: Arc<PinFn>,
     pub(crate) stop: Arc<tokio::sync::Notify>,
     pub(crate) finished: tokio::sync::watch::Receiver<Option<Shutdown>>,
 }
@@ -286,6 +350,12 @@ pub struct Control {
 impl Control {
     pub fn status(&self) -> Status {
         (self.status)()
+    }
+
+    /// Pins or unpins `rel` (relative to the mount point), as the `user.vaultfs.pinned`
+    /// attribute does.
+    pub fn pin(&self, rel: &std::path::Path, on: bool) -> Result<(), i32> {
+        (self.pin)(rel, on)
     }
 
     /// Asks the mount to unmount as SIGTERM does: uploads in flight get their time, the

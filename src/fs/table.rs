@@ -54,6 +54,9 @@ pub struct Inode {
     pub open_handles: u32,
     /// Directories: the cached listing (names to inodes) and when it was fetched.
     listing: Option<(Instant, BTreeMap<String, Ino>)>,
+    /// Directories: when a change made elsewhere last made the listing stale (`follow`): a
+    /// listing asked for before that is stale as soon as it comes.
+    listing_expired: Option<Instant>,
     /// Directories: how many of the listed entries are folders (nlink), counted when first
     /// asked after the listing changed; a getattr per create would otherwise walk it each time.
     subdirs: Cell<Option<u32>>,
@@ -65,6 +68,9 @@ pub struct Inode {
     pub io: Arc<tokio::sync::Mutex<()>>,
     /// md5 of the content the kernel may have in its page cache for this file.
     pub kernel_md5: Option<String>,
+    /// md5 of the version last opened for reading here, or stored from here: what a whole
+    /// rewrite (O_TRUNC, a save-by-rename over it) replaces (`io::base_of`).
+    pub read_md5: Option<String>,
     /// Removed from the namespace while still open.
     pub unlinked: bool,
     /// Passthrough opens and the backing file they share (see `passthrough`).
@@ -93,11 +99,13 @@ impl Inode {
             lookups: 0,
             open_handles: 0,
             listing: None,
+            listing_expired: None,
             subdirs: Cell::new(None),
             hidden_preview: false,
             staged: None,
             io: Arc::new(tokio::sync::Mutex::new(())),
             kernel_md5: None,
+            read_md5: None,
             unlinked: false,
             pt: None,
             plain_pending: 0,
@@ -120,6 +128,22 @@ impl Inode {
     pub fn set_listing(&mut self, names: BTreeMap<String, Ino>) {
         self.listing = Some((Instant::now(), names));
         self.subdirs.set(None);
+    }
+
+    /// A listing fetched from the backend, asked for at `asked`: stale at once if a change made
+    /// elsewhere expired it since (`past`, see `Table::expire_listing`).
+    pub fn set_fetched_listing(
+        &mut self,
+        names: BTreeMap<String, Ino>,
+        asked: Instant,
+        past: Option<Instant>,
+    ) {
+        self.set_listing(names);
+        if let (Some(e), Some(past)) = (self.listing_expired, past) {
+            if e >= asked {
+                self.listing = self.listing.take().map(|(_, n)| (past, n));
+            }
+        }
     }
 
     /// The names of a loaded listing, for a change made here.
@@ -219,6 +243,35 @@ impl Inode {
     }
 }
 
+impl Inode {
+    /// What the backend holds of this node, as this mount knows it (`None` for a file that
+    /// exists only here).
+    fn as_node(&self) -> Option<Node> {
+        let mut n = Node {
+            name: self.path.name()?.to_string(),
+            uri: self.path.uri(),
+            modified_on: Some(crate::api::format_time(self.mtime)),
+            created_on: Some(crate::api::format_time(self.crtime)),
+            ..Node::default()
+        };
+        match self.kind {
+            InodeKind::Dir => n.node_type = NodeType::FolderNodeType,
+            InodeKind::File => {
+                let r = self.remote.as_ref()?;
+                n.node_type = NodeType::FileNodeType;
+                n.id = Some(r.id.clone());
+                n.size = Some(r.size);
+                n.md5_checksum = r.md5.clone();
+                n.mode = self.exec;
+                n.link_uri = r.link_uri.clone();
+                n.preview_link_uri = r.preview_link_uri.clone();
+                n.download_link_uri = r.download_link_uri.clone();
+            }
+        }
+        Some(n)
+    }
+}
+
 pub fn kind_of(node: &Node) -> InodeKind {
     if node.node_type == NodeType::FileNodeType {
         InodeKind::File
@@ -240,6 +293,12 @@ pub struct Table {
     recent: HashMap<Ino, Instant>,
     /// When `recent` was last pruned.
     recent_pruned: Instant,
+    /// Folders whose entries changed here since the offline snapshot last took them
+    /// (`listings_changed_here`).
+    snapshot_due: HashSet<Ino>,
+    /// Renames and deletes of this mount under way (sent, not answered), by node: the change
+    /// feed can tell of one before its answer comes (`follow::Ours`).
+    in_flight: HashMap<Ino, u32>,
     /// Attributes kept here for a backend that does not keep them.
     pub kept: KeptHere,
 }
@@ -257,6 +316,8 @@ impl Table {
             removed: HashMap::new(),
             recent: HashMap::new(),
             recent_pruned: Instant::now(),
+            in_flight: HashMap::new(),
+            snapshot_due: HashSet::new(),
             kept: KeptHere::default(),
         };
         let mut r = Inode::new(ROOT, root.clone(), InodeKind::Dir);
@@ -291,6 +352,62 @@ impl Table {
             i.mtime = now;
             i.ctime = now;
         }
+        self.snapshot_due.insert(dir);
+    }
+
+    /// The listings of folders whose entries changed here since last asked, as nodes (files
+    /// known to the backend only: one that exists only here is the journal's): for the
+    /// offline snapshot, which would otherwise hold only listings fetched, and a listing the
+    /// change feed keeps fresh is not fetched again after this mount's own changes.
+    pub fn listings_changed_here(&mut self) -> Vec<(Node, Vec<Node>)> {
+        let due: Vec<Ino> = self.snapshot_due.drain().collect();
+        due.into_iter()
+            .filter_map(|dir| {
+                let d = self.inodes.get(&dir)?;
+                let (_, names) = d.listing.as_ref()?;
+                let children = names
+                    .values()
+                    .filter_map(|c| self.inodes.get(c))
+                    .filter(|c| !c.unlinked)
+                    .filter_map(Inode::as_node)
+                    .collect();
+                Some((d.as_node()?, children))
+            })
+            .collect()
+    }
+
+    /// A change made elsewhere (`follow`): the listing of `dir` counts as fetched at `past`,
+    /// so its next use fetches it again (the old one still answers while that is under way).
+    pub fn expire_listing(&mut self, dir: Ino, past: Instant) {
+        if let Some(i) = self.inodes.get_mut(&dir) {
+            i.listing_expired = Some(Instant::now());
+            if let Some((at, _)) = i.listing.as_mut() {
+                *at = past;
+            }
+        }
+    }
+
+    /// The attributes of `ino` count as fetched at `past` (see `expire_listing`).
+    pub fn expire_attrs(&mut self, ino: Ino, past: Instant) {
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.fetched = i.fetched.min(past);
+        }
+    }
+
+    /// Every listing and attribute counts as fetched at `past`; returns the folders.
+    pub fn expire_all(&mut self, past: Instant) -> Vec<Ino> {
+        let mut dirs = Vec::new();
+        for i in self.inodes.values_mut() {
+            i.fetched = i.fetched.min(past);
+            if i.kind == InodeKind::Dir {
+                i.listing_expired = Some(Instant::now());
+            }
+            if let Some((at, _)) = i.listing.as_mut() {
+                *at = past;
+                dirs.push(i.ino);
+            }
+        }
+        dirs
     }
 
     /// md5 and size of `ino`'s stored version, when the backend gave an md5.
@@ -351,6 +468,17 @@ impl Table {
         self.removed
             .retain(|_, at| now.duration_since(*at) < REMOVED_MEMORY);
         self.removed.insert(path.clone(), now);
+    }
+
+    /// The name `path` belongs to the store again (a conflict copy took this mount's inode
+    /// away from it): not removed here, and its folder's listing is fetched again.
+    pub fn give_back(&mut self, path: &NodePath) {
+        self.removed.remove(path);
+        let dir = path.parent().and_then(|p| self.by_path.get(&p).copied());
+        if let Some(i) = dir.and_then(|d| self.inodes.get_mut(&d)) {
+            i.listing = None;
+            i.subdirs.set(None);
+        }
     }
 
     /// Whether `path` was removed or renamed away here after `since`.
@@ -575,6 +703,39 @@ impl Table {
         if let Some(i) = self.inodes.get_mut(&ino) {
             i.touched = now;
         }
+        // Its folder's entry in the offline snapshot (a new ID, size or md5 after an upload),
+        // and a folder's own listing under its new path (a rename).
+        let Some(i) = self.inodes.get(&ino) else {
+            return;
+        };
+        if i.kind == InodeKind::Dir {
+            self.snapshot_due.insert(ino);
+        }
+        if let Some(p) = i.path.parent().and_then(|p| self.by_path.get(&p).copied()) {
+            self.snapshot_due.insert(p);
+        }
+    }
+
+    /// Whether `ino` was created, renamed or uploaded here at or after `at` (`touch`), or is
+    /// being changed here now.
+    pub fn changed_here_since(&self, ino: Ino, at: Instant) -> bool {
+        self.in_flight.contains_key(&ino) || self.recent.get(&ino).is_some_and(|t| *t >= at)
+    }
+
+    /// A change of `ino` by this mount is sent (`follow::Ours`).
+    pub(super) fn change_sent(&mut self, ino: Ino) {
+        *self.in_flight.entry(ino).or_default() += 1;
+    }
+
+    /// ... and answered, or given up: from now on its time tells (`touch`).
+    pub(super) fn change_answered(&mut self, ino: Ino) {
+        if let Some(n) = self.in_flight.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                self.in_flight.remove(&ino);
+            }
+        }
+        self.touch(ino);
     }
 
     /// Files of `dir` that a listing fetched from the backend at `since` may lack: those with

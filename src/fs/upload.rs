@@ -46,9 +46,12 @@ pub fn schedule<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
 
 async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
     let mut retry = Retry::default();
+    let mut resolved = 0;
     loop {
         let result = {
-            let _slot = fs.upload_slots.acquire().await.expect("semaphore open");
+            // Step 1 with the folder's other new files, before waiting for a place (`pacing`).
+            let created = super::pacing::create_ahead(fs, ino).await;
+            let _slot = fs.pacing.window.acquire().await;
             if fs.handing_over.load(Ordering::SeqCst) {
                 return; // the next daemon uploads it (see `fs::mount`)
             }
@@ -57,7 +60,10 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
                 .table()
                 .get(ino)
                 .and_then(|i| Some((i.staged.as_ref()?.removal().clone(), i.io.clone())));
-            let r = upload_once(fs, ino).await;
+            let r = match created {
+                Ok(()) => upload_once(fs, ino).await,
+                Err(e) => Err(e),
+            };
             let r = match removal {
                 // The file is being removed (`Fs::remove`): its hashing and the sending of its
                 // bytes stopped at the next chunk (a version whose bytes did not all arrive is
@@ -72,7 +78,16 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
             fs.storing.fetch_sub(1, Ordering::SeqCst);
             r
         };
+        match &result {
+            Ok(()) => fs.pacing.window.succeeded(),
+            Err(e) => fs.pacing.window.failed(e),
+        }
         if let Err(e) = result {
+            // A conflict, or the file deleted elsewhere: stored as a copy, or again.
+            if resolved < super::conflict::RESOLVE_AT_MOST && fs.resolve_refusal(ino, &e).await {
+                resolved += 1;
+                continue;
+            }
             fs.tracker
                 .error(format!("upload of {}: {e}", path_of(fs, ino)));
             match retry.failed(&e) {
@@ -85,7 +100,10 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
                         "upload of inode {ino} failed, retrying in {:.1}s: {e}",
                         wait.as_secs_f64()
                     );
-                    tokio::time::sleep(wait).await;
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = fs.offline.reconnected.notified() => {}
+                    }
                     continue;
                 }
                 Next::SetAside => fs.set_aside(ino, &e),
@@ -196,7 +214,7 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
         };
         let ticket = fs
             .backend
-            .begin_version_with(&id, size, md5.as_deref(), attrs, &crate::api::Base::Any)
+            .begin_version_with(&id, size, md5.as_deref(), attrs, &staged.base())
             .await?;
         let vid = ticket
             .version_id()
@@ -214,10 +232,27 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
                 // the new bytes.
                 return Ok(());
             }
-            other => Some(other?),
+            other => {
+                let node = other?;
+                if let Some(m) = md5
+                    .as_deref()
+                    .filter(|_| staged.base() != crate::api::Base::Any)
+                {
+                    if fs.committed_after(&ticket, &path, m).await {
+                        // Overwritten right after by another writer: these bytes go to a
+                        // conflict copy (the run resolves it as a refusal).
+                        return Err(staged.base().conflict(&path.to_string()));
+                    }
+                }
+                Some(node)
+            }
         }
     };
     log::info!("uploaded {path} ({size} bytes)");
+    if let Some(md5) = node.as_ref().and_then(|n| n.md5_checksum.clone()) {
+        // What the next round replaces: this version (saves in sequence never conflict).
+        staged.set_base(crate::api::Base::Md5(md5));
+    }
     let mut t = fs.table();
     if let Some((node, id)) = node.as_ref().and_then(|n| Some((n, n.file_id()?))) {
         super::attrs::answered(&mut t, &id, node, attrs);
@@ -225,6 +260,11 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
     if fs.stored(&mut t, ino, &staged, generation, node.as_ref()) {
         drop(t);
         fs.journal.finish(&staged);
+    } else if let Some(i) = t.get(ino) {
+        // Still staged (written again meanwhile): its entry names the new base.
+        let _ = fs
+            .journal
+            .record(&staged, &i.path, i.remote.as_ref().map(|r| r.id.clone()));
     }
     Ok(())
 }

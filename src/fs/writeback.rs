@@ -21,7 +21,7 @@ use tokio::sync::{Notify, oneshot};
 use super::Fs;
 use super::staging::{Next, Retry, Staged, ToStore};
 use super::table::Ino;
-use crate::api::Error;
+use crate::api::{Error, ErrorKind};
 use crate::backend::Backend;
 use crate::sync::relock;
 
@@ -250,6 +250,10 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
         match result {
             Ok(node) => {
                 fs.writeback.queue().failures.remove(&item.ino);
+                if let Some(md5) = node.md5_checksum.clone() {
+                    // What the next round replaces (saves in sequence never conflict).
+                    item.staged.set_base(crate::api::Base::Md5(md5));
+                }
                 log::debug!("stored inode {} ({} bytes)", item.ino, item.size);
                 let mut t = fs.table();
                 if fs.stored(&mut t, item.ino, &item.staged, item.generation, Some(&node)) {
@@ -273,6 +277,21 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
                 let ino = item.ino;
                 drop(item._io);
                 finished(fs, ino, true);
+            }
+            Err(e) if matches!(e.kind, ErrorKind::Precondition | ErrorKind::NotFound) => {
+                // A conflict, or the file deleted elsewhere: stored as a copy, or again, in a
+                // later batch (fsync waits for that); else the retry policy decides.
+                let ino = item.ino;
+                drop(item._io);
+                let fs = fs.clone();
+                fs.rt.clone().spawn(async move {
+                    if fs.resolve_refusal(ino, &e).await {
+                        fs.writeback.enqueue(ino);
+                    } else {
+                        fs.writeback.notify(ino, None);
+                        failed(&fs, ino, &e);
+                    }
+                });
             }
             Err(e) => {
                 fs.writeback.notify(item.ino, None);

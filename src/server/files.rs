@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::auth::Caller;
 use super::limits::holding;
-use super::openapi::{ErrorEnvelope, PreviewEnvelope};
+use super::openapi::{ErrorEnvelope, NodeEnvelope, PreviewEnvelope};
 use super::reply::{ApiResult, ok};
 use crate::api::path::encode_segment;
 use crate::api::{Error, ErrorKind, PageSize, RangeRequest};
@@ -171,7 +171,7 @@ fn as_attachment(d: Download) -> Response {
     path = "/files/id/Document/{id}/version/{version}",
     tag = "files",
     operation_id = "download_version",
-    summary = "The bytes of one kept version of the file (an extension of ours; ids from `vprop=1`), whole or one range",
+    summary = "The bytes of one kept version of the file, or of a deleted file kept restorable (an extension of ours; ids from `vprop=1`), whole or one range",
     params(
         ("id" = String, Path, description = "The file (document) ID", example = "1"),
         ("version" = String, Path, description = "A `version_id` of the file's `versions`", example = "1"),
@@ -193,14 +193,78 @@ pub async fn download_version(
     Path((id, version)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> ApiResult {
-    let range = range_of(&headers)?;
-    let slot = state.limits.transfer(caller.user_id)?;
-    let mut d = caller
-        .backend
-        .download_version(&id, &version, range)
-        .await?;
-    d.body = holding(d.body, slot);
+    let d = version_of(
+        &state,
+        &caller.backend,
+        caller.user_id,
+        &id,
+        &version,
+        &headers,
+    )
+    .await?;
     Ok(as_attachment(d))
+}
+
+#[utoipa::path(
+    post,
+    path = "/files/id/Document/{id}/version/{version}/restore",
+    tag = "files",
+    operation_id = "restore_version",
+    summary = "Make a kept version current again, as a new version (an extension of ours; ids from `vprop=1`)",
+    description = "The bytes of `version` become the file's current version as a new version (its own `version_id`; the bytes are not copied), with the time of the restore as its modification time; the version it replaces stays among the kept versions, under the server's retention rule. Restoring the current version changes nothing. The change feed reports a `version` change.",
+    params(
+        ("id" = String, Path, description = "The file (document) ID", example = "1"),
+        ("version" = String, Path, description = "A `version_id` of the file's `versions`", example = "1"),
+    ),
+    responses(
+        (status = 200, description = "The file, the restored bytes current (their size and md5)", body = NodeEnvelope),
+        (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
+        (status = 404, description = "`not_found`: no such file or kept version", body = ErrorEnvelope),
+        (status = 507, description = "`insufficient_storage`; `quota_exceeded`: the new version would take the account over its quota of bytes", body = ErrorEnvelope),
+    ),
+    security(("basic" = [])),
+)]
+pub async fn restore_version(
+    caller: Caller,
+    Path((id, version)): Path<(String, String)>,
+) -> ApiResult {
+    Ok(ok(caller.backend.restore_version(&id, &version).await?))
+}
+
+#[utoipa::path(
+    post,
+    path = "/files/id/Document/{id}/restore",
+    tag = "files",
+    operation_id = "restore_deleted",
+    summary = "Bring a deleted file back into its folder (an extension of ours; ids from `deleted=1`)",
+    description = "The file goes back into the folder it was deleted from, with its ID and its kept versions, under its old name, or `NAME (restored YYYY-MM-DD HHMMSS).EXT` when a node has that name now. Deleted files are kept for the server's retention age (`--keep-versions-days`). The change feed reports a `created` change.",
+    params(("id" = String, Path, description = "The `id` of one of the folder's `deleted` files", example = "1")),
+    responses(
+        (status = 200, description = "The file, back in its folder", body = NodeEnvelope),
+        (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
+        (status = 404, description = "`not_found`: no such deleted file (restored already, pruned, another account's), or its folder is gone", body = ErrorEnvelope),
+    ),
+    security(("basic" = [])),
+)]
+pub async fn restore_deleted(caller: Caller, Path(id): Path<String>) -> ApiResult {
+    Ok(ok(caller.backend.restore_deleted(&id).await?))
+}
+
+/// The download of one kept version, holding a transfer slot as [`download_of`] does. (The
+/// API's route and the web interface's.)
+pub(super) async fn version_of(
+    state: &AppState,
+    backend: &LocalBackend,
+    user: i64,
+    id: &str,
+    version: &str,
+    headers: &HeaderMap,
+) -> Result<Download, Error> {
+    let range = range_of(headers)?;
+    let slot = state.limits.transfer(user)?;
+    let mut d = backend.download_version(id, version, range).await?;
+    d.body = holding(d.body, slot);
+    Ok(d)
 }
 
 /// The download of file `id` for `user`: whole, or the one range of the `Range` header; it

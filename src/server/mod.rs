@@ -112,6 +112,8 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(nodes::get, nodes::put, nodes::post, nodes::delete))
         .routes(routes!(nodes::begin_version))
         .routes(routes!(files::download_version))
+        .routes(routes!(files::restore_version))
+        .routes(routes!(files::restore_deleted))
         .routes(routes!(nodes::upload))
         .routes(routes!(changes::changes))
         .routes(routes!(files::download))

@@ -19,8 +19,8 @@ use super::openapi::{
 use super::reply::{ApiResult, ok, success};
 use crate::api::path::NODES_PREFIX;
 use crate::api::{
-    Base, CreateFileRequest, Error, ErrorKind, FileAttrs, NodePath, Transfer, VersionRequest,
-    parse_replace, parse_time,
+    Base, CreateFileRequest, Error, ErrorKind, FileAttrs, NodePath, NodeType, Transfer,
+    VersionRequest, parse_replace, parse_time,
 };
 use crate::backend::Backend;
 
@@ -74,6 +74,7 @@ pub(super) fn number(q: &HashMap<String, String>, name: &str) -> Result<Option<u
         ("page" = Option<u64>, Query, description = "Page of children, from 0", minimum = 0),
         ("per_page" = Option<u64>, Query, description = "Children per page (default and most: 10000)", minimum = 1, maximum = 10000),
         ("vprop" = Option<String>, Query, description = "Anything but `0`/`false`, on a file: its kept versions as `versions`, newest first (ids for `/files/id/Document/{id}/version/{version}`)", example = "1"),
+        ("deleted" = Option<String>, Query, description = "Anything but `0`/`false`, on a vault or folder (our extension; with or without `children`): the files deleted from it and kept restorable, as `deleted`, most recently deleted first (restore one with `POST /files/id/Document/{id}/restore`)", example = "1"),
     ),
     responses(
         (status = 200, description = "The node", body = NodeEnvelope),
@@ -86,23 +87,32 @@ pub(super) fn number(q: &HashMap<String, String>, name: &str) -> Result<Option<u
 )]
 pub async fn get(caller: Caller, uri: Uri, Query(q): Query<HashMap<String, String>>) -> ApiResult {
     let path = node_path(&uri)?;
-    if !flag(&q, "children") {
+    let mut node = if !flag(&q, "children") {
         let mut node = caller.backend.node(&path).await?;
         if flag(&q, "vprop") && node.is_file() {
             node.versions = Some(caller.backend.versions(&path).await?);
         }
-        return Ok(ok(node));
+        node
+    } else {
+        let page = number(&q, "page")?.unwrap_or(0);
+        let per_page = number(&q, "per_page")?.unwrap_or(MAX_PER_PAGE);
+        if per_page == 0 || per_page > MAX_PER_PAGE {
+            return Err(Error::bad_request(
+                "bad_parameter",
+                format!("`per_page` must be 1 to {MAX_PER_PAGE}"),
+            )
+            .into());
+        }
+        caller.backend.list(&path, page, per_page).await?
+    };
+    let holds_files = matches!(
+        node.node_type,
+        NodeType::VaultNodeType | NodeType::FolderNodeType
+    );
+    if flag(&q, "deleted") && holds_files {
+        node.deleted = Some(caller.backend.deleted_files(&path).await?);
     }
-    let page = number(&q, "page")?.unwrap_or(0);
-    let per_page = number(&q, "per_page")?.unwrap_or(MAX_PER_PAGE);
-    if per_page == 0 || per_page > MAX_PER_PAGE {
-        return Err(Error::bad_request(
-            "bad_parameter",
-            format!("`per_page` must be 1 to {MAX_PER_PAGE}"),
-        )
-        .into());
-    }
-    Ok(ok(caller.backend.list(&path, page, per_page).await?))
+    Ok(ok(node))
 }
 
 /// PUT on a node path: upload step 1 (`create_file`) on a folder, or `{}` to create a folder.

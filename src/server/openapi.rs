@@ -303,6 +303,36 @@ pub struct Node {
     /// Files asked for with `vprop=1` (an extension of ours in shape): the versions kept,
     /// newest first.
     pub versions: Option<Vec<Version>>,
+    /// Vaults and folders asked for with `deleted=1` (our extension): the files deleted from
+    /// it and kept restorable, most recently deleted first.
+    pub deleted: Option<Vec<DeletedFile>>,
+}
+
+/// A file deleted from a folder and kept restorable (our extension).
+#[derive(Serialize, ToSchema)]
+pub struct DeletedFile {
+    /// For `POST /files/id/Document/{id}/restore`.
+    pub id: String,
+    /// Its name in the folder when it was deleted.
+    pub name: String,
+    /// Its last version's size.
+    #[schema(minimum = 0)]
+    pub size: u64,
+    /// Its last version's md5, hex.
+    pub md5_checksum: Option<String>,
+    /// Its modification time (RFC 3339, UTC).
+    #[serde(rename = "modifiedOn")]
+    #[schema(format = DateTime)]
+    pub modified_on: Option<String>,
+    /// When it was deleted (RFC 3339, UTC); it is kept for the server's retention age.
+    #[serde(rename = "deletedOn")]
+    #[schema(format = DateTime)]
+    pub deleted_on: String,
+    /// Versions kept, its last one included.
+    #[schema(minimum = 0)]
+    pub versions: u64,
+    /// Its last version: `/files/id/Document/{id}/version/{version_id}` reads it.
+    pub version_id: String,
 }
 
 /// One kept version of a file.

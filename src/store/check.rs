@@ -94,8 +94,9 @@ fn lost_parts(conn: &Conn) -> Result<(u64, Vec<Lost>)> {
         let (id, node) = row?;
         nodes.insert(id, node);
     }
+    // Detached on purpose: trees being purged, deleted files kept restorable.
     let trash: HashSet<i64> = conn
-        .prepare("SELECT node_id FROM trash")?
+        .prepare("SELECT node_id FROM trash UNION SELECT node_id FROM deleted")?
         .query_map([], |r| r.get(0))?
         .collect::<super::db::Result<_>>()?;
     let mut ids: Vec<i64> = nodes.keys().copied().collect();

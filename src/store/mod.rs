@@ -17,6 +17,7 @@ pub mod bucket;
 mod changes;
 pub mod check;
 pub mod db;
+mod expire;
 pub mod migrate;
 mod nodes;
 mod previews;
@@ -38,6 +39,7 @@ use blobs::Blobs;
 use db::{Conn, Db, Engine, Guard};
 
 pub use changes::{DEFAULT_CHANGE_LOG_AGE, DEFAULT_CHANGE_LOG_ENTRIES, Feed};
+pub use expire::{EXPIRE_EVERY, Expired};
 pub use nodes::{NodeKind, NodeRow, PendingUpload, TransferMode, VersionInfo, length_mismatch};
 pub use previews::{
     DEFAULT_PREVIEW_CACHE_SIZE, MAX_INPUT as MAX_PREVIEW_INPUT, PreviewMode, PreviewState,
@@ -96,9 +98,8 @@ pub struct StoreConfig {
     pub max_bytes_per_account: u64,
     /// Nodes one request (a copy) may create.
     pub max_nodes_per_request: u64,
-    /// How many earlier versions of each file are kept besides the current one (`None`: all,
-    /// bounded by the accounts' byte quotas). A mount's store keeps none.
-    pub earlier_versions: Option<u64>,
+    /// Which earlier versions of each file are kept besides the current one.
+    pub retention: Retention,
     /// Where the blobs are kept (`--blobs`).
     pub blobs: BlobLocation,
     /// The metadata in PostgreSQL at this `postgres://` address (`--database`) instead of
@@ -107,6 +108,30 @@ pub struct StoreConfig {
     /// The change log (`GET /changes`): rows each account keeps at most, and for how long.
     pub change_log_entries: u64,
     pub change_log_age: Duration,
+}
+
+/// Which earlier versions of a file the store keeps (each bound `None`: no bound): at most
+/// `count`, none older than `age`, and, newest first, as many as fit in `bytes` (the newest
+/// earlier version is kept whatever its size). The rule is applied when a file gets a new
+/// version (a file not written since keeps what it had; a deleted file's versions go with it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retention {
+    pub count: Option<u64>,
+    pub age: Option<Duration>,
+    pub bytes: Option<u64>,
+}
+
+impl Retention {
+    /// Only the current version.
+    pub const NONE: Retention = Retention {
+        count: Some(0),
+        age: None,
+        bytes: None,
+    };
+
+    pub fn is_unbounded(&self) -> bool {
+        *self == Retention::default()
+    }
 }
 
 impl Default for StoreConfig {
@@ -120,7 +145,7 @@ impl Default for StoreConfig {
             max_nodes_per_account: DEFAULT_MAX_NODES_PER_ACCOUNT,
             max_bytes_per_account: u64::MAX,
             max_nodes_per_request: DEFAULT_MAX_NODES_PER_REQUEST,
-            earlier_versions: None,
+            retention: Retention::default(),
             blobs: BlobLocation::DataDir,
             database: None,
             change_log_entries: changes::DEFAULT_CHANGE_LOG_ENTRIES,

@@ -419,7 +419,7 @@ impl Store {
         let render = super::previews::want(tx, &self.blobs, &p.sha256, &file.name)?;
         // A file new in this batch has no earlier version to drop.
         let freed = match f.file_id {
-            Some(_) => nodes::prune_versions(tx, file.id, self.config.earlier_versions)?,
+            Some(_) => nodes::prune_versions(tx, file.id, &self.config.retention)?,
             None => Vec::new(),
         };
         let row = nodes::row(tx, file.id)?;
@@ -513,7 +513,10 @@ mod tests {
     fn earlier_versions_beyond_the_kept_number_are_dropped_with_their_bytes() {
         let tmp = tempfile::tempdir().unwrap();
         let config = crate::store::StoreConfig {
-            earlier_versions: Some(1),
+            retention: crate::store::Retention {
+                count: Some(1),
+                ..crate::store::Retention::default()
+            },
             ..Default::default()
         };
         let store = Store::open_local_with(&tmp.path().join("store"), config).unwrap();
@@ -555,6 +558,84 @@ mod tests {
                 .exists()
         );
         assert!(store.check_integrity().unwrap().is_empty());
+    }
+
+    /// Stores `saves` as successive versions of one file under `keep`, calling `between`
+    /// after each save; the md5s of the versions kept, oldest first.
+    fn kept_under(
+        keep: crate::store::Retention,
+        saves: &[&[u8]],
+        between: impl Fn(&Store),
+    ) -> Vec<Option<String>> {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = crate::store::StoreConfig {
+            retention: keep,
+            ..Default::default()
+        };
+        let store = Store::open_local_with(&tmp.path().join("store"), config).unwrap();
+        let src = tmp.path().join("staging");
+        fs::create_dir(&src).unwrap();
+        let mut id = None;
+        for (i, data) in saves.iter().enumerate() {
+            let mut f = staged(&src, &format!("v{i}"), data);
+            f.path = NodePath::from_segments(["Local", "My First Vault", "f.txt"]).unwrap();
+            f.file_id = id.clone();
+            let node = store.put_files(Scope::All, &[f]).remove(0).unwrap();
+            id = node.id.clone();
+            between(&store);
+        }
+        assert!(store.check_integrity().unwrap().is_empty());
+        let kept = store.version_history(&id.unwrap()).unwrap();
+        kept.into_iter().map(|v| v.md5).collect()
+    }
+
+    /// The retention rule by bytes (newest first, the newest earlier version kept whatever
+    /// its size) and by age.
+    #[test]
+    fn earlier_versions_are_kept_within_the_byte_and_age_bounds() {
+        let md5 = |d: &[u8]| Some(hex(&Md5::digest(d)));
+        let by_bytes = crate::store::Retention {
+            bytes: Some(10),
+            ..Default::default()
+        };
+        let saves: [&[u8]; 5] = [b"aaaa", b"bbbbbbbbbbbb", b"cccc", b"dddd", b"eeee"];
+        // Earlier, newest first: d (4), c (8), b (20: over), a (dropped after b).
+        assert_eq!(
+            kept_under(by_bytes, &saves, |_| {}),
+            [md5(b"cccc"), md5(b"dddd"), md5(b"eeee")]
+        );
+        // One earlier version larger than the bound is still kept.
+        let big: [&[u8]; 2] = [b"a version of more than ten bytes", b"now"];
+        assert_eq!(
+            kept_under(by_bytes, &big, |_| {}),
+            [md5(big[0]), md5(b"now")]
+        );
+        // By age: after each save every version so far is made two days old, so each save
+        // drops the earlier ones and only the current version is left.
+        let by_age = crate::store::Retention {
+            age: Some(std::time::Duration::from_secs(24 * 3600)),
+            ..Default::default()
+        };
+        let old = |store: &Store| {
+            let two_days = 2 * 24 * 3600 * 1_000_000_000i64;
+            store
+                .lock()
+                .unwrap()
+                .execute(
+                    "UPDATE versions SET created_on = created_on - ?1",
+                    crate::store::db::params![two_days],
+                )
+                .unwrap();
+        };
+        assert_eq!(
+            kept_under(by_age, &[b"one", b"two", b"three"], old),
+            [md5(b"three")]
+        );
+        // Within the age, all are kept (no count bound).
+        assert_eq!(
+            kept_under(by_age, &[b"one", b"two", b"three"], |_| {}),
+            [md5(b"one"), md5(b"two"), md5(b"three")]
+        );
     }
 
     /// A batch where one file fails: the others are stored with their bytes (a sealed source

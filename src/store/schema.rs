@@ -4,7 +4,7 @@
 use rusqlite::Connection;
 
 /// Bumped when the schema changes; `migrate` brings older databases forward.
-pub(crate) const VERSION: i64 = 10;
+pub(crate) const VERSION: i64 = 11;
 
 const V1: &str = "
 CREATE TABLE nodes (
@@ -291,6 +291,26 @@ CREATE TABLE change_floors (
 );
 ";
 
+/// Deleted files kept restorable (issue 32, item 4; `store::nodes::restore`): a file deleted
+/// while the retention rule has an age bound is detached (no parent, the name `/<id>`, as the
+/// trash's trees are: no path or ID reaches it) with its versions, and listed here with the
+/// folder and name it had, until restored or older than the bound. Its bytes still count in
+/// the account's usage. `folder_id` has no key: the folder may be deleted first (its deleted
+/// files then go with it, or with the next pruning). Versions by age: the pass that applies the
+/// age bound to files no write touches (`store::expire`) finds the old ones without a scan.
+const V11: &str = "
+CREATE TABLE deleted (
+    node_id    INTEGER PRIMARY KEY REFERENCES nodes(id) ON DELETE CASCADE,
+    account_id INTEGER NOT NULL,
+    folder_id  INTEGER NOT NULL,       -- the folder it was deleted from
+    name       TEXT NOT NULL,          -- its name there
+    deleted_on INTEGER NOT NULL        -- ns
+);
+CREATE INDEX deleted_by_folder ON deleted(folder_id, deleted_on);
+CREATE INDEX deleted_by_age ON deleted(deleted_on);
+CREATE INDEX versions_by_age ON versions(created_on);
+";
+
 /// Adds the columns of the preview cache to a database from before it (idempotent). Ready
 /// previews of such a database have their sizes measured once the threads start.
 pub fn preview_cache_columns(conn: &Connection) -> rusqlite::Result<()> {
@@ -347,6 +367,7 @@ pub(crate) fn prepare_to(conn: &mut Connection, target: i64) -> rusqlite::Result
         (8, V8),
         (9, V9),
         (10, V10),
+        (11, V11),
     ] {
         if version < to && to <= target {
             let tx = conn.transaction()?;

@@ -7,7 +7,7 @@
 
 use super::db::{Conn, OptionalExtension, Result, params};
 
-const VERSION: i64 = 10;
+const VERSION: i64 = 11;
 
 const SCHEMA: &str = r#"
 CREATE COLLATION IF NOT EXISTS vaultfs_nocase
@@ -221,10 +221,25 @@ CREATE TABLE change_floors (
 );
 "#;
 
+/// Schema 11: deleted files kept restorable (`schema.rs`'s V11).
+const DELETED: &str = r#"
+CREATE TABLE deleted (
+    node_id    BIGINT PRIMARY KEY REFERENCES nodes(id) ON DELETE CASCADE,
+    account_id BIGINT NOT NULL,
+    folder_id  BIGINT NOT NULL,
+    name       TEXT COLLATE "C" NOT NULL,
+    deleted_on BIGINT NOT NULL
+);
+CREATE INDEX deleted_by_folder ON deleted(folder_id, deleted_on);
+CREATE INDEX deleted_by_age ON deleted(deleted_on);
+CREATE INDEX versions_by_age ON versions(created_on);
+"#;
+
 /// The steps from older schemas (SQLite's of the same numbers, in PostgreSQL's words).
-const MIGRATIONS: [(i64, &str); 2] = [
+const MIGRATIONS: [(i64, &str); 3] = [
     (9, "ALTER TABLE versions ADD COLUMN base TEXT;"),
     (10, CHANGES),
+    (11, DELETED),
 ];
 
 /// What a store keeps beside its SQLite file, here in the database.
@@ -255,6 +270,7 @@ pub fn prepare(conn: &Conn) -> Result<Settings> {
     if version == 0 {
         tx.execute_batch(SCHEMA)?;
         tx.execute_batch(CHANGES)?;
+        tx.execute_batch(DELETED)?;
         tx.execute(
             "INSERT INTO settings (name, value) VALUES ('schema_version', ?1)",
             params![VERSION.to_string().into_bytes()],

@@ -640,6 +640,10 @@ async fn migrate_copies_a_built_in_store_and_verifies_it() {
         .file_id()
         .unwrap();
     upload(&b, &b_file, other.clone()).await;
+    // A deleted file, kept restorable with its bytes (serve's default retention rule).
+    let gone = pattern(30_000, 77);
+    let gone_id = put(&a, "deleted.bin", gone.clone()).await;
+    a.delete(&at("deleted.bin")).await.unwrap();
     drop(sqlite_server);
 
     // Migrated while nothing has the store open.
@@ -677,8 +681,9 @@ async fn migrate_copies_a_built_in_store_and_verifies_it() {
     eprintln!("migrate took {:?}:\n{said}", started.elapsed());
     assert!(said.contains("migrated and verified"), "{said}");
     assert!(said.contains("2 account(s)"), "{said}");
-    // Six versions of three files and the other account's file (the copy shares a blob).
-    assert!(said.contains("7 blob(s)"), "{said}");
+    // Six versions of three files, the other account's file and the deleted one (the copy
+    // shares a blob).
+    assert!(said.contains("8 blob(s)"), "{said}");
 
     // Served from PostgreSQL: every file whole, the old tokens good.
     let node = cluster.serve("after");
@@ -696,6 +701,65 @@ async fn migrate_copies_a_built_in_store_and_verifies_it() {
     a.create_folder(&at("After")).await.unwrap();
     put(&a, "new.bin", pattern(1000, 99)).await;
     common::login(&node.base(), "b@other.test", "pw").await;
+    // The deleted file came along: listed, and restored with its bytes.
+    let http = reqwest::Client::new();
+    let listed: serde_json::Value = http
+        .get(format!(
+            "{}/nodes/pth/Acme/My%20First%20Vault?deleted=1",
+            node.base()
+        ))
+        .basic_auth("a@acme.test", Some(&token))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        listed["message"]["deleted"][0]["id"],
+        gone_id.as_str(),
+        "{listed}"
+    );
+    let restored = http
+        .post(format!(
+            "{}/files/id/Document/{gone_id}/restore",
+            node.base()
+        ))
+        .basic_auth("a@acme.test", Some(&token))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(restored.status(), 200);
+    assert!(content(&a, &gone_id).await == gone);
+    // And an earlier version made current again, on PostgreSQL too.
+    let (two, two_path, two_now) = &files[1];
+    let listed: serde_json::Value = http
+        .get(format!("{}{}?vprop=1", node.base(), two_path.encoded()))
+        .basic_auth("a@acme.test", Some(&token))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let versions = listed["message"]["versions"].as_array().unwrap();
+    assert_eq!(versions.len(), 2, "{listed}");
+    let older = versions[1]["version_id"].as_str().unwrap();
+    let restored = http
+        .post(format!(
+            "{}/files/id/Document/{two}/version/{older}/restore",
+            node.base()
+        ))
+        .basic_auth("a@acme.test", Some(&token))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(restored.status(), 200);
+    assert_eq!(
+        a.node(two_path).await.unwrap().md5_checksum,
+        versions[1]["md5_checksum"].as_str().map(str::to_string)
+    );
+    assert!(content(&a, two).await != *two_now);
     assert!(cluster.store().check_integrity().unwrap().is_empty());
 
     // Into a database that holds a store: refused, with the reason.

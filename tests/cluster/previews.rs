@@ -61,8 +61,11 @@ async fn a_preview_made_by_one_server_is_read_through_the_other() {
     let Some(cluster) = Cluster::with_bucket() else {
         return;
     };
-    let one = cluster.serve_with("one", common::free_port(), &[]);
-    let two = cluster.serve_with("two", common::free_port(), &[]);
+    // Deletes final (no versions kept): a file deleted under the default rule stays
+    // restorable, with its bytes and previews, for the age bound (`store::expire`).
+    let final_deletes = ["--keep-versions", "0"];
+    let one = cluster.serve_with("one", common::free_port(), &final_deletes);
+    let two = cluster.serve_with("two", common::free_port(), &final_deletes);
     let token = common::login(&one.base(), "a@acme.test", "pw-a").await;
     let (a, b) = (
         client(&one, "a@acme.test", &token),

@@ -34,6 +34,11 @@ pub struct Env {
 
 impl Env {
     pub fn new(via: Via) -> Option<Env> {
+        Self::new_with(via, Default::default())
+    }
+
+    /// The same with a server of these limits (remote).
+    pub fn new_with(via: Via, options: vaultfs::server::ServerOptions) -> Option<Env> {
         if !fuse_available() {
             eprintln!("skipped: needs root and /dev/fuse");
             return None;
@@ -44,8 +49,7 @@ impl Env {
         let config = tmp.path().join("config");
         let server = (via == Via::Remote).then(|| {
             rt.block_on(async {
-                let s = super::TestServer::start_in(&data, Default::default(), Default::default())
-                    .await;
+                let s = super::TestServer::start_in(&data, Default::default(), options).await;
                 let creds = s.user("tester@example.com", "Local").await;
                 super::save_login(
                     &config.join("vaultfs/credentials.toml"),
@@ -100,6 +104,24 @@ impl Env {
         LocalBackend::new(store)
     }
 
+    /// Stops the server and mounts again from the cache dir alone (`--timeout 3`): the mount
+    /// starts offline, within 10 s. Returns it and the server's address (`serve_again`).
+    #[allow(dead_code)] // for the mount tests only
+    pub fn mount_offline(&mut self) -> (Mount, String) {
+        let server = self.server.take().expect("a server to stop");
+        let base = server.base.clone();
+        self.rt.block_on(server.stop());
+        let cache = self.cache.to_str().unwrap();
+        let args = ["--cache-dir", cache, "--server", &base, "--timeout", "3"];
+        let started = std::time::Instant::now();
+        let m = Mount::start_with_env(&self.mnt, &args, &[("XDG_CONFIG_HOME", &self.config)]);
+        let took = started.elapsed();
+        eprintln!("mounted offline in {:.2} s", took.as_secs_f64());
+        assert!(took.as_secs() < 10, "{took:?}\n{}", m.log_text());
+        assert_eq!(m.status()["offline"], true, "{}", m.log_text());
+        (m, base.trim_start_matches("http://").to_string())
+    }
+
     /// Starts the server again on `addr` over the same data dir (after a test stopped it).
     pub fn serve_again(&mut self, addr: &str) {
         let data = self.data.clone();
@@ -115,6 +137,27 @@ impl Env {
     /// (answers go back at full speed): the server itself moves to another port. For the rest
     /// of the test.
     pub fn throttle_server(&mut self, rate: u64) {
+        self.behind_proxy(move |client, upstream| throttled_pipe(client, &upstream, rate));
+    }
+
+    /// Puts a proxy on the server's port that holds each piece of a request `delay` before
+    /// passing it on (a link's latency, one way) and keeps every byte of the requests: what
+    /// the mount asked, for the rest of the test (as `throttle_server`, once the mount runs).
+    pub fn record_requests(
+        &mut self,
+        delay: std::time::Duration,
+    ) -> Arc<std::sync::Mutex<Vec<u8>>> {
+        let sent = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = sent.clone();
+        self.behind_proxy(move |client, upstream| recording_pipe(client, &upstream, delay, &log));
+        sent
+    }
+
+    /// Moves the server to another port and carries each connection to its port with `pipe`.
+    fn behind_proxy(
+        &mut self,
+        pipe: impl Fn(std::net::TcpStream, String) + Clone + Send + 'static,
+    ) {
         let server = self.server.take().expect("a remote env");
         let addr = server.base.trim_start_matches("http://").to_string();
         self.rt.block_on(server.stop());
@@ -131,28 +174,33 @@ impl Env {
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { break };
-                let upstream = upstream.clone();
-                std::thread::spawn(move || throttled_pipe(client, &upstream, rate));
+                let (upstream, pipe) = (upstream.clone(), pipe.clone());
+                std::thread::spawn(move || pipe(client, upstream));
             }
         });
     }
 
     /// Waits until no staged file is left: every file written is stored.
     pub fn wait_uploaded(&self) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-        while pending_uploads(&self.cache) > 0 {
-            if std::time::Instant::now() > deadline {
-                let journal =
-                    fs::read_to_string(self.cache.join("journal/log")).unwrap_or_default();
-                let log = fs::read_to_string(self.mnt.with_extension("log")).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(40).collect();
-                panic!(
-                    "uploads did not finish; journal: {journal}\nlog tail:\n{}",
-                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-                );
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
+        wait_stored(&self.cache, &self.mnt);
+    }
+}
+
+/// Waits until the mount at `mnt` with cache dir `cache` has stored every file written (its
+/// journal and log tail shown when it does not within 120 s).
+pub fn wait_stored(cache: &std::path::Path, mnt: &std::path::Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while pending_uploads(cache) > 0 {
+        if std::time::Instant::now() > deadline {
+            let journal = fs::read_to_string(cache.join("journal/log")).unwrap_or_default();
+            let log = fs::read_to_string(mnt.with_extension("log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            panic!(
+                "uploads did not finish; journal: {journal}\nlog tail:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
         }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
 
@@ -211,6 +259,72 @@ macro_rules! both {
             $(#[test] fn $name() { super::$name(super::Via::Remote) })*
         }
     };
+}
+
+/// Stores `data` as a new version of `name` (`sub/name.txt` in a folder) in the vault, as
+/// another client does (the file made first if it is not there).
+pub fn put_elsewhere(env: &Env, name: &str, data: &[u8]) {
+    use vaultfs::backend::Backend;
+    let b = env.backend();
+    let path = vaultfs::api::NodePath::parse_uri(&format!("/nodes/pth/{VAULT}/{name}")).unwrap();
+    let data = data.to_vec();
+    env.rt.block_on(async {
+        let (folder, name) = (path.parent().unwrap(), path.name().unwrap());
+        let f = b.create_file(&folder, name).await.unwrap();
+        let id = f.id.unwrap();
+        let len = data.len() as u64;
+        let t = b.begin_version(&id, len, None).await.unwrap();
+        let vid = t.file_ex_properties.unwrap().version_id.unwrap();
+        let body = Box::pin(futures_util::stream::once(async move {
+            Ok(bytes::Bytes::from(data))
+        }));
+        b.upload(&id, &vid, len, body).await.unwrap();
+    });
+}
+
+/// The stored bytes of `name` in the vault, as another client reads them.
+pub fn stored(env: &Env, name: &str) -> Vec<u8> {
+    use vaultfs::backend::Backend;
+    let b = env.backend();
+    let p = vaultfs::api::NodePath::parse_uri(&format!("/nodes/pth/Local/My First Vault/{name}"))
+        .unwrap();
+    env.rt.block_on(async {
+        let id = b.node(&p).await.unwrap().file_id().unwrap().to_string();
+        super::content(&b, &id).await
+    })
+}
+
+/// Carries one connection to `upstream`: each piece of a request `delay` late, every byte of
+/// them kept in `log`; answers as they come.
+fn recording_pipe(
+    client: std::net::TcpStream,
+    upstream: &str,
+    delay: std::time::Duration,
+    log: &std::sync::Mutex<Vec<u8>>,
+) {
+    use std::io::{Read, Write};
+    let Ok(server) = std::net::TcpStream::connect(upstream) else {
+        return;
+    };
+    let (mut from_server, mut to_client) =
+        (server.try_clone().unwrap(), client.try_clone().unwrap());
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut from_server, &mut to_client);
+        let _ = to_client.shutdown(std::net::Shutdown::Both);
+    });
+    let (mut from_client, mut to_server) = (client, server);
+    let mut buf = vec![0u8; 64 << 10];
+    while let Ok(n) = from_client.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        log.lock().unwrap().extend_from_slice(&buf[..n]);
+        std::thread::sleep(delay);
+        if to_server.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to_server.shutdown(std::net::Shutdown::Both);
 }
 
 /// Carries one connection to `upstream`: requests at `rate` bytes a second, answers as they come.

@@ -42,6 +42,21 @@ pub struct Creds {
     pub token: String,
 }
 
+/// The store's settings under the retention rule `vaultfs serve` runs with by default (50
+/// earlier versions, 30 days, 1 GiB per file; `StoreConfig::default()` keeps every version
+/// and no deleted file).
+#[allow(dead_code)] // not every test binary keeps versions
+pub fn served_retention() -> StoreConfig {
+    StoreConfig {
+        retention: vaultfs::store::Retention {
+            count: Some(50),
+            age: Some(std::time::Duration::from_secs(30 * 24 * 3600)),
+            bytes: Some(1 << 30),
+        },
+        ..StoreConfig::default()
+    }
+}
+
 impl TestServer {
     /// A server over a new, empty store.
     pub async fn start() -> TestServer {

@@ -4,18 +4,25 @@
 //! One binary (see Cargo.toml's note on test binaries), its tests by concern in the modules
 //! below: `namespace` (names, folders, links, errors), `io` (the bytes of files), `crash`
 //! (outages, killed daemons and servers, remounts), `caches` (what the mount keeps and how it
-//! learns of changes), `options` (mount options, the config file, the mount's source). The
-//! helpers more than one of them uses are here.
+//! learns of changes), `options` (mount options, the config file, the mount's source),
+//! `versions` (the `.versions/` tree), `model` (random writers checked against a reference
+//! model). The helpers more than one of them uses are here.
 
 #[path = "../common/mod.rs"]
 #[macro_use]
 mod common;
 
 mod caches;
+mod conflicts;
 mod crash;
+mod follow;
 mod io;
+mod model;
 mod namespace;
+mod offline;
 mod options;
+mod pinned;
+mod versions;
 
 use std::fs;
 use std::path::Path;

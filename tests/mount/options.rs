@@ -123,3 +123,37 @@ fn the_mount_source_names_the_store() {
         m.unmount();
     }
 }
+
+/// `--bwlimit 1M:2M` (rclone's spelling, upload:download): a 3 MiB file takes about 3 s to
+/// store and 1.5 s to read cold, where loopback moves it in a fraction of a second. Bounds
+/// are generous (the bucket's own timing is tested in `backend::bwlimit`).
+#[test]
+fn bwlimit_caps_a_servers_transfers() {
+    use std::time::{Duration, Instant};
+    let Some(env) = Env::new(Via::Remote) else {
+        return;
+    };
+    let data = common::pattern(3 << 20, 7);
+    let p = env.vault().join("limited");
+    let m = env.mount(&["--bwlimit", "1M:2M"]);
+    let t = Instant::now();
+    fs::write(&p, &data).unwrap();
+    env.wait_uploaded();
+    let up = t.elapsed();
+    m.unmount();
+    let m = env.mount(&["--bwlimit", "1M:2M"]);
+    let t = Instant::now();
+    assert!(fs::read(&p).unwrap() == data);
+    let down = t.elapsed();
+    eprintln!("3 MiB up at 1M: {up:.2?}, down at 2M: {down:.2?}");
+    // Less the bucket's burst (an eighth of a second's worth).
+    assert!(
+        up >= Duration::from_millis(2500) && up < Duration::from_secs(30),
+        "{up:?}"
+    );
+    assert!(
+        down >= Duration::from_millis(1200) && down < Duration::from_secs(30),
+        "{down:?}"
+    );
+    m.unmount();
+}

@@ -11,6 +11,7 @@ mod changes;
 mod limits;
 mod nodes;
 mod upload;
+mod versions;
 
 use common::{Creds, TestServer};
 use reqwest::{Method, StatusCode};

@@ -9,7 +9,8 @@
 //! One binary (see Cargo.toml's note on test binaries), its tests by concern in the modules
 //! below: `session` (signing in, the session cookie, signing out), `hostile` (forms from other
 //! sites, another account's file, hostile names), `files` (uploads, folders, renames, sorting,
-//! paging), `chromium` (all of it in a real browser, driven through `browser`). The visitor that
+//! paging), `chromium` (all of it in a real browser, driven through `browser`), `versions` (a file's
+//! versions, deleted files, their restores). The visitor that
 //! speaks to the pages as a browser does, and the helpers more than one of them uses, are here.
 
 #[path = "../common/mod.rs"]
@@ -20,6 +21,7 @@ mod chromium;
 mod files;
 mod hostile;
 mod session;
+mod versions;
 
 use crate::common::{TestServer, attr_after};
 use reqwest::StatusCode;

@@ -15,6 +15,7 @@ use super::RemoteBackend;
 use super::transport::{Req, bad_response, describe, header_str, network, stream_error};
 use crate::api::checksum::md5_hex;
 use crate::api::{Error, ErrorKind, Node, NodeType, RangeRequest, Result, format_time};
+use crate::backend::bwlimit::limited;
 use crate::backend::{ByteStream, Download};
 
 /// What a server said about `Range` support, learned from its answers.
@@ -137,7 +138,10 @@ impl RemoteBackend {
                 node: node_from_headers(file_id, &h, total),
                 total_size: total,
                 range: Some((a, b)),
-                body: checked_body(Body::Stream(resp), check),
+                body: limited(
+                    checked_body(Body::Stream(resp), check),
+                    self.inner.config.download_limit.clone(),
+                ),
             });
         }
 
@@ -175,7 +179,10 @@ impl RemoteBackend {
             node,
             total_size: total,
             range,
-            body: checked_body(resp, check),
+            body: limited(
+                checked_body(resp, check),
+                self.inner.config.download_limit.clone(),
+            ),
         })
     }
 }

@@ -45,6 +45,7 @@ use std::time::Duration;
 use reqwest::Method;
 use reqwest::header::{self, HeaderValue};
 
+use super::bwlimit::Bucket;
 use super::{Backend, ByteStream, Download, PreviewImage};
 use crate::api::path::encode_segment;
 use crate::api::{
@@ -80,6 +81,9 @@ pub struct RemoteConfig {
     pub max_unsized_body: usize,
     /// Most children one listing of a folder takes (all its pages); a listing of more fails.
     pub max_listing_entries: u64,
+    /// `--bwlimit`: the buckets upload and download bodies go through.
+    pub upload_limit: Option<Arc<Bucket>>,
+    pub download_limit: Option<Arc<Bucket>>,
 }
 
 impl RemoteConfig {
@@ -99,6 +103,8 @@ impl RemoteConfig {
             // `vaultfs serve`'s default quota of one account: a whole account in one folder.
             // A child costs the mount about 1 KB while its listing is read.
             max_listing_entries: crate::store::DEFAULT_MAX_NODES_PER_ACCOUNT,
+            upload_limit: None,
+            download_limit: None,
         }
     }
 }
@@ -148,6 +154,10 @@ impl RemoteBackend {
             .connect_timeout(config.connect_timeout)
             .read_timeout(config.idle_timeout)
             .pool_idle_timeout(Duration::from_secs(60))
+            // Connections kept warm between bursts (a new one costs a round trip, more with
+            // TLS), and small requests sent at once.
+            .tcp_keepalive(Duration::from_secs(30))
+            .tcp_nodelay(true)
             .user_agent(concat!("vaultfs/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| Error::internal(format!("cannot set up the HTTP client: {e}")))?;
@@ -271,6 +281,57 @@ impl Backend for RemoteBackend {
             .ok_or_else(|| bad_response(format!("{what}: the new file has no ID")))?;
         node.id = Some(id);
         Ok(node)
+    }
+
+    async fn create_files(&self, folder: &NodePath, names: &[String]) -> Result<Vec<Result<Node>>> {
+        if names.len() == 1 {
+            return Ok(vec![self.create_file(folder, &names[0]).await]);
+        }
+        let entries: Vec<_> = names
+            .iter()
+            .map(|n| serde_json::json!({ "name": n }))
+            .collect();
+        let body = serde_json::json!({ "create_file": entries });
+        let req = Req::with_body(Method::PUT, folder.encoded(), &body, Retry::Idempotent);
+        let what = req.what();
+        let parent = match self.call_node(req).await {
+            Ok(p) => p,
+            // One name refused (a folder of that name; a server that refuses existing names)
+            // fails the whole request: each name alone says which.
+            Err(e)
+                if e.already_exists()
+                    || matches!(
+                        e.kind,
+                        ErrorKind::Conflict | ErrorKind::BadRequest | ErrorKind::TooLarge
+                    ) =>
+            {
+                let mut out = Vec::with_capacity(names.len());
+                for n in names {
+                    out.push(self.create_file(folder, n).await);
+                }
+                return Ok(out);
+            }
+            Err(e) => return Err(e),
+        };
+        let mut by_name: HashMap<String, Node> = parent
+            .children
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| (c.name.clone(), c))
+            .collect();
+        Ok(names
+            .iter()
+            .map(|n| {
+                let mut node = by_name.remove(n).ok_or_else(|| {
+                    bad_response(format!("{what}: `{n}` is not among the children"))
+                })?;
+                let id = node
+                    .file_id()
+                    .ok_or_else(|| bad_response(format!("{what}: the new file has no ID")))?;
+                node.id = Some(id);
+                Ok(node)
+            })
+            .collect())
     }
 
     async fn begin_version_with(

@@ -16,6 +16,7 @@ use crate::api::checksum::{md5_base64, md5_hex};
 use crate::api::path::encode_segment;
 use crate::api::{Base, Error, ErrorKind, FileAttrs, Node, Result, VersionRequest, format_time};
 use crate::backend::ByteStream;
+use crate::backend::bwlimit::limited;
 use crate::sync::relock;
 
 /// Versions announced and never sent are forgotten beyond this many (the map stays small).
@@ -173,7 +174,11 @@ impl RemoteBackend {
             .header(header::ACCEPT, JSON)
             .header(header::CONTENT_TYPE, "application/binary")
             .header(header::CONTENT_LENGTH, length)
-            .body(counted_body(body, length, progress.clone()));
+            .body(counted_body(
+                limited(body, self.inner.config.upload_limit.clone()),
+                length,
+                progress.clone(),
+            ));
         if let Some(a) = &self.inner.auth {
             rb = rb.header(header::AUTHORIZATION, a.clone());
         }

@@ -342,6 +342,10 @@ impl<B: Backend> Fs<B> {
         }
         if let Some(node) = node {
             t.update_from(ino, node);
+            if let Some(i) = t.get_mut(ino) {
+                // This mount's own bytes: what its next whole rewrite replaces.
+                i.read_md5 = node.md5_checksum.clone();
+            }
         }
         self.retire(t, ino, staged, true)
     }
@@ -394,6 +398,8 @@ impl<B: Backend> Fs<B> {
             {
                 log::debug!("could not keep inode {ino} in the read cache: {e}");
             }
+            // Stored into a pinned folder: kept on disk for the next mount too.
+            self.pins_learned(&inode.path);
         }
         t.set_staged(ino, None);
         if stored_now {
@@ -507,7 +513,7 @@ impl<B: Backend> Fs<B> {
                 mode: inode.exec.map(file_mode),
             },
             cancel: staged.removal().clone(),
-            base: crate::api::Base::Any,
+            base: staged.base(),
         };
         ToStore::Send {
             staged,

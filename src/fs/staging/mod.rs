@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::SystemTime;
 
+use crate::api::Base;
 use crate::api::checksum::Digests;
 use crate::api::files::Cancel;
 use crate::sync::{relock, unpoisoned};
@@ -78,6 +79,9 @@ pub struct Staged {
     ahead: Arc<Ahead>,
     /// Given up once the file is removed: its upload under way stops (see `Fs::remove`).
     removal: Cancel,
+    /// The version these bytes replace (the conflict check, docs/design.md): what the mount
+    /// knew when staging began (`Absent` for a new name), then what it last stored. Journaled.
+    base: Mutex<Base>,
 }
 
 /// What the journal last wrote for a staged file, and whether its entry is finished (never
@@ -85,7 +89,7 @@ pub struct Staged {
 #[derive(Default)]
 pub(super) struct JournalState {
     pub finished: bool,
-    pub last: Option<(String, Option<String>)>,
+    pub last: Option<(String, Option<String>, Base)>,
 }
 
 /// What an upload sends: the file, its length and the generation it holds.
@@ -122,6 +126,7 @@ impl Staged {
             order: Mutex::new(()),
             journal: Mutex::new(JournalState::default()),
             removal: Cancel::default(),
+            base: Mutex::new(Base::Any),
             ahead: Arc::new(Ahead {
                 state: Mutex::new(HashAhead {
                     // Content already there (a copy of the stored file) is hashed at upload.
@@ -194,6 +199,18 @@ impl Staged {
     }
 
     /// Changes not yet stored remotely.
+    /// What an upload of these bytes replaces ([`Staged::base`]: docs/design.md, conflicts).
+    pub fn base(&self) -> Base {
+        relock(&self.base).clone()
+    }
+
+    /// The base from now on: set when staging begins, when a rename puts the file over
+    /// another, after each upload (the version stored), and to `Absent` for a conflict copy.
+    /// The caller journals it again (`Journal::record`).
+    pub fn set_base(&self, base: Base) {
+        *relock(&self.base) = base;
+    }
+
     pub fn is_dirty(&self) -> bool {
         self.generation() != self.uploaded.load(Ordering::SeqCst)
     }
@@ -430,7 +447,7 @@ fn reserve(f: &File, offset: u64, len: u64, keep_size: bool) -> io::Result<()> {
 }
 
 /// The bytes an unprivileged writer may still take on `f`'s file system.
-fn free_bytes(f: &File) -> io::Result<u64> {
+pub(in crate::fs) fn free_bytes(f: &File) -> io::Result<u64> {
     use std::os::fd::AsRawFd;
     // SAFETY: fstatvfs fills the zeroed struct we pass, for a descriptor the caller holds.
     unsafe {

@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
 
 use super::super::AppState;
-use super::page::{browse_href, escape, path_href, see_other, size, time};
+use super::page::{browse_href, escape, path_href, see_other, size, time, time_seconds};
 use super::session::WebUser;
 use super::web_path;
 use crate::api::{Error, Node, NodePath, NodeType};
@@ -288,7 +288,11 @@ async fn listing(user: WebUser, path: NodePath, q: HashMap<String, String>) -> R
         "<p class=\"note\">This folder is too large to sort here: it is shown by name.</p>"
     };
     let tools = match node.node_type {
-        NodeType::VaultNodeType | NodeType::FolderNodeType => forms(&user, &path),
+        NodeType::VaultNodeType | NodeType::FolderNodeType => format!(
+            "{}<p class=\"deleted-link\"><a href=\"{}\">Deleted files</a></p>",
+            forms(&user, &path),
+            escape(&path_href("/web/deleted", &path))
+        ),
         _ => String::new(),
     };
     let title = if path.is_root() {
@@ -400,14 +404,19 @@ pub async fn confirm_delete(user: WebUser, uri: Uri) -> Response {
         Ok(n) => n,
         Err(e) => return user.error(&e),
     };
-    let what = if node.is_file() {
-        "This file and its versions are deleted."
-    } else {
-        "This folder is deleted with everything in it."
+    let retention = &user.backend.store().config().retention;
+    let what = match (node.is_file(), retention.age) {
+        (true, Some(age)) if retention.count != Some(0) => format!(
+            "This file and its versions can be restored from the folder's deleted files for {} \
+             days.",
+            age.as_secs().div_ceil(24 * 3600)
+        ),
+        (true, _) => "This file and its versions are deleted. This cannot be undone.".into(),
+        (false, _) => "This folder is deleted with everything in it. This cannot be undone.".into(),
     };
     let back = path.parent().map(|p| browse_href(&p)).unwrap_or_default();
     let body = format!(
-        "<p>Delete <strong>{name}</strong>? {what} This cannot be undone.</p>\
+        "<p>Delete <strong>{name}</strong>? {what}</p>\
          <form method=\"post\" action=\"{action}\">\
          <input type=\"hidden\" name=\"csrf\" value=\"{token}\">\
          <button type=\"submit\" class=\"danger\">Delete</button> \
@@ -438,6 +447,96 @@ pub async fn delete(
     };
     match user.backend.delete(&path).await {
         Ok(()) => see_other(&path.parent().map(|p| browse_href(&p)).unwrap_or_default()),
+        Err(e) => user.error(&e),
+    }
+}
+
+/// GET `/web/deleted/{path}`: the files deleted from a vault or folder and kept restorable,
+/// each with a restore form.
+pub async fn deleted(user: WebUser, uri: Uri) -> Response {
+    let path = match web_path(&uri, "/web/deleted") {
+        Ok(p) => p,
+        Err(e) => return user.error(&e),
+    };
+    let files = match user.backend.deleted_files(&path).await {
+        Ok(f) => f,
+        Err(e) => return user.error(&e),
+    };
+    let token = escape(&user.form_token);
+    let rows: String = files
+        .iter()
+        .map(|f| {
+            format!(
+                "<tr class=\"deleted\" data-id=\"{id}\"><td class=\"name\">{name}</td>\
+                 <td class=\"size\">{size}</td><td class=\"modified\">{when}</td>\
+                 <td class=\"actions\">{download}<form class=\"undelete\" method=\"post\" action=\"/web/undelete/{id_seg}\">\
+                 <input type=\"hidden\" name=\"csrf\" value=\"{token}\">\
+                 <button type=\"submit\" aria-label=\"Restore {name}\">Restore</button></form></td></tr>",
+                id = escape(&f.id),
+                id_seg = crate::api::path::encode_segment(&f.id),
+                name = escape(&f.name),
+                size = size(f.size),
+                when = time_seconds(Some(&f.deleted_on)),
+                download = if f.version_id.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "<a href=\"/web/download/{}/version/{}\" download>Download</a> ",
+                        crate::api::path::encode_segment(&f.id),
+                        crate::api::path::encode_segment(&f.version_id)
+                    )
+                },
+            )
+        })
+        .collect();
+    let retention = &user.backend.store().config().retention;
+    let kept = match retention.age {
+        Some(age) if retention.count != Some(0) => format!(
+            "Deleted files are kept for {} days, with their versions; a restored file goes back \
+             to this folder under its name (or, when that is taken, with \u{201c}restored\u{201d} and the \
+             time added).",
+            age.as_secs().div_ceil(24 * 3600)
+        ),
+        _ => "This server keeps no deleted files.".to_string(),
+    };
+    let body = if files.is_empty() {
+        format!("<p class=\"note\">{kept}</p><p class=\"empty\">No deleted files here.</p>")
+    } else {
+        format!(
+            "<p class=\"note\">{kept}</p><div class=\"table\"><table><thead><tr>\
+             <th scope=\"col\" class=\"name\">Name</th><th scope=\"col\" class=\"size\">Size</th>\
+             <th scope=\"col\" class=\"modified\">Deleted</th><th scope=\"col\" class=\"actions\">\
+             <span class=\"visually-hidden\">Actions</span></th></tr></thead><tbody>{rows}</tbody>\
+             </table></div>"
+        )
+    };
+    let body = format!(
+        "<p><a href=\"{back}\">Back to the folder</a></p>{body}",
+        back = escape(&browse_href(&path))
+    );
+    let title = format!(
+        "Deleted from {}",
+        path.segments().last().map(String::as_str).unwrap_or("")
+    );
+    user.page(&title, Some(&path), &body)
+}
+
+/// POST `/web/undelete/{id}`: brings the deleted file back into its folder; on to the folder.
+pub async fn undelete(
+    State(state): State<AppState>,
+    user: WebUser,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    headers: HeaderMap,
+    Form(f): Form<HashMap<String, String>>,
+) -> Response {
+    if let Some(refusal) = user.refuse_form(&state, &headers, f.get("csrf").map(String::as_str)) {
+        return refusal;
+    }
+    match user.backend.restore_deleted(&id).await {
+        Ok(node) => match NodePath::parse_uri(&node.uri).ok().and_then(|p| p.parent()) {
+            Some(folder) => see_other(&browse_href(&folder)),
+            None => see_other("/web/"),
+        },
         Err(e) => user.error(&e),
     }
 }

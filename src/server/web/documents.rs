@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use axum::Form;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, Uri, header};
@@ -17,15 +18,16 @@ use futures_util::TryStreamExt;
 
 use super::super::AppState;
 use super::super::files::{
-    attachment, content_type, disposition, download_of, image, page_number, page_size, pdf_of, send,
+    attachment, content_type, disposition, download_of, image, page_number, page_size, pdf_of,
+    send, version_of,
 };
 use super::super::reply::{ApiError, ApiResult, ok};
-use super::page::{escape, not_a_page, path_href, size, time};
+use super::page::{escape, not_a_page, path_href, see_other, size, time, time_seconds};
 use super::session::WebUser;
 use super::web_path;
 use crate::api::path::encode_segment;
-use crate::api::{Error, ErrorKind, Node, NodePath, PreviewStatus};
-use crate::backend::Backend;
+use crate::api::{Error, ErrorKind, Node, NodePath, PreviewStatus, Version};
+use crate::backend::{Backend, Download};
 
 /// Widest page image of the preview page, and of its thumbnails (pixels; the browser scales
 /// them down further on a narrow screen).
@@ -82,6 +84,8 @@ pub async fn file(user: WebUser, Path(id): Path<String>) -> Response {
         Ok(found) => found,
         Err(e) => return user.error(&e),
     };
+    // A backend without versions lists none (the page shows the file all the same).
+    let versions = user.backend.versions(&path).await.unwrap_or_default();
     let token = escape(&user.form_token);
     let body = format!(
         "{actions}<dl class=\"facts\"><dt>Size</dt><dd>{size} ({bytes} bytes)</dd>\
@@ -92,8 +96,9 @@ pub async fn file(user: WebUser, Path(id): Path<String>) -> Response {
          <label for=\"new-name\">New name</label>\
          <input id=\"new-name\" name=\"name\" value=\"{name}\" required>\
          <button type=\"submit\">Rename</button></form>\
-         <p><a class=\"button danger\" href=\"{delete}\">Delete…</a></p>",
+         <p><a class=\"button danger\" href=\"{delete}\">Delete…</a></p>{versions}",
         actions = file_actions(&node, false),
+        versions = versions_section(&user, &id, &versions),
         size = size(node.size.unwrap_or(0)),
         bytes = node.size.unwrap_or(0),
         modified = time(node.modified_on.as_deref()),
@@ -104,6 +109,52 @@ pub async fn file(user: WebUser, Path(id): Path<String>) -> Response {
         name = escape(&node.name),
     );
     user.page(&node.name, path.parent().as_ref(), &body)
+}
+
+/// The kept versions of file `id` (newest first), each with its download and, but for the
+/// current one, a form that makes it current again (a new version: the bytes it replaces stay
+/// one of the versions).
+fn versions_section(user: &WebUser, id: &str, versions: &[Version]) -> String {
+    if versions.is_empty() {
+        return String::new();
+    }
+    let token = escape(&user.form_token);
+    let id_seg = encode_segment(id);
+    let rows: String = versions
+        .iter()
+        .map(|v| {
+            let vid = encode_segment(&v.version_id);
+            let when = time_seconds(v.created_on.as_deref());
+            let action = if v.current {
+                "<span class=\"current\">Current</span>".to_string()
+            } else {
+                format!(
+                    "<form class=\"restore\" method=\"post\" action=\"/web/restore/{id_seg}/{vid}\">\
+                     <input type=\"hidden\" name=\"csrf\" value=\"{token}\">\
+                     <button type=\"submit\" aria-label=\"Restore the version of {plain}\">Restore\
+                     </button></form>",
+                    plain = escape(v.created_on.as_deref().unwrap_or(""))
+                )
+            };
+            format!(
+                "<tr class=\"version{cur}\" data-version=\"{v_id}\"><td class=\"modified\">{when}</td>\
+                 <td class=\"size\">{size}</td><td class=\"actions\">\
+                 <a href=\"/web/download/{id_seg}/version/{vid}\" download>Download</a> {action}</td></tr>",
+                cur = if v.current { " current" } else { "" },
+                v_id = escape(&v.version_id),
+                size = size(v.size),
+            )
+        })
+        .collect();
+    format!(
+        "<section class=\"versions\" aria-labelledby=\"versions-title\">\
+         <h2 id=\"versions-title\">Versions</h2><p class=\"note\">Restoring a version makes \
+         its bytes current again; the bytes it replaces stay here as a version.</p>\
+         <div class=\"table\"><table><thead><tr><th scope=\"col\">Saved</th>\
+         <th scope=\"col\" class=\"size\">Size</th><th scope=\"col\" class=\"actions\">\
+         <span class=\"visually-hidden\">Actions</span></th></tr></thead>\
+         <tbody>{rows}</tbody></table></div></section>"
+    )
 }
 
 /// GET `/web/preview/{id}` (`preview_link_uri`): the document page by page, with thumbnails;
@@ -182,7 +233,14 @@ pub async fn download(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let d = match download_of(&state, &user.backend, user.user_id, &id, &headers).await {
+    let d = download_of(&state, &user.backend, user.user_id, &id, &headers).await;
+    as_attachment(&user, d)
+}
+
+/// A download's answer: the bytes as a private attachment that is never shown as a page; a
+/// bad range in the API's words, any other error as the site's page.
+fn as_attachment(user: &WebUser, d: Result<Download, Error>) -> Response {
+    let d = match d {
         Ok(d) => d,
         Err(e) if e.kind == ErrorKind::RangeNotSatisfiable => return ApiError(e).into_response(),
         Err(e) => return user.error(&by_id(e)),
@@ -192,6 +250,36 @@ pub async fn download(
     not_a_page(&mut resp, PRIVATE);
     attachment(&mut resp, &name);
     resp
+}
+
+/// GET `/web/download/{id}/version/{version}`: the bytes of a kept version, as an attachment
+/// under the same headers as the current bytes.
+pub async fn download_version(
+    State(state): State<AppState>,
+    user: WebUser,
+    Path((id, version)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let d = version_of(&state, &user.backend, user.user_id, &id, &version, &headers).await;
+    as_attachment(&user, d)
+}
+
+/// POST `/web/restore/{id}/{version}` (the file page's restore form): the version becomes
+/// current again as a new version; back to the file's page.
+pub async fn restore(
+    State(state): State<AppState>,
+    user: WebUser,
+    Path((id, version)): Path<(String, String)>,
+    headers: HeaderMap,
+    Form(f): Form<HashMap<String, String>>,
+) -> Response {
+    if let Some(refusal) = user.refuse_form(&state, &headers, f.get("csrf").map(String::as_str)) {
+        return refusal;
+    }
+    match user.backend.restore_version(&id, &version).await {
+        Ok(node) => see_other(node.link_uri.as_deref().unwrap_or("/web/")),
+        Err(e) => user.error(&by_id(e)),
+    }
 }
 
 /// GET `/web/preview/{id}/{page}`: a page image (`max_width` and the other sizes of the API's

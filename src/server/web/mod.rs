@@ -44,6 +44,13 @@ pub(super) fn router() -> Router<AppState> {
         .route("/web/preview/{id}", get(documents::preview))
         .route("/web/preview/{id}/{page}", get(documents::page))
         .route("/web/download/{id}", get(documents::download))
+        .route(
+            "/web/download/{id}/version/{version}",
+            get(documents::download_version),
+        )
+        .route("/web/restore/{id}/{version}", post(documents::restore))
+        .route("/web/deleted/{*path}", get(browse::deleted))
+        .route("/web/undelete/{id}", post(browse::undelete))
         .route("/web/upload/{*folder}", post(documents::upload))
         .route("/web/folder/{*parent}", post(browse::new_folder))
         .route("/web/rename/{*path}", post(browse::rename))

@@ -194,10 +194,22 @@ pub fn size(bytes: u64) -> String {
 
 /// An RFC 3339 time of the wire as `YYYY-MM-DD HH:MM` (UTC), the full time in `datetime`.
 pub fn time(rfc3339: Option<&str>) -> String {
+    time_to(rfc3339, 16)
+}
+
+/// The same to the second (versions saved a minute apart or less).
+pub fn time_seconds(rfc3339: Option<&str>) -> String {
+    time_to(rfc3339, 19)
+}
+
+fn time_to(rfc3339: Option<&str>, len: usize) -> String {
     let Some(t) = rfc3339 else {
         return String::new();
     };
-    let short = t.get(..16).map(|s| s.replace('T', " ")).unwrap_or_default();
+    let short = t
+        .get(..len)
+        .map(|s| s.replace('T', " "))
+        .unwrap_or_default();
     format!(
         "<time datetime=\"{}\">{} UTC</time>",
         escape(t),

@@ -3,6 +3,7 @@
 
 use super::limits::subtree_size;
 use super::resolve::{path_of, resolve};
+use super::restore::{keep_deleted, keeps_deleted};
 use super::touch;
 use crate::api::{ChangeKind, Error, NodePath, Result};
 use crate::store::changes::NewChange;
@@ -36,6 +37,22 @@ pub(super) fn delete_subtree(tx: &Transaction, id: i64) -> Result<Vec<String>> {
          SELECT id, depth FROM sub",
         params![id, super::MAX_WALK_DEPTH],
     )?;
+    // The files deleted from its folders and kept restorable go with them (detached: no level
+    // of the walk reaches them), here when they are few; many (a large folder emptied file by
+    // file, then removed) are left to the store's pass by age, which drops deleted files whose
+    // folder is gone in bounded chunks, so this transaction stays bounded as the tree is.
+    let orphans: i64 = tx.query_row(
+        "SELECT count(*) FROM deleted WHERE folder_id IN (SELECT id FROM temp.doomed)",
+        [],
+        |r| r.get(0),
+    )?;
+    if orphans as u64 <= crate::store::purge::INLINE_NODES {
+        tx.execute(
+            "INSERT INTO temp.doomed (id, depth) SELECT d.node_id, 0 FROM deleted d
+             WHERE d.folder_id IN (SELECT id FROM temp.doomed)",
+            [],
+        )?;
+    }
     let hashes: Vec<String> = tx
         .prepare(
             "SELECT DISTINCT v.blob FROM versions v JOIN temp.doomed d ON v.file_id = d.id
@@ -87,22 +104,40 @@ pub(in crate::store) fn free_blobs(
 pub(in crate::store) fn prune_versions(
     tx: &Connection,
     file: i64,
-    keep: Option<u64>,
+    keep: &crate::store::Retention,
 ) -> Result<Vec<String>> {
-    let Some(keep) = keep else {
+    if keep.is_unbounded() {
         return Ok(Vec::new());
-    };
-    let hashes: Vec<Option<String>> = tx
+    }
+    // Newest first: the rule keeps a prefix of this list (by count and bytes) younger than
+    // the age bound.
+    let earlier: Vec<(i64, i64, i64)> = tx
         .prepare_cached(
-            "DELETE FROM versions WHERE id IN (
-                 SELECT v.id FROM versions v JOIN nodes n ON n.id = v.file_id
-                 WHERE v.file_id = ?1 AND v.committed = 1 AND v.id <> n.current_version
-                 ORDER BY v.id DESC LIMIT -1 OFFSET ?2)
-             RETURNING blob",
+            "SELECT v.id, v.length, v.created_on FROM versions v JOIN nodes n ON n.id = v.file_id
+             WHERE v.file_id = ?1 AND v.committed = 1 AND v.id <> n.current_version
+             ORDER BY v.id DESC",
         )?
-        .query_map(params![file, keep as i64], |r| r.get(0))?
+        .query_map(params![file], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
         .collect::<crate::store::db::Result<_>>()?;
-    free_blobs(tx, hashes.into_iter().flatten())
+    let oldest = keep
+        .age
+        .map(|a| now_ns().saturating_sub(i64::try_from(a.as_nanos()).unwrap_or(i64::MAX)));
+    let mut bytes = 0u64;
+    let mut hashes = Vec::new();
+    for (rank, (id, length, created)) in earlier.into_iter().enumerate() {
+        bytes = bytes.saturating_add(length.max(0) as u64);
+        let kept = keep.count.is_none_or(|n| (rank as u64) < n)
+            && oldest.is_none_or(|o| created >= o)
+            // The newest earlier version (the last save's undo) is kept whatever its size.
+            && (rank == 0 || keep.bytes.is_none_or(|b| bytes <= b));
+        if !kept {
+            let blob: Option<String> = tx
+                .prepare_cached("DELETE FROM versions WHERE id = ?1 RETURNING blob")?
+                .query_row(params![id], |r| r.get(0))?;
+            hashes.extend(blob);
+        }
+    }
+    free_blobs(tx, hashes)
 }
 
 impl Store {
@@ -125,7 +160,8 @@ impl Store {
         Ok(started.elapsed())
     }
 
-    /// Deletes a file, or a folder with everything under it, and frees unshared bytes.
+    /// Deletes a file, or a folder with everything under it, and frees unshared bytes. A file
+    /// stays restorable for the retention rule's age (`restore`), a folder does not.
     ///
     /// A tree of more than [`crate::store::purge::INLINE_NODES`] nodes is detached in this transaction
     /// (its name is gone when this returns) and purged by the store's thread in bounded chunks,
@@ -159,7 +195,11 @@ impl Store {
             self.purger().wake();
             return Ok(());
         }
-        let freed = delete_subtree(&tx, row.id)?;
+        let freed = if row.is_file() && keeps_deleted(&self.config.retention) {
+            keep_deleted(&tx, &row, now, &self.config.retention)?
+        } else {
+            delete_subtree(&tx, row.id)?
+        };
         touch(&tx, row.parent_id, now)?;
         tx.commit()?;
         self.changed(row.account_id);

@@ -1,6 +1,7 @@
 //! Files by ID, for reading: the node, its current bytes opened, its versions.
 
 use super::resolve::{file_by_id, path_of};
+use super::restore::file_or_deleted;
 use crate::api::{Error, Node, Result, Version, format_time};
 use crate::store::blobs::BlobFile;
 use crate::store::db::{OptionalExtension, params};
@@ -76,10 +77,11 @@ impl Store {
         Ok(rows)
     }
 
-    /// The committed versions of a file, newest first: what `vprop=1` shows.
+    /// The committed versions of a file (or of a deleted file kept restorable), newest first:
+    /// what `vprop=1` shows.
     pub fn versions(&self, scope: Scope, file_id: &str) -> Result<Vec<Version>> {
         let conn = self.lock()?;
-        let file = file_by_id(&conn, scope, file_id)?;
+        let (file, _) = file_or_deleted(&conn, scope, file_id)?;
         let current: Option<i64> = conn.query_row(
             "SELECT current_version FROM nodes WHERE id = ?1",
             [file.id],
@@ -117,7 +119,7 @@ impl Store {
         version_id: &str,
     ) -> Result<(Node, Option<BlobFile>)> {
         let conn = self.lock()?;
-        let row = file_by_id(&conn, scope, file_id)?;
+        let (row, path) = file_or_deleted(&conn, scope, file_id)?;
         let not_found = || Error::not_found(format!("file {file_id} has no version {version_id}"));
         let vid: i64 = version_id.parse().map_err(|_| not_found())?;
         let (length, md5, blob): (i64, Option<String>, Option<String>) = conn
@@ -128,7 +130,7 @@ impl Store {
             )
             .optional()?
             .ok_or_else(not_found)?;
-        let mut node = row.to_api(&path_of(&conn, row.id)?);
+        let mut node = row.to_api(&path);
         node.size = Some(length as u64);
         node.md5_checksum = md5;
         let file = blob.map(|h| self.blobs.open(&h)).transpose()?;

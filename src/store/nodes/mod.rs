@@ -3,7 +3,8 @@
 //!
 //! One submodule a concern: [`resolve`] paths and IDs to rows; [`folders`] listings and new
 //! folders and accounts; [`upload`] the three upload steps; [`files`] files by ID for reading;
-//! [`transfer`] copy and move; [`delete`] deletes and freed blobs; [`limits`] quotas and sizes.
+//! [`transfer`] copy and move; [`delete`] deletes and freed blobs; [`restore`] versions and
+//! deleted files brought back; [`limits`] quotas and sizes.
 //! This file holds what they share: a node's row, read and written.
 
 mod delete;
@@ -11,6 +12,7 @@ mod files;
 mod folders;
 mod limits;
 mod resolve;
+mod restore;
 mod transfer;
 mod upload;
 

@@ -119,7 +119,7 @@ pub(in crate::store) fn file_by_id(conn: &Connection, scope: Scope, id: &str) ->
 /// Whether the node is under an account, not in a tree a delete detached (`store::purge`), nor
 /// in a cycle or below a missing parent that an older build left (`vaultfs check`): the walk up
 /// stops after [`MAX_WALK_DEPTH`] levels.
-fn attached(conn: &Connection, id: i64) -> Result<bool> {
+pub(super) fn attached(conn: &Connection, id: i64) -> Result<bool> {
     let root_kind: Option<i64> = conn
         .prepare_cached(
             "WITH RECURSIVE up(id, parent_id, kind, depth) AS (

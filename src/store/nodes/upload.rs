@@ -335,7 +335,7 @@ impl Store {
         // Its preview is wanted from now on (InProgress until rendered), unless these bytes
         // have one already.
         let render = crate::store::previews::want(tx, &self.blobs, &staged.sha256, &file.name)?;
-        let freed = prune_versions(tx, file.id, self.config.earlier_versions)?;
+        let freed = prune_versions(tx, file.id, &self.config.retention)?;
         let row = get_row(tx, file.id)?.expect("file exists");
         let path = path_of(tx, file.id)?;
         if !committed {

@@ -104,6 +104,12 @@ impl Store {
         self.previews.note_write_activity();
     }
 
+    /// How much longer until writes have stopped for [`IDLE_AFTER`] (`None`: idle now): other
+    /// background work of the store waits as the previews' does.
+    pub(crate) fn writes_for(&self) -> Option<std::time::Duration> {
+        self.previews.shared.writes_for()
+    }
+
     /// What the previews hold and what the threads did.
     pub fn preview_stats(&self) -> Result<PreviewStats> {
         let sh = &self.previews.shared;

@@ -1,0 +1,455 @@
+//! Following changes made elsewhere (docs/design.md, "Changes made elsewhere"): one task per
+//! mount that long-polls the backend's change feed (`Backend::changes`) from the cursor taken
+//! at mount time and, for each change, drops exactly what it makes stale: the parent folder's
+//! cached listing, the node's attributes (so the next open reads the new version), and the
+//! kernel's entries, attributes and pages (`inval_entry`, `inval_inode`; a delete and the
+//! source of a move by `FUSE_NOTIFY_DELETE`, which reaches inotify watchers as `IN_DELETE`).
+//! While the feed is followed, listings stay fresh until it says otherwise (`Freshness`).
+//!
+//! Without a feed (a server that has none: the public service) the task polls instead, every
+//! `--poll-interval`: one listing per folder used lately, and the folders of open files.
+//!
+//! Changes this mount made itself come back through the feed too: one whose effect the table
+//! already shows (the name is there, changed here at or after the change's time, or being
+//! changed here now ([`Ours`]); or it is gone here already) is skipped, and a file with staged
+//! bytes is never invalidated.
+
+use std::collections::{BTreeSet, HashMap};
+use std::ffi::OsStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use fuser::INodeNo;
+
+use super::Fs;
+use super::staging::{Next, Retry};
+use super::table::{Ino, InodeKind};
+use crate::api::{Change, ChangeKind, NodePath};
+use crate::backend::Backend;
+use crate::sync::relock;
+
+/// How long one request of the feed waits for a change (the remote backend cuts it to its
+/// client's idle timeout).
+const WAIT: Duration = Duration::from_secs(25);
+
+/// How often the built-in store's count of other processes' commits is looked at (a read of
+/// shared memory, as `freshness` does at each use).
+const FOREIGN_LOOK: Duration = Duration::from_millis(250);
+
+/// A folder used this recently is polled (without a feed).
+const RECENT: Duration = Duration::from_secs(300);
+
+/// The follower's state kept in `Fs`.
+#[derive(Default)]
+pub(super) struct Follow {
+    /// Where the mount is (for `echo_remove`).
+    mountpoint: std::sync::OnceLock<std::path::PathBuf>,
+    /// Removals the follower makes through the mount, by parent and name. Taken alone.
+    echo: std::sync::Mutex<std::collections::HashSet<(Ino, String)>>,
+    /// Polling (no feed): folders used are noted.
+    polling: AtomicBool,
+    /// Folders listed or looked up in, and when last (for polling without a feed). Taken alone.
+    used: std::sync::Mutex<HashMap<Ino, Instant>>,
+}
+
+impl Follow {
+    /// Folder `dir` was used now (listed, looked up in).
+    pub(super) fn used(&self, dir: Ino) {
+        if self.polling.load(Ordering::Relaxed) {
+            relock(&self.used).insert(dir, Instant::now());
+        }
+    }
+}
+
+/// How long the mount waits at start for the cursor to follow from (taken before the kernel
+/// asks for anything, nothing listed before it needs listing again).
+const FIRST_CURSOR: Duration = Duration::from_secs(2);
+
+/// Starts following `fs`'s backend (once mounted at `mountpoint`, the kernel's notifier set,
+/// before the kernel's requests are served).
+pub(super) fn start<B: Backend>(
+    fs: &Arc<Fs<B>>,
+    mountpoint: &std::path::Path,
+    rt: &tokio::runtime::Runtime,
+) {
+    let _ = fs.follow.mountpoint.set(mountpoint.to_path_buf());
+    let first = rt.block_on(async {
+        tokio::time::timeout(FIRST_CURSOR, fs.backend.changes(None, Duration::ZERO)).await
+    });
+    let fs = fs.clone();
+    rt.spawn(async move {
+        match first {
+            Ok(Ok(None)) => poll(fs).await,
+            Ok(Ok(Some(page))) => {
+                fs.freshness.following.store(true, Ordering::Relaxed);
+                follow(fs, Some(page.cursor)).await;
+            }
+            // Not now (the server away, slow): from a cursor taken later, dropping what was
+            // cached before it.
+            _ => follow(fs, None).await,
+        }
+    });
+}
+
+async fn follow<B: Backend>(fs: Arc<Fs<B>>, mut cursor: Option<u64>) {
+    let mut retry = Retry::default();
+    // The built-in store's count of other processes' commits, as last seen.
+    let mut foreign = None;
+    loop {
+        let wait = if cursor.is_some() {
+            WAIT
+        } else {
+            Duration::ZERO
+        };
+        let wait = match (cursor, fs.backend.local()) {
+            (Some(_), Some(local)) => {
+                // The built-in store in this process: another process's commit (a mount or
+                // `vaultfs serve` on the same folder) shows in its commit count, read from
+                // shared memory; this process's own changes need no following.
+                loop {
+                    let now = local.foreign_changes();
+                    if now != foreign || now.is_none() {
+                        foreign = now;
+                        break;
+                    }
+                    tokio::time::sleep(FOREIGN_LOOK).await;
+                }
+                Duration::ZERO
+            }
+            _ => wait,
+        };
+        match fs.backend.changes(cursor, wait).await {
+            Ok(None) => {
+                fs.freshness.following.store(false, Ordering::Relaxed);
+                return poll(fs).await;
+            }
+            Ok(Some(page)) => {
+                retry = Retry::default();
+                if cursor.is_none() || page.reset {
+                    // A new cursor (after a feed that lost ours, or none at start): what was
+                    // cached before it may have missed changes.
+                    if page.reset {
+                        log::info!("change feed reset: dropping what is cached");
+                    }
+                    expire_all(&fs);
+                } else {
+                    apply(&fs, &page.changes).await;
+                }
+                cursor = Some(page.cursor);
+                fs.freshness.following.store(true, Ordering::Relaxed);
+                if page.more {
+                    continue;
+                }
+            }
+            Err(e) => {
+                // Until it answers again, listings live for the listing TTL only; the changes
+                // missed meanwhile come with the next page (or a reset).
+                fs.freshness.following.store(false, Ordering::Relaxed);
+                let d = match retry.failed(&e) {
+                    Next::After(d) => d,
+                    Next::SetAside => Duration::from_secs(60),
+                };
+                log::debug!("change feed: {e}; again in {d:?}");
+                tokio::time::sleep(d).await;
+            }
+        }
+    }
+}
+
+/// Polls what the user has open or listed lately, every `--poll-interval` (0: never).
+async fn poll<B: Backend>(fs: Arc<Fs<B>>) {
+    let every = fs.opts.poll_interval;
+    if every.is_zero() {
+        return;
+    }
+    log::info!("the server has no change feed: polling recent folders every {every:?}");
+    fs.follow.polling.store(true, Ordering::Relaxed);
+    loop {
+        tokio::time::sleep(every).await;
+        if fs.offline() {
+            continue;
+        }
+        let mut dirs: BTreeSet<Ino> = {
+            let mut used = relock(&fs.follow.used);
+            used.retain(|_, at| at.elapsed() < RECENT);
+            used.keys().copied().collect()
+        };
+        let files: Vec<Ino> = relock(&fs.handles)
+            .values()
+            .filter_map(|h| match h {
+                super::Handle::File { ino, .. } => Some(*ino),
+                super::Handle::Dir { .. } => None,
+            })
+            .collect();
+        {
+            let t = fs.table();
+            for ino in files {
+                let parent = t.get(ino).and_then(|i| i.path.parent());
+                if let Some(p) = parent.and_then(|p| t.ino_of(&p)) {
+                    dirs.insert(p);
+                }
+            }
+            dirs.retain(|d| {
+                t.get(*d)
+                    .is_some_and(|i| !i.unlinked && i.listing().is_some())
+            });
+        }
+        for dir in dirs {
+            let Ok(path) = fs.dir_path(dir) else { continue };
+            // Changed names and bytes reach the kernel from here (`refresh_listing`).
+            if let Err(e) = fs.refresh_listing(dir, &path).await {
+                log::debug!("polling {path}: {e:?}");
+            }
+        }
+    }
+}
+
+/// Everything cached may be stale (a reset of the feed): listings and attributes are fetched
+/// again at their next use, and the kernel forgets the attributes of every folder.
+fn expire_all<B: Backend>(fs: &Fs<B>) {
+    let Some(past) = fs.freshness.expired() else {
+        return;
+    };
+    let dirs = fs.table().expire_all(past);
+    notify(fs, dirs.into_iter().map(Kernel::Attrs).collect());
+}
+
+/// Nodes this mount is renaming or deleting, from before its request goes until after the
+/// answer is in the table: the feed can bring the change back before the answer comes, and it
+/// is this mount's own, not another writer's (`Table::changed_here_since`).
+pub(super) struct Ours<'a, B: Backend> {
+    fs: &'a Fs<B>,
+    inos: Vec<Ino>,
+}
+
+impl<'a, B: Backend> Ours<'a, B> {
+    pub(super) fn sending(fs: &'a Fs<B>, inos: Vec<Ino>) -> Self {
+        let mut t = fs.table();
+        for &i in &inos {
+            t.change_sent(i);
+        }
+        Ours { fs, inos }
+    }
+}
+
+impl<B: Backend> Drop for Ours<'_, B> {
+    fn drop(&mut self) {
+        let mut t = self.fs.table();
+        for &i in &self.inos {
+            t.change_answered(i);
+        }
+    }
+}
+
+/// What the kernel is told.
+pub(super) enum Kernel {
+    /// `inval_entry`: the name is looked up again.
+    Entry(Ino, String),
+    /// A node gone elsewhere (parent, node, its path, a folder): removed through the mount
+    /// itself (see [`Follow::is_echo`]), so that inotify watchers get `IN_DELETE`; else
+    /// `FUSE_NOTIFY_DELETE`.
+    Delete(Ino, Ino, NodePath, bool),
+    /// `inval_inode` of the attributes only.
+    Attrs(Ino),
+}
+
+impl Follow {
+    /// Whether UNLINK or RMDIR of `name` in `parent` is the follower's own (answered at once:
+    /// the node is gone from the store already, and from the table).
+    pub(super) fn is_echo(&self, parent: Ino, name: &str) -> bool {
+        relock(&self.echo).remove(&(parent, name.to_string()))
+    }
+
+    /// Removes `path` through the mount, answered by `is_echo`: the kernel then drops its
+    /// entry and tells watchers (`IN_DELETE`), which no notification does (Linux 6.18's
+    /// `FUSE_NOTIFY_DELETE` drops the entry with `d_delete`, which tells no watcher).
+    fn echo_remove(&self, root: &NodePath, parent: Ino, path: &NodePath, dir: bool) -> bool {
+        let (Some(mnt), Some(name)) = (self.mountpoint.get(), path.name()) else {
+            return false;
+        };
+        if !root.contains(path) || path == root {
+            return false;
+        }
+        let mut local = mnt.clone();
+        for seg in &path.segments()[root.depth()..] {
+            local.push(seg);
+        }
+        let key = (parent, name.to_string());
+        relock(&self.echo).insert(key.clone());
+        let r = if dir {
+            std::fs::remove_dir(&local)
+        } else {
+            std::fs::remove_file(&local)
+        };
+        // Not reached (the kernel had no entry: it looked the name up, and it is gone).
+        relock(&self.echo).remove(&key);
+        r.is_ok()
+    }
+}
+
+pub(super) fn notify<B: Backend>(fs: &Fs<B>, mut what: Vec<Kernel>) {
+    let Some(n) = fs.notifier.get().cloned() else {
+        return;
+    };
+    if what.is_empty() {
+        return;
+    }
+    // Removals first: an entry dropped before (a create and a delete of one name in a page)
+    // would leave the kernel nothing to remove, and watchers no event.
+    what.sort_by_key(|k| !matches!(k, Kernel::Delete(..)));
+    let follow = fs.follow.clone();
+    let root = fs.opts.root.clone();
+    // Outside any request: the kernel may wait on one of ours while handling a notification.
+    tokio::task::spawn_blocking(move || {
+        for k in what {
+            let r = match &k {
+                Kernel::Entry(p, name) => n.inval_entry(INodeNo(*p), OsStr::new(name)),
+                Kernel::Delete(p, c, path, dir) => {
+                    if follow.echo_remove(&root, *p, path, *dir) {
+                        Ok(())
+                    } else {
+                        let name = OsStr::new(path.name().unwrap_or_default());
+                        n.delete(INodeNo(*p), INodeNo(*c), name)
+                            .or_else(|_| n.inval_entry(INodeNo(*p), name))
+                    }
+                }
+                Kernel::Attrs(i) => n.inval_inode(INodeNo(*i), -1, 0),
+            };
+            if let Err(e) = r {
+                if e.raw_os_error() != Some(libc::ENOENT) {
+                    log::debug!("kernel notification failed: {e}");
+                }
+            }
+        }
+    });
+}
+
+/// Applies one page of changes.
+async fn apply<B: Backend>(fs: &Arc<Fs<B>>, changes: &[Change]) {
+    let Some(past) = fs.freshness.expired() else {
+        return;
+    };
+    let mut kernel = Vec::new();
+    // Files whose attributes are fetched again (new bytes or times elsewhere).
+    let mut refetch: Vec<(Ino, NodePath)> = Vec::new();
+    let mut learned = Vec::new();
+    for c in changes {
+        let Ok(path) = NodePath::parse_uri(&c.uri) else {
+            continue;
+        };
+        learned.push(path.clone());
+        let from = c
+            .from_uri
+            .as_deref()
+            .and_then(|u| NodePath::parse_uri(u).ok());
+        // When it happened, on this machine's clock (the server's, on loopback).
+        let at = crate::api::parse_time(&c.at)
+            .and_then(|t| SystemTime::now().duration_since(t).ok())
+            .and_then(|ago| Instant::now().checked_sub(ago))
+            .unwrap_or_else(Instant::now);
+        let mut t = fs.table();
+        match c.kind {
+            ChangeKind::Deleted => gone(&mut t, &path, at, past, &mut kernel),
+            ChangeKind::Moved | ChangeKind::Created | ChangeKind::Copied | ChangeKind::Other => {
+                if let Some(from) = &from {
+                    gone(&mut t, from, at, past, &mut kernel);
+                }
+                if c.kind == ChangeKind::Other {
+                    gone(&mut t, &path, at, past, &mut kernel);
+                }
+                appeared(&mut t, &path, at, past, &mut kernel);
+            }
+            ChangeKind::Version | ChangeKind::Attributes => {
+                let Some(ino) = t.ino_of(&path) else { continue };
+                let Some(i) = t.get(ino) else { continue };
+                // Ours (uploaded here at or after it), or bytes waiting here: kept as they are.
+                if i.kind != InodeKind::File || i.staged.is_some() || t.changed_here_since(ino, at)
+                {
+                    continue;
+                }
+                refetch.push((ino, path));
+            }
+        }
+    }
+    notify(fs, kernel);
+    for (ino, path) in refetch {
+        let before = fs.table().get(ino).and_then(|i| i.remote.clone());
+        // Tells the kernel itself when the bytes changed (`inval_inode` of the pages).
+        let _ = fs.refresh_attr(ino, &path).await;
+        let after = fs.table().get(ino).and_then(|i| i.remote.clone());
+        if let (Some(b), Some(a)) = (before, after) {
+            if b.md5 != a.md5 || b.size != a.size {
+                // The old version's cached bytes will not be read again.
+                fs.cache.invalidate(&b.id);
+            } else {
+                notify(fs, vec![Kernel::Attrs(ino)]);
+            }
+        }
+    }
+    // What pinned folders hold is fetched again (`pinned`).
+    for path in &learned {
+        fs.pins_learned(path);
+    }
+}
+
+/// The node at `path` is gone (deleted, or moved away) since `at`.
+fn gone(
+    t: &mut super::table::Table,
+    path: &NodePath,
+    at: Instant,
+    past: Instant,
+    kernel: &mut Vec<Kernel>,
+) {
+    let Some(parent) = path.parent() else {
+        return;
+    };
+    let Some(pino) = t.ino_of(&parent) else {
+        return; // never seen here: nothing cached
+    };
+    let Some(ino) = t.ino_of(path) else {
+        return; // gone here already (or never listed)
+    };
+    let Some(i) = t.get(ino) else { return };
+    // Made again here since (or with bytes waiting here): the delete is older than what we have.
+    if i.staged.is_some() || t.changed_here_since(ino, at) {
+        return;
+    }
+    let dir = i.kind == InodeKind::Dir;
+    t.detach(ino);
+    t.entries_changed(pino);
+    t.expire_listing(pino, past);
+    kernel.push(Kernel::Delete(pino, ino, path.clone(), dir));
+    kernel.push(Kernel::Attrs(pino));
+}
+
+/// A node appeared at `path` (created, moved or copied there) since `at`.
+fn appeared(
+    t: &mut super::table::Table,
+    path: &NodePath,
+    at: Instant,
+    past: Instant,
+    kernel: &mut Vec<Kernel>,
+) {
+    let (Some(parent), Some(name)) = (path.parent(), path.name()) else {
+        return;
+    };
+    let Some(pino) = t.ino_of(&parent) else {
+        return;
+    };
+    if let Some(i) = t.ino_of(path).and_then(|i| t.get(i)) {
+        // Made here (our own change coming back), or with bytes waiting here.
+        let ino = i.ino;
+        if i.staged.is_some() || t.changed_here_since(ino, at) {
+            return;
+        }
+        // Something else now has this name: its attributes are asked again.
+        t.expire_attrs(ino, past);
+        kernel.push(Kernel::Attrs(ino));
+    }
+    t.entries_changed(pino);
+    t.expire_listing(pino, past);
+    // A negative entry the kernel keeps for the name goes too.
+    kernel.push(Kernel::Entry(pino, name.to_string()));
+    kernel.push(Kernel::Attrs(pino));
+}

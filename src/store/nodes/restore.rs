@@ -1,0 +1,243 @@
+//! What a user brings back (issue 32, item 4): a kept version made current again, and a
+//! deleted file kept restorable.
+//!
+//! A restore is a new version, not a step back: the version restored is copied into a new row
+//! (the same blob: no byte is copied) that becomes current, so the bytes it replaces are an
+//! earlier version like any other (nothing is lost), a client that read the file sees another
+//! md5, and the change feed says `version`.
+//!
+//! A delete of a file, while the retention rule bounds versions by age, keeps the file: it is
+//! detached with its versions (no parent and the name `/<id>`, as the trash's trees are, so no
+//! path or ID reaches it) and listed in `deleted` with the folder and name it had. Restored, it
+//! goes back with its ID and versions; older than the bound, it is pruned (`Store::expire`). A
+//! folder deleted takes its deleted files with it.
+
+use super::delete::prune_versions;
+use super::limits::check_quota;
+use super::resolve::{attached, file_by_id, find_child, get_row, path_of, require_folder, resolve};
+use super::{EMPTY_MD5, NodeRow, touch};
+use crate::api::path::tagged_name;
+use crate::api::{ChangeKind, DeletedFile, Error, Node, NodePath, Result, format_time};
+use crate::store::changes::NewChange;
+use crate::store::db::{Conn as Connection, OptionalExtension, params};
+use crate::store::{Scope, Store, now_ns, ns_to_time};
+
+impl Store {
+    /// Makes the committed version `version_id` of the file current again, as a new version
+    /// with its bytes (the time of the restore as its modification time). The current version
+    /// given: nothing changes.
+    pub fn restore_version(&self, scope: Scope, file_id: &str, version_id: &str) -> Result<Node> {
+        self.note_write_activity();
+        let conn = self.lock()?;
+        let tx = conn.transaction()?;
+        let file = file_by_id(&tx, scope, file_id)?;
+        let not_found = || Error::not_found(format!("file {file_id} has no version {version_id}"));
+        let vid: i64 = version_id.parse().map_err(|_| not_found())?;
+        let (length, md5, blob, exec, current): (
+            i64,
+            Option<String>,
+            Option<String>,
+            Option<i64>,
+            bool,
+        ) = tx
+            .query_row(
+                "SELECT v.length, v.md5, v.blob, v.exec,
+                     CASE WHEN n.current_version = v.id THEN 1 ELSE 0 END
+                 FROM versions v JOIN nodes n ON n.id = v.file_id
+                 WHERE v.id = ?1 AND v.file_id = ?2 AND v.committed = 1",
+                params![vid, file.id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+            )
+            .optional()?
+            .ok_or_else(not_found)?;
+        let path = path_of(&tx, file.id)?;
+        if current {
+            return Ok(file.to_api(&path));
+        }
+        check_quota(&tx, &self.config, scope, 0, length.max(0) as u64)?;
+        let now = now_ns();
+        let new: i64 = tx.query_row(
+            "INSERT INTO versions (file_id, length, md5, blob, committed, created_on, committed_on, exec)
+             VALUES (?1, ?2, ?3, ?4, 1, ?5, ?5, ?6) RETURNING id",
+            params![file.id, length, md5, blob, now, exec],
+            |r| r.get(0),
+        )?;
+        tx.execute(
+            "UPDATE nodes SET current_version = ?2, modified_on = ?3,
+             exec = coalesce(?4, exec) WHERE id = ?1",
+            params![file.id, new, now, exec],
+        )?;
+        let render = match &blob {
+            Some(h) => crate::store::previews::want(&tx, &self.blobs, h, &file.name)?,
+            None => None,
+        };
+        let freed = prune_versions(&tx, file.id, &self.config.retention)?;
+        let row = get_row(&tx, file.id)?.expect("the file exists");
+        self.log_change(&tx, NewChange::new(&row, ChangeKind::Version, &path))?;
+        tx.commit()?;
+        self.changed(row.account_id);
+        self.forget_blobs(&conn, &freed);
+        drop(conn);
+        if let (Some(kind), Some(h)) = (render, &blob) {
+            self.previews.enqueue(h, kind, &row.name);
+        }
+        log::info!("{path}: version {version_id} restored as version {new}");
+        Ok(row.to_api(&path))
+    }
+}
+
+/// Whether a delete keeps the file restorable: when the rule keeps earlier versions at all and
+/// bounds them by age (the time a deleted file is kept; without one the store would keep every
+/// deleted file for ever).
+pub(super) fn keeps_deleted(keep: &crate::store::Retention) -> bool {
+    keep.age.is_some() && keep.count != Some(0)
+}
+
+/// Inside a delete's transaction: the file `row` detached and listed as deleted from its
+/// folder, its versions pruned by the rule as at a save. Returns the blobs that freed.
+pub(super) fn keep_deleted(
+    tx: &Connection,
+    row: &NodeRow,
+    now: i64,
+    keep: &crate::store::Retention,
+) -> Result<Vec<String>> {
+    let folder = row
+        .parent_id
+        .ok_or_else(|| Error::internal("a file with no folder"))?;
+    tx.prepare_cached("UPDATE nodes SET parent_id = NULL, name = '/' || id WHERE id = ?1")?
+        .execute([row.id])?;
+    tx.prepare_cached(
+        "INSERT INTO deleted (node_id, account_id, folder_id, name, deleted_on)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![row.id, row.account_id, folder, row.name, now])?;
+    prune_versions(tx, row.id, keep)
+}
+
+/// The deleted file of that ID in the caller's scope: (its node, folder, name). Another
+/// account's is not found, as for every ID.
+fn deleted_row(tx: &Connection, scope: Scope, id: &str) -> Result<(i64, i64, String)> {
+    let not_found = || Error::not_found(format!("no deleted file with ID {id}"));
+    let n: i64 = id.parse().map_err(|_| not_found())?;
+    let (node, account, folder, name): (i64, i64, i64, String) = tx
+        .query_row(
+            "SELECT node_id, account_id, folder_id, name FROM deleted WHERE node_id = ?1",
+            [n],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .optional()?
+        .ok_or_else(not_found)?;
+    match scope {
+        Scope::Account(a) if a != account => Err(not_found()),
+        _ => Ok((node, folder, name)),
+    }
+}
+
+/// The file of that ID with its path: an attached one, or a deleted one kept restorable (named
+/// and placed as when it was deleted; its folder must still be there), whose versions stay
+/// readable (the mount's `.versions/`).
+pub(super) fn file_or_deleted(
+    tx: &Connection,
+    scope: Scope,
+    id: &str,
+) -> Result<(NodeRow, NodePath)> {
+    match file_by_id(tx, scope, id) {
+        Ok(row) => {
+            let path = path_of(tx, row.id)?;
+            Ok((row, path))
+        }
+        Err(e) if e.kind == crate::api::ErrorKind::NotFound => {
+            let Ok((node, folder, name)) = deleted_row(tx, scope, id) else {
+                return Err(e);
+            };
+            let in_place = attached(tx, folder)? && get_row(tx, folder)?.is_some();
+            let mut row = get_row(tx, node)?.filter(|_| in_place).ok_or(e)?;
+            let path = path_of(tx, folder)?.child(&name)?;
+            row.name = name;
+            Ok((row, path))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+impl Store {
+    /// The files deleted from the folder (or vault) at `path` and kept restorable, most
+    /// recently deleted first.
+    pub fn deleted_files(&self, scope: Scope, path: &NodePath) -> Result<Vec<DeletedFile>> {
+        let conn = self.lock()?;
+        let folder = resolve(&conn, scope, path)?;
+        require_folder(&folder, path)?;
+        let rows = conn
+            .prepare_cached(
+                "SELECT d.node_id, d.name, d.deleted_on, n.modified_on, v.length, v.md5,
+                     (SELECT count(*) FROM versions w WHERE w.file_id = d.node_id AND w.committed = 1),
+                     n.current_version
+                 FROM deleted d JOIN nodes n ON n.id = d.node_id
+                 LEFT JOIN versions v ON v.id = n.current_version
+                 WHERE d.folder_id = ?1 ORDER BY d.deleted_on DESC, d.node_id DESC",
+            )?
+            .query_map([folder.id], |r| {
+                Ok(DeletedFile {
+                    id: r.get::<_, i64>(0)?.to_string(),
+                    name: r.get(1)?,
+                    deleted_on: format_time(ns_to_time(r.get(2)?)),
+                    modified_on: Some(format_time(ns_to_time(r.get(3)?))),
+                    size: r.get::<_, Option<i64>>(4)?.unwrap_or(0).max(0) as u64,
+                    md5_checksum: Some(
+                        r.get::<_, Option<String>>(5)?
+                            .unwrap_or_else(|| EMPTY_MD5.to_string()),
+                    ),
+                    versions: r.get::<_, i64>(6)?.max(0) as u64,
+                    version_id: r
+                        .get::<_, Option<i64>>(7)?
+                        .map(|v| v.to_string())
+                        .unwrap_or_default(),
+                })
+            })?
+            .collect::<crate::store::db::Result<_>>()?;
+        Ok(rows)
+    }
+
+    /// Brings a deleted file back into the folder it was deleted from, with its versions and
+    /// ID, under its old name, or `NAME (restored YYYY-MM-DD HHMMSS).EXT` when that is taken.
+    /// Its bytes never left the account's usage, so no quota is checked.
+    pub fn restore_deleted(&self, scope: Scope, file_id: &str) -> Result<Node> {
+        self.note_write_activity();
+        let conn = self.lock()?;
+        let tx = conn.transaction()?;
+        let (id, folder_id, name) = deleted_row(&tx, scope, file_id)?;
+        let folder = get_row(&tx, folder_id)?
+            .filter(|f| !f.is_file() && f.parent_id.is_some())
+            .filter(|f| attached(&tx, f.id).unwrap_or(false))
+            .ok_or_else(|| {
+                Error::not_found(format!(
+                    "the folder {name} was deleted from is gone, and the file with it"
+                ))
+            })?;
+        let when = crate::api::path::name_time(std::time::SystemTime::now());
+        let mut taken = 0u32;
+        let new_name = loop {
+            let candidate = match taken {
+                0 => name.clone(),
+                n => tagged_name(&name, &format!("restored {when}"), n),
+            };
+            if find_child(&tx, folder.id, &candidate)?.is_none() {
+                break candidate;
+            }
+            taken += 1;
+        };
+        let now = now_ns();
+        tx.prepare_cached("UPDATE nodes SET parent_id = ?2, name = ?3 WHERE id = ?1")?
+            .execute(params![id, folder.id, new_name])?;
+        tx.prepare_cached("DELETE FROM deleted WHERE node_id = ?1")?
+            .execute([id])?;
+        touch(&tx, Some(folder.id), now)?;
+        let row = get_row(&tx, id)?.expect("the file exists");
+        let path = path_of(&tx, id)?;
+        self.log_change(&tx, NewChange::new(&row, ChangeKind::Created, &path))?;
+        tx.commit()?;
+        self.changed(row.account_id);
+        log::info!("{path}: deleted file {id} restored");
+        Ok(row.to_api(&path))
+    }
+}

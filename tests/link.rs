@@ -1,0 +1,176 @@
+//! A remote mount shaped for a link with latency (issue 33), on a real `vaultfs serve` over
+//! loopback: the new files of a folder are created in few requests, a reader going through a
+//! folder finds the next small files fetched ahead within the bound, and uploads refused with
+//! 503 and Retry-After back off and still store every file. (Speed is the benchmark's:
+//! scripts/bench --link.)
+
+#[macro_use]
+mod common;
+
+use std::fs;
+use std::time::Duration;
+
+use common::env::{Env, VAULT, Via, put_elsewhere, stored};
+use common::mount::wait_for;
+use common::pattern;
+
+/// How many times `needle` occurs in `hay`.
+fn count(hay: &[u8], needle: &[u8]) -> usize {
+    hay.windows(needle.len()).filter(|w| *w == needle).count()
+}
+
+/// 120 small files (and 3 empty ones) copied in through a link of 20 ms each way: all stored,
+/// with fewer `create_file` requests than files (the folder's new files go together), and
+/// each file read back through the mount is its own.
+#[test]
+fn many_small_files_copied_in_are_created_in_few_requests() {
+    let Some(mut env) = Env::new(Via::Remote) else {
+        return;
+    };
+    let m = env.mount(&[]);
+    // In front of the server the mount was given (its address is the mount's login).
+    let requests = env.record_requests(Duration::from_millis(20));
+    let n = 120;
+    let src = env._tmp.path().join("src");
+    fs::create_dir(&src).unwrap();
+    for i in 0..n {
+        fs::write(
+            src.join(format!("doc-{i:03}.txt")),
+            pattern(4096 + i, i as u64),
+        )
+        .unwrap();
+    }
+    // Empty ones among them (stored whole, as any other).
+    for i in 0..3 {
+        fs::write(src.join(format!("empty-{i}")), b"").unwrap();
+    }
+    let out = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(&src)
+        .arg(env.vault().join("docs"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // A file closed and opened again reads its own bytes, stored or not yet.
+    for i in (0..n).step_by(7) {
+        let got = fs::read(env.vault().join(format!("docs/doc-{i:03}.txt"))).unwrap();
+        assert_eq!(got, pattern(4096 + i, i as u64), "doc-{i:03}");
+    }
+    env.wait_uploaded();
+    for i in 0..n {
+        let name = format!("docs/doc-{i:03}.txt");
+        assert_eq!(stored(&env, &name), pattern(4096 + i, i as u64), "{name}");
+    }
+    for i in 0..3 {
+        assert_eq!(stored(&env, &format!("docs/empty-{i}")), b"");
+    }
+    let sent = requests.lock().unwrap().clone();
+    let creates = count(&sent, b"\"create_file\"");
+    let versions = count(&sent, b"PUT /nodes/upload/") / 2;
+    eprintln!("{n} files: {creates} create_file requests, {versions} versions");
+    assert!(
+        creates >= 1 && creates < n / 2,
+        "{creates} create_file requests"
+    );
+    assert_eq!(versions, n + 3, "one version and one body per file");
+    drop(m);
+}
+
+/// A reader opening a folder's files in listing order gets the next ones fetched ahead, never
+/// more than the bound past the last it opened (counted in the read cache's files and bytes),
+/// and every file reads right, whether fetched ahead or not.
+#[test]
+fn files_fetched_ahead_stay_within_the_bound() {
+    let Some(env) = Env::new(Via::Remote) else {
+        return;
+    };
+    let n = 60;
+    let size = 4096;
+    for i in 0..n {
+        put_elsewhere(&env, &format!("f-{i:03}"), &pattern(size, i as u64));
+    }
+    let m = env.mount(&[]);
+    let cache_files = || m.status()["cache"]["files"].as_u64().unwrap() as usize;
+    let cache_bytes = || m.status()["cache"]["used_bytes"].as_u64().unwrap() as usize;
+    assert_eq!(fs::read_dir(env.vault()).unwrap().count(), n);
+    // Three opens in order: the next files come without being read.
+    let opened = 3;
+    for i in 0..opened {
+        let got = fs::read(env.vault().join(format!("f-{i:03}"))).unwrap();
+        assert_eq!(got, pattern(size, i as u64));
+    }
+    let bound = opened + 16;
+    wait_for(10, "files fetched ahead", || cache_files() == bound);
+    // Nothing more comes: the reader has not gone on.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(cache_files(), bound);
+    assert_eq!(cache_bytes(), bound * size);
+    // A jump ends the pattern: nothing is fetched past it.
+    let got = fs::read(env.vault().join("f-050")).unwrap();
+    assert_eq!(got, pattern(size, 50));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(cache_files(), bound + 1);
+    // Everything reads right, in order (fetched ahead or not).
+    for i in 0..n {
+        let got = fs::read(env.vault().join(format!("f-{i:03}"))).unwrap();
+        assert_eq!(got, pattern(size, i as u64), "f-{i:03}");
+    }
+    assert_eq!(cache_files(), n);
+    drop(m);
+}
+
+/// A server that lets one transfer of a user run at a time refuses the others (503 with
+/// Retry-After): the uploads back off (the mount says so in its log) and every file is stored.
+#[test]
+fn uploads_refused_with_503_back_off_and_are_all_stored() {
+    let options = vaultfs::server::ServerOptions {
+        max_transfers_per_user: 1,
+        ..Default::default()
+    };
+    let Some(env) = Env::new_with(Via::Remote, options) else {
+        return;
+    };
+    // The one transfer the server allows the user is held from outside while the files are
+    // written (a download of a large file left unread): every upload meets a 503 until it is
+    // let go, whatever the timing (the mount's uploads alone overlapped or not by chance).
+    put_elsewhere(&env, "held", &pattern(32 << 20, 99));
+    let base = env.server.as_ref().unwrap().base.clone();
+    let held = env.rt.block_on(async {
+        use vaultfs::backend::Backend;
+        use vaultfs::backend::remote::{RemoteBackend, RemoteConfig};
+        let email = "tester@example.com";
+        let token = common::login(&base, email, &format!("pw-{email}")).await;
+        let remote = RemoteBackend::new(RemoteConfig::new(&base, email, &token)).unwrap();
+        let path = vaultfs::api::NodePath::parse_uri(&format!("/nodes/pth/{VAULT}/held")).unwrap();
+        let id = remote.node(&path).await.unwrap().file_id().unwrap();
+        remote.download(&id, None).await.unwrap()
+    });
+    let m = env.mount(&[]);
+    let n = 24;
+    for i in 0..n {
+        fs::write(
+            env.vault().join(format!("b-{i:02}")),
+            pattern((1 << 20) + i, i as u64),
+        )
+        .unwrap();
+    }
+    wait_for(30, "an upload refused and backed off", || {
+        m.log_text().contains("uploads in flight: at most")
+    });
+    drop(held);
+    env.wait_uploaded();
+    for i in 0..n {
+        let name = format!("b-{i:02}");
+        assert_eq!(
+            stored(&env, &name),
+            pattern((1 << 20) + i, i as u64),
+            "{name}"
+        );
+    }
+    let log = m.log_text();
+    assert!(
+        log.contains("uploads in flight: at most"),
+        "no back-off in the log:\n{log}"
+    );
+    drop(m);
+}

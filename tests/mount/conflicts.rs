@@ -1,0 +1,417 @@
+//! Two writers on one file (issue 32): a later save never silently erases an earlier one from
+//! another mount. The version stored first keeps the name; the other edit becomes a conflict
+//! copy beside it, listed by `vaultfs status` and marked with `user.vaultfs.conflict`. An edit
+//! to a file deleted elsewhere is stored again. Saves in sequence from one mount never make a
+//! conflict copy.
+
+use std::fs::{self, OpenOptions};
+use std::io::{Seek, Write};
+use std::path::{Path, PathBuf};
+
+use crate::common::env::{Env, VAULT, Via, put_elsewhere, wait_stored};
+use crate::common::mount::{Mount, names, wait_for};
+use vaultfs::api::NodePath;
+use vaultfs::backend::Backend;
+
+both!(
+    concurrent_edits_keep_both,
+    a_save_by_rename_over_a_changed_file_keeps_both,
+    an_edit_beats_a_delete,
+    a_delete_of_a_file_changed_elsewhere_keeps_the_edit,
+    saves_in_sequence_make_no_conflict_copy,
+);
+
+/// A second mount of the env's store, with a cache dir of its own.
+fn second_mount(env: &Env) -> (Mount, PathBuf, PathBuf) {
+    second_mount_with(env, &[])
+}
+
+pub(super) fn second_mount_with(env: &Env, extra: &[&str]) -> (Mount, PathBuf, PathBuf) {
+    let mnt = env._tmp.path().join("mnt2");
+    let cache = env._tmp.path().join("cache2");
+    let mut args = vec!["--cache-dir".to_string(), cache.to_str().unwrap().into()];
+    match &env.server {
+        Some(s) => args.extend(["--server".into(), s.base.clone()]),
+        None => args.extend(["--data-dir".into(), env.data.to_str().unwrap().into()]),
+    }
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let m = Mount::start_with_env(&mnt, &args, &[("XDG_CONFIG_HOME", &env.config)]);
+    (m, mnt, cache)
+}
+
+/// The names in the vault's folder as the store has them (no mount's cache in between).
+fn stored_names(env: &Env) -> Vec<String> {
+    let b = env.backend();
+    let path = NodePath::parse_uri(&format!("/nodes/pth/{VAULT}")).unwrap();
+    let node = env.rt.block_on(b.list(&path, 0, 1000)).unwrap();
+    let mut v: Vec<String> = node
+        .children
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    v.sort();
+    v
+}
+
+/// The stored bytes of `name` in the vault.
+fn stored(env: &Env, name: &str) -> Vec<u8> {
+    let b = env.backend();
+    let path = NodePath::parse_uri(&format!("/nodes/pth/{VAULT}/{name}")).unwrap();
+    let node = env.rt.block_on(b.node(&path)).unwrap();
+    env.rt
+        .block_on(crate::common::content(&b, &node.file_id().unwrap()))
+}
+
+fn copies(names: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .filter(|n| n.starts_with("report (conflict ") && n.ends_with(".txt"))
+        .cloned()
+        .collect()
+}
+
+/// A and B both have `report.txt` open on the same version; A saves and its save is stored,
+/// then B saves: the name keeps A's bytes, and B's are in one conflict copy, which both mounts
+/// and the store show, `vaultfs status` lists and an attribute marks. Nothing is lost, and the
+/// copy survives B's remount.
+fn concurrent_edits_keep_both(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let a = env.mount(&[]);
+    let (b, mnt_b, cache_b) = second_mount(&env);
+    let (va, vb) = (env.vault(), mnt_b.join(VAULT));
+    fs::write(va.join("report.txt"), b"the first text").unwrap();
+    env.wait_uploaded();
+    assert_eq!(fs::read(vb.join("report.txt")).unwrap(), b"the first text");
+
+    // B's editor has the file open (its staged copy is of the first version) ...
+    let mut fb = OpenOptions::new()
+        .write(true)
+        .open(vb.join("report.txt"))
+        .unwrap();
+    // ... while A saves, and A's save is stored.
+    fs::write(va.join("report.txt"), b"edit from A").unwrap();
+    env.wait_uploaded();
+    fb.set_len(0).unwrap();
+    fb.rewind().unwrap();
+    fb.write_all(b"edit from B").unwrap();
+    drop(fb);
+    wait_stored(&cache_b, &mnt_b);
+
+    let listed = stored_names(&env);
+    let copy = copies(&listed);
+    assert_eq!(
+        copy.len(),
+        1,
+        "one conflict copy: {listed:?}\n{}",
+        b.log_text()
+    );
+    assert_eq!(stored(&env, "report.txt"), b"edit from A");
+    assert_eq!(stored(&env, &copy[0]), b"edit from B");
+    // B shows both at once: the name leads to A's version, the copy to B's bytes.
+    assert_eq!(fs::read(vb.join("report.txt")).unwrap(), b"edit from A");
+    assert_eq!(fs::read(vb.join(&copy[0])).unwrap(), b"edit from B");
+    assert!(names(&vb).contains(&copy[0]));
+    let mark = xattr(&vb.join(&copy[0]), "user.vaultfs.conflict");
+    assert!(
+        mark.as_deref().is_some_and(|m| m.contains("report.txt")),
+        "{mark:?}"
+    );
+    let status = b.status();
+    let listed = status["conflicts"].as_array().cloned().unwrap_or_default();
+    assert_eq!(listed.len(), 1, "{status}");
+    assert!(listed[0]["copy"].as_str().unwrap().ends_with(&copy[0]));
+    assert!(b.log_text().contains("conflict"));
+    // A sees the copy too (once its listing is fetched again).
+    a.unmount();
+    let a = env.mount(&[]);
+    assert_eq!(fs::read(va.join(&copy[0])).unwrap(), b"edit from B");
+    assert_eq!(fs::read(va.join("report.txt")).unwrap(), b"edit from A");
+    // The record of the copy outlives B's daemon.
+    b.unmount();
+    let (b, _, _) = second_mount(&env);
+    assert_eq!(b.status()["conflicts"].as_array().map(Vec::len), Some(1));
+    b.unmount();
+    a.unmount();
+}
+
+/// An editor's save-by-rename over a file that another writer changed since this mount knew
+/// it: the rename's bytes become the conflict copy (the temporary file stored first, or not
+/// yet), the name keeps the other writer's version.
+fn a_save_by_rename_over_a_changed_file_keeps_both(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    let b = env.backend();
+    for (i, stored_first) in [false, true].into_iter().enumerate() {
+        let name = format!("report{i}.txt");
+        fs::write(v.join(&name), b"first").unwrap();
+        env.wait_uploaded();
+        assert_eq!(fs::read(v.join(&name)).unwrap(), b"first");
+        // The third writer: the interface itself.
+        let path = NodePath::parse_uri(&format!("/nodes/pth/{VAULT}/{name}")).unwrap();
+        let id = env.rt.block_on(b.node(&path)).unwrap().file_id().unwrap();
+        env.rt.block_on(async {
+            let data = b"from elsewhere";
+            let v = b.begin_version(&id, data.len() as u64, None).await.unwrap();
+            let body = vaultfs::backend::reader_stream(std::io::Cursor::new(data.to_vec()));
+            b.upload(&id, &v.version_id().unwrap(), data.len() as u64, body)
+                .await
+                .unwrap();
+        });
+        fs::write(v.join(".tmp"), b"saved here").unwrap();
+        if stored_first {
+            env.wait_uploaded();
+        }
+        fs::rename(v.join(".tmp"), v.join(&name)).unwrap();
+        env.wait_uploaded();
+        let listed = stored_names(&env);
+        let stem = format!("report{i} (conflict ");
+        let copy: Vec<&String> = listed.iter().filter(|n| n.starts_with(&stem)).collect();
+        assert_eq!(
+            copy.len(),
+            1,
+            "stored first: {stored_first}; {listed:?}\n{}",
+            m.log_text()
+        );
+        assert_eq!(stored(&env, &name), b"from elsewhere");
+        assert_eq!(stored(&env, copy[0]), b"saved here");
+        assert_eq!(fs::read(v.join(copy[0])).unwrap(), b"saved here");
+        assert_eq!(fs::read(v.join(&name)).unwrap(), b"from elsewhere");
+        assert!(!listed.contains(&".tmp".to_string()));
+    }
+    m.unmount();
+}
+
+/// B's save over a stale version is journaled while the server is down, and B's daemon is
+/// SIGKILLed: with the server back, the next mount of B's cache dir uploads it against the base
+/// its journal entry kept, and it becomes a conflict copy; nothing is lost.
+#[test]
+fn a_stale_save_journaled_before_a_kill_becomes_a_conflict_copy() {
+    let Some(mut env) = Env::new(Via::Remote) else {
+        return;
+    };
+    let a = env.mount(&[]);
+    let va = env.vault();
+    fs::write(va.join("report.txt"), "original").unwrap();
+    env.wait_uploaded();
+    let (b, mnt_b, cache_b) = second_mount_with(&env, &["--timeout", "2"]);
+    let vb = mnt_b.join(VAULT);
+    assert_eq!(fs::read(vb.join("report.txt")).unwrap(), b"original");
+    fs::write(va.join("report.txt"), "edit from A").unwrap();
+    env.wait_uploaded();
+    a.unmount();
+
+    let server = env.server.take().unwrap();
+    let addr = server.base.trim_start_matches("http://").to_string();
+    env.rt.block_on(server.stop());
+    let vb2 = vb.clone();
+    crate::common::env::within(20, "B saving while the server is down", move || {
+        fs::write(vb2.join("report.txt"), "edit from B").unwrap()
+    });
+    assert_eq!(crate::common::env::pending_uploads(&cache_b), 1);
+    b.kill();
+
+    env.serve_again(&addr);
+    let (b, _, cache_b) = second_mount(&env);
+    wait_stored(&cache_b, &mnt_b);
+    let listed = stored_names(&env);
+    let copy = copies(&listed);
+    assert_eq!(copy.len(), 1, "{listed:?}\n{}", b.log_text());
+    assert_eq!(stored(&env, "report.txt"), b"edit from A");
+    assert_eq!(stored(&env, &copy[0]), b"edit from B");
+    assert_eq!(fs::read(vb.join(&copy[0])).unwrap(), b"edit from B");
+    b.unmount();
+}
+
+/// A file deleted by another writer while this mount edits it is stored again with the edit.
+fn an_edit_beats_a_delete(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    fs::create_dir(v.join("sub")).unwrap();
+    fs::write(v.join("sub/notes.txt"), b"first").unwrap();
+    fs::write(v.join("top.txt"), b"first").unwrap();
+    env.wait_uploaded();
+    let mut f = OpenOptions::new()
+        .append(true)
+        .open(v.join("top.txt"))
+        .unwrap();
+    let mut g = OpenOptions::new()
+        .append(true)
+        .open(v.join("sub/notes.txt"))
+        .unwrap();
+    // Another client deletes the file, and the whole folder of the other.
+    let b = env.backend();
+    for p in [
+        format!("/nodes/pth/{VAULT}/top.txt"),
+        format!("/nodes/pth/{VAULT}/sub"),
+    ] {
+        env.rt
+            .block_on(b.delete(&NodePath::parse_uri(&p).unwrap()))
+            .unwrap();
+    }
+    f.write_all(b" and more").unwrap();
+    g.write_all(b" and more").unwrap();
+    drop((f, g));
+    env.wait_uploaded();
+    assert_eq!(stored(&env, "top.txt"), b"first and more");
+    assert_eq!(stored(&env, "sub/notes.txt"), b"first and more");
+    m.unmount();
+}
+
+/// A delete of a file another writer changed since this mount knew it leaves the file on the
+/// store (an edit beats a delete, this way round too): the name goes here, and comes back
+/// with the other writer's bytes. A file nobody else changed is deleted as before.
+fn a_delete_of_a_file_changed_elsewhere_keeps_the_edit(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    fs::write(v.join("report.txt"), b"first").unwrap();
+    fs::write(v.join("other.txt"), b"first").unwrap();
+    env.wait_uploaded();
+    assert_eq!(fs::read(v.join("report.txt")).unwrap(), b"first");
+    put_elsewhere(&env, "report.txt", b"edit from elsewhere");
+    fs::remove_file(v.join("report.txt")).unwrap();
+    fs::remove_file(v.join("other.txt")).unwrap();
+    assert_eq!(stored_names(&env), ["report.txt"], "{}", m.log_text());
+    assert_eq!(stored(&env, "report.txt"), b"edit from elsewhere");
+    assert!(m.log_text().contains("an edit beats a delete"));
+    wait_for(15, "the kept file back in the mount", || {
+        fs::read(v.join("report.txt")).is_ok_and(|b| b == b"edit from elsewhere")
+    });
+    m.unmount();
+}
+
+/// A rename onto a name this mount does not know (another writer made the file there since
+/// the mount listed the folder) does not replace that file: the renamed file becomes a
+/// conflict copy, and the name keeps the other writer's bytes. Remote, with a server whose
+/// change feed refuses this user and no polling (a view as stale as its listing TTL): a mount
+/// of the built-in store, or one following a feed, learns of the other file at once, and a
+/// rename over it replaces it.
+#[test]
+#[ignore = "no longer reaches its case: since the follower (08d30e2) the mount's rename finds \
+            the other file even with the feed refused and no polling, and replaces it as a \
+            file it knows (the gap of a_rename_over_a_file_keeps_its_versions)"]
+fn a_rename_onto_a_name_made_elsewhere_keeps_both() {
+    let no_feed = vaultfs::server::ServerOptions {
+        max_waits_per_user: 0,
+        ..Default::default()
+    };
+    let Some(env) = Env::new_with(Via::Remote, no_feed) else {
+        return;
+    };
+    let m = env.mount(&["--poll-interval", "0"]);
+    let v = env.vault();
+    fs::write(v.join("draft.txt"), b"written here").unwrap();
+    env.wait_uploaded();
+    assert_eq!(names(&v), ["draft.txt"]);
+    put_elsewhere(&env, "report.txt", b"made elsewhere");
+    fs::rename(v.join("draft.txt"), v.join("report.txt")).unwrap();
+    env.wait_uploaded();
+    let listed = stored_names(&env);
+    let copy = copies(&listed);
+    assert_eq!(copy.len(), 1, "{listed:?}\n{}", m.log_text());
+    assert_eq!(stored(&env, "report.txt"), b"made elsewhere");
+    assert_eq!(stored(&env, &copy[0]), b"written here");
+    assert!(!listed.contains(&"draft.txt".to_string()));
+    m.unmount();
+}
+
+/// A save-by-rename over a file this mount listed but never read or stored keeps that file's
+/// earlier versions, as it does when the temporary file is not stored yet (its bytes then
+/// become a new version of the file). Found by the model (`model.rs`, its rule 3): B's save
+/// conflicted with A's, B's editor saved again by rename, and A's edit was nowhere after
+/// (B's mount took A's version, listed after the conflict copy, as the one replaced).
+#[test]
+#[ignore = "known gap: a rename of a stored file over another drops the one it replaces, \
+            with its versions (Store::transfer deletes that node)"]
+fn a_rename_over_a_file_keeps_its_versions() {
+    let Some(env) = Env::new(Via::Local) else {
+        return;
+    };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    for (i, stored_first) in [false, true].into_iter().enumerate() {
+        let name = format!("report{i}.txt");
+        put_elsewhere(&env, &name, b"first");
+        put_elsewhere(&env, &name, b"edit from elsewhere");
+        // Listed here (`ls -l`), never read.
+        assert_eq!(fs::metadata(v.join(&name)).unwrap().len(), 19);
+        fs::write(v.join(".tmp"), b"saved here").unwrap();
+        if stored_first {
+            env.wait_uploaded();
+        }
+        fs::rename(v.join(".tmp"), v.join(&name)).unwrap();
+        env.wait_uploaded();
+        assert_eq!(stored(&env, &name), b"saved here");
+        let dir = v.join(".versions").join(&name);
+        let kept: Vec<String> = fs::read_dir(&dir)
+            .map(|d| {
+                d.map(|e| String::from_utf8(fs::read(e.unwrap().path()).unwrap()).unwrap())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(
+            kept.contains(&"edit from elsewhere".to_string()) && kept.contains(&"first".into()),
+            "stored first: {stored_first}; versions kept: {kept:?}"
+        );
+    }
+    m.unmount();
+}
+
+/// Saves in sequence from one mount, by writing in place and by an editor's save-by-rename
+/// (renamed before and after its upload), never make a conflict copy; the last save wins.
+fn saves_in_sequence_make_no_conflict_copy(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    let n: usize = std::env::var("VAULTFS_SEQUENTIAL_SAVES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(120);
+    for i in 0..n {
+        let text = format!("save {i}\n");
+        match i % 3 {
+            0 => fs::write(v.join("report.txt"), &text).unwrap(),
+            _ => {
+                fs::write(v.join(".report.txt.swp"), &text).unwrap();
+                if i % 3 == 2 {
+                    env.wait_uploaded();
+                }
+                fs::rename(v.join(".report.txt.swp"), v.join("report.txt")).unwrap();
+            }
+        }
+        if i % 10 == 9 {
+            env.wait_uploaded();
+        }
+    }
+    env.wait_uploaded();
+    let listed = stored_names(&env);
+    assert!(copies(&listed).is_empty(), "{listed:?}");
+    assert_eq!(listed, ["report.txt"]);
+    assert_eq!(
+        stored(&env, "report.txt"),
+        format!("save {}\n", n - 1).as_bytes()
+    );
+    assert!(m.status()["conflicts"].as_array().is_none_or(Vec::is_empty));
+    m.unmount();
+}
+
+/// An extended attribute's value, as text (None when not set).
+fn xattr(p: &Path, name: &str) -> Option<String> {
+    let path = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    let name = std::ffi::CString::new(name).unwrap();
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: both strings are NUL-terminated; the buffer is as long as we say.
+    let n = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    (n >= 0).then(|| String::from_utf8_lossy(&buf[..n as usize]).into_owned())
+}
