@@ -108,10 +108,28 @@ fn sqlite_and_postgres_define_the_same_tables_columns_and_indexes() {
         .connect()
         .unwrap();
     let (lite_columns, lite_indexes) = sqlite_shape(&lite);
-    let (pg_columns, pg_indexes) =
-        std::thread::spawn(move || pg_shape(&Engine::Postgres(database).connect().unwrap()))
-            .join()
+    let lite_version: i64 = lite
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    let ((pg_columns, pg_indexes), pg_version) = std::thread::spawn(move || {
+        let conn = Engine::Postgres(database).connect().unwrap();
+        let version: Value = conn
+            .query_row(
+                "SELECT value FROM settings WHERE name = 'schema_version'",
+                [],
+                |r| r.get(0),
+            )
             .unwrap();
+        (pg_shape(&conn), version)
+    })
+    .join()
+    .unwrap();
+    // Both engines at the same schema version, so the shapes below are of the same schema.
+    assert_eq!(
+        pg_version,
+        Value::Blob(lite_version.to_string().into_bytes()),
+        "schema versions"
+    );
     // What PostgreSQL keeps as rows that SQLite keeps as files beside vault.db (`settings`),
     // or in the one process's memory (`blob_holds`, the holds of every server of the store).
     let pg_only: BTreeSet<&str> = ["settings", "blob_holds"].into();
@@ -124,6 +142,22 @@ fn sqlite_and_postgres_define_the_same_tables_columns_and_indexes() {
         .filter(|(_, t, _)| !pg_only.contains(t.as_str()))
         .collect();
     assert!(lite_columns.len() > 20, "{lite_columns:?}");
+    // The newest schema's (11: deleted files kept restorable) is among what is compared: the
+    // catalogue queries see every table and index, not an older subset.
+    for (table, column) in [("deleted", "folder_id"), ("versions", "created_on")] {
+        assert!(
+            lite_columns.contains(&(table.to_string(), column.to_string())),
+            "{table}.{column} not listed"
+        );
+    }
+    for (index, table, columns) in [
+        ("deleted_by_folder", "deleted", "folder_id,deleted_on"),
+        ("deleted_by_age", "deleted", "deleted_on"),
+        ("versions_by_age", "versions", "created_on"),
+    ] {
+        let row = (index.to_string(), table.to_string(), columns.to_string());
+        assert!(lite_indexes.contains(&row), "{row:?} not listed");
+    }
     assert_eq!(
         lite_columns
             .symmetric_difference(&pg_columns)

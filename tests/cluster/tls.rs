@@ -100,10 +100,13 @@ fn sslmode_verifies_as_libpq_does() {
     make_certificates(certs.path());
     let port = crate::common::free_port();
     let c = certs.path().display();
-    let Some(_server) = crate::common::pg::own_with(&format!(
-        "-c ssl=on -c ssl_cert_file={c}/server.crt -c ssl_key_file={c}/server.key \
-         -c listen_addresses=127.0.0.1 -p {port}"
-    )) else {
+    let Some(_server) = crate::common::pg::own_with(
+        port,
+        &format!(
+            "-c ssl=on -c ssl_cert_file={c}/server.crt -c ssl_key_file={c}/server.key \
+             -c listen_addresses=127.0.0.1"
+        ),
+    ) else {
         return;
     };
     let at = |host: &str, options: &str| {
