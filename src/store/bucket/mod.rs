@@ -27,10 +27,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use object_store::path::Path as Key;
 use object_store::aws::AmazonS3ConfigKey;
 use object_store::azure::AzureConfigKey;
 use object_store::gcp::GoogleConfigKey;
+use object_store::path::Path as Key;
 use object_store::{ClientConfigKey, ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 
 /// Files up to this size are sent in one PUT; larger ones in parts.
@@ -108,9 +108,7 @@ impl Bucket {
                 }
                 if let Some(e) = &location.endpoint {
                     // A service of our own on a private network or loopback (MinIO, moto...).
-                    b = b
-                        .with_endpoint(e)
-                        .with_allow_http(e.starts_with("http://"));
+                    b = b.with_endpoint(e).with_allow_http(e.starts_with("http://"));
                 }
                 Arc::new(b.build().map_err(invalid)?)
             }
