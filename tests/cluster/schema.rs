@@ -39,7 +39,7 @@ fn sqlite_shape(conn: &Conn) -> Shape {
     let indexes = texts(
         conn,
         3,
-        "SELECT m.name, m.tbl_name, group_concat(i.name, ',') FROM \
+        "SELECT m.name, m.tbl_name, group_concat(i.name, ',' ORDER BY i.seqno) FROM \
          (SELECT name, tbl_name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL) m, \
          pragma_index_info(m.name) i GROUP BY m.name, m.tbl_name",
     );
