@@ -460,15 +460,16 @@ impl<B: Backend> Fs<B> {
             }
             return Ok(());
         }
-        if remote {
-            self.backend
-                .rename(&src, &dst, true)
-                .await
-                .map_err(|e| errno(&e))?;
-        }
+        let moved = if remote {
+            let node = self.backend.rename(&src, &dst, true).await;
+            Some(node.map_err(|e| errno(&e))?)
+        } else {
+            None
+        };
         // A file that exists only here takes the name; a remote file under that name gets its
         // bytes as a new version when the upload runs. Nothing else of the target stays.
         let mut t = self.table();
+        let mut target_base = None;
         if let Some(tino) = target {
             // The replaced file's bytes are gone (or about to be superseded): free their cache.
             if let Some(r) = t.get(tino).and_then(|i| i.remote.as_ref()) {
@@ -477,7 +478,7 @@ impl<B: Backend> Fs<B> {
             // What the bytes put here replace is what this mount knew of the target (its
             // own base while it had edits staged): a target changed elsewhere meanwhile makes
             // the upload a conflict (editors' save-by-rename).
-            let target_base = t.get(tino).map(|i| match &i.staged {
+            target_base = t.get(tino).map(|i| match &i.staged {
                 Some(s) => s.base(),
                 None => super::io::base_of(i),
             });
@@ -487,13 +488,28 @@ impl<B: Backend> Fs<B> {
                 let rid = t.get(tino).and_then(|i| i.remote.clone());
                 if let Some(i) = t.get_mut(ino) {
                     i.remote = rid;
-                    if let (Some(s), Some(b)) = (&i.staged, target_base) {
+                    if let (Some(s), Some(b)) = (&i.staged, target_base.clone()) {
                         s.set_base(b);
                     }
                 }
             }
         }
         t.rename(ino, &dst);
+        // A store that keeps the file it replaces (ours: `Store::transfer`) answers with that
+        // file, the moved bytes its new version: the file here is that one now, and bytes
+        // still staged here replace what this mount knew of it, as above.
+        let kept = moved.filter(|n| {
+            kind == InodeKind::File && target.is_some() && {
+                let id = t.get(ino).and_then(|i| i.remote.as_ref()).map(|r| &r.id);
+                n.file_id().as_ref() != id
+            }
+        });
+        if let Some(node) = kept {
+            t.update_from(ino, &node);
+            if let (Some(s), Some(b)) = (t.get(ino).and_then(|i| i.staged.as_ref()), target_base) {
+                s.set_base(b);
+            }
+        }
         self.renamed(&t, &dst);
         t.entries_changed(parent);
         t.entries_changed(newparent);

@@ -361,6 +361,15 @@ fn full_cache_disk_gives_enospc_and_loses_nothing() {
     assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
     drop(f);
     fs::remove_file(v.join("too-big.bin")).unwrap();
+    // The kernel releases the closed file after close(2) returns, and the staged bytes go with
+    // that release: space comes back then, not at the unlink (under load, later).
+    common::mount::wait_for(30, "the staged bytes freed", || {
+        let dir = std::ffi::CString::new(env.cache.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: statvfs fills the zeroed struct given, for a NUL-terminated path.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        let ok = unsafe { libc::statvfs(dir.as_ptr(), &mut st) } == 0;
+        ok && st.f_bavail * st.f_frsize > 16 << 20
+    });
     // The daemon still serves, earlier files are intact, and new writes work once space is back.
     assert_eq!(
         fs::read(v.join("early.bin")).unwrap(),

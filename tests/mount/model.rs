@@ -15,8 +15,8 @@
 //! 1. A content a mount replaced itself (a later write, append or rename onto the same name,
 //!    or a delete of it, on the same mount) before that mount had stored it: writeback keeps
 //!    only the last of a file's saves made in a row.
-//! 2. A destroy by writer W (W deletes a name, or renames a file onto it, and the store's file
-//!    under that name goes, with its versions) excuses that file's versions from the newest
+//! 2. A destroy by writer W (W deletes a name, and the store's file under that name goes, with
+//!    its versions) excuses that file's versions from the newest
 //!    one W knew down to the oldest. W knew a version if W wrote it, read it (a mount reads the
 //!    file first, as a user looks at what they delete or save over; T reads the store's
 //!    current version), or saw it at a settle. What lies under a version W knew goes with it:
@@ -25,8 +25,9 @@
 //!    than every one W knew, an edit made elsewhere that W never had, is never excused: that
 //!    is what a delete or rename from a stale view would lose. Nor is an edit overwritten by a
 //!    concurrent edit elsewhere: it must be a conflict copy or a version.
-//! 3. For now (a known gap, see `Run::gap`; `VAULTFS_MODEL_STRICT=1` fails on it): the versions
-//!    of a file a mount's rename replaced, which go with it.
+//!
+//! A rename over a file excuses nothing: the store keeps the file under the name, the bytes
+//! moved its new version and the moved file's versions its earlier ones (`Store::transfer`).
 //!
 //! The model looks for what stale views lose, not for the milliseconds between a check and
 //! its act (docs/design.md names those windows): a mount deletes only a file it shows, read
@@ -122,10 +123,6 @@ struct Run {
     /// Failed operations by their error (ENOENT: the name was not there in that view).
     errors: BTreeMap<String, usize>,
     settles: usize,
-    /// Rule 3 fails the run instead of excusing (`VAULTFS_MODEL_STRICT=1`).
-    strict: bool,
-    /// Versions rule 3 excused.
-    dropped: usize,
 }
 
 fn random_writers_lose_no_stored_byte(via: Via) {
@@ -168,8 +165,6 @@ fn random_writers_lose_no_stored_byte(via: Via) {
         step: 0,
         errors: BTreeMap::new(),
         settles: 0,
-        strict: std::env::var("VAULTFS_MODEL_STRICT").is_ok_and(|v| v == "1"),
-        dropped: 0,
     };
     fs::create_dir(run.vault(Who::A).join("sub")).unwrap();
     run.settle();
@@ -189,12 +184,11 @@ fn random_writers_lose_no_stored_byte(via: Via) {
         .count();
     eprintln!(
         "model ({via:?}) seed {seed}: {steps} steps in {:.1} s, {} contents kept track of, {} \
-         excused ({} of them by rule 3), {copies} conflict copies, {} settles, failed \
+         excused, {copies} conflict copies, {} settles, failed \
          operations {:?}; nothing lost",
         started.elapsed().as_secs_f64(),
         run.contents.len(),
         run.excused.len(),
-        run.dropped,
         run.settles,
         run.errors,
     );
@@ -408,8 +402,7 @@ impl Run {
         self.replace(who, from, to);
     }
 
-    /// `rename(from, to)` on `who`'s mount, `to` destroyed if the store's file there goes.
-    /// The other mount's uploads are stored first, so that the history taken is what the
+    /// `rename(from, to)` on `who`'s mount. The other mount's uploads are stored first, so that the history taken is what the
     /// rename meets: the model looks at stale views, not at the milliseconds between the
     /// mount's check and its move (docs/design.md names that window).
     fn replace(&mut self, who: Who, from: &str, to: &str) {
@@ -417,41 +410,13 @@ impl Run {
         let other = self.side(if who == Who::A { Who::B } else { Who::A });
         wait_stored(&other.cache, &other.mnt);
         self.own_save_stored(who, to);
-        let before = self.history(to);
+        // (What was under `to` stays: the store keeps that file, the bytes its new version.)
         match fs::rename(v.join(from), v.join(to)) {
             Ok(()) => {
                 self.supersede(who, to, "renamed over");
                 self.moved(who, from, to);
-                self.gap(who, to, before.clone());
-                self.destroyed(who, to, before, "renamed over");
             }
             Err(e) => self.failed(format!("{who:?} rename {from} -> {to}"), e),
-        }
-    }
-
-    /// Rule 3, a known gap, excused unless `VAULTFS_MODEL_STRICT=1`: a rename over a file
-    /// replaces the store's file, whose versions go with it (the store's move drops the node
-    /// it replaces). The mount lets it happen when it knows that file's version (where it
-    /// knows none, or another, the renamed file becomes a conflict copy), but it may know it
-    /// from a listing alone, so versions the user never read go too.
-    /// `conflicts::a_rename_over_a_file_keeps_its_versions` (ignored) is the gap.
-    fn gap(&mut self, who: Who, name: &str, before: Option<(String, Vec<String>)>) {
-        if self.strict {
-            return;
-        }
-        let Some((id, versions)) = before else { return };
-        if self.history(name).is_some_and(|(now, _)| now == id) {
-            return;
-        }
-        let knew = self.knew.entry(who).or_default();
-        for md5 in versions.iter().take_while(|m| !knew.contains(*m)) {
-            self.dropped += 1;
-            self.excused.entry(md5.clone()).or_insert_with(|| {
-                format!(
-                    "dropped by {who:?}'s rename over {name} (#{}): the known gap",
-                    self.step
-                )
-            });
         }
     }
 
@@ -638,7 +603,7 @@ impl Run {
         })
     }
 
-    /// Rule 2: after `who` deleted or renamed over `name`, which held the file `before`: if
+    /// Rule 2: after `who` deleted `name`, which held the file `before`: if
     /// that file is gone from the name, its versions up to the newest `who` knew are excused.
     fn destroyed(
         &mut self,

@@ -1,6 +1,6 @@
 //! Copy and move: a file or a subtree to another place, a copy sharing the source's bytes.
 
-use super::delete::delete_subtree;
+use super::delete::{delete_subtree, prune_versions};
 use super::limits::{check_quota, subtree_size};
 use super::resolve::{
     damaged, find_child, get_row, has_children, is_within, path_of, require_folder, resolve, split,
@@ -8,7 +8,7 @@ use super::resolve::{
 use super::{MAX_WALK_DEPTH, NodeRow, SELECT, insert_node, read_row, touch};
 use crate::api::{ChangeKind, Error, Node, NodePath, Result};
 use crate::store::changes::NewChange;
-use crate::store::db::{Conn as Connection, Tx as Transaction, params};
+use crate::store::db::{Conn as Connection, OptionalExtension, Tx as Transaction, params};
 use crate::store::{Scope, Store, now_ns};
 
 /// Copy or move, for [`Store::transfer`].
@@ -162,6 +162,15 @@ impl Store {
                 return Err(crate::api::path::path_too_deep(deepest));
             }
         }
+        // A file put over a file keeps the one it replaces: the bytes become its new version.
+        let over_file = existing
+            .as_ref()
+            .filter(|e| replace && !onto_itself && e.is_file() && s.is_file());
+        if let Some(e) = over_file {
+            let version = current_version(&tx, s.id)?;
+            let to = path_of(&tx, dp.id)?.child(name)?;
+            return self.onto_file(&conn, tx, scope, (&s, version), e, &to, mode);
+        }
         let mut freed = Vec::new();
         let mut replaced = None;
         // A move onto itself only takes the name as given (a spelling stored by an older build
@@ -249,11 +258,214 @@ impl Store {
     }
 }
 
+/// The committed version `file` serves, if it has one.
+fn current_version(tx: &Connection, file: i64) -> Result<Option<i64>> {
+    Ok(tx
+        .query_row(
+            "SELECT v.id FROM nodes n JOIN versions v ON v.id = n.current_version
+             WHERE n.id = ?1 AND v.committed = 1",
+            [file],
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
+impl Store {
+    /// A file moved or copied over the file `target`: `target` stays (its ID, its earlier
+    /// versions, its links) and takes the source's `version` as its new current one (the same
+    /// blob: no byte is copied), with the source's modification time, as a save would. A move
+    /// then gives the source's earlier versions to `target` too and removes the source. So an
+    /// editor's save by rename, or `mv` over a file, loses no version of either file (issue
+    /// 32), and another writer sees a new version of the name, not a delete.
+    #[allow(clippy::too_many_arguments)]
+    fn onto_file(
+        &self,
+        conn: &Connection,
+        tx: Transaction<'_>,
+        scope: Scope,
+        (s, version): (&NodeRow, Option<i64>),
+        target: &NodeRow,
+        to: &NodePath,
+        mode: TransferMode,
+    ) -> Result<Node> {
+        let now = now_ns();
+        // The source's bytes as the new current version. A source with none yet (made, its
+        // bytes not uploaded: a mount's new file, whose upload follows) leaves the file as it
+        // is: others see its bytes until the new ones come, never an empty file meanwhile.
+        let (new, blob) = match version {
+            Some(version) => {
+                let (length, blob): (i64, Option<String>) = tx.query_row(
+                    "SELECT length, blob FROM versions WHERE id = ?1",
+                    [version],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )?;
+                if mode == TransferMode::Copy {
+                    check_quota(&tx, &self.config, scope, 0, length.max(0) as u64)?;
+                }
+                let new: i64 = tx.query_row(
+                    "INSERT INTO versions (file_id, length, md5, blob, committed, created_on,
+                         committed_on, modified_on, exec)
+                     SELECT ?1, length, md5, blob, 1, ?2, ?2, ?3, exec FROM versions
+                     WHERE id = ?4 RETURNING id",
+                    params![target.id, now, s.modified_on, version],
+                    |r| r.get(0),
+                )?;
+                tx.execute(
+                    "UPDATE nodes SET current_version = ?2, modified_on = ?3, exec = ?4
+                     WHERE id = ?1",
+                    params![target.id, new, s.modified_on, s.exec],
+                )?;
+                (Some(new), blob)
+            }
+            None => (None, None),
+        };
+        if mode == TransferMode::Move {
+            // The source's earlier versions join the history under the name; its node goes.
+            let from = path_of(&tx, s.id)?;
+            tx.execute(
+                "UPDATE versions SET file_id = ?1 WHERE file_id = ?2 AND committed = 1
+                 AND (?3 IS NULL OR id <> ?3)",
+                params![target.id, s.id, version],
+            )?;
+            delete_subtree(&tx, s.id)?;
+            touch(&tx, s.parent_id, now)?;
+            self.log_change(&tx, NewChange::new(s, ChangeKind::Deleted, &from))?;
+        }
+        let freed = prune_versions(&tx, target.id, &self.config.retention)?;
+        touch(&tx, target.parent_id, now)?;
+        let render = match &blob {
+            Some(h) => crate::store::previews::want(&tx, &self.blobs, h, &target.name)?,
+            None => None,
+        };
+        let row = get_row(&tx, target.id)?.expect("the file exists");
+        if new.is_some() {
+            self.log_change(&tx, NewChange::new(&row, ChangeKind::Version, to))?;
+        }
+        tx.commit()?;
+        self.changed(row.account_id);
+        self.changed(s.account_id);
+        self.forget_blobs(conn, &freed);
+        if let (Some(kind), Some(h)) = (render, &blob) {
+            self.previews.enqueue(h, kind, &row.name);
+        }
+        Ok(row.to_api(to))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::ErrorKind;
     use crate::store::test_path as at;
+
+    /// A file moved or copied over a file: the file under the name keeps its ID and versions
+    /// and takes the bytes as its new version; a moved source's earlier versions join that
+    /// history; a source never uploaded leaves it as it is.
+    #[test]
+    fn a_file_put_over_a_file_becomes_its_new_version() {
+        use crate::store::{Retention, StoreConfig};
+        let tmp = tempfile::tempdir().unwrap();
+        let keep = Retention {
+            count: Some(50),
+            age: Some(std::time::Duration::from_secs(30 * 24 * 3600)),
+            bytes: None,
+        };
+        let config = StoreConfig {
+            retention: keep,
+            ..StoreConfig::default()
+        };
+        let store = Store::open_local_with(&tmp.path().join("store"), config).unwrap();
+        let put = |name: &str, data: &[u8]| -> String {
+            let p = tmp.path().join("bytes");
+            std::fs::write(&p, data).unwrap();
+            let f = crate::store::PutFile {
+                base: crate::api::Base::Any,
+                path: at(name),
+                file_id: None,
+                source: std::sync::Arc::new(std::fs::File::open(&p).unwrap()),
+                len: data.len() as u64,
+                sealed: false,
+                digests: None,
+                attrs: Default::default(),
+                cancel: Default::default(),
+            };
+            let node = store.put_files(Scope::All, &[f]).remove(0).unwrap();
+            node.id.unwrap()
+        };
+        let md5s = |id: &str| -> Vec<String> {
+            let v = store.versions(Scope::All, id).unwrap();
+            v.into_iter().map(|v| v.md5_checksum.unwrap()).collect()
+        };
+        use crate::api::checksum::{Md5, hex};
+        let md5 = |b: &[u8]| hex(&Md5::digest(b));
+        let report = put("report.txt", b"first");
+        put("report.txt", b"second");
+        let saved = put(".tmp", b"saved");
+        let moved = store.transfer(
+            Scope::All,
+            &at(".tmp"),
+            &at("report.txt"),
+            true,
+            TransferMode::Move,
+        );
+        assert_eq!(moved.unwrap().id.as_deref(), Some(report.as_str()));
+        let mut had = md5s(&report);
+        had.sort();
+        let mut want = vec![md5(b"first"), md5(b"second"), md5(b"saved")];
+        want.sort();
+        assert_eq!(had, want);
+        assert!(store.file(Scope::All, &saved).is_err());
+        // A source with versions of its own: they join the history under the name.
+        let other = put("other.txt", b"o1");
+        put("other.txt", b"o2");
+        let o = store.transfer(
+            Scope::All,
+            &at("other.txt"),
+            &at("report.txt"),
+            true,
+            TransferMode::Move,
+        );
+        assert_eq!(o.unwrap().md5_checksum, Some(md5(b"o2")));
+        assert!(md5s(&report).contains(&md5(b"o1")));
+        assert_eq!(md5s(&report).len(), 5);
+        assert!(store.file(Scope::All, &other).is_err());
+        // A copy: the same, and the source stays.
+        let copied = put("c.txt", b"copied");
+        let c = store.transfer(
+            Scope::All,
+            &at("c.txt"),
+            &at("report.txt"),
+            true,
+            TransferMode::Copy,
+        );
+        assert_eq!(c.unwrap().md5_checksum, Some(md5(b"copied")));
+        assert_eq!((md5s(&report).len(), md5s(&copied).len()), (6, 1));
+        // Not over a file without `replace`; a source never uploaded replaces the file.
+        let e = store.transfer(
+            Scope::All,
+            &at("c.txt"),
+            &at("report.txt"),
+            false,
+            TransferMode::Move,
+        );
+        assert_eq!(e.unwrap_err().code, "exists");
+        let before = md5s(&report);
+        store.create_file(Scope::All, &at(""), "empty.txt").unwrap();
+        let m = store.transfer(
+            Scope::All,
+            &at("empty.txt"),
+            &at("report.txt"),
+            true,
+            TransferMode::Move,
+        );
+        let m = m.unwrap();
+        assert_eq!(
+            (m.id, m.md5_checksum),
+            (Some(report.clone()), Some(md5(b"copied")))
+        );
+        assert_eq!(md5s(&report), before);
+        assert!(store.check_integrity().unwrap().is_empty());
+    }
 
     /// Paths as the mount gives them (its names as the kernel has them, in any spelling): into
     /// itself and onto itself are told by nodes, so a decomposed name changes nothing.
