@@ -181,7 +181,7 @@ struct MigrateArgs {
     #[arg(long, value_name = "postgres://...", value_parser = parse_database)]
     database: String,
     /// Where the destination keeps the bytes: a folder every server reaches, or
-    /// `s3://BUCKET/PREFIX` (credentials and region as for `serve`)
+    /// a bucket (`s3://`, `gs://`, `az://BUCKET/PREFIX`, credentials as for `serve`)
     #[arg(long, value_name = "DIR|s3://BUCKET/PREFIX")]
     blobs: String,
     /// Endpoint of an S3-compatible service for `--blobs s3://...`
@@ -234,9 +234,10 @@ struct ServeArgs {
     /// Address and port to listen on
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
     listen: SocketAddr,
-    /// Where the files' bytes are kept: a folder, or `s3://BUCKET/PREFIX` in an S3-compatible
-    /// bucket (credentials and region from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-    /// AWS_SESSION_TOKEN, AWS_REGION) [default: blobs/ in the data directory]
+    /// Where the files' bytes are kept: a folder, or a bucket: `s3://BUCKET/PREFIX` (S3 or
+    /// S3-compatible), `gs://BUCKET/PREFIX` (Google Cloud Storage), `az://CONTAINER/PREFIX`
+    /// (Azure), credentials from the service's usual chain (docs/deploy.md)
+    /// [default: blobs/ in the data directory]
     #[arg(long, value_name = "DIR|s3://BUCKET/PREFIX")]
     blobs: Option<String>,
     /// Endpoint of an S3-compatible service for `--blobs s3://...` (MinIO, Ceph, Garage, ...),
@@ -564,7 +565,7 @@ fn blob_location(
         None => BlobLocation::DataDir,
         Some(b) => BlobLocation::parse(b, s3_endpoint).map_err(|e| format!("--blobs {e}"))?,
     };
-    if s3_endpoint.is_some() && !matches!(location, BlobLocation::S3(_)) {
+    if s3_endpoint.is_some() && !matches!(location, BlobLocation::Bucket(_)) {
         return Err("--s3-endpoint is for --blobs s3://BUCKET/PREFIX".into());
     }
     Ok(location)

@@ -13,6 +13,7 @@
 
 pub mod auth;
 pub mod blobs;
+pub mod bucket;
 mod changes;
 pub mod check;
 pub mod db;
@@ -22,7 +23,6 @@ mod nodes;
 mod previews;
 mod purge;
 mod put;
-pub mod s3;
 mod schema;
 mod schema_pg;
 mod search;

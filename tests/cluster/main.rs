@@ -7,7 +7,9 @@ mod changes;
 #[path = "../common/mod.rs"]
 mod common;
 mod previews;
+mod schema;
 mod search;
+mod tls;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -69,7 +71,7 @@ impl Cluster {
     /// a@acme.test (password `pw-a`) in the account Acme.
     fn with_bucket() -> Option<Cluster> {
         let cluster = Cluster::new()?;
-        if !matches!(cluster.location, BlobLocation::S3(_)) {
+        if !matches!(cluster.location, BlobLocation::Bucket(_)) {
             eprintln!("\n*** SKIPPED: previews shared through a bucket need moto_server ***\n");
             return None;
         }
@@ -83,7 +85,7 @@ impl Cluster {
         let (blobs, location) = match common::s3::s3() {
             Some(s3) => {
                 let location = s3.location();
-                let BlobLocation::S3(l) = &location else {
+                let BlobLocation::Bucket(l) = &location else {
                     unreachable!()
                 };
                 let url = format!("s3://{}/{}", l.bucket, l.prefix);
@@ -472,7 +474,7 @@ async fn a_server_killed_mid_upload_makes_nothing_partial_current() {
         content(&client(&one, "a@acme.test", &token), &id).await,
         old
     );
-    if let BlobLocation::S3(_) = cluster.location {
+    if let BlobLocation::Bucket(_) = cluster.location {
         // Nothing of the interrupted upload is left staged (its own folder, cleared at start).
         assert_eq!(std::fs::read_dir(data.join("tmp")).unwrap().count(), 0);
     }

@@ -5,7 +5,7 @@ use super::*;
 
 /// The keys under `prefix` in the test bucket (moto takes unsigned requests).
 async fn bucket_keys(cluster: &Cluster, prefix: &str) -> Vec<String> {
-    let BlobLocation::S3(l) = &cluster.location else {
+    let BlobLocation::Bucket(l) = &cluster.location else {
         unreachable!("a bucket")
     };
     let endpoint = l.endpoint.as_deref().unwrap();

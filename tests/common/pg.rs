@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 pub struct PgServer {
     /// The directory holding its data and socket.
     pub dir: PathBuf,
+    /// Its port: the socket's name (`.s.PGSQL.PORT`), and TCP's where it listens there too.
+    pub port: u16,
 }
 
 /// The newest installed server's `bin` folder (or `VAULTFS_PG_BIN`).
@@ -48,6 +50,11 @@ fn as_owner(cmd: &mut Command) -> &mut Command {
 }
 
 fn start() -> Option<PgServer> {
+    start_with(5432, String::new())
+}
+
+/// A server on `port` with `settings` (more `-c name=value` words) after ours.
+fn start_with(port: u16, settings: String) -> Option<PgServer> {
     let Some(bin) = bin_dir() else {
         eprintln!(
             "\n*** SKIPPED: no PostgreSQL server (`.ci/run` installs the Debian package \
@@ -95,7 +102,7 @@ fn start() -> Option<PgServer> {
          while :; do
              {setpriv} {postgres} -D \"$0/data\" -k \"$0\" -c listen_addresses= -c fsync=off \
                  -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 \
-                 >>\"$0/log\" 2>&1 &
+                 -p {port} {settings} >>\"$0/log\" 2>&1 &
              pid=$!
              wait $pid
              [ -e \"$0/paused\" ] || break
@@ -135,7 +142,7 @@ fn start() -> Option<PgServer> {
         eprintln!("\n*** SKIPPED: PostgreSQL would not start: {e} ***\n");
         return None;
     }
-    let server = PgServer { dir };
+    let server = PgServer { dir, port };
     server.wait_up();
     Some(server)
 }
@@ -143,6 +150,16 @@ fn start() -> Option<PgServer> {
 /// A server of the caller's own (for a test that stops it), or `None` as [`pg`].
 pub fn own() -> Option<PgServer> {
     std::thread::spawn(start).join().expect("PostgreSQL start")
+}
+
+/// A server of the caller's own on `port` (of its socket, and of TCP if `settings` listen
+/// there) with more settings (`-c name=value ...`, given to the shell as they are), or `None`
+/// as [`pg`].
+pub fn own_with(port: u16, settings: &str) -> Option<PgServer> {
+    let settings = settings.to_string();
+    std::thread::spawn(move || start_with(port, settings))
+        .join()
+        .expect("PostgreSQL start")
 }
 
 /// The shared server, or `None` (said loudly) when PostgreSQL is not installed.
@@ -206,7 +223,7 @@ impl PgServer {
 
     /// The address of database `db`, over the server's socket.
     pub fn url(&self, db: &str) -> String {
-        url_in(&self.dir, db)
+        url_in(&self.dir, self.port, db)
     }
 
     /// A new, empty database for one store; its address.
@@ -224,6 +241,9 @@ impl PgServer {
     }
 }
 
-fn url_in(dir: &Path, db: &str) -> String {
-    format!("postgres://vaultfs@localhost/{db}?host={}", dir.display())
+fn url_in(dir: &Path, port: u16, db: &str) -> String {
+    format!(
+        "postgres://vaultfs@localhost:{port}/{db}?host={}",
+        dir.display()
+    )
 }

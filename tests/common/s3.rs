@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use vaultfs::store::BlobLocation;
-use vaultfs::store::s3::S3Location;
+use vaultfs::store::bucket::BucketLocation;
 
 pub const BUCKET: &str = "vaultfs-test";
 
@@ -97,8 +97,8 @@ impl S3Server {
     /// A new, empty place for one store's blobs.
     pub fn location(&self) -> BlobLocation {
         let prefix = format!("s3://{BUCKET}/t{:016x}", rand::random::<u64>());
-        BlobLocation::S3(
-            S3Location::parse(&prefix, Some(&self.endpoint))
+        BlobLocation::Bucket(
+            BucketLocation::parse(&prefix, Some(&self.endpoint))
                 .unwrap()
                 .unwrap(),
         )

@@ -115,8 +115,9 @@ pub(crate) async fn move_cases<B: Backend>(w: &World<B>) {
         None,
     );
 
-    // Replace semantics: fail keeps both, replace overwrites and the source goes.
-    let other = put(b, v, "o.txt", b"other").await.file_id().unwrap();
+    // Replace semantics: fail keeps both; replace keeps the file under the name (its ID, now with
+    // the source's bytes as a new version) and the source goes.
+    put(b, v, "o.txt", b"other").await;
     let target = at(v, "dst/n.txt");
     assert_err(
         b.rename(&at(v, "o.txt"), &target, false).await,
@@ -125,7 +126,7 @@ pub(crate) async fn move_cases<B: Backend>(w: &World<B>) {
     );
     assert_eq!(content(b, &id).await, b"move me");
     let over = b.rename(&at(v, "o.txt"), &target, true).await.unwrap();
-    assert_eq!(over.file_id().unwrap(), other);
+    assert_eq!(over.file_id().unwrap(), id, "the name keeps its file");
     assert_eq!(
         content(b, &b.node(&target).await.unwrap().file_id().unwrap()).await,
         b"other"

@@ -1,6 +1,6 @@
 //! The bytes of files, content-addressed by sha256 and immutable, behind one interface
 //! ([`Blobs`]) with two places to keep them: a folder (`blobs/<2 hex>/<64 hex>`, [`BlobDir`]) or
-//! an S3-compatible bucket ([`super::s3`]). Either way a blob is first written to `tmp/` on local
+//! a bucket of S3, GCS or Azure ([`super::bucket`]). Either way a blob is first written to `tmp/` on local
 //! disk, hashed on the way and fsynced, and only then named (renamed into place, or PUT under
 //! its key), so a blob under its name is always whole. md5 is computed alongside because it is
 //! the interface's checksum.
@@ -270,16 +270,16 @@ pub enum BlobLocation {
     DataDir,
     /// A folder of its own (staging in its `.tmp/`, on the same file system).
     Dir(PathBuf),
-    /// An S3-compatible bucket (staging in the data directory's `tmp/`).
-    S3(super::s3::S3Location),
+    /// A bucket of S3, GCS or Azure (staging in the data directory's `tmp/`).
+    Bucket(super::bucket::BucketLocation),
 }
 
 impl BlobLocation {
-    /// `s3://BUCKET/PREFIX` or a folder.
+    /// `s3://BUCKET/PREFIX` (or `gs://`, `az://`) or a folder.
     pub fn parse(s: &str, s3_endpoint: Option<&str>) -> Result<BlobLocation, String> {
-        match super::s3::S3Location::parse(s, s3_endpoint) {
-            Some(l) => l.map(BlobLocation::S3),
-            None if s.contains("://") => Err(format!("{s}: not s3:// nor a folder")),
+        match super::bucket::BucketLocation::parse(s, s3_endpoint) {
+            Some(l) => l.map(BlobLocation::Bucket),
+            None if s.contains("://") => Err(format!("{s}: not s3://, gs://, az:// nor a folder")),
             None => Ok(BlobLocation::Dir(PathBuf::from(s))),
         }
     }
@@ -290,7 +290,7 @@ impl std::fmt::Display for BlobLocation {
         match self {
             BlobLocation::DataDir => f.write_str("the data directory"),
             BlobLocation::Dir(d) => write!(f, "{}", d.display()),
-            BlobLocation::S3(l) => write!(f, "{l}"),
+            BlobLocation::Bucket(l) => write!(f, "{l}"),
         }
     }
 }
@@ -387,7 +387,7 @@ fn owner_id(root: &Path) -> io::Result<String> {
 pub struct Blobs {
     /// Staging (`tmp/`), and the blobs themselves unless there is a bucket.
     dir: BlobDir,
-    bucket: Option<Arc<super::s3::Bucket>>,
+    bucket: Option<Arc<super::bucket::Bucket>>,
     holds: Holds,
     /// `<data dir>/previews`: the previews rendered into `tmp/`, and kept here unless there is
     /// a bucket.
@@ -410,8 +410,8 @@ impl Blobs {
         let (dir, bucket) = match location {
             BlobLocation::DataDir => (BlobDir::open(root)?, None),
             BlobLocation::Dir(d) => (BlobDir::at(d.clone(), d.join(".tmp"))?, None),
-            BlobLocation::S3(l) => {
-                let bucket = super::s3::Bucket::open(l)?;
+            BlobLocation::Bucket(l) => {
+                let bucket = super::bucket::Bucket::open(l)?;
                 let owner = match owner {
                     Some(o) => o,
                     None => owner_id(root)?,
@@ -525,7 +525,7 @@ impl Blobs {
                     .size(hash)?
                     .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, hash.to_string()))?;
                 Ok(BlobFile {
-                    inner: Box::new(super::s3::ObjectReader::new(b.clone(), hash, len)),
+                    inner: Box::new(super::bucket::ObjectReader::new(b.clone(), hash, len)),
                     len,
                 })
             }

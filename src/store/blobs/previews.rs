@@ -7,10 +7,7 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
-
 use super::{BlobFile, Blobs};
-use crate::api::checksum::hex;
 
 /// Temporary keys of previews on their way into a bucket left this long are a dead server's.
 const PREVIEW_TMP_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
@@ -22,7 +19,7 @@ pub struct StagedPreview {
     dir: PathBuf,
     /// With a bucket: the temporary prefix (`PREFIX/previews/tmp/<name>/`) and the names put
     /// under it.
-    uploaded: Option<(Arc<crate::store::s3::Bucket>, String, Vec<String>)>,
+    uploaded: Option<(Arc<crate::store::bucket::Bucket>, String, Vec<String>)>,
 }
 
 impl StagedPreview {
@@ -88,7 +85,11 @@ impl Blobs {
     }
 
     /// `PREFIX/previews/<hash>/<kind>/`, or every kind's `PREFIX/previews/<hash>/`.
-    fn preview_prefix(bucket: &crate::store::s3::Bucket, hash: &str, kind: Option<&str>) -> String {
+    fn preview_prefix(
+        bucket: &crate::store::bucket::Bucket,
+        hash: &str,
+        kind: Option<&str>,
+    ) -> String {
         match kind {
             Some(k) => bucket.prefixed(&format!("previews/{hash}/{k}/")),
             None => bucket.prefixed(&format!("previews/{hash}/")),
@@ -132,11 +133,9 @@ impl Blobs {
             let Some(file_name) = entry.file_name().to_str().map(str::to_string) else {
                 continue;
             };
-            let mut file = File::open(entry.path())?;
-            let mut sha = Sha256::new();
-            let len = io::copy(&mut file, &mut sha)?;
-            let sha = hex(&sha.finalize());
-            bucket.put_key(&format!("{tmp}{file_name}"), &Arc::new(file), len, &sha)?;
+            let file = File::open(entry.path())?;
+            let len = file.metadata()?.len();
+            bucket.put_key(&format!("{tmp}{file_name}"), &Arc::new(file), len)?;
             names.push(file_name);
         }
         Ok(())
@@ -196,7 +195,11 @@ impl Blobs {
                     .size_key(&key)?
                     .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, key.clone()))?;
                 Ok(BlobFile {
-                    inner: Box::new(crate::store::s3::ObjectReader::at_key(b.clone(), key, len)),
+                    inner: Box::new(crate::store::bucket::ObjectReader::at_key(
+                        b.clone(),
+                        key,
+                        len,
+                    )),
                     len,
                 })
             }

@@ -28,6 +28,7 @@
 //! must never be entered from a thread of the server's runtime (tests and the local backend call
 //! the store from async code); a channel round trip is a few microseconds beside the network's.
 //! Statements are prepared once per connection (keyed by their SQL), as `prepare_cached` does.
+//! TLS as libpq's `sslmode` asks, over rustls ([`tls`]).
 //!
 //! The parts: [`value`] the types that cross between the store and an engine (values,
 //! parameters, rows, errors); [`conn`] a connection and its statements and transactions, over
@@ -38,6 +39,7 @@ mod conn;
 mod lock;
 mod pg;
 mod sqlite;
+mod tls;
 mod value;
 mod wal_index;
 

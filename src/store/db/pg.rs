@@ -158,17 +158,36 @@ impl PgState {
 }
 
 fn connect(url: &str) -> Result<postgres::Client> {
-    let mut config: postgres::Config = url
+    let (address, tls) = super::tls::split_options(url)?;
+    let mut config: postgres::Config = address
         .parse()
         .map_err(|e| DbError::Other(format!("bad database address: {e}")))?;
     // A host that does not answer at all fails a request in bounded time, as a down one does.
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
-    let mut client = config.connect(postgres::NoTls)?;
+    // A local socket has no TLS (the server refuses it there), as libpq skips it.
+    let socket_only = config
+        .get_hosts()
+        .iter()
+        .all(|h| matches!(h, postgres::config::Host::Unix(_)));
+    let mut client = match super::tls::connector(&tls)? {
+        Some(tls_connect) if !socket_only => {
+            config.ssl_mode(if tls.mode == super::tls::SslMode::Prefer {
+                postgres::config::SslMode::Prefer
+            } else {
+                postgres::config::SslMode::Require
+            });
+            config.connect(tls_connect)?
+        }
+        _ => config.connect(postgres::NoTls)?,
+    };
     // Times and names are compared as bytes, as SQLite does; no statement waits forever on a
     // lock a dead peer held (its session ends with its socket).
     client.batch_execute("SET client_min_messages = warning")?;
+    // Commits not flushed one by one, as SQLite's synchronous=NORMAL; the durable ones say so
+    // (`schema::Durable`).
+    client.batch_execute("SET synchronous_commit = off")?;
     Ok(client)
 }
 

@@ -33,7 +33,7 @@ impl std::fmt::Display for DbError {
             DbError::Sqlite(e) => write!(f, "{e}"),
             DbError::Pg(e) => match e.as_db_error() {
                 Some(d) => write!(f, "{}: {}", d.code().code(), d.message()),
-                None => write!(f, "{e}"),
+                None => f.write_str(&with_causes(e)),
             },
             DbError::NoRows => f.write_str("query returned no rows"),
             DbError::Other(s) | DbError::Unavailable(s) => f.write_str(s),
@@ -42,6 +42,19 @@ impl std::fmt::Display for DbError {
 }
 
 impl std::error::Error for DbError {}
+
+/// `e` and its causes, `: `-separated. tokio-postgres's own text is only the kind ("error
+/// performing TLS handshake", "error connecting to server"); the why (a certificate of an
+/// unknown issuer, a refused connection) is in its source.
+fn with_causes(e: &postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text = format!("{text}: {c}");
+        cause = c.source();
+    }
+    text
+}
 
 impl From<rusqlite::Error> for DbError {
     fn from(e: rusqlite::Error) -> Self {
@@ -62,7 +75,7 @@ impl From<postgres::Error> for DbError {
                 c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03")
             });
         if gone {
-            DbError::Unavailable(format!("PostgreSQL: {e}"))
+            DbError::Unavailable(format!("PostgreSQL: {}", with_causes(&e)))
         } else {
             DbError::Pg(e)
         }

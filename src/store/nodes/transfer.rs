@@ -324,7 +324,7 @@ impl Store {
             let from = path_of(&tx, s.id)?;
             tx.execute(
                 "UPDATE versions SET file_id = ?1 WHERE file_id = ?2 AND committed = 1
-                 AND (?3 IS NULL OR id <> ?3)",
+                 AND (CAST(?3 AS BIGINT) IS NULL OR id <> ?3)",
                 params![target.id, s.id, version],
             )?;
             delete_subtree(&tx, s.id)?;
