@@ -26,8 +26,8 @@
 //!
 //! 1. a file's `io` (`Inode::io`, async, held across backend calls): uploads and namespace
 //!    changes of one node, one at a time; two at once only in inode order (rename);
-//! 2. the write-back queue (`Writeback::queue`);
-//! 3. the `uploading` set;
+//! 2. the write-back queue (`Uploads::writeback`'s `queue`);
+//! 3. the `uploading` set (`Uploads::uploading`);
 //! 4. the `.preview` tree (`Fs::previews`);
 //! 5. the inode table (`Fs::table`; the attributes kept here live inside it);
 //! 6. a staged file's own: `order` (writes, truncates, seals) before its hashing-ahead state
@@ -209,10 +209,8 @@ pub(crate) struct Fs<B: Backend> {
     opts: MountOptions,
     uid: u32,
     gid: u32,
-    /// Files with an upload task running.
-    uploading: Mutex<HashSet<Ino>>,
-    /// The uploads' window and the batching of their first step (`pacing`).
-    pacing: pacing::Pacing,
+    /// The uploads: running, paced, batched, handed over (`upload::Uploads`).
+    uploads: upload::Uploads,
     /// The small files fetched ahead of a reader going through a folder.
     prefetch: prefetch::Prefetch,
     /// Files and folders kept whole on disk.
@@ -222,20 +220,12 @@ pub(crate) struct Fs<B: Backend> {
     offline_until: Mutex<Option<std::time::Instant>>,
     /// The tree kept for starting offline, and since when the backend is out of reach.
     offline: offline::Offline,
-    /// Uploads in flight and recent errors, for `vaultfs status`.
-    tracker: status::Tracker,
     /// Conflict copies made (`conflict`).
     conflicts: conflict::Conflicts,
     /// The virtual `.preview` directories.
     previews: Mutex<preview::Tree>,
     /// The virtual `.versions` directories.
     versions: Mutex<versions::Tree>,
-    /// Closed files waiting for the next batch (backends that store batches).
-    writeback: writeback::Writeback,
-    /// The journal is being handed to a new daemon: no upload or batch starts any more.
-    handing_over: std::sync::atomic::AtomicBool,
-    /// Uploads and batches between their start and their journal entry's end.
-    storing: std::sync::atomic::AtomicUsize,
     /// Folders whose listing is being fetched again.
     refreshing: Mutex<HashSet<Ino>>,
     /// Nodes whose attributes are being fetched again.
@@ -285,8 +275,7 @@ impl<B: Backend> Fs<B> {
             journal,
             uid,
             gid,
-            uploading: Mutex::new(HashSet::new()),
-            pacing: pacing::Pacing::new(opts.upload_concurrency),
+            uploads: upload::Uploads::new(opts.upload_concurrency),
             prefetch: prefetch::Prefetch::default(),
             pinned: pinned::Pinned::open(&opts.cache_dir),
             notifier: OnceLock::new(),
@@ -302,13 +291,9 @@ impl<B: Backend> Fs<B> {
             daemon_reads: AtomicU64::new(0),
             daemon_writes: AtomicU64::new(0),
             opts,
-            tracker: status::Tracker::default(),
             conflicts,
             previews: Mutex::default(),
             versions: Mutex::default(),
-            writeback: writeback::Writeback::default(),
-            handing_over: std::sync::atomic::AtomicBool::new(false),
-            storing: std::sync::atomic::AtomicUsize::new(0),
             refreshing: Mutex::default(),
             attr_refreshing: Mutex::default(),
             running: Mutex::default(),
@@ -475,7 +460,7 @@ pub fn mount<B: Backend>(
     // Unmounted: give uploads in flight a bounded time to finish; the journal keeps the rest.
     // A new mount of the same point may come meanwhile: it asks for the journal (SIGUSR1),
     // and this daemon leaves at once, its batch in flight committed or not at all.
-    let running = relock(&fs.uploading).len();
+    let running = relock(&fs.uploads.uploading).len();
     if running > 0 {
         log::info!(
             "waiting up to {}s for {running} upload(s) to finish",
@@ -485,7 +470,7 @@ pub fn mount<B: Backend>(
     rt.block_on(async {
         let deadline = tokio::time::Instant::now() + opts.flush_timeout;
         while !unpoisoned(fs
-            .uploading
+            .uploads.uploading
             .lock())
             .is_empty()
             && tokio::time::Instant::now() < deadline
@@ -495,9 +480,9 @@ pub fn mount<B: Backend>(
                 _ = handover.recv() => {
                     // What is being stored finishes (and ends its journal entry), so the next
                     // daemon does not store it again; nothing new starts.
-                    fs.handing_over.store(true, Ordering::SeqCst);
+                    fs.uploads.handing_over.store(true, Ordering::SeqCst);
                     let cut = tokio::time::Instant::now() + HANDOVER_FINISH;
-                    while fs.storing.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < cut {
+                    while fs.uploads.storing.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < cut {
                         tokio::time::sleep(Duration::from_millis(10)).await;
                     }
                     log::info!("a new mount of {} takes the journal over", mountpoint.display());

@@ -236,7 +236,7 @@ impl Tracker {
 
 /// The status of the mount `fs` at `mountpoint`.
 pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
-    let running = fs.tracker.running();
+    let running = fs.uploads.tracker.running();
     let mut uploads: Vec<Upload> = running.values().cloned().collect();
     uploads.sort_by(|a, b| a.path.cmp(&b.path));
     let mut waiting = Vec::new();
@@ -286,7 +286,7 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
         daemon_reads: fs.daemon_reads.load(Ordering::Relaxed),
         daemon_writes: fs.daemon_writes.load(Ordering::Relaxed),
         uploads,
-        errors: fs.tracker.errors(),
+        errors: fs.uploads.tracker.errors(),
         conflicts: fs.conflicts.list(),
         pins: fs.pin_status(mountpoint),
     }
