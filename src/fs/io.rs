@@ -26,7 +26,7 @@ pub(crate) struct Opened {
 
 impl<B: Backend> Fs<B> {
     pub(super) fn new_fh(&self, h: Handle) -> u64 {
-        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
+        let fh = self.handles.next_fh.fetch_add(1, Ordering::SeqCst);
         self.handles().insert(fh, h);
         fh
     }

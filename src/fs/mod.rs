@@ -38,7 +38,7 @@
 //! 8. `Fs::freshness` (under the table; it asks the backend for its count of others' changes,
 //!    which never waits: the built-in store only tries its connection's lock).
 //!
-//! The handle map (`Fs::handles`), `refreshing`, `attr_refreshing`, `offline_until` and the
+//! The handle maps (`Fs::handles`: open handles, and those running a program), `refreshing`, `attr_refreshing`, `offline_until` and the
 //! status tracker's locks are taken alone: nothing else is locked while one is held, nor taken
 //! under it. The pins' locks (`pinned`) are innermost: taken under any of the above, nothing
 //! under them. No std lock is held across an `.await`.
@@ -202,8 +202,8 @@ pub(crate) struct Fs<B: Backend> {
     backend: Arc<B>,
     rt: tokio::runtime::Handle,
     table: Mutex<Table>,
-    handles: Mutex<HashMap<u64, Handle>>,
-    next_fh: AtomicU64,
+    /// Open handles (`open::Handles`).
+    handles: open::Handles,
     cache: ReadCache,
     journal: Journal,
     opts: MountOptions,
@@ -230,8 +230,6 @@ pub(crate) struct Fs<B: Backend> {
     refreshing: Mutex<HashSet<Ino>>,
     /// Nodes whose attributes are being fetched again.
     attr_refreshing: Mutex<HashSet<Ino>>,
-    /// Handles the kernel opened to run the file (exec), by handle: see `open::FMODE_EXEC`.
-    running: Mutex<HashMap<u64, Ino>>,
     /// Whether a listing or attributes fetched at some time may still be used.
     freshness: freshness::Freshness,
     /// Whether opens are passed through, and the blobs opened so far.
@@ -269,8 +267,7 @@ impl<B: Backend> Fs<B> {
             backend: Arc::new(backend),
             rt,
             table: Mutex::new(table),
-            handles: Mutex::new(HashMap::new()),
-            next_fh: AtomicU64::new(1),
+            handles: open::Handles::new(),
             cache,
             journal,
             uid,
@@ -296,7 +293,6 @@ impl<B: Backend> Fs<B> {
             versions: Mutex::default(),
             refreshing: Mutex::default(),
             attr_refreshing: Mutex::default(),
-            running: Mutex::default(),
             follow: Arc::default(),
         });
         if fs.opts.start_offline {
@@ -316,7 +312,7 @@ impl<B: Backend> Fs<B> {
     }
 
     fn handles(&self) -> MutexGuard<'_, HashMap<u64, Handle>> {
-        relock(&self.handles)
+        self.handles.lock()
     }
 
     /// Whether a listing or attributes fetched at `at` may be used without asking the backend.

@@ -134,7 +134,7 @@ impl<B: Backend> Fs<B> {
             // A new file is a change even with no bytes written: it must be created remotely.
             staged.mark_changed();
         }
-        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
+        let fh = self.handles.next_fh.fetch_add(1, Ordering::SeqCst);
         let opened = {
             let mut t = self.table();
             t.link_into_parent(ino);
@@ -212,7 +212,7 @@ impl<B: Backend> Fs<B> {
         t.set_staged(ino, Some(staged.clone()));
         t.link_into_parent(ino);
         t.entries_changed(parent);
-        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
+        let fh = self.handles.next_fh.fetch_add(1, Ordering::SeqCst);
         let i = t.get_mut(ino)?;
         i.unlinked = false;
         i.exec = Some(exec);

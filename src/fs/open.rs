@@ -19,6 +19,30 @@ use super::{Fs, Handle, OpResult};
 use crate::backend::Backend;
 use crate::sync::relock;
 
+/// The mount's open handles: what each is, the number of the next, and those the kernel opened
+/// to run a program. The maps are locked alone (see the lock order in `fs`).
+pub(super) struct Handles {
+    /// Open files and directories, by handle.
+    open: std::sync::Mutex<std::collections::HashMap<u64, Handle>>,
+    pub(super) next_fh: std::sync::atomic::AtomicU64,
+    /// Handles the kernel opened to run the file (exec), by handle: see [`FMODE_EXEC`].
+    running: std::sync::Mutex<std::collections::HashMap<u64, Ino>>,
+}
+
+impl Handles {
+    pub(super) fn new() -> Handles {
+        Handles {
+            open: Default::default(),
+            next_fh: std::sync::atomic::AtomicU64::new(1),
+            running: Default::default(),
+        }
+    }
+
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, Handle>> {
+        relock(&self.open)
+    }
+}
+
 impl<B: Backend> Fs<B> {
     /// OPEN without a kernel to pass files through to (tests).
     #[cfg(test)]
@@ -85,7 +109,7 @@ impl<B: Backend> Fs<B> {
 
     /// Whether a program runs from `ino`: a handle the kernel opened for exec(2) is open.
     fn runs(&self, ino: Ino) -> bool {
-        relock(&self.running).values().any(|&i| i == ino)
+        relock(&self.handles.running).values().any(|&i| i == ino)
     }
 
     /// Notes an open for exec(2) that succeeded (see [`FMODE_EXEC`]); `r` passes through.
@@ -97,7 +121,7 @@ impl<B: Backend> Fs<B> {
     ) -> OpResult<Opened> {
         if let Ok(o) = &r {
             if flags.0 & FMODE_EXEC != 0 {
-                relock(&self.running).insert(o.fh, ino);
+                relock(&self.handles.running).insert(o.fh, ino);
             }
         }
         r
@@ -105,7 +129,7 @@ impl<B: Backend> Fs<B> {
 
     /// RELEASE of handle `fh`: a program run from it has ended.
     pub(super) fn release_running(&self, fh: u64) {
-        relock(&self.running).remove(&fh);
+        relock(&self.handles.running).remove(&fh);
     }
 
     /// OPEN of a reader answered on the FUSE thread when all it needs is local; `None`: the
@@ -169,7 +193,7 @@ impl<B: Backend> Fs<B> {
             self.move_off(ino).await?;
         };
         let staged = self.stage(ino, truncate).await;
-        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
+        let fh = self.handles.next_fh.fetch_add(1, Ordering::SeqCst);
         let backing = {
             let mut t = self.table();
             match t.get_mut(ino) {
@@ -309,7 +333,7 @@ impl<B: Backend> Fs<B> {
     ) -> OpResult<Option<Opened>> {
         // Read-only: nothing to flush at close.
         let noflush = FopenFlags::FOPEN_NOFLUSH;
-        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
+        let fh = self.handles.next_fh.fetch_add(1, Ordering::SeqCst);
         let backing = {
             let mut t = self.table();
             let i = t.get_mut(ino).ok_or(Errno::ENOENT)?;
