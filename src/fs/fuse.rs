@@ -237,7 +237,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
             Err(e) => return reply.error(e),
         };
         // The follower's own removal of what is gone elsewhere (`follow::echo`).
-        if self.0.follow.is_echo(parent.0, &name) {
+        if self.0.nodes.follow.is_echo(parent.0, &name) {
             return reply.ok();
         }
         let fs = self.0.clone();
@@ -254,7 +254,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
             Err(e) => return reply.error(e),
         };
         // The follower's own removal of what is gone elsewhere (`follow::echo`).
-        if self.0.follow.is_echo(parent.0, &name) {
+        if self.0.nodes.follow.is_echo(parent.0, &name) {
             return reply.ok();
         }
         let fs = self.0.clone();

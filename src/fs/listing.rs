@@ -76,7 +76,7 @@ impl<B: Backend> Fs<B> {
 
     /// Makes sure the directory's listing is loaded and younger than `dir_ttl`.
     pub(super) async fn ensure_listing(self: &Arc<Self>, dir: Ino) -> OpResult<()> {
-        self.follow.used(dir);
+        self.nodes.follow.used(dir);
         let (path, have) = {
             let t = self.table();
             let i = t.get(dir).ok_or(Errno::ENOENT)?;
@@ -106,7 +106,7 @@ impl<B: Backend> Fs<B> {
             r
         };
         match self
-            .refresh_briefly(|fs| &fs.refreshing, dir, refresh)
+            .refresh_briefly(|fs| &fs.nodes.refreshing, dir, refresh)
             .await
         {
             Some(Err(e)) if e != Errno::EIO => Err(e),
@@ -223,7 +223,7 @@ impl<B: Backend> Fs<B> {
                 t.update_from(dir, &node);
             }
             if let Some(i) = t.get_mut(dir) {
-                i.set_fetched_listing(names, started, self.freshness.expired());
+                i.set_fetched_listing(names, started, self.nodes.freshness.expired());
                 i.hidden_preview = hidden_preview;
             }
             for (_, ino, _) in &gone {
@@ -291,7 +291,7 @@ impl<B: Backend> Fs<B> {
             let fs = self.clone();
             let refresh = async move { fs.refresh_attr(ino, &path).await };
             if let Some(Err(e)) = self
-                .refresh_briefly(|fs| &fs.attr_refreshing, ino, refresh)
+                .refresh_briefly(|fs| &fs.nodes.attr_refreshing, ino, refresh)
                 .await
             {
                 return Err(e);

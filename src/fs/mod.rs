@@ -29,13 +29,13 @@
 //! 2. the write-back queue (`Uploads::writeback`'s `queue`);
 //! 3. the `uploading` set (`Uploads::uploading`);
 //! 4. the `.preview` tree (`Fs::previews`);
-//! 5. the inode table (`Fs::table`; the attributes kept here live inside it);
+//! 5. the inode table (`Nodes::table`; the attributes kept here live inside it);
 //! 6. a staged file's own: `order` (writes, truncates, seals) before its hashing-ahead state
 //!    (whose hasher it may wait for); its journal state before the journal's log; its data,
 //!    mtime and life (`lifecycle::State`) locks are innermost;
 //! 7. the read cache's index, then a cache entry's `present` set (an entry's async `fetching`
 //!    is taken with none of the locks above held);
-//! 8. `Fs::freshness` (under the table; it asks the backend for its count of others' changes,
+//! 8. `Nodes::freshness` (under the table; it asks the backend for its count of others' changes,
 //!    which never waits: the built-in store only tries its connection's lock).
 //!
 //! The handle maps (`Fs::handles`: open handles, and those running a program), `refreshing`, `attr_refreshing`, `offline_until` and the
@@ -73,7 +73,7 @@ mod upload;
 mod versions;
 mod writeback;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -201,7 +201,8 @@ pub(crate) type OpResult<T> = Result<T, Errno>;
 pub(crate) struct Fs<B: Backend> {
     backend: Arc<B>,
     rt: tokio::runtime::Handle,
-    table: Mutex<Table>,
+    /// The inode table and what keeps it fresh (`table::Nodes`).
+    nodes: table::Nodes,
     /// Open handles (`open::Handles`).
     handles: open::Handles,
     cache: ReadCache,
@@ -226,12 +227,6 @@ pub(crate) struct Fs<B: Backend> {
     previews: Mutex<preview::Tree>,
     /// The virtual `.versions` directories.
     versions: Mutex<versions::Tree>,
-    /// Folders whose listing is being fetched again.
-    refreshing: Mutex<HashSet<Ino>>,
-    /// Nodes whose attributes are being fetched again.
-    attr_refreshing: Mutex<HashSet<Ino>>,
-    /// Whether a listing or attributes fetched at some time may still be used.
-    freshness: freshness::Freshness,
     /// Whether opens are passed through, and the blobs opened so far.
     passthrough: passthrough::Passthrough,
     /// The read-ahead the kernel granted (KiB), once set after mounting.
@@ -240,8 +235,6 @@ pub(crate) struct Fs<B: Backend> {
     daemon_reads: AtomicU64,
     /// WRITE requests answered (passthrough writes make none).
     daemon_writes: AtomicU64,
-    /// What the follower of changes made elsewhere keeps (`follow`).
-    follow: Arc<follow::Follow>,
 }
 
 impl<B: Backend> Fs<B> {
@@ -266,7 +259,7 @@ impl<B: Backend> Fs<B> {
         let fs = Arc::new(Fs {
             backend: Arc::new(backend),
             rt,
-            table: Mutex::new(table),
+            nodes: table::Nodes::new(table, opts.dir_ttl),
             handles: open::Handles::new(),
             cache,
             journal,
@@ -278,7 +271,6 @@ impl<B: Backend> Fs<B> {
             notifier: OnceLock::new(),
             offline_until: Mutex::new(None),
             offline: offline::Offline::open(&opts.cache_dir)?,
-            freshness: freshness::Freshness::new(opts.dir_ttl),
             passthrough: passthrough::Passthrough::new(if opts.passthrough {
                 "the kernel did not offer passthrough"
             } else {
@@ -291,9 +283,6 @@ impl<B: Backend> Fs<B> {
             conflicts,
             previews: Mutex::default(),
             versions: Mutex::default(),
-            refreshing: Mutex::default(),
-            attr_refreshing: Mutex::default(),
-            follow: Arc::default(),
         });
         if fs.opts.start_offline {
             fs.restore_snapshot();
@@ -308,7 +297,7 @@ impl<B: Backend> Fs<B> {
     }
 
     fn table(&self) -> MutexGuard<'_, Table> {
-        relock(&self.table)
+        relock(&self.nodes.table)
     }
 
     fn handles(&self) -> MutexGuard<'_, HashMap<u64, Handle>> {
@@ -317,7 +306,8 @@ impl<B: Backend> Fs<B> {
 
     /// Whether a listing or attributes fetched at `at` may be used without asking the backend.
     fn fresh(&self, at: std::time::Instant) -> bool {
-        self.freshness
+        self.nodes
+            .freshness
             .fresh(at, || self.backend.local()?.foreign_changes())
     }
 }

@@ -334,7 +334,7 @@ impl<B: Backend> Fs<B> {
         t.entries_changed(parent);
         if kept {
             // Fetched again at its next use (no change on the store tells a follower).
-            if let Some(past) = self.freshness.expired() {
+            if let Some(past) = self.nodes.freshness.expired() {
                 t.expire_listing(parent, past);
             }
         }
