@@ -381,7 +381,7 @@ async fn apply<B: Backend>(fs: &Arc<Fs<B>>, changes: &[Change]) {
         if let (Some(b), Some(a)) = (before, after) {
             if b.md5 != a.md5 || b.size != a.size {
                 // The old version's cached bytes will not be read again.
-                fs.cache.invalidate(&b.id);
+                fs.reads.cache.invalidate(&b.id);
             } else {
                 notify(fs, vec![Kernel::Attrs(ino)]);
             }

@@ -81,9 +81,9 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
         let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         let fs = &self.0;
         if fs.opts.passthrough {
-            fs.passthrough.set(passthrough(config));
+            fs.reads.passthrough.set(passthrough(config));
         }
-        log::info!("reads: {}", fs.passthrough.describe());
+        log::info!("reads: {}", fs.reads.passthrough.describe());
         log::info!("writes: {}", fs.describe_writes());
         // READDIRPLUS: a listing carries each entry's attributes, so `ls -l`, `find` and
         // `stat` of a fresh folder need no LOOKUP per file (AUTO: the kernel uses it while
@@ -337,7 +337,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
         reply: ReplyData,
     ) {
         self.0
-            .daemon_reads
+            .reads.daemon_reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let data = move |r: OpResult<Vec<u8>>| match r {
             Ok(data) => reply.data(&data),

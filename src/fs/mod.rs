@@ -205,17 +205,14 @@ pub(crate) struct Fs<B: Backend> {
     nodes: table::Nodes,
     /// Open handles (`open::Handles`).
     handles: open::Handles,
-    cache: ReadCache,
+    /// The read cache and how reads reach it (`cache::Reads`).
+    reads: cache::Reads,
     journal: Journal,
     opts: MountOptions,
     uid: u32,
     gid: u32,
     /// The uploads: running, paced, batched, handed over (`upload::Uploads`).
     uploads: upload::Uploads,
-    /// The small files fetched ahead of a reader going through a folder.
-    prefetch: prefetch::Prefetch,
-    /// Files and folders kept whole on disk.
-    pinned: pinned::Pinned,
     notifier: OnceLock<Notifier>,
     /// Until when the backend counts as unreachable (cached listings are used meanwhile).
     offline_until: Mutex<Option<std::time::Instant>>,
@@ -227,14 +224,6 @@ pub(crate) struct Fs<B: Backend> {
     previews: Mutex<preview::Tree>,
     /// The virtual `.versions` directories.
     versions: Mutex<versions::Tree>,
-    /// Whether opens are passed through, and the blobs opened so far.
-    passthrough: passthrough::Passthrough,
-    /// The read-ahead the kernel granted (KiB), once set after mounting.
-    read_ahead_kb: std::sync::atomic::AtomicU32,
-    /// READ requests answered (for `vaultfs status`: passthrough reads make none).
-    daemon_reads: AtomicU64,
-    /// WRITE requests answered (passthrough writes make none).
-    daemon_writes: AtomicU64,
 }
 
 impl<B: Backend> Fs<B> {
@@ -261,24 +250,26 @@ impl<B: Backend> Fs<B> {
             rt,
             nodes: table::Nodes::new(table, opts.dir_ttl),
             handles: open::Handles::new(),
-            cache,
+            reads: cache::Reads {
+                cache,
+                prefetch: prefetch::Prefetch::default(),
+                pinned: pinned::Pinned::open(&opts.cache_dir),
+                passthrough: passthrough::Passthrough::new(if opts.passthrough {
+                    "the kernel did not offer passthrough"
+                } else {
+                    "switched off: --no-passthrough"
+                }),
+                read_ahead_kb: std::sync::atomic::AtomicU32::new(0),
+                daemon_reads: AtomicU64::new(0),
+                daemon_writes: AtomicU64::new(0),
+            },
             journal,
             uid,
             gid,
             uploads: upload::Uploads::new(opts.upload_concurrency),
-            prefetch: prefetch::Prefetch::default(),
-            pinned: pinned::Pinned::open(&opts.cache_dir),
             notifier: OnceLock::new(),
             offline_until: Mutex::new(None),
             offline: offline::Offline::open(&opts.cache_dir)?,
-            passthrough: passthrough::Passthrough::new(if opts.passthrough {
-                "the kernel did not offer passthrough"
-            } else {
-                "switched off: --no-passthrough"
-            }),
-            read_ahead_kb: std::sync::atomic::AtomicU32::new(0),
-            daemon_reads: AtomicU64::new(0),
-            daemon_writes: AtomicU64::new(0),
             opts,
             conflicts,
             previews: Mutex::default(),
@@ -401,12 +392,12 @@ pub fn mount<B: Backend>(
         // Set once the kernel has taken the INIT answer, which would lower it again.
         std::thread::spawn(move || {
             let want = || match fs.opts.read_ahead_kb {
-                None => read_ahead::default_kb(fs.passthrough.on()),
+                None => read_ahead::default_kb(fs.reads.passthrough.on()),
                 Some(0) => None,
                 Some(kb) => Some(kb),
             };
             if let Some(granted) = read_ahead::set(&mp, want) {
-                fs.read_ahead_kb.store(granted, Ordering::Relaxed);
+                fs.reads.read_ahead_kb.store(granted, Ordering::Relaxed);
             }
         });
     }

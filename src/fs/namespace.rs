@@ -326,7 +326,7 @@ impl<B: Backend> Fs<B> {
         }
         let mut t = self.table();
         if let Some(r) = t.get(ino).and_then(|i| i.remote.as_ref()) {
-            self.cache.invalidate(&r.id);
+            self.reads.cache.invalidate(&r.id);
         }
         t.detach(ino);
         removing.done();
@@ -472,7 +472,7 @@ impl<B: Backend> Fs<B> {
         if let Some(tino) = target {
             // The replaced file's bytes are gone (or about to be superseded): free their cache.
             if let Some(r) = t.get(tino).and_then(|i| i.remote.as_ref()) {
-                self.cache.invalidate(&r.id);
+                self.reads.cache.invalidate(&r.id);
             }
             // What the bytes put here replace is what this mount knew of the target (its
             // own base while it had edits staged): a target changed elsewhere meanwhile makes
@@ -553,7 +553,7 @@ impl<B: Backend> Fs<B> {
         }
         if name.to_str() == Some(PIN_XATTR) {
             let (path, _) = self.path_of(ino)?;
-            return match self.pinned.state_of(&path) {
+            return match self.reads.pinned.state_of(&path) {
                 Some(true) => Ok(b"1".to_vec()),
                 Some(false) => Ok(b"folder".to_vec()),
                 None => Err(Errno::NO_XATTR),
@@ -593,7 +593,7 @@ impl<B: Backend> Fs<B> {
         let conflict = path
             .as_ref()
             .is_some_and(|p| self.conflicts.of_copy(p).is_some());
-        let pinned = path.is_some_and(|p| self.pinned.state_of(&p).is_some());
+        let pinned = path.is_some_and(|p| self.reads.pinned.state_of(&p).is_some());
         let names = XATTRS.iter().filter(|_| has);
         let names = names.chain(conflict.then_some(&CONFLICT_XATTR));
         for n in names.chain(pinned.then_some(&PIN_XATTR)) {

@@ -227,7 +227,7 @@ pub(super) fn save<B: Backend>(fs: &Fs<B>) {
     if let Err(e) = fs.offline.save() {
         log::warn!("cannot write the offline snapshot: {e}");
     }
-    if let Err(e) = fs.cache.save_index() {
+    if let Err(e) = fs.reads.cache.save_index() {
         log::warn!("cannot write the read cache's index: {e}");
     }
 }

@@ -168,7 +168,7 @@ impl<B: Backend> Fs<B> {
     /// Whether a reader's open of the stored version `r` is passed through to its bytes on
     /// local disk (when they are there): not while the file is staged.
     fn reads_through(&self, r: &Remote, staged: bool, flags: OpenFlags) -> bool {
-        !staged && self.passthrough.on() && passable(flags) && r.size >= PASSTHROUGH_READS_FROM
+        !staged && self.reads.passthrough.on() && passable(flags) && r.size >= PASSTHROUGH_READS_FROM
     }
 
     /// A writer's open: beside passthrough opens of the inode only when they share its staged
@@ -244,7 +244,7 @@ impl<B: Backend> Fs<B> {
 
     /// What `vaultfs status` and the mount's log say about writes.
     pub(super) fn describe_writes(&self) -> String {
-        if self.kernel_writes() && self.passthrough.on() {
+        if self.kernel_writes() && self.reads.passthrough.on() {
             "passthrough for new, truncated and empty files (the kernel writes their staging files)"
                 .into()
         } else {
@@ -304,12 +304,12 @@ impl<B: Backend> Fs<B> {
         let alone = i.open_handles == 0 && i.plain_pending == 0;
         let empty = staged.size() == 0;
         let wanted = self.kernel_writes() && (afresh || empty) && alone && passable(flags);
-        if !(wanted && self.passthrough.on()) {
+        if !(wanted && self.reads.passthrough.on()) {
             return Ok(None);
         }
         let file = staged.own_file().map_err(|e| io_errno(&e))?;
         let source = passthrough::Source::Staged(file);
-        let Some(id) = self.passthrough.register(&source, register) else {
+        let Some(id) = self.reads.passthrough.register(&source, register) else {
             return Ok(None);
         };
         staged.kernel_writer_joins(afresh);
@@ -358,7 +358,7 @@ impl<B: Backend> Fs<B> {
                 let plain_busy = i.plain_pending > 0 || i.open_handles > 0 || i.staged.is_some();
                 let registered = match source.take() {
                     Some((key, src)) if !plain_busy && current.as_ref() == Some(&key) => self
-                        .passthrough
+                        .reads.passthrough
                         .register(&src, register)
                         .map(|id| passthrough::Shared::new(key, id, fh, src)),
                     _ => None,
@@ -466,7 +466,7 @@ impl<B: Backend> Fs<B> {
             Ok(Some((node, path, file)))
                 if node.md5_checksum == r.md5 && node.size == Some(r.size) =>
             {
-                self.passthrough.remember(&key, path);
+                self.reads.passthrough.remember(&key, path);
                 Some((key, passthrough::Source::File(file)))
             }
             _ => None,
@@ -478,13 +478,13 @@ impl<B: Backend> Fs<B> {
     fn local_source_now(&self, r: &super::table::Remote) -> Option<(String, passthrough::Source)> {
         let key = passthrough::key(r).filter(|_| r.size > 0)?;
         if let Some(e) = self
-            .cache
+            .reads.cache
             .complete(&r.id, r.md5.as_deref())
             .filter(|e| e.size == r.size)
         {
             return Some((key, passthrough::Source::CachedFile(e)));
         }
-        let f = self.passthrough.reopen(&key, r.size)?;
+        let f = self.reads.passthrough.reopen(&key, r.size)?;
         Some((key, passthrough::Source::File(f)))
     }
 }

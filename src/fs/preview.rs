@@ -266,7 +266,7 @@ impl<B: Backend> Fs<B> {
         }
         let key = format!("preview-{}-{}", r.id, item.name());
         let md5 = r.md5.as_deref();
-        if let Some(e) = self.cache.complete(&key, md5) {
+        if let Some(e) = self.reads.cache.complete(&key, md5) {
             return Ok((Content::Cached(e), mtime));
         }
         let failed = |e: crate::api::Error| errno(&e);
@@ -288,7 +288,7 @@ impl<B: Backend> Fs<B> {
                     .map_err(failed)?;
                 let len = img.data.len() as u64;
                 let body = futures_util::stream::once(async move { Ok(img.data) }).boxed();
-                self.cache
+                self.reads.cache
                     .fill(&key, md5, len, body)
                     .await
                     .map_err(failed)?
@@ -296,7 +296,7 @@ impl<B: Backend> Fs<B> {
             Item::Pdf => {
                 let d = self.backend.preview_pdf(&r.id).await.map_err(failed)?;
                 let len = d.len();
-                self.cache
+                self.reads.cache
                     .fill(&key, md5, len, d.body)
                     .await
                     .map_err(failed)?
