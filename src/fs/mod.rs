@@ -28,7 +28,7 @@
 //!    changes of one node, one at a time; two at once only in inode order (rename);
 //! 2. the write-back queue (`Uploads::writeback`'s `queue`);
 //! 3. the `uploading` set (`Uploads::uploading`);
-//! 4. the `.preview` tree (`Fs::previews`);
+//! 4. the `.preview` tree (`VirtualDirs::previews`);
 //! 5. the inode table (`Nodes::table`; the attributes kept here live inside it);
 //! 6. a staged file's own: `order` (writes, truncates, seals) before its hashing-ahead state
 //!    (whose hasher it may wait for); its journal state before the journal's log; its data,
@@ -220,10 +220,8 @@ pub(crate) struct Fs<B: Backend> {
     offline: offline::Offline,
     /// Conflict copies made (`conflict`).
     conflicts: conflict::Conflicts,
-    /// The virtual `.preview` directories.
-    previews: Mutex<preview::Tree>,
-    /// The virtual `.versions` directories.
-    versions: Mutex<versions::Tree>,
+    /// The virtual `.preview` and `.versions` directories (`preview::VirtualDirs`).
+    virtual_dirs: preview::VirtualDirs,
 }
 
 impl<B: Backend> Fs<B> {
@@ -272,8 +270,7 @@ impl<B: Backend> Fs<B> {
             offline: offline::Offline::open(&opts.cache_dir)?,
             opts,
             conflicts,
-            previews: Mutex::default(),
-            versions: Mutex::default(),
+            virtual_dirs: preview::VirtualDirs::default(),
         });
         if fs.opts.start_offline {
             fs.restore_snapshot();

@@ -139,6 +139,14 @@ struct Meta {
     at: Instant,
 }
 
+/// The virtual folders' part of the mount: the `.preview` tree (here) and the `.versions` one
+/// (`versions`), each with the virtual nodes it handed to the kernel.
+#[derive(Default)]
+pub(super) struct VirtualDirs {
+    pub(super) previews: std::sync::Mutex<Tree>,
+    pub(super) versions: std::sync::Mutex<super::versions::Tree>,
+}
+
 /// The virtual nodes handed to the kernel (never reused) and the preview metadata fetched.
 #[derive(Default)]
 pub struct Tree {
@@ -183,7 +191,7 @@ impl<N: std::hash::Hash + Eq + Clone, const F: Ino> VirtualInos<N, F> {
 
 impl<B: Backend> Fs<B> {
     fn previews(&self) -> MutexGuard<'_, Tree> {
-        relock(&self.previews)
+        relock(&self.virtual_dirs.previews)
     }
 
     pub(super) fn virtual_attr(

@@ -125,7 +125,7 @@ pub fn name_versions(file: &str, versions: Vec<Version>) -> Named {
 
 impl<B: Backend> Fs<B> {
     fn versions_tree(&self) -> MutexGuard<'_, Tree> {
-        relock(&self.versions)
+        relock(&self.virtual_dirs.versions)
     }
 
     /// The stored file `name` of `folder` (a file not uploaded yet has no versions yet).
