@@ -32,7 +32,7 @@ impl<B: Backend> Fs<B> {
 
     /// The backend failed recently: serve what we have without asking again.
     pub(super) fn offline(&self) -> bool {
-        relock(&self.offline_until).is_some_and(|t| Instant::now() < t)
+        relock(&self.offline.until).is_some_and(|t| Instant::now() < t)
     }
 
     /// The backend could not be reached: the mount counts as offline (listings answered from
@@ -40,7 +40,7 @@ impl<B: Backend> Fs<B> {
     pub(super) fn note_unreachable(&self, d: Duration) {
         let until = Instant::now() + d;
         {
-            let mut o = relock(&self.offline_until);
+            let mut o = relock(&self.offline.until);
             *o = Some(o.map_or(until, |t| t.max(until)));
         }
         self.offline.went_away();
@@ -48,7 +48,7 @@ impl<B: Backend> Fs<B> {
 
     /// The backend answered a request that needed it: it is reachable again.
     pub(super) fn note_reachable(&self) {
-        *relock(&self.offline_until) = None;
+        *relock(&self.offline.until) = None;
         self.offline.came_back();
     }
 

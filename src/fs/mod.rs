@@ -76,7 +76,7 @@ mod writeback;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use fuser::{Config, Errno, MountOption, Notifier, SessionACL};
@@ -214,9 +214,8 @@ pub(crate) struct Fs<B: Backend> {
     /// The uploads: running, paced, batched, handed over (`upload::Uploads`).
     uploads: upload::Uploads,
     notifier: OnceLock<Notifier>,
-    /// Until when the backend counts as unreachable (cached listings are used meanwhile).
-    offline_until: Mutex<Option<std::time::Instant>>,
-    /// The tree kept for starting offline, and since when the backend is out of reach.
+    /// The tree kept for starting offline, and since and until when the backend is out of
+    /// reach (`offline::Offline`).
     offline: offline::Offline,
     /// Conflict copies made (`conflict`).
     conflicts: conflict::Conflicts,
@@ -266,7 +265,6 @@ impl<B: Backend> Fs<B> {
             gid,
             uploads: upload::Uploads::new(opts.upload_concurrency),
             notifier: OnceLock::new(),
-            offline_until: Mutex::new(None),
             offline: offline::Offline::open(&opts.cache_dir)?,
             opts,
             conflicts,

@@ -66,7 +66,8 @@ pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()>
     std::fs::rename(&tmp, path)
 }
 
-/// The snapshot and the offline state of a mount.
+/// The snapshot and the offline state of a mount: since when the backend is out of reach,
+/// and until when it counts as such.
 pub(super) struct Offline {
     file: PathBuf,
     /// Folder URI -> the folder's node with its children, as last listed.
@@ -74,6 +75,8 @@ pub(super) struct Offline {
     dirty: AtomicBool,
     /// Since when the backend is out of reach (None: reachable).
     since: Mutex<Option<SystemTime>>,
+    /// Until when the backend counts as unreachable (cached listings are used meanwhile).
+    pub(super) until: Mutex<Option<std::time::Instant>>,
     /// Told when the backend answers again: uploads waiting to retry go at once.
     pub(super) reconnected: tokio::sync::Notify,
 }
@@ -86,6 +89,7 @@ impl Offline {
             tree: Mutex::new(load(cache_dir)),
             dirty: AtomicBool::new(false),
             since: Mutex::new(None),
+            until: Mutex::new(None),
             reconnected: tokio::sync::Notify::new(),
         })
     }
