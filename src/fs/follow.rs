@@ -175,7 +175,8 @@ async fn poll<B: Backend>(fs: Arc<Fs<B>>) {
             used.retain(|_, at| at.elapsed() < RECENT);
             used.keys().copied().collect()
         };
-        let files: Vec<Ino> = fs.handles()
+        let files: Vec<Ino> = fs
+            .handles()
             .values()
             .filter_map(|h| match h {
                 super::Handle::File { ino, .. } => Some(*ino),

@@ -337,7 +337,8 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
         reply: ReplyData,
     ) {
         self.0
-            .reads.daemon_reads
+            .reads
+            .daemon_reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let data = move |r: OpResult<Vec<u8>>| match r {
             Ok(data) => reply.data(&data),

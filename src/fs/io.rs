@@ -78,11 +78,13 @@ impl<B: Backend> Fs<B> {
             .map_err(|e| io_errno(&e))?;
         if let Some(r) = remote.as_ref().filter(|r| !truncate && r.size > 0) {
             let entry = self
-                .reads.cache
+                .reads
+                .cache
                 .entry(&r.id, r.md5.as_deref(), r.size)
                 .map_err(|e| errno(&e))?;
             if let Err(e) = self
-                .reads.cache
+                .reads
+                .cache
                 .copy_into(self.backend.as_ref(), &entry, &staged.file())
                 .await
             {
@@ -226,10 +228,12 @@ impl<B: Backend> Fs<B> {
             return Ok(Vec::new());
         };
         let entry = self
-            .reads.cache
+            .reads
+            .cache
             .entry(&r.id, r.md5.as_deref(), r.size)
             .map_err(|e| errno(&e))?;
-        self.reads.cache
+        self.reads
+            .cache
             .read(&self.backend, &entry, offset, size as usize)
             .await
             .map_err(|e| errno(&e))

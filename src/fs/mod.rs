@@ -16,6 +16,27 @@
 //!   dropped from the caches; `passthrough`: opens the kernel reads from a local file itself;
 //!   `pinned`: files and folders kept whole on disk (`vaultfs pin`).
 //!
+//! # Parts
+//!
+//! [`Fs`] holds what every request needs (the backend, the runtime, the options, the owner
+//! shown, the kernel's notifier) and one part per concern, each a type of the module that
+//! owns the concern, with its own fields (and methods where they touch that part only):
+//!
+//! - `nodes` (`table::Nodes`): the inode table, the refreshes of listings and attributes under
+//!   way, whether what was fetched may still be used, the follower of changes made elsewhere;
+//! - `handles` (`open::Handles`): open handles, the next number, those running a program;
+//! - `reads` (`cache::Reads`): the read cache, prefetching, pins, passthrough, the kernel's
+//!   read-ahead, and the READ and WRITE requests the daemon answered;
+//! - `journal` (`journal::Journal`): the staged files that wait for upload, across restarts;
+//! - `uploads` (`upload::Uploads`): uploads running, their window, the batch queue, the
+//!   journal's hand-over to a new daemon, and what `vaultfs status` shows of them;
+//! - `conflicts` (`conflict::Conflicts`): conflict copies made;
+//! - `offline` (`offline::Offline`): the tree kept for starting offline, and since and until
+//!   when the backend is out of reach;
+//! - `virtual_dirs` (`preview::VirtualDirs`): the `.preview` and `.versions` trees.
+//!
+//! The logic of requests is `impl Fs` in the modules above, each reaching the parts it needs.
+//!
 //! Requests that need the backend run as tokio tasks and reply when done, so a slow call never
 //! stalls unrelated operations; writes and reads of staged or cached bytes are answered on the
 //! FUSE threads directly.
@@ -26,22 +47,23 @@
 //!
 //! 1. a file's `io` (`Inode::io`, async, held across backend calls): uploads and namespace
 //!    changes of one node, one at a time; two at once only in inode order (rename);
-//! 2. the write-back queue (`Uploads::writeback`'s `queue`);
+//! 2. the write-back queue (`Uploads::writeback`);
 //! 3. the `uploading` set (`Uploads::uploading`);
 //! 4. the `.preview` tree (`VirtualDirs::previews`);
 //! 5. the inode table (`Nodes::table`; the attributes kept here live inside it);
 //! 6. a staged file's own: `order` (writes, truncates, seals) before its hashing-ahead state
 //!    (whose hasher it may wait for); its journal state before the journal's log; its data,
 //!    mtime and life (`lifecycle::State`) locks are innermost;
-//! 7. the read cache's index, then a cache entry's `present` set (an entry's async `fetching`
-//!    is taken with none of the locks above held);
+//! 7. the read cache's index (`Reads::cache`), then a cache entry's `present` set (an
+//!    entry's async `fetching` is taken with none of the locks above held);
 //! 8. `Nodes::freshness` (under the table; it asks the backend for its count of others' changes,
 //!    which never waits: the built-in store only tries its connection's lock).
 //!
-//! The handle maps (`Fs::handles`: open handles, and those running a program), `refreshing`, `attr_refreshing`, `offline_until` and the
-//! status tracker's locks are taken alone: nothing else is locked while one is held, nor taken
-//! under it. The pins' locks (`pinned`) are innermost: taken under any of the above, nothing
-//! under them. No std lock is held across an `.await`.
+//! The handle maps (`Fs::handles`), the refreshes under way (`Nodes::refreshing`,
+//! `Nodes::attr_refreshing`), `Offline::until`, the `.versions` tree (`VirtualDirs::versions`)
+//! and the status tracker's locks (`Uploads::tracker`) are taken alone: nothing else is locked
+//! while one is held, nor taken under it. The pins' locks (`Reads::pinned`) are innermost:
+//! taken under any of the above, nothing under them. No std lock is held across an `.await`.
 
 mod attrs;
 mod cache;
@@ -201,24 +223,27 @@ pub(crate) type OpResult<T> = Result<T, Errno>;
 pub(crate) struct Fs<B: Backend> {
     backend: Arc<B>,
     rt: tokio::runtime::Handle,
+    opts: MountOptions,
+    /// The owner the nodes show: the user the daemon runs as.
+    uid: u32,
+    gid: u32,
+    /// Invalidates what the kernel caches, once mounted.
+    notifier: OnceLock<Notifier>,
     /// The inode table and what keeps it fresh (`table::Nodes`).
     nodes: table::Nodes,
     /// Open handles (`open::Handles`).
     handles: open::Handles,
     /// The read cache and how reads reach it (`cache::Reads`).
     reads: cache::Reads,
+    /// The staged files' upload journal (`journal::Journal`).
     journal: Journal,
-    opts: MountOptions,
-    uid: u32,
-    gid: u32,
     /// The uploads: running, paced, batched, handed over (`upload::Uploads`).
     uploads: upload::Uploads,
-    notifier: OnceLock<Notifier>,
+    /// Conflict copies made (`conflict::Conflicts`).
+    conflicts: conflict::Conflicts,
     /// The tree kept for starting offline, and since and until when the backend is out of
     /// reach (`offline::Offline`).
     offline: offline::Offline,
-    /// Conflict copies made (`conflict`).
-    conflicts: conflict::Conflicts,
     /// The virtual `.preview` and `.versions` directories (`preview::VirtualDirs`).
     virtual_dirs: preview::VirtualDirs,
 }

@@ -168,7 +168,10 @@ impl<B: Backend> Fs<B> {
     /// Whether a reader's open of the stored version `r` is passed through to its bytes on
     /// local disk (when they are there): not while the file is staged.
     fn reads_through(&self, r: &Remote, staged: bool, flags: OpenFlags) -> bool {
-        !staged && self.reads.passthrough.on() && passable(flags) && r.size >= PASSTHROUGH_READS_FROM
+        !staged
+            && self.reads.passthrough.on()
+            && passable(flags)
+            && r.size >= PASSTHROUGH_READS_FROM
     }
 
     /// A writer's open: beside passthrough opens of the inode only when they share its staged
@@ -358,7 +361,8 @@ impl<B: Backend> Fs<B> {
                 let plain_busy = i.plain_pending > 0 || i.open_handles > 0 || i.staged.is_some();
                 let registered = match source.take() {
                     Some((key, src)) if !plain_busy && current.as_ref() == Some(&key) => self
-                        .reads.passthrough
+                        .reads
+                        .passthrough
                         .register(&src, register)
                         .map(|id| passthrough::Shared::new(key, id, fh, src)),
                     _ => None,
@@ -478,7 +482,8 @@ impl<B: Backend> Fs<B> {
     fn local_source_now(&self, r: &super::table::Remote) -> Option<(String, passthrough::Source)> {
         let key = passthrough::key(r).filter(|_| r.size > 0)?;
         if let Some(e) = self
-            .reads.cache
+            .reads
+            .cache
             .complete(&r.id, r.md5.as_deref())
             .filter(|e| e.size == r.size)
         {

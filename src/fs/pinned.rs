@@ -258,7 +258,8 @@ impl<B: Backend> Fs<B> {
         let trouble = relock(&self.reads.pinned.trouble).clone();
         let offline = self.offline();
         let root = self.opts.root.segments().len();
-        self.reads.pinned
+        self.reads
+            .pinned
             .list()
             .into_iter()
             .map(|p| {
@@ -394,7 +395,8 @@ async fn pass<B: Backend>(fs: &Arc<Fs<B>>) {
 
 /// Fetches one pinned version whole into the read cache, if the cache disk has room for it.
 async fn fetch<B: Backend>(fs: &Arc<Fs<B>>, (id, md5, size): Version) -> Result<(), String> {
-    let free = std::fs::File::open(fs.reads.cache.dir()).and_then(|d| super::staging::free_bytes(&d));
+    let free =
+        std::fs::File::open(fs.reads.cache.dir()).and_then(|d| super::staging::free_bytes(&d));
     if let Ok(free) = free {
         if free < size.saturating_add(RESERVE) {
             return Err(format!(
@@ -407,10 +409,12 @@ async fn fetch<B: Backend>(fs: &Arc<Fs<B>>, (id, md5, size): Version) -> Result<
     }
     // (Copies the bytes of a file uploaded from here: off the runtime's threads.)
     let fs2 = fs.clone();
-    let e = tokio::task::spawn_blocking(move || fs2.reads.cache.entry_on_disk(&id, md5.as_deref(), size))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+    let e = tokio::task::spawn_blocking(move || {
+        fs2.reads.cache.entry_on_disk(&id, md5.as_deref(), size)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.to_string())?;
     e.fetch_all(fs.backend.as_ref()).await.map_err(|e| {
         if super::offline::unreachable(&e) {
             fs.note_unreachable(Duration::from_secs(5));

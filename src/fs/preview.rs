@@ -296,7 +296,8 @@ impl<B: Backend> Fs<B> {
                     .map_err(failed)?;
                 let len = img.data.len() as u64;
                 let body = futures_util::stream::once(async move { Ok(img.data) }).boxed();
-                self.reads.cache
+                self.reads
+                    .cache
                     .fill(&key, md5, len, body)
                     .await
                     .map_err(failed)?
@@ -304,7 +305,8 @@ impl<B: Backend> Fs<B> {
             Item::Pdf => {
                 let d = self.backend.preview_pdf(&r.id).await.map_err(failed)?;
                 let len = d.len();
-                self.reads.cache
+                self.reads
+                    .cache
                     .fill(&key, md5, len, d.body)
                     .await
                     .map_err(failed)?

@@ -462,7 +462,9 @@ async fn a_listing_taken_before_an_upload_does_not_bring_back_the_old_content() 
     eventually(
         Duration::from_secs(5),
         "the slow listing answered",
-        || async { h.faults().calls(Op::List) >= 2 && h.fs.nodes.refreshing.lock().unwrap().is_empty() },
+        || async {
+            h.faults().calls(Op::List) >= 2 && h.fs.nodes.refreshing.lock().unwrap().is_empty()
+        },
     )
     .await;
     assert_eq!(h.fs.getattr(ino).await.unwrap().size, 11);

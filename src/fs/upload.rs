@@ -120,7 +120,8 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
                 resolved += 1;
                 continue;
             }
-            fs.uploads.tracker
+            fs.uploads
+                .tracker
                 .error(format!("upload of {}: {e}", path_of(fs, ino)));
             match retry.failed(&e) {
                 Next::After(wait) => {

@@ -391,7 +391,8 @@ impl<B: Backend> Fs<B> {
                     .await
                     .map_err(|e| errno(&e))?;
                 let len = d.len();
-                self.reads.cache
+                self.reads
+                    .cache
                     .fill(&key, md5, len, d.body)
                     .await
                     .map_err(|e| errno(&e))?

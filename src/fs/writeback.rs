@@ -153,7 +153,8 @@ pub fn start<B: Backend>(fs: &Arc<Fs<B>>) {
 /// are stored (true), or the attempt failed (false).
 pub async fn flush<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, generation: u64) -> bool {
     let (tx, rx) = oneshot::channel();
-    fs.uploads.writeback
+    fs.uploads
+        .writeback
         .queue()
         .waiters
         .entry(ino)
@@ -383,7 +384,8 @@ fn failed<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, e: &Error) {
         .map_or_else(|| format!("inode {ino}"), |i| i.path.to_string());
     fs.uploads.tracker.error(format!("upload of {path}: {e}"));
     let next = fs
-        .uploads.writeback
+        .uploads
+        .writeback
         .queue()
         .failures
         .entry(ino)
