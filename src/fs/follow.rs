@@ -167,7 +167,7 @@ async fn poll<B: Backend>(fs: Arc<Fs<B>>) {
     fs.nodes.follow.polling.store(true, Ordering::Relaxed);
     loop {
         tokio::time::sleep(every).await;
-        if fs.offline() {
+        if fs.offline.now() {
             continue;
         }
         let mut dirs: BTreeSet<Ino> = {

@@ -315,13 +315,13 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let fs = self.0.clone();
         if let Some(r) = fs.open_now(ino.0, flags, &|fd| reply.open_backing(fd)) {
-            return opened(reply, fs.note_running(ino.0, flags, r));
+            return opened(reply, fs.handles.note_running(ino.0, flags, r));
         }
         self.0.rt.spawn(async move {
             let r = fs
                 .open_with(ino.0, flags, &|fd| reply.open_backing(fd))
                 .await;
-            opened(reply, fs.note_running(ino.0, flags, r));
+            opened(reply, fs.handles.note_running(ino.0, flags, r));
         });
     }
 
@@ -395,7 +395,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.0.release_running(fh.0);
+        self.0.handles.release_running(fh.0);
         self.0.release(fh.0);
         reply.ok();
     }

@@ -25,12 +25,6 @@ pub(crate) struct Opened {
 }
 
 impl<B: Backend> Fs<B> {
-    pub(super) fn new_fh(&self, h: Handle) -> u64 {
-        let fh = self.handles.next_fh.fetch_add(1, Ordering::SeqCst);
-        self.handles().insert(fh, h);
-        fh
-    }
-
     /// The staged copy of a file, created (with its content, unless `truncate`) if there is
     /// none, with one more writer joined (`staging::lifecycle`); the caller gives it back with
     /// `release_staged`.

@@ -41,6 +41,38 @@ impl Handles {
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, Handle>> {
         relock(&self.open)
     }
+
+    /// A new handle, `h`.
+    pub(super) fn insert(&self, h: Handle) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
+        self.lock().insert(fh, h);
+        fh
+    }
+
+    /// Whether a program runs from `ino`: a handle the kernel opened for exec(2) is open.
+    fn runs(&self, ino: Ino) -> bool {
+        relock(&self.running).values().any(|&i| i == ino)
+    }
+
+    /// Notes an open for exec(2) that succeeded (see [`FMODE_EXEC`]); `r` passes through.
+    pub(super) fn note_running(
+        &self,
+        ino: Ino,
+        flags: OpenFlags,
+        r: OpResult<Opened>,
+    ) -> OpResult<Opened> {
+        if let Ok(o) = &r {
+            if flags.0 & FMODE_EXEC != 0 {
+                relock(&self.running).insert(o.fh, ino);
+            }
+        }
+        r
+    }
+
+    /// RELEASE of handle `fh`: a program run from it has ended.
+    pub(super) fn release_running(&self, fh: u64) {
+        relock(&self.running).remove(&fh);
+    }
 }
 
 impl<B: Backend> Fs<B> {
@@ -67,7 +99,7 @@ impl<B: Backend> Fs<B> {
         let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY) || truncates(flags);
         if is_virtual(ino) {
             let flags = self.preview_open(ino, write)?;
-            let fh = self.new_fh(Handle::File {
+            let fh = self.handles.insert(Handle::File {
                 ino,
                 staged: None,
                 kernel: false,
@@ -86,7 +118,10 @@ impl<B: Backend> Fs<B> {
         if kind == InodeKind::Dir {
             return Err(Errno::EISDIR);
         }
-        if truncates(flags) && matches!(flags.acc_mode(), OpenAccMode::O_RDONLY) && self.runs(ino) {
+        if truncates(flags)
+            && matches!(flags.acc_mode(), OpenAccMode::O_RDONLY)
+            && self.handles.runs(ino)
+        {
             return Err(Errno::ETXTBSY);
         }
         if write {
@@ -105,31 +140,6 @@ impl<B: Backend> Fs<B> {
             }
         }
         Err(Errno::ESTALE)
-    }
-
-    /// Whether a program runs from `ino`: a handle the kernel opened for exec(2) is open.
-    fn runs(&self, ino: Ino) -> bool {
-        relock(&self.handles.running).values().any(|&i| i == ino)
-    }
-
-    /// Notes an open for exec(2) that succeeded (see [`FMODE_EXEC`]); `r` passes through.
-    pub(super) fn note_running(
-        &self,
-        ino: Ino,
-        flags: OpenFlags,
-        r: OpResult<Opened>,
-    ) -> OpResult<Opened> {
-        if let Ok(o) = &r {
-            if flags.0 & FMODE_EXEC != 0 {
-                relock(&self.handles.running).insert(o.fh, ino);
-            }
-        }
-        r
-    }
-
-    /// RELEASE of handle `fh`: a program run from it has ended.
-    pub(super) fn release_running(&self, fh: u64) {
-        relock(&self.handles.running).remove(&fh);
     }
 
     /// OPEN of a reader answered on the FUSE thread when all it needs is local; `None`: the

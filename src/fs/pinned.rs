@@ -256,7 +256,7 @@ impl<B: Backend> Fs<B> {
     pub(super) fn pin_status(&self, mountpoint: &str) -> Vec<super::status::Pin> {
         let found = relock(&self.reads.pinned.found).clone();
         let trouble = relock(&self.reads.pinned.trouble).clone();
-        let offline = self.offline();
+        let offline = self.offline.now();
         let root = self.opts.root.segments().len();
         self.reads
             .pinned
@@ -323,7 +323,7 @@ pub(super) fn start<B: Backend>(fs: &Arc<Fs<B>>) {
         loop {
             let Some(f) = weak.upgrade() else { return };
             if !f.reads.pinned.list().is_empty() {
-                if !f.offline() {
+                if !f.offline.now() {
                     pass(&f).await;
                 } else if woken {
                     // Keys and states from the listings kept (once per change: they change
@@ -331,7 +331,7 @@ pub(super) fn start<B: Backend>(fs: &Arc<Fs<B>>) {
                     walk_all(&f).await;
                 }
             }
-            let offline = f.offline();
+            let offline = f.offline.now();
             drop(f);
             // Offline: look again soon, the probe finds the server.
             let wait = if offline {
@@ -417,7 +417,7 @@ async fn fetch<B: Backend>(fs: &Arc<Fs<B>>, (id, md5, size): Version) -> Result<
     .map_err(|e| e.to_string())?;
     e.fetch_all(fs.backend.as_ref()).await.map_err(|e| {
         if super::offline::unreachable(&e) {
-            fs.note_unreachable(Duration::from_secs(5));
+            fs.offline.note_unreachable(Duration::from_secs(5));
         }
         e.to_string()
     })
@@ -481,7 +481,7 @@ async fn listable<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> bool {
             i.map(|i| i.path.clone()),
         )
     };
-    let Some(path) = path.filter(|_| !fs.offline()) else {
+    let Some(path) = path.filter(|_| !fs.offline.now()) else {
         return have;
     };
     fs.refresh_listing(ino, &path).await.is_ok() || have

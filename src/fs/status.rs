@@ -264,7 +264,7 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
     waiting.sort_by(|a, b| a.path.cmp(&b.path));
     uploads.extend(waiting);
     let (used_bytes, max_bytes, files, pinned_bytes) = fs.reads.cache.usage();
-    let offline = relock(&fs.offline.until).is_some_and(|t| t > Instant::now());
+    let offline = fs.offline.now();
     Status {
         mountpoint: mountpoint.to_string(),
         root: fs.opts.root.to_string(),

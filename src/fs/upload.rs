@@ -127,7 +127,7 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
                 Next::After(wait) => {
                     if e.kind == crate::api::ErrorKind::Network {
                         // Offline until the next attempt says otherwise.
-                        fs.note_unreachable(wait * 2);
+                        fs.offline.note_unreachable(wait * 2);
                     }
                     log::warn!(
                         "upload of inode {ino} failed, retrying in {:.1}s: {e}",
@@ -143,7 +143,7 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
             }
         } else {
             retry = Retry::default();
-            fs.note_reachable();
+            fs.offline.note_reachable();
         }
         // Done unless a writer made it dirty again (and has closed it since).
         let mut up = relock(&fs.uploads.uploading);
