@@ -42,6 +42,25 @@ const FIRST_WINDOW: u64 = 8 * CHUNK;
 const PIECE: u64 = 4;
 const AHEAD_RUNS: usize = 4;
 
+/// The reads part of the mount: the read cache, the small files fetched into it ahead of a
+/// reader, the pins that keep files in it whole, the opens passed through to local files, the
+/// kernel's read-ahead, and the requests the daemon answered (for `vaultfs status`).
+pub(super) struct Reads {
+    pub(super) cache: ReadCache,
+    /// The small files fetched ahead of a reader going through a folder.
+    pub(super) prefetch: super::prefetch::Prefetch,
+    /// Files and folders kept whole on disk.
+    pub(super) pinned: super::pinned::Pinned,
+    /// Whether opens are passed through, and the blobs opened so far.
+    pub(super) passthrough: super::passthrough::Passthrough,
+    /// The read-ahead the kernel granted (KiB), once set after mounting.
+    pub(super) read_ahead_kb: std::sync::atomic::AtomicU32,
+    /// READ requests answered (passthrough reads make none).
+    pub(super) daemon_reads: AtomicU64,
+    /// WRITE requests answered (passthrough writes make none).
+    pub(super) daemon_writes: AtomicU64,
+}
+
 pub struct CachedFile {
     pub id: String,
     pub md5: Option<String>,

@@ -73,7 +73,7 @@ pub(super) fn start<B: Backend>(
     mountpoint: &std::path::Path,
     rt: &tokio::runtime::Runtime,
 ) {
-    let _ = fs.follow.mountpoint.set(mountpoint.to_path_buf());
+    let _ = fs.nodes.follow.mountpoint.set(mountpoint.to_path_buf());
     let first = rt.block_on(async {
         tokio::time::timeout(FIRST_CURSOR, fs.backend.changes(None, Duration::ZERO)).await
     });
@@ -82,7 +82,7 @@ pub(super) fn start<B: Backend>(
         match first {
             Ok(Ok(None)) => poll(fs).await,
             Ok(Ok(Some(page))) => {
-                fs.freshness.following.store(true, Ordering::Relaxed);
+                fs.nodes.freshness.following.store(true, Ordering::Relaxed);
                 follow(fs, Some(page.cursor)).await;
             }
             // Not now (the server away, slow): from a cursor taken later, dropping what was
@@ -121,7 +121,7 @@ async fn follow<B: Backend>(fs: Arc<Fs<B>>, mut cursor: Option<u64>) {
         };
         match fs.backend.changes(cursor, wait).await {
             Ok(None) => {
-                fs.freshness.following.store(false, Ordering::Relaxed);
+                fs.nodes.freshness.following.store(false, Ordering::Relaxed);
                 return poll(fs).await;
             }
             Ok(Some(page)) => {
@@ -137,7 +137,7 @@ async fn follow<B: Backend>(fs: Arc<Fs<B>>, mut cursor: Option<u64>) {
                     apply(&fs, &page.changes).await;
                 }
                 cursor = Some(page.cursor);
-                fs.freshness.following.store(true, Ordering::Relaxed);
+                fs.nodes.freshness.following.store(true, Ordering::Relaxed);
                 if page.more {
                     continue;
                 }
@@ -145,7 +145,7 @@ async fn follow<B: Backend>(fs: Arc<Fs<B>>, mut cursor: Option<u64>) {
             Err(e) => {
                 // Until it answers again, listings live for the listing TTL only; the changes
                 // missed meanwhile come with the next page (or a reset).
-                fs.freshness.following.store(false, Ordering::Relaxed);
+                fs.nodes.freshness.following.store(false, Ordering::Relaxed);
                 let d = match retry.failed(&e) {
                     Next::After(d) => d,
                     Next::SetAside => Duration::from_secs(60),
@@ -164,18 +164,19 @@ async fn poll<B: Backend>(fs: Arc<Fs<B>>) {
         return;
     }
     log::info!("the server has no change feed: polling recent folders every {every:?}");
-    fs.follow.polling.store(true, Ordering::Relaxed);
+    fs.nodes.follow.polling.store(true, Ordering::Relaxed);
     loop {
         tokio::time::sleep(every).await;
-        if fs.offline() {
+        if fs.offline.now() {
             continue;
         }
         let mut dirs: BTreeSet<Ino> = {
-            let mut used = relock(&fs.follow.used);
+            let mut used = relock(&fs.nodes.follow.used);
             used.retain(|_, at| at.elapsed() < RECENT);
             used.keys().copied().collect()
         };
-        let files: Vec<Ino> = relock(&fs.handles)
+        let files: Vec<Ino> = fs
+            .handles()
             .values()
             .filter_map(|h| match h {
                 super::Handle::File { ino, .. } => Some(*ino),
@@ -208,7 +209,7 @@ async fn poll<B: Backend>(fs: Arc<Fs<B>>) {
 /// Everything cached may be stale (a reset of the feed): listings and attributes are fetched
 /// again at their next use, and the kernel forgets the attributes of every folder.
 fn expire_all<B: Backend>(fs: &Fs<B>) {
-    let Some(past) = fs.freshness.expired() else {
+    let Some(past) = fs.nodes.freshness.expired() else {
         return;
     };
     let dirs = fs.table().expire_all(past);
@@ -313,7 +314,7 @@ pub(super) fn notify<B: Backend>(fs: &Fs<B>, mut what: Vec<Kernel>) {
     // Removals first: an entry dropped before (a create and a delete of one name in a page)
     // would leave the kernel nothing to remove, and watchers no event.
     what.sort_by_key(|k| !matches!(k, Kernel::Delete(..)));
-    let follow = fs.follow.clone();
+    let follow = fs.nodes.follow.clone();
     let root = fs.opts.root.clone();
     // Outside any request: the kernel may wait on one of ours while handling a notification.
     tokio::task::spawn_blocking(move || {
@@ -350,7 +351,7 @@ pub(super) fn notify<B: Backend>(fs: &Fs<B>, mut what: Vec<Kernel>) {
 
 /// Applies one page of changes.
 async fn apply<B: Backend>(fs: &Arc<Fs<B>>, changes: &[Change]) {
-    let Some(past) = fs.freshness.expired() else {
+    let Some(past) = fs.nodes.freshness.expired() else {
         return;
     };
     let mut kernel = Vec::new();
@@ -404,7 +405,7 @@ async fn apply<B: Backend>(fs: &Arc<Fs<B>>, changes: &[Change]) {
         if let (Some(b), Some(a)) = (before, after) {
             if b.md5 != a.md5 || b.size != a.size {
                 // The old version's cached bytes will not be read again.
-                fs.cache.invalidate(&b.id);
+                fs.reads.cache.invalidate(&b.id);
             } else {
                 notify(fs, vec![Kernel::Attrs(ino)]);
             }

@@ -81,9 +81,9 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
         let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         let fs = &self.0;
         if fs.opts.passthrough {
-            fs.passthrough.set(passthrough(config));
+            fs.reads.passthrough.set(passthrough(config));
         }
-        log::info!("reads: {}", fs.passthrough.describe());
+        log::info!("reads: {}", fs.reads.passthrough.describe());
         log::info!("writes: {}", fs.describe_writes());
         // READDIRPLUS: a listing carries each entry's attributes, so `ls -l`, `find` and
         // `stat` of a fresh folder need no LOOKUP per file (AUTO: the kernel uses it while
@@ -237,7 +237,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
             Err(e) => return reply.error(e),
         };
         // The follower's own removal of what is gone elsewhere (`follow::echo`).
-        if self.0.follow.is_echo(parent.0, &name) {
+        if self.0.nodes.follow.is_echo(parent.0, &name) {
             return reply.ok();
         }
         let fs = self.0.clone();
@@ -254,7 +254,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
             Err(e) => return reply.error(e),
         };
         // The follower's own removal of what is gone elsewhere (`follow::echo`).
-        if self.0.follow.is_echo(parent.0, &name) {
+        if self.0.nodes.follow.is_echo(parent.0, &name) {
             return reply.ok();
         }
         let fs = self.0.clone();
@@ -315,13 +315,13 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let fs = self.0.clone();
         if let Some(r) = fs.open_now(ino.0, flags, &|fd| reply.open_backing(fd)) {
-            return opened(reply, fs.note_running(ino.0, flags, r));
+            return opened(reply, fs.handles.note_running(ino.0, flags, r));
         }
         self.0.rt.spawn(async move {
             let r = fs
                 .open_with(ino.0, flags, &|fd| reply.open_backing(fd))
                 .await;
-            opened(reply, fs.note_running(ino.0, flags, r));
+            opened(reply, fs.handles.note_running(ino.0, flags, r));
         });
     }
 
@@ -337,6 +337,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
         reply: ReplyData,
     ) {
         self.0
+            .reads
             .daemon_reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let data = move |r: OpResult<Vec<u8>>| match r {
@@ -394,7 +395,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.0.release_running(fh.0);
+        self.0.handles.release_running(fh.0);
         self.0.release(fh.0);
         reply.ok();
     }

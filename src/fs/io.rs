@@ -25,12 +25,6 @@ pub(crate) struct Opened {
 }
 
 impl<B: Backend> Fs<B> {
-    pub(super) fn new_fh(&self, h: Handle) -> u64 {
-        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
-        self.handles().insert(fh, h);
-        fh
-    }
-
     /// The staged copy of a file, created (with its content, unless `truncate`) if there is
     /// none, with one more writer joined (`staging::lifecycle`); the caller gives it back with
     /// `release_staged`.
@@ -78,10 +72,12 @@ impl<B: Backend> Fs<B> {
             .map_err(|e| io_errno(&e))?;
         if let Some(r) = remote.as_ref().filter(|r| !truncate && r.size > 0) {
             let entry = self
+                .reads
                 .cache
                 .entry(&r.id, r.md5.as_deref(), r.size)
                 .map_err(|e| errno(&e))?;
             if let Err(e) = self
+                .reads
                 .cache
                 .copy_into(self.backend.as_ref(), &entry, &staged.file())
                 .await
@@ -226,10 +222,12 @@ impl<B: Backend> Fs<B> {
             return Ok(Vec::new());
         };
         let entry = self
+            .reads
             .cache
             .entry(&r.id, r.md5.as_deref(), r.size)
             .map_err(|e| errno(&e))?;
-        self.cache
+        self.reads
+            .cache
             .read(&self.backend, &entry, offset, size as usize)
             .await
             .map_err(|e| errno(&e))
@@ -304,7 +302,7 @@ impl<B: Backend> Fs<B> {
 
     /// WRITE through handle `fh`, to its staged copy: the number of bytes written.
     pub(super) fn write(&self, fh: u64, offset: u64, data: &[u8]) -> OpResult<u32> {
-        self.daemon_writes.fetch_add(1, Ordering::Relaxed);
+        self.reads.daemon_writes.fetch_add(1, Ordering::Relaxed);
         let staged = self.writing(fh)?;
         staged.write_at(offset, data).map_err(|e| io_errno(&e))?;
         // A large file written in order is hashed while it is written, beside the writer.

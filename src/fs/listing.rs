@@ -30,28 +30,6 @@ impl<B: Backend> Fs<B> {
         self.opts.attr_ttl
     }
 
-    /// The backend failed recently: serve what we have without asking again.
-    pub(super) fn offline(&self) -> bool {
-        relock(&self.offline_until).is_some_and(|t| Instant::now() < t)
-    }
-
-    /// The backend could not be reached: the mount counts as offline (listings answered from
-    /// what it has, `vaultfs status` says so) for at least `d`.
-    pub(super) fn note_unreachable(&self, d: Duration) {
-        let until = Instant::now() + d;
-        {
-            let mut o = relock(&self.offline_until);
-            *o = Some(o.map_or(until, |t| t.max(until)));
-        }
-        self.offline.went_away();
-    }
-
-    /// The backend answered a request that needed it: it is reachable again.
-    pub(super) fn note_reachable(&self) {
-        *relock(&self.offline_until) = None;
-        self.offline.came_back();
-    }
-
     pub(super) fn attr(&self, ino: Ino) -> OpResult<FileAttr> {
         self.table()
             .attr(ino, self.uid, self.gid)
@@ -76,7 +54,7 @@ impl<B: Backend> Fs<B> {
 
     /// Makes sure the directory's listing is loaded and younger than `dir_ttl`.
     pub(super) async fn ensure_listing(self: &Arc<Self>, dir: Ino) -> OpResult<()> {
-        self.follow.used(dir);
+        self.nodes.follow.used(dir);
         let (path, have) = {
             let t = self.table();
             let i = t.get(dir).ok_or(Errno::ENOENT)?;
@@ -88,7 +66,7 @@ impl<B: Backend> Fs<B> {
             }
             (i.path.clone(), i.listing().is_some())
         };
-        if have && self.offline() {
+        if have && self.offline.now() {
             return Ok(());
         }
         if !have {
@@ -101,12 +79,12 @@ impl<B: Backend> Fs<B> {
             if r == Err(Errno::EIO) {
                 // Backend away: for a while no `ls` waits for the network to fail again.
                 log::debug!("listing {path} from cache: backend unreachable");
-                fs.note_unreachable(OFFLINE_GRACE);
+                fs.offline.note_unreachable(OFFLINE_GRACE);
             }
             r
         };
         match self
-            .refresh_briefly(|fs| &fs.refreshing, dir, refresh)
+            .refresh_briefly(|fs| &fs.nodes.refreshing, dir, refresh)
             .await
         {
             Some(Err(e)) if e != Errno::EIO => Err(e),
@@ -225,7 +203,7 @@ impl<B: Backend> Fs<B> {
                 t.update_from(dir, &node);
             }
             if let Some(i) = t.get_mut(dir) {
-                i.set_fetched_listing(names, started, self.freshness.expired());
+                i.set_fetched_listing(names, started, self.nodes.freshness.expired());
                 i.hidden_preview = hidden_preview;
             }
             for (_, ino, _) in &gone {
@@ -282,7 +260,7 @@ impl<B: Backend> Fs<B> {
             let t = self.table();
             let i = t.get(ino).ok_or(Errno::ENOENT)?;
             (ino != ROOT
-                && !self.offline()
+                && !self.offline.now()
                 && i.staged.is_none()
                 && !i.unlinked
                 && !self.fresh(i.fetched))
@@ -293,7 +271,7 @@ impl<B: Backend> Fs<B> {
             let fs = self.clone();
             let refresh = async move { fs.refresh_attr(ino, &path).await };
             if let Some(Err(e)) = self
-                .refresh_briefly(|fs| &fs.attr_refreshing, ino, refresh)
+                .refresh_briefly(|fs| &fs.nodes.attr_refreshing, ino, refresh)
                 .await
             {
                 return Err(e);
@@ -385,7 +363,7 @@ impl<B: Backend> Fs<B> {
         let t = self.table();
         let i = t.get(ino)?;
         let stale = ino != ROOT && i.staged.is_none() && !i.unlinked && !self.fresh(i.fetched);
-        if stale && !self.offline() {
+        if stale && !self.offline.now() {
             return None;
         }
         t.attr(ino, self.uid, self.gid)
@@ -471,7 +449,7 @@ impl<B: Backend> Fs<B> {
     pub(super) async fn opendir(self: &Arc<Self>, ino: Ino) -> OpResult<u64> {
         let before = self.folder_time(ino);
         let entries = self.readdir_snapshot(ino).await?;
-        Ok(self.new_fh(Handle::Dir {
+        Ok(self.handles.insert(Handle::Dir {
             entries,
             read: false,
             taken: before,

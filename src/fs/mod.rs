@@ -16,6 +16,27 @@
 //!   dropped from the caches; `passthrough`: opens the kernel reads from a local file itself;
 //!   `pinned`: files and folders kept whole on disk (`vaultfs pin`).
 //!
+//! # Parts
+//!
+//! [`Fs`] holds what every request needs (the backend, the runtime, the options, the owner
+//! shown, the kernel's notifier) and one part per concern, each a type of the module that
+//! owns the concern, with its own fields (and methods where they touch that part only):
+//!
+//! - `nodes` (`table::Nodes`): the inode table, the refreshes of listings and attributes under
+//!   way, whether what was fetched may still be used, the follower of changes made elsewhere;
+//! - `handles` (`open::Handles`): open handles, the next number, those running a program;
+//! - `reads` (`cache::Reads`): the read cache, prefetching, pins, passthrough, the kernel's
+//!   read-ahead, and the READ and WRITE requests the daemon answered;
+//! - `journal` (`journal::Journal`): the staged files that wait for upload, across restarts;
+//! - `uploads` (`upload::Uploads`): uploads running, their window, the batch queue, the
+//!   journal's hand-over to a new daemon, and what `vaultfs status` shows of them;
+//! - `conflicts` (`conflict::Conflicts`): conflict copies made;
+//! - `offline` (`offline::Offline`): the tree kept for starting offline, and since and until
+//!   when the backend is out of reach;
+//! - `virtual_dirs` (`preview::VirtualDirs`): the `.preview` and `.versions` trees.
+//!
+//! The logic of requests is `impl Fs` in the modules above, each reaching the parts it needs.
+//!
 //! Requests that need the backend run as tokio tasks and reply when done, so a slow call never
 //! stalls unrelated operations; writes and reads of staged or cached bytes are answered on the
 //! FUSE threads directly.
@@ -26,22 +47,23 @@
 //!
 //! 1. a file's `io` (`Inode::io`, async, held across backend calls): uploads and namespace
 //!    changes of one node, one at a time; two at once only in inode order (rename);
-//! 2. the write-back queue (`Writeback::queue`);
-//! 3. the `uploading` set;
-//! 4. the `.preview` tree (`Fs::previews`);
-//! 5. the inode table (`Fs::table`; the attributes kept here live inside it);
+//! 2. the write-back queue (`Uploads::writeback`);
+//! 3. the `uploading` set (`Uploads::uploading`);
+//! 4. the `.preview` tree (`VirtualDirs::previews`);
+//! 5. the inode table (`Nodes::table`; the attributes kept here live inside it);
 //! 6. a staged file's own: `order` (writes, truncates, seals) before its hashing-ahead state
 //!    (whose hasher it may wait for); its journal state before the journal's log; its data,
 //!    mtime and life (`lifecycle::State`) locks are innermost;
-//! 7. the read cache's index, then a cache entry's `present` set (an entry's async `fetching`
-//!    is taken with none of the locks above held);
-//! 8. `Fs::freshness` (under the table; it asks the backend for its count of others' changes,
+//! 7. the read cache's index (`Reads::cache`), then a cache entry's `present` set (an
+//!    entry's async `fetching` is taken with none of the locks above held);
+//! 8. `Nodes::freshness` (under the table; it asks the backend for its count of others' changes,
 //!    which never waits: the built-in store only tries its connection's lock).
 //!
-//! The handle map (`Fs::handles`), `refreshing`, `attr_refreshing`, `offline_until` and the
-//! status tracker's locks are taken alone: nothing else is locked while one is held, nor taken
-//! under it. The pins' locks (`pinned`) are innermost: taken under any of the above, nothing
-//! under them. No std lock is held across an `.await`.
+//! The handle maps (`Fs::handles`), the refreshes under way (`Nodes::refreshing`,
+//! `Nodes::attr_refreshing`), `Offline::until`, the `.versions` tree (`VirtualDirs::versions`)
+//! and the status tracker's locks (`Uploads::tracker`) are taken alone: nothing else is locked
+//! while one is held, nor taken under it. The pins' locks (`Reads::pinned`) are innermost:
+//! taken under any of the above, nothing under them. No std lock is held across an `.await`.
 
 mod attrs;
 mod cache;
@@ -74,10 +96,10 @@ mod upload;
 mod versions;
 mod writeback;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use fuser::{Config, Errno, MountOption, Notifier, SessionACL};
@@ -202,59 +224,29 @@ pub(crate) type OpResult<T> = Result<T, Errno>;
 pub(crate) struct Fs<B: Backend> {
     backend: Arc<B>,
     rt: tokio::runtime::Handle,
-    table: Mutex<Table>,
-    handles: Mutex<HashMap<u64, Handle>>,
-    next_fh: AtomicU64,
-    cache: ReadCache,
-    journal: Journal,
     opts: MountOptions,
+    /// The owner the nodes show: the user the daemon runs as.
     uid: u32,
     gid: u32,
-    /// Files with an upload task running.
-    uploading: Mutex<HashSet<Ino>>,
-    /// The uploads' window and the batching of their first step (`pacing`).
-    pacing: pacing::Pacing,
-    /// The small files fetched ahead of a reader going through a folder.
-    prefetch: prefetch::Prefetch,
-    /// Files and folders kept whole on disk.
-    pinned: pinned::Pinned,
+    /// Invalidates what the kernel caches, once mounted.
     notifier: OnceLock<Notifier>,
-    /// Until when the backend counts as unreachable (cached listings are used meanwhile).
-    offline_until: Mutex<Option<std::time::Instant>>,
-    /// The tree kept for starting offline, and since when the backend is out of reach.
-    offline: offline::Offline,
-    /// Uploads in flight and recent errors, for `vaultfs status`.
-    tracker: status::Tracker,
-    /// Conflict copies made (`conflict`).
+    /// The inode table and what keeps it fresh (`table::Nodes`).
+    nodes: table::Nodes,
+    /// Open handles (`open::Handles`).
+    handles: open::Handles,
+    /// The read cache and how reads reach it (`cache::Reads`).
+    reads: cache::Reads,
+    /// The staged files' upload journal (`journal::Journal`).
+    journal: Journal,
+    /// The uploads: running, paced, batched, handed over (`upload::Uploads`).
+    uploads: upload::Uploads,
+    /// Conflict copies made (`conflict::Conflicts`).
     conflicts: conflict::Conflicts,
-    /// The virtual `.preview` directories.
-    previews: Mutex<preview::Tree>,
-    /// The virtual `.versions` directories.
-    versions: Mutex<versions::Tree>,
-    /// Closed files waiting for the next batch (backends that store batches).
-    writeback: writeback::Writeback,
-    /// The journal is being handed to a new daemon: no upload or batch starts any more.
-    handing_over: std::sync::atomic::AtomicBool,
-    /// Uploads and batches between their start and their journal entry's end.
-    storing: std::sync::atomic::AtomicUsize,
-    /// Folders whose listing is being fetched again.
-    refreshing: Mutex<HashSet<Ino>>,
-    /// Nodes whose attributes are being fetched again.
-    attr_refreshing: Mutex<HashSet<Ino>>,
-    /// Handles the kernel opened to run the file (exec), by handle: see `open::FMODE_EXEC`.
-    running: Mutex<HashMap<u64, Ino>>,
-    /// Whether a listing or attributes fetched at some time may still be used.
-    freshness: freshness::Freshness,
-    /// Whether opens are passed through, and the blobs opened so far.
-    passthrough: passthrough::Passthrough,
-    /// The read-ahead the kernel granted (KiB), once set after mounting.
-    read_ahead_kb: std::sync::atomic::AtomicU32,
-    /// READ requests answered (for `vaultfs status`: passthrough reads make none).
-    daemon_reads: AtomicU64,
-    /// WRITE requests answered (passthrough writes make none).
-    daemon_writes: AtomicU64,
-    /// What the follower of changes made elsewhere keeps (`follow`).
-    follow: Arc<follow::Follow>,
+    /// The tree kept for starting offline, and since and until when the backend is out of
+    /// reach (`offline::Offline`).
+    offline: offline::Offline,
+    /// The virtual `.preview` and `.versions` directories (`preview::VirtualDirs`).
+    virtual_dirs: preview::VirtualDirs,
 }
 
 impl<B: Backend> Fs<B> {
@@ -279,41 +271,30 @@ impl<B: Backend> Fs<B> {
         let fs = Arc::new(Fs {
             backend: Arc::new(backend),
             rt,
-            table: Mutex::new(table),
-            handles: Mutex::new(HashMap::new()),
-            next_fh: AtomicU64::new(1),
-            cache,
+            nodes: table::Nodes::new(table, opts.dir_ttl),
+            handles: open::Handles::new(),
+            reads: cache::Reads {
+                cache,
+                prefetch: prefetch::Prefetch::default(),
+                pinned: pinned::Pinned::open(&opts.cache_dir),
+                passthrough: passthrough::Passthrough::new(if opts.passthrough {
+                    "the kernel did not offer passthrough"
+                } else {
+                    "switched off: --no-passthrough"
+                }),
+                read_ahead_kb: std::sync::atomic::AtomicU32::new(0),
+                daemon_reads: AtomicU64::new(0),
+                daemon_writes: AtomicU64::new(0),
+            },
             journal,
             uid,
             gid,
-            uploading: Mutex::new(HashSet::new()),
-            pacing: pacing::Pacing::new(opts.upload_concurrency),
-            prefetch: prefetch::Prefetch::default(),
-            pinned: pinned::Pinned::open(&opts.cache_dir),
+            uploads: upload::Uploads::new(opts.upload_concurrency),
             notifier: OnceLock::new(),
-            offline_until: Mutex::new(None),
             offline: offline::Offline::open(&opts.cache_dir)?,
-            freshness: freshness::Freshness::new(opts.dir_ttl),
-            passthrough: passthrough::Passthrough::new(if opts.passthrough {
-                "the kernel did not offer passthrough"
-            } else {
-                "switched off: --no-passthrough"
-            }),
-            read_ahead_kb: std::sync::atomic::AtomicU32::new(0),
-            daemon_reads: AtomicU64::new(0),
-            daemon_writes: AtomicU64::new(0),
             opts,
-            tracker: status::Tracker::default(),
             conflicts,
-            previews: Mutex::default(),
-            versions: Mutex::default(),
-            writeback: writeback::Writeback::default(),
-            handing_over: std::sync::atomic::AtomicBool::new(false),
-            storing: std::sync::atomic::AtomicUsize::new(0),
-            refreshing: Mutex::default(),
-            attr_refreshing: Mutex::default(),
-            running: Mutex::default(),
-            follow: Arc::default(),
+            virtual_dirs: preview::VirtualDirs::default(),
         });
         if fs.opts.start_offline {
             fs.restore_snapshot();
@@ -328,16 +309,17 @@ impl<B: Backend> Fs<B> {
     }
 
     fn table(&self) -> MutexGuard<'_, Table> {
-        relock(&self.table)
+        relock(&self.nodes.table)
     }
 
     fn handles(&self) -> MutexGuard<'_, HashMap<u64, Handle>> {
-        relock(&self.handles)
+        self.handles.lock()
     }
 
     /// Whether a listing or attributes fetched at `at` may be used without asking the backend.
     fn fresh(&self, at: std::time::Instant) -> bool {
-        self.freshness
+        self.nodes
+            .freshness
             .fresh(at, || self.backend.local()?.foreign_changes())
     }
 }
@@ -431,12 +413,12 @@ pub fn mount<B: Backend>(
         // Set once the kernel has taken the INIT answer, which would lower it again.
         std::thread::spawn(move || {
             let want = || match fs.opts.read_ahead_kb {
-                None => read_ahead::default_kb(fs.passthrough.on()),
+                None => read_ahead::default_kb(fs.reads.passthrough.on()),
                 Some(0) => None,
                 Some(kb) => Some(kb),
             };
             if let Some(granted) = read_ahead::set(&mp, want) {
-                fs.read_ahead_kb.store(granted, Ordering::Relaxed);
+                fs.reads.read_ahead_kb.store(granted, Ordering::Relaxed);
             }
         });
     }
@@ -476,7 +458,7 @@ pub fn mount<B: Backend>(
     // Unmounted: give uploads in flight a bounded time to finish; the journal keeps the rest.
     // A new mount of the same point may come meanwhile: it asks for the journal (SIGUSR1),
     // and this daemon leaves at once, its batch in flight committed or not at all.
-    let running = relock(&fs.uploading).len();
+    let running = relock(&fs.uploads.uploading).len();
     if running > 0 {
         log::info!(
             "waiting up to {}s for {running} upload(s) to finish",
@@ -486,7 +468,7 @@ pub fn mount<B: Backend>(
     rt.block_on(async {
         let deadline = tokio::time::Instant::now() + opts.flush_timeout;
         while !unpoisoned(fs
-            .uploading
+            .uploads.uploading
             .lock())
             .is_empty()
             && tokio::time::Instant::now() < deadline
@@ -496,9 +478,9 @@ pub fn mount<B: Backend>(
                 _ = handover.recv() => {
                     // What is being stored finishes (and ends its journal entry), so the next
                     // daemon does not store it again; nothing new starts.
-                    fs.handing_over.store(true, Ordering::SeqCst);
+                    fs.uploads.handing_over.store(true, Ordering::SeqCst);
                     let cut = tokio::time::Instant::now() + HANDOVER_FINISH;
-                    while fs.storing.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < cut {
+                    while fs.uploads.storing.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < cut {
                         tokio::time::sleep(Duration::from_millis(10)).await;
                     }
                     log::info!("a new mount of {} takes the journal over", mountpoint.display());

@@ -134,7 +134,7 @@ impl<B: Backend> Fs<B> {
             // A new file is a change even with no bytes written: it must be created remotely.
             staged.mark_changed();
         }
-        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
+        let fh = self.handles.next_fh.fetch_add(1, Ordering::SeqCst);
         let opened = {
             let mut t = self.table();
             t.link_into_parent(ino);
@@ -212,7 +212,7 @@ impl<B: Backend> Fs<B> {
         t.set_staged(ino, Some(staged.clone()));
         t.link_into_parent(ino);
         t.entries_changed(parent);
-        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
+        let fh = self.handles.next_fh.fetch_add(1, Ordering::SeqCst);
         let i = t.get_mut(ino)?;
         i.unlinked = false;
         i.exec = Some(exec);
@@ -326,7 +326,7 @@ impl<B: Backend> Fs<B> {
         }
         let mut t = self.table();
         if let Some(r) = t.get(ino).and_then(|i| i.remote.as_ref()) {
-            self.cache.invalidate(&r.id);
+            self.reads.cache.invalidate(&r.id);
         }
         t.detach(ino);
         removing.done();
@@ -334,7 +334,7 @@ impl<B: Backend> Fs<B> {
         t.entries_changed(parent);
         if kept {
             // Fetched again at its next use (no change on the store tells a follower).
-            if let Some(past) = self.freshness.expired() {
+            if let Some(past) = self.nodes.freshness.expired() {
                 t.expire_listing(parent, past);
             }
         }
@@ -473,7 +473,7 @@ impl<B: Backend> Fs<B> {
         if let Some(tino) = target {
             // The replaced file's bytes are gone (or about to be superseded): free their cache.
             if let Some(r) = t.get(tino).and_then(|i| i.remote.as_ref()) {
-                self.cache.invalidate(&r.id);
+                self.reads.cache.invalidate(&r.id);
             }
             // What the bytes put here replace is what this mount knew of the target (its
             // own base while it had edits staged): a target changed elsewhere meanwhile makes
@@ -569,7 +569,7 @@ impl<B: Backend> Fs<B> {
         }
         if name.to_str() == Some(PIN_XATTR) {
             let (path, _) = self.path_of(ino)?;
-            return match self.pinned.state_of(&path) {
+            return match self.reads.pinned.state_of(&path) {
                 Some(true) => Ok(b"1".to_vec()),
                 Some(false) => Ok(b"folder".to_vec()),
                 None => Err(Errno::NO_XATTR),
@@ -609,7 +609,7 @@ impl<B: Backend> Fs<B> {
         let conflict = path
             .as_ref()
             .is_some_and(|p| self.conflicts.of_copy(p).is_some());
-        let pinned = path.is_some_and(|p| self.pinned.state_of(&p).is_some());
+        let pinned = path.is_some_and(|p| self.reads.pinned.state_of(&p).is_some());
         let names = XATTRS.iter().filter(|_| has);
         let names = names.chain(conflict.then_some(&CONFLICT_XATTR));
         for n in names.chain(pinned.then_some(&PIN_XATTR)) {

@@ -66,7 +66,8 @@ pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()>
     std::fs::rename(&tmp, path)
 }
 
-/// The snapshot and the offline state of a mount.
+/// The snapshot and the offline state of a mount: since when the backend is out of reach,
+/// and until when it counts as such.
 pub(super) struct Offline {
     file: PathBuf,
     /// Folder URI -> the folder's node with its children, as last listed.
@@ -74,6 +75,8 @@ pub(super) struct Offline {
     dirty: AtomicBool,
     /// Since when the backend is out of reach (None: reachable).
     since: Mutex<Option<SystemTime>>,
+    /// Until when the backend counts as unreachable (cached listings are used meanwhile).
+    until: Mutex<Option<std::time::Instant>>,
     /// Told when the backend answers again: uploads waiting to retry go at once.
     pub(super) reconnected: tokio::sync::Notify,
 }
@@ -86,6 +89,7 @@ impl Offline {
             tree: Mutex::new(load(cache_dir)),
             dirty: AtomicBool::new(false),
             since: Mutex::new(None),
+            until: Mutex::new(None),
             reconnected: tokio::sync::Notify::new(),
         })
     }
@@ -147,8 +151,30 @@ impl Offline {
         *relock(&self.since)
     }
 
+    /// The backend failed recently: serve what we have without asking again.
+    pub(super) fn now(&self) -> bool {
+        relock(&self.until).is_some_and(|t| std::time::Instant::now() < t)
+    }
+
+    /// The backend could not be reached: the mount counts as offline (listings answered from
+    /// what it has, `vaultfs status` says so) for at least `d`.
+    pub(super) fn note_unreachable(&self, d: Duration) {
+        let until = std::time::Instant::now() + d;
+        {
+            let mut o = relock(&self.until);
+            *o = Some(o.map_or(until, |t| t.max(until)));
+        }
+        self.went_away();
+    }
+
+    /// The backend answered a request that needed it: it is reachable again.
+    pub(super) fn note_reachable(&self) {
+        *relock(&self.until) = None;
+        self.came_back();
+    }
+
     /// The backend is out of reach: logged once, until it answers again.
-    pub(super) fn went_away(&self) {
+    fn went_away(&self) {
         let mut s = relock(&self.since);
         if s.is_none() {
             *s = Some(SystemTime::now());
@@ -159,7 +185,7 @@ impl Offline {
     }
 
     /// The backend answered: logged once, and uploads waiting to retry go now.
-    pub(super) fn came_back(&self) {
+    fn came_back(&self) {
         if let Some(t) = relock(&self.since).take() {
             let secs = t.elapsed().unwrap_or_default().as_secs();
             log::info!("reconnected after {secs} s offline");
@@ -210,7 +236,7 @@ impl<B: Backend> Fs<B> {
             }
         }
         drop(t);
-        self.note_unreachable(UNTIL_PROBED);
+        self.offline.note_unreachable(UNTIL_PROBED);
         log::warn!(
             "started offline from the tree kept in {} ({dirs} folder(s))",
             self.offline.file.display()
@@ -227,7 +253,7 @@ pub(super) fn save<B: Backend>(fs: &Fs<B>) {
     if let Err(e) = fs.offline.save() {
         log::warn!("cannot write the offline snapshot: {e}");
     }
-    if let Err(e) = fs.cache.save_index() {
+    if let Err(e) = fs.reads.cache.save_index() {
         log::warn!("cannot write the read cache's index: {e}");
     }
 }
@@ -256,7 +282,7 @@ pub(super) fn start<B: Backend>(fs: &Arc<Fs<B>>) {
             }
             match f.backend.node(&f.opts.root).await {
                 Ok(_) => {
-                    f.note_reachable();
+                    f.offline.note_reachable();
                     retry = Retry::default();
                 }
                 Err(e) => {

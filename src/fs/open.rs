@@ -19,68 +19,34 @@ use super::{Fs, Handle, OpResult};
 use crate::backend::Backend;
 use crate::sync::relock;
 
-impl<B: Backend> Fs<B> {
-    /// OPEN without a kernel to pass files through to (tests).
-    #[cfg(test)]
-    pub(super) async fn open(self: &Arc<Self>, ino: Ino, flags: OpenFlags) -> OpResult<Opened> {
-        let refuse = |_: std::os::fd::BorrowedFd<'_>| -> std::io::Result<fuser::BackingId> {
-            Err(std::io::ErrorKind::Unsupported.into())
-        };
-        self.open_with(ino, flags, &refuse).await
+/// The mount's open handles: what each is, the number of the next, and those the kernel opened
+/// to run a program. The maps are locked alone (see the lock order in `fs`).
+pub(super) struct Handles {
+    /// Open files and directories, by handle.
+    open: std::sync::Mutex<std::collections::HashMap<u64, Handle>>,
+    pub(super) next_fh: std::sync::atomic::AtomicU64,
+    /// Handles the kernel opened to run the file (exec), by handle: see [`FMODE_EXEC`].
+    running: std::sync::Mutex<std::collections::HashMap<u64, Ino>>,
+}
+
+impl Handles {
+    pub(super) fn new() -> Handles {
+        Handles {
+            open: Default::default(),
+            next_fh: std::sync::atomic::AtomicU64::new(1),
+            running: Default::default(),
+        }
     }
 
-    /// OPEN: a handle; one opened for writing counts as a writer of the file's staged copy. A
-    /// read-only open of bytes whole on local disk is passed through (`register` hands the file
-    /// to the kernel); ESTALE when the open needs another mode than passthrough opens of the
-    /// inode (see `passthrough`: the kernel then opens the name's new inode).
-    pub(super) async fn open_with(
-        self: &Arc<Self>,
-        ino: Ino,
-        flags: OpenFlags,
-        register: &Register<'_>,
-    ) -> OpResult<Opened> {
-        // O_TRUNC cuts the file even with O_RDONLY (the kernel checked the right to).
-        let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY) || truncates(flags);
-        if is_virtual(ino) {
-            let flags = self.preview_open(ino, write)?;
-            let fh = self.new_fh(Handle::File {
-                ino,
-                staged: None,
-                kernel: false,
-            });
-            return Ok(Opened {
-                fh,
-                flags,
-                backing: None,
-            });
-        }
-        let (kind, remote, staged) = {
-            let t = self.table();
-            let i = t.get(ino).ok_or(Errno::ENOENT)?;
-            (i.kind, i.remote.clone(), i.staged.is_some())
-        };
-        if kind == InodeKind::Dir {
-            return Err(Errno::EISDIR);
-        }
-        if truncates(flags) && matches!(flags.acc_mode(), OpenAccMode::O_RDONLY) && self.runs(ino) {
-            return Err(Errno::ETXTBSY);
-        }
-        if write {
-            self.writable()?;
-            return self.open_writer(ino, flags, register).await;
-        }
-        let mut source = match remote.filter(|r| self.reads_through(r, staged, flags)) {
-            Some(r) => self.local_source(&r).await,
-            None => None,
-        };
-        // A second conflict after the name moved cannot happen to this inode: it is unlinked.
-        for _ in 0..2 {
-            match self.attach_reader(ino, flags, &mut source, register)? {
-                Some(o) => return Ok(o),
-                None => self.move_off(ino).await?,
-            }
-        }
-        Err(Errno::ESTALE)
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, Handle>> {
+        relock(&self.open)
+    }
+
+    /// A new handle, `h`.
+    pub(super) fn insert(&self, h: Handle) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
+        self.lock().insert(fh, h);
+        fh
     }
 
     /// Whether a program runs from `ino`: a handle the kernel opened for exec(2) is open.
@@ -106,6 +72,74 @@ impl<B: Backend> Fs<B> {
     /// RELEASE of handle `fh`: a program run from it has ended.
     pub(super) fn release_running(&self, fh: u64) {
         relock(&self.running).remove(&fh);
+    }
+}
+
+impl<B: Backend> Fs<B> {
+    /// OPEN without a kernel to pass files through to (tests).
+    #[cfg(test)]
+    pub(super) async fn open(self: &Arc<Self>, ino: Ino, flags: OpenFlags) -> OpResult<Opened> {
+        let refuse = |_: std::os::fd::BorrowedFd<'_>| -> std::io::Result<fuser::BackingId> {
+            Err(std::io::ErrorKind::Unsupported.into())
+        };
+        self.open_with(ino, flags, &refuse).await
+    }
+
+    /// OPEN: a handle; one opened for writing counts as a writer of the file's staged copy. A
+    /// read-only open of bytes whole on local disk is passed through (`register` hands the file
+    /// to the kernel); ESTALE when the open needs another mode than passthrough opens of the
+    /// inode (see `passthrough`: the kernel then opens the name's new inode).
+    pub(super) async fn open_with(
+        self: &Arc<Self>,
+        ino: Ino,
+        flags: OpenFlags,
+        register: &Register<'_>,
+    ) -> OpResult<Opened> {
+        // O_TRUNC cuts the file even with O_RDONLY (the kernel checked the right to).
+        let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY) || truncates(flags);
+        if is_virtual(ino) {
+            let flags = self.preview_open(ino, write)?;
+            let fh = self.handles.insert(Handle::File {
+                ino,
+                staged: None,
+                kernel: false,
+            });
+            return Ok(Opened {
+                fh,
+                flags,
+                backing: None,
+            });
+        }
+        let (kind, remote, staged) = {
+            let t = self.table();
+            let i = t.get(ino).ok_or(Errno::ENOENT)?;
+            (i.kind, i.remote.clone(), i.staged.is_some())
+        };
+        if kind == InodeKind::Dir {
+            return Err(Errno::EISDIR);
+        }
+        if truncates(flags)
+            && matches!(flags.acc_mode(), OpenAccMode::O_RDONLY)
+            && self.handles.runs(ino)
+        {
+            return Err(Errno::ETXTBSY);
+        }
+        if write {
+            self.writable()?;
+            return self.open_writer(ino, flags, register).await;
+        }
+        let mut source = match remote.filter(|r| self.reads_through(r, staged, flags)) {
+            Some(r) => self.local_source(&r).await,
+            None => None,
+        };
+        // A second conflict after the name moved cannot happen to this inode: it is unlinked.
+        for _ in 0..2 {
+            match self.attach_reader(ino, flags, &mut source, register)? {
+                Some(o) => return Ok(o),
+                None => self.move_off(ino).await?,
+            }
+        }
+        Err(Errno::ESTALE)
     }
 
     /// OPEN of a reader answered on the FUSE thread when all it needs is local; `None`: the
@@ -144,7 +178,10 @@ impl<B: Backend> Fs<B> {
     /// Whether a reader's open of the stored version `r` is passed through to its bytes on
     /// local disk (when they are there): not while the file is staged.
     fn reads_through(&self, r: &Remote, staged: bool, flags: OpenFlags) -> bool {
-        !staged && self.passthrough.on() && passable(flags) && r.size >= PASSTHROUGH_READS_FROM
+        !staged
+            && self.reads.passthrough.on()
+            && passable(flags)
+            && r.size >= PASSTHROUGH_READS_FROM
     }
 
     /// A writer's open: beside passthrough opens of the inode only when they share its staged
@@ -169,7 +206,7 @@ impl<B: Backend> Fs<B> {
             self.move_off(ino).await?;
         };
         let staged = self.stage(ino, truncate).await;
-        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
+        let fh = self.handles.next_fh.fetch_add(1, Ordering::SeqCst);
         let backing = {
             let mut t = self.table();
             match t.get_mut(ino) {
@@ -220,7 +257,7 @@ impl<B: Backend> Fs<B> {
 
     /// What `vaultfs status` and the mount's log say about writes.
     pub(super) fn describe_writes(&self) -> String {
-        if self.kernel_writes() && self.passthrough.on() {
+        if self.kernel_writes() && self.reads.passthrough.on() {
             "passthrough for new, truncated and empty files (the kernel writes their staging files)"
                 .into()
         } else {
@@ -280,12 +317,12 @@ impl<B: Backend> Fs<B> {
         let alone = i.open_handles == 0 && i.plain_pending == 0;
         let empty = staged.size() == 0;
         let wanted = self.kernel_writes() && (afresh || empty) && alone && passable(flags);
-        if !(wanted && self.passthrough.on()) {
+        if !(wanted && self.reads.passthrough.on()) {
             return Ok(None);
         }
         let file = staged.own_file().map_err(|e| io_errno(&e))?;
         let source = passthrough::Source::Staged(file);
-        let Some(id) = self.passthrough.register(&source, register) else {
+        let Some(id) = self.reads.passthrough.register(&source, register) else {
             return Ok(None);
         };
         staged.kernel_writer_joins(afresh);
@@ -309,7 +346,7 @@ impl<B: Backend> Fs<B> {
     ) -> OpResult<Option<Opened>> {
         // Read-only: nothing to flush at close.
         let noflush = FopenFlags::FOPEN_NOFLUSH;
-        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
+        let fh = self.handles.next_fh.fetch_add(1, Ordering::SeqCst);
         let backing = {
             let mut t = self.table();
             let i = t.get_mut(ino).ok_or(Errno::ENOENT)?;
@@ -334,6 +371,7 @@ impl<B: Backend> Fs<B> {
                 let plain_busy = i.plain_pending > 0 || i.open_handles > 0 || i.staged.is_some();
                 let registered = match source.take() {
                     Some((key, src)) if !plain_busy && current.as_ref() == Some(&key) => self
+                        .reads
                         .passthrough
                         .register(&src, register)
                         .map(|id| passthrough::Shared::new(key, id, fh, src)),
@@ -442,7 +480,7 @@ impl<B: Backend> Fs<B> {
             Ok(Some((node, path, file)))
                 if node.md5_checksum == r.md5 && node.size == Some(r.size) =>
             {
-                self.passthrough.remember(&key, path);
+                self.reads.passthrough.remember(&key, path);
                 Some((key, passthrough::Source::File(file)))
             }
             _ => None,
@@ -454,13 +492,14 @@ impl<B: Backend> Fs<B> {
     fn local_source_now(&self, r: &super::table::Remote) -> Option<(String, passthrough::Source)> {
         let key = passthrough::key(r).filter(|_| r.size > 0)?;
         if let Some(e) = self
+            .reads
             .cache
             .complete(&r.id, r.md5.as_deref())
             .filter(|e| e.size == r.size)
         {
             return Some((key, passthrough::Source::CachedFile(e)));
         }
-        let f = self.passthrough.reopen(&key, r.size)?;
+        let f = self.reads.passthrough.reopen(&key, r.size)?;
         Some((key, passthrough::Source::File(f)))
     }
 }

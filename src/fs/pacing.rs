@@ -204,7 +204,7 @@ pub async fn create_ahead<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
 async fn create<B: Backend>(fs: &Arc<Fs<B>>, folder: &NodePath, name: &str) -> Result<Node> {
     let (tx, rx) = oneshot::channel();
     let lead = {
-        let mut creating = relock(&fs.pacing.creating);
+        let mut creating = relock(&fs.uploads.pacing.creating);
         match creating.get_mut(folder) {
             Some(waiting) => {
                 waiting.push((name.to_string(), tx));
@@ -231,7 +231,7 @@ async fn create<B: Backend>(fs: &Arc<Fs<B>>, folder: &NodePath, name: &str) -> R
 async fn send_batches<B: Backend>(fs: &Arc<Fs<B>>, folder: &NodePath) {
     loop {
         let batch = {
-            let mut creating = relock(&fs.pacing.creating);
+            let mut creating = relock(&fs.uploads.pacing.creating);
             let Some(waiting) = creating.get_mut(folder) else {
                 return;
             };

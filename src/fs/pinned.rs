@@ -199,20 +199,20 @@ impl<B: Backend> Fs<B> {
         if self.backend.local().is_some() {
             return Err(Errno::EOPNOTSUPP);
         }
-        match self.pinned.set(path, on) {
+        match self.reads.pinned.set(path, on) {
             Ok(true) => {
                 log::info!("{} {path}", if on { "pinned" } else { "unpinned" });
                 if !on {
-                    relock(&self.pinned.found).remove(&path.uri());
+                    relock(&self.reads.pinned.found).remove(&path.uri());
                     self.apply_pins();
                 }
-                self.pinned.wake.notify_one();
+                self.reads.pinned.wake.notify_one();
                 Ok(())
             }
             Ok(false) if !on => Err(Errno::NO_XATTR),
             Ok(false) => Ok(()),
             Err(e) => {
-                log::warn!("cannot write {}: {e}", self.pinned.file.display());
+                log::warn!("cannot write {}: {e}", self.reads.pinned.file.display());
                 Err(Errno::EIO)
             }
         }
@@ -222,10 +222,10 @@ impl<B: Backend> Fs<B> {
     /// those of what it holds, go with it. A pinned file's pin stays with its name instead:
     /// editors save by renaming the old file away and writing a new one under the name.
     pub(super) fn pins_moved(&self, from: &NodePath, to: Option<&NodePath>) {
-        match self.pinned.moved(from, to) {
-            Ok(true) => self.pinned.wake.notify_one(),
+        match self.reads.pinned.moved(from, to) {
+            Ok(true) => self.reads.pinned.wake.notify_one(),
             Ok(false) => {}
-            Err(e) => log::warn!("cannot write {}: {e}", self.pinned.file.display()),
+            Err(e) => log::warn!("cannot write {}: {e}", self.reads.pinned.file.display()),
         }
     }
 
@@ -233,32 +233,33 @@ impl<B: Backend> Fs<B> {
     /// by the server): if a pin holds it, a pass fetches its new version soon. The one hook for
     /// whatever learns of changes (a feed follower included); cheap when nothing is pinned.
     pub(super) fn pins_learned(&self, path: &NodePath) {
-        let touches = (relock(&self.pinned.set).iter())
+        let touches = (relock(&self.reads.pinned.set).iter())
             .filter_map(|u| NodePath::parse_uri(u).ok())
             .any(|p| p.contains(path) || path.contains(&p));
         if touches {
-            self.pinned.wake.notify_one();
+            self.reads.pinned.wake.notify_one();
         }
     }
 
     /// Tells the read cache the versions the pins hold now (from the last pass of each).
     fn apply_pins(&self) {
-        let set = relock(&self.pinned.set).clone();
-        let keys: HashSet<String> = (relock(&self.pinned.found).iter())
+        let set = relock(&self.reads.pinned.set).clone();
+        let keys: HashSet<String> = (relock(&self.reads.pinned.found).iter())
             .filter(|(p, _)| set.contains(*p))
             .flat_map(|(_, f)| f.files.iter())
             .map(|(id, md5, _)| super::cache::key(id, md5.as_deref()))
             .collect();
-        self.cache.set_pinned(keys);
+        self.reads.cache.set_pinned(keys);
     }
 
     /// The state of each pin for `vaultfs status`, `mountpoint` being where the root is mounted.
     pub(super) fn pin_status(&self, mountpoint: &str) -> Vec<super::status::Pin> {
-        let found = relock(&self.pinned.found).clone();
-        let trouble = relock(&self.pinned.trouble).clone();
-        let offline = self.offline();
+        let found = relock(&self.reads.pinned.found).clone();
+        let trouble = relock(&self.reads.pinned.trouble).clone();
+        let offline = self.offline.now();
         let root = self.opts.root.segments().len();
-        self.pinned
+        self.reads
+            .pinned
             .list()
             .into_iter()
             .map(|p| {
@@ -285,7 +286,7 @@ impl<B: Backend> Fs<B> {
                 for (id, md5, size) in &f.files {
                     s.files += 1;
                     s.bytes += size;
-                    if self.cache.kept_whole(id, md5.as_deref()) {
+                    if self.reads.cache.kept_whole(id, md5.as_deref()) {
                         s.whole_files += 1;
                         s.whole_bytes += size;
                     }
@@ -316,13 +317,13 @@ pub(super) fn start<B: Backend>(fs: &Arc<Fs<B>>) {
         return;
     }
     let weak = Arc::downgrade(fs);
-    let wake = fs.pinned.wake.clone();
+    let wake = fs.reads.pinned.wake.clone();
     fs.rt.spawn(async move {
         let mut woken = true;
         loop {
             let Some(f) = weak.upgrade() else { return };
-            if !f.pinned.list().is_empty() {
-                if !f.offline() {
+            if !f.reads.pinned.list().is_empty() {
+                if !f.offline.now() {
                     pass(&f).await;
                 } else if woken {
                     // Keys and states from the listings kept (once per change: they change
@@ -330,7 +331,7 @@ pub(super) fn start<B: Backend>(fs: &Arc<Fs<B>>) {
                     walk_all(&f).await;
                 }
             }
-            let offline = f.offline();
+            let offline = f.offline.now();
             drop(f);
             // Offline: look again soon, the probe finds the server.
             let wait = if offline {
@@ -348,21 +349,21 @@ pub(super) fn start<B: Backend>(fs: &Arc<Fs<B>>) {
 async fn walk_all<B: Backend>(fs: &Arc<Fs<B>>) -> Vec<Version> {
     let mut todo: BTreeMap<String, Version> = BTreeMap::new();
     let mut seen = HashSet::new();
-    for pin in fs.pinned.list() {
+    for pin in fs.reads.pinned.list() {
         let found = walk(fs, &pin).await;
         for v in &found.files {
             let k = super::cache::key(&v.0, v.1.as_deref());
-            if seen.insert(k.clone()) && !fs.cache.kept_whole(&v.0, v.1.as_deref()) {
+            if seen.insert(k.clone()) && !fs.reads.cache.kept_whole(&v.0, v.1.as_deref()) {
                 todo.insert(k, v.clone());
             }
         }
         // Unpinned meanwhile: not recorded.
-        if relock(&fs.pinned.set).contains(&pin.uri()) {
-            relock(&fs.pinned.found).insert(pin.uri(), found);
+        if relock(&fs.reads.pinned.set).contains(&pin.uri()) {
+            relock(&fs.reads.pinned.found).insert(pin.uri(), found);
         }
     }
-    let set = relock(&fs.pinned.set).clone();
-    relock(&fs.pinned.found).retain(|p, _| set.contains(p));
+    let set = relock(&fs.reads.pinned.set).clone();
+    relock(&fs.reads.pinned.found).retain(|p, _| set.contains(p));
     fs.apply_pins();
     todo.into_values().collect()
 }
@@ -371,7 +372,7 @@ async fn walk_all<B: Backend>(fs: &Arc<Fs<B>>) -> Vec<Version> {
 async fn pass<B: Backend>(fs: &Arc<Fs<B>>) {
     let todo = walk_all(fs).await;
     if todo.is_empty() {
-        *relock(&fs.pinned.trouble) = None;
+        *relock(&fs.reads.pinned.trouble) = None;
         return;
     }
     let n = todo.len();
@@ -386,7 +387,7 @@ async fn pass<B: Backend>(fs: &Arc<Fs<B>>) {
         .filter_map(|r| async move { r.err() })
         .collect()
         .await;
-    *relock(&fs.pinned.trouble) = failed.first().cloned();
+    *relock(&fs.reads.pinned.trouble) = failed.first().cloned();
     if let Some(e) = failed.first() {
         log::warn!("pinned: {} of {n} file(s) not fetched: {e}", failed.len());
     }
@@ -394,7 +395,8 @@ async fn pass<B: Backend>(fs: &Arc<Fs<B>>) {
 
 /// Fetches one pinned version whole into the read cache, if the cache disk has room for it.
 async fn fetch<B: Backend>(fs: &Arc<Fs<B>>, (id, md5, size): Version) -> Result<(), String> {
-    let free = std::fs::File::open(fs.cache.dir()).and_then(|d| super::staging::free_bytes(&d));
+    let free =
+        std::fs::File::open(fs.reads.cache.dir()).and_then(|d| super::staging::free_bytes(&d));
     if let Ok(free) = free {
         if free < size.saturating_add(RESERVE) {
             return Err(format!(
@@ -407,13 +409,15 @@ async fn fetch<B: Backend>(fs: &Arc<Fs<B>>, (id, md5, size): Version) -> Result<
     }
     // (Copies the bytes of a file uploaded from here: off the runtime's threads.)
     let fs2 = fs.clone();
-    let e = tokio::task::spawn_blocking(move || fs2.cache.entry_on_disk(&id, md5.as_deref(), size))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+    let e = tokio::task::spawn_blocking(move || {
+        fs2.reads.cache.entry_on_disk(&id, md5.as_deref(), size)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.to_string())?;
     e.fetch_all(fs.backend.as_ref()).await.map_err(|e| {
         if super::offline::unreachable(&e) {
-            fs.note_unreachable(Duration::from_secs(5));
+            fs.offline.note_unreachable(Duration::from_secs(5));
         }
         e.to_string()
     })
@@ -477,7 +481,7 @@ async fn listable<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> bool {
             i.map(|i| i.path.clone()),
         )
     };
-    let Some(path) = path.filter(|_| !fs.offline()) else {
+    let Some(path) = path.filter(|_| !fs.offline.now()) else {
         return have;
     };
     fs.refresh_listing(ino, &path).await.is_ok() || have
@@ -537,9 +541,9 @@ mod tests {
         fs.pin_relative(Path::new("a"), true).unwrap();
         let a = h.vault.child("a").unwrap();
         let inside = a.child("f").unwrap();
-        assert_eq!(fs.pinned.state_of(&a), Some(true));
-        assert_eq!(fs.pinned.state_of(&inside), Some(false));
-        assert_eq!(fs.pinned.state_of(&h.vault), None);
+        assert_eq!(fs.reads.pinned.state_of(&a), Some(true));
+        assert_eq!(fs.reads.pinned.state_of(&inside), Some(false));
+        assert_eq!(fs.reads.pinned.state_of(&h.vault), None);
         let saved = std::fs::read_to_string(h.cache_dir.join("pinned.json")).unwrap();
         assert!(
             saved.contains("/nodes/pth/Local/My First Vault/a"),
@@ -548,13 +552,13 @@ mod tests {
 
         let b = h.vault.child("b").unwrap();
         fs.pins_moved(&a, Some(&b));
-        assert_eq!(fs.pinned.state_of(&a), None);
-        assert_eq!(fs.pinned.state_of(&b), Some(true));
+        assert_eq!(fs.reads.pinned.state_of(&a), None);
+        assert_eq!(fs.reads.pinned.state_of(&b), Some(true));
         // What the next mount reads.
         let again = super::Pinned::open(&h.cache_dir);
         assert_eq!(again.state_of(&b), Some(true));
         fs.pins_moved(&h.vault, None);
-        assert_eq!(fs.pinned.state_of(&b), None);
+        assert_eq!(fs.reads.pinned.state_of(&b), None);
     }
 
     /// A pinned file the store will not hand over is left, and its pin says why; once the

@@ -62,7 +62,7 @@ pub fn opened<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
     let Some((dir, name, next)) = next_files(fs, ino) else {
         return;
     };
-    let mut st = relock(&fs.prefetch.state);
+    let mut st = relock(&fs.reads.prefetch.state);
     let in_order = st.dir == Some(dir)
         && name > st.last
         && passed_over(fs, dir, &st.last, &name).is_some_and(|n| n <= SKIP);
@@ -75,12 +75,12 @@ pub fn opened<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
     st.ahead = st.ahead.split_off(&name);
     st.ahead.remove(&name);
     for (n, id, md5, size) in next {
-        if st.ahead.contains_key(&n) || fs.cache.complete(&id, md5.as_deref()).is_some() {
+        if st.ahead.contains_key(&n) || fs.reads.cache.complete(&id, md5.as_deref()).is_some() {
             continue;
         }
         let fs2 = fs.clone();
         let task = fs.rt.spawn(async move {
-            let e = match fs2.cache.entry(&id, md5.as_deref(), size) {
+            let e = match fs2.reads.cache.entry(&id, md5.as_deref(), size) {
                 Ok(e) => e,
                 Err(err) => return log::debug!("prefetch of {id}: {err}"),
             };

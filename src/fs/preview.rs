@@ -139,6 +139,14 @@ struct Meta {
     at: Instant,
 }
 
+/// The virtual folders' part of the mount: the `.preview` tree (here) and the `.versions` one
+/// (`versions`), each with the virtual nodes it handed to the kernel.
+#[derive(Default)]
+pub(super) struct VirtualDirs {
+    pub(super) previews: std::sync::Mutex<Tree>,
+    pub(super) versions: std::sync::Mutex<super::versions::Tree>,
+}
+
 /// The virtual nodes handed to the kernel (never reused) and the preview metadata fetched.
 #[derive(Default)]
 pub struct Tree {
@@ -183,7 +191,7 @@ impl<N: std::hash::Hash + Eq + Clone, const F: Ino> VirtualInos<N, F> {
 
 impl<B: Backend> Fs<B> {
     fn previews(&self) -> MutexGuard<'_, Tree> {
-        relock(&self.previews)
+        relock(&self.virtual_dirs.previews)
     }
 
     pub(super) fn virtual_attr(
@@ -266,7 +274,7 @@ impl<B: Backend> Fs<B> {
         }
         let key = format!("preview-{}-{}", r.id, item.name());
         let md5 = r.md5.as_deref();
-        if let Some(e) = self.cache.complete(&key, md5) {
+        if let Some(e) = self.reads.cache.complete(&key, md5) {
             return Ok((Content::Cached(e), mtime));
         }
         let failed = |e: crate::api::Error| errno(&e);
@@ -288,7 +296,8 @@ impl<B: Backend> Fs<B> {
                     .map_err(failed)?;
                 let len = img.data.len() as u64;
                 let body = futures_util::stream::once(async move { Ok(img.data) }).boxed();
-                self.cache
+                self.reads
+                    .cache
                     .fill(&key, md5, len, body)
                     .await
                     .map_err(failed)?
@@ -296,7 +305,8 @@ impl<B: Backend> Fs<B> {
             Item::Pdf => {
                 let d = self.backend.preview_pdf(&r.id).await.map_err(failed)?;
                 let len = d.len();
-                self.cache
+                self.reads
+                    .cache
                     .fill(&key, md5, len, d.body)
                     .await
                     .map_err(failed)?

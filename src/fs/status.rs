@@ -236,7 +236,7 @@ impl Tracker {
 
 /// The status of the mount `fs` at `mountpoint`.
 pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
-    let running = fs.tracker.running();
+    let running = fs.uploads.tracker.running();
     let mut uploads: Vec<Upload> = running.values().cloned().collect();
     uploads.sort_by(|a, b| a.path.cmp(&b.path));
     let mut waiting = Vec::new();
@@ -263,8 +263,8 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
     }
     waiting.sort_by(|a, b| a.path.cmp(&b.path));
     uploads.extend(waiting);
-    let (used_bytes, max_bytes, files, pinned_bytes) = fs.cache.usage();
-    let offline = relock(&fs.offline_until).is_some_and(|t| t > Instant::now());
+    let (used_bytes, max_bytes, files, pinned_bytes) = fs.reads.cache.usage();
+    let offline = fs.offline.now();
     Status {
         mountpoint: mountpoint.to_string(),
         root: fs.opts.root.to_string(),
@@ -280,13 +280,13 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
             files,
             pinned_bytes,
         },
-        reads: fs.passthrough.describe(),
+        reads: fs.reads.passthrough.describe(),
         writes: fs.describe_writes(),
-        read_ahead_kb: fs.read_ahead_kb.load(Ordering::Relaxed),
-        daemon_reads: fs.daemon_reads.load(Ordering::Relaxed),
-        daemon_writes: fs.daemon_writes.load(Ordering::Relaxed),
+        read_ahead_kb: fs.reads.read_ahead_kb.load(Ordering::Relaxed),
+        daemon_reads: fs.reads.daemon_reads.load(Ordering::Relaxed),
+        daemon_writes: fs.reads.daemon_writes.load(Ordering::Relaxed),
         uploads,
-        errors: fs.tracker.errors(),
+        errors: fs.uploads.tracker.errors(),
         conflicts: fs.conflicts.list(),
         pins: fs.pin_status(mountpoint),
     }

@@ -462,7 +462,9 @@ async fn a_listing_taken_before_an_upload_does_not_bring_back_the_old_content() 
     eventually(
         Duration::from_secs(5),
         "the slow listing answered",
-        || async { h.faults().calls(Op::List) >= 2 && h.fs.refreshing.lock().unwrap().is_empty() },
+        || async {
+            h.faults().calls(Op::List) >= 2 && h.fs.nodes.refreshing.lock().unwrap().is_empty()
+        },
     )
     .await;
     assert_eq!(h.fs.getattr(ino).await.unwrap().size, 11);
@@ -492,7 +494,7 @@ async fn attributes_asked_for_before_an_upload_do_not_bring_back_the_old_content
     assert_eq!(h.read_all(ino).await.unwrap(), b"new content");
 
     eventually(Duration::from_secs(5), "the slow answer came", || async {
-        h.fs.attr_refreshing.lock().unwrap().is_empty()
+        h.fs.nodes.attr_refreshing.lock().unwrap().is_empty()
     })
     .await;
     assert_eq!(h.fs.attr(ino).unwrap().size, 11);

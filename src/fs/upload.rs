@@ -11,6 +11,38 @@ use crate::sync::relock;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+/// The uploader's part of the mount: which files have an upload going, the window they share,
+/// the batch queue, and the journal's hand-over to a new daemon (`fs::mount`). The staged
+/// files' state is `staging::lifecycle`'s; this schedules and counts.
+pub(super) struct Uploads {
+    /// Files with an upload task running.
+    pub(super) uploading: std::sync::Mutex<std::collections::HashSet<Ino>>,
+    /// The uploads' window and the batching of their first step (`pacing`).
+    pub(super) pacing: super::pacing::Pacing,
+    /// Closed files waiting for the next batch (backends that store batches).
+    pub(super) writeback: super::writeback::Writeback,
+    /// The journal is being handed to a new daemon: no upload or batch starts any more.
+    pub(super) handing_over: std::sync::atomic::AtomicBool,
+    /// Uploads and batches between their start and their journal entry's end.
+    pub(super) storing: std::sync::atomic::AtomicUsize,
+    /// Uploads in flight and recent errors, for `vaultfs status`.
+    pub(super) tracker: super::status::Tracker,
+}
+
+impl Uploads {
+    /// `concurrency` uploads in flight at first (the window then adapts).
+    pub(super) fn new(concurrency: usize) -> Uploads {
+        Uploads {
+            uploading: Default::default(),
+            pacing: super::pacing::Pacing::new(concurrency),
+            writeback: Default::default(),
+            handing_over: Default::default(),
+            storing: Default::default(),
+            tracker: Default::default(),
+        }
+    }
+}
+
 /// Queues the uploads a previous run left in the journal.
 pub fn recover<B: Backend>(fs: &Arc<Fs<B>>) -> std::io::Result<()> {
     let entries = fs.journal.recover()?;
@@ -32,9 +64,9 @@ pub fn recover<B: Backend>(fs: &Arc<Fs<B>>) -> std::io::Result<()> {
 /// Makes sure an upload runs for `ino` (in the next batch, for a backend with batches; else a
 /// task of its own, which keeps going until the file is clean).
 pub fn schedule<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
-    let new = relock(&fs.uploading).insert(ino);
+    let new = relock(&fs.uploads.uploading).insert(ino);
     if fs.backend.local().is_some() {
-        fs.writeback.enqueue(ino);
+        fs.uploads.writeback.enqueue(ino);
         return;
     }
     if !new {
@@ -51,11 +83,11 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
         let result = {
             // Step 1 with the folder's other new files, before waiting for a place (`pacing`).
             let created = super::pacing::create_ahead(fs, ino).await;
-            let _slot = fs.pacing.window.acquire().await;
-            if fs.handing_over.load(Ordering::SeqCst) {
+            let _slot = fs.uploads.pacing.window.acquire().await;
+            if fs.uploads.handing_over.load(Ordering::SeqCst) {
                 return; // the next daemon uploads it (see `fs::mount`)
             }
-            fs.storing.fetch_add(1, Ordering::SeqCst);
+            fs.uploads.storing.fetch_add(1, Ordering::SeqCst);
             let removal = fs
                 .table()
                 .get(ino)
@@ -75,12 +107,12 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
                 }
                 _ => r,
             };
-            fs.storing.fetch_sub(1, Ordering::SeqCst);
+            fs.uploads.storing.fetch_sub(1, Ordering::SeqCst);
             r
         };
         match &result {
-            Ok(()) => fs.pacing.window.succeeded(),
-            Err(e) => fs.pacing.window.failed(e),
+            Ok(()) => fs.uploads.pacing.window.succeeded(),
+            Err(e) => fs.uploads.pacing.window.failed(e),
         }
         if let Err(e) = result {
             // A conflict, or the file deleted elsewhere: stored as a copy, or again.
@@ -88,13 +120,14 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
                 resolved += 1;
                 continue;
             }
-            fs.tracker
+            fs.uploads
+                .tracker
                 .error(format!("upload of {}: {e}", path_of(fs, ino)));
             match retry.failed(&e) {
                 Next::After(wait) => {
                     if e.kind == crate::api::ErrorKind::Network {
                         // Offline until the next attempt says otherwise.
-                        fs.note_unreachable(wait * 2);
+                        fs.offline.note_unreachable(wait * 2);
                     }
                     log::warn!(
                         "upload of inode {ino} failed, retrying in {:.1}s: {e}",
@@ -110,10 +143,10 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
             }
         } else {
             retry = Retry::default();
-            fs.note_reachable();
+            fs.offline.note_reachable();
         }
         // Done unless a writer made it dirty again (and has closed it since).
-        let mut up = relock(&fs.uploading);
+        let mut up = relock(&fs.uploads.uploading);
         let again = fs
             .table()
             .get(ino)
@@ -223,9 +256,9 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
         let file = std::fs::File::open(staged.data_path())?;
         let body = staged.removal().reader(std::io::Read::take(file, size));
         let body = reader_stream(body);
-        let body = fs.tracker.track(ino, path.to_string(), size, body);
+        let body = fs.uploads.tracker.track(ino, path.to_string(), size, body);
         let uploaded = fs.backend.upload(&id, &vid, size, body).await;
-        fs.tracker.done(ino);
+        fs.uploads.tracker.done(ino);
         match uploaded {
             Err(e) if e.kind == ErrorKind::BadRequest && staged.generation() != generation => {
                 // Written to while being sent: the checksum did not match; the next round sends

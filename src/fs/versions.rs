@@ -125,7 +125,7 @@ pub fn name_versions(file: &str, versions: Vec<Version>) -> Named {
 
 impl<B: Backend> Fs<B> {
     fn versions_tree(&self) -> MutexGuard<'_, Tree> {
-        relock(&self.versions)
+        relock(&self.virtual_dirs.versions)
     }
 
     /// The stored file `name` of `folder` (a file not uploaded yet has no versions yet).
@@ -382,7 +382,7 @@ impl<B: Backend> Fs<B> {
         let (id, v) = self.version_of(folder, &name, &vid).await?;
         let key = format!("version-{id}-{vid}");
         let md5 = v.md5_checksum.as_deref();
-        let entry = match self.cache.complete(&key, md5) {
+        let entry = match self.reads.cache.complete(&key, md5) {
             Some(e) => e,
             None => {
                 let d = self
@@ -391,7 +391,8 @@ impl<B: Backend> Fs<B> {
                     .await
                     .map_err(|e| errno(&e))?;
                 let len = d.len();
-                self.cache
+                self.reads
+                    .cache
                     .fill(&key, md5, len, d.body)
                     .await
                     .map_err(|e| errno(&e))?

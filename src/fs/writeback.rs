@@ -125,26 +125,26 @@ pub fn start<B: Backend>(fs: &Arc<Fs<B>>) {
         let mut last: Option<tokio::time::Instant> = None;
         loop {
             if let Some(at) = last.take() {
-                let urgent = fs.writeback.urgent.notified();
-                if !fs.writeback.has_waiters() {
+                let urgent = fs.uploads.writeback.urgent.notified();
+                if !fs.uploads.writeback.has_waiters() {
                     tokio::select! {
                         () = tokio::time::sleep_until(at + BURST_GATHER) => {}
                         () = urgent => {}
                     }
                 }
             }
-            if fs.handing_over.load(Ordering::SeqCst) {
+            if fs.uploads.handing_over.load(Ordering::SeqCst) {
                 return; // the next daemon stores the rest (see `fs::mount`)
             }
-            let batch = fs.writeback.take(&fs);
+            let batch = fs.uploads.writeback.take(&fs);
             if batch.is_empty() {
-                fs.writeback.wake.notified().await;
+                fs.uploads.writeback.wake.notified().await;
                 continue;
             }
             last = Some(tokio::time::Instant::now());
-            fs.storing.fetch_add(1, Ordering::SeqCst);
+            fs.uploads.storing.fetch_add(1, Ordering::SeqCst);
             run_batch(&fs, batch).await;
-            fs.storing.fetch_sub(1, Ordering::SeqCst);
+            fs.uploads.storing.fetch_sub(1, Ordering::SeqCst);
         }
     });
 }
@@ -153,13 +153,14 @@ pub fn start<B: Backend>(fs: &Arc<Fs<B>>) {
 /// are stored (true), or the attempt failed (false).
 pub async fn flush<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, generation: u64) -> bool {
     let (tx, rx) = oneshot::channel();
-    fs.writeback
+    fs.uploads
+        .writeback
         .queue()
         .waiters
         .entry(ino)
         .or_default()
         .push((generation, tx));
-    fs.writeback.urgent.notify_one();
+    fs.uploads.writeback.urgent.notify_one();
     super::upload::schedule(fs, ino);
     rx.await.unwrap_or(false)
 }
@@ -227,7 +228,7 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
         fs.rt.clone().spawn(async move {
             tokio::time::sleep(Duration::from_millis(20)).await;
             for ino in busy {
-                fs.writeback.enqueue(ino);
+                fs.uploads.writeback.enqueue(ino);
             }
         });
     }
@@ -249,7 +250,7 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
     for (item, result) in items.into_iter().zip(results) {
         match result {
             Ok(node) => {
-                fs.writeback.queue().failures.remove(&item.ino);
+                fs.uploads.writeback.queue().failures.remove(&item.ino);
                 if let Some(md5) = node.md5_checksum.clone() {
                     // What the next round replaces (saves in sequence never conflict).
                     item.staged.set_base(crate::api::Base::Md5(md5));
@@ -260,12 +261,12 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
                     retired.push(item.staged.clone());
                 }
                 drop(t);
-                fs.writeback.notify(item.ino, Some(item.generation));
+                fs.uploads.writeback.notify(item.ino, Some(item.generation));
                 // Written to again and closed since: it goes in the next batch.
                 let again = item.staged.waits_for_upload();
                 drop(item._io);
                 if again {
-                    fs.writeback.enqueue(item.ino);
+                    fs.uploads.writeback.enqueue(item.ino);
                 } else {
                     finished(fs, item.ino, !item.staged.is_dirty());
                 }
@@ -286,15 +287,15 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
                 let fs = fs.clone();
                 fs.rt.clone().spawn(async move {
                     if fs.resolve_refusal(ino, &e).await {
-                        fs.writeback.enqueue(ino);
+                        fs.uploads.writeback.enqueue(ino);
                     } else {
-                        fs.writeback.notify(ino, None);
+                        fs.uploads.writeback.notify(ino, None);
                         failed(&fs, ino, &e);
                     }
                 });
             }
             Err(e) => {
-                fs.writeback.notify(item.ino, None);
+                fs.uploads.writeback.notify(item.ino, None);
                 let ino = item.ino;
                 drop(item._io);
                 failed(fs, ino, &e);
@@ -364,13 +365,13 @@ async fn same_as_stored<B: Backend>(
                 retired.push(staged.clone());
             }
             drop(t);
-            fs.writeback.notify(ino, Some(generation));
+            fs.uploads.writeback.notify(ino, Some(generation));
             drop(guard);
             finished(fs, ino, !staged.is_dirty());
         } else {
             staged.found_changed();
             drop(guard);
-            fs.writeback.enqueue(ino);
+            fs.uploads.writeback.enqueue(ino);
         }
     }
 }
@@ -381,8 +382,9 @@ fn failed<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, e: &Error) {
         .table()
         .get(ino)
         .map_or_else(|| format!("inode {ino}"), |i| i.path.to_string());
-    fs.tracker.error(format!("upload of {path}: {e}"));
+    fs.uploads.tracker.error(format!("upload of {path}: {e}"));
     let next = fs
+        .uploads
         .writeback
         .queue()
         .failures
@@ -392,9 +394,9 @@ fn failed<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, e: &Error) {
     let wait = match next {
         Next::After(wait) => wait,
         Next::SetAside => {
-            fs.writeback.queue().failures.remove(&ino);
+            fs.uploads.writeback.queue().failures.remove(&ino);
             fs.set_aside(ino, e);
-            fs.writeback.notify(ino, None);
+            fs.uploads.writeback.notify(ino, None);
             finished(fs, ino, false);
             return;
         }
@@ -406,7 +408,7 @@ fn failed<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, e: &Error) {
     let fs = fs.clone();
     fs.rt.clone().spawn(async move {
         tokio::time::sleep(wait).await;
-        fs.writeback.enqueue(ino);
+        fs.uploads.writeback.enqueue(ino);
     });
 }
 
@@ -414,9 +416,9 @@ fn failed<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, e: &Error) {
 /// are answered), else its release will queue it again.
 fn finished<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, clean: bool) {
     if clean {
-        fs.writeback.notify(ino, Some(u64::MAX));
+        fs.uploads.writeback.notify(ino, Some(u64::MAX));
     }
-    if !fs.writeback.queue().queued.contains(&ino) {
-        relock(&fs.uploading).remove(&ino);
+    if !fs.uploads.writeback.queue().queued.contains(&ino) {
+        relock(&fs.uploads.uploading).remove(&ino);
     }
 }

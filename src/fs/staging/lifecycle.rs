@@ -392,9 +392,10 @@ impl<B: Backend> Fs<B> {
             inode.mtime = staged.mtime();
             // Kept open before the staging name goes: reading back what was written needs no
             // copy.
-            if let Err(e) = self
-                .cache
-                .adopt(&r.id, r.md5.as_deref(), staged.size(), &staged.file())
+            if let Err(e) =
+                self.reads
+                    .cache
+                    .adopt(&r.id, r.md5.as_deref(), staged.size(), &staged.file())
             {
                 log::debug!("could not keep inode {ino} in the read cache: {e}");
             }
