@@ -469,7 +469,6 @@ impl<B: Backend> Fs<B> {
         // A file that exists only here takes the name; a remote file under that name gets its
         // bytes as a new version when the upload runs. Nothing else of the target stays.
         let mut t = self.table();
-        let mut target_base = None;
         if let Some(tino) = target {
             // The replaced file's bytes are gone (or about to be superseded): free their cache.
             if let Some(r) = t.get(tino).and_then(|i| i.remote.as_ref()) {
@@ -478,7 +477,7 @@ impl<B: Backend> Fs<B> {
             // What the bytes put here replace is what this mount knew of the target (its
             // own base while it had edits staged): a target changed elsewhere meanwhile makes
             // the upload a conflict (editors' save-by-rename).
-            target_base = t.get(tino).map(|i| match &i.staged {
+            let target_base = t.get(tino).map(|i| match &i.staged {
                 Some(s) => s.base(),
                 None => super::io::base_of(i),
             });
@@ -488,7 +487,7 @@ impl<B: Backend> Fs<B> {
                 let rid = t.get(tino).and_then(|i| i.remote.clone());
                 if let Some(i) = t.get_mut(ino) {
                     i.remote = rid;
-                    if let (Some(s), Some(b)) = (&i.staged, target_base.clone()) {
+                    if let (Some(s), Some(b)) = (&i.staged, target_base) {
                         s.set_base(b);
                     }
                 }
@@ -496,8 +495,7 @@ impl<B: Backend> Fs<B> {
         }
         t.rename(ino, &dst);
         // A store that keeps the file it replaces (ours: `Store::transfer`) answers with that
-        // file, the moved bytes its new version: the file here is that one now, and bytes
-        // still staged here replace what this mount knew of it, as above.
+        // file, the moved bytes its new version: the file here is that one now.
         let kept = moved.filter(|n| {
             kind == InodeKind::File && target.is_some() && {
                 let id = t.get(ino).and_then(|i| i.remote.as_ref()).map(|r| &r.id);
@@ -505,9 +503,13 @@ impl<B: Backend> Fs<B> {
             }
         });
         if let Some(node) = kept {
+            let moved_md5 = t.get(ino).and_then(|i| i.remote.as_ref()?.md5.clone());
             t.update_from(ino, &node);
-            if let (Some(s), Some(b)) = (t.get(ino).and_then(|i| i.staged.as_ref()), target_base) {
-                s.set_base(b);
+            // Bytes staged here replace what the name holds now: the version moved (their
+            // own base stays), or, the moved file having none, the file that was there.
+            let now = node.md5_checksum.filter(|m| Some(m) != moved_md5.as_ref());
+            if let (Some(s), Some(md5)) = (t.get(ino).and_then(|i| i.staged.as_ref()), now) {
+                s.set_base(crate::api::Base::Md5(md5));
             }
         }
         self.renamed(&t, &dst);
