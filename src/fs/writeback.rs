@@ -259,6 +259,19 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
                 let mut t = fs.table();
                 if fs.stored(&mut t, item.ino, &item.staged, item.generation, Some(&node)) {
                     retired.push(item.staged.clone());
+                } else if let Some(i) = t.get(item.ino).filter(|i| {
+                    i.staged
+                        .as_ref()
+                        .is_some_and(|s| Arc::ptr_eq(s, &item.staged))
+                }) {
+                    // Still staged (written again meanwhile): its entry names the new base, as
+                    // the per-file uploader's does. Else a daemon after this one (a journal
+                    // handed over at a remount, or a crash) sends the next bytes on the old
+                    // base, and the store's version, this very one, counts as a change made
+                    // elsewhere: the name kept old bytes, the new went to a conflict copy
+                    // (fstests generic/412, 2 runs in 3 of the chosen list).
+                    let id = i.remote.as_ref().map(|r| r.id.clone());
+                    let _ = fs.journal.record(&item.staged, &i.path, id);
                 }
                 drop(t);
                 fs.uploads.writeback.notify(item.ino, Some(item.generation));
