@@ -319,6 +319,7 @@ impl Store {
             }
             None => (None, None),
         };
+        let mut freed = Vec::new();
         if mode == TransferMode::Move {
             // The source's earlier versions join the history under the name; its node goes.
             let from = path_of(&tx, s.id)?;
@@ -327,11 +328,11 @@ impl Store {
                  AND (CAST(?3 AS BIGINT) IS NULL OR id <> ?3)",
                 params![target.id, s.id, version],
             )?;
-            delete_subtree(&tx, s.id)?;
+            freed = delete_subtree(&tx, s.id)?;
             touch(&tx, s.parent_id, now)?;
             self.log_change(&tx, NewChange::new(s, ChangeKind::Deleted, &from))?;
         }
-        let freed = prune_versions(&tx, target.id, &self.config.retention)?;
+        freed.extend(prune_versions(&tx, target.id, &self.config.retention)?);
         touch(&tx, target.parent_id, now)?;
         let render = match &blob {
             Some(h) => crate::store::previews::want(&tx, &self.blobs, h, &target.name)?,
