@@ -446,7 +446,7 @@ fn gone(
         return;
     }
     let dir = i.kind == InodeKind::Dir;
-    t.detach(ino);
+    t.detach_gone(ino);
     t.entries_changed(pino);
     t.expire_listing(pino, past);
     kernel.push(Kernel::Delete(pino, ino, path.clone(), dir));

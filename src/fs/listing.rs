@@ -207,7 +207,7 @@ impl<B: Backend> Fs<B> {
                 i.hidden_preview = hidden_preview;
             }
             for (_, ino, _) in &gone {
-                t.detach(*ino);
+                t.detach_gone(*ino);
             }
         }
         if added || !changed.is_empty() || !gone.is_empty() {
@@ -314,7 +314,7 @@ impl<B: Backend> Fs<B> {
                 let parent = {
                     let mut t = self.table();
                     let parent = path.parent().and_then(|p| t.ino_of(&p));
-                    t.detach(ino);
+                    t.detach_gone(ino);
                     parent
                 };
                 if let (Some(dir), Some(name)) = (parent, path.name()) {

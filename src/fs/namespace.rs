@@ -244,6 +244,10 @@ impl<B: Backend> Fs<B> {
             // A writer for the time of the truncate: released, it settles the file like a
             // close (truncate(2) without an open handle is the whole change).
             let staged = self.stage(ino, size == 0).await?;
+            if self.table().get(ino).is_some_and(|i| i.gone_elsewhere) {
+                self.release_staged(ino, &staged);
+                return Err(Errno::ESTALE);
+            }
             let r = staged.truncate(size);
             self.release_staged(ino, &staged);
             r.map_err(|e| io_errno(&e))?;
@@ -251,10 +255,15 @@ impl<B: Backend> Fs<B> {
         self.set_attrs(ino, times, mode).await
     }
 
-    /// Nothing in `.preview` changes; files belong to the mounting user.
+    /// Nothing in `.preview` changes; files belong to the mounting user. A node the store no
+    /// longer has is looked up again first (ESTALE: truncate(2), chmod(2) and utimensat(2)
+    /// retry once so), or a truncate through the kernel's old entry would change nothing.
     pub(super) fn may_setattr(&self, ino: Ino, uid: Option<u32>, gid: Option<u32>) -> OpResult<()> {
         if is_virtual(ino) {
             return Err(Errno::EROFS);
+        }
+        if self.table().get(ino).is_some_and(|i| i.gone_elsewhere) {
+            return Err(Errno::ESTALE);
         }
         if uid.is_some_and(|u| u != self.uid) || gid.is_some_and(|g| g != self.gid) {
             return Err(Errno::EPERM);

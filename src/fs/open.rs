@@ -88,7 +88,8 @@ impl<B: Backend> Fs<B> {
     /// OPEN: a handle; one opened for writing counts as a writer of the file's staged copy. A
     /// read-only open of bytes whole on local disk is passed through (`register` hands the file
     /// to the kernel); ESTALE when the open needs another mode than passthrough opens of the
-    /// inode (see `passthrough`: the kernel then opens the name's new inode).
+    /// inode (see `passthrough`: the kernel then opens the name's new inode), or of an inode
+    /// the store no longer has (`Inode::gone_elsewhere`: the kernel looks the name up again).
     pub(super) async fn open_with(
         self: &Arc<Self>,
         ino: Ino,
@@ -113,6 +114,9 @@ impl<B: Backend> Fs<B> {
         let (kind, remote, staged) = {
             let t = self.table();
             let i = t.get(ino).ok_or(Errno::ENOENT)?;
+            if i.gone_elsewhere {
+                return Err(Errno::ESTALE);
+            }
             (i.kind, i.remote.clone(), i.staged.is_some())
         };
         if kind == InodeKind::Dir {
@@ -158,6 +162,9 @@ impl<B: Backend> Fs<B> {
         let (kind, remote, staged) = {
             let t = self.table();
             let i = t.get(ino)?;
+            if i.gone_elsewhere {
+                return Some(Err(Errno::ESTALE));
+            }
             (i.kind, i.remote.clone(), i.staged.is_some())
         };
         if kind == InodeKind::Dir {
@@ -213,6 +220,10 @@ impl<B: Backend> Fs<B> {
                 Some(i) => {
                     i.plain_pending -= 1;
                     match &staged {
+                        // Deleted elsewhere while the copy was staged: the kernel looks the
+                        // name up again (the model: a rewrite fsynced into the detached inode
+                        // returned Ok and was never stored).
+                        Ok(_) if i.gone_elsewhere => Some(Err(Errno::ESTALE)),
                         Ok(s) => {
                             let b = self.kernel_writer(i, s, fh, flags, truncate, register);
                             if b.is_ok() {

@@ -101,6 +101,11 @@ pub struct Inode {
     pub read_md5: Option<String>,
     /// Removed from the namespace while still open.
     pub unlinked: bool,
+    /// Unlinked because the store no longer has it (deleted or moved elsewhere), not by a
+    /// call here: the kernel may still hold its name for a moment, and an open through that
+    /// name is refused with ESTALE, so that the kernel looks the name up again (an edit made
+    /// there is a new file, never bytes written into a detached inode and dropped).
+    pub gone_elsewhere: bool,
     /// Passthrough opens and the backing file they share (see `passthrough`).
     pub pt: Option<super::passthrough::Shared>,
     /// Plain opens on their way (a writer staging its copy): no passthrough open starts meanwhile.
@@ -135,6 +140,7 @@ impl Inode {
             kernel_md5: None,
             read_md5: None,
             unlinked: false,
+            gone_elsewhere: false,
             pt: None,
             plain_pending: 0,
             touched: Instant::now(),
@@ -462,7 +468,7 @@ impl Table {
             if self.inodes[&ino].kind == kind {
                 return ino;
             }
-            self.detach(ino);
+            self.detach_gone(ino);
         }
         let ino = self.next;
         self.next += 1;
@@ -512,6 +518,14 @@ impl Table {
     /// Whether `path` was removed or renamed away here after `since`.
     pub fn removed_since(&self, path: &NodePath, since: Instant) -> bool {
         self.removed.get(path).is_some_and(|at| *at >= since)
+    }
+
+    /// Takes out of the namespace a node the store no longer has (see `Inode::gone_elsewhere`).
+    pub fn detach_gone(&mut self, ino: Ino) {
+        if let Some(inode) = self.inodes.get_mut(&ino) {
+            inode.gone_elsewhere = true;
+        }
+        self.detach(ino);
     }
 
     /// Takes a path out of the namespace (the inode lives on while the kernel references it).

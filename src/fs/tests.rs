@@ -562,3 +562,58 @@ async fn an_open_that_copies_an_old_version_copies_again() {
     h.fs.release(opened.fh);
     assert_eq!(h.read_all(ino).await.unwrap(), b"version two");
 }
+
+/// A file deleted elsewhere (the model, remote: T deleted `c.txt`, B rewrote it with fsync at
+/// once): the kernel may still hold the name of the inode the mount has just detached. An open
+/// or a truncate through it is refused with ESTALE, and the kernel looks the name up again (a
+/// rewrite then creates the file anew); writing into the detached inode returned Ok to fsync
+/// and stored nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_through_the_name_of_a_file_deleted_elsewhere_is_stored() {
+    let h = harness(false, Duration::from_millis(50));
+    h.put_remote("c.txt", b"theirs").await;
+    let ino = h.fs.lookup(ROOT, "c.txt").await.unwrap().ino.0;
+    h.store()
+        .delete(&h.vault.child("c.txt").unwrap())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(h.names(ROOT).await, Vec::<String>::new());
+
+    // What the kernel sends through the name it still holds.
+    let trunc = fuser::OpenFlags(libc::O_WRONLY | libc::O_TRUNC);
+    assert_eq!(h.fs.open(ino, trunc).await.err(), Some(Errno::ESTALE));
+    let rw = fuser::OpenFlags(libc::O_RDWR);
+    assert_eq!(h.fs.open(ino, rw).await.err(), Some(Errno::ESTALE));
+    let truncate = h.fs.setattr(ino, Some(0), (None, None), None, (None, None));
+    assert_eq!(truncate.await.err(), Some(Errno::ESTALE));
+    // Its retry, looking the name up again: O_CREAT makes the file anew.
+    assert_eq!(h.fs.lookup(ROOT, "c.txt").await.err(), Some(Errno::ENOENT));
+    h.write_file(ROOT, "c.txt", b"mine").await;
+    assert_eq!(h.stored("c.txt").await.as_deref(), Some(&b"mine"[..]));
+}
+
+/// A move elsewhere landing while a writer's open copies the stored bytes into its staged copy
+/// (the download goes on: the document is still there): the open is refused with ESTALE once
+/// the copy is staged, not left writing into an inode whose bytes have no name to be stored
+/// under.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_elsewhere_during_a_writers_open_refuses_the_open() {
+    let h = harness(false, Duration::from_millis(50));
+    h.put_remote("d.txt", b"theirs").await;
+    let ino = h.fs.lookup(ROOT, "d.txt").await.unwrap().ino.0;
+    h.faults()
+        .inject_times(Op::Download, Fault::Delay(Duration::from_millis(800)), 1);
+    let fs = h.fs.clone();
+    let open = tokio::spawn(async move { fs.open(ino, fuser::OpenFlags(libc::O_RDWR)).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (from, to) = (
+        h.vault.child("d.txt").unwrap(),
+        h.vault.child("e.txt").unwrap(),
+    );
+    h.store().rename(&from, &to, false).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(h.names(ROOT).await, vec!["e.txt".to_string()]);
+    assert_eq!(open.await.unwrap().err(), Some(Errno::ESTALE));
+    assert!(h.fs.table().get(ino).is_none_or(|i| i.staged.is_none()));
+}
