@@ -235,7 +235,12 @@ impl<B: Backend> Fs<B> {
 
     /// FSYNC: returns once the file's bytes as they are now are stored, or says why not.
     pub(super) async fn fsync(self: &Arc<Self>, ino: Ino) -> OpResult<()> {
-        let staged = self.table().get(ino).and_then(|i| i.staged.clone());
+        // An unlinked file's bytes have no name to be stored under: nothing to wait for.
+        let staged = self
+            .table()
+            .get(ino)
+            .filter(|i| !i.unlinked)
+            .and_then(|i| i.staged.clone());
         let Some(staged) = staged else { return Ok(()) };
         // What the kernel wrote itself is news here.
         let stored = self.table().stored_version(ino);
@@ -254,7 +259,7 @@ impl<B: Backend> Fs<B> {
         // fsync returns only once the bytes are stored remotely, or reports why not.
         if self.backend.local().is_some() {
             // Stored with the next batch (one durable commit for all of it).
-            return if super::writeback::flush(self, ino, staged.generation()).await {
+            return if super::writeback::flush(self, ino, &staged).await {
                 Ok(())
             } else {
                 Err(Errno::EIO)
