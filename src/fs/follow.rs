@@ -1,4 +1,4 @@
-//! Following changes made elsewhere (docs/design.md, "Changes made elsewhere"): one task per
+//! Following changes made elsewhere (docs/design.md §5, "Following changes"): one task per
 //! mount that long-polls the backend's change feed (`Backend::changes`) from the cursor taken
 //! at mount time and, for each change, drops exactly what it makes stale: the parent folder's
 //! cached listing, the node's attributes (so the next open reads the new version), and the
