@@ -634,3 +634,39 @@ fn a_time_set_before_the_upload_survives_a_crash() {
     );
     m.unmount();
 }
+
+/// A file a batch of the built-in store stored while it was still open (an fsync), written
+/// again, and the daemon killed before the next close: the next mount stores the new bytes
+/// under the name. (fstests generic/412: the journal kept the base from before the batch, the
+/// next daemon sent the newest bytes on it, and the batch's own version counted as a change
+/// made elsewhere: the name kept the old bytes, the new went to a conflict copy.)
+#[test]
+fn bytes_written_after_an_fsync_of_an_open_file_survive_a_crash() {
+    let Some(env) = Env::new(Via::Local) else {
+        return;
+    };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    let mut f = File::create(v.join("open.txt")).unwrap();
+    f.write_all(b"first, fsynced\n").unwrap();
+    f.sync_all().unwrap();
+    f.write_all(b"second, written after\n").unwrap();
+    m.kill();
+    drop(f);
+
+    let m = env.mount(&[]);
+    env.wait_uploaded();
+    let mut names: Vec<String> = fs::read_dir(&v)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["open.txt"], "{}", m.log_text());
+    assert_eq!(
+        fs::read_to_string(v.join("open.txt")).unwrap(),
+        "first, fsynced\nsecond, written after\n",
+        "{}",
+        m.log_text()
+    );
+    m.unmount();
+}
