@@ -16,7 +16,10 @@ use vaultfs::backend::Backend;
 use vaultfs::backend::local::LocalBackend;
 use vaultfs::store::Store;
 
-both!(killed_daemon_loses_no_byte);
+both!(
+    killed_daemon_loses_no_byte,
+    bytes_written_after_an_fsync_of_an_open_file_survive_a_crash,
+);
 
 /// The server is away while files are written, the daemon is killed (a reboot), the server
 /// comes back: the next mount uploads the journal, and every listing taken meanwhile shows each
@@ -635,14 +638,13 @@ fn a_time_set_before_the_upload_survives_a_crash() {
     m.unmount();
 }
 
-/// A file a batch of the built-in store stored while it was still open (an fsync), written
-/// again, and the daemon killed before the next close: the next mount stores the new bytes
-/// under the name. (fstests generic/412: the journal kept the base from before the batch, the
+/// A file stored while it was still open (an fsync), written again, and the daemon killed
+/// before the next close: the next mount stores the new bytes under the name. (fstests
+/// generic/412 on the built-in store: the journal kept the base from before the batch, the
 /// next daemon sent the newest bytes on it, and the batch's own version counted as a change
 /// made elsewhere: the name kept the old bytes, the new went to a conflict copy.)
-#[test]
-fn bytes_written_after_an_fsync_of_an_open_file_survive_a_crash() {
-    let Some(env) = Env::new(Via::Local) else {
+fn bytes_written_after_an_fsync_of_an_open_file_survive_a_crash(via: Via) {
+    let Some(env) = Env::new(via) else {
         return;
     };
     let m = env.mount(&[]);
