@@ -354,6 +354,28 @@ impl VersionRequest {
     }
 }
 
+/// Our extension of DELETE (`Backend::delete_if`): delete the file only while its current
+/// version has this md5 (hex or base64) ...
+pub const DELETE_IF_MATCH: &str = "vaultfs-if-match";
+/// ... or, with `*`, only while it has no version (or an empty one).
+pub const DELETE_IF_NONE_MATCH: &str = "vaultfs-if-none-match";
+
+impl Base {
+    /// The condition of a DELETE from our headers ([`DELETE_IF_MATCH`],
+    /// [`DELETE_IF_NONE_MATCH`]), read as step 2's `if_match` / `if_none_match` are.
+    pub fn from_delete_headers(
+        if_match: Option<&str>,
+        if_none_match: Option<&str>,
+    ) -> super::Result<Base> {
+        VersionRequest {
+            if_match: if_match.map(str::to_string),
+            if_none_match: if_none_match.map(str::to_string),
+            ..Default::default()
+        }
+        .base()
+    }
+}
+
 /// What an upload expects to replace: the conflict check that keeps a later save from silently
 /// erasing an earlier one by somebody else (a stale base is refused, the caller keeps its bytes).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]

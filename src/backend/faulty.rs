@@ -332,6 +332,11 @@ impl<B: Backend> Backend for Faulty<B> {
         self.call(Op::Delete, || self.inner.delete(path)).await
     }
 
+    async fn delete_if(&self, path: &NodePath, base: &Base) -> Result<()> {
+        self.call(Op::Delete, || self.inner.delete_if(path, base))
+            .await
+    }
+
     async fn preview(&self, file_id: &str) -> Result<PreviewMeta> {
         self.call(Op::Preview, || self.inner.preview(file_id)).await
     }

@@ -380,6 +380,12 @@ impl Backend for LocalBackend {
         self.run(move |s, scope| s.delete(scope, &path)).await
     }
 
+    async fn delete_if(&self, path: &NodePath, base: &Base) -> Result<()> {
+        let (path, base) = (path.clone(), base.clone());
+        self.run(move |s, scope| s.delete_if(scope, &path, &base))
+            .await
+    }
+
     async fn preview(&self, file_id: &str) -> Result<PreviewMeta> {
         let id = file_id.to_string();
         let state = self.run(move |s, scope| s.preview(scope, &id)).await?;

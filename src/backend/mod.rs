@@ -391,6 +391,12 @@ pub trait Backend: Send + Sync + 'static {
     /// Deletes a file, or a folder with everything under it.
     fn delete(&self, path: &NodePath) -> impl Future<Output = Result<()>> + Send;
 
+    /// Deletes the file at `path` only while `base` holds for it (its current version is the
+    /// one the caller knew: an edit beats a delete). Atomic where the server offers it (ours:
+    /// the `Vaultfs-If-Match` / `Vaultfs-If-None-Match` headers, 412 `version_conflict`); a
+    /// server without it ignores the headers and deletes, so the caller looks first too.
+    fn delete_if(&self, path: &NodePath, base: &Base) -> impl Future<Output = Result<()>> + Send;
+
     /// The versions kept of the file at `path`, newest first (`vprop=1` on our server). An
     /// error of kind `MethodNotAllowed` where the server shows none in a form we know.
     fn versions(&self, path: &NodePath) -> impl Future<Output = Result<Vec<Version>>> + Send {

@@ -238,22 +238,29 @@ impl<B: Backend> Fs<B> {
         Some(copy)
     }
 
+    /// The stored file `ino` (its ID) and the version this mount's user had of it: the version
+    /// last read or stored here, else the one the mount lists (what a rewrite would replace).
+    pub(super) fn known_of(&self, ino: Ino) -> Option<(String, Base)> {
+        let t = self.table();
+        let i = t.get(ino)?;
+        let r = i.remote.as_ref()?;
+        let known = match &i.staged {
+            Some(s) => s.base(),
+            None => super::io::base_of(i),
+        };
+        Some((r.id.clone(), known))
+    }
+
     /// An unlink of the stored file `ino` at `path`: whether the store's file there is no
     /// longer what this mount's user had (the version last read or stored here, else the one
     /// the mount lists: what a rewrite would replace) but another writer's edit, or another
     /// file. The delete would lose that edit, so the store keeps it: an edit beats a delete,
-    /// either way round. A check, then the delete: what is stored in between is lost
+    /// either way round. A check, then the delete, which our server checks again atomically
+    /// (`Backend::delete_if`); on a server without that, what is stored in between is lost
     /// (docs/design.md §5). A mount that knows no md5 (a server without them) cannot tell.
     pub(super) async fn changed_since_known(&self, ino: Ino, path: &NodePath) -> bool {
-        let (id, known) = {
-            let t = self.table();
-            let Some(i) = t.get(ino) else { return false };
-            let Some(r) = &i.remote else { return false };
-            let known = match &i.staged {
-                Some(s) => s.base(),
-                None => super::io::base_of(i),
-            };
-            (r.id.clone(), known)
+        let Some((id, known)) = self.known_of(ino) else {
+            return false;
         };
         if known == Base::Any {
             return false;

@@ -211,27 +211,41 @@ impl<B: Backend> Fs<B> {
         if is_virtual(ino) {
             return self.preview_read(ino, offset, size).await;
         }
-        let (staged, remote) = {
-            let t = self.table();
-            let i = t.get(ino).ok_or(Errno::ENOENT)?;
-            (i.staged.clone(), i.remote.clone())
-        };
-        if let Some(s) = staged {
-            return s.read_at(offset, size as usize).map_err(|e| io_errno(&e));
+        let mut learned = false;
+        loop {
+            let (staged, remote, path) = {
+                let t = self.table();
+                let i = t.get(ino).ok_or(Errno::ENOENT)?;
+                (i.staged.clone(), i.remote.clone(), i.path.clone())
+            };
+            if let Some(s) = staged {
+                return s.read_at(offset, size as usize).map_err(|e| io_errno(&e));
+            }
+            let Some(r) = remote else {
+                return Ok(Vec::new());
+            };
+            let entry = self
+                .reads
+                .cache
+                .entry(&r.id, r.md5.as_deref(), r.size)
+                .map_err(|e| errno(&e))?;
+            match self
+                .reads
+                .cache
+                .read(&self.backend, &entry, offset, size as usize)
+                .await
+            {
+                // The store has a newer version than this mount knew (written elsewhere, the
+                // feed's news not here yet): learned, and read, as a read after the news
+                // would (ESTALE reached the reader: the model, a read racing a write by the
+                // interface).
+                Err(e) if e.code == super::cache::CHANGED && !learned => {
+                    learned = true;
+                    self.refresh_attr(ino, &path).await?;
+                }
+                r => return r.map_err(|e| errno(&e)),
+            }
         }
-        let Some(r) = remote else {
-            return Ok(Vec::new());
-        };
-        let entry = self
-            .reads
-            .cache
-            .entry(&r.id, r.md5.as_deref(), r.size)
-            .map_err(|e| errno(&e))?;
-        self.reads
-            .cache
-            .read(&self.backend, &entry, offset, size as usize)
-            .await
-            .map_err(|e| errno(&e))
     }
 
     /// FSYNC: returns once the file's bytes as they are now are stored, or says why not.
@@ -373,7 +387,15 @@ fn same_version(a: Option<&super::table::Remote>, b: Option<&super::table::Remot
 fn known_base(remote: Option<&super::table::Remote>) -> crate::api::Base {
     use crate::api::Base;
     match remote {
-        Some(r) => r.md5.clone().map_or(Base::Any, Base::Md5),
+        Some(r) => match (&r.md5, r.size) {
+            (Some(md5), _) => Base::Md5(md5.clone()),
+            // A file made (step 1) with no version yet, from a server that sends no md5 for
+            // it: nothing stored, as empty as a new name (as "any", a delete of it would take
+            // another writer's first version with it unchecked).
+            (None, 0) => Base::Absent,
+            // A server that sends no md5s: nothing to compare.
+            (None, _) => Base::Any,
+        },
         None => Base::Absent,
     }
 }

@@ -325,11 +325,29 @@ impl<B: Backend> Fs<B> {
         let _ours = Ours::sending(self, vec![ino]);
         // A file changed elsewhere since this mount knew it stays on the store: an edit beats
         // a delete (`conflict`). The name goes here, and comes back with the next listing.
-        let kept = remote && kind == InodeKind::File && self.changed_since_known(ino, &path).await;
+        let mut kept =
+            remote && kind == InodeKind::File && self.changed_since_known(ino, &path).await;
         if remote && !kept {
-            match self.backend.delete(&path).await {
+            // Checked again by the store where nothing comes in between (the model: a first
+            // version stored between the look and the delete went with the file).
+            let base = match kind {
+                InodeKind::File => self.known_of(ino).map(|(_, b)| b),
+                InodeKind::Dir => None,
+            };
+            match self
+                .backend
+                .delete_if(&path, &base.unwrap_or(crate::api::Base::Any))
+                .await
+            {
                 Ok(()) => {}
                 Err(e) if e.kind == crate::api::ErrorKind::NotFound => {}
+                Err(e) if e.kind == crate::api::ErrorKind::Precondition => {
+                    log::warn!(
+                        "{path} was changed elsewhere just now; not deleted from the store (an \
+                         edit beats a delete)"
+                    );
+                    kept = true;
+                }
                 Err(e) => return Err(errno(&e)),
             }
         }

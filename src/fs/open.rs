@@ -115,6 +115,7 @@ impl<B: Backend> Fs<B> {
             let t = self.table();
             let i = t.get(ino).ok_or(Errno::ENOENT)?;
             if i.gone_elsewhere {
+                log::debug!("{}: open of inode {ino}, gone elsewhere: ESTALE", i.path);
                 return Err(Errno::ESTALE);
             }
             (i.kind, i.remote.clone(), i.staged.is_some())
@@ -143,6 +144,7 @@ impl<B: Backend> Fs<B> {
                 None => self.move_off(ino).await?,
             }
         }
+        log::debug!("inode {ino}: a reader's open met passthrough opens twice: ESTALE");
         Err(Errno::ESTALE)
     }
 
@@ -163,6 +165,7 @@ impl<B: Backend> Fs<B> {
             let t = self.table();
             let i = t.get(ino)?;
             if i.gone_elsewhere {
+                log::debug!("{}: open of inode {ino}, gone elsewhere: ESTALE", i.path);
                 return Some(Err(Errno::ESTALE));
             }
             (i.kind, i.remote.clone(), i.staged.is_some())

@@ -112,7 +112,13 @@ impl Harness {
     pub(super) async fn put_remote(&self, name: &str, data: &'static [u8]) {
         let s = self.store();
         let file = s.create_file(&self.vault, name).await.unwrap();
-        let id = file.file_id().unwrap();
+        self.put_version(&file.file_id().unwrap(), data).await;
+    }
+
+    /// Another client stores `data` as a new version of file `id` (steps 2 and 3).
+    pub(super) async fn put_version(&self, id: &str, data: &'static [u8]) {
+        let s = self.store();
+        let id = id.to_string();
         let ticket = s.begin_version(&id, data.len() as u64, None).await.unwrap();
         let body: ByteStream = Box::pin(futures_util::stream::once(async move {
             Ok(bytes::Bytes::from_static(data))
@@ -616,4 +622,43 @@ async fn a_move_elsewhere_during_a_writers_open_refuses_the_open() {
     assert_eq!(h.names(ROOT).await, vec!["e.txt".to_string()]);
     assert_eq!(open.await.unwrap().err(), Some(Errno::ESTALE));
     assert!(h.fs.table().get(ino).is_none_or(|i| i.staged.is_none()));
+}
+
+/// A file another client made (step 1) and had not stored a version of yet, when this mount
+/// listed it, then stored: an unlink here, which saw an empty file, leaves that version (an
+/// edit beats a delete).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlink_of_a_file_seen_before_its_first_version_keeps_that_version() {
+    let h = harness(false, TTL);
+    let file = h.store().create_file(&h.vault, "new.txt").await.unwrap();
+    let attr = h.fs.lookup(ROOT, "new.txt").await.unwrap();
+    assert_eq!(attr.size, 0);
+    h.put_version(&file.file_id().unwrap(), b"their first words")
+        .await;
+    let _ = h.fs.unlink(ROOT, "new.txt").await;
+    assert_eq!(
+        h.stored("new.txt").await.as_deref(),
+        Some(&b"their first words"[..])
+    );
+}
+
+/// A version another writer stores between the mount's look at a file and its delete (the
+/// look found the version the user had): the store checks again in the delete itself, and
+/// keeps the file (an edit beats a delete). The model lost such a version on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_stored_while_an_unlink_is_on_its_way_is_kept() {
+    let h = harness(false, TTL);
+    h.put_remote("w.txt", b"what I read").await;
+    let ino = h.fs.lookup(ROOT, "w.txt").await.unwrap().ino.0;
+    assert_eq!(h.read_all(ino).await.unwrap(), b"what I read");
+    let id = h.store().node(&h.vault.child("w.txt").unwrap()).await;
+    let id = id.unwrap().file_id().unwrap();
+    h.faults()
+        .inject_times(Op::Delete, Fault::Delay(Duration::from_millis(500)), 1);
+    let fs = h.fs.clone();
+    let unlink = tokio::spawn(async move { fs.unlink(ROOT, "w.txt").await });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    h.put_version(&id, b"their edit").await;
+    unlink.await.unwrap().unwrap();
+    assert_eq!(h.stored("w.txt").await.as_deref(), Some(&b"their edit"[..]));
 }

@@ -247,19 +247,29 @@ pub async fn post(caller: Caller, uri: Uri, body: Bytes) -> ApiResult {
     tag = "nodes",
     operation_id = "delete_node",
     summary = "Delete a file, or a folder with everything under it",
-    params(("path" = String, Path, description = "Percent-encoded UTF-8 segments joined by `/`", example = "Acme/My%20First%20Vault/a.txt")),
+    params(
+        ("path" = String, Path, description = "Percent-encoded UTF-8 segments joined by `/`", example = "Acme/My%20First%20Vault/a.txt"),
+        ("vaultfs-if-match" = Option<String>, Header, description = "An extension of ours: delete the file only while its current version has this md5 (hex or base64); else 412 `version_conflict` and nothing is deleted"),
+        ("vaultfs-if-none-match" = Option<String>, Header, description = "An extension of ours: `*` deletes the file only while it holds no version (or an empty one)"),
+    ),
     responses(
         (status = 200, description = "The default success object", body = SuccessEnvelope),
-        (status = 400, description = "`bad_path`, `path_too_deep`", body = ErrorEnvelope),
+        (status = 400, description = "`bad_path`, `path_too_deep`, `bad_parameter`", body = ErrorEnvelope),
         (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
         (status = 403, description = "`forbidden`: outside the caller's account, or an account or vault", body = ErrorEnvelope),
         (status = 404, description = "`not_found`", body = ErrorEnvelope),
+        (status = 412, description = "`version_conflict`: the file's current version is not the one the condition names", body = ErrorEnvelope),
     ),
     security(("basic" = [])),
 )]
-pub async fn delete(caller: Caller, uri: Uri) -> ApiResult {
+pub async fn delete(caller: Caller, uri: Uri, headers: HeaderMap) -> ApiResult {
     let path = node_path(&uri)?;
-    caller.backend.delete(&path).await?;
+    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    let base = crate::api::Base::from_delete_headers(
+        header(crate::api::DELETE_IF_MATCH),
+        header(crate::api::DELETE_IF_NONE_MATCH),
+    )?;
+    caller.backend.delete_if(&path, &base).await?;
     Ok(success())
 }
 
@@ -337,8 +347,8 @@ pub async fn post_root(caller: Caller, uri: Uri, body: Bytes) -> ApiResult {
     ),
     security(("basic" = [])),
 )]
-pub async fn delete_root(caller: Caller, uri: Uri) -> ApiResult {
-    delete(caller, uri).await
+pub async fn delete_root(caller: Caller, uri: Uri, headers: HeaderMap) -> ApiResult {
+    delete(caller, uri, headers).await
 }
 
 /// Upload step 2.

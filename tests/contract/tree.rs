@@ -1,6 +1,6 @@
 //! The contract: copy, move and delete.
 
-use vaultfs::api::{ErrorKind, NodeType};
+use vaultfs::api::{Base, ErrorKind, NodeType};
 use vaultfs::backend::Backend;
 
 use crate::common::md5hex;
@@ -195,4 +195,36 @@ pub(crate) async fn delete_cases<B: Backend>(w: &World<B>) {
     assert_err(b.delete(v).await, ErrorKind::Forbidden, None);
     assert_err(b.delete(&path("/Acme")).await, ErrorKind::Forbidden, None);
     assert!(b.node(v).await.is_ok());
+
+    // A delete on a condition (our extension): refused while another version is current, or
+    // while a file made with no version has one now; done while the condition holds. A
+    // server that does not know it (the public service's dialect) deletes as asked.
+    let kept = at(v, "kept.txt");
+    let kept_id = put(b, v, "kept.txt", b"theirs").await.file_id().unwrap();
+    let old = Base::Md5(md5hex(b"mine"));
+    if matches!(w._keep, crate::Keep::Dialect(_)) {
+        b.delete_if(&kept, &old).await.unwrap();
+        assert_err(b.node(&kept).await, ErrorKind::NotFound, None);
+        return;
+    }
+    assert_err(
+        b.delete_if(&kept, &old).await,
+        ErrorKind::Precondition,
+        Some("version_conflict"),
+    );
+    assert_err(
+        b.delete_if(&kept, &Base::Absent).await,
+        ErrorKind::Precondition,
+        Some("version_conflict"),
+    );
+    assert_eq!(content(b, &kept_id).await, b"theirs");
+    b.delete_if(&kept, &Base::Md5(md5hex(b"theirs")))
+        .await
+        .unwrap();
+    assert_err(b.node(&kept).await, ErrorKind::NotFound, None);
+    b.create_file(v, "empty.txt").await.unwrap();
+    b.delete_if(&at(v, "empty.txt"), &Base::Absent)
+        .await
+        .unwrap();
+    assert!(names(b, v).await.is_empty());
 }

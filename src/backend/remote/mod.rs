@@ -428,6 +428,21 @@ impl Backend for RemoteBackend {
         self.call::<serde_json::Value>(req).await.map(|_| ())
     }
 
+    async fn delete_if(&self, path: &NodePath, base: &Base) -> Result<()> {
+        let mut req = Req::get(path.encoded());
+        req.method = Method::DELETE;
+        req.retry = Retry::UnsentOnly;
+        // Our own headers: a server that does not know them ignores them.
+        match base {
+            Base::Any => {}
+            Base::Absent => req
+                .headers
+                .push((crate::api::DELETE_IF_NONE_MATCH, "*".into())),
+            Base::Md5(m) => req.headers.push((crate::api::DELETE_IF_MATCH, m.clone())),
+        }
+        self.call::<serde_json::Value>(req).await.map(|_| ())
+    }
+
     async fn preview(&self, file_id: &str) -> Result<PreviewMeta> {
         let path = format!("/preview/id/Document/{}", encode_segment(file_id));
         self.call_message(Req::get(path)).await

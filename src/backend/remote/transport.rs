@@ -40,6 +40,8 @@ pub(super) struct Req {
     /// `application/json` for JSON calls (docs/design.md §2); anything for bytes.
     pub(super) accept: &'static str,
     pub(super) range: Option<RangeRequest>,
+    /// More headers (our extensions; a server that does not know them ignores them).
+    pub(super) headers: Vec<(&'static str, String)>,
 }
 
 impl Req {
@@ -52,6 +54,7 @@ impl Req {
             auth: true,
             accept: JSON,
             range: None,
+            headers: Vec::new(),
         }
     }
 
@@ -70,6 +73,7 @@ impl Req {
             auth: true,
             accept: JSON,
             range: None,
+            headers: Vec::new(),
         }
     }
 
@@ -221,6 +225,9 @@ impl RemoteBackend {
             }
             if let Some(r) = req.range {
                 rb = rb.header(header::RANGE, r.to_string());
+            }
+            for (name, value) in &req.headers {
+                rb = rb.header(*name, value);
             }
             let outcome = match rb.send().await {
                 // A 5xx is read here: its code decides whether it is worth another attempt (the

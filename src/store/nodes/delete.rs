@@ -5,7 +5,7 @@ use super::limits::subtree_size;
 use super::resolve::{path_of, resolve};
 use super::restore::{keep_deleted, keeps_deleted};
 use super::touch;
-use crate::api::{ChangeKind, Error, NodePath, Result};
+use crate::api::{Base, ChangeKind, Error, NodePath, Result};
 use crate::store::changes::NewChange;
 use crate::store::db::{Conn as Connection, Tx as Transaction, params};
 use crate::store::{Scope, Store, now_ns};
@@ -167,12 +167,23 @@ impl Store {
     /// (its name is gone when this returns) and purged by the store's thread in bounded chunks,
     /// so no request holds the store's lock for long (`store::purge`).
     pub fn delete(&self, scope: Scope, path: &NodePath) -> Result<()> {
+        self.delete_if(scope, path, &Base::Any)
+    }
+
+    /// [`Store::delete`] of a file only while `base` holds for it (its current version is the
+    /// one the caller knew), checked in the delete's transaction: another writer's version
+    /// committed since is refused (412 `version_conflict`), not deleted with it. Folders are
+    /// deleted whatever `base` says.
+    pub fn delete_if(&self, scope: Scope, path: &NodePath, base: &Base) -> Result<()> {
         if path.depth() < 3 {
             return Err(Error::forbidden("accounts and vaults cannot be deleted"));
         }
         let conn = self.lock()?;
         let tx = conn.transaction()?;
         let row = resolve(&tx, scope, path)?;
+        if row.is_file() && !base.holds(row.md5.as_deref()) {
+            return Err(base.conflict(&path.to_string()));
+        }
         let now = now_ns();
         // One change for the whole tree: a client drops what it has under it.
         self.log_change(
