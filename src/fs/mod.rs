@@ -11,7 +11,7 @@
 //!   batches, where the backend is a store in this process, `LocalStore`), which schedule
 //!   and send and leave every change of a staged file's state to `lifecycle`;
 //! - `cache`: the read cache; `preview`: the virtual `.preview`; `versions`: the virtual
-//!   `.versions`; `attrs`: times and modes kept; `freshness`: whether what was fetched may
+//!   `.versions`; `search`: the virtual `.search`; `attrs`: times and modes kept; `freshness`: whether what was fetched may
 //!   still be used; `follow`: changes made elsewhere (the backend's change feed, else polling)
 //!   dropped from the caches; `passthrough`: opens the kernel reads from a local file itself;
 //!   `pinned`: files and folders kept whole on disk (`vaultfs pin`).
@@ -33,7 +33,7 @@
 //! - `conflicts` (`conflict::Conflicts`): conflict copies made;
 //! - `offline` (`offline::Offline`): the tree kept for starting offline, and since and until
 //!   when the backend is out of reach;
-//! - `virtual_dirs` (`preview::VirtualDirs`): the `.preview` and `.versions` trees.
+//! - `virtual_dirs` (`preview::VirtualDirs`): the `.preview`, `.versions` and `.search` trees.
 //!
 //! The logic of requests is `impl Fs` in the modules above, each reaching the parts it needs.
 //!
@@ -60,9 +60,10 @@
 //!    which never waits: the built-in store only tries its connection's lock).
 //!
 //! The handle maps (`Fs::handles`), the refreshes under way (`Nodes::refreshing`,
-//! `Nodes::attr_refreshing`), `Offline::until`, the `.versions` tree (`VirtualDirs::versions`)
-//! and the status tracker's locks (`Uploads::tracker`) are taken alone: nothing else is locked
-//! while one is held, nor taken under it. The pins' locks (`Reads::pinned`) are innermost:
+//! `Nodes::attr_refreshing`), `Offline::until`, the `.versions` and `.search` trees
+//! (`VirtualDirs::versions`, `VirtualDirs::searches`) and the status tracker's locks
+//! (`Uploads::tracker`) are taken alone: nothing else is locked while one is held, nor taken
+//! under it. The pins' locks (`Reads::pinned`) are innermost:
 //! taken under any of the above, nothing under them. No std lock is held across an `.await`.
 
 mod attrs;
@@ -85,6 +86,7 @@ mod pinned;
 mod prefetch;
 mod preview;
 mod read_ahead;
+mod search;
 mod spares;
 mod staging;
 pub mod status;
@@ -245,7 +247,7 @@ pub(crate) struct Fs<B: Backend> {
     /// The tree kept for starting offline, and since and until when the backend is out of
     /// reach (`offline::Offline`).
     offline: offline::Offline,
-    /// The virtual `.preview` and `.versions` directories (`preview::VirtualDirs`).
+    /// The virtual `.preview`, `.versions` and `.search` directories (`preview::VirtualDirs`).
     virtual_dirs: preview::VirtualDirs,
 }
 

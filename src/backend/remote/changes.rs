@@ -58,7 +58,8 @@ impl RemoteBackend {
         let enc = |s: &str| {
             percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
         };
-        let mut path = format!("/search?q={}&limit={limit}", enc(query));
+        let at_root = format!("/search?q={}&limit={limit}", enc(query));
+        let mut path = at_root.clone();
         if !dir.is_root() {
             path.push_str(&format!("&path={}", enc(&dir.uri())));
         }
@@ -71,6 +72,17 @@ impl RemoteBackend {
             // A folder not found is `not_found`; any other 404 is a server without the route.
             Err(e) if no_route && (dir.is_root() || e.code != "not_found") => {
                 Err(crate::backend::no_search())
+            }
+            // A server without the route may say `not_found` too (the public service's error
+            // codes map so): asked at the root, where no folder can be missing, it still
+            // answers 404.
+            Err(e) if no_route => {
+                let resp = self.send(&Req::get(at_root)).await?;
+                if resp.status() == reqwest::StatusCode::NOT_FOUND {
+                    Err(crate::backend::no_search())
+                } else {
+                    Err(e)
+                }
             }
             Err(e) => Err(e),
         }
