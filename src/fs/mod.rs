@@ -11,7 +11,8 @@
 //!   batches, where the backend is a store in this process, `LocalStore`), which schedule
 //!   and send and leave every change of a staged file's state to `lifecycle`;
 //! - `cache`: the read cache; `preview`: the virtual `.preview`; `versions`: the virtual
-//!   `.versions`; `search`: the virtual `.search`; `attrs`: times and modes kept; `freshness`: whether what was fetched may
+//!   `.versions`; `search`: the virtual `.search`; `markers`: the files that keep desktop
+//!   indexers out; `attrs`: times and modes kept; `freshness`: whether what was fetched may
 //!   still be used; `follow`: changes made elsewhere (the backend's change feed, else polling)
 //!   dropped from the caches; `passthrough`: opens the kernel reads from a local file itself;
 //!   `pinned`: files and folders kept whole on disk (`vaultfs pin`).
@@ -77,6 +78,7 @@ mod fuse;
 mod io;
 mod journal;
 mod listing;
+mod markers;
 mod namespace;
 pub mod offline;
 mod open;
@@ -174,6 +176,8 @@ pub struct MountOptions {
     pub poll_interval: Duration,
     /// The backend was out of reach at start: show the tree kept in the cache dir (`offline`).
     pub start_offline: bool,
+    /// Let desktop indexers in: no `.trackerignore` and `.nomedia` at the root (`markers`).
+    pub allow_indexing: bool,
 }
 
 impl Default for MountOptions {
@@ -196,6 +200,7 @@ impl Default for MountOptions {
             kernel_writes: true,
             poll_interval: Duration::from_secs(10),
             start_offline: false,
+            allow_indexing: false,
         }
     }
 }

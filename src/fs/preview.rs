@@ -22,7 +22,7 @@ use futures_util::StreamExt;
 use super::cache::CachedFile;
 use super::errno::errno;
 use super::table::{Ino, InodeKind, Remote};
-use super::{Fs, search, versions};
+use super::{Fs, markers, search, versions};
 use crate::api::{PageSize, PreviewMeta, PreviewStatus};
 use crate::backend::Backend;
 use crate::sync::relock;
@@ -324,6 +324,9 @@ impl<B: Backend> Fs<B> {
         if search::owns(ino) {
             return self.search_getattr(ino).await;
         }
+        if markers::owns(ino) {
+            return self.marker_getattr(ino);
+        }
         let node = self.previews().ids.node(ino).ok_or(Errno::ENOENT)?;
         match node {
             Node::Root(folder) => {
@@ -386,6 +389,9 @@ impl<B: Backend> Fs<B> {
         }
         if search::owns(ino) {
             return self.search_readdir(ino).await;
+        }
+        if markers::owns(ino) {
+            return Err(Errno::ENOTDIR);
         }
         let node = self.previews().ids.node(ino).ok_or(Errno::ENOENT)?;
         let mut out = vec![(ino, FileType::Directory, ".".to_string())];
@@ -469,6 +475,13 @@ impl<B: Backend> Fs<B> {
         if search::owns(ino) {
             return self.search_open(ino, write);
         }
+        if markers::owns(ino) {
+            return if write {
+                Err(Errno::EROFS)
+            } else {
+                Ok(fuser::FopenFlags::empty())
+            };
+        }
         match self.previews().ids.node(ino) {
             None => Err(Errno::ENOENT),
             Some(Node::Root(_) | Node::File(..)) => Err(Errno::EISDIR),
@@ -489,6 +502,9 @@ impl<B: Backend> Fs<B> {
         }
         if search::owns(ino) {
             return self.search_read(ino, offset, size).await;
+        }
+        if markers::owns(ino) {
+            return Ok(Vec::new());
         }
         let Some(Node::Item(folder, name, item)) = self.previews().ids.node(ino) else {
             return Err(Errno::EISDIR);
