@@ -12,7 +12,7 @@
 //!   and send and leave every change of a staged file's state to `lifecycle`;
 //! - `cache`: the read cache; `preview`: the virtual `.preview`; `versions`: the virtual
 //!   `.versions`; `search`: the virtual `.search`; `markers`: the files that keep desktop
-//!   indexers out; `attrs`: times and modes kept; `freshness`: whether what was fetched may
+//!   indexers out; `space`: the account's quota as `df` shows it; `attrs`: times and modes kept; `freshness`: whether what was fetched may
 //!   still be used; `follow`: changes made elsewhere (the backend's change feed, else polling)
 //!   dropped from the caches; `passthrough`: opens the kernel reads from a local file itself;
 //!   `pinned`: files and folders kept whole on disk (`vaultfs pin`).
@@ -34,7 +34,8 @@
 //! - `conflicts` (`conflict::Conflicts`): conflict copies made;
 //! - `offline` (`offline::Offline`): the tree kept for starting offline, and since and until
 //!   when the backend is out of reach;
-//! - `virtual_dirs` (`preview::VirtualDirs`): the `.preview`, `.versions` and `.search` trees.
+//! - `virtual_dirs` (`preview::VirtualDirs`): the `.preview`, `.versions` and `.search` trees;
+//! - `space` (`space::Space`): the account's use and quota as last asked.
 //!
 //! The logic of requests is `impl Fs` in the modules above, each reaching the parts it needs.
 //!
@@ -62,10 +63,10 @@
 //!
 //! The handle maps (`Fs::handles`), the refreshes under way (`Nodes::refreshing`,
 //! `Nodes::attr_refreshing`), `Offline::until`, the `.versions` and `.search` trees
-//! (`VirtualDirs::versions`, `VirtualDirs::searches`) and the status tracker's locks
-//! (`Uploads::tracker`) are taken alone: nothing else is locked while one is held, nor taken
-//! under it. The pins' locks (`Reads::pinned`) are innermost:
-//! taken under any of the above, nothing under them. No std lock is held across an `.await`.
+//! (`VirtualDirs::versions`, `VirtualDirs::searches`), the account's use (`Space`) and the
+//! status tracker's locks (`Uploads::tracker`) are taken alone: nothing else is locked while
+//! one is held, nor taken under it. The pins' locks (`Reads::pinned`) are innermost: taken
+//! under any of the above, nothing under them. No std lock is held across an `.await`.
 
 mod attrs;
 mod cache;
@@ -89,6 +90,7 @@ mod prefetch;
 mod preview;
 mod read_ahead;
 mod search;
+mod space;
 mod spares;
 mod staging;
 pub mod status;
@@ -254,6 +256,8 @@ pub(crate) struct Fs<B: Backend> {
     offline: offline::Offline,
     /// The virtual `.preview`, `.versions` and `.search` directories (`preview::VirtualDirs`).
     virtual_dirs: preview::VirtualDirs,
+    /// The account's use and quota, for `df` (`space::Space`).
+    space: space::Space,
 }
 
 impl<B: Backend> Fs<B> {
@@ -302,11 +306,14 @@ impl<B: Backend> Fs<B> {
             opts,
             conflicts,
             virtual_dirs: preview::VirtualDirs::default(),
+            space: space::Space::default(),
         });
         if fs.opts.start_offline {
             fs.restore_snapshot();
         }
         offline::start(&fs);
+        // Known before the first `df`.
+        fs.refresh_usage();
         pinned::start(&fs);
         if batches {
             writeback::start(&fs);

@@ -245,3 +245,58 @@ fn updatedb_skips_the_mount_type_install_sh_prunes() {
     assert!(pruned.contains(&*env.cache.to_string_lossy()), "{pruned}");
     m.unmount();
 }
+
+/// `df` of a mount: `df -B1 --output=size,used,avail` as numbers.
+fn df(p: &Path) -> [u64; 3] {
+    let out = Command::new("df")
+        .args(["-B1", "--output=size,used,avail"])
+        .arg(p)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row: Vec<u64> = text
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    [row[0], row[1], row[2]]
+}
+
+/// `df` on a mount of a server with a byte quota shows the quota as the size and the account's
+/// bytes as used (issue 35, item 5), following what is stored; a mount of the built-in store,
+/// which has no quota, shows the disk under its cache dir, where writes are staged.
+#[test]
+fn df_shows_the_accounts_quota_and_use() {
+    let quota: u64 = 64 << 20;
+    let store = vaultfs::store::StoreConfig {
+        max_bytes_per_account: quota,
+        ..Default::default()
+    };
+    let Some(env) = Env::new_with_store(Via::Remote, store, Default::default()) else {
+        return;
+    };
+    let m = env.mount(&[]);
+    common::mount::wait_for(10, "the quota", || df(&env.mnt)[0] == quota);
+    assert_eq!(df(&env.mnt)[1], 0);
+    let data = common::pattern(5 << 20, 35);
+    fs::write(env.vault().join("five.bin"), &data).unwrap();
+    env.wait_uploaded();
+    common::mount::wait_for(15, "the bytes stored to count", || {
+        df(&env.mnt)[1] == 5 << 20
+    });
+    let [size, used, avail] = df(&env.mnt);
+    assert_eq!((size, used), (quota, 5 << 20));
+    assert!(avail <= quota - used, "{avail}");
+    m.unmount();
+
+    let Some(env) = Env::new(Via::Local) else {
+        return;
+    };
+    let m = env.mount(&[]);
+    fs::create_dir_all(&env.cache).unwrap();
+    assert_eq!(df(&env.mnt)[0], df(&env.cache)[0]);
+    m.unmount();
+}

@@ -1,5 +1,6 @@
-//! The change feed of `vaultfs serve` (`GET /changes`, a long poll), and what a server without
-//! it answers: 404, so the caller falls back to polling.
+//! The extensions of `vaultfs serve` and what a server without them answers (404): the change
+//! feed (`GET /changes`, a long poll; the caller falls back to polling), the search, the
+//! account's usage.
 
 use std::time::Duration;
 
@@ -47,6 +48,17 @@ impl RemoteBackend {
 }
 
 impl RemoteBackend {
+    /// See [`crate::backend::Backend::usage`]: `GET /usage`; `None` from a server without it.
+    pub(super) async fn account_usage(&self) -> Result<Option<crate::api::Usage>> {
+        let req = Req::get("/usage".to_string());
+        let what = req.what();
+        let resp = self.send(&req).await?;
+        if resp.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        required(self.envelope(resp).await?, &what).map(Some)
+    }
+
     /// See [`crate::backend::Backend::search`]: `GET /search` of `vaultfs serve`; a server
     /// without it (the public service) answers 404, told as [`crate::backend::no_search`].
     pub(super) async fn find(
