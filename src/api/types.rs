@@ -159,7 +159,7 @@ pub struct FileExProperties {
     pub version_id: Option<String>,
     /// Our extension: true when the server will refuse step 3 atomically if the step 2's
     /// `if_match`/`if_none_match` no longer holds. Absent from servers without the check (the
-    /// client then compares the node itself, leaving a window: docs/design.md).
+    /// client then compares the node itself, leaving a window: docs/design.md §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conflict_check: Option<bool>,
 }

@@ -1,4 +1,4 @@
-//! Two writers on one file (docs/design.md, "Conflicts"). Every upload names the version it
+//! Two writers on one file (docs/design.md §5). Every upload names the version it
 //! replaces (`Staged::base`); a store refuses one whose base is no longer current
 //! (`ErrorKind::Precondition`). Then nothing is lost: the version already stored keeps the
 //! name, and the local bytes become a conflict copy beside it,
@@ -243,7 +243,7 @@ impl<B: Backend> Fs<B> {
     /// the mount lists: what a rewrite would replace) but another writer's edit, or another
     /// file. The delete would lose that edit, so the store keeps it: an edit beats a delete,
     /// either way round. A check, then the delete: what is stored in between is lost
-    /// (docs/design.md). A mount that knows no md5 (a server without them) cannot tell.
+    /// (docs/design.md §5). A mount that knows no md5 (a server without them) cannot tell.
     pub(super) async fn changed_since_known(&self, ino: Ino, path: &NodePath) -> bool {
         let (id, known) = {
             let t = self.table();
@@ -275,7 +275,8 @@ impl<B: Backend> Fs<B> {
     /// After step 3 on a server without the atomic check (`conflict_check` absent from the
     /// node of step 2): whether the file now holds another version than the `md5` just stored,
     /// i.e. another writer committed right after this one. What commits between step 2's
-    /// comparison and this look is the window left (docs/design.md). A failed look says nothing.
+    /// comparison and this look is the window left (docs/design.md §5). A failed look says
+    /// nothing.
     pub(super) async fn committed_after(
         &self,
         step2: &crate::api::Node,

@@ -1,4 +1,4 @@
-//! Following changes made elsewhere (docs/design.md, "Changes made elsewhere"): one task per
+//! Following changes made elsewhere (docs/design.md §5, "Following changes"): one task per
 //! mount that long-polls the backend's change feed (`Backend::changes`) from the cursor taken
 //! at mount time and, for each change, drops exactly what it makes stale: the parent folder's
 //! cached listing, the node's attributes (so the next open reads the new version), and the
@@ -272,10 +272,12 @@ impl Follow {
         };
         let mut local = Vec::new();
         let mut keys = Vec::new();
+        // Which of `gone` are under the mount's root (and so in `local`, in order).
+        let mut inside = Vec::with_capacity(gone.len());
         for (parent, path, dir) in gone {
-            let Some(name) = path.name().filter(|_| root.contains(path) && path != root) else {
-                continue;
-            };
+            let name = path.name().filter(|_| root.contains(path) && path != root);
+            inside.push(name.is_some());
+            let Some(name) = name else { continue };
             let mut p = mnt.clone();
             for seg in &path.segments()[root.depth()..] {
                 p.push(seg);
@@ -293,13 +295,9 @@ impl Follow {
         }
         drop(echo);
         let mut went = removed.into_iter();
-        gone.iter()
-            .map(|(_, path, _)| {
-                path.name().is_some()
-                    && root.contains(path)
-                    && path != root
-                    && went.next().unwrap_or(false)
-            })
+        inside
+            .into_iter()
+            .map(|inside| inside && went.next().unwrap_or(false))
             .collect()
     }
 }

@@ -13,6 +13,7 @@ use super::preview::is_virtual;
 use super::staging::Staged;
 use super::table::Ino;
 use super::{Fs, Handle, OpResult, upload};
+use crate::api::ErrorKind;
 use crate::backend::Backend;
 
 /// An open file: its handle, how the kernel is to treat its cached pages, and the backing file
@@ -235,7 +236,12 @@ impl<B: Backend> Fs<B> {
 
     /// FSYNC: returns once the file's bytes as they are now are stored, or says why not.
     pub(super) async fn fsync(self: &Arc<Self>, ino: Ino) -> OpResult<()> {
-        let staged = self.table().get(ino).and_then(|i| i.staged.clone());
+        // An unlinked file's bytes have no name to be stored under: nothing to wait for.
+        let staged = self
+            .table()
+            .get(ino)
+            .filter(|i| !i.unlinked)
+            .and_then(|i| i.staged.clone());
         let Some(staged) = staged else { return Ok(()) };
         // What the kernel wrote itself is news here.
         let stored = self.table().stored_version(ino);
@@ -254,17 +260,27 @@ impl<B: Backend> Fs<B> {
         // fsync returns only once the bytes are stored remotely, or reports why not.
         if self.backend.local().is_some() {
             // Stored with the next batch (one durable commit for all of it).
-            return if super::writeback::flush(self, ino, staged.generation()).await {
+            return if super::writeback::flush(self, ino, &staged).await {
                 Ok(())
             } else {
                 Err(Errno::EIO)
             };
         }
-        upload::upload_once(self, ino).await.map_err(|e| {
+        // A conflict, or the file deleted elsewhere: its bytes go to a conflict copy, or are
+        // stored again (by this call, or by the file's uploader if it met the refusal first),
+        // and this returns once they are: the open file is that copy now, and it is stored.
+        let mut resolved = 0;
+        while let Err(e) = upload::upload_once(self, ino).await {
+            let refused = matches!(e.kind, ErrorKind::Precondition | ErrorKind::NotFound);
+            if refused && resolved < super::conflict::RESOLVE_AT_MOST {
+                resolved += 1;
+                self.resolve_refusal(ino, &e).await;
+                continue;
+            }
             log::warn!("fsync: upload failed: {e}");
             upload::schedule(self, ino);
-            Errno::EIO
-        })?;
+            return Err(Errno::EIO);
+        }
         if staged.is_dirty() {
             // Written to while uploading: upload again.
             upload::upload_once(self, ino)

@@ -1,4 +1,5 @@
-//! The virtual, read-only `.versions/` of every folder (docs/design.md, "Versions"):
+//! The virtual, read-only `.versions/` of every folder (docs/design.md §5, "Versions in the
+//! mount"):
 //! `.versions/<file>/` lists the earlier versions the backend keeps of `<file>`, named by when
 //! each was stored, in UTC: `2026-11-27 01.02.03.txt` (sortable, no colon, the file's extension
 //! kept so applications open them; a second version stored within the same second is

@@ -105,7 +105,7 @@ pub(super) fn same_origin(state: &AppState, headers: &HeaderMap) -> bool {
     path = "/pin/end",
     tag = "pin",
     operation_id = "pin_end",
-    summary = "Spec §4.9: the page where the user signs in and gets a pin",
+    summary = "Pin exchange, step 1: the page where the user signs in and gets a pin",
     request_body(content = PinEndBody, content_type = "application/json"),
     responses(
         (status = 200, description = "`authorization_uri`: the page to visit", body = PinEndEnvelope),
@@ -141,7 +141,7 @@ pub async fn end(State(state): State<AppState>, source: Source, body: Bytes) -> 
     path = "/pin/auth",
     tag = "pin",
     operation_id = "pin_auth",
-    summary = "Spec §4.10: a delegation token for the user's pin",
+    summary = "Pin exchange, step 2: a delegation token for the user's pin",
     request_body(content = PinAuthBody, content_type = "application/json"),
     responses(
         (status = 200, description = "The token, its lifetime in seconds and the user's e-mail", body = PinAuthEnvelope),

@@ -1,4 +1,4 @@
-//! A second server for the tests, written from the interface spec and the public service's
+//! A second server for the tests, written from the interface and the public service's
 //! documented samples rather than from `vaultfs serve`: it answers strictly in the documented
 //! shapes. Integer `error_code`s and no `error_name`, "Object already exists" with HTTP 500
 //! (also for `create_file` on an existing name), md5 in base64 (a hex md5 in step 2 is refused),

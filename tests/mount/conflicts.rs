@@ -96,6 +96,12 @@ fn concurrent_edits_keep_both(via: Via) {
     fb.set_len(0).unwrap();
     fb.rewind().unwrap();
     fb.write_all(b"edit from B").unwrap();
+    // fsync returns Ok once B's bytes are stored: as the conflict copy, which the open file
+    // now is.
+    fb.sync_all().unwrap();
+    let copy = copies(&stored_names(&env));
+    assert_eq!(copy.len(), 1, "{}", b.log_text());
+    assert_eq!(stored(&env, &copy[0]), b"edit from B");
     drop(fb);
     wait_stored(&cache_b, &mnt_b);
 

@@ -24,7 +24,7 @@ const ANNOUNCED_MAX: usize = 4096;
 
 impl RemoteBackend {
     /// Upload step 2. The md5 goes in base64, as the public service documents; a server that
-    /// refuses it (400) gets the request again without one (the spec makes it optional), and
+    /// refuses it (400) gets the request again without one (the interface makes it optional), and
     /// step 3's answer is compared with it instead. A write is never lost to a spelling.
     pub(super) async fn announce_version(
         &self,
@@ -75,7 +75,7 @@ impl RemoteBackend {
         let node = checked(node, &what)?;
         // A server without the check of step 3 (the public service): the file as step 2 found
         // it, compared here. What commits between this and step 3 is the window left
-        // (docs/design.md).
+        // (docs/design.md §5).
         if !ex_conflict_check(&node) && !base.holds(node.md5_checksum.as_deref()) {
             return Err(base.conflict(&node.uri));
         }

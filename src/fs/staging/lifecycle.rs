@@ -196,6 +196,19 @@ impl Staged {
         )
     }
 
+    /// What an fsync waiting for `generation` of this file learns now: stored (that generation
+    /// or a later one, or the file let go of: retired once stored, dropped with its name),
+    /// set aside (false), or nothing yet (`None`).
+    pub fn synced(&self, generation: u64) -> Option<bool> {
+        match relock(&self.state).life {
+            Life::Retired | Life::Dropped => Some(true),
+            Life::SetAside => Some(false),
+            Life::Open | Life::Closed => (self.uploaded.load(std::sync::atomic::Ordering::SeqCst)
+                >= generation)
+                .then_some(true),
+        }
+    }
+
     /// A generation that might have held the stored bytes (`kernel_changed`) was compared and
     /// found changed: it is stored like any other.
     pub fn found_changed(&self) {

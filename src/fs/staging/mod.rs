@@ -79,7 +79,7 @@ pub struct Staged {
     ahead: Arc<Ahead>,
     /// Given up once the file is removed: its upload under way stops (see `Fs::remove`).
     removal: Cancel,
-    /// The version these bytes replace (the conflict check, docs/design.md): what the mount
+    /// The version these bytes replace (the conflict check, docs/design.md §5): what the mount
     /// knew when staging began (`Absent` for a new name), then what it last stored. Journaled.
     base: Mutex<Base>,
 }
@@ -199,7 +199,7 @@ impl Staged {
     }
 
     /// Changes not yet stored remotely.
-    /// What an upload of these bytes replaces ([`Staged::base`]: docs/design.md, conflicts).
+    /// What an upload of these bytes replaces ([`Staged::base`]: docs/design.md §5).
     pub fn base(&self) -> Base {
         relock(&self.base).clone()
     }

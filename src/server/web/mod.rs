@@ -4,7 +4,7 @@
 //! **How a browser link gets a page while API clients keep their JSON.** The links of a file
 //! object (`link_uri`, `preview_link_uri`, `download_link_uri`, built in `api::file_links`)
 //! point at pages of this module, under `/web/`: `/web/file/{id}`, `/web/preview/{id}` and
-//! `/web/download/{id}`, each still ending in `&id=<id>` as the spec wants. The API routes are
+//! `/web/download/{id}`, each still ending in `&id=<id>` (docs/design.md §2). The API routes are
 //! untouched: they answer JSON (or bytes) to an `Authorization` header and nothing else, with
 //! no content negotiation, so no API client can be handed a page, and `download_uri` stays the
 //! API's download route. A person opening a link without a session is sent to the sign-in page
