@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs vaultfs system-wide: fuse3 (system package manager), the binary in /usr/local/bin, the
 # mount helper /sbin/mount.fuse.vaultfs, the systemd user unit template (and the system example
-# in /usr/share/doc/vaultfs). Safe to run again. `--uninstall` removes what it installed (never
-# your data, cache or logins).
+# in /usr/share/doc/vaultfs); `fuse.vaultfs` in PRUNEFS of /etc/updatedb.conf where there is one.
+# Safe to run again. `--uninstall` removes what it installed (never your data, cache or logins).
 #
 #   sudo scripts/install.sh [--binary PATH] [--uninstall]
 #
@@ -18,6 +18,7 @@ user_units="$root/usr/lib/systemd/user"
 doc_dir="$root/usr/share/doc/vaultfs"
 man_dir="$root/usr/local/share/man/man1"
 completion="$root/usr/share/bash-completion/completions/vaultfs"
+updatedb_conf="$root/etc/updatedb.conf"
 binary=target/release/vaultfs
 mode=install
 
@@ -25,7 +26,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --binary) binary="$2"; shift 2 ;;
     --uninstall) mode=uninstall; shift ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -34,6 +35,23 @@ if [ -z "$root" ] && [ "$(id -u)" -ne 0 ]; then
   echo "install.sh: run as root (sudo $0)" >&2
   exit 1
 fi
+
+# updatedb (plocate, mlocate) skips the file system types in PRUNEFS: its nightly walk of a mount
+# would list the whole vault (a remote one folder by folder from the server). Their own file, so
+# only the word is added or taken away.
+prunefs() {
+  [ -f "$updatedb_conf" ] || return 0
+  local line='^[[:space:]]*PRUNEFS[[:space:]]*='
+  if [ "$1" = remove ]; then
+    sed -i -E "/$line/ s/ ?fuse\.vaultfs//" "$updatedb_conf"
+  elif ! grep -qE "$line.*[\" ]fuse\.vaultfs[\" ]" "$updatedb_conf"; then
+    if grep -qE "$line[[:space:]]*\"" "$updatedb_conf"; then
+      sed -i -E "s/($line[[:space:]]*\"[^\"]*)\"/\1 fuse.vaultfs\"/" "$updatedb_conf"
+    else
+      echo 'PRUNEFS = "fuse.vaultfs"' >> "$updatedb_conf"
+    fi
+  fi
+}
 
 reload() {
   if [ -z "$root" ] && command -v systemctl >/dev/null 2>&1; then
@@ -44,6 +62,7 @@ reload() {
 if [ "$mode" = uninstall ]; then
   rm -f "$bin_dir/vaultfs" "$helper" "$user_units/vaultfs@.service" "$man_dir/vaultfs.1" "$completion"
   rm -rf "$doc_dir"
+  prunefs remove
   reload
   echo "vaultfs removed (fuse3, your data in ~/.local/share/vaultfs and logins are kept)"
   exit 0
@@ -82,6 +101,7 @@ install -m 0644 scripts/systemd/vaultfs-srv-vault.service "$doc_dir/vaultfs-srv-
 install -d "$man_dir" "$(dirname "$completion")"
 "$bin_dir/vaultfs" manpage > "$man_dir/vaultfs.1"
 "$bin_dir/vaultfs" completions bash > "$completion"
+prunefs add
 reload
 
 cat <<'MSG'

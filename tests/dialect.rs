@@ -1,8 +1,8 @@
 //! vaultfs as a user runs it against a server that answers in the public service's documented
 //! shapes (`common::dialect`): `vaultfs login --client-id` with the service's own client ID and
 //! a pin read from its page, then a real mount that writes, overwrites, renames, copies,
-//! deletes, makes folders, reads and shows `.preview/`. Every byte written must be in the store
-//! afterwards: a lost write is a failure.
+//! deletes, makes folders, reads and shows `.preview/` (and `.search/` refusing: the service has
+//! no search). Every byte written must be in the store afterwards: a lost write is a failure.
 
 mod common;
 
@@ -193,6 +193,11 @@ fn login_with_the_service_client_id_and_mount() {
             .unwrap()
             .starts_with(b"%PDF-")
     );
+
+    // .search/: the service has no full-text search; a query says so (ENOTSUP), cleanly.
+    assert!(vault.join(".search").is_dir());
+    let e = fs::read_dir(vault.join(".search/notes")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTSUP), "{e}");
 
     // Nothing lost: the store has every byte, and a fresh mount (empty cache) reads them all.
     let b = LocalBackend::new(server.store.clone());

@@ -520,6 +520,11 @@ fn the_systemd_units_pass_systemd_analyze_verify() {
 fn install_sh_is_idempotent_and_uninstalls() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install.sh");
     let root = tempfile::tempdir().unwrap();
+    // updatedb's own file: `fuse.vaultfs` added to PRUNEFS once, the rest left as it was.
+    let updatedb = root.path().join("etc/updatedb.conf");
+    fs::create_dir_all(updatedb.parent().unwrap()).unwrap();
+    let conf = "# mine\nPRUNEFS = \"nfs fuse.sshfs\"\nPRUNEPATHS=\"/tmp\"\n";
+    fs::write(&updatedb, conf).unwrap();
     let run = |extra: &[&str]| {
         let out = Command::new("bash")
             .arg(&script)
@@ -539,6 +544,10 @@ fn install_sh_is_idempotent_and_uninstalls() {
         Path::new("/usr/local/bin/vaultfs")
     );
     assert!(r.join("usr/lib/systemd/user/vaultfs@.service").is_file());
+    assert_eq!(
+        fs::read_to_string(&updatedb).unwrap(),
+        conf.replace("fuse.sshfs", "fuse.sshfs fuse.vaultfs")
+    );
     let man = fs::read_to_string(r.join("usr/local/share/man/man1/vaultfs.1")).unwrap();
     assert!(man.contains(".TH vaultfs 1"));
     assert!(
@@ -551,6 +560,7 @@ fn install_sh_is_idempotent_and_uninstalls() {
     assert!(fs::symlink_metadata(r.join("sbin/mount.fuse.vaultfs")).is_err());
     assert!(!r.join("usr/lib/systemd/user/vaultfs@.service").exists());
     assert!(!r.join("usr/local/share/man/man1/vaultfs.1").exists());
+    assert_eq!(fs::read_to_string(&updatedb).unwrap(), conf);
 }
 
 /// `vaultfs sync`: says what is left and why when it gives up (an upload still crawling, the

@@ -13,6 +13,7 @@ pub mod search;
 pub mod secret;
 pub mod time;
 pub mod types;
+pub mod usage;
 
 pub use self::time::{format_time, parse_time};
 pub use changes::{Change, ChangeKind, ChangesPage};
@@ -23,3 +24,4 @@ pub use range::RangeRequest;
 pub use search::{SearchHit, SearchResults};
 pub use secret::Secret;
 pub use types::*;
+pub use usage::Usage;

@@ -3,6 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Hits per answer by default: `GET /search`, its web page, `vaultfs search` and the mount's
+/// `.search/` ask for as many, so all four show the same files.
+pub const DEFAULT_LIMIT: u64 = 50;
+
 /// One file found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SearchHit {

@@ -195,6 +195,10 @@ impl Backend for LocalBackend {
         self.search_in(dir, query, limit).await
     }
 
+    async fn usage(&self) -> Result<Option<crate::api::Usage>> {
+        self.run(|s, scope| s.usage(scope)).await.map(Some)
+    }
+
     async fn node(&self, path: &NodePath) -> Result<Node> {
         let path = path.clone();
         self.run(move |s, scope| s.node(scope, &path)).await

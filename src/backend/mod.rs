@@ -273,6 +273,12 @@ pub trait Backend: Send + Sync + 'static {
         async { Err(no_search()) }
     }
 
+    /// What the caller's account holds and may hold (`GET /usage` of `vaultfs serve`), for
+    /// `df`. `Ok(None)` where the backend cannot say (the public service).
+    fn usage(&self) -> impl Future<Output = Result<Option<crate::api::Usage>>> + Send {
+        async { Ok(None) }
+    }
+
     /// The node at `path` (docs/design.md §2, without children).
     fn node(&self, path: &NodePath) -> impl Future<Output = Result<Node>> + Send;
 

@@ -76,6 +76,11 @@ pub struct MountArgs {
     /// Write through the daemon, still reading through passthrough
     #[arg(long)]
     no_kernel_writes: bool,
+    /// Let desktop indexers (Tracker, LocalSearch, media scanners) walk the mount: by default
+    /// its root answers `.trackerignore` and `.nomedia`, which keep them out (an indexer reads
+    /// every file, and a remote mount would download the vault whole)
+    #[arg(long)]
+    allow_indexing: bool,
     /// The kernel's read-ahead for the mount, in KiB; 0 keeps the kernel's (128) [default:
     /// 1024 with passthrough, else the kernel's]
     #[arg(long, value_name = "KIB")]
@@ -275,6 +280,7 @@ fn mount_checked(
         passthrough: !args.no_passthrough,
         read_ahead_kb: args.read_ahead,
         kernel_writes: !args.no_kernel_writes,
+        allow_indexing: args.allow_indexing,
         ..MountOptions::default()
     };
     let rt = tokio::runtime::Runtime::new()?;

@@ -24,7 +24,7 @@ pub struct SearchArgs {
     #[arg(long, value_name = "URL", conflicts_with = "data_dir")]
     server: Option<String>,
     /// At most this many files
-    #[arg(long, default_value_t = 50, value_name = "N")]
+    #[arg(long, default_value_t = crate::api::search::DEFAULT_LIMIT, value_name = "N")]
     limit: u64,
     /// One JSON document (`hits`: `id`, `uri`, `context`; `more`) instead of lines
     #[arg(long)]

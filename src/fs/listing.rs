@@ -243,6 +243,9 @@ impl<B: Backend> Fs<B> {
     }
 
     pub(super) async fn lookup(self: &Arc<Self>, parent: Ino, name: &str) -> OpResult<FileAttr> {
+        if self.maybe_marker(parent, name) && self.is_marker(parent, name).await {
+            return self.marker_lookup(name);
+        }
         if is_virtual(parent) || is_virtual_name(name) {
             return self.preview_lookup(parent, name).await;
         }
@@ -343,7 +346,7 @@ impl<B: Backend> Fs<B> {
     /// LOOKUP answered from memory when the folder's listing is fresh: on the FUSE thread, with
     /// no task and no wait (`None`: the backend may be needed).
     pub(super) fn lookup_cached(&self, parent: Ino, name: &str) -> Option<OpResult<FileAttr>> {
-        if is_virtual(parent) || is_virtual_name(name) {
+        if is_virtual(parent) || is_virtual_name(name) || self.maybe_marker(parent, name) {
             return None;
         }
         let mut t = self.table();

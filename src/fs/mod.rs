@@ -11,7 +11,8 @@
 //!   batches, where the backend is a store in this process, `LocalStore`), which schedule
 //!   and send and leave every change of a staged file's state to `lifecycle`;
 //! - `cache`: the read cache; `preview`: the virtual `.preview`; `versions`: the virtual
-//!   `.versions`; `attrs`: times and modes kept; `freshness`: whether what was fetched may
+//!   `.versions`; `search`: the virtual `.search`; `markers`: the files that keep desktop
+//!   indexers out; `space`: the account's quota as `df` shows it; `attrs`: times and modes kept; `freshness`: whether what was fetched may
 //!   still be used; `follow`: changes made elsewhere (the backend's change feed, else polling)
 //!   dropped from the caches; `passthrough`: opens the kernel reads from a local file itself;
 //!   `pinned`: files and folders kept whole on disk (`vaultfs pin`).
@@ -33,7 +34,8 @@
 //! - `conflicts` (`conflict::Conflicts`): conflict copies made;
 //! - `offline` (`offline::Offline`): the tree kept for starting offline, and since and until
 //!   when the backend is out of reach;
-//! - `virtual_dirs` (`preview::VirtualDirs`): the `.preview` and `.versions` trees.
+//! - `virtual_dirs` (`preview::VirtualDirs`): the `.preview`, `.versions` and `.search` trees;
+//! - `space` (`space::Space`): the account's use and quota as last asked.
 //!
 //! The logic of requests is `impl Fs` in the modules above, each reaching the parts it needs.
 //!
@@ -60,10 +62,11 @@
 //!    which never waits: the built-in store only tries its connection's lock).
 //!
 //! The handle maps (`Fs::handles`), the refreshes under way (`Nodes::refreshing`,
-//! `Nodes::attr_refreshing`), `Offline::until`, the `.versions` tree (`VirtualDirs::versions`)
-//! and the status tracker's locks (`Uploads::tracker`) are taken alone: nothing else is locked
-//! while one is held, nor taken under it. The pins' locks (`Reads::pinned`) are innermost:
-//! taken under any of the above, nothing under them. No std lock is held across an `.await`.
+//! `Nodes::attr_refreshing`), `Offline::until`, the `.versions` and `.search` trees
+//! (`VirtualDirs::versions`, `VirtualDirs::searches`), the account's use (`Space`) and the
+//! status tracker's locks (`Uploads::tracker`) are taken alone: nothing else is locked while
+//! one is held, nor taken under it. The pins' locks (`Reads::pinned`) are innermost: taken
+//! under any of the above, nothing under them. No std lock is held across an `.await`.
 
 mod attrs;
 mod cache;
@@ -76,6 +79,7 @@ mod fuse;
 mod io;
 mod journal;
 mod listing;
+mod markers;
 mod namespace;
 pub mod offline;
 mod open;
@@ -85,6 +89,8 @@ mod pinned;
 mod prefetch;
 mod preview;
 mod read_ahead;
+mod search;
+mod space;
 mod spares;
 mod staging;
 pub mod status;
@@ -172,6 +178,8 @@ pub struct MountOptions {
     pub poll_interval: Duration,
     /// The backend was out of reach at start: show the tree kept in the cache dir (`offline`).
     pub start_offline: bool,
+    /// Let desktop indexers in: no `.trackerignore` and `.nomedia` at the root (`markers`).
+    pub allow_indexing: bool,
 }
 
 impl Default for MountOptions {
@@ -194,6 +202,7 @@ impl Default for MountOptions {
             kernel_writes: true,
             poll_interval: Duration::from_secs(10),
             start_offline: false,
+            allow_indexing: false,
         }
     }
 }
@@ -245,8 +254,10 @@ pub(crate) struct Fs<B: Backend> {
     /// The tree kept for starting offline, and since and until when the backend is out of
     /// reach (`offline::Offline`).
     offline: offline::Offline,
-    /// The virtual `.preview` and `.versions` directories (`preview::VirtualDirs`).
+    /// The virtual `.preview`, `.versions` and `.search` directories (`preview::VirtualDirs`).
     virtual_dirs: preview::VirtualDirs,
+    /// The account's use and quota, for `df` (`space::Space`).
+    space: space::Space,
 }
 
 impl<B: Backend> Fs<B> {
@@ -295,11 +306,14 @@ impl<B: Backend> Fs<B> {
             opts,
             conflicts,
             virtual_dirs: preview::VirtualDirs::default(),
+            space: space::Space::default(),
         });
         if fs.opts.start_offline {
             fs.restore_snapshot();
         }
         offline::start(&fs);
+        // Known before the first `df`.
+        fs.refresh_usage();
         pinned::start(&fs);
         if batches {
             writeback::start(&fs);

@@ -681,9 +681,16 @@ impl<B: Backend> Fs<B> {
         }
     }
 
-    /// STATFS: writes are staged in the cache dir first, so its free space is what a writer
-    /// can use.
-    pub(super) fn statfs(&self) -> Statfs {
+    /// STATFS: the account's byte quota and use where the store keeps one (`space`); else the
+    /// cache dir's disk: writes are staged there first, so its free space is what a writer can
+    /// use.
+    pub(super) fn statfs(self: &Arc<Self>) -> Statfs {
+        let local = self.cache_disk();
+        self.quota_statfs(&local).unwrap_or(local)
+    }
+
+    /// The cache dir's disk as STATFS shows it.
+    fn cache_disk(&self) -> Statfs {
         let dir = std::ffi::CString::new(self.opts.cache_dir.as_os_str().as_encoded_bytes())
             .unwrap_or_default();
         // SAFETY: statvfs fills the zeroed struct we pass for a NUL-terminated path.

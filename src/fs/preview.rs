@@ -22,7 +22,7 @@ use futures_util::StreamExt;
 use super::cache::CachedFile;
 use super::errno::errno;
 use super::table::{Ino, InodeKind, Remote};
-use super::{Fs, versions};
+use super::{Fs, markers, search, versions};
 use crate::api::{PageSize, PreviewMeta, PreviewStatus};
 use crate::backend::Backend;
 use crate::sync::relock;
@@ -43,9 +43,9 @@ pub fn is_virtual(ino: Ino) -> bool {
     ino & FLAG != 0
 }
 
-/// The names of the virtual directories (`.preview` and `.versions`) in every folder.
+/// The names of the virtual directories (`.preview`, `.versions` and `.search`) in every folder.
 pub fn is_virtual_name(name: &str) -> bool {
-    name == DIR_NAME || name == versions::DIR_NAME
+    name == DIR_NAME || name == versions::DIR_NAME || name == search::DIR_NAME
 }
 
 /// A virtual node: its folder's inode and, below `.preview`, the file's name.
@@ -139,12 +139,14 @@ struct Meta {
     at: Instant,
 }
 
-/// The virtual folders' part of the mount: the `.preview` tree (here) and the `.versions` one
-/// (`versions`), each with the virtual nodes it handed to the kernel.
+/// The virtual folders' part of the mount: the `.preview` tree (here), the `.versions` one
+/// (`versions`) and the `.search` one (`search`), each with the virtual nodes it handed to the
+/// kernel.
 #[derive(Default)]
 pub(super) struct VirtualDirs {
     pub(super) previews: std::sync::Mutex<Tree>,
     pub(super) versions: std::sync::Mutex<super::versions::Tree>,
+    pub(super) searches: std::sync::Mutex<super::search::Tree>,
 }
 
 /// The virtual nodes handed to the kernel (never reused) and the preview metadata fetched.
@@ -319,6 +321,12 @@ impl<B: Backend> Fs<B> {
         if versions::owns(ino) {
             return self.versions_getattr(ino).await;
         }
+        if search::owns(ino) {
+            return self.search_getattr(ino).await;
+        }
+        if markers::owns(ino) {
+            return self.marker_getattr(ino);
+        }
         let node = self.previews().ids.node(ino).ok_or(Errno::ENOENT)?;
         match node {
             Node::Root(folder) => {
@@ -348,6 +356,9 @@ impl<B: Backend> Fs<B> {
         if versions::owns(parent) || (!is_virtual(parent) && name == versions::DIR_NAME) {
             return self.versions_lookup(parent, name).await;
         }
+        if search::owns(parent) || (!is_virtual(parent) && name == search::DIR_NAME) {
+            return self.search_lookup(parent, name).await;
+        }
         let node = match self.previews().ids.node(parent) {
             None if is_virtual(parent) => return Err(Errno::ENOENT),
             None => {
@@ -375,6 +386,12 @@ impl<B: Backend> Fs<B> {
     ) -> Result<Vec<(Ino, FileType, String)>, Errno> {
         if versions::owns(ino) {
             return self.versions_readdir(ino).await;
+        }
+        if search::owns(ino) {
+            return self.search_readdir(ino).await;
+        }
+        if markers::owns(ino) {
+            return Err(Errno::ENOTDIR);
         }
         let node = self.previews().ids.node(ino).ok_or(Errno::ENOENT)?;
         let mut out = vec![(ino, FileType::Directory, ".".to_string())];
@@ -455,6 +472,16 @@ impl<B: Backend> Fs<B> {
         if versions::owns(ino) {
             return self.versions_open(ino, write);
         }
+        if search::owns(ino) {
+            return self.search_open(ino, write);
+        }
+        if markers::owns(ino) {
+            return if write {
+                Err(Errno::EROFS)
+            } else {
+                Ok(fuser::FopenFlags::empty())
+            };
+        }
         match self.previews().ids.node(ino) {
             None => Err(Errno::ENOENT),
             Some(Node::Root(_) | Node::File(..)) => Err(Errno::EISDIR),
@@ -472,6 +499,12 @@ impl<B: Backend> Fs<B> {
     ) -> Result<Vec<u8>, Errno> {
         if versions::owns(ino) {
             return self.versions_read(ino, offset, size).await;
+        }
+        if search::owns(ino) {
+            return self.search_read(ino, offset, size).await;
+        }
+        if markers::owns(ino) {
+            return Ok(Vec::new());
         }
         let Some(Node::Item(folder, name, item)) = self.previews().ids.node(ino) else {
             return Err(Errno::EISDIR);

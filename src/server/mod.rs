@@ -14,6 +14,7 @@ mod pin;
 pub mod proxy;
 mod reply;
 mod search;
+mod usage;
 mod web;
 
 use std::net::SocketAddr;
@@ -118,6 +119,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(nodes::upload))
         .routes(routes!(changes::changes))
         .routes(routes!(search::search))
+        .routes(routes!(usage::usage))
         .routes(routes!(files::download))
         .routes(routes!(files::preview))
         .routes(routes!(files::preview_page))

@@ -250,6 +250,30 @@ pub struct SearchEnvelope {
     pub message: SearchResults,
 }
 
+/// An account's use and quota in the success envelope.
+#[derive(Serialize, ToSchema)]
+pub struct UsageEnvelope {
+    pub error: Success,
+    pub message: Usage,
+}
+
+/// What an account holds and may hold.
+#[derive(Serialize, ToSchema)]
+pub struct Usage {
+    /// Bytes held: every version kept, of deleted files kept restorable too.
+    #[schema(minimum = 0)]
+    pub bytes: u64,
+    /// The quota of bytes; absent where there is none.
+    #[schema(minimum = 0)]
+    pub max_bytes: Option<u64>,
+    /// Files and folders held.
+    #[schema(minimum = 0)]
+    pub nodes: u64,
+    /// The quota of files and folders; absent where there is none.
+    #[schema(minimum = 0)]
+    pub max_nodes: Option<u64>,
+}
+
 /// A file found by the search.
 #[derive(Serialize, ToSchema)]
 pub struct SearchHit {

@@ -12,8 +12,7 @@ use super::openapi::{ErrorEnvelope, SearchEnvelope};
 use super::reply::{ApiResult, ok};
 use crate::api::{Error, NodePath};
 
-/// Hits per answer by default.
-pub const DEFAULT_LIMIT: u64 = 50;
+pub use crate::api::search::DEFAULT_LIMIT;
 
 #[utoipa::path(
     get,

@@ -44,6 +44,13 @@ async fn a_database_of_schema_11_gets_the_search_index_shared_by_both_servers() 
         let token = common::login(&one.base(), "a@acme.test", "pw-a").await;
         let a = client(&one, "a@acme.test", &token);
         put(&a, "old.txt", "the wombat was here first".into()).await;
+        // GET /usage on PostgreSQL: the account's bytes and nodes, no byte quota set.
+        let u = a.usage().await.unwrap().expect("GET /usage");
+        assert_eq!(u.bytes, "the wombat was here first".len() as u64, "{u:?}");
+        assert!(
+            u.nodes >= 1 && u.max_bytes.is_none() && u.max_nodes.is_some(),
+            "{u:?}"
+        );
     }
     // As schema 11 was: no search index.
     let conn = Engine::Postgres(cluster.database.clone())

@@ -39,6 +39,15 @@ impl Env {
 
     /// The same with a server of these limits (remote).
     pub fn new_with(via: Via, options: vaultfs::server::ServerOptions) -> Option<Env> {
+        Self::new_with_store(via, Default::default(), options)
+    }
+
+    /// The same with a server's store of this configuration (remote).
+    pub fn new_with_store(
+        via: Via,
+        store: vaultfs::store::StoreConfig,
+        options: vaultfs::server::ServerOptions,
+    ) -> Option<Env> {
         if !fuse_available() {
             eprintln!("skipped: needs root and /dev/fuse");
             return None;
@@ -49,7 +58,7 @@ impl Env {
         let config = tmp.path().join("config");
         let server = (via == Via::Remote).then(|| {
             rt.block_on(async {
-                let s = super::TestServer::start_in(&data, Default::default(), options).await;
+                let s = super::TestServer::start_in(&data, store, options).await;
                 let creds = s.user("tester@example.com", "Local").await;
                 super::save_login(
                     &config.join("vaultfs/credentials.toml"),

@@ -157,3 +157,146 @@ fn bwlimit_caps_a_servers_transfers() {
     );
     m.unmount();
 }
+
+/// Desktop indexers are kept out by default (issue 35, item 3): the mount's root answers
+/// `.trackerignore` and `.nomedia` by name, empty and read-only, never listed (so copies and
+/// backups of the vault do not carry them); `--allow-indexing` takes them away; a real file of
+/// that name at the root is shown instead.
+#[test]
+fn indexers_are_kept_out_unless_allowed() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(env) = Env::new(Via::Local) else {
+        return;
+    };
+    let listed = |d: &Path| -> Vec<String> {
+        let mut n: Vec<String> = fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        n.sort();
+        n
+    };
+    let m = env.mount(&[]);
+    for name in [".trackerignore", ".nomedia"] {
+        let p = env.mnt.join(name);
+        let meta = fs::metadata(&p).unwrap();
+        assert!(meta.is_file(), "{name}");
+        assert_eq!(meta.len(), 0, "{name}");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o444, "{name}");
+        assert_eq!(fs::read(&p).unwrap(), b"", "{name}");
+        assert_eq!(errno_of(fs::write(&p, "x")), libc::EROFS, "{name}");
+        // Only at the root.
+        assert!(!env.vault().join(name).exists(), "{name}");
+    }
+    assert_eq!(listed(&env.mnt), ["Local"]);
+    m.unmount();
+
+    let m = env.mount(&["--allow-indexing"]);
+    assert!(env.vault().is_dir());
+    assert!(!env.mnt.join(".trackerignore").exists());
+    assert!(!env.mnt.join(".nomedia").exists());
+    m.unmount();
+
+    // A vault at the mount's root holding a real `.nomedia`: that file is shown, as stored.
+    let m = env.mount(&[]);
+    fs::write(env.vault().join(".nomedia"), b"mine").unwrap();
+    env.wait_uploaded();
+    m.unmount();
+    let m = env.mount(&["--root", "Local/My First Vault"]);
+    assert_eq!(fs::read(env.mnt.join(".nomedia")).unwrap(), b"mine");
+    assert_eq!(fs::read(env.mnt.join(".trackerignore")).unwrap(), b"");
+    assert_eq!(listed(&env.mnt), [".nomedia"]);
+    m.unmount();
+}
+
+/// `updatedb` walks past the mount once `fuse.vaultfs` is in its PRUNEFS, as
+/// `scripts/install.sh` sets it (plocate's updatedb, run over the mount's parent with the
+/// system's configuration set aside; skipped where it is not installed).
+#[test]
+fn updatedb_skips_the_mount_type_install_sh_prunes() {
+    if Command::new("updatedb").arg("--help").output().is_err() {
+        eprintln!("skipped: no updatedb (plocate)");
+        return;
+    }
+    let Some(env) = Env::new(Via::Local) else {
+        return;
+    };
+    let m = env.mount(&[]);
+    fs::write(env.vault().join("findme.txt"), "x").unwrap();
+    let top = env._tmp.path();
+    let db = top.join("locate.db");
+    let walk = |prunefs: &str| -> String {
+        let out = Command::new("updatedb")
+            .args(["-U", top.to_str().unwrap(), "-o", db.to_str().unwrap()])
+            .args(["-l", "no", "--prune-bind-mounts", "no", "-v"])
+            .args(["--prunepaths", "/proc", "--prunenames", ".git"])
+            .args(["--prunefs", prunefs])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let walked = walk("nfs");
+    assert!(walked.contains("My First Vault/findme.txt"), "{walked}");
+    let pruned = walk("nfs fuse.vaultfs");
+    assert!(!pruned.contains("findme.txt"), "{pruned}");
+    assert!(!pruned.contains("My First Vault"), "{pruned}");
+    // The rest of the tree is walked.
+    assert!(pruned.contains(&*env.cache.to_string_lossy()), "{pruned}");
+    m.unmount();
+}
+
+/// `df` of a mount: `df -B1 --output=size,used,avail` as numbers.
+fn df(p: &Path) -> [u64; 3] {
+    let out = Command::new("df")
+        .args(["-B1", "--output=size,used,avail"])
+        .arg(p)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row: Vec<u64> = text
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    [row[0], row[1], row[2]]
+}
+
+/// `df` on a mount of a server with a byte quota shows the quota as the size and the account's
+/// bytes as used (issue 35, item 5), following what is stored; a mount of the built-in store,
+/// which has no quota, shows the disk under its cache dir, where writes are staged.
+#[test]
+fn df_shows_the_accounts_quota_and_use() {
+    let quota: u64 = 64 << 20;
+    let store = vaultfs::store::StoreConfig {
+        max_bytes_per_account: quota,
+        ..Default::default()
+    };
+    let Some(env) = Env::new_with_store(Via::Remote, store, Default::default()) else {
+        return;
+    };
+    let m = env.mount(&[]);
+    common::mount::wait_for(10, "the quota", || df(&env.mnt)[0] == quota);
+    assert_eq!(df(&env.mnt)[1], 0);
+    let data = common::pattern(5 << 20, 35);
+    fs::write(env.vault().join("five.bin"), &data).unwrap();
+    env.wait_uploaded();
+    common::mount::wait_for(15, "the bytes stored to count", || {
+        df(&env.mnt)[1] == 5 << 20
+    });
+    let [size, used, avail] = df(&env.mnt);
+    assert_eq!((size, used), (quota, 5 << 20));
+    assert!(avail <= quota - used, "{avail}");
+    m.unmount();
+
+    let Some(env) = Env::new(Via::Local) else {
+        return;
+    };
+    let m = env.mount(&[]);
+    fs::create_dir_all(&env.cache).unwrap();
+    assert_eq!(df(&env.mnt)[0], df(&env.cache)[0]);
+    m.unmount();
+}

@@ -3,7 +3,8 @@
 //! bytes stored before previews existed, preview files going with their bytes.
 //!
 //! One binary (see Cargo.toml's note on test binaries), its tests by concern in the modules
-//! below: `mounted` (the `.preview/` tree, on both backends), `lifecycle` (409 before Ready,
+//! below: `mounted` (the `.preview/` tree, on both backends), `search` (`GET /search`),
+//! `searched` (the mount's `.search/` tree, on both backends), `lifecycle` (409 before Ready,
 //! bytes stored before previews, preview files going with their bytes), `scheduling` (asked-for
 //! first, idle otherwise, bounded), `accounts` (what previews may tell of another account's
 //! bytes, issue 19 item 8), `hostile` (files that would take the server's memory, issue 31).
@@ -19,6 +20,7 @@ mod lifecycle;
 mod mounted;
 mod scheduling;
 mod search;
+mod searched;
 
 use std::fs;
 use std::path::Path;

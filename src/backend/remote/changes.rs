@@ -1,5 +1,6 @@
-//! The change feed of `vaultfs serve` (`GET /changes`, a long poll), and what a server without
-//! it answers: 404, so the caller falls back to polling.
+//! The extensions of `vaultfs serve` and what a server without them answers (404): the change
+//! feed (`GET /changes`, a long poll; the caller falls back to polling), the search, the
+//! account's usage.
 
 use std::time::Duration;
 
@@ -47,6 +48,17 @@ impl RemoteBackend {
 }
 
 impl RemoteBackend {
+    /// See [`crate::backend::Backend::usage`]: `GET /usage`; `None` from a server without it.
+    pub(super) async fn account_usage(&self) -> Result<Option<crate::api::Usage>> {
+        let req = Req::get("/usage".to_string());
+        let what = req.what();
+        let resp = self.send(&req).await?;
+        if resp.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        required(self.envelope(resp).await?, &what).map(Some)
+    }
+
     /// See [`crate::backend::Backend::search`]: `GET /search` of `vaultfs serve`; a server
     /// without it (the public service) answers 404, told as [`crate::backend::no_search`].
     pub(super) async fn find(
@@ -58,7 +70,8 @@ impl RemoteBackend {
         let enc = |s: &str| {
             percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
         };
-        let mut path = format!("/search?q={}&limit={limit}", enc(query));
+        let at_root = format!("/search?q={}&limit={limit}", enc(query));
+        let mut path = at_root.clone();
         if !dir.is_root() {
             path.push_str(&format!("&path={}", enc(&dir.uri())));
         }
@@ -71,6 +84,17 @@ impl RemoteBackend {
             // A folder not found is `not_found`; any other 404 is a server without the route.
             Err(e) if no_route && (dir.is_root() || e.code != "not_found") => {
                 Err(crate::backend::no_search())
+            }
+            // A server without the route may say `not_found` too (the public service's error
+            // codes map so): asked at the root, where no folder can be missing, it still
+            // answers 404.
+            Err(e) if no_route => {
+                let resp = self.send(&Req::get(at_root)).await?;
+                if resp.status() == reqwest::StatusCode::NOT_FOUND {
+                    Err(crate::backend::no_search())
+                } else {
+                    Err(e)
+                }
             }
             Err(e) => Err(e),
         }

@@ -236,6 +236,10 @@ impl Backend for RemoteBackend {
         self.find(dir, query, limit).await
     }
 
+    async fn usage(&self) -> Result<Option<crate::api::Usage>> {
+        self.account_usage().await
+    }
+
     async fn node(&self, path: &NodePath) -> Result<Node> {
         self.call_node(Req::get(path.encoded())).await
     }

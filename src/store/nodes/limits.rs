@@ -42,6 +42,32 @@ pub(in crate::store) fn check_quota(
     Ok(())
 }
 
+impl Store {
+    /// What `scope`'s account holds and its quota, as [`check_quota`] counts them; every
+    /// account together for [`Scope::All`] (the mount's own store), which has no quota.
+    pub fn usage(&self, scope: Scope) -> Result<crate::api::Usage> {
+        let account = match scope {
+            Scope::Account(a) => a,
+            Scope::All => 0,
+        };
+        let conn = self.lock()?;
+        let (nodes, bytes): (i64, i64) = conn
+            .prepare_cached(
+                "SELECT CAST(coalesce(sum(nodes), 0) AS BIGINT), \
+                        CAST(coalesce(sum(bytes), 0) AS BIGINT) \
+                 FROM usage WHERE account_id = ?1 OR ?1 = 0",
+            )?
+            .query_row(params![account], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let quota = |max: u64| (account != 0 && max != u64::MAX).then_some(max);
+        Ok(crate::api::Usage {
+            bytes: bytes.max(0) as u64,
+            max_bytes: quota(self.config.max_bytes_per_account),
+            nodes: nodes.max(0) as u64,
+            max_nodes: quota(self.config.max_nodes_per_account),
+        })
+    }
+}
+
 /// The nodes and bytes (committed versions) of the subtree at `id`, counted up to `limit`
 /// nodes: a copy beyond it is refused before any is made.
 pub(super) fn subtree_size(conn: &Connection, id: i64, limit: u64) -> Result<(u64, u64)> {

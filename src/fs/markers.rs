@@ -1,0 +1,56 @@
+//! Desktop indexers stay out of the mount by default (issue 35, item 3): the mount's root
+//! answers `.trackerignore` and `.nomedia` as empty read-only files, which GNOME's indexer
+//! (Tracker 3, LocalSearch: `ignored-directories-with-content` holds both by default) takes as
+//! "skip this folder and everything under it", and other media scanners honour `.nomedia`
+//! too. Without them an indexer walking the home folder opens every file of the vault, and a
+//! remote mount downloads it whole.
+//!
+//! Reached by name, never listed, as `.preview` is: the indexer asks for the name (LocalSearch
+//! stats `DIR/.trackerignore`), while `cp -r`, backups and `find` never see a file that would
+//! keep their copy out of the index too. A real file of that name in the root is shown instead.
+//! `--allow-indexing` turns them off. updatedb is kept out by its own configuration
+//! (`PRUNEFS`, which `scripts/install.sh` extends with `fuse.vaultfs`); Baloo honours neither
+//! (its own excluded folders only: see README).
+
+use fuser::{Errno, FileAttr};
+
+use super::Fs;
+use super::table::{Ino, ROOT};
+use crate::backend::Backend;
+
+/// The marker files at the mount's root.
+pub const NAMES: [&str; 2] = [".trackerignore", ".nomedia"];
+/// Their inodes: the preview module's flag (so every virtual-inode path leads to `preview`,
+/// which hands them here) and bit 59, then the name's index.
+const MFLAG: Ino = (1 << 62) | (1 << 59);
+
+/// Whether `ino` is a marker file.
+pub fn owns(ino: Ino) -> bool {
+    ino & !0xff == MFLAG
+}
+
+impl<B: Backend> Fs<B> {
+    /// Whether the lookup of `name` in `parent` is a marker's: at the root, while indexers are
+    /// kept out, where no real file has the name.
+    pub(super) async fn is_marker(self: &std::sync::Arc<Self>, parent: Ino, name: &str) -> bool {
+        parent == ROOT
+            && !self.opts.allow_indexing
+            && NAMES.contains(&name)
+            && matches!(self.child(ROOT, name).await, Ok(None))
+    }
+
+    /// Whether a LOOKUP may be a marker's: then it is not answered from the listing alone.
+    pub(super) fn maybe_marker(&self, parent: Ino, name: &str) -> bool {
+        parent == ROOT && !self.opts.allow_indexing && NAMES.contains(&name)
+    }
+
+    pub(super) fn marker_lookup(&self, name: &str) -> Result<FileAttr, Errno> {
+        let i = NAMES.iter().position(|n| *n == name).ok_or(Errno::ENOENT)?;
+        self.marker_getattr(MFLAG | i as Ino)
+    }
+
+    pub(super) fn marker_getattr(&self, ino: Ino) -> Result<FileAttr, Errno> {
+        let time = self.table().get(ROOT).ok_or(Errno::ENOENT)?.mtime;
+        Ok(self.virtual_attr(ino, false, 0, time))
+    }
+}

@@ -1,0 +1,364 @@
+//! The virtual, read-only `.search/` of every folder (issue 35): `.search/QUERY/` lists the
+//! files under the folder whose text holds every word of `QUERY`, best first, as
+//! `vaultfs search DIR QUERY` and the web page's search box find them (the same backend call,
+//! with the same number of hits). Each entry is a read-only file with the document's current
+//! bytes, read by its ID through the read cache as the file itself is.
+//!
+//! In every folder, not only at the mount's root, so the folder one is in scopes the search as
+//! the CLI's `DIR` and the web page's folder do: `cd Projects; ls .search/budget`.
+//!
+//! An entry is named as the file is; where several files found share a name, each (but one
+//! directly in the folder) is named by its path under the folder with `/` written `／` (U+FF0F,
+//! as rclone writes a slash in a name): `2024／Q1／report.txt`, the extension kept last so
+//! applications open it.
+//!
+//! Like `.preview` (see `preview`), `.search` is reached by name, never listed, and nothing in
+//! it can be made, changed or removed (EROFS). Its inodes carry the preview module's flag (so
+//! every virtual-inode path leads to `preview`, which hands them here) and [`SFLAG`] besides.
+//! The answer to a query is kept [`RESULTS_TTL`], so `ls -l` (a listing, then a lookup of each
+//! entry) asks the backend once. A backend without search (the public service) answers ENOTSUP
+//! for every query.
+
+use std::collections::HashMap;
+use std::sync::{Arc, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use fuser::{Errno, FileAttr, FileType};
+use futures_util::StreamExt;
+
+use super::Fs;
+use super::errno::errno;
+use super::table::{Ino, InodeKind, Remote};
+use crate::api::{NodePath, SearchHit};
+use crate::backend::Backend;
+use crate::sync::relock;
+
+/// The name of the virtual directory.
+pub const DIR_NAME: &str = ".search";
+/// Set, beside the preview module's flag, in every inode of the `.search` trees (the versions'
+/// flag is bit 61: each tree's own counter never reaches bit 60 or 61).
+const SFLAG: Ino = (1 << 62) | (1 << 60);
+/// The answer to a query is asked again after this long.
+const RESULTS_TTL: Duration = Duration::from_secs(5);
+/// Hits whose node (size, md5, time) is asked for at once.
+const NODE_CONCURRENCY: usize = 8;
+/// What a slash in a path becomes in an entry's name.
+const SLASH: char = '／';
+
+/// Whether `ino` is a node of a `.search` tree.
+pub fn owns(ino: Ino) -> bool {
+    ino & SFLAG == SFLAG
+}
+
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+enum Node {
+    /// `<folder>/.search`
+    Root(Ino),
+    /// `<folder>/.search/<query>`
+    Query(Ino, String),
+    /// `<folder>/.search/<query>/<entry>`: by the file's ID, which never changes.
+    Hit(Ino, String, String),
+}
+
+/// One file found: its entry's name, its stored version and time.
+#[derive(Clone)]
+struct Entry {
+    name: String,
+    remote: Remote,
+    mtime: SystemTime,
+}
+
+struct Found {
+    at: Instant,
+    entries: Arc<Vec<Entry>>,
+}
+
+#[derive(Default)]
+pub struct Tree {
+    ids: super::preview::VirtualInos<Node, SFLAG>,
+    /// By folder and query.
+    found: HashMap<(Ino, String), Found>,
+}
+
+/// The entries' names of the files at `paths` (found under `dir`, in order): each file's name,
+/// or where another file found has it too, its path under `dir` with `/` as [`SLASH`] (a file
+/// directly in `dir` keeps its name). Unique: a name still taken gets ` (2)`, ` (3)`...
+fn entry_names(dir: &NodePath, paths: &[NodePath]) -> Vec<String> {
+    let rel = |p: &NodePath| -> Vec<String> { p.segments()[dir.depth().min(p.depth())..].to_vec() };
+    let mut count: HashMap<&str, usize> = HashMap::new();
+    for p in paths {
+        *count.entry(p.name().unwrap_or_default()).or_default() += 1;
+    }
+    let mut taken = std::collections::HashSet::new();
+    paths
+        .iter()
+        .map(|p| {
+            let name = p.name().unwrap_or_default();
+            let base = if count[name] > 1 {
+                rel(p).join(&SLASH.to_string())
+            } else {
+                name.to_string()
+            };
+            let mut n = 1;
+            let mut entry = base.clone();
+            while !taken.insert(entry.clone()) {
+                n += 1;
+                entry = crate::api::path::tagged_name(&base, &n.to_string(), 1);
+            }
+            entry
+        })
+        .collect()
+}
+
+impl<B: Backend> Fs<B> {
+    fn search_tree(&self) -> MutexGuard<'_, Tree> {
+        relock(&self.virtual_dirs.searches)
+    }
+
+    /// The files found under `folder` for `query` (asked again after [`RESULTS_TTL`]; `stale`:
+    /// any answer kept will do, for reading an entry already found).
+    async fn found(
+        self: &Arc<Self>,
+        folder: Ino,
+        query: &str,
+        stale: bool,
+    ) -> Result<Arc<Vec<Entry>>, Errno> {
+        let key = (folder, query.to_string());
+        if let Some(f) = self.search_tree().found.get(&key) {
+            if stale || f.at.elapsed() < RESULTS_TTL {
+                return Ok(f.entries.clone());
+            }
+        }
+        let dir = {
+            let t = self.table();
+            let i = t.get(folder).ok_or(Errno::ENOENT)?;
+            if i.kind != InodeKind::Dir {
+                return Err(Errno::ENOTDIR);
+            }
+            i.path.clone()
+        };
+        let asked = Instant::now();
+        let results = self
+            .backend
+            .search(&dir, query, crate::api::search::DEFAULT_LIMIT)
+            .await
+            .map_err(|e| errno(&e))?;
+        // Each hit's stored version, in order; a hit moved or changed into something else
+        // since is left out.
+        let backend = self.backend.clone();
+        let hits: Vec<(NodePath, Remote, SystemTime)> = futures_util::stream::iter(results.hits)
+            .map(|h: SearchHit| {
+                let backend = backend.clone();
+                async move {
+                    let path = NodePath::parse_uri(&h.uri).ok()?;
+                    let node = backend.node(&path).await.ok()?;
+                    if !node.is_file() || node.file_id().as_deref() != Some(h.id.as_str()) {
+                        return None;
+                    }
+                    let remote = Remote {
+                        id: h.id,
+                        size: node.size.unwrap_or(0),
+                        md5: node.md5_checksum.clone(),
+                        link_uri: node.link_uri.clone(),
+                        preview_link_uri: node.preview_link_uri.clone(),
+                        download_link_uri: node.download_link_uri.clone(),
+                    };
+                    let mtime = node.modified_time().unwrap_or(SystemTime::UNIX_EPOCH);
+                    Some((path, remote, mtime))
+                }
+            })
+            .buffered(NODE_CONCURRENCY)
+            .filter_map(|h| async move { h })
+            .collect()
+            .await;
+        let paths: Vec<NodePath> = hits.iter().map(|h| h.0.clone()).collect();
+        let entries: Arc<Vec<Entry>> = Arc::new(
+            entry_names(&dir, &paths)
+                .into_iter()
+                .zip(hits)
+                .map(|(name, (_, remote, mtime))| Entry {
+                    name,
+                    remote,
+                    mtime,
+                })
+                .collect(),
+        );
+        let mut tree = self.search_tree();
+        tree.found.retain(|_, f| f.at.elapsed() < RESULTS_TTL);
+        tree.found.insert(
+            key,
+            Found {
+                at: asked,
+                entries: entries.clone(),
+            },
+        );
+        Ok(entries)
+    }
+
+    /// The entry of file `id` among those found (`stale`: as for [`Self::found`]).
+    async fn found_entry(
+        self: &Arc<Self>,
+        folder: Ino,
+        query: &str,
+        id: &str,
+        stale: bool,
+    ) -> Result<Entry, Errno> {
+        let entries = self.found(folder, query, stale).await?;
+        let e = entries.iter().find(|e| e.remote.id == id);
+        e.cloned().ok_or(Errno::ENOENT)
+    }
+
+    fn search_folder_time(&self, folder: Ino) -> Result<SystemTime, Errno> {
+        self.table()
+            .get(folder)
+            .map(|i| i.mtime)
+            .ok_or(Errno::ENOENT)
+    }
+
+    pub(super) async fn search_getattr(self: &Arc<Self>, ino: Ino) -> Result<FileAttr, Errno> {
+        let node = self.search_tree().ids.node(ino).ok_or(Errno::ENOENT)?;
+        match node {
+            Node::Root(folder) => {
+                Ok(self.virtual_attr(ino, true, 0, self.search_folder_time(folder)?))
+            }
+            Node::Query(folder, query) => {
+                // Asked here, so a query the backend refuses fails at its lookup.
+                self.found(folder, &query, false).await?;
+                Ok(self.virtual_attr(ino, true, 0, self.search_folder_time(folder)?))
+            }
+            Node::Hit(folder, query, id) => {
+                let e = self.found_entry(folder, &query, &id, false).await?;
+                Ok(self.virtual_attr(ino, false, e.remote.size, e.mtime))
+            }
+        }
+    }
+
+    /// Lookup of `name` in a `.search` directory, or of `.search` in a real folder.
+    pub(super) async fn search_lookup(
+        self: &Arc<Self>,
+        parent: Ino,
+        name: &str,
+    ) -> Result<FileAttr, Errno> {
+        let known = self.search_tree().ids.node(parent);
+        let node = match known {
+            None if owns(parent) => return Err(Errno::ENOENT),
+            None => match self.table().get(parent).map(|i| i.kind) {
+                Some(InodeKind::Dir) => Node::Root(parent),
+                Some(InodeKind::File) => return Err(Errno::ENOTDIR),
+                None => return Err(Errno::ENOENT),
+            },
+            Some(Node::Root(folder)) => Node::Query(folder, name.to_string()),
+            Some(Node::Query(folder, query)) => {
+                let entries = self.found(folder, &query, false).await?;
+                let e = entries.iter().find(|e| e.name == name);
+                let id = e.ok_or(Errno::ENOENT)?.remote.id.clone();
+                Node::Hit(folder, query, id)
+            }
+            Some(Node::Hit(..)) => return Err(Errno::ENOTDIR),
+        };
+        let ino = self.search_tree().ids.ino(node);
+        self.search_getattr(ino).await
+    }
+
+    /// The entries of a `.search` directory: none in `.search` itself (the queries asked are
+    /// not kept), the files found in a query's.
+    pub(super) async fn search_readdir(
+        self: &Arc<Self>,
+        ino: Ino,
+    ) -> Result<Vec<(Ino, FileType, String)>, Errno> {
+        let node = self.search_tree().ids.node(ino).ok_or(Errno::ENOENT)?;
+        let mut out = vec![(ino, FileType::Directory, ".".to_string())];
+        match node {
+            Node::Root(folder) => out.push((folder, FileType::Directory, "..".into())),
+            Node::Query(folder, query) => {
+                let root = self.search_tree().ids.ino(Node::Root(folder));
+                out.push((root, FileType::Directory, "..".into()));
+                let entries = self.found(folder, &query, false).await?;
+                let mut tree = self.search_tree();
+                for e in entries.iter() {
+                    let c = tree
+                        .ids
+                        .ino(Node::Hit(folder, query.clone(), e.remote.id.clone()));
+                    out.push((c, FileType::RegularFile, e.name.clone()));
+                }
+            }
+            Node::Hit(..) => return Err(Errno::ENOTDIR),
+        }
+        Ok(out)
+    }
+
+    /// Opening an entry: reading only.
+    pub(super) fn search_open(&self, ino: Ino, write: bool) -> Result<fuser::FopenFlags, Errno> {
+        match self.search_tree().ids.node(ino) {
+            None => Err(Errno::ENOENT),
+            Some(Node::Root(_) | Node::Query(..)) => Err(Errno::EISDIR),
+            Some(_) if write => Err(Errno::EROFS),
+            Some(_) => Ok(fuser::FopenFlags::empty()),
+        }
+    }
+
+    /// Reads an entry: the file's current version as last found, through the read cache (the
+    /// file's own entry there, by its ID and md5).
+    pub(super) async fn search_read(
+        self: &Arc<Self>,
+        ino: Ino,
+        offset: u64,
+        size: u32,
+    ) -> Result<Vec<u8>, Errno> {
+        let Some(Node::Hit(folder, query, id)) = self.search_tree().ids.node(ino) else {
+            return Err(Errno::EISDIR);
+        };
+        let r = self.found_entry(folder, &query, &id, true).await?.remote;
+        let entry = self
+            .reads
+            .cache
+            .entry(&r.id, r.md5.as_deref(), r.size)
+            .map_err(|e| errno(&e))?;
+        self.reads
+            .cache
+            .read(&self.backend, &entry, offset, size as usize)
+            .await
+            .map_err(|e| errno(&e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> NodePath {
+        NodePath::parse_uri(s).unwrap()
+    }
+
+    #[test]
+    fn entries_are_named_as_their_files_and_by_their_paths_where_names_clash() {
+        let dir = p("/nodes/pth/A/V");
+        let paths = [
+            p("/nodes/pth/A/V/2024/Q1/report.txt"),
+            p("/nodes/pth/A/V/notes.md"),
+            p("/nodes/pth/A/V/report.txt"),
+            p("/nodes/pth/A/V/old/report.txt"),
+            p("/nodes/pth/A/V/x/notes.txt"),
+        ];
+        assert_eq!(
+            entry_names(&dir, &paths),
+            [
+                "2024／Q1／report.txt",
+                "notes.md",
+                "report.txt",
+                "old／report.txt",
+                "notes.txt"
+            ]
+        );
+        // A file whose name is another's path under the folder: still unique.
+        let paths = [
+            p("/nodes/pth/A/V/a/b.txt"),
+            p("/nodes/pth/A/V/b.txt"),
+            p("/nodes/pth/A/V/a／b.txt"),
+        ];
+        assert_eq!(
+            entry_names(&dir, &paths),
+            ["a／b.txt", "b.txt", "a／b (2).txt"]
+        );
+    }
+}
