@@ -462,31 +462,10 @@ impl<B: Backend> Fs<B> {
             None if kind == InodeKind::File => Some(crate::api::Base::Absent),
             None => None,
         };
-        // No file known there: the move itself refuses to replace one made elsewhere meanwhile
-        // (one request, where a look first made two: a round trip less per `mv`).
-        let fresh = target.is_none() && known == Some(crate::api::Base::Absent);
-        let mut copy = match (&known, remote) {
-            (Some(known), true) if !fresh => self.rename_over_changed(&dst, known).await,
+        let copy = match (&known, remote) {
+            (Some(known), true) => self.rename_over_changed(&dst, known).await,
             _ => None,
         };
-        let mut moved = None;
-        if copy.is_none() && remote {
-            match self.backend.rename(&src, &dst, !fresh).await {
-                Ok(node) => moved = Some(node),
-                Err(e) if fresh && e.already_exists() => {
-                    copy = self
-                        .rename_over_changed(&dst, &crate::api::Base::Absent)
-                        .await;
-                    if copy.is_none() {
-                        // Nothing stored there yet (a file made elsewhere, no version): the
-                        // name is taken over, as it was before the move refused.
-                        let node = self.backend.rename(&src, &dst, true).await;
-                        moved = Some(node.map_err(|e| errno(&e))?);
-                    }
-                }
-                Err(e) => return Err(errno(&e)),
-            }
-        }
         if let Some(copy) = copy {
             self.backend
                 .rename(&src, &copy, false)
@@ -508,6 +487,12 @@ impl<B: Backend> Fs<B> {
             }
             return Ok(());
         }
+        let moved = if remote {
+            let node = self.backend.rename(&src, &dst, true).await;
+            Some(node.map_err(|e| errno(&e))?)
+        } else {
+            None
+        };
         // A file that exists only here takes the name; a remote file under that name gets its
         // bytes as a new version when the upload runs. Nothing else of the target stays.
         let mut t = self.table();
