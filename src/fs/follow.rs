@@ -46,9 +46,7 @@ pub(super) struct Follow {
     /// Where the mount is (for `echo_remove`).
     mountpoint: std::sync::OnceLock<std::path::PathBuf>,
     /// Removals the follower makes through the mount, by parent and name. Taken alone.
-    /// Each removal's node: a lookup of the name meanwhile answers it (a kernel entry that
-    /// aged meanwhile is looked up again before the removal, and the removal then goes on).
-    echo: std::sync::Mutex<HashMap<(Ino, String), Echo>>,
+    echo: std::sync::Mutex<std::collections::HashSet<(Ino, String)>>,
     /// Polling (no feed): folders used are noted.
     polling: AtomicBool,
     /// Folders listed or looked up in, and when last (for polling without a feed). Taken alone.
@@ -245,15 +243,6 @@ impl<B: Backend> Drop for Ours<'_, B> {
     }
 }
 
-/// A removal of the follower's own through the mount (`Follow::echo_remove`): the node, its
-/// path and whether a folder.
-#[derive(Clone)]
-pub(super) struct Echo {
-    pub(super) ino: Ino,
-    pub(super) path: NodePath,
-    pub(super) dir: bool,
-}
-
 /// What the kernel is told.
 pub(super) enum Kernel {
     /// `inval_entry`: the name is looked up again.
@@ -270,22 +259,14 @@ impl Follow {
     /// Whether UNLINK or RMDIR of `name` in `parent` is the follower's own (answered at once:
     /// the node is gone from the store already, and from the table).
     pub(super) fn is_echo(&self, parent: Ino, name: &str) -> bool {
-        relock(&self.echo)
-            .remove(&(parent, name.to_string()))
-            .is_some()
-    }
-
-    /// The node a removal of the follower's own is on its way to (`None`: not one): what a
-    /// LOOKUP of that name answers meanwhile.
-    pub(super) fn echo_of(&self, parent: Ino, name: &str) -> Option<Echo> {
-        relock(&self.echo).get(&(parent, name.to_string())).cloned()
+        relock(&self.echo).remove(&(parent, name.to_string()))
     }
 
     /// Removes the paths through the mount (`echo`), each answered by `is_echo`: the kernel
     /// then drops its entry and tells watchers (`IN_DELETE`), which no notification does
     /// (Linux 6.18's `FUSE_NOTIFY_DELETE` drops the entry with `d_delete`, which tells no
     /// watcher). Whether each went that way.
-    fn echo_remove(&self, root: &NodePath, gone: &[(Ino, Ino, NodePath, bool)]) -> Vec<bool> {
+    fn echo_remove(&self, root: &NodePath, gone: &[(Ino, NodePath, bool)]) -> Vec<bool> {
         let Some(mnt) = self.mountpoint.get() else {
             return vec![false; gone.len()];
         };
@@ -293,7 +274,7 @@ impl Follow {
         let mut keys = Vec::new();
         // Which of `gone` are under the mount's root (and so in `local`, in order).
         let mut inside = Vec::with_capacity(gone.len());
-        for (parent, ino, path, dir) in gone {
+        for (parent, path, dir) in gone {
             let name = path.name().filter(|_| root.contains(path) && path != root);
             inside.push(name.is_some());
             let Some(name) = name else { continue };
@@ -301,12 +282,7 @@ impl Follow {
             for seg in &path.segments()[root.depth()..] {
                 p.push(seg);
             }
-            let echo = Echo {
-                ino: *ino,
-                path: path.clone(),
-                dir: *dir,
-            };
-            keys.push(((*parent, name.to_string()), echo));
+            keys.push((*parent, name.to_string()));
             local.push((p, *dir));
         }
         relock(&self.echo).extend(keys.iter().cloned());
@@ -314,7 +290,7 @@ impl Follow {
         // Not reached where it failed (the kernel had no entry: it looked the name up, and it
         // is gone).
         let mut echo = relock(&self.echo);
-        for (k, _) in &keys {
+        for k in &keys {
             echo.remove(k);
         }
         drop(echo);
@@ -343,7 +319,7 @@ pub(super) fn notify<B: Backend>(fs: &Fs<B>, mut what: Vec<Kernel>) {
         let gone: Vec<_> = what
             .iter()
             .filter_map(|k| match k {
-                Kernel::Delete(p, ino, path, dir) => Some((*p, *ino, path.clone(), *dir)),
+                Kernel::Delete(p, _, path, dir) => Some((*p, path.clone(), *dir)),
                 _ => None,
             })
             .collect();
@@ -355,7 +331,6 @@ pub(super) fn notify<B: Backend>(fs: &Fs<B>, mut what: Vec<Kernel>) {
                     if echoed.next().unwrap_or(false) {
                         Ok(())
                     } else {
-                        log::debug!("{path}: not removed through the mount, the kernel told");
                         let name = OsStr::new(path.name().unwrap_or_default());
                         n.delete(INodeNo(*p), INodeNo(*c), name)
                             .or_else(|_| n.inval_entry(INodeNo(*p), name))
@@ -469,7 +444,6 @@ fn gone(
         return;
     }
     let dir = i.kind == InodeKind::Dir;
-    log::debug!("{path}: gone elsewhere");
     t.detach_gone(ino);
     t.entries_changed(pino);
     t.expire_listing(pino, past);
