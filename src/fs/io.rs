@@ -103,6 +103,14 @@ impl<B: Backend> Fs<B> {
             self.discard(&staged);
             return Err(Errno::ENOENT);
         };
+        // Deleted or moved elsewhere while the bytes were copied: the kernel looks the name up
+        // again (ESTALE), rather than a writer writing into an inode with no name to store
+        // under (the model lost an fsynced rewrite so).
+        if i.gone_elsewhere {
+            drop(t);
+            self.discard(&staged);
+            return Err(Errno::ESTALE);
+        }
         let (staged, truncate) = match i.staged.clone() {
             // Someone staged it meanwhile: use theirs.
             Some(other) => {

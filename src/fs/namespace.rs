@@ -244,10 +244,6 @@ impl<B: Backend> Fs<B> {
             // A writer for the time of the truncate: released, it settles the file like a
             // close (truncate(2) without an open handle is the whole change).
             let staged = self.stage(ino, size == 0).await?;
-            if self.table().get(ino).is_some_and(|i| i.gone_elsewhere) {
-                self.release_staged(ino, &staged);
-                return Err(Errno::ESTALE);
-            }
             let r = staged.truncate(size);
             self.release_staged(ino, &staged);
             r.map_err(|e| io_errno(&e))?;

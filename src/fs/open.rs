@@ -223,10 +223,6 @@ impl<B: Backend> Fs<B> {
                 Some(i) => {
                     i.plain_pending -= 1;
                     match &staged {
-                        // Deleted elsewhere while the copy was staged: the kernel looks the
-                        // name up again (the model: a rewrite fsynced into the detached inode
-                        // returned Ok and was never stored).
-                        Ok(_) if i.gone_elsewhere => Some(Err(Errno::ESTALE)),
                         Ok(s) => {
                             let b = self.kernel_writer(i, s, fh, flags, truncate, register);
                             if b.is_ok() {
