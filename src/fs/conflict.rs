@@ -258,11 +258,13 @@ impl<B: Backend> Fs<B> {
     /// either way round. A check, then the delete, which our server checks again atomically
     /// (`Backend::delete_if`); on a server without that, what is stored in between is lost
     /// (docs/design.md §5). A mount that knows no md5 (a server without them) cannot tell.
-    pub(super) async fn changed_since_known(&self, ino: Ino, path: &NodePath) -> bool {
-        let Some((id, known)) = self.known_of(ino) else {
-            return false;
-        };
-        if known == Base::Any {
+    pub(super) async fn changed_since_known(
+        &self,
+        known: &(String, Base),
+        path: &NodePath,
+    ) -> bool {
+        let (id, known) = known;
+        if *known == Base::Any {
             return false;
         }
         let Ok(now) = self.backend.node(path).await else {

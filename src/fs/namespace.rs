@@ -321,20 +321,19 @@ impl<B: Backend> Fs<B> {
         let _ours = Ours::sending(self, vec![ino]);
         // A file changed elsewhere since this mount knew it stays on the store: an edit beats
         // a delete (`conflict`). The name goes here, and comes back with the next listing.
-        let mut kept =
-            remote && kind == InodeKind::File && self.changed_since_known(ino, &path).await;
+        let known = match kind {
+            InodeKind::File if remote => self.known_of(ino),
+            _ => None,
+        };
+        let mut kept = match &known {
+            Some(k) => self.changed_since_known(k, &path).await,
+            None => false,
+        };
         if remote && !kept {
             // Checked again by the store where nothing comes in between (the model: a first
             // version stored between the look and the delete went with the file).
-            let base = match kind {
-                InodeKind::File => self.known_of(ino).map(|(_, b)| b),
-                InodeKind::Dir => None,
-            };
-            match self
-                .backend
-                .delete_if(&path, &base.unwrap_or(crate::api::Base::Any))
-                .await
-            {
+            let base = known.map_or(crate::api::Base::Any, |(_, b)| b);
+            match self.backend.delete_if(&path, &base).await {
                 Ok(()) => {}
                 Err(e) if e.kind == crate::api::ErrorKind::NotFound => {}
                 Err(e) if e.kind == crate::api::ErrorKind::Precondition => {
