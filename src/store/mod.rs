@@ -35,9 +35,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::api::{Error, Result};
+use crate::sync::relock;
 pub use blobs::BlobLocation;
 use blobs::Blobs;
-use db::{Conn, Db, Engine, Guard};
+use db::{Conn, Db, Engine, Guard, OptionalExtension};
 
 pub use changes::{DEFAULT_CHANGE_LOG_AGE, DEFAULT_CHANGE_LOG_ENTRIES, Feed};
 pub use expire::{EXPIRE_EVERY, Expired};
@@ -112,6 +113,15 @@ pub struct StoreConfig {
     pub change_log_age: Duration,
 }
 
+/// What [`Store::foreign_commits`] read last.
+#[derive(Default)]
+struct ForeignRead {
+    /// `PRAGMA data_version` as read last; `None` before the first read.
+    data_version: Option<i64>,
+    /// The change log's newest ID as read last.
+    newest_change: i64,
+}
+
 /// Which earlier versions of a file the store keeps (each bound `None`: no bound): at most
 /// `count`, none older than `age`, and, newest first, as many as fit in `bytes` (the newest
 /// earlier version is kept whatever its size). The rule is applied when a file gets a new
@@ -174,8 +184,10 @@ pub struct Store {
     purger: std::sync::OnceLock<purge::Purger>,
     /// A shared lock on `lock` for as long as the store is open.
     _lock: fs::File,
-    /// What [`Store::foreign_commits`] read last.
+    /// What [`Store::foreign_commits`] answers ...
     foreign: AtomicU64,
+    /// ... and what it read last (see there).
+    foreign_read: Mutex<ForeignRead>,
     /// SQLite's wal-index header, through the connection's own mapping (see `db::WalIndex`).
     wal_index: std::sync::OnceLock<Option<db::WalIndex>>,
     /// Wakes the change feed's waiters (`changes`).
@@ -306,6 +318,7 @@ impl Store {
             purger: std::sync::OnceLock::new(),
             _lock: lock,
             foreign: AtomicU64::new(0),
+            foreign_read: Mutex::new(ForeignRead::default()),
             wal_index: std::sync::OnceLock::new(),
             feed,
         };
@@ -342,9 +355,16 @@ impl Store {
         &self.config
     }
 
-    /// A count of the commits other processes made to the database (another mount of this
-    /// store, `vaultfs serve`, the CLI): SQLite's `data_version` of our one connection, which
-    /// our own commits leave alone. A mount compares it to tell its cached listings are stale.
+    /// A count of the changes to the tree others made (another mount of this store, `vaultfs
+    /// serve`, the CLI) that this connection has noticed. A mount compares it to tell its
+    /// cached listings are stale. Two reads tell it: SQLite's `data_version` of our one
+    /// connection moves when any other connection commits (our own commits leave it alone),
+    /// and then the change log's newest ID (`changes`: every change to the tree is a row) says
+    /// whether that commit touched the tree. Commits that do not (the search indexer's and the
+    /// background previews' own connections, in this process or another) count for nothing:
+    /// they came every few milliseconds while the store was idle, and each made every listing
+    /// stale. (The log also moves with our own changes; the first foreign commit after one of
+    /// them counts once more than needed: a listing asked again, never one kept too long.)
     /// Never waits: while the connection is busy with our own work, the value read last (the
     /// next call sees what that missed).
     pub fn foreign_commits(&self) -> u64 {
@@ -364,22 +384,33 @@ impl Store {
         let asked = wal.as_ref().map(|w| w.before_asking());
         // Starting the read transaction this needs is what notices other commits (no I/O
         // while nothing changed: SQLite compares the WAL index header in shared memory).
-        match conn
-            .prepare_cached("PRAGMA data_version")
-            .and_then(|mut st| st.query_row([], |r| r.get::<_, i64>(0)))
-        {
-            Ok(v) => {
-                self.foreign.store(v as u64, Ordering::Relaxed);
+        let read = |sql: &str| {
+            conn.prepare_cached(sql)
+                .and_then(|mut st| st.query_row([], |r| r.get::<_, i64>(0)).optional())
+                .map(|v| v.unwrap_or(0))
+        };
+        let mut f = relock(&self.foreign_read);
+        let answer = read("PRAGMA data_version").and_then(|version| {
+            if f.data_version == Some(version) {
+                return Ok(());
+            }
+            let newest = read("SELECT seq FROM sqlite_sequence WHERE name = 'changes'")?;
+            if f.data_version.is_some() && f.newest_change != newest {
+                self.foreign.fetch_add(1, Ordering::Relaxed);
+            }
+            f.data_version = Some(version);
+            f.newest_change = newest;
+            Ok(())
+        });
+        match answer {
+            Ok(()) => {
                 if let Some(asked) = asked {
                     asked();
                 }
-                v as u64
             }
-            Err(e) => {
-                log::debug!("PRAGMA data_version: {e}");
-                self.foreign.load(Ordering::Relaxed)
-            }
+            Err(e) => log::debug!("reading the commits of others: {e}"),
         }
+        self.foreign.load(Ordering::Relaxed)
     }
 
     /// The store's connection, locked; `ErrorKind::Unavailable` when the database does not
@@ -588,7 +619,8 @@ mod tests {
     use super::*;
 
     /// Another process's commit counts at once, also when the answer comes from the
-    /// wal-index's header (no transaction); our own commits never count. (An ask that finds
+    /// wal-index's header (no transaction); our own commits never count, nor others' that
+    /// change no file (the search indexer's). (An ask that finds
     /// the connection busy answers what it read last: asked until the connection was free,
     /// well within the header's 500 ms of trust.)
     #[test]
@@ -636,6 +668,29 @@ mod tests {
                 settled(first + i + 1),
                 first + i + 1,
                 "their commit, at once"
+            );
+            let read_before = relock(&ours.foreign_read).data_version;
+            let raw = rusqlite::Connection::open(dir.join("vault.db")).unwrap();
+            raw.execute(
+                "INSERT INTO search_docs (blob, status) VALUES (?1, 2)",
+                [format!("not-a-blob-{i}")],
+            )
+            .unwrap();
+            drop(raw);
+            // Asked until an ask found the connection free and read the commit.
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while relock(&ours.foreign_read).data_version == read_before {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the commit is never read"
+                );
+                ours.foreign_commits();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert_eq!(
+                ours.foreign_commits(),
+                first + i + 1,
+                "a commit that changes no file"
             );
         }
     }
