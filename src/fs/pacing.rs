@@ -10,6 +10,13 @@
 //!   so one burst of refusals is one cut. The retry of the failed file itself is `staging::retry`.
 //!   Bounded by [`MAX_WINDOW`]: each upload streams its bytes from its staging file, so one in
 //!   flight holds a descriptor and a buffer, not the file.
+//! - The window follows the delay of step 2 (a small request whatever the file's size), as TCP
+//!   Vegas does: it grows only while step 2 answers within twice the quickest answer seen, and
+//!   gives back one place a round trip while it takes more than four times that. More uploads in
+//!   flight then no longer store faster, they only queue at the server, where the user's own
+//!   `mkdir` or `mv` waits behind them: on loopback the window grew to 64 and an untar's
+//!   `mkdir`s waited 20 ms each. Behind a link of 50 ms the quickest answer is the round trip
+//!   itself, and the window grows as before.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,6 +37,12 @@ const MAX_BATCH: usize = 100;
 const MAX_BATCH_BYTES: usize = 32 << 10;
 /// The window is cut at most this often.
 const CUT_EVERY: Duration = Duration::from_secs(1);
+/// The least the window gives back to for delay (a refusal can cut it further).
+const MIN_WINDOW: usize = 4;
+/// Added to the delay bounds: the scheduling noise of a quick server on loopback.
+const GRACE: Duration = Duration::from_millis(2);
+/// The quickest answer of step 2 is forgotten after this (the link may have changed).
+const BASE_FOR: Duration = Duration::from_secs(30);
 
 /// The uploads' shared state: the window and the folders whose new files are being created.
 pub struct Pacing {
@@ -62,6 +75,12 @@ struct WindowState {
     debt: usize,
     waiting: usize,
     cut_at: Option<Instant>,
+    /// The quickest answer of step 2 seen, and when.
+    base: Option<(Duration, Instant)>,
+    /// The last answer of step 2 was within twice the quickest: the window may grow.
+    quick: bool,
+    /// When the window last gave back a place for delay.
+    eased_at: Option<Instant>,
 }
 
 /// A place in the window, given back when dropped (or forgotten, after a cut).
@@ -101,6 +120,9 @@ impl Window {
                 debt: 0,
                 waiting: 0,
                 cut_at: None,
+                base: None,
+                quick: true,
+                eased_at: None,
             }),
         }
     }
@@ -117,16 +139,37 @@ impl Window {
         }
     }
 
-    /// An upload went through: one more place if others waited for one.
+    /// An upload went through: one more place if others waited for one and the server
+    /// answers quickly (see the module's note).
     pub fn succeeded(&self) {
         let mut s = relock(&self.state);
-        if s.waiting > 0 && s.limit < MAX_WINDOW {
+        if s.waiting > 0 && s.limit < MAX_WINDOW && s.quick {
             s.limit += 1;
             if s.debt > 0 {
                 s.debt -= 1;
             } else {
                 self.permits.add_permits(1);
             }
+        }
+    }
+
+    /// Step 2 of an upload was answered in `took`: the server's queue, as its delay shows.
+    pub fn answered(&self, took: Duration) {
+        let mut s = relock(&self.state);
+        let base = match s.base {
+            Some((b, at)) if b <= took && at.elapsed() < BASE_FOR => b,
+            _ => {
+                s.base = Some((took, Instant::now()));
+                took
+            }
+        };
+        s.quick = took <= base * 2 + GRACE;
+        let queued = took > base * 4 + GRACE;
+        // One place a round trip, as the uploads in flight see the last one given back.
+        if queued && s.limit > MIN_WINDOW && s.eased_at.is_none_or(|t| t.elapsed() >= took) {
+            s.eased_at = Some(Instant::now());
+            let to = s.limit - 1;
+            self.shrink(&mut s, to);
         }
     }
 
@@ -144,9 +187,15 @@ impl Window {
         }
         s.cut_at = Some(Instant::now());
         let before = s.limit;
-        s.limit = (s.limit / 2).max(1);
-        // Free places go now, the rest as uploads end.
-        let mut cut = before - s.limit;
+        let to = (s.limit / 2).max(1);
+        self.shrink(&mut s, to);
+        log::info!("uploads in flight: at most {} (was {before}): {e}", s.limit);
+    }
+
+    /// Lowers the limit to `to`: free places go now, the rest as uploads end.
+    fn shrink(&self, s: &mut WindowState, to: usize) {
+        let mut cut = s.limit.saturating_sub(to);
+        s.limit = to.min(s.limit);
         while cut > 0 {
             match self.permits.try_acquire() {
                 Ok(p) => p.forget(),
@@ -155,7 +204,6 @@ impl Window {
             cut -= 1;
         }
         s.debt += cut;
-        log::info!("uploads in flight: at most {} (was {before}): {e}", s.limit);
     }
 
     /// The uploads that may be in flight now.
@@ -301,5 +349,60 @@ mod tests {
         assert_eq!(w.permits.available_permits(), 0);
         drop(b);
         assert_eq!(w.permits.available_permits(), 1);
+    }
+
+    /// Waits until a task is queued for a place.
+    async fn until_waiting(w: &Window) {
+        while relock(&w.state).waiting == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn the_window_grows_only_while_the_server_answers_quickly_and_eases_while_it_queues() {
+        let ms = Duration::from_millis;
+        let w = Arc::new(Window::new(8));
+        let mut held = Vec::new();
+        for _ in 0..8 {
+            held.push(w.acquire().await);
+        }
+        let w2 = w.clone();
+        let more = tokio::spawn(async move {
+            let _s = w2.acquire().await;
+        });
+        until_waiting(&w).await;
+        // Quick answers (the first sets the base): room to grow.
+        w.answered(ms(10));
+        w.succeeded();
+        assert_eq!(w.limit(), 9);
+        more.await.unwrap();
+        held.push(w.acquire().await);
+        let w2 = w.clone();
+        let more = tokio::spawn(async move {
+            let _s = w2.acquire().await;
+        });
+        until_waiting(&w).await;
+        // Slower than twice the base, not yet four times: no growth, no cut.
+        w.answered(ms(30));
+        w.succeeded();
+        assert_eq!(w.limit(), 9);
+        // Queued (over four times the base): one place given back a round trip, not one for
+        // each answer of the same round trip ...
+        w.answered(ms(80));
+        w.answered(ms(80));
+        assert_eq!(w.limit(), 8);
+        // ... and never below the floor.
+        for _ in 0..20 {
+            relock(&w.state).eased_at = None;
+            w.answered(ms(80));
+        }
+        assert_eq!(w.limit(), MIN_WINDOW);
+        // Every place given back is taken from the uploads in flight as they end.
+        drop(held);
+        more.await.unwrap();
+        assert_eq!(w.permits.available_permits(), MIN_WINDOW);
+        // A quicker answer is the new base: a link that got faster grows again.
+        w.answered(ms(1));
+        assert!(relock(&w.state).quick);
     }
 }

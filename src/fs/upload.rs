@@ -245,10 +245,12 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
                 id
             }
         };
+        let asked = std::time::Instant::now();
         let ticket = fs
             .backend
             .begin_version_with(&id, size, md5.as_deref(), attrs, &staged.base())
             .await?;
+        fs.uploads.pacing.window.answered(asked.elapsed());
         let vid = ticket
             .version_id()
             .ok_or_else(|| Error::internal("upload step 2 returned no version"))?;
