@@ -14,7 +14,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 /// Removes each path (a folder when its flag is set) through the kernel; whether each went.
-pub(super) fn remove_all(paths: &[(PathBuf, bool)]) -> Vec<bool> {
+/// `started` gets the child's pid before the child makes its first call (the mount answers the
+/// lookups of that pid alone as the follower's: `Follow::echo_of`).
+pub(super) fn remove_all(paths: &[(PathBuf, bool)], started: impl FnOnce(u32)) -> Vec<bool> {
     let failed = vec![false; paths.len()];
     let Ok(names) = paths
         .iter()
@@ -29,16 +31,29 @@ pub(super) fn remove_all(paths: &[(PathBuf, bool)]) -> Vec<bool> {
         return failed;
     }
     let (rd, wr) = (fds[0], fds[1]);
-    // SAFETY: the child only makes async-signal-safe calls (dup2, close_range, unlink, rmdir,
-    // write, _exit) on memory prepared before the fork: no lock or allocator is touched.
+    // The go-ahead: the child waits for it (or for its end) until `started` has run.
+    let mut go = [0; 2];
+    // SAFETY: as above.
+    if unsafe { libc::pipe2(go.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        // SAFETY: our descriptors, not used after.
+        unsafe {
+            libc::close(rd);
+            libc::close(wr);
+        }
+        return failed;
+    }
+    // SAFETY: the child only makes async-signal-safe calls (dup2, close_range, read, unlink,
+    // rmdir, write, _exit) on memory prepared before the fork: no lock or allocator is touched.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         unsafe {
-            // Only the pipe stays open, as descriptor 3 (`/dev/fuse` above all must go).
-            if libc::dup2(wr, 3) < 0 {
+            // Only the pipes stay open, as descriptors 3 and 4 (`/dev/fuse` above all must go).
+            if libc::dup2(wr, 3) < 0 || libc::dup2(go[0], 4) < 0 {
                 libc::_exit(1);
             }
-            libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32);
+            libc::syscall(libc::SYS_close_range, 5u32, u32::MAX, 0u32);
+            let mut byte = [0u8; 1];
+            while libc::read(4, byte.as_mut_ptr().cast(), 1) < 0 {}
             for (name, (_, dir)) in names.iter().zip(paths) {
                 let r = if *dir {
                     libc::rmdir(name.as_ptr())
@@ -51,13 +66,22 @@ pub(super) fn remove_all(paths: &[(PathBuf, bool)]) -> Vec<bool> {
             libc::_exit(0);
         }
     }
-    // SAFETY: our own descriptor, not used after.
-    unsafe { libc::close(wr) };
+    // SAFETY: our own descriptors, not used after.
+    unsafe {
+        libc::close(wr);
+        libc::close(go[0]);
+    }
     if pid < 0 {
         // SAFETY: as above.
-        unsafe { libc::close(rd) };
+        unsafe {
+            libc::close(rd);
+            libc::close(go[1]);
+        }
         return failed;
     }
+    started(pid as u32);
+    // SAFETY: as above; its end is the go-ahead.
+    unsafe { libc::close(go[1]) };
     let mut answers = Vec::with_capacity(paths.len());
     let mut byte = [0u8; 1];
     while answers.len() < paths.len() {
@@ -93,8 +117,13 @@ mod tests {
         std::fs::write(&f, b"x").unwrap();
         std::fs::create_dir(&d).unwrap();
         let missing = tmp.path().join("missing");
-        let got = super::remove_all(&[(f.clone(), false), (missing, false), (d.clone(), true)]);
+        let mut child = None;
+        let got = super::remove_all(
+            &[(f.clone(), false), (missing, false), (d.clone(), true)],
+            |pid| child = Some(pid),
+        );
         assert_eq!(got, [true, false, true]);
+        assert!(child.is_some_and(|pid| pid != std::process::id()));
         assert!(!f.exists() && !d.exists());
     }
 }

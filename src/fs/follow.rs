@@ -46,7 +46,12 @@ pub(super) struct Follow {
     /// Where the mount is (for `echo_remove`).
     mountpoint: std::sync::OnceLock<std::path::PathBuf>,
     /// Removals the follower makes through the mount, by parent and name. Taken alone.
-    echo: std::sync::Mutex<std::collections::HashSet<(Ino, String)>>,
+    /// Each removal's node: a lookup of the name meanwhile answers it (a kernel entry that
+    /// aged meanwhile is looked up again before the removal, and the removal then goes on).
+    echo: std::sync::Mutex<HashMap<(Ino, String), Echo>>,
+    /// The pids of the children making those removals: only their lookups are so answered (a
+    /// user's lookup meanwhile finds the name gone). Taken alone.
+    echo_children: std::sync::Mutex<std::collections::HashSet<u32>>,
     /// Polling (no feed): folders used are noted.
     polling: AtomicBool,
     /// Folders listed or looked up in, and when last (for polling without a feed). Taken alone.
@@ -243,6 +248,15 @@ impl<B: Backend> Drop for Ours<'_, B> {
     }
 }
 
+/// A removal of the follower's own through the mount (`Follow::echo_remove`): the node, its
+/// path and whether a folder.
+#[derive(Clone)]
+pub(super) struct Echo {
+    pub(super) ino: Ino,
+    pub(super) path: NodePath,
+    pub(super) dir: bool,
+}
+
 /// What the kernel is told.
 pub(super) enum Kernel {
     /// `inval_entry`: the name is looked up again.
@@ -259,14 +273,25 @@ impl Follow {
     /// Whether UNLINK or RMDIR of `name` in `parent` is the follower's own (answered at once:
     /// the node is gone from the store already, and from the table).
     pub(super) fn is_echo(&self, parent: Ino, name: &str) -> bool {
-        relock(&self.echo).remove(&(parent, name.to_string()))
+        relock(&self.echo)
+            .remove(&(parent, name.to_string()))
+            .is_some()
+    }
+
+    /// The node a removal of the follower's own is on its way to (`None`: not one, or a lookup
+    /// by another process than the removal's child `pid`): what that LOOKUP answers.
+    pub(super) fn echo_of(&self, parent: Ino, name: &str, pid: u32) -> Option<Echo> {
+        if !relock(&self.echo_children).contains(&pid) {
+            return None;
+        }
+        relock(&self.echo).get(&(parent, name.to_string())).cloned()
     }
 
     /// Removes the paths through the mount (`echo`), each answered by `is_echo`: the kernel
     /// then drops its entry and tells watchers (`IN_DELETE`), which no notification does
     /// (Linux 6.18's `FUSE_NOTIFY_DELETE` drops the entry with `d_delete`, which tells no
     /// watcher). Whether each went that way.
-    fn echo_remove(&self, root: &NodePath, gone: &[(Ino, NodePath, bool)]) -> Vec<bool> {
+    fn echo_remove(&self, root: &NodePath, gone: &[(Ino, Ino, NodePath, bool)]) -> Vec<bool> {
         let Some(mnt) = self.mountpoint.get() else {
             return vec![false; gone.len()];
         };
@@ -274,7 +299,7 @@ impl Follow {
         let mut keys = Vec::new();
         // Which of `gone` are under the mount's root (and so in `local`, in order).
         let mut inside = Vec::with_capacity(gone.len());
-        for (parent, path, dir) in gone {
+        for (parent, ino, path, dir) in gone {
             let name = path.name().filter(|_| root.contains(path) && path != root);
             inside.push(name.is_some());
             let Some(name) = name else { continue };
@@ -282,15 +307,27 @@ impl Follow {
             for seg in &path.segments()[root.depth()..] {
                 p.push(seg);
             }
-            keys.push((*parent, name.to_string()));
+            let echo = Echo {
+                ino: *ino,
+                path: path.clone(),
+                dir: *dir,
+            };
+            keys.push(((*parent, name.to_string()), echo));
             local.push((p, *dir));
         }
         relock(&self.echo).extend(keys.iter().cloned());
-        let removed = super::echo::remove_all(&local);
+        let mut child = None;
+        let removed = super::echo::remove_all(&local, |pid| {
+            child = Some(pid);
+            relock(&self.echo_children).insert(pid);
+        });
+        if let Some(pid) = child {
+            relock(&self.echo_children).remove(&pid);
+        }
         // Not reached where it failed (the kernel had no entry: it looked the name up, and it
         // is gone).
         let mut echo = relock(&self.echo);
-        for k in &keys {
+        for (k, _) in &keys {
             echo.remove(k);
         }
         drop(echo);
@@ -319,7 +356,7 @@ pub(super) fn notify<B: Backend>(fs: &Fs<B>, mut what: Vec<Kernel>) {
         let gone: Vec<_> = what
             .iter()
             .filter_map(|k| match k {
-                Kernel::Delete(p, _, path, dir) => Some((*p, path.clone(), *dir)),
+                Kernel::Delete(p, ino, path, dir) => Some((*p, *ino, path.clone(), *dir)),
                 _ => None,
             })
             .collect();
@@ -331,6 +368,7 @@ pub(super) fn notify<B: Backend>(fs: &Fs<B>, mut what: Vec<Kernel>) {
                     if echoed.next().unwrap_or(false) {
                         Ok(())
                     } else {
+                        log::debug!("{path}: not removed through the mount, the kernel told");
                         let name = OsStr::new(path.name().unwrap_or_default());
                         n.delete(INodeNo(*p), INodeNo(*c), name)
                             .or_else(|_| n.inval_entry(INodeNo(*p), name))
@@ -444,6 +482,7 @@ fn gone(
         return;
     }
     let dir = i.kind == InodeKind::Dir;
+    log::debug!("{path}: gone elsewhere");
     t.detach_gone(ino);
     t.entries_changed(pino);
     t.expire_listing(pino, past);

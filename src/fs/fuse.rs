@@ -93,7 +93,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let name = match name_of(name) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
@@ -104,7 +104,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
             Ok(attr) => reply.entry(&ttl, &attr, Generation(0)),
             Err(e) => reply.error(e),
         };
-        if let Some(r) = fs.lookup_cached(parent.0, &name) {
+        if let Some(r) = fs.lookup_cached(parent.0, &name, req.pid()) {
             return entry(r);
         }
         spawn(

@@ -345,11 +345,38 @@ impl<B: Backend> Fs<B> {
 
     /// LOOKUP answered from memory when the folder's listing is fresh: on the FUSE thread, with
     /// no task and no wait (`None`: the backend may be needed).
-    pub(super) fn lookup_cached(&self, parent: Ino, name: &str) -> Option<OpResult<FileAttr>> {
+    /// `pid`: the process asking (the follower's removal answers its own child's lookups).
+    pub(super) fn lookup_cached(
+        &self,
+        parent: Ino,
+        name: &str,
+        pid: u32,
+    ) -> Option<OpResult<FileAttr>> {
         if is_virtual(parent) || is_virtual_name(name) || self.maybe_marker(parent, name) {
             return None;
         }
+        // The follower removing the name through the mount (`follow::echo`): the node it
+        // removes, gone from the table already, so that the removal reaches it.
+        let echo = self.nodes.follow.echo_of(parent, name, pid);
         let mut t = self.table();
+        if let Some(e) = echo {
+            let ino = match t.get(e.ino) {
+                Some(_) => e.ino,
+                // The kernel let go of it meanwhile (an entry that aged: the removal's own
+                // lookup is the kernel's first of the name since): one to remove all the same,
+                // or watchers get no IN_DELETE.
+                None => {
+                    let kind = if e.dir {
+                        InodeKind::Dir
+                    } else {
+                        InodeKind::File
+                    };
+                    t.ghost(&e.path, kind)
+                }
+            };
+            t.get_mut(ino)?.lookups += 1;
+            return Some(t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT));
+        }
         let child = self.fresh_listing(&t, parent)?.get(name).copied();
         let Some(ino) = child else {
             return Some(Err(Errno::ENOENT));

@@ -478,6 +478,19 @@ impl Table {
         ino
     }
 
+    /// An inode for a node gone from the table already, which the kernel looks up again (the
+    /// follower removing its name through the mount, `follow::echo`, after the kernel let go
+    /// of its entry): no name, nothing cached, dropped once the kernel forgets it.
+    pub fn ghost(&mut self, path: &NodePath, kind: InodeKind) -> Ino {
+        let ino = self.next;
+        self.next += 1;
+        let mut inode = Inode::new(ino, path.clone(), kind);
+        inode.unlinked = true;
+        inode.gone_elsewhere = true;
+        self.inodes.insert(ino, inode);
+        ino
+    }
+
     /// The inode for a backend node at `path`, updated from it; true in `.1` when its content
     /// changed remotely.
     pub fn upsert(&mut self, path: &NodePath, node: &Node) -> (Ino, bool) {

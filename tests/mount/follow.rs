@@ -247,7 +247,9 @@ fn an_idle_mount_asks_nothing_but_the_feed() {
 }
 
 /// Two mounts of one built-in store (`--data-dir`): the store's own feed brings B's kernel the
-/// delete made on A (inotify's IN_DELETE), as the server's does.
+/// delete made on A (inotify's IN_DELETE), as the server's does. B's kernel keeps no entry
+/// (`--attr-ttl 0`), as when the entry aged under load before the news came (the full suite
+/// once): the follower's removal looks the name up again, and must still reach the node.
 #[test]
 fn two_mounts_of_one_store_tell_watchers_of_deletes() {
     if !fuse_available() {
@@ -256,19 +258,18 @@ fn two_mounts_of_one_store_tell_watchers_of_deletes() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    let mount = |name: &str| {
+    let mount = |name: &str, more: &[&str]| {
         let cache = tmp.path().join(format!("{name}-cache"));
-        Mount::start(
-            &tmp.path().join(name),
-            &[
-                "--cache-dir",
-                cache.to_str().unwrap(),
-                "--data-dir",
-                data.to_str().unwrap(),
-            ],
-        )
+        let mut args = vec![
+            "--cache-dir",
+            cache.to_str().unwrap(),
+            "--data-dir",
+            data.to_str().unwrap(),
+        ];
+        args.extend_from_slice(more);
+        Mount::start(&tmp.path().join(name), &args)
     };
-    let (a, b) = (mount("a"), mount("b"));
+    let (a, b) = (mount("a", &[]), mount("b", &["--attr-ttl", "0"]));
     let va = a.path("Local/My First Vault");
     let vb = b.path("Local/My First Vault");
     write_stored(&va.join("gone.txt"), b"soon gone\n");
