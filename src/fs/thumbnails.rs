@@ -1,0 +1,379 @@
+//! Thumbnails for file managers, made from the store's previews: the files themselves are never
+//! read (docs/design.md §3, "Thumbnails for file managers").
+//!
+//! GIO (Nautilus, Nemo), tumbler (Thunar), libfm (PCManFM) and KIO (Dolphin) all treat a FUSE
+//! mount other than sshfs as local and, before running a thumbnailer that reads the whole file,
+//! look in the shared cache of the freedesktop Thumbnail Managing Standard:
+//! `$XDG_CACHE_HOME/thumbnails/<size>/<md5 of the file URI>.png`, valid when its tEXt
+//! `Thumb::URI` and `Thumb::MTime` match the file (and `Thumb::Size`, where given). So for the
+//! stored files of a folder listed here, the mount writes those entries itself, from page one
+//! of the store's preview, and the file manager finds them before it thinks of reading.
+//!
+//! The work is bounded and never on a FUSE request: a listing only queues (at most
+//! [`MAX_QUEUED`] files; the rest are queued by a later listing) and one task makes one entry
+//! at a time. An entry whose file changed is made again (a listing, or the upload of this
+//! mount's new version, queues it), with the new `Thumb::MTime`.
+//!
+//! The queue's lock is innermost: taken under the inode table, nothing taken under it.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use super::Fs;
+use super::table::{Ino, Inode, InodeKind, Table};
+use crate::api::{NodePath, PageSize, PreviewStatus};
+use crate::backend::Backend;
+use crate::sync::relock;
+
+/// The sizes written: the standard's `normal` and `large`, what file managers ask for at their
+/// usual zoom levels (Dolphin looks only in the one its zoom asks for).
+const SIZES: [(&str, u32); 2] = [("normal", 128), ("large", 256)];
+/// Larger entries another program made: removed when stale, since GIO takes the largest
+/// entry there is and would find it invalid (then thumbnail the file by reading it).
+const OTHER_SIZES: [&str; 2] = ["x-large", "xx-large"];
+/// Files waiting at most: a listing of 100,000 files queues the first of them only.
+const MAX_QUEUED: usize = 1000;
+/// Files remembered as done; forgotten all at once past this (then made again as listed).
+const MAX_SEEN: usize = 100_000;
+/// A preview still rendering is asked again after this long, up to `MAX_TRIES` times.
+const RETRY: Duration = Duration::from_secs(1);
+const MAX_TRIES: u32 = 120;
+
+/// The mount's part: where the cache is, the queue and what was done.
+#[derive(Default)]
+pub(super) struct Thumbnails {
+    /// The thumbnail cache (`.../thumbnails`) and the mount point; unset while off.
+    at: OnceLock<(PathBuf, PathBuf)>,
+    state: Mutex<State>,
+    wake: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<Job>,
+    queued: HashSet<Ino>,
+    /// What each file's entries were last made (or found not to be made) for.
+    seen: HashMap<Ino, Stamp>,
+}
+
+/// What an entry depends on: the file's place (its URI), version and time as `stat` shows it.
+#[derive(Clone, PartialEq, Debug)]
+struct Stamp {
+    path: NodePath,
+    md5: Option<String>,
+    mtime: i64,
+}
+
+impl Stamp {
+    fn of(i: &Inode) -> Option<Stamp> {
+        let r = i.remote.as_ref()?;
+        Some(Stamp {
+            path: i.path.clone(),
+            md5: r.md5.clone(),
+            mtime: unix_secs(i.mtime),
+        })
+    }
+
+    /// The same as `Stamp::of(i)`, without building one (a listing checks every file).
+    fn holds_for(&self, i: &Inode) -> bool {
+        i.remote.as_ref().is_some_and(|r| r.md5 == self.md5)
+            && self.mtime == unix_secs(i.mtime)
+            && self.path == i.path
+    }
+}
+
+struct Job {
+    ino: Ino,
+    id: String,
+    size: u64,
+    stamp: Stamp,
+    tries: u32,
+    not_before: Instant,
+}
+
+/// Seconds since the epoch, as `st_mtime` has them (floored).
+fn unix_secs(t: SystemTime) -> i64 {
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => d.as_secs() as i64,
+        Err(e) => -(e.duration().as_secs_f64().ceil() as i64),
+    }
+}
+
+/// The `file://` URI of `path` as GLib's `g_filename_to_uri` spells it (and KIO alike for
+/// these characters): the entry's name is the md5 of exactly this.
+pub(super) fn file_uri(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut uri = String::from("file://");
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"!$&'()*+,-./:=@_~".contains(&b) {
+            uri.push(b as char);
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri
+}
+
+/// Starts making entries into `cache` (`$XDG_CACHE_HOME/thumbnails`) for the files under
+/// `mountpoint` (absolute, as file managers name the files).
+pub(super) fn start<B: Backend>(fs: &Arc<Fs<B>>, cache: PathBuf, mountpoint: PathBuf) {
+    if fs.thumbnails.at.set((cache, mountpoint)).is_ok() {
+        let fs = fs.clone();
+        fs.rt.clone().spawn(async move { fs.make_thumbnails().await });
+    }
+}
+
+impl<B: Backend> Fs<B> {
+    /// `folder` was listed: its stored files whose entries are missing or stale are queued.
+    pub(super) fn thumbnails_listed(&self, t: &Table, folder: Ino) {
+        if self.thumbnails.at.get().is_none() {
+            return;
+        }
+        let Some((_, names)) = t.get(folder).and_then(|i| i.listing()) else {
+            return;
+        };
+        let mut s = relock(&self.thumbnails.state);
+        let before = s.queue.len();
+        for &ino in names.values() {
+            if s.queue.len() >= MAX_QUEUED {
+                break;
+            }
+            queue(&mut s, t, ino);
+        }
+        if s.queue.len() > before {
+            self.thumbnails.wake.notify_one();
+        }
+    }
+
+    /// This mount stored a new version of `ino`: its entries follow, if it had some.
+    pub(super) fn thumbnails_stored(&self, t: &Table, ino: Ino) {
+        let mut s = relock(&self.thumbnails.state);
+        if s.seen.contains_key(&ino) && s.queue.len() < MAX_QUEUED && queue(&mut s, t, ino) {
+            self.thumbnails.wake.notify_one();
+        }
+    }
+
+    /// The one task that makes entries, one at a time, the oldest queued first.
+    async fn make_thumbnails(self: Arc<Self>) {
+        let th = &self.thumbnails;
+        loop {
+            let next = {
+                let mut s = relock(&th.state);
+                match s.queue.front().map(|j| j.not_before) {
+                    Some(at) if at <= Instant::now() => Ok(s.queue.pop_front().unwrap()),
+                    other => Err(other),
+                }
+            };
+            let mut job = match next {
+                Ok(job) => job,
+                Err(Some(at)) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(at.into()) => {}
+                        () = th.wake.notified() => {}
+                    }
+                    continue;
+                }
+                Err(None) => {
+                    th.wake.notified().await;
+                    continue;
+                }
+            };
+            let made = self.thumbnail(&job).await;
+            let mut s = relock(&th.state);
+            match made {
+                Ok(false) if job.tries < MAX_TRIES => {
+                    job.tries += 1;
+                    job.not_before = Instant::now() + RETRY;
+                    s.queue.push_back(job);
+                    continue;
+                }
+                Ok(_) => {}
+                // Not tried again until the file changes: a listing would ask each time.
+                Err(e) => log::debug!("no thumbnail of {}: {e}", job.stamp.path),
+            }
+            s.queued.remove(&job.ino);
+            if s.seen.len() >= MAX_SEEN {
+                s.seen.clear();
+            }
+            s.seen.insert(job.ino, job.stamp);
+        }
+    }
+
+    /// Makes `job`'s entries. False while the preview is still rendering.
+    async fn thumbnail(&self, job: &Job) -> Result<bool, String> {
+        let (cache, mountpoint) = self.thumbnails.at.get().ok_or("off")?;
+        let meta = self.backend.preview(&job.id).await.map_err(|e| e.to_string())?;
+        match meta.status {
+            PreviewStatus::InProgress => return Ok(false),
+            PreviewStatus::TypeNotSupported => return Ok(true),
+            PreviewStatus::Ready if meta.pages.is_empty() => return Ok(true),
+            PreviewStatus::Ready => {}
+        }
+        let rel = &job.stamp.path.segments()[self.opts.root.segments().len()..];
+        let uri = file_uri(&rel.iter().fold(mountpoint.clone(), |p, s| p.join(s)));
+        let name = format!(
+            "{}.png",
+            crate::api::checksum::hex(&crate::api::checksum::Md5::digest(uri.as_bytes()))
+        );
+        let mut pngs = Vec::new();
+        for (dir, px) in SIZES {
+            let size = PageSize {
+                scale: None,
+                max_width: Some(px),
+                max_height: Some(px),
+            };
+            let img = (self.backend.preview_page(&job.id, 1, size).await)
+                .map_err(|e| e.to_string())?;
+            pngs.push((dir, px, img.data));
+        }
+        // Changed meanwhile: the next listing queues it with what it is now.
+        if !self.table().get(job.ino).is_some_and(|i| job.stamp.holds_for(i)) {
+            return Ok(true);
+        }
+        let (cache, stamp, size) = (cache.clone(), job.stamp.clone(), job.size);
+        let write = move || -> Result<(), String> {
+            for (dir, px, data) in pngs {
+                let png = tagged_png(&data, px, &uri, stamp.mtime, size)?;
+                write_entry(&cache.join(dir), &name, &png).map_err(|e| e.to_string())?;
+            }
+            for dir in OTHER_SIZES {
+                let p = cache.join(dir).join(&name);
+                if p.exists() && !entry_matches(&p, &uri, stamp.mtime) {
+                    let _ = std::fs::remove_file(&p);
+                }
+            }
+            Ok(())
+        };
+        tokio::task::spawn_blocking(write)
+            .await
+            .map_err(|e| e.to_string())??;
+        Ok(true)
+    }
+}
+
+/// Queues `ino` if it is a stored file whose entries are missing or stale (not while it has
+/// local changes: the store's preview is of the version before them).
+fn queue(s: &mut State, t: &Table, ino: Ino) -> bool {
+    let Some(i) = t.get(ino) else { return false };
+    if i.kind != InodeKind::File || i.staged.is_some() || s.queued.contains(&ino) {
+        return false;
+    }
+    if s.seen.get(&ino).is_some_and(|st| st.holds_for(i)) {
+        return false;
+    }
+    let (Some(r), Some(stamp)) = (i.remote.as_ref(), Stamp::of(i)) else {
+        return false;
+    };
+    s.queued.insert(ino);
+    s.queue.push_back(Job {
+        ino,
+        id: r.id.clone(),
+        size: r.size,
+        stamp,
+        tries: 0,
+        not_before: Instant::now(),
+    });
+    true
+}
+
+/// The store's page image (PNG, or whatever a server sends), at most `px` a side, as a PNG
+/// with the standard's keys.
+fn tagged_png(data: &[u8], px: u32, uri: &str, mtime: i64, size: u64) -> Result<Vec<u8>, String> {
+    let mut img = image::load_from_memory(data).map_err(|e| e.to_string())?;
+    if img.width() > px || img.height() > px {
+        img = img.thumbnail(px, px);
+    }
+    let rgba = img.to_rgba8();
+    let mut out = Vec::new();
+    let mut enc = png::Encoder::new(&mut out, rgba.width(), rgba.height());
+    enc.set_color(png::ColorType::Rgba);
+    enc.set_depth(png::BitDepth::Eight);
+    for (k, v) in [
+        ("Thumb::URI", uri.to_string()),
+        ("Thumb::MTime", mtime.to_string()),
+        ("Thumb::Size", size.to_string()),
+        ("Software", "vaultfs".to_string()),
+    ] {
+        enc.add_text_chunk(k.into(), v).map_err(|e| e.to_string())?;
+    }
+    let mut w = enc.write_header().map_err(|e| e.to_string())?;
+    w.write_image_data(&rgba).map_err(|e| e.to_string())?;
+    w.finish().map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+/// Whether the entry at `p` is for `uri` at `mtime`.
+fn entry_matches(p: &Path, uri: &str, mtime: i64) -> bool {
+    let Ok(bytes) = std::fs::read(p) else {
+        return false;
+    };
+    let Ok(reader) = png::Decoder::new(std::io::Cursor::new(bytes)).read_info() else {
+        return false;
+    };
+    let text = &reader.info().uncompressed_latin1_text;
+    let get = |k: &str| text.iter().find(|c| c.keyword == k).map(|c| c.text.as_str());
+    get("Thumb::URI") == Some(uri) && get("Thumb::MTime") == Some(&mtime.to_string())
+}
+
+/// Writes an entry as the standard asks: a temporary file in the same folder renamed over
+/// it (readers never see half of one), 0600 in folders of 0700 (made here if missing).
+fn write_entry(dir: &Path, name: &str, png: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let tmp = dir.join(format!(".{name}.vaultfs-{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(png)?;
+    drop(f);
+    std::fs::rename(&tmp, dir.join(name)).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uris_are_spelled_as_glib_spells_them() {
+        assert_eq!(
+            file_uri(Path::new("/m/Local/My First Vault/a#b%c;d?.pdf")),
+            "file:///m/Local/My%20First%20Vault/a%23b%25c%3Bd%3F.pdf"
+        );
+        assert_eq!(
+            file_uri(Path::new("/m/x/Grüße (1)+~,@.pdf")),
+            "file:///m/x/Gr%C3%BC%C3%9Fe%20(1)+~,@.pdf"
+        );
+    }
+
+    #[test]
+    fn entries_carry_the_keys_and_fit_their_size() {
+        let big = image::RgbImage::from_pixel(300, 400, image::Rgb([200, 10, 10]));
+        let mut src = Vec::new();
+        image::DynamicImage::ImageRgb8(big)
+            .write_to(&mut std::io::Cursor::new(&mut src), image::ImageFormat::Png)
+            .unwrap();
+        let png = tagged_png(&src, 128, "file:///m/a.pdf", 1_700_000_000, 42).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        write_entry(dir.path(), "x.png", &png).unwrap();
+        let p = dir.path().join("x.png");
+        assert!(entry_matches(&p, "file:///m/a.pdf", 1_700_000_000));
+        assert!(!entry_matches(&p, "file:///m/a.pdf", 1_700_000_001));
+        let img = image::load_from_memory(&std::fs::read(&p).unwrap()).unwrap();
+        assert_eq!((img.width(), img.height()), (96, 128));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}
