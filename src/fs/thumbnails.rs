@@ -10,8 +10,8 @@
 //! of the store's preview, and the file manager finds them before it thinks of reading.
 //!
 //! The work is bounded and never on a FUSE request: a listing only queues (at most
-//! [`MAX_QUEUED`] files; the rest are queued by a later listing) and one task makes one entry
-//! at a time. An entry whose file changed is made again (a listing, or the upload of this
+//! [`MAX_QUEUED`] files; the rest are queued by a later listing), one task makes one entry at a
+//! time and asks the store for at most [`RENDERING`] previews at once. An entry whose file changed is made again (a listing, or the upload of this
 //! mount's new version, queues it), with the new `Thumb::MTime`.
 //!
 //! The queue's lock is innermost: taken under the inode table, nothing taken under it.
@@ -37,9 +37,13 @@ const OTHER_SIZES: [&str; 2] = ["x-large", "xx-large"];
 const MAX_QUEUED: usize = 1000;
 /// Files remembered as done; forgotten all at once past this (then made again as listed).
 const MAX_SEEN: usize = 100_000;
-/// A preview still rendering is asked again after this long, up to `MAX_TRIES` times.
-const RETRY: Duration = Duration::from_secs(1);
-const MAX_TRIES: u32 = 120;
+/// Files whose previews are being rendered at once, at most: asking the store for a file's
+/// preview puts it among the jobs somebody asked for, and a listing of 1000 files must not
+/// fill that queue ahead of the user's own asks. The rest wait here without asking.
+const RENDERING: usize = 4;
+/// A preview still rendering is asked again after this long, for at most `GIVE_UP`.
+const RETRY: Duration = Duration::from_millis(250);
+const GIVE_UP: Duration = Duration::from_secs(120);
 
 /// The mount's part: where the cache is, the queue and what was done.
 #[derive(Default)]
@@ -52,7 +56,11 @@ pub(super) struct Thumbnails {
 
 #[derive(Default)]
 struct State {
+    /// Not asked for yet, oldest first.
     queue: VecDeque<Job>,
+    /// Asked for, their previews still rendering (at most [`RENDERING`]).
+    rendering: VecDeque<Job>,
+    /// Those of both.
     queued: HashSet<Ino>,
     /// What each file's entries were last made (or found not to be made) for.
     seen: HashMap<Ino, Stamp>,
@@ -89,7 +97,8 @@ struct Job {
     id: String,
     size: u64,
     stamp: Stamp,
-    tries: u32,
+    /// When the store was first asked for its preview, and when to ask again.
+    asked: Option<Instant>,
     not_before: Instant,
 }
 
@@ -121,7 +130,9 @@ pub(super) fn file_uri(path: &Path) -> String {
 pub(super) fn start<B: Backend>(fs: &Arc<Fs<B>>, cache: PathBuf, mountpoint: PathBuf) {
     if fs.thumbnails.at.set((cache, mountpoint)).is_ok() {
         let fs = fs.clone();
-        fs.rt.clone().spawn(async move { fs.make_thumbnails().await });
+        fs.rt
+            .clone()
+            .spawn(async move { fs.make_thumbnails().await });
     }
 }
 
@@ -155,15 +166,22 @@ impl<B: Backend> Fs<B> {
         }
     }
 
-    /// The one task that makes entries, one at a time, the oldest queued first.
+    /// The one task that makes entries, one at a time: files whose previews were rendering
+    /// when asked last, once due again, else the oldest queued while fewer than [`RENDERING`]
+    /// are rendering.
     async fn make_thumbnails(self: Arc<Self>) {
         let th = &self.thumbnails;
         loop {
+            // A job, or when the next one is due (None: when one is queued).
             let next = {
                 let mut s = relock(&th.state);
-                match s.queue.front().map(|j| j.not_before) {
-                    Some(at) if at <= Instant::now() => Ok(s.queue.pop_front().unwrap()),
-                    other => Err(other),
+                let due = s.rendering.front().map(|j| j.not_before);
+                if due.is_some_and(|at| at <= Instant::now()) {
+                    s.rendering.pop_front().ok_or(due)
+                } else if s.rendering.len() < RENDERING && !s.queue.is_empty() {
+                    s.queue.pop_front().ok_or(due)
+                } else {
+                    Err(due)
                 }
             };
             let mut job = match next {
@@ -182,11 +200,11 @@ impl<B: Backend> Fs<B> {
             };
             let made = self.thumbnail(&job).await;
             let mut s = relock(&th.state);
+            let now = Instant::now();
             match made {
-                Ok(false) if job.tries < MAX_TRIES => {
-                    job.tries += 1;
-                    job.not_before = Instant::now() + RETRY;
-                    s.queue.push_back(job);
+                Ok(false) if now < *job.asked.get_or_insert(now) + GIVE_UP => {
+                    job.not_before = now + RETRY;
+                    s.rendering.push_back(job);
                     continue;
                 }
                 Ok(_) => {}
@@ -204,7 +222,11 @@ impl<B: Backend> Fs<B> {
     /// Makes `job`'s entries. False while the preview is still rendering.
     async fn thumbnail(&self, job: &Job) -> Result<bool, String> {
         let (cache, mountpoint) = self.thumbnails.at.get().ok_or("off")?;
-        let meta = self.backend.preview(&job.id).await.map_err(|e| e.to_string())?;
+        let meta = self
+            .backend
+            .preview(&job.id)
+            .await
+            .map_err(|e| e.to_string())?;
         match meta.status {
             PreviewStatus::InProgress => return Ok(false),
             PreviewStatus::TypeNotSupported => return Ok(true),
@@ -224,12 +246,16 @@ impl<B: Backend> Fs<B> {
                 max_width: Some(px),
                 max_height: Some(px),
             };
-            let img = (self.backend.preview_page(&job.id, 1, size).await)
-                .map_err(|e| e.to_string())?;
+            let img =
+                (self.backend.preview_page(&job.id, 1, size).await).map_err(|e| e.to_string())?;
             pngs.push((dir, px, img.data));
         }
         // Changed meanwhile: the next listing queues it with what it is now.
-        if !self.table().get(job.ino).is_some_and(|i| job.stamp.holds_for(i)) {
+        if !self
+            .table()
+            .get(job.ino)
+            .is_some_and(|i| job.stamp.holds_for(i))
+        {
             return Ok(true);
         }
         let (cache, stamp, size) = (cache.clone(), job.stamp.clone(), job.size);
@@ -272,7 +298,7 @@ fn queue(s: &mut State, t: &Table, ino: Ino) -> bool {
         id: r.id.clone(),
         size: r.size,
         stamp,
-        tries: 0,
+        asked: None,
         not_before: Instant::now(),
     });
     true
@@ -313,7 +339,11 @@ fn entry_matches(p: &Path, uri: &str, mtime: i64) -> bool {
         return false;
     };
     let text = &reader.info().uncompressed_latin1_text;
-    let get = |k: &str| text.iter().find(|c| c.keyword == k).map(|c| c.text.as_str());
+    let get = |k: &str| {
+        text.iter()
+            .find(|c| c.keyword == k)
+            .map(|c| c.text.as_str())
+    };
     get("Thumb::URI") == Some(uri) && get("Thumb::MTime") == Some(&mtime.to_string())
 }
 
