@@ -66,8 +66,9 @@
 //! `Nodes::attr_refreshing`), `Offline::until`, the `.versions` and `.search` trees
 //! (`VirtualDirs::versions`, `VirtualDirs::searches`), the account's use (`Space`) and the
 //! status tracker's locks (`Uploads::tracker`) are taken alone: nothing else is locked while
-//! one is held, nor taken under it. The pins' locks (`Reads::pinned`) are innermost: taken
-//! under any of the above, nothing under them. No std lock is held across an `.await`.
+//! one is held, nor taken under it. The pins' locks (`Reads::pinned`) and the thumbnails' queue
+//! (`Thumbnails::state`) are innermost: taken under any of the above, nothing under them. No
+//! std lock is held across an `.await`.
 
 mod attrs;
 mod cache;

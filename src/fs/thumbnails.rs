@@ -305,9 +305,17 @@ fn queue(s: &mut State, t: &Table, ino: Ino) -> bool {
 }
 
 /// The store's page image (PNG, or whatever a server sends), at most `px` a side, as a PNG
-/// with the standard's keys.
+/// with the standard's keys. Decoded within bounds: a server may send anything.
 fn tagged_png(data: &[u8], px: u32, uri: &str, mtime: i64, size: u64) -> Result<Vec<u8>, String> {
-    let mut img = image::load_from_memory(data).map_err(|e| e.to_string())?;
+    let mut reader = image::ImageReader::new(std::io::Cursor::new(data))
+        .with_guessed_format()
+        .map_err(|e| e.to_string())?;
+    let mut limits = image::Limits::default();
+    limits.max_image_width = Some(4096);
+    limits.max_image_height = Some(4096);
+    limits.max_alloc = Some(64 << 20);
+    reader.limits(limits);
+    let mut img = reader.decode().map_err(|e| e.to_string())?;
     if img.width() > px || img.height() > px {
         img = img.thumbnail(px, px);
     }
@@ -384,6 +392,15 @@ mod tests {
             file_uri(Path::new("/m/x/Grüße (1)+~,@.pdf")),
             "file:///m/x/Gr%C3%BC%C3%9Fe%20(1)+~,@.pdf"
         );
+    }
+
+    #[test]
+    fn a_huge_page_image_is_refused_not_decoded() {
+        let mut src = Vec::new();
+        image::DynamicImage::ImageLuma8(image::GrayImage::new(5000, 10))
+            .write_to(&mut std::io::Cursor::new(&mut src), image::ImageFormat::Png)
+            .unwrap();
+        assert!(tagged_png(&src, 128, "file:///m/a.pdf", 0, 1).is_err());
     }
 
     #[test]
