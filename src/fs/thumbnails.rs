@@ -35,8 +35,11 @@ const SIZES: [(&str, u32); 2] = [("normal", 128), ("large", 256)];
 const OTHER_SIZES: [&str; 2] = ["x-large", "xx-large"];
 /// Files waiting at most: a listing of 100,000 files queues the first of them only.
 const MAX_QUEUED: usize = 1000;
-/// Files remembered as done; forgotten all at once past this (then made again as listed).
+/// Files (and folders listed) remembered; forgotten all at once past this (then made again
+/// as listed).
 const MAX_SEEN: usize = 100_000;
+/// A file whose entries could not be made (the store away, say) is tried again after this.
+const AFTER_ERROR: Duration = Duration::from_secs(300);
 /// Files whose previews are being rendered at once, at most: asking the store for a file's
 /// preview puts it among the jobs somebody asked for, and a listing of 1000 files must not
 /// fill that queue ahead of the user's own asks. The rest wait here without asking.
@@ -62,8 +65,11 @@ struct State {
     rendering: VecDeque<Job>,
     /// Those of both.
     queued: HashSet<Ino>,
-    /// What each file's entries were last made (or found not to be made) for.
-    seen: HashMap<Ino, Stamp>,
+    /// What each file's entries were last made (or found not to be made) for, and until when
+    /// that holds where making them failed.
+    seen: HashMap<Ino, (Stamp, Option<Instant>)>,
+    /// Folders listed: a file stored into one is queued at once.
+    folders: HashSet<Ino>,
 }
 
 /// What an entry depends on: the file's place (its URI), version and time as `stat` shows it.
@@ -146,6 +152,10 @@ impl<B: Backend> Fs<B> {
             return;
         };
         let mut s = relock(&self.thumbnails.state);
+        if s.folders.len() >= MAX_SEEN {
+            s.folders.clear();
+        }
+        s.folders.insert(folder);
         let before = s.queue.len();
         for &ino in names.values() {
             if s.queue.len() >= MAX_QUEUED {
@@ -158,10 +168,15 @@ impl<B: Backend> Fs<B> {
         }
     }
 
-    /// This mount stored a new version of `ino`: its entries follow, if it had some.
+    /// This mount stored a version of `ino`: its entries follow, if it had some or its folder
+    /// was listed (a file manager shows it).
     pub(super) fn thumbnails_stored(&self, t: &Table, ino: Ino) {
         let mut s = relock(&self.thumbnails.state);
-        if s.seen.contains_key(&ino) && s.queue.len() < MAX_QUEUED && queue(&mut s, t, ino) {
+        let folder = (t.get(ino))
+            .and_then(|i| t.ino_of(&i.path.parent()?))
+            .is_some_and(|f| s.folders.contains(&f));
+        let known = folder || s.seen.contains_key(&ino);
+        if known && s.queue.len() < MAX_QUEUED && queue(&mut s, t, ino) {
             self.thumbnails.wake.notify_one();
         }
     }
@@ -201,21 +216,24 @@ impl<B: Backend> Fs<B> {
             let made = self.thumbnail(&job).await;
             let mut s = relock(&th.state);
             let now = Instant::now();
-            match made {
+            let until = match made {
                 Ok(false) if now < *job.asked.get_or_insert(now) + GIVE_UP => {
                     job.not_before = now + RETRY;
                     s.rendering.push_back(job);
                     continue;
                 }
-                Ok(_) => {}
-                // Not tried again until the file changes: a listing would ask each time.
-                Err(e) => log::debug!("no thumbnail of {}: {e}", job.stamp.path),
-            }
+                Ok(_) => None,
+                // Not before long, even if listed again: a listing would ask each time.
+                Err(e) => {
+                    log::debug!("no thumbnail of {}: {e}", job.stamp.path);
+                    Some(now + AFTER_ERROR)
+                }
+            };
             s.queued.remove(&job.ino);
             if s.seen.len() >= MAX_SEEN {
                 s.seen.clear();
             }
-            s.seen.insert(job.ino, job.stamp);
+            s.seen.insert(job.ino, (job.stamp, until));
         }
     }
 
@@ -286,7 +304,10 @@ fn queue(s: &mut State, t: &Table, ino: Ino) -> bool {
     if i.kind != InodeKind::File || i.staged.is_some() || s.queued.contains(&ino) {
         return false;
     }
-    if s.seen.get(&ino).is_some_and(|st| st.holds_for(i)) {
+    let done = |(st, until): &(Stamp, Option<Instant>)| {
+        st.holds_for(i) && until.is_none_or(|u| Instant::now() < u)
+    };
+    if s.seen.get(&ino).is_some_and(done) {
         return false;
     }
     let (Some(r), Some(stamp)) = (i.remote.as_ref(), Stamp::of(i)) else {

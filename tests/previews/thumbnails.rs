@@ -124,9 +124,10 @@ fn listed_pdfs_get_thumbnails_without_downloads(via: Via) {
         assert_eq!(downloads(), 0, "files downloaded to make thumbnails");
     }
 
-    // A new version written here, and one stored elsewhere: their entries follow, with the
-    // times `stat` shows now.
-    let (mine, theirs) = (&files[0], &files[1]);
+    // A new version written here, a new file copied in, and a version stored elsewhere: their
+    // entries follow, with the times `stat` shows now.
+    let (mine, theirs, new) = (&files[0], &files[1], dir.join("new.pdf"));
+    fs::write(&new, shapes_pdf(1, 102)).unwrap();
     let old = fs::metadata(mine).unwrap().modified().unwrap();
     fs::write(mine, shapes_pdf(3, 100)).unwrap();
     // Another second than the old version's for certain, as an editor keeping times sets it.
@@ -138,9 +139,9 @@ fn listed_pdfs_get_thumbnails_without_downloads(via: Via) {
         fs::metadata(mine).unwrap().modified().unwrap(),
         old + Duration::from_secs(60)
     );
-    // This mount's own upload queues it: no listing needed.
-    wait_for(60, "the entries of the version written here", || {
-        valid_entries(&cache, mine)
+    // This mount's own uploads queue them: no listing needed.
+    wait_for(60, "the entries of what was written here", || {
+        valid_entries(&cache, mine) && valid_entries(&cache, &new)
     });
     put_elsewhere(&env, "docs/doc-01.pdf", &shapes_pdf(3, 101));
     wait_for(60, "the entries of the version stored elsewhere", || {
