@@ -11,8 +11,9 @@
 //!
 //! The work is bounded and never on a FUSE request: a listing only queues (at most
 //! [`MAX_QUEUED`] files; the rest are queued by a later listing), one task makes one entry at a
-//! time and asks the store for at most [`RENDERING`] previews at once. An entry whose file changed is made again (a listing, or the upload of this
-//! mount's new version, queues it), with the new `Thumb::MTime`.
+//! time and asks the store for at most [`RENDERING`] previews at once. An entry whose file
+//! changed is made again (a listing, or this mount's upload of it, queues it), with the new
+//! `Thumb::MTime`.
 //!
 //! The queue's lock is innermost: taken under the inode table, nothing taken under it.
 
@@ -116,8 +117,8 @@ fn unix_secs(t: SystemTime) -> i64 {
     }
 }
 
-/// The `file://` URI of `path` as GLib's `g_filename_to_uri` spells it (and KIO alike for
-/// these characters): the entry's name is the md5 of exactly this.
+/// The `file://` URI of `path` as GLib's `g_filename_to_uri` spells it (the same characters
+/// kept, the rest %XX): the entry's name is the md5 of exactly this.
 pub(super) fn file_uri(path: &Path) -> String {
     use std::os::unix::ffi::OsStrExt;
     let mut uri = String::from("file://");
