@@ -416,6 +416,42 @@ mod tests {
         );
     }
 
+    /// A listing of more files than the queue holds queues as many as it holds, a later listing
+    /// the rest, and a listing once all are done queues (and asks the store) nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_big_folder_is_queued_in_bounded_parts() {
+        use crate::backend::faulty::Op;
+        use crate::fs::table::ROOT;
+        use crate::fs::tests::{TTL, eventually, harness};
+        let h = harness(false, TTL);
+        let n = MAX_QUEUED + 300;
+        for i in 0..n {
+            let name = format!("f{i:05}.bin");
+            h.store().create_file(&h.vault, &name).await.unwrap();
+        }
+        let cache = tempfile::tempdir().unwrap();
+        start(&h.fs, cache.path().to_path_buf(), PathBuf::from("/m"));
+        let th = &h.fs.thumbnails;
+        // Queued or done, whatever the worker got to: the bound, then all.
+        let taken = || {
+            let s = relock(&th.state);
+            (s.queued.len() + s.seen.len(), s.queued.is_empty())
+        };
+        for want in [MAX_QUEUED, n] {
+            assert_eq!(h.names(ROOT).await.len(), n);
+            assert_eq!(taken().0, want);
+            eventually(Duration::from_secs(60), "the queue done", || async {
+                taken().1
+            })
+            .await;
+        }
+        let asked = h.faults().calls(Op::Preview);
+        assert_eq!(asked, n as u64, "each file's preview asked for once");
+        h.names(ROOT).await;
+        assert_eq!(taken(), (n, true));
+        assert_eq!(h.faults().calls(Op::Preview), asked);
+    }
+
     #[test]
     fn a_huge_page_image_is_refused_not_decoded() {
         let mut src = Vec::new();
