@@ -45,8 +45,11 @@ const AFTER_ERROR: Duration = Duration::from_secs(300);
 /// preview puts it among the jobs somebody asked for, and a listing of 1000 files must not
 /// fill that queue ahead of the user's own asks. The rest wait here without asking.
 const RENDERING: usize = 4;
-/// A preview still rendering is asked again after this long, for at most `GIVE_UP`.
+/// A preview still rendering is asked again after a quarter of the time waited so far, within
+/// these bounds (a small file's preview takes about a second; a store whose renderer is behind
+/// is asked about once in 8 s), and for at most `GIVE_UP` (then as after an error).
 const RETRY: Duration = Duration::from_millis(250);
+const MAX_RETRY: Duration = Duration::from_secs(8);
 const GIVE_UP: Duration = Duration::from_secs(120);
 
 /// The mount's part: where the cache is, the queue and what was done.
@@ -191,9 +194,10 @@ impl<B: Backend> Fs<B> {
             // A job, or when the next one is due (None: when one is queued).
             let next = {
                 let mut s = relock(&th.state);
-                let due = s.rendering.front().map(|j| j.not_before);
+                let first = (s.rendering.iter().enumerate()).min_by_key(|(_, j)| j.not_before);
+                let (k, due) = first.map_or((0, None), |(k, j)| (k, Some(j.not_before)));
                 if due.is_some_and(|at| at <= Instant::now()) {
-                    s.rendering.pop_front().ok_or(due)
+                    s.rendering.remove(k).ok_or(due)
                 } else if s.rendering.len() < RENDERING && !s.queue.is_empty() {
                     s.queue.pop_front().ok_or(due)
                 } else {
@@ -217,14 +221,16 @@ impl<B: Backend> Fs<B> {
             let made = self.thumbnail(&job).await;
             let mut s = relock(&th.state);
             let now = Instant::now();
+            let asked = *job.asked.get_or_insert(now);
             let until = match made {
-                Ok(false) if now < *job.asked.get_or_insert(now) + GIVE_UP => {
-                    job.not_before = now + RETRY;
+                Ok(false) if now < asked + GIVE_UP => {
+                    job.not_before = now + ((now - asked) / 4).clamp(RETRY, MAX_RETRY);
                     s.rendering.push_back(job);
                     continue;
                 }
-                Ok(_) => None,
+                Ok(true) => None,
                 // Not before long, even if listed again: a listing would ask each time.
+                Ok(false) => Some(now + AFTER_ERROR),
                 Err(e) => {
                     log::debug!("no thumbnail of {}: {e}", job.stamp.path);
                     Some(now + AFTER_ERROR)
