@@ -8,6 +8,9 @@
 //! `Thumb::URI` and `Thumb::MTime` match the file (and `Thumb::Size`, where given). So for the
 //! stored files of a folder listed here, the mount writes those entries itself, from page one
 //! of the store's preview, and the file manager finds them before it thinks of reading.
+//! (tumbler compares `Thumb::MTime` to the microsecond, as `sec.usec`, which GIO and KIO
+//! refuse: the standard's whole seconds are written, valid for Thunar only for files of a
+//! whole-second time.)
 //!
 //! The work is bounded and never on a FUSE request: a listing only queues (at most
 //! [`MAX_QUEUED`] files; the rest are queued by a later listing), one task makes one entry at a
