@@ -79,7 +79,7 @@ fn valid_entries(cache: &Path, file: &Path) -> bool {
 
 fn listed_pdfs_get_thumbnails_without_downloads(via: Via) {
     let Some(mut env) = Env::new(via) else { return };
-    let n = 10;
+    let n = 6;
     let b = env.backend();
     let docs = vault().child("docs").unwrap();
     env.rt.block_on(async {
