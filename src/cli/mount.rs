@@ -82,8 +82,8 @@ pub struct MountArgs {
     #[arg(long)]
     allow_indexing: bool,
     /// Write no thumbnails for file managers: by default the mount puts page one of each listed
-    /// file's preview into the shared thumbnail cache ($XDG_CACHE_HOME/thumbnails), where
-    /// Nautilus, Thunar, Dolphin and PCManFM look before reading a file to make one
+    /// file's preview into the shared thumbnail cache ($XDG_CACHE_HOME/thumbnails), where file
+    /// managers look before reading a file to make one
     #[arg(long)]
     no_thumbnails: bool,
     /// The kernel's read-ahead for the mount, in KiB; 0 keeps the kernel's (128) [default:
