@@ -110,6 +110,8 @@ struct Job {
     id: String,
     size: u64,
     stamp: Stamp,
+    /// What its entries were made for last, if at another path (renamed): those go.
+    moved_from: Option<Stamp>,
     /// When the store was first asked for its preview, and when to ask again.
     asked: Option<Instant>,
     not_before: Instant,
@@ -261,12 +263,14 @@ impl<B: Backend> Fs<B> {
             PreviewStatus::Ready if meta.pages.is_empty() => return Ok(true),
             PreviewStatus::Ready => {}
         }
-        let rel = &job.stamp.path.segments()[self.opts.root.segments().len()..];
-        let uri = file_uri(&rel.iter().fold(mountpoint.clone(), |p, s| p.join(s)));
-        let name = format!(
-            "{}.png",
-            crate::api::checksum::hex(&crate::api::checksum::Md5::digest(uri.as_bytes()))
-        );
+        let entry_of = |path: &NodePath| {
+            let rel = &path.segments()[self.opts.root.segments().len()..];
+            let uri = file_uri(&rel.iter().fold(mountpoint.clone(), |p, s| p.join(s)));
+            let md5 = crate::api::checksum::Md5::digest(uri.as_bytes());
+            (format!("{}.png", crate::api::checksum::hex(&md5)), uri)
+        };
+        let (name, uri) = entry_of(&job.stamp.path);
+        let old = (job.moved_from.as_ref()).map(|st| (entry_of(&st.path), st.mtime));
         let mut pngs = Vec::new();
         for (dir, px) in SIZES {
             let size = PageSize {
@@ -298,6 +302,15 @@ impl<B: Backend> Fs<B> {
                     let _ = std::fs::remove_file(&p);
                 }
             }
+            // The entries of its old name (still its own: no other file's made there since).
+            for (dir, _) in SIZES {
+                if let Some(((old, old_uri), old_mtime)) = &old {
+                    let p = cache.join(dir).join(old);
+                    if entry_matches(&p, old_uri, *old_mtime) {
+                        let _ = std::fs::remove_file(&p);
+                    }
+                }
+            }
             Ok(())
         };
         tokio::task::spawn_blocking(write)
@@ -323,12 +336,16 @@ fn queue(s: &mut State, t: &Table, ino: Ino) -> bool {
     let (Some(r), Some(stamp)) = (i.remote.as_ref(), Stamp::of(i)) else {
         return false;
     };
+    let moved_from = (s.seen.get(&ino))
+        .map(|(st, _)| st.clone())
+        .filter(|st| st.path != stamp.path);
     s.queued.insert(ino);
     s.queue.push_back(Job {
         ino,
         id: r.id.clone(),
         size: r.size,
         stamp,
+        moved_from,
         asked: None,
         not_before: Instant::now(),
     });

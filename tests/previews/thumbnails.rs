@@ -124,8 +124,8 @@ fn listed_pdfs_get_thumbnails_without_downloads(via: Via) {
         assert_eq!(downloads(), 0, "files downloaded to make thumbnails");
     }
 
-    // A new version written here, a new file copied in, and a version stored elsewhere: their
-    // entries follow, with the times `stat` shows now.
+    // A new version written here, a new file copied in, a version stored elsewhere and a
+    // rename: their entries follow, with the names and times `stat` shows now.
     let (mine, theirs, new) = (&files[0], &files[1], dir.join("new.pdf"));
     fs::write(&new, shapes_pdf(1, 102)).unwrap();
     let old = fs::metadata(mine).unwrap().modified().unwrap();
@@ -150,6 +150,18 @@ fn listed_pdfs_get_thumbnails_without_downloads(via: Via) {
         valid_entries(&cache, theirs)
     });
     assert!(valid_entries(&cache, mine));
+
+    // Renamed: the new name gets its entries, the old name's go.
+    let (before, after) = (&files[2], dir.join("renamed.pdf"));
+    let old_entry = cache
+        .join("normal")
+        .join(format!("{}.png", md5_hex(&uri_of(before))));
+    assert!(old_entry.exists());
+    fs::rename(before, &after).unwrap();
+    wait_for(60, "the renamed file's entries, the old ones gone", || {
+        names(&dir);
+        valid_entries(&cache, &after) && !old_entry.exists()
+    });
     if via == Via::Remote {
         assert_eq!(downloads(), 0, "files downloaded to make thumbnails");
     }
