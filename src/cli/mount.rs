@@ -81,6 +81,11 @@ pub struct MountArgs {
     /// every file, and a remote mount would download the vault whole)
     #[arg(long)]
     allow_indexing: bool,
+    /// Write no thumbnails for file managers: by default the mount puts page one of each listed
+    /// file's preview into the shared thumbnail cache ($XDG_CACHE_HOME/thumbnails), where file
+    /// managers look before reading a file to make one
+    #[arg(long)]
+    no_thumbnails: bool,
     /// The kernel's read-ahead for the mount, in KiB; 0 keeps the kernel's (128) [default:
     /// 1024 with passthrough, else the kernel's]
     #[arg(long, value_name = "KIB")]
@@ -161,6 +166,12 @@ fn parse_root(s: &str) -> Result<NodePath, String> {
 /// `$XDG_CACHE_HOME/vaultfs` or `~/.cache/vaultfs`.
 fn cache_base() -> PathBuf {
     super::xdg_dir("XDG_CACHE_HOME", ".cache")
+}
+
+/// The freedesktop thumbnail cache: `$XDG_CACHE_HOME/thumbnails` or `~/.cache/thumbnails`.
+fn thumbnail_cache() -> PathBuf {
+    let base = cache_base();
+    base.parent().unwrap_or(&base).join("thumbnails")
 }
 
 /// A cache directory name per backend, so journals never mix between stores.
@@ -281,6 +292,7 @@ fn mount_checked(
         read_ahead_kb: args.read_ahead,
         kernel_writes: !args.no_kernel_writes,
         allow_indexing: args.allow_indexing,
+        thumbnails: (!args.no_thumbnails).then(thumbnail_cache),
         ..MountOptions::default()
     };
     let rt = tokio::runtime::Runtime::new()?;

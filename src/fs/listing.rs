@@ -467,6 +467,7 @@ impl<B: Backend> Fs<B> {
                 out.push((*cino, kind, name.clone()));
             }
         }
+        self.thumbnails_listed(&t, ino);
         Ok(out)
     }
 

@@ -15,7 +15,8 @@
 //!   indexers out; `space`: the account's quota as `df` shows it; `attrs`: times and modes kept; `freshness`: whether what was fetched may
 //!   still be used; `follow`: changes made elsewhere (the backend's change feed, else polling)
 //!   dropped from the caches; `passthrough`: opens the kernel reads from a local file itself;
-//!   `pinned`: files and folders kept whole on disk (`vaultfs pin`).
+//!   `pinned`: files and folders kept whole on disk (`vaultfs pin`); `thumbnails`: file
+//!   managers' thumbnails of stored files, made from their previews.
 //!
 //! # Parts
 //!
@@ -65,8 +66,9 @@
 //! `Nodes::attr_refreshing`), `Offline::until`, the `.versions` and `.search` trees
 //! (`VirtualDirs::versions`, `VirtualDirs::searches`), the account's use (`Space`) and the
 //! status tracker's locks (`Uploads::tracker`) are taken alone: nothing else is locked while
-//! one is held, nor taken under it. The pins' locks (`Reads::pinned`) are innermost: taken
-//! under any of the above, nothing under them. No std lock is held across an `.await`.
+//! one is held, nor taken under it. The pins' locks (`Reads::pinned`) and the thumbnails' queue
+//! (`Thumbnails::state`) are innermost: taken under any of the above, nothing under them. No
+//! std lock is held across an `.await`.
 
 mod attrs;
 mod cache;
@@ -97,6 +99,7 @@ pub mod status;
 mod table;
 #[cfg(test)]
 mod tests;
+mod thumbnails;
 pub mod unmount;
 mod upload;
 mod versions;
@@ -180,6 +183,9 @@ pub struct MountOptions {
     pub start_offline: bool,
     /// Let desktop indexers in: no `.trackerignore` and `.nomedia` at the root (`markers`).
     pub allow_indexing: bool,
+    /// The shared thumbnail cache (`$XDG_CACHE_HOME/thumbnails`) the mount writes file
+    /// managers' thumbnails of listed files into (`thumbnails`); None: none written.
+    pub thumbnails: Option<PathBuf>,
 }
 
 impl Default for MountOptions {
@@ -203,6 +209,7 @@ impl Default for MountOptions {
             poll_interval: Duration::from_secs(10),
             start_offline: false,
             allow_indexing: false,
+            thumbnails: None,
         }
     }
 }
@@ -258,6 +265,8 @@ pub(crate) struct Fs<B: Backend> {
     virtual_dirs: preview::VirtualDirs,
     /// The account's use and quota, for `df` (`space::Space`).
     space: space::Space,
+    /// Thumbnails queued and made for file managers (`thumbnails::Thumbnails`).
+    thumbnails: thumbnails::Thumbnails,
 }
 
 impl<B: Backend> Fs<B> {
@@ -307,6 +316,7 @@ impl<B: Backend> Fs<B> {
             conflicts,
             virtual_dirs: preview::VirtualDirs::default(),
             space: space::Space::default(),
+            thumbnails: thumbnails::Thumbnails::default(),
         });
         if fs.opts.start_offline {
             fs.restore_snapshot();
@@ -374,6 +384,9 @@ pub fn mount<B: Backend>(
 ) -> std::io::Result<()> {
     crate::api::files::raise_open_file_limit();
     let fs = Fs::start(backend, opts.clone(), rt.handle().clone())?;
+    // The name file managers give the files (taken before mounting: a look at the mount point
+    // afterwards would ask this daemon, not serving yet).
+    let absolute = std::fs::canonicalize(mountpoint)?;
 
     let mut options = vec![
         MountOption::FSName(mount_source(&opts.source)),
@@ -407,6 +420,9 @@ pub fn mount<B: Backend>(
     let mut session = fuser::Session::new(fuse::FuseAdapter(fs.clone()), mountpoint, &config)?;
     let _ = fs.notifier.set(session.notifier());
     follow::start(&fs, mountpoint, rt);
+    if let Some(cache) = &opts.thumbnails {
+        thumbnails::start(&fs, cache.clone(), absolute);
+    }
     log::info!("mounted {} at {}", opts.root, mountpoint.display());
     let stop = Arc::new(tokio::sync::Notify::new());
     let (finished_tx, finished) = tokio::sync::watch::channel(None);

@@ -81,6 +81,11 @@ impl Env {
     }
 
     pub fn mount(&self, extra: &[&str]) -> Mount {
+        self.mount_with_env(extra, &[])
+    }
+
+    /// The same, with more environment variables for the daemon.
+    pub fn mount_with_env(&self, extra: &[&str], more_env: &[(&str, &std::path::Path)]) -> Mount {
         let mut args = vec!["--cache-dir", self.cache.to_str().unwrap()];
         let base;
         match &self.server {
@@ -97,7 +102,9 @@ impl Env {
         // Every mount of a suite run another way (`VAULTFS_TEST_MOUNT_ARGS=--no-passthrough`).
         let more = std::env::var("VAULTFS_TEST_MOUNT_ARGS").unwrap_or_default();
         args.extend(more.split_whitespace());
-        Mount::start_with_env(&self.mnt, &args, &[("XDG_CONFIG_HOME", &self.config)])
+        let mut envs = vec![("XDG_CONFIG_HOME", self.config.as_path())];
+        envs.extend_from_slice(more_env);
+        Mount::start_with_env(&self.mnt, &args, &envs)
     }
 
     pub fn vault(&self) -> PathBuf {

@@ -66,6 +66,9 @@ impl Mount {
                 "RUST_LOG",
                 std::env::var("VAULTFS_TEST_MOUNT_LOG").unwrap_or("info,fuser=warn".into()),
             )
+            // The thumbnails the mount writes for file managers stay beside it, out of the
+            // user's own cache (a test may give its own).
+            .env("XDG_CACHE_HOME", dir.with_extension("xdg-cache"))
             .envs(envs.iter().map(|(k, v)| (*k, *v)))
             .stdout(Stdio::null())
             .stderr(logf)

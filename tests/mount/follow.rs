@@ -216,8 +216,15 @@ fn an_idle_mount_asks_nothing_but_the_feed() {
     let Some((tmp, _rt, server)) = setup() else {
         return;
     };
-    // A listing TTL of 1 s: without the feed, each use after it lists again.
-    let m = mount(tmp.path(), &server.base, "m", &["--dir-ttl", "1"]);
+    // A listing TTL of 1 s: without the feed, each use after it lists again. No thumbnails:
+    // they ask for the listed files' previews until made, which this server never renders
+    // (tested on their own: previews::thumbnails).
+    let m = mount(
+        tmp.path(),
+        &server.base,
+        "m",
+        &["--dir-ttl", "1", "--no-thumbnails"],
+    );
     let v = m.path("Local/My First Vault");
     fs::create_dir(v.join("d")).unwrap();
     write_stored(&v.join("d/f"), b"x");

@@ -4,7 +4,8 @@
 //!
 //! One binary (see Cargo.toml's note on test binaries), its tests by concern in the modules
 //! below: `mounted` (the `.preview/` tree, on both backends), `search` (`GET /search`),
-//! `searched` (the mount's `.search/` tree, on both backends), `lifecycle` (409 before Ready,
+//! `searched` (the mount's `.search/` tree, on both backends), `thumbnails` (file managers'
+//! thumbnails in the shared cache, on both backends), `lifecycle` (409 before Ready,
 //! bytes stored before previews, preview files going with their bytes), `scheduling` (asked-for
 //! first, idle otherwise, bounded), `accounts` (what previews may tell of another account's
 //! bytes, issue 19 item 8), `hostile` (files that would take the server's memory, issue 31).
@@ -21,6 +22,7 @@ mod mounted;
 mod scheduling;
 mod search;
 mod searched;
+mod thumbnails;
 
 use std::fs;
 use std::path::Path;

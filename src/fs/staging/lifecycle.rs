@@ -360,7 +360,9 @@ impl<B: Backend> Fs<B> {
                 i.read_md5 = node.md5_checksum.clone();
             }
         }
-        self.retire(t, ino, staged, true)
+        let retired = self.retire(t, ino, staged, true);
+        self.thumbnails_stored(t, ino);
+        retired
     }
 
     /// **Retire**: a staged file with no writer and nothing new lets go of its inode, which
