@@ -37,7 +37,8 @@
 //! `VAULTFS_MODEL_SEED=N` replays a run's operations (their timing may differ; the seed is
 //! printed, and a failure prints it with every step taken), `VAULTFS_MODEL_STEPS=N` makes a
 //! run longer (default 250: about 30 s a backend), `VAULTFS_MODEL_LOGS=DIR` keeps both mounts'
-//! logs of a failed run there.
+//! logs of a failed run there, `VAULTFS_MODEL_STRICT=1` fails a run at the first EIO or ESTALE
+//! a writer meets.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{self, OpenOptions};
@@ -486,6 +487,13 @@ impl Run {
     }
 
     fn failed(&mut self, what: String, e: std::io::Error) {
+        // `VAULTFS_MODEL_STRICT=1`: an I/O error or a stale handle ends the run, as a save
+        // that failed would stop a user (by default counted, and printed at the end).
+        if std::env::var_os("VAULTFS_MODEL_STRICT").is_some()
+            && matches!(e.raw_os_error(), Some(libc::EIO | libc::ESTALE))
+        {
+            self.fail(&format!("{what}: {e}"), &[], None);
+        }
         *self.errors.entry(e.to_string()).or_default() += 1;
         self.note(format!("{what}: {e}"));
     }
