@@ -20,7 +20,7 @@ mod index;
 
 pub(super) use index::Indexer;
 
-use super::db::{Conn as Connection, params};
+use super::db::{Conn as Connection, OptionalExtension, params};
 use super::nodes::{MAX_WALK_DEPTH, resolve};
 use super::{Scope, Store};
 use crate::api::{Error, NodePath, Result, SearchHit, SearchResults};
@@ -60,28 +60,36 @@ impl Store {
             Scope::All => 0,
             Scope::Account(a) => a,
         };
-        let (sql, q) = if conn.is_pg() {
-            (PG_QUERY, words.join(" "))
+        let (sql, context_sql, q) = if conn.is_pg() {
+            (PG_QUERY, PG_CONTEXT, words.join(" "))
         } else {
-            (SQLITE_QUERY, fts5_query(&words))
+            (SQLITE_QUERY, SQLITE_CONTEXT, fts5_query(&words))
         };
         let mut hits = Vec::new();
         let mut offset = 0;
         loop {
-            let rows: Vec<(i64, String)> = conn
+            let rows: Vec<(i64, i64)> = conn
                 .prepare_cached(sql)?
                 .query_map(params![q.as_str(), account, ROUND, offset], |r| {
                     Ok((r.get(0)?, r.get(1)?))
                 })?
                 .collect::<super::db::Result<_>>()?;
             let n = rows.len() as i64;
-            for (id, context) in rows {
+            for (id, doc) in rows {
                 let Some(path) = place(&conn, id, within)? else {
                     continue;
                 };
                 if hits.len() == limit {
                     return Ok(SearchResults { hits, more: true });
                 }
+                // The line of context reads the document's whole text: only for the hits
+                // kept (a word in every document made it for every row read: 450 ms of a
+                // 10,000-document vault's answer, docs/benchmarks-search.md).
+                let context: String = conn
+                    .prepare_cached(context_sql)?
+                    .query_row(params![q.as_str(), doc], |r| r.get(0))
+                    .optional()?
+                    .unwrap_or_default();
                 hits.push(SearchHit {
                     id: id.to_string(),
                     uri: path.uri(),
@@ -111,22 +119,31 @@ impl Store {
     }
 }
 
-/// Matching files with a line of context, best first (?1 the words, ?2 the account or 0 for
+/// Matching files and their documents' rows, best first (?1 the words, ?2 the account or 0 for
 /// all, ?3 and ?4 the page). Files of trees being purged are left to [`place`].
 const SQLITE_QUERY: &str = "
-    SELECT n.id, snippet(search_text, 0, '', '', '…', 16)
+    SELECT n.id, d.id
     FROM search_text JOIN search_docs d ON d.id = search_text.rowid
     JOIN versions v ON v.blob = d.blob JOIN nodes n ON n.current_version = v.id
     WHERE search_text MATCH ?1 AND n.kind = 3 AND (n.account_id = ?2 OR ?2 = 0)
     ORDER BY search_text.rank, n.id LIMIT ?3 OFFSET ?4";
 
+/// The line of context of document ?2 for the words ?1.
+const SQLITE_CONTEXT: &str = "
+    SELECT snippet(search_text, 0, '', '', '…', 16) FROM search_text
+    WHERE search_text MATCH ?1 AND rowid = ?2";
+
 const PG_QUERY: &str = "
-    SELECT n.id, ts_headline('simple', d.body, q,
-        'MaxWords=16, MinWords=8, StartSel=\"\", StopSel=\"\", MaxFragments=1')
+    SELECT n.id, d.id
     FROM search_docs d JOIN versions v ON v.blob = d.blob
     JOIN nodes n ON n.current_version = v.id, plainto_tsquery('simple', ?1) q
     WHERE d.tsv @@ q AND n.kind = 3 AND (n.account_id = ?2 OR ?2 = 0)
     ORDER BY ts_rank(d.tsv, q) DESC, n.id LIMIT ?3 OFFSET ?4";
+
+const PG_CONTEXT: &str = "
+    SELECT ts_headline('simple', d.body, q,
+        'MaxWords=16, MinWords=8, StartSel=\"\", StopSel=\"\", MaxFragments=1')
+    FROM search_docs d, plainto_tsquery('simple', ?1) q WHERE d.id = ?2";
 
 /// The words as an FTS5 query: each a quoted string (so no word is read as an operator), all
 /// of them required; `word*` a prefix.
