@@ -52,8 +52,14 @@ pub(super) fn remove_all(paths: &[(PathBuf, bool)], started: impl FnOnce(u32)) -
                 libc::_exit(1);
             }
             libc::syscall(libc::SYS_close_range, 5u32, u32::MAX, 0u32);
+            // Read again when a signal broke the wait; bounded, so that no error can keep the
+            // child (and the follower waiting on it) here for ever.
             let mut byte = [0u8; 1];
-            while libc::read(4, byte.as_mut_ptr().cast(), 1) < 0 {}
+            for _ in 0..100 {
+                if libc::read(4, byte.as_mut_ptr().cast(), 1) >= 0 {
+                    break;
+                }
+            }
             for (name, (_, dir)) in names.iter().zip(paths) {
                 let r = if *dir {
                     libc::rmdir(name.as_ptr())
