@@ -146,24 +146,31 @@ impl Work {
             if todo.is_empty() {
                 return Ok(());
             }
+            // One transaction (one disk flush) for the texts of a batch, not one a document:
+            // the index catches up right after writes, beside the user's first reads.
+            let mut done = Done::default();
             for (hash, name) in &todo {
                 if self.closed() {
-                    return Ok(());
+                    return done.record(conn);
                 }
                 if self.idle.busy() {
                     // Back to waiting for idle time (the outer loop).
                     relock(&self.state.0).dirty = true;
-                    return Ok(());
+                    return done.record(conn);
                 }
                 match self.text_of(conn, hash, name) {
-                    Ok(Some(text)) => record(conn, hash, text)?,
-                    Ok(None) => return Ok(()), // stopped: the store got busy
+                    Ok(Some(text)) => done.push(hash, text),
+                    Ok(None) => return done.record(conn), // stopped: the store got busy
                     Err(e) => {
                         log::info!("search index: nothing indexed of {name}: {e}");
-                        record(conn, hash, Err(()))?;
+                        done.push(hash, Err(()));
                     }
                 }
+                if done.due() {
+                    done.record(conn)?;
+                }
             }
+            done.record(conn)?;
         }
     }
 
@@ -212,10 +219,50 @@ impl Work {
     }
 }
 
-/// Records the text of `hash` (or that it has none), unless the bytes are gone meanwhile or
-/// another thread was first.
-fn record(conn: &Connection, hash: &str, text: std::result::Result<String, ()>) -> Result<()> {
-    let tx = conn.transaction()?;
+/// Texts found and not recorded yet: recorded together when [`Done::due`] or at the end of a
+/// batch.
+#[derive(Default)]
+struct Done {
+    texts: Vec<(String, std::result::Result<String, ()>)>,
+    bytes: usize,
+    since: Option<std::time::Instant>,
+}
+
+impl Done {
+    /// Text held in memory before it is recorded, and for how long (a slow PDF's neighbours
+    /// are searchable within a second).
+    const MAX_BYTES: usize = 4 << 20;
+    const MAX_WAIT: Duration = Duration::from_secs(1);
+
+    fn push(&mut self, hash: &str, text: std::result::Result<String, ()>) {
+        self.bytes += text.as_ref().map_or(0, String::len);
+        self.since.get_or_insert_with(std::time::Instant::now);
+        self.texts.push((hash.to_string(), text));
+    }
+
+    fn due(&self) -> bool {
+        self.bytes >= Self::MAX_BYTES || self.since.is_some_and(|t| t.elapsed() >= Self::MAX_WAIT)
+    }
+
+    /// Records the texts held, in one transaction.
+    fn record(&mut self, conn: &Connection) -> Result<()> {
+        if self.texts.is_empty() {
+            return Ok(());
+        }
+        let tx = conn.transaction()?;
+        for (hash, text) in self.texts.drain(..) {
+            record(&tx, &hash, text)?;
+        }
+        tx.commit()?;
+        self.bytes = 0;
+        self.since = None;
+        Ok(())
+    }
+}
+
+/// Records the text of `hash` (or that it has none) in `tx`, unless the bytes are gone
+/// meanwhile or another thread was first.
+fn record(tx: &Connection, hash: &str, text: std::result::Result<String, ()>) -> Result<()> {
     let status = if text.is_ok() { INDEXED } else { NOTHING };
     // PostgreSQL's text holds no NUL.
     let body = text.ok().map(|t| t.replace('\0', " "));
@@ -241,6 +288,5 @@ fn record(conn: &Connection, hash: &str, text: std::result::Result<String, ()>) 
         tx.prepare_cached("INSERT INTO search_text (rowid, body) VALUES (?1, ?2)")?
             .execute(params![id, body.as_str()])?;
     }
-    tx.commit()?;
     Ok(())
 }
