@@ -317,18 +317,25 @@ async fn send_batches<B: Backend>(fs: &Arc<Fs<B>>, folder: &NodePath) {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn the_window_grows_while_uploads_wait_and_halves_once_on_a_burst_of_refusals() {
-        let w = Arc::new(Window::new(2));
-        let a = w.acquire().await;
-        let b = w.acquire().await;
+    /// A task that takes a place once one frees and gives it back at once; returned once it
+    /// waits for its place.
+    async fn one_waiting(w: &Arc<Window>) -> tokio::task::JoinHandle<()> {
         let w2 = w.clone();
-        let third = tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let _s = w2.acquire().await;
         });
         while relock(&w.state).waiting == 0 {
             tokio::task::yield_now().await;
         }
+        task
+    }
+
+    #[tokio::test]
+    async fn the_window_grows_while_uploads_wait_and_halves_once_on_a_burst_of_refusals() {
+        let w = Arc::new(Window::new(2));
+        let a = w.acquire().await;
+        let b = w.acquire().await;
+        let third = one_waiting(&w).await;
         w.succeeded();
         assert_eq!(w.limit(), 3);
         third.await.unwrap();
@@ -351,13 +358,6 @@ mod tests {
         assert_eq!(w.permits.available_permits(), 1);
     }
 
-    /// Waits until a task is queued for a place.
-    async fn until_waiting(w: &Window) {
-        while relock(&w.state).waiting == 0 {
-            tokio::task::yield_now().await;
-        }
-    }
-
     #[tokio::test]
     async fn the_window_grows_only_while_the_server_answers_quickly_and_eases_while_it_queues() {
         let ms = Duration::from_millis;
@@ -366,22 +366,14 @@ mod tests {
         for _ in 0..8 {
             held.push(w.acquire().await);
         }
-        let w2 = w.clone();
-        let more = tokio::spawn(async move {
-            let _s = w2.acquire().await;
-        });
-        until_waiting(&w).await;
+        let more = one_waiting(&w).await;
         // Quick answers (the first sets the base): room to grow.
         w.answered(ms(10));
         w.succeeded();
         assert_eq!(w.limit(), 9);
         more.await.unwrap();
         held.push(w.acquire().await);
-        let w2 = w.clone();
-        let more = tokio::spawn(async move {
-            let _s = w2.acquire().await;
-        });
-        until_waiting(&w).await;
+        let more = one_waiting(&w).await;
         // Slower than twice the base, not yet four times: no growth, no cut.
         w.answered(ms(30));
         w.succeeded();
