@@ -119,10 +119,7 @@ struct Job {
 
 /// Seconds since the epoch, as `st_mtime` has them (floored).
 fn unix_secs(t: SystemTime) -> i64 {
-    match t.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(d) => d.as_secs() as i64,
-        Err(e) => -(e.duration().as_secs_f64().ceil() as i64),
-    }
+    crate::api::time::time_to_ns(t).div_euclid(1_000_000_000)
 }
 
 /// The `file://` URI of `path` as GLib's `g_filename_to_uri` spells it (the same characters
@@ -422,18 +419,14 @@ fn entry_matches(p: &Path, uri: &str, mtime: i64) -> bool {
 /// it (readers never see half of one), 0600 in folders of 0700 (made here if missing).
 fn write_entry(dir: &Path, name: &str, png: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
     let tmp = dir.join(format!(".{name}.vaultfs-{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)?;
+    let mut f = crate::api::files::new_private(&tmp)?;
     f.write_all(png)?;
     drop(f);
     std::fs::rename(&tmp, dir.join(name)).inspect_err(|_| {
