@@ -48,6 +48,9 @@ pub enum Fault {
     /// It is carried out and reported done, then undone: [`Op::PutFiles`] and
     /// [`Op::CreateFolder`] only (what they stored is deleted again).
     Lose,
+    /// [`Op::Download`] only: the body sends this many bytes, then nothing more, never ending
+    /// (a link gone quiet mid-download).
+    StallAfter(u64),
 }
 
 impl Fault {
@@ -94,6 +97,7 @@ struct Plan {
     answer_delay: Duration,
     fail: Option<Error>,
     lose: bool,
+    stall_after: Option<u64>,
 }
 
 impl<B: Backend> Faulty<B> {
@@ -167,6 +171,7 @@ impl<B: Backend> Faulty<B> {
                     plan.fail.get_or_insert_with(|| e.clone());
                 }
                 Fault::Lose => plan.lose = true,
+                Fault::StallAfter(n) => plan.stall_after = Some(*n),
             }
         }
         rules.retain(|r| r.left != Some(0));
@@ -302,8 +307,7 @@ impl<B: Backend> Backend for Faulty<B> {
     }
 
     async fn download(&self, file_id: &str, range: Option<RangeRequest>) -> Result<Download> {
-        self.call(Op::Download, || self.inner.download(file_id, range))
-            .await
+        self.download_sized(file_id, range, None).await
     }
 
     async fn download_sized(
@@ -312,10 +316,13 @@ impl<B: Backend> Backend for Faulty<B> {
         range: Option<RangeRequest>,
         size: Option<u64>,
     ) -> Result<Download> {
-        self.call(Op::Download, || {
-            self.inner.download_sized(file_id, range, size)
-        })
-        .await
+        let plan = self.enter(Op::Download).await?;
+        let mut d = self.inner.download_sized(file_id, range, size).await?;
+        tokio::time::sleep(plan.answer_delay).await;
+        if let Some(n) = plan.stall_after {
+            d.body = stall_after(d.body, n);
+        }
+        Ok(d)
     }
 
     async fn copy(&self, src: &NodePath, dst: &NodePath, replace: bool) -> Result<Node> {
@@ -350,4 +357,22 @@ impl<B: Backend> Backend for Faulty<B> {
         self.call(Op::Preview, || self.inner.preview_pdf(file_id))
             .await
     }
+}
+
+/// `body`'s first `n` bytes, then a stream that never yields again.
+fn stall_after(body: ByteStream, n: u64) -> ByteStream {
+    use futures_util::StreamExt;
+    let first = futures_util::stream::unfold((body, n), |(mut body, left)| async move {
+        if left == 0 {
+            return None;
+        }
+        let item = body.next().await?;
+        let item = item.map(|mut b| {
+            b.truncate(b.len().min(left as usize));
+            b
+        });
+        let left = left - item.as_ref().map_or(0, |b| b.len() as u64);
+        Some((item, (body, left)))
+    });
+    Box::pin(first.chain(futures_util::stream::pending()))
 }

@@ -380,6 +380,29 @@ async fn reads_fail_with_eio_while_downloads_fail_then_come_back_whole() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_is_answered_once_its_own_bytes_came_not_its_whole_chunk() {
+    // Behind a slow link a 1 MiB chunk takes ~85 ms at 100 Mbit/s: the first page must not
+    // wait for it. Every download here sends 256 KiB, then nothing more (a link gone quiet).
+    let h = harness(false, TTL);
+    let data: &'static [u8] = Box::leak((0..3 << 20).map(|i| (i % 251) as u8).collect());
+    h.put_remote("big.bin", data).await;
+    let ino = h.fs.lookup(ROOT, "big.bin").await.unwrap().ino.0;
+    h.faults()
+        .inject(Op::Download, Fault::StallAfter(256 << 10));
+    let first = tokio::time::timeout(Duration::from_secs(20), h.fs.read(ino, 0, 128 << 10));
+    assert_eq!(
+        first.await.expect("the read waited for its whole chunk"),
+        Ok(data[..128 << 10].to_vec())
+    );
+    // Bytes past what came wait: the reader is never handed a hole as data.
+    let later = tokio::time::timeout(Duration::from_millis(300), h.fs.read(ino, 512 << 10, 4096));
+    assert!(
+        later.await.is_err(),
+        "a read of bytes that never came returned"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_in_a_folder_the_store_lost_is_stored_in_the_folder_made_again() {
     // The store acknowledged the folder, then lost it (restarted from before it; or another
     // client deleted it). An edit beats a delete (`conflict`): the folder is made again and
