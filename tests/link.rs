@@ -174,3 +174,109 @@ fn uploads_refused_with_503_back_off_and_are_all_stored() {
     );
     drop(m);
 }
+
+/// nginx with TLS and HTTP/2 in front of `vaultfs serve`, as docs/deploy.md sets it up (the
+/// public service is reached the same way): the mount trusts the CA it is told of
+/// (`SSL_CERT_FILE`), speaks HTTP/2 to it (every request nginx logs is `HTTP/2.0`: one
+/// connection for the uploads in flight, no handshake per connection behind a link), and stores
+/// and reads back every file.
+#[test]
+fn the_mount_speaks_http2_to_a_tls_proxy_that_offers_it() {
+    let Some(env) = Env::new(Via::Remote) else {
+        return;
+    };
+    let nginx = std::path::Path::new("/usr/sbin/nginx");
+    assert!(
+        nginx.exists(),
+        "nginx is not installed: .ci/run installs nginx-light for this test"
+    );
+    let dir = env._tmp.path().join("tls");
+    fs::create_dir(&dir).unwrap();
+    common::tls::make_certificates(&dir);
+    let upstream = env.server.as_ref().unwrap().base.clone();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let d = dir.display();
+    fs::write(
+        dir.join("nginx.conf"),
+        format!(
+            "pid {d}/nginx.pid;\nerror_log {d}/error.log;\ndaemon off;\nworker_processes 1;\n\
+             events {{}}\nhttp {{\n  access_log {d}/access.log;\n  \
+             client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  \
+             server {{\n    listen 127.0.0.1:{port} ssl http2;\n    \
+             ssl_certificate {d}/server.crt;\n    ssl_certificate_key {d}/server.key;\n    \
+             client_max_body_size 0;\n    proxy_request_buffering off;\n    \
+             proxy_buffering off;\n    location / {{\n      proxy_pass {upstream};\n      \
+             proxy_http_version 1.1;\n      proxy_set_header Host $host;\n    }}\n  }}\n}}\n"
+        ),
+    )
+    .unwrap();
+    let proxy = Nginx(
+        std::process::Command::new(nginx)
+            .args(["-c", &format!("{d}/nginx.conf"), "-p", &d.to_string()])
+            .spawn()
+            .unwrap(),
+    );
+    wait_for(10, "nginx to listen", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let base = format!("https://localhost:{port}");
+    let creds = env
+        .rt
+        .block_on(env.server.as_ref().unwrap().user("h2@example.com", "Local"));
+    common::save_login(
+        &env.config.join("vaultfs/credentials.toml"),
+        &base,
+        creds,
+        Duration::from_secs(3600),
+    );
+    let ca = dir.join("ca.crt");
+    let cache = env.cache.to_str().unwrap();
+    let args = ["--cache-dir", cache, "--server", &base, "--timeout", "10"];
+    let envs = [
+        ("XDG_CONFIG_HOME", env.config.as_path()),
+        ("SSL_CERT_FILE", ca.as_path()),
+    ];
+    let m = common::mount::Mount::start_with_env(&env.mnt, &args, &envs);
+    let n = 40;
+    for i in 0..n {
+        fs::write(
+            env.vault().join(format!("h2-{i:02}")),
+            pattern(5000 + i, i as u64),
+        )
+        .unwrap();
+    }
+    env.wait_uploaded();
+    for i in 0..n {
+        let name = format!("h2-{i:02}");
+        assert_eq!(stored(&env, &name), pattern(5000 + i, i as u64), "{name}");
+    }
+    drop(m);
+    drop(proxy);
+    let log = fs::read_to_string(dir.join("access.log")).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    let uploads = lines
+        .iter()
+        .filter(|l| l.contains("PUT /nodes/upload/"))
+        .count();
+    assert!(
+        uploads >= 2 * n,
+        "{uploads} upload steps through nginx:\n{log}"
+    );
+    let other: Vec<&&str> = lines.iter().filter(|l| !l.contains("HTTP/2.0\"")).collect();
+    assert!(other.is_empty(), "requests not over HTTP/2: {other:#?}");
+}
+
+/// nginx's master process, stopped with its workers (SIGTERM) however the test ends.
+struct Nginx(std::process::Child);
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SAFETY: a signal to our own child, which is not reaped before the wait below.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}

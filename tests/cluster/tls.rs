@@ -3,67 +3,12 @@
 //! refuses without it, `verify-ca` does not check the name, `disable` does not encrypt.
 
 use std::path::Path;
-use std::process::Command;
 
 use vaultfs::store::db::{Engine, Value};
 
-/// A CA and a certificate it signed for `localhost` (only), in `dir`, readable by the server.
+/// The test's CA and server certificate (`common::tls`), readable by the server.
 fn make_certificates(dir: &Path) {
-    let run = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("run openssl");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-    ];
-    run(&[
-        &["req", "-x509", "-days", "2", "-subj", "/CN=vaultfs test CA"][..],
-        &ec,
-        &["-keyout", "ca.key", "-out", "ca.crt"],
-        &["-addext", "basicConstraints=critical,CA:TRUE"],
-        &["-addext", "keyUsage=critical,keyCertSign,cRLSign"],
-    ]
-    .concat());
-    run(&[
-        &["req", "-subj", "/CN=localhost"][..],
-        &ec,
-        &["-keyout", "server.key", "-out", "server.csr"],
-    ]
-    .concat());
-    std::fs::write(
-        dir.join("ext.cnf"),
-        "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-extfile",
-        "ext.cnf",
-        "-out",
-        "server.crt",
-    ]);
+    crate::common::tls::make_certificates(dir);
     // The server runs as nobody and wants its key private.
     use std::os::unix::fs::PermissionsExt;
     for f in ["server.key", "server.crt"] {

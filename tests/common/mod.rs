@@ -12,6 +12,7 @@ pub mod pg;
 pub mod s3;
 pub mod served;
 pub mod suite;
+pub mod tls;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
