@@ -298,6 +298,39 @@ pub fn put_elsewhere(env: &Env, name: &str, data: &[u8]) {
     });
 }
 
+/// The names in the vault's top folder, sorted, as another client lists them.
+pub fn stored_names(env: &Env) -> Vec<String> {
+    use vaultfs::backend::Backend;
+    let b = env.backend();
+    let path = vaultfs::api::NodePath::parse_uri(&format!("/nodes/pth/{VAULT}")).unwrap();
+    let node = env.rt.block_on(b.list(&path, 0, 1000)).unwrap();
+    let mut v: Vec<String> = node
+        .children
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    v.sort();
+    v
+}
+
+/// Another client stores `data` as a new version of the vault's file `name` (steps 2 and 3).
+pub fn new_version_elsewhere(env: &Env, name: &str, data: &[u8]) {
+    use vaultfs::backend::Backend;
+    let b = env.backend();
+    let path = vaultfs::api::NodePath::parse_uri(&format!("/nodes/pth/{VAULT}/{name}")).unwrap();
+    let data = data.to_vec();
+    env.rt.block_on(async {
+        let id = b.node(&path).await.unwrap().file_id().unwrap();
+        let len = data.len() as u64;
+        let v = b.begin_version(&id, len, None).await.unwrap();
+        let body = vaultfs::backend::reader_stream(std::io::Cursor::new(data));
+        b.upload(&id, &v.version_id().unwrap(), len, body)
+            .await
+            .unwrap();
+    });
+}
+
 /// The stored bytes of `name` in the vault, as another client reads them.
 pub fn stored(env: &Env, name: &str) -> Vec<u8> {
     use vaultfs::backend::Backend;

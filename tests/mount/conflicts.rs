@@ -8,7 +8,9 @@ use std::fs::{self, OpenOptions};
 use std::io::{Seek, Write};
 use std::path::{Path, PathBuf};
 
-use crate::common::env::{Env, VAULT, Via, put_elsewhere, wait_stored};
+use crate::common::env::{
+    Env, VAULT, Via, new_version_elsewhere, put_elsewhere, stored, stored_names, wait_stored,
+};
 use crate::common::mount::{Mount, names, wait_for};
 use vaultfs::api::NodePath;
 use vaultfs::backend::Backend;
@@ -41,29 +43,6 @@ pub(super) fn second_mount_with(env: &Env, extra: &[&str]) -> (Mount, PathBuf, P
 }
 
 /// The names in the vault's folder as the store has them (no mount's cache in between).
-fn stored_names(env: &Env) -> Vec<String> {
-    let b = env.backend();
-    let path = NodePath::parse_uri(&format!("/nodes/pth/{VAULT}")).unwrap();
-    let node = env.rt.block_on(b.list(&path, 0, 1000)).unwrap();
-    let mut v: Vec<String> = node
-        .children
-        .unwrap_or_default()
-        .into_iter()
-        .map(|c| c.name)
-        .collect();
-    v.sort();
-    v
-}
-
-/// The stored bytes of `name` in the vault.
-fn stored(env: &Env, name: &str) -> Vec<u8> {
-    let b = env.backend();
-    let path = NodePath::parse_uri(&format!("/nodes/pth/{VAULT}/{name}")).unwrap();
-    let node = env.rt.block_on(b.node(&path)).unwrap();
-    env.rt
-        .block_on(crate::common::content(&b, &node.file_id().unwrap()))
-}
-
 fn copies(names: &[String]) -> Vec<String> {
     names
         .iter()
@@ -149,23 +128,13 @@ fn a_save_by_rename_over_a_changed_file_keeps_both(via: Via) {
     let Some(env) = Env::new(via) else { return };
     let m = env.mount(&[]);
     let v = env.vault();
-    let b = env.backend();
     for (i, stored_first) in [false, true].into_iter().enumerate() {
         let name = format!("report{i}.txt");
         fs::write(v.join(&name), b"first").unwrap();
         env.wait_uploaded();
         assert_eq!(fs::read(v.join(&name)).unwrap(), b"first");
         // The third writer: the interface itself.
-        let path = NodePath::parse_uri(&format!("/nodes/pth/{VAULT}/{name}")).unwrap();
-        let id = env.rt.block_on(b.node(&path)).unwrap().file_id().unwrap();
-        env.rt.block_on(async {
-            let data = b"from elsewhere";
-            let v = b.begin_version(&id, data.len() as u64, None).await.unwrap();
-            let body = vaultfs::backend::reader_stream(std::io::Cursor::new(data.to_vec()));
-            b.upload(&id, &v.version_id().unwrap(), data.len() as u64, body)
-                .await
-                .unwrap();
-        });
+        new_version_elsewhere(&env, &name, b"from elsewhere");
         fs::write(v.join(".tmp"), b"saved here").unwrap();
         if stored_first {
             env.wait_uploaded();

@@ -3,7 +3,7 @@
 
 use std::fs;
 
-use crate::common::env::{Env, VAULT, Via, within};
+use crate::common::env::{Env, VAULT, Via, new_version_elsewhere, stored, stored_names, within};
 use crate::common::mount::wait_for;
 use crate::errno_of;
 use vaultfs::api::NodePath;
@@ -108,5 +108,68 @@ fn the_mounts_own_changes_are_in_the_tree_it_starts_offline_from() {
     // cache across a remount unless pinned: reads of them fail offline, as of any not kept).
     assert_eq!(fs::metadata(dir.join("made-here.txt")).unwrap().len(), 9);
     assert_eq!(fs::metadata(dir.join("renamed.txt")).unwrap().len(), 13);
+    m.unmount();
+}
+
+/// Both sides changed while the mount was offline: its own edits, staged meanwhile, follow the
+/// shared vault's rules once the server is back. A file changed on both sides keeps the
+/// version stored first under its name and the mount's edit in a conflict copy beside it; a
+/// file deleted elsewhere and edited here is stored again (an edit beats a delete); a file
+/// changed only elsewhere shows the other side's bytes. Nothing is lost either way.
+#[test]
+fn edits_made_offline_meet_changes_made_elsewhere_and_lose_nothing() {
+    let Some(mut env) = Env::new(Via::Remote) else {
+        return;
+    };
+    let v = env.vault();
+    let m = env.mount(&[]);
+    for name in ["both.txt", "deleted.txt", "theirs.txt"] {
+        fs::write(v.join(name), format!("{name} as it was")).unwrap();
+    }
+    env.wait_uploaded();
+    for name in ["both.txt", "deleted.txt", "theirs.txt"] {
+        assert_eq!(
+            fs::read_to_string(v.join(name)).unwrap(),
+            format!("{name} as it was")
+        );
+    }
+    m.unmount();
+
+    let (m, addr) = env.mount_offline();
+    fs::write(v.join("both.txt"), "both.txt edited offline").unwrap();
+    fs::write(v.join("deleted.txt"), "deleted.txt edited offline").unwrap();
+    // Meanwhile another client changes the store itself (the server is down).
+    new_version_elsewhere(&env, "both.txt", b"both.txt edited elsewhere");
+    new_version_elsewhere(&env, "theirs.txt", b"theirs.txt edited elsewhere");
+    let b = env.backend();
+    let deleted = NodePath::from_segments(VAULT.split('/').chain(["deleted.txt"])).unwrap();
+    env.rt.block_on(b.delete(&deleted)).unwrap();
+    drop(b);
+
+    env.serve_again(&addr);
+    wait_for(60, "the mount online again", || {
+        m.status()["offline"] == false
+    });
+    env.wait_uploaded();
+    let names = stored_names(&env);
+    let copies: Vec<&String> = names
+        .iter()
+        .filter(|n| n.starts_with("both (conflict ") && n.ends_with(".txt"))
+        .collect();
+    assert_eq!(copies.len(), 1, "{names:?}\n{}", m.log_text());
+    assert_eq!(stored(&env, "both.txt"), b"both.txt edited elsewhere");
+    assert_eq!(stored(&env, copies[0]), b"both.txt edited offline");
+    assert_eq!(stored(&env, "deleted.txt"), b"deleted.txt edited offline");
+    assert_eq!(stored(&env, "theirs.txt"), b"theirs.txt edited elsewhere");
+    assert_eq!(names.len(), 4, "{names:?}");
+    // The mount shows the same once its feed has told it.
+    wait_for(30, "the mount to show the store's bytes", || {
+        fs::read(v.join("theirs.txt")).ok().as_deref() == Some(b"theirs.txt edited elsewhere")
+            && v.join(copies[0]).exists()
+    });
+    assert_eq!(
+        fs::read_to_string(v.join("both.txt")).unwrap(),
+        "both.txt edited elsewhere"
+    );
     m.unmount();
 }
