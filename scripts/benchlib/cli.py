@@ -108,11 +108,11 @@ Modes (each page: docs/benchmarks-MODE.md, or $TMPDIR/vaultfs-bench-MODE-quick.m
                    (--engines): `sqlite` (the built-in store, one machine) and `pg` (PostgreSQL
                    started here, as user nobody, durable defaults, and an S3-compatible server
                    started here: --s3 s3s-fs (Rust, files on the scratch disk: `cargo install
-                   --locked s3s-fs --features binary`; the default when installed) or moto (the
-                   one .ci/run installs), or --database URL / --blobs s3://B/P --s3-endpoint URL
-                   of your own); on `pg` the uploads also against 2 and 4 servers of the store
-                   (--servers [1,2,4]); SIZE [256M]; --serve-arg ARG is passed to every server;
-                   with issue 34's targets
+                   --locked s3s-fs@0.14.1 --features binary`; the default when installed) or
+                   moto (the one .ci/run installs), or --database URL / --blobs s3://B/P
+                   --s3-endpoint URL of your own); on `pg` the uploads also against 2 and 4
+                   servers of the store (--servers [1,2,4]); SIZE [256M]; --serve-arg ARG is
+                   passed to every server; with issue 34's targets
   follow           how soon one mount sees another's changes (issue 32): two mounts of one
                    account on `vaultfs serve` (and of VAULTFS_BEFORE's build beside), maybe
                    through a link proxy of --link RTT ms; --rounds [10] of a new file, a change,
@@ -200,7 +200,7 @@ def parse_args(argv):
         a.link = [float(x) for x in a.arg.split(",")]
     if mode == "search":
         a.search = int(a.arg) if a.arg else 10000
-    a.mode = "link" if a.link else "search" if a.search else mode or "compare"
+    a.mode = mode or ("link" if a.link else "search" if a.search else "compare")
     a.size_given, a.runs_given = a.size, a.runs
     q = a.quick
     a.runs = a.runs or (1 if q else 3)
@@ -264,7 +264,7 @@ def mode_defaults(a):
             a.runs = a.runs_given or 1
     elif m == "follow":
         a.rounds = a.rounds or (2 if q else 10)
-        a.size = MIB
+        a.size, a.runs = MIB, 1
     a.dd_size = 0
 
 

@@ -249,8 +249,8 @@ class Vaultfs(Mount):
 
     def setup_server(self):
         """A user with account Local, a token through the pin page, the credentials file that
-        `vaultfs login` writes: as scripts/bench-mount does. The local store gets one too: the
-        fixtures are made through its API (a server on it while nothing mounts it)."""
+        `vaultfs login` writes. The local store gets one too: the fixtures are made through its
+        API (a server on it while nothing mounts it)."""
         email, password = "bench@example.com", "bench pw %d" % os.getpid()
         self.email, self.password = email, password
         run([self.bin, "user", "add", email, "--account", "Local", "--data-dir", self.store] +
@@ -526,5 +526,3 @@ class Rclone(Mount):
         rel, nfiles, nbytes = expect
         n, b = count_tree(os.path.join(self.backing, rel))
         return n == nfiles and (nbytes is None or b == nbytes)
-
-

@@ -7,7 +7,6 @@ import os
 import random
 import re
 import statistics
-import sys
 import time
 import urllib.parse
 from html import unescape
@@ -16,8 +15,8 @@ from http.client import HTTPConnection
 from .api import Api
 from .contenders import Vaultfs
 from .setup import Harness
-from .util import (ROOT, T_START, VAULT_ROOT, commas, die, human, loadavg, log, proc_cpu,
-                   proc_kib, run, write_kept)
+from .util import (ROOT, T_START, VAULT_ROOT, commas, die, human, loadavg, log, machine,
+                   proc_cpu, proc_kib, run, write_kept)
 
 SEARCH_SEED = 35  # issue 35
 SEARCH_VOCAB = 20_000
@@ -628,7 +627,7 @@ class SearchBench:
         githash = run(["git", "-C", ROOT, "rev-parse", "--short=12", "HEAD"],
                       check=False).stdout.strip()
         disk = run(["df", "-PT", self.b.work]).stdout.splitlines()[1].split()
-        out += ["", "## The machine", ""] + ["- " + x for x in search_machine()] + [
+        out += ["", "## The machine", ""] + ["- " + x for x in machine()] + [
             "- %s (`VAULTFS_BIN` %s); scripts/bench at git `%s`" % (
                 vver or "vaultfs ?", os.environ.get("VAULTFS_BIN") and
                 os.path.basename(os.environ["VAULTFS_BIN"]) or "built here", githash),
@@ -639,21 +638,6 @@ class SearchBench:
         write_kept(a.out, "\n".join(out))
         print("\n".join(out))
         log("wrote %s" % a.out)
-
-
-def search_machine():
-    cpu = "?"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    with open("/proc/meminfo") as f:
-        mem = int(f.readline().split()[1]) * 1024
-    osname = run(["sh", "-c", ". /etc/os-release && echo $PRETTY_NAME"],
-                 check=False).stdout.strip()
-    return ["%d CPUs (`nproc`), %s, %s RAM; %s, kernel %s; Python %s" % (
-        os.cpu_count(), cpu, human(mem), osname, os.uname().release, sys.version.split()[0])]
 
 
 class Search(Harness):

@@ -17,9 +17,8 @@ KEPT_MARKER = "<!-- scripts/bench keeps everything below this line when it rewri
 FSX_SEED = 20_251_121
 STORED_TIMEOUT = 300  # the most a wait for "stored" may take, seconds
 T_START = time.time()
+HOME0 = os.path.expanduser("~")  # the user's, before setup() gives the run a HOME of its own
 
-
-# --- small helpers --------------------------------------------------------------------------------
 
 def loadavg():
     with open("/proc/loadavg") as f:
@@ -179,3 +178,19 @@ def write_kept(out, text):
             kept = old[old.index(KEPT_MARKER) + len(KEPT_MARKER):].lstrip("\n")
     with open(out, "w") as f:
         f.write(text + "\n" + KEPT_MARKER + "\n" + ("\n" + kept if kept else ""))
+
+
+def machine():
+    """The machine in one line: CPUs, memory, OS, kernel, Python."""
+    cpu = "?"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as f:
+        mem = int(f.readline().split()[1]) * 1024
+    osname = run(["sh", "-c", ". /etc/os-release && echo $PRETTY_NAME"],
+                 check=False).stdout.strip()
+    return ["%d CPUs (`nproc`), %s, %s RAM; %s, kernel %s; Python %s" % (
+        os.cpu_count(), cpu, human(mem), osname, os.uname().release, sys.version.split()[0])]
