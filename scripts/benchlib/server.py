@@ -27,7 +27,7 @@ class ServerBench(Harness):
         self.res.setdefault((col, metric), []).append(value)
         log("  %-14s %-16s %.4g" % (col, metric, value))
 
-    def examples(self, remote_bench=True):
+    def binaries(self, remote_bench=True):
         """The client programs (release builds, or *_BIN): None for one that does not build."""
         self.remote_bench = remote_bench and self.built(
             "REMOTE_BENCH_BIN", "examples/remote_bench", ["--example", "remote_bench"],
@@ -55,7 +55,6 @@ class ServerBench(Harness):
 
     def main(self):
         a = self.a
-        self.examples()
         log("generating %s of random bytes" % human(a.size))
         self.source(a.size)
         v = Vaultfs(self, True, key="serve", label="vaultfs serve", serve_flags=a.serve_arg)
@@ -283,6 +282,11 @@ class ServerBench(Harness):
                          met(m("client", "stat_per_s"), ">=", 1000)])
             P.table(["Workload", "curl", "RemoteBackend", "Client adds (time)", "Target", "Met"],
                     rows, right=1)
+        for prog, what in ((self.remote_bench, "remote_bench"),
+                           (self.upload_clients, "upload_clients")):
+            if not prog:
+                P.w("- examples/%s was not built (nor given): its figures are missing." % what,
+                    "")
         if R.get(("serve", "uploads_1")):
             P.w("## Concurrent uploads", "")
             P.table(["Clients x files", "Uploads/s", "p50", "p99"], [[

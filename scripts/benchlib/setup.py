@@ -13,8 +13,6 @@ from .util import (MIB, ROOT, debug, die, human, log, loadavg, mounted, mounts_u
                    run, syncfs)
 
 
-# --- the harness's own processes and mounts: all undone on exit ------------------------------------
-
 class Reg:
     procs = []      # Popen of daemons started here
     mounts = []     # FUSE mount points made here
@@ -156,6 +154,9 @@ class Harness:
     def wants_nullfs(self):
         return False
 
+    def binaries(self):
+        """The mode's other programs, built (or found) before HOME becomes the run's own."""
+
     def setup(self):
         a = self.a
         if os.geteuid() != 0:
@@ -178,6 +179,7 @@ class Harness:
             self.nullfs_bin = self.built("NULLFS_BIN", "examples/nullfs",
                                          ["--example", "nullfs"],
                                          "the null file system (examples/nullfs.rs)")
+        self.binaries()
 
         os.makedirs(a.dir, exist_ok=True)
         self.work = Reg.work = tempfile.mkdtemp(prefix="vaultfs-bench.", dir=a.dir)
