@@ -13,8 +13,8 @@
 //! ```
 //!
 //! stdout gets `key=value` lines (uploads, seconds, uploads per second, latency percentiles in
-//! ms) for scripts (scripts/bench-server reads them). The files are left in a new folder of
-//! `--folder`.
+//! ms) for scripts (`scripts/bench server` and `scripts/bench shared` read them). The files are
+//! left in a new folder of `--folder`.
 
 use std::time::{Duration, Instant};
 
