@@ -15,6 +15,7 @@ from .targets import EARLIER, ISSUE21, TARGETS, target_row
 from .util import (FSX_SEED, MIB, ROOT, T_START, VAULT_ROOT, commas, human, log, run,
                    write_kept)
 
+
 def machine_info(b):
     """Lines describing the machine and the versions, and the disk."""
     cpu = "?"

@@ -194,6 +194,12 @@ class ServerBench(Harness):
         for key in ("stat_per_s", "stat_p50_us", "stat_p99_us", "hash_mibps"):
             self.rec("client", key, float(kv[key]))
 
+    def next_seed(self):
+        """Another seed of upload_clients' bytes: bytes the store holds already would store no
+        new blob (the uploads of every row after the first would skip the blob store)."""
+        self.seed = getattr(self, "seed", 0) + 1
+        return self.seed
+
     def uploads(self, col, nservers, bases, v):
         """examples/upload_clients: --clients clients against BASES (client i to server i mod
         n), each uploading --client-files new files of --client-size bytes."""
@@ -204,7 +210,7 @@ class ServerBench(Harness):
             a.clients, a.client_files, human(a.client_size), nservers))
         cmd = [self.upload_clients, "--email", v.email, "--folder", VAULT_ROOT,
                "--clients", str(a.clients), "--files", str(a.client_files),
-               "--size", str(a.client_size)]
+               "--size", str(a.client_size), "--seed", str(self.next_seed())]
         for b in bases:
             cmd += ["--url", b]
         p = run(cmd, timeout=XFER_TIMEOUT * 3, check=False,
@@ -298,7 +304,7 @@ class ServerBench(Harness):
         P.write(self.how() + [
             "**Raw disk**: `dd if=SRC of=FILE bs=1M conv=fsync` on the scratch file system, "
             "then `dd` reads of FILE with the page cache dropped (cold) and again (warm). "
-            "**Client side**: examples/remote_bench (release build) uploads the same file "
+            "**Client side**: examples/remote_bench (a release build, or REMOTE_BENCH_BIN) uploads the same file "
             "again (its md5 first, as the mount does), downloads it twice (the first after "
             "dropping the page cache) and calls `node()` 2,000 times on one connection; "
             "*client adds* is its time over curl's, minus 1."])
@@ -317,7 +323,8 @@ class ServerBench(Harness):
             "VmHWM. **Listing**: %s names in a new folder through `create_file` (%s a request),"
             " then `GET ?children=1` from the harness on one kept-alive connection (the count "
             "checked once, then the median of 5)." % (commas(a.files), commas(BATCH)),
-            "**Concurrent uploads**: examples/upload_clients (release build): %d clients, each "
+            "**Concurrent uploads**: examples/upload_clients (a release build, or UPLOAD_CLIENTS_BIN): "
+            "%d clients, each "
             "with its own `RemoteBackend`, each uploading %d new files of %s one after another "
             "(three steps, md5; every file's bytes differ), client *i* to server *i mod n*; "
             "uploads per second over the whole, and the latency percentiles of one upload." % (

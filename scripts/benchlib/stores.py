@@ -46,6 +46,7 @@ def start_postgres(h):
                               "-k", d, "-c", "listen_addresses=", "-c", "max_connections=300"],
                      os.path.join(h.work, "postgres.log"), server=True)
     h.stop_last.append(p)
+    h.services["PostgreSQL"] = p
     for _ in range(600):
         if run([os.path.join(pg_bin, "pg_isready"), "-q", "-h", d, "-U", "vaultfs", "-d",
                 "postgres"], check=False).returncode == 0:
@@ -107,6 +108,7 @@ def start_s3(h, kind):
                 die("%s did not come up; log %s" % (kind, logpath))
             time.sleep(0.1)
     h.info["s3"] = version
+    h.services[kind] = p
     env = dict(h.vaultfs_env, AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret,
                AWS_REGION="us-east-1")
     return kind, ["--blobs", "s3://%s/run" % BUCKET, "--s3-endpoint", endpoint], env

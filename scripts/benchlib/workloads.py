@@ -13,6 +13,7 @@ from .report import report
 from .setup import Harness
 from .util import FSX_SEED, MIB, ROOT, T_START, commas, count_tree, die, loadavg, log, run
 
+
 class Bench(Harness):
     """The main comparison: every contender through the same workloads, the runs interleaved,
     then fsx on the local mount; written to --out by report.publish."""
@@ -328,6 +329,3 @@ class Bench(Harness):
         self.load1 = loadavg()
         self.elapsed = time.time() - T_START
         report(self)
-
-
-    # --- over a link: --link RTT[,RTT...] -------------------------------------------------------
