@@ -461,8 +461,8 @@ class Rclone(Mount):
         return self.webdav
 
     def mount_cmd(self):
-        url = self.via or "http://127.0.0.1:%d/" % self.port
-        src = [":webdav:", "--webdav-url", url] if self.webdav else [self.backing]
+        src = [":webdav:", "--webdav-url", self.via or "http://127.0.0.1:%d/" % self.port] \
+            if self.webdav else [self.backing]
         return ["rclone", "mount"] + src[:1] + [self.dir] + src[1:] + [
             "--vfs-cache-mode", "writes", "--vfs-write-back", "0s", "--cache-dir", self.cache,
             "--rc", "--rc-addr", "127.0.0.1:%d" % self.rc_port, "--rc-no-auth"]
