@@ -15,7 +15,7 @@
 //! ```
 //!
 //! Progress goes to stderr; stdout gets one `key=value` line per figure (seconds, bytes,
-//! MiB/s, calls/s) for scripts (scripts/bench-server reads them). The files it creates are
+//! MiB/s, calls/s) for scripts (`scripts/bench server` reads them). The files it creates are
 //! deleted at the end unless `--keep`. With `--server-pid`, the server's CPU time (user +
 //! system, from /proc) is reported for each phase beside the client's own.
 

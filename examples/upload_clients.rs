@@ -13,8 +13,8 @@
 //! ```
 //!
 //! stdout gets `key=value` lines (uploads, seconds, uploads per second, latency percentiles in
-//! ms) for scripts (scripts/bench-server reads them). The files are left in a new folder of
-//! `--folder`.
+//! ms) for scripts (`scripts/bench server` and `scripts/bench shared` read them). The files are
+//! left in a new folder of `--folder`.
 
 use std::time::{Duration, Instant};
 
@@ -50,6 +50,10 @@ struct Args {
     /// Size of each file in bytes
     #[arg(long, default_value_t = 65536)]
     size: usize,
+    /// Seed of the files' bytes: give each run against one store its own, or the store already
+    /// holds the bytes (a new version of known bytes stores no new blob)
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -60,10 +64,10 @@ fn main() -> Result<(), BoxError> {
     rt.block_on(run(args))
 }
 
-/// The bytes of file `j` of client `i`: different for every file.
-fn body(i: usize, j: usize, size: usize) -> Bytes {
-    let seed = (i as u64) << 32 | j as u64;
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+/// The bytes of file `j` of client `i` in run `seed`: different for every file.
+fn body(seed: u64, i: usize, j: usize, size: usize) -> Bytes {
+    let file = (i as u64) << 32 | j as u64;
+    let mut x = (file ^ seed.rotate_left(48)).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut out = Vec::with_capacity(size + 8);
     while out.len() < size {
         x ^= x << 13;
@@ -114,7 +118,11 @@ async fn run(args: Args) -> Result<(), BoxError> {
         .collect::<Result<_, _>>()?;
     // Bodies made before the clock starts.
     let bodies: Vec<Vec<Bytes>> = (0..args.clients)
-        .map(|i| (0..args.files).map(|j| body(i, j, args.size)).collect())
+        .map(|i| {
+            (0..args.files)
+                .map(|j| body(args.seed, i, j, args.size))
+                .collect()
+        })
         .collect();
     let started = Instant::now();
     let tasks: Vec<_> = clients

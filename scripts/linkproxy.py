@@ -12,8 +12,8 @@ and arrives RTT/2 later; the other side gets it then, in order. What is in fligh
 on a real link. Connection setup costs one round trip (the connect waits RTT before the first
 byte goes either way), as a TCP handshake over the link would.
 
-Used by scripts/bench --link (importable: `start(listen, upstream, rtt_ms, mbit)` runs it in a
-thread of the calling process and returns the listening address).
+Used by scripts/bench link and follow (importable: `start(listen, upstream, rtt_ms, mbit)` runs
+it in a thread of the calling process and returns the listening address).
 """
 
 import argparse
