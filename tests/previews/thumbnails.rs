@@ -1,6 +1,7 @@
 //! Thumbnails for file managers (issue 35 item 2): a folder of PDFs listed in the mount gets, in
 //! the shared thumbnail cache, the entries the freedesktop standard names, from the store's
-//! previews, with none of the files' bytes downloaded; a new version gets its entry again.
+//! previews, with none of the files' bytes downloaded; a new version gets its entry again, a
+//! renamed file its new name's, a deleted file (here or elsewhere) loses them.
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -61,6 +62,12 @@ fn read_entry(p: &Path) -> Option<Entry> {
         width: info.width,
         height: info.height,
     })
+}
+
+/// Where `file`'s entries of both sizes go.
+fn entries_of(cache: &Path, file: &Path) -> [PathBuf; 2] {
+    let name = format!("{}.png", md5_hex(&uri_of(file)));
+    ["normal", "large"].map(|d| cache.join(d).join(&name))
 }
 
 /// Whether `file`'s entries of both sizes are there and valid for it as `stat` shows it now.
@@ -162,6 +169,28 @@ fn listed_pdfs_get_thumbnails_without_downloads(via: Via) {
         names(&dir);
         valid_entries(&cache, &after) && !old_entry.exists()
     });
+
+    // Deleted here, and deleted elsewhere (seen at the next listing): their entries go, the
+    // others' stay.
+    let (here, there) = (&files[3], &files[4]);
+    assert!(valid_entries(&cache, here) && valid_entries(&cache, there));
+    fs::remove_file(here).unwrap();
+    wait_for(60, "the entries of the file deleted here gone", || {
+        entries_of(&cache, here).iter().all(|e| !e.exists())
+    });
+    let theirs_path = docs
+        .child(there.file_name().unwrap().to_str().unwrap())
+        .unwrap();
+    env.rt.block_on(b.delete(&theirs_path)).unwrap();
+    wait_for(60, "the entries of the file deleted elsewhere gone", || {
+        names(&dir);
+        entries_of(&cache, there).iter().all(|e| !e.exists())
+    });
+    assert!(valid_entries(&cache, &files[5]) && valid_entries(&cache, &after));
+    for d in ["normal", "large"] {
+        // doc-00, doc-01, doc-05, new.pdf and renamed.pdf.
+        assert_eq!(fs::read_dir(cache.join(d)).unwrap().count(), 5, "{d}");
+    }
     if via == Via::Remote {
         assert_eq!(downloads(), 0, "files downloaded to make thumbnails");
     }
