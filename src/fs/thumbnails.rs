@@ -35,7 +35,7 @@ use crate::sync::relock;
 
 /// The sizes written: the standard's `normal` and `large`, what file managers ask for at their
 /// usual zoom levels (Dolphin looks only in the one its zoom asks for).
-const SIZES: [(&str, u32); 2] = [("normal", 128), ("large", 256)];
+pub(super) const SIZES: [(&str, u32); 2] = [("normal", 128), ("large", 256)];
 /// Larger entries another program made: removed when stale, since GIO takes the largest
 /// entry there is and would find it invalid (then thumbnail the file by reading it).
 const OTHER_SIZES: [&str; 2] = ["x-large", "xx-large"];
@@ -373,7 +373,7 @@ impl<B: Backend> Fs<B> {
         let (cache, stamp, size) = (cache.clone(), job.stamp.clone(), job.size);
         let write = move || -> Result<(), String> {
             for (dir, px, data) in pngs {
-                let png = tagged_png(&data, px, &uri, stamp.mtime, size)?;
+                let png = tagged_png(&data, px, &uri, &stamp.mtime.to_string(), size)?;
                 write_entry(&cache.join(dir), &name, &png).map_err(|e| e.to_string())?;
             }
             for dir in OTHER_SIZES {
@@ -435,7 +435,7 @@ const THUMBNAILED: &[&str] = &[
     "pdf", "png", "jpg", "jpeg", "jpe", "gif", "webp", "bmp", "tif", "tiff",
 ];
 
-fn thumbnailed(name: &str) -> bool {
+pub(super) fn thumbnailed(name: &str) -> bool {
     name.rsplit_once('.')
         .is_some_and(|(_, ext)| THUMBNAILED.iter().any(|e| ext.eq_ignore_ascii_case(e)))
 }
@@ -477,7 +477,13 @@ fn queue(s: &mut State, t: &Table, ino: Ino) -> bool {
 
 /// The store's page image (PNG, or whatever a server sends), at most `px` a side, as a PNG
 /// with the standard's keys. Decoded within bounds: a server may send anything.
-fn tagged_png(data: &[u8], px: u32, uri: &str, mtime: i64, size: u64) -> Result<Vec<u8>, String> {
+pub(super) fn tagged_png(
+    data: &[u8],
+    px: u32,
+    uri: &str,
+    mtime: &str,
+    size: u64,
+) -> Result<Vec<u8>, String> {
     let mut reader = image::ImageReader::new(std::io::Cursor::new(data))
         .with_guessed_format()
         .map_err(|e| e.to_string())?;
@@ -654,7 +660,7 @@ mod tests {
         image::DynamicImage::ImageLuma8(image::GrayImage::new(5000, 10))
             .write_to(&mut std::io::Cursor::new(&mut src), image::ImageFormat::Png)
             .unwrap();
-        assert!(tagged_png(&src, 128, "file:///m/a.pdf", 0, 1).is_err());
+        assert!(tagged_png(&src, 128, "file:///m/a.pdf", "0", 1).is_err());
     }
 
     #[test]
@@ -664,7 +670,7 @@ mod tests {
         image::DynamicImage::ImageRgb8(big)
             .write_to(&mut std::io::Cursor::new(&mut src), image::ImageFormat::Png)
             .unwrap();
-        let png = tagged_png(&src, 128, "file:///m/a.pdf", 1_700_000_000, 42).unwrap();
+        let png = tagged_png(&src, 128, "file:///m/a.pdf", "1700000000", 42).unwrap();
         let dir = tempfile::tempdir().unwrap();
         write_entry(dir.path(), "x.png", &png).unwrap();
         let p = dir.path().join("x.png");

@@ -117,6 +117,7 @@ fn listed_pdfs_get_thumbnails_without_downloads(via: Via) {
         assert_eq!(mode & 0o777, 0o700, "{d}");
     }
     gio_finds_them_valid(&xdg, &files);
+    shared_entries_hold_for_tumbler(&dir, &files);
     let one = cache
         .join("normal")
         .join(format!("{}.png", md5_hex(&uri_of(&files[0]))));
@@ -195,6 +196,35 @@ fn listed_pdfs_get_thumbnails_without_downloads(via: Via) {
         assert_eq!(downloads(), 0, "files downloaded to make thumbnails");
     }
     drop(m);
+}
+
+/// Thunar's: the folder's shared repository (`.sh_thumbnails/`, reached by name, never listed)
+/// holds each file's entries where tumbler looks for them (libxfce4util's
+/// `xfce_create_shared_thumbnail_path`: the md5 of `./` and the name as its URI spells it), with
+/// the time as tumbler compares it (`sec.usec`, as GIO gives it); nothing in it can be written.
+fn shared_entries_hold_for_tumbler(dir: &Path, files: &[PathBuf]) {
+    let shared = dir.join(".sh_thumbnails");
+    assert!(!names(dir).contains(&".sh_thumbnails".to_string()));
+    assert_eq!(names(&shared), ["large", "normal"]);
+    for f in files {
+        let uri = uri_of(f);
+        let rel = format!("./{}", &uri[uri.rfind('/').unwrap() + 1..]);
+        let m = fs::metadata(f).unwrap();
+        let mtime = format!("{}.{:06}", m.mtime(), m.mtime_nsec() / 1000);
+        for (size, px) in [("normal", 128), ("large", 256)] {
+            let p = shared.join(size).join(format!("{}.png", md5_hex(&rel)));
+            let e = read_entry(&p).unwrap_or_else(|| panic!("no entry {}", p.display()));
+            assert_eq!(e.uri.as_deref(), Some(rel.as_str()));
+            assert_eq!(e.mtime.as_deref(), Some(mtime.as_str()), "{}", f.display());
+            assert!((1..=px).contains(&e.width.max(e.height)));
+        }
+    }
+    let one = shared
+        .join("normal")
+        .join(format!("{}.png", md5_hex("./doc-00.pdf")));
+    let e = fs::write(&one, b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    assert!(!shared.join("normal").join("nothing.png").exists());
 }
 
 /// What GLib itself (GIO, under Nautilus, Nemo and Thunar) makes of the entries: `gio info`'s
