@@ -14,8 +14,9 @@
 //! KIO, which do not look there, are not told anything new. Nothing in it can be made, changed or
 //! removed (EROFS). Its inodes carry the preview module's flag and [`TFLAG`] besides.
 
+use std::collections::HashMap;
 use std::sync::{Arc, MutexGuard};
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use fuser::{Errno, FileAttr, FileType};
 use futures_util::StreamExt;
@@ -53,7 +54,16 @@ enum Node {
 #[derive(Default)]
 pub struct Tree {
     ids: VirtualInos<Node, TFLAG>,
+    /// By folder: its files by their entries' names, as its listing was (fetched at, folder
+    /// time): made once a listing, not for each lookup (tumbler looks up every file's).
+    names: HashMap<Ino, (Instant, SystemTime, Arc<ByEntry>)>,
 }
+
+/// A folder's files by their entries' names.
+type ByEntry = HashMap<String, String>;
+
+/// Folders whose entries' names are kept at most (all forgotten past it, then made again).
+const MAX_FOLDERS: usize = 1000;
 
 /// The name of a file's entry: the md5 of `./` and its name as a `file://` URI spells it.
 fn entry_name(file: &str) -> String {
@@ -80,25 +90,52 @@ impl<B: Backend> Fs<B> {
         t.get(folder).map(|i| i.mtime).ok_or(Errno::ENOENT)
     }
 
-    /// The file of `folder` whose entry is named `entry`: a stored file of a kind thumbnailed.
-    async fn shared_file_of(self: &Arc<Self>, folder: Ino, entry: &str) -> Result<String, Errno> {
+    /// The stored files of `folder` of a kind thumbnailed, and when its listing was fetched
+    /// and its time.
+    async fn shared_files(
+        self: &Arc<Self>,
+        folder: Ino,
+    ) -> Result<(Instant, SystemTime, Vec<String>), Errno> {
         self.ensure_listing(folder).await?;
         let t = self.table();
-        let (_, names) = t
-            .get(folder)
-            .and_then(|i| i.listing())
-            .ok_or(Errno::ENOENT)?;
-        names
-            .iter()
+        let dir = t.get(folder).ok_or(Errno::ENOENT)?;
+        let (fetched, names) = dir.listing().ok_or(Errno::ENOENT)?;
+        let files = (names.iter())
             .filter(|(name, c)| {
                 thumbnailed(name)
                     && t.get(**c)
                         .is_some_and(|c| c.kind == InodeKind::File && c.remote.is_some())
             })
-            .map(|(name, _)| name)
-            .find(|name| entry_name(name) == entry)
-            .cloned()
-            .ok_or(Errno::ENOENT)
+            .map(|(name, _)| name.clone())
+            .collect();
+        Ok((*fetched, dir.mtime, files))
+    }
+
+    /// The file of `folder` whose entry is named `entry`.
+    async fn shared_file_of(self: &Arc<Self>, folder: Ino, entry: &str) -> Result<String, Errno> {
+        self.ensure_listing(folder).await?;
+        let now = {
+            let t = self.table();
+            let dir = t.get(folder).ok_or(Errno::ENOENT)?;
+            dir.listing().map(|(fetched, _)| (*fetched, dir.mtime))
+        };
+        let kept = self.shared_tree().names.get(&folder).cloned();
+        let by_entry = match kept {
+            Some((f, m, by_entry)) if Some((f, m)) == now => by_entry,
+            _ => {
+                let (fetched, mtime, files) = self.shared_files(folder).await?;
+                let by_entry: ByEntry = files.into_iter().map(|f| (entry_name(&f), f)).collect();
+                let by_entry = Arc::new(by_entry);
+                let mut tree = self.shared_tree();
+                if tree.names.len() >= MAX_FOLDERS {
+                    tree.names.clear();
+                }
+                tree.names
+                    .insert(folder, (fetched, mtime, by_entry.clone()));
+                by_entry
+            }
+        };
+        by_entry.get(entry).cloned().ok_or(Errno::ENOENT)
     }
 
     /// The entry of `file` of `folder` at size `k`, made from page one of its preview (kept in
@@ -203,20 +240,7 @@ impl<B: Backend> Fs<B> {
             Node::Size(folder, k) => {
                 let root = self.shared_tree().ids.ino(Node::Root(folder));
                 out.push((root, FileType::Directory, "..".into()));
-                self.ensure_listing(folder).await?;
-                let files: Vec<String> = {
-                    let t = self.table();
-                    let names = t.get(folder).and_then(|i| i.listing());
-                    (names.into_iter().flat_map(|(_, n)| n.iter()))
-                        .filter(|(name, c)| {
-                            thumbnailed(name)
-                                && t.get(**c).is_some_and(|c| {
-                                    c.kind == InodeKind::File && c.remote.is_some()
-                                })
-                        })
-                        .map(|(name, _)| name.clone())
-                        .collect()
-                };
+                let (_, _, files) = self.shared_files(folder).await?;
                 let mut tree = self.shared_tree();
                 for file in files {
                     let name = entry_name(&file);
