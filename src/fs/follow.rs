@@ -432,6 +432,11 @@ async fn apply<B: Backend>(fs: &Arc<Fs<B>>, changes: &[Change]) {
             }
         }
     }
+    for k in &kernel {
+        if let Kernel::Delete(_, ino, path, dir) = k {
+            fs.thumbnails_gone(*ino, path, *dir);
+        }
+    }
     notify(fs, kernel);
     for (ino, path) in refetch {
         let before = fs.table().get(ino).and_then(|i| i.remote.clone());

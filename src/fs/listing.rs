@@ -206,7 +206,10 @@ impl<B: Backend> Fs<B> {
                 i.set_fetched_listing(names, started, self.nodes.freshness.expired());
                 i.hidden_preview = hidden_preview;
             }
-            for (_, ino, _) in &gone {
+            for (name, ino, dir_kind) in &gone {
+                if let Ok(cpath) = path.child(name) {
+                    self.thumbnails_gone(*ino, &cpath, *dir_kind);
+                }
                 t.detach_gone(*ino);
             }
         }
@@ -304,7 +307,12 @@ impl<B: Backend> Fs<B> {
         }
         match answer {
             Ok(node) => {
-                let changed = self.table().update_from(ino, &node);
+                let changed = {
+                    let mut t = self.table();
+                    let changed = t.update_from(ino, &node);
+                    self.thumbnails_stored(&t, ino);
+                    changed
+                };
                 if changed {
                     self.pins_learned(path);
                     if let Some(n) = self.notifier.get().cloned() {
@@ -317,6 +325,8 @@ impl<B: Backend> Fs<B> {
                 let parent = {
                     let mut t = self.table();
                     let parent = path.parent().and_then(|p| t.ino_of(&p));
+                    let dir = t.get(ino).is_some_and(|i| i.kind == InodeKind::Dir);
+                    self.thumbnails_gone(ino, path, dir);
                     t.detach_gone(ino);
                     parent
                 };

@@ -16,7 +16,8 @@
 //!   still be used; `follow`: changes made elsewhere (the backend's change feed, else polling)
 //!   dropped from the caches; `passthrough`: opens the kernel reads from a local file itself;
 //!   `pinned`: files and folders kept whole on disk (`vaultfs pin`); `thumbnails`: file
-//!   managers' thumbnails of stored files, made from their previews.
+//!   managers' thumbnails of stored files, made from their previews; `shared_thumbs`: the
+//!   `.sh_thumbnails` of every folder, Thunar's.
 //!
 //! # Parts
 //!
@@ -92,6 +93,7 @@ mod prefetch;
 mod preview;
 mod read_ahead;
 mod search;
+mod shared_thumbs;
 mod space;
 mod spares;
 mod staging;

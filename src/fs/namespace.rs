@@ -351,6 +351,8 @@ impl<B: Backend> Fs<B> {
             self.reads.cache.invalidate(&r.id);
         }
         t.detach(ino);
+        // (A folder removed here was empty.)
+        self.thumbnails_gone(ino, &path, false);
         removing.done();
         self.removed(&mut t, ino);
         t.entries_changed(parent);

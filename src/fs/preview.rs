@@ -22,7 +22,7 @@ use futures_util::StreamExt;
 use super::cache::CachedFile;
 use super::errno::errno;
 use super::table::{Ino, InodeKind, Remote};
-use super::{Fs, markers, search, versions};
+use super::{Fs, markers, search, shared_thumbs, versions};
 use crate::api::{PageSize, PreviewMeta, PreviewStatus};
 use crate::backend::Backend;
 use crate::sync::relock;
@@ -43,9 +43,13 @@ pub fn is_virtual(ino: Ino) -> bool {
     ino & FLAG != 0
 }
 
-/// The names of the virtual directories (`.preview`, `.versions` and `.search`) in every folder.
+/// The names of the virtual directories (`.preview`, `.versions`, `.search` and
+/// `.sh_thumbnails`) in every folder.
 pub fn is_virtual_name(name: &str) -> bool {
-    name == DIR_NAME || name == versions::DIR_NAME || name == search::DIR_NAME
+    name == DIR_NAME
+        || name == versions::DIR_NAME
+        || name == search::DIR_NAME
+        || name == shared_thumbs::DIR_NAME
 }
 
 /// A virtual node: its folder's inode and, below `.preview`, the file's name.
@@ -125,7 +129,7 @@ pub enum Content {
 }
 
 impl Content {
-    fn len(&self) -> u64 {
+    pub(super) fn len(&self) -> u64 {
         match self {
             Content::Bytes(b) => b.len() as u64,
             Content::Cached(e) => e.size,
@@ -140,13 +144,14 @@ struct Meta {
 }
 
 /// The virtual folders' part of the mount: the `.preview` tree (here), the `.versions` one
-/// (`versions`) and the `.search` one (`search`), each with the virtual nodes it handed to the
-/// kernel.
+/// (`versions`), the `.search` one (`search`) and the `.sh_thumbnails` one (`shared_thumbs`),
+/// each with the virtual nodes it handed to the kernel.
 #[derive(Default)]
 pub(super) struct VirtualDirs {
     pub(super) previews: std::sync::Mutex<Tree>,
     pub(super) versions: std::sync::Mutex<super::versions::Tree>,
     pub(super) searches: std::sync::Mutex<super::search::Tree>,
+    pub(super) shared_thumbs: std::sync::Mutex<super::shared_thumbs::Tree>,
 }
 
 /// The virtual nodes handed to the kernel (never reused) and the preview metadata fetched.
@@ -227,7 +232,7 @@ impl<B: Backend> Fs<B> {
     }
 
     /// The stored file `name` of `folder` (files not uploaded yet have no preview yet).
-    async fn preview_source(
+    pub(super) async fn preview_source(
         self: &Arc<Self>,
         folder: Ino,
         name: &str,
@@ -242,7 +247,7 @@ impl<B: Backend> Fs<B> {
     }
 
     /// The preview metadata of a stored file's current version (cached while it holds).
-    async fn preview_meta(self: &Arc<Self>, r: &Remote) -> Result<PreviewMeta, Errno> {
+    pub(super) async fn preview_meta(self: &Arc<Self>, r: &Remote) -> Result<PreviewMeta, Errno> {
         if let Some(m) = self.previews().metas.get(&r.id) {
             let fresh = m.md5 == r.md5
                 && (m.meta.status != PreviewStatus::InProgress || m.at.elapsed() < IN_PROGRESS_TTL);
@@ -324,6 +329,9 @@ impl<B: Backend> Fs<B> {
         if search::owns(ino) {
             return self.search_getattr(ino).await;
         }
+        if shared_thumbs::owns(ino) {
+            return self.shared_getattr(ino).await;
+        }
         if markers::owns(ino) {
             return self.marker_getattr(ino);
         }
@@ -359,6 +367,9 @@ impl<B: Backend> Fs<B> {
         if search::owns(parent) || (!is_virtual(parent) && name == search::DIR_NAME) {
             return self.search_lookup(parent, name).await;
         }
+        if shared_thumbs::owns(parent) || (!is_virtual(parent) && name == shared_thumbs::DIR_NAME) {
+            return self.shared_lookup(parent, name).await;
+        }
         let node = match self.previews().ids.node(parent) {
             None if is_virtual(parent) => return Err(Errno::ENOENT),
             None => {
@@ -389,6 +400,9 @@ impl<B: Backend> Fs<B> {
         }
         if search::owns(ino) {
             return self.search_readdir(ino).await;
+        }
+        if shared_thumbs::owns(ino) {
+            return self.shared_readdir(ino).await;
         }
         if markers::owns(ino) {
             return Err(Errno::ENOTDIR);
@@ -475,6 +489,9 @@ impl<B: Backend> Fs<B> {
         if search::owns(ino) {
             return self.search_open(ino, write);
         }
+        if shared_thumbs::owns(ino) {
+            return self.shared_open(ino, write);
+        }
         if markers::owns(ino) {
             return if write {
                 Err(Errno::EROFS)
@@ -502,6 +519,9 @@ impl<B: Backend> Fs<B> {
         }
         if search::owns(ino) {
             return self.search_read(ino, offset, size).await;
+        }
+        if shared_thumbs::owns(ino) {
+            return self.shared_read(ino, offset, size).await;
         }
         if markers::owns(ino) {
             return Ok(Vec::new());

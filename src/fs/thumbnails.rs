@@ -13,10 +13,12 @@
 //! whole-second time.)
 //!
 //! The work is bounded and never on a FUSE request: a listing only queues (at most
-//! [`MAX_QUEUED`] files; the rest are queued by a later listing), one task makes one entry at a
+//! [`MAX_QUEUED`] files; the rest are queued by a later listing), and walks a folder's names
+//! only when the folder changed since its last walk ([`Walked`]); one task makes one entry at a
 //! time and asks the store for at most [`RENDERING`] previews at once. An entry whose file
-//! changed is made again (a listing, or this mount's upload of it, queues it), with the new
-//! `Thumb::MTime`.
+//! changed is made again (a listing, this mount's upload of it, or a new version learned from
+//! elsewhere queues it), with the new `Thumb::MTime`. A file deleted (here, or learned gone)
+//! loses its entries, as a renamed file loses those of its old name.
 //!
 //! The queue's lock is innermost: taken under the inode table, nothing taken under it.
 
@@ -33,7 +35,7 @@ use crate::sync::relock;
 
 /// The sizes written: the standard's `normal` and `large`, what file managers ask for at their
 /// usual zoom levels (Dolphin looks only in the one its zoom asks for).
-const SIZES: [(&str, u32); 2] = [("normal", 128), ("large", 256)];
+pub(super) const SIZES: [(&str, u32); 2] = [("normal", 128), ("large", 256)];
 /// Larger entries another program made: removed when stale, since GIO takes the largest
 /// entry there is and would find it invalid (then thumbnail the file by reading it).
 const OTHER_SIZES: [&str; 2] = ["x-large", "xx-large"];
@@ -75,8 +77,26 @@ struct State {
     /// What each file's entries were last made (or found not to be made) for, and until when
     /// that holds where making them failed.
     seen: HashMap<Ino, (Stamp, Option<Instant>)>,
-    /// Folders listed: a file stored into one is queued at once.
-    folders: HashSet<Ino>,
+    /// Folders listed (a file stored into one is queued at once), and their last walk when
+    /// it queued all their files.
+    folders: HashMap<Ino, Option<Walked>>,
+    /// What the entries of files gone were made for: removed by the task.
+    gone: Vec<Stamp>,
+    /// Walks of a folder's names (for the tests).
+    #[cfg(test)]
+    walks: usize,
+}
+
+/// A folder whose names were all queued (or done) as it was: its listing as fetched then and
+/// its time (moved by this mount's creates, deletes and renames in it, and by those learned
+/// from elsewhere). Its files changed otherwise are queued one by one (`thumbnails_stored`),
+/// so a listing of it walks its names again only once either moved, or after
+/// [`AFTER_ERROR`] (files whose entries failed are tried again).
+#[derive(Clone, Copy, PartialEq)]
+struct Walked {
+    fetched: Instant,
+    mtime: SystemTime,
+    at: Instant,
 }
 
 /// What an entry depends on: the file's place (its URI), version and time as `stat` shows it.
@@ -154,45 +174,99 @@ impl<B: Backend> Fs<B> {
         if self.thumbnails.at.get().is_none() {
             return;
         }
-        let Some((_, names)) = t.get(folder).and_then(|i| i.listing()) else {
+        let Some(dir) = t.get(folder) else { return };
+        let Some((fetched, names)) = dir.listing() else {
             return;
         };
+        let now = Instant::now();
         let mut s = relock(&self.thumbnails.state);
+        let same =
+            |w: Walked| (w.fetched, w.mtime) == (*fetched, dir.mtime) && now < w.at + AFTER_ERROR;
+        if s.folders.get(&folder).copied().flatten().is_some_and(same) {
+            return;
+        }
         if s.folders.len() >= MAX_SEEN {
             s.folders.clear();
         }
-        s.folders.insert(folder);
+        #[cfg(test)]
+        {
+            s.walks += 1;
+        }
         let before = s.queue.len();
+        let mut whole = true;
         for &ino in names.values() {
             if s.queue.len() >= MAX_QUEUED {
+                whole = false;
                 break;
             }
             queue(&mut s, t, ino);
         }
+        let walked = whole.then_some(Walked {
+            fetched: *fetched,
+            mtime: dir.mtime,
+            at: now,
+        });
+        s.folders.insert(folder, walked);
         if s.queue.len() > before {
             self.thumbnails.wake.notify_one();
         }
     }
 
-    /// This mount stored a version of `ino`: its entries follow, if it had some or its folder
-    /// was listed (a file manager shows it).
+    /// A version of `ino` was stored (by this mount, or elsewhere and its attributes fetched
+    /// since): its entries follow, if it had some or its folder was listed (a file manager
+    /// shows it).
     pub(super) fn thumbnails_stored(&self, t: &Table, ino: Ino) {
+        if self.thumbnails.at.get().is_none() {
+            return;
+        }
         let mut s = relock(&self.thumbnails.state);
         let folder = (t.get(ino))
             .and_then(|i| t.ino_of(&i.path.parent()?))
-            .is_some_and(|f| s.folders.contains(&f));
+            .is_some_and(|f| s.folders.contains_key(&f));
         let known = folder || s.seen.contains_key(&ino);
         if known && s.queue.len() < MAX_QUEUED && queue(&mut s, t, ino) {
             self.thumbnails.wake.notify_one();
         }
     }
 
+    /// `ino` at `path` is gone (deleted here, or learned gone from elsewhere; `dir`: a folder,
+    /// not one this mount removed, which was empty): the entries made for it, or for the files
+    /// under it, are removed by the task. A file queued meanwhile gets none (the task looks).
+    pub(super) fn thumbnails_gone(&self, ino: Ino, path: &NodePath, dir: bool) {
+        if self.thumbnails.at.get().is_none() {
+            return;
+        }
+        let mut s = relock(&self.thumbnails.state);
+        let s = &mut *s;
+        if let Some((stamp, _)) = s.seen.remove(&ino) {
+            s.gone.push(stamp);
+        }
+        if dir {
+            s.folders.remove(&ino);
+            s.seen.retain(|_, (stamp, _)| {
+                let inside = path.contains(&stamp.path);
+                if inside {
+                    s.gone.push(stamp.clone());
+                }
+                !inside
+            });
+        }
+        if !s.gone.is_empty() {
+            self.thumbnails.wake.notify_one();
+        }
+    }
+
     /// The one task that makes entries, one at a time: files whose previews were rendering
     /// when asked last, once due again, else the oldest queued while fewer than [`RENDERING`]
-    /// are rendering.
+    /// are rendering. The entries of files gone are removed first.
     async fn make_thumbnails(self: Arc<Self>) {
         let th = &self.thumbnails;
         loop {
+            let gone = std::mem::take(&mut relock(&th.state).gone);
+            if !gone.is_empty() {
+                self.remove_entries(gone).await;
+                continue;
+            }
             // A job, or when the next one is due (None: when one is queued).
             let next = {
                 let mut s = relock(&th.state);
@@ -221,7 +295,20 @@ impl<B: Backend> Fs<B> {
                 }
             };
             let made = self.thumbnail(&job).await;
+            // The state taken under the table: a delete done there ends before this looks,
+            // or after `seen` has the file (and removes its entries then).
+            let t = self.table();
             let mut s = relock(&th.state);
+            let gone = match t.get(job.ino) {
+                Some(i) => i.unlinked,
+                None => t.ino_of(&job.stamp.path).is_none(),
+            };
+            drop(t);
+            if gone {
+                s.queued.remove(&job.ino);
+                s.gone.push(job.stamp);
+                continue;
+            }
             let now = Instant::now();
             let asked = *job.asked.get_or_insert(now);
             let until = match made {
@@ -260,14 +347,10 @@ impl<B: Backend> Fs<B> {
             PreviewStatus::Ready if meta.pages.is_empty() => return Ok(true),
             PreviewStatus::Ready => {}
         }
-        let entry_of = |path: &NodePath| {
-            let rel = &path.segments()[self.opts.root.segments().len()..];
-            let uri = file_uri(&rel.iter().fold(mountpoint.clone(), |p, s| p.join(s)));
-            let md5 = crate::api::checksum::Md5::digest(uri.as_bytes());
-            (format!("{}.png", crate::api::checksum::hex(&md5)), uri)
-        };
-        let (name, uri) = entry_of(&job.stamp.path);
-        let old = (job.moved_from.as_ref()).map(|st| (entry_of(&st.path), st.mtime));
+        let (name, uri) = entry_of(mountpoint, &self.opts.root, &job.stamp.path);
+        let old: Vec<_> = (job.moved_from.iter())
+            .map(|st| (entry_of(mountpoint, &self.opts.root, &st.path), st.mtime))
+            .collect();
         let mut pngs = Vec::new();
         for (dir, px) in SIZES {
             let size = PageSize {
@@ -279,18 +362,18 @@ impl<B: Backend> Fs<B> {
                 (self.backend.preview_page(&job.id, 1, size).await).map_err(|e| e.to_string())?;
             pngs.push((dir, px, img.data));
         }
-        // Changed meanwhile: the next listing queues it with what it is now.
+        // Changed meanwhile: the next listing queues it with what it is now (gone: none).
         if !self
             .table()
             .get(job.ino)
-            .is_some_and(|i| job.stamp.holds_for(i))
+            .is_some_and(|i| !i.unlinked && job.stamp.holds_for(i))
         {
             return Ok(true);
         }
         let (cache, stamp, size) = (cache.clone(), job.stamp.clone(), job.size);
         let write = move || -> Result<(), String> {
             for (dir, px, data) in pngs {
-                let png = tagged_png(&data, px, &uri, stamp.mtime, size)?;
+                let png = tagged_png(&data, px, &uri, &stamp.mtime.to_string(), size)?;
                 write_entry(&cache.join(dir), &name, &png).map_err(|e| e.to_string())?;
             }
             for dir in OTHER_SIZES {
@@ -300,20 +383,48 @@ impl<B: Backend> Fs<B> {
                 }
             }
             // The entries of its old name (still its own: no other file's made there since).
-            for (dir, _) in SIZES {
-                if let Some(((old, old_uri), old_mtime)) = &old {
-                    let p = cache.join(dir).join(old);
-                    if entry_matches(&p, old_uri, *old_mtime) {
-                        let _ = std::fs::remove_file(&p);
-                    }
-                }
-            }
+            remove_own(&cache, &old);
             Ok(())
         };
         tokio::task::spawn_blocking(write)
             .await
             .map_err(|e| e.to_string())??;
         Ok(true)
+    }
+}
+
+impl<B: Backend> Fs<B> {
+    /// Removes the entries made for the files gone.
+    async fn remove_entries(&self, gone: Vec<Stamp>) {
+        let Some((cache, mountpoint)) = self.thumbnails.at.get() else {
+            return;
+        };
+        let entries: Vec<_> = (gone.iter())
+            .map(|st| (entry_of(mountpoint, &self.opts.root, &st.path), st.mtime))
+            .collect();
+        let cache = cache.clone();
+        let _ = tokio::task::spawn_blocking(move || remove_own(&cache, &entries)).await;
+    }
+}
+
+/// The entry's name (the md5 of the file's URI) and that URI, for the file at `path`.
+fn entry_of(mountpoint: &Path, root: &NodePath, path: &NodePath) -> (String, String) {
+    let rel = &path.segments()[root.segments().len()..];
+    let uri = file_uri(&rel.iter().fold(mountpoint.to_path_buf(), |p, s| p.join(s)));
+    let md5 = crate::api::checksum::Md5::digest(uri.as_bytes());
+    (format!("{}.png", crate::api::checksum::hex(&md5)), uri)
+}
+
+/// Removes the entries (of each size written) named and still made for the URI and time given
+/// (not one made since for another file of that name).
+fn remove_own(cache: &Path, entries: &[((String, String), i64)]) {
+    for ((name, uri), mtime) in entries {
+        for (dir, _) in SIZES {
+            let p = cache.join(dir).join(name);
+            if entry_matches(&p, uri, *mtime) {
+                let _ = std::fs::remove_file(&p);
+            }
+        }
     }
 }
 
@@ -324,7 +435,7 @@ const THUMBNAILED: &[&str] = &[
     "pdf", "png", "jpg", "jpeg", "jpe", "gif", "webp", "bmp", "tif", "tiff",
 ];
 
-fn thumbnailed(name: &str) -> bool {
+pub(super) fn thumbnailed(name: &str) -> bool {
     name.rsplit_once('.')
         .is_some_and(|(_, ext)| THUMBNAILED.iter().any(|e| ext.eq_ignore_ascii_case(e)))
 }
@@ -366,7 +477,13 @@ fn queue(s: &mut State, t: &Table, ino: Ino) -> bool {
 
 /// The store's page image (PNG, or whatever a server sends), at most `px` a side, as a PNG
 /// with the standard's keys. Decoded within bounds: a server may send anything.
-fn tagged_png(data: &[u8], px: u32, uri: &str, mtime: i64, size: u64) -> Result<Vec<u8>, String> {
+pub(super) fn tagged_png(
+    data: &[u8],
+    px: u32,
+    uri: &str,
+    mtime: &str,
+    size: u64,
+) -> Result<Vec<u8>, String> {
     let mut reader = image::ImageReader::new(std::io::Cursor::new(data))
         .with_guessed_format()
         .map_err(|e| e.to_string())?;
@@ -492,13 +609,58 @@ mod tests {
         assert_eq!(h.faults().calls(Op::Preview), asked);
     }
 
+    /// A folder listed again walks its names only once it changed since its last walk: a
+    /// file made in it, its listing fetched again (expired by a change learned from
+    /// elsewhere); not while it is as it was.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_folder_is_walked_again_only_once_changed() {
+        use crate::fs::table::ROOT;
+        use crate::fs::tests::{eventually, harness};
+        let h = harness(false, Duration::from_secs(3600));
+        for i in 0..20 {
+            let name = format!("f{i:02}.pdf");
+            h.store().create_file(&h.vault, &name).await.unwrap();
+        }
+        let cache = tempfile::tempdir().unwrap();
+        start(&h.fs, cache.path().to_path_buf(), PathBuf::from("/m"));
+        let th = &h.fs.thumbnails;
+        let walks = || relock(&th.state).walks;
+        assert_eq!(h.names(ROOT).await.len(), 20);
+        assert_eq!(walks(), 1);
+        eventually(Duration::from_secs(60), "the queue done", || async {
+            relock(&th.state).queued.is_empty()
+        })
+        .await;
+        for _ in 0..3 {
+            h.names(ROOT).await;
+        }
+        assert_eq!(walks(), 1, "walked again unchanged");
+        h.write_file(ROOT, "new.pdf", b"%PDF-1.4").await;
+        h.names(ROOT).await;
+        h.names(ROOT).await;
+        assert_eq!(walks(), 2, "a file made in it");
+        let past = h.fs.nodes.freshness.expired().unwrap();
+        h.fs.table().expire_listing(ROOT, past);
+        eventually(
+            Duration::from_secs(10),
+            "its listing fetched again",
+            || async {
+                h.names(ROOT).await;
+                walks() == 3
+            },
+        )
+        .await;
+        h.names(ROOT).await;
+        assert_eq!(walks(), 3);
+    }
+
     #[test]
     fn a_huge_page_image_is_refused_not_decoded() {
         let mut src = Vec::new();
         image::DynamicImage::ImageLuma8(image::GrayImage::new(5000, 10))
             .write_to(&mut std::io::Cursor::new(&mut src), image::ImageFormat::Png)
             .unwrap();
-        assert!(tagged_png(&src, 128, "file:///m/a.pdf", 0, 1).is_err());
+        assert!(tagged_png(&src, 128, "file:///m/a.pdf", "0", 1).is_err());
     }
 
     #[test]
@@ -508,7 +670,7 @@ mod tests {
         image::DynamicImage::ImageRgb8(big)
             .write_to(&mut std::io::Cursor::new(&mut src), image::ImageFormat::Png)
             .unwrap();
-        let png = tagged_png(&src, 128, "file:///m/a.pdf", 1_700_000_000, 42).unwrap();
+        let png = tagged_png(&src, 128, "file:///m/a.pdf", "1700000000", 42).unwrap();
         let dir = tempfile::tempdir().unwrap();
         write_entry(dir.path(), "x.png", &png).unwrap();
         let p = dir.path().join("x.png");

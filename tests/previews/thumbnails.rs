@@ -1,6 +1,7 @@
 //! Thumbnails for file managers (issue 35 item 2): a folder of PDFs listed in the mount gets, in
 //! the shared thumbnail cache, the entries the freedesktop standard names, from the store's
-//! previews, with none of the files' bytes downloaded; a new version gets its entry again.
+//! previews, with none of the files' bytes downloaded; a new version gets its entry again, a
+//! renamed file its new name's, a deleted file (here or elsewhere) loses them.
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -63,6 +64,12 @@ fn read_entry(p: &Path) -> Option<Entry> {
     })
 }
 
+/// Where `file`'s entries of both sizes go.
+fn entries_of(cache: &Path, file: &Path) -> [PathBuf; 2] {
+    let name = format!("{}.png", md5_hex(&uri_of(file)));
+    ["normal", "large"].map(|d| cache.join(d).join(&name))
+}
+
 /// Whether `file`'s entries of both sizes are there and valid for it as `stat` shows it now.
 fn valid_entries(cache: &Path, file: &Path) -> bool {
     let uri = uri_of(file);
@@ -110,6 +117,7 @@ fn listed_pdfs_get_thumbnails_without_downloads(via: Via) {
         assert_eq!(mode & 0o777, 0o700, "{d}");
     }
     gio_finds_them_valid(&xdg, &files);
+    shared_entries_hold_for_tumbler(&dir, &files);
     let one = cache
         .join("normal")
         .join(format!("{}.png", md5_hex(&uri_of(&files[0]))));
@@ -162,10 +170,61 @@ fn listed_pdfs_get_thumbnails_without_downloads(via: Via) {
         names(&dir);
         valid_entries(&cache, &after) && !old_entry.exists()
     });
+
+    // Deleted here, and deleted elsewhere (seen at the next listing): their entries go, the
+    // others' stay.
+    let (here, there) = (&files[3], &files[4]);
+    assert!(valid_entries(&cache, here) && valid_entries(&cache, there));
+    fs::remove_file(here).unwrap();
+    wait_for(60, "the entries of the file deleted here gone", || {
+        entries_of(&cache, here).iter().all(|e| !e.exists())
+    });
+    let theirs_path = docs
+        .child(there.file_name().unwrap().to_str().unwrap())
+        .unwrap();
+    env.rt.block_on(b.delete(&theirs_path)).unwrap();
+    wait_for(60, "the entries of the file deleted elsewhere gone", || {
+        names(&dir);
+        entries_of(&cache, there).iter().all(|e| !e.exists())
+    });
+    assert!(valid_entries(&cache, &files[5]) && valid_entries(&cache, &after));
+    for d in ["normal", "large"] {
+        // doc-00, doc-01, doc-05, new.pdf and renamed.pdf.
+        assert_eq!(fs::read_dir(cache.join(d)).unwrap().count(), 5, "{d}");
+    }
     if via == Via::Remote {
         assert_eq!(downloads(), 0, "files downloaded to make thumbnails");
     }
     drop(m);
+}
+
+/// Thunar's: the folder's shared repository (`.sh_thumbnails/`, reached by name, never listed)
+/// holds each file's entries where tumbler looks for them (libxfce4util's
+/// `xfce_create_shared_thumbnail_path`: the md5 of `./` and the name as its URI spells it), with
+/// the time as tumbler compares it (`sec.usec`, as GIO gives it); nothing in it can be written.
+fn shared_entries_hold_for_tumbler(dir: &Path, files: &[PathBuf]) {
+    let shared = dir.join(".sh_thumbnails");
+    assert!(!names(dir).contains(&".sh_thumbnails".to_string()));
+    assert_eq!(names(&shared), ["large", "normal"]);
+    for f in files {
+        let uri = uri_of(f);
+        let rel = format!("./{}", &uri[uri.rfind('/').unwrap() + 1..]);
+        let m = fs::metadata(f).unwrap();
+        let mtime = format!("{}.{:06}", m.mtime(), m.mtime_nsec() / 1000);
+        for (size, px) in [("normal", 128), ("large", 256)] {
+            let p = shared.join(size).join(format!("{}.png", md5_hex(&rel)));
+            let e = read_entry(&p).unwrap_or_else(|| panic!("no entry {}", p.display()));
+            assert_eq!(e.uri.as_deref(), Some(rel.as_str()));
+            assert_eq!(e.mtime.as_deref(), Some(mtime.as_str()), "{}", f.display());
+            assert!((1..=px).contains(&e.width.max(e.height)));
+        }
+    }
+    let one = shared
+        .join("normal")
+        .join(format!("{}.png", md5_hex("./doc-00.pdf")));
+    let e = fs::write(&one, b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    assert!(!shared.join("normal").join("nothing.png").exists());
 }
 
 /// What GLib itself (GIO, under Nautilus, Nemo and Thunar) makes of the entries: `gio info`'s

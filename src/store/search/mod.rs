@@ -16,6 +16,7 @@
 //! [`INDEX_MAX_CHARS`] bytes, as UTF-8); a PDF is read in the previews' child process, under
 //! the same memory, CPU and time bounds (`previews::sandbox`, `render-preview pdf-text`).
 
+mod context;
 mod index;
 
 pub(super) use index::Indexer;
@@ -60,11 +61,13 @@ impl Store {
             Scope::All => 0,
             Scope::Account(a) => a,
         };
-        let (sql, context_sql, q) = if conn.is_pg() {
-            (PG_QUERY, PG_CONTEXT, words.join(" "))
+        let pg = conn.is_pg();
+        let (sql, q) = if pg {
+            (PG_QUERY, words.join(" "))
         } else {
-            (SQLITE_QUERY, SQLITE_CONTEXT, fts5_query(&words))
+            (SQLITE_QUERY, fts5_query(&words))
         };
+        let terms = context::Terms::new(&words, !pg);
         let mut hits = Vec::new();
         let mut offset = 0;
         loop {
@@ -82,18 +85,13 @@ impl Store {
                 if hits.len() == limit {
                     return Ok(SearchResults { hits, more: true });
                 }
-                // The line of context reads the document's whole text: only for the hits
-                // kept (a word in every document made it for every row read: 450 ms of a
-                // 10,000-document vault's answer, docs/benchmarks-search.md).
-                let context: String = conn
-                    .prepare_cached(context_sql)?
-                    .query_row(params![q.as_str(), doc], |r| r.get(0))
-                    .optional()?
-                    .unwrap_or_default();
+                // Only for the hits kept (made for every row read, a word in every document
+                // took 450 ms of a 10,000-document vault's answer: docs/benchmarks-search.md).
+                let context = context_of(&conn, pg, &q, doc, &terms)?;
                 hits.push(SearchHit {
                     id: id.to_string(),
                     uri: path.uri(),
-                    context: context.split_whitespace().collect::<Vec<_>>().join(" "),
+                    context,
                 });
             }
             if n < ROUND {
@@ -128,7 +126,10 @@ const SQLITE_QUERY: &str = "
     WHERE search_text MATCH ?1 AND n.kind = 3 AND (n.account_id = ?2 OR ?2 = 0)
     ORDER BY search_text.rank, n.id LIMIT ?3 OFFSET ?4";
 
-/// The line of context of document ?2 for the words ?1.
+/// The text of document ?1.
+const SQLITE_BODY: &str = "SELECT body FROM search_text WHERE rowid = ?1";
+
+/// The line of context of document ?2 for the words ?1, by FTS5 (reads the whole text).
 const SQLITE_CONTEXT: &str = "
     SELECT snippet(search_text, 0, '', '', '…', 16) FROM search_text
     WHERE search_text MATCH ?1 AND rowid = ?2";
@@ -140,10 +141,44 @@ const PG_QUERY: &str = "
     WHERE d.tsv @@ q AND n.kind = 3 AND (n.account_id = ?2 OR ?2 = 0)
     ORDER BY ts_rank(d.tsv, q) DESC, n.id LIMIT ?3 OFFSET ?4";
 
+const PG_BODY: &str = "SELECT body FROM search_docs WHERE id = ?1";
+
+/// As `SQLITE_CONTEXT`, by `ts_headline` (reads the whole text too).
 const PG_CONTEXT: &str = "
     SELECT ts_headline('simple', d.body, q,
         'MaxWords=16, MinWords=8, StartSel=\"\", StopSel=\"\", MaxFragments=1')
     FROM search_docs d, plainto_tsquery('simple', ?1) q WHERE d.id = ?2";
+
+/// The line of context of document `doc`: made from its text by [`context::line`], or by the
+/// database's own function (which tokenizes the whole text) where that finds none of the words
+/// (one the database folds otherwise: a diacritic FTS5 removes, a token of PostgreSQL's parser).
+fn context_of(
+    conn: &Connection,
+    pg: bool,
+    q: &str,
+    doc: i64,
+    terms: &context::Terms,
+) -> Result<String> {
+    let (body_sql, whole_sql) = if pg {
+        (PG_BODY, PG_CONTEXT)
+    } else {
+        (SQLITE_BODY, SQLITE_CONTEXT)
+    };
+    let body: Option<String> = conn
+        .prepare_cached(body_sql)?
+        .query_row(params![doc], |r| r.get(0))
+        .optional()?
+        .flatten();
+    let line = match body.as_deref().and_then(|b| context::line(b, terms)) {
+        Some(line) => line,
+        None => conn
+            .prepare_cached(whole_sql)?
+            .query_row(params![q, doc], |r| r.get(0))
+            .optional()?
+            .unwrap_or_default(),
+    };
+    Ok(line.split_whitespace().collect::<Vec<_>>().join(" "))
+}
 
 /// The words as an FTS5 query: each a quoted string (so no word is read as an operator), all
 /// of them required; `word*` a prefix.
@@ -190,7 +225,36 @@ mod tests {
     use super::fts5_query;
     use crate::api::{Base, FileAttrs, NodePath};
     use crate::store::{PutFile, Retention, Scope, Store, StoreConfig, test_path, this_program};
+    use std::path::Path;
     use std::time::{Duration, Instant};
+
+    /// Stores `text` as `name` (staged in `tmp`).
+    fn put_text(store: &Store, tmp: &Path, name: &str, text: &str) {
+        let staged = tmp.join(name);
+        std::fs::write(&staged, text).unwrap();
+        let put = PutFile {
+            base: Base::Any,
+            path: test_path(name),
+            file_id: None,
+            source: std::sync::Arc::new(std::fs::File::open(&staged).unwrap()),
+            len: text.len() as u64,
+            sealed: false,
+            digests: None,
+            attrs: FileAttrs::default(),
+            cancel: Default::default(),
+        };
+        store.put_files(Scope::All, &[put]).remove(0).unwrap();
+    }
+
+    /// Starts the indexer and waits until it has indexed everything.
+    fn indexed(store: &Store) {
+        store.start_previews(1, &this_program()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while store.search_backlog().unwrap() > 0 {
+            assert!(Instant::now() < deadline, "not indexed after 60 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 
     /// A store of schema 11 (deleted files kept, no index) opened by this one: the index is
     /// added and made of what the store holds; its deleted file (kept restorable, so its text
@@ -210,20 +274,7 @@ mod tests {
         {
             let store = Store::open_local_with(&dir, config()).unwrap();
             for (name, text) in [("a.txt", "the okapi grazes"), ("b.txt", "another okapi")] {
-                let staged = tmp.path().join(name);
-                std::fs::write(&staged, text).unwrap();
-                let put = PutFile {
-                    base: Base::Any,
-                    path: test_path(name),
-                    file_id: None,
-                    source: std::sync::Arc::new(std::fs::File::open(&staged).unwrap()),
-                    len: text.len() as u64,
-                    sealed: false,
-                    digests: None,
-                    attrs: FileAttrs::default(),
-                    cancel: Default::default(),
-                };
-                store.put_files(Scope::All, &[put]).remove(0).unwrap();
+                put_text(&store, tmp.path(), name, text);
             }
             store.delete(Scope::All, &test_path("b.txt")).unwrap();
         }
@@ -236,12 +287,7 @@ mod tests {
         drop(conn);
         let store = Store::open_local_with(&dir, config()).unwrap();
         assert_eq!(store.search_backlog().unwrap(), 2);
-        store.start_previews(1, &this_program()).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while store.search_backlog().unwrap() > 0 {
-            assert!(Instant::now() < deadline, "not indexed after 60 s");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        indexed(&store);
         let found = |q: &str| -> Vec<String> {
             let r = store.search(Scope::All, &NodePath::root(), q, 10).unwrap();
             r.hits.into_iter().map(|h| h.uri).collect()
@@ -253,6 +299,39 @@ mod tests {
         assert_eq!(found("another okapi"), [test_path("b.txt").uri()]);
         assert_eq!(found("okapi").len(), 2);
         assert_eq!(store.check_integrity().unwrap(), Vec::<String>::new());
+    }
+
+    /// The line of context shows the word found: far into a long text (made from a window of
+    /// it), and through a diacritic FTS5 removes (made by FTS5's `snippet()` then).
+    #[test]
+    fn the_line_of_context_shows_the_word_found() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store =
+            Store::open_local_with(&tmp.path().join("store"), StoreConfig::default()).unwrap();
+        let long = format!(
+            "{}the okapi grazes {}",
+            "filler words here. ".repeat(20_000),
+            "more. ".repeat(100)
+        );
+        put_text(&store, tmp.path(), "long.txt", &long);
+        put_text(
+            &store,
+            tmp.path(),
+            "cafe.txt",
+            "a note on the Café de Flore, then tea",
+        );
+        indexed(&store);
+        let line = |q: &str| {
+            let r = store.search(Scope::All, &NodePath::root(), q, 10).unwrap();
+            assert_eq!(r.hits.len(), 1, "{q}: {r:?}");
+            r.hits[0].context.clone()
+        };
+        assert_eq!(
+            line("OKAPI"),
+            "…filler words here. filler words here. the okapi grazes more. more. more. more. \
+             more. more. more…"
+        );
+        assert_eq!(line("cafe"), "a note on the Café de Flore, then tea");
     }
 
     #[test]
