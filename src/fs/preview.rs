@@ -135,6 +135,21 @@ impl Content {
             Content::Cached(e) => e.size,
         }
     }
+
+    /// READ of `size` bytes at `offset` (short at the end).
+    pub(super) async fn read(&self, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+        match self {
+            Content::Bytes(b) => {
+                let start = (offset as usize).min(b.len());
+                let end = start.saturating_add(size as usize).min(b.len());
+                Ok(b[start..end].to_vec())
+            }
+            Content::Cached(e) => e
+                .read_cached(offset, size as usize)
+                .await
+                .map_err(|e| errno(&e)),
+        }
+    }
 }
 
 struct Meta {
@@ -529,16 +544,10 @@ impl<B: Backend> Fs<B> {
         let Some(Node::Item(folder, name, item)) = self.previews().ids.node(ino) else {
             return Err(Errno::EISDIR);
         };
-        match self.preview_content(folder, &name, item).await?.0 {
-            Content::Bytes(b) => {
-                let start = (offset as usize).min(b.len());
-                let end = start.saturating_add(size as usize).min(b.len());
-                Ok(b[start..end].to_vec())
-            }
-            Content::Cached(e) => e
-                .read_cached(offset, size as usize)
-                .await
-                .map_err(|e| errno(&e)),
-        }
+        self.preview_content(folder, &name, item)
+            .await?
+            .0
+            .read(offset, size)
+            .await
     }
 }

@@ -272,17 +272,11 @@ impl<B: Backend> Fs<B> {
         let Some(Node::Entry(folder, k, file)) = self.shared_tree().ids.node(ino) else {
             return Err(Errno::EISDIR);
         };
-        match self.shared_entry(folder, k, &file).await?.0 {
-            Content::Bytes(b) => {
-                let start = (offset as usize).min(b.len());
-                let end = start.saturating_add(size as usize).min(b.len());
-                Ok(b[start..end].to_vec())
-            }
-            Content::Cached(e) => e
-                .read_cached(offset, size as usize)
-                .await
-                .map_err(|e| errno(&e)),
-        }
+        self.shared_entry(folder, k, &file)
+            .await?
+            .0
+            .read(offset, size)
+            .await
     }
 }
 
