@@ -12,20 +12,13 @@ import time
 from .contenders import NullFs
 from .figures import CHART_LABELS, METRICS, View
 from .targets import EARLIER, ISSUE21, TARGETS, target_row
-from .util import (FSX_SEED, MIB, ROOT, T_START, VAULT_ROOT, commas, human, log, run,
-                   write_kept)
+from .util import (FSX_SEED, MIB, ROOT, T_START, VAULT_ROOT, commas, cpu_and_memory, human, log,
+                   run, write_kept)
 
 
 def machine_info(b):
     """Lines describing the machine and the versions, and the disk."""
-    cpu = "?"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    with open("/proc/meminfo") as f:
-        mem = int(f.readline().split()[1]) * 1024
+    cpu, mem = cpu_and_memory()
     df = run(["df", "-PT", b.work]).stdout.splitlines()[1].split()
     disk = getattr(b, "loop_desc", None) or "%s (%s) on %s, %s free" % (
         b.work, df[1], df[0], human(int(df[4]) * 1024))

@@ -32,9 +32,8 @@ def start_daemon(cmd, logpath, env=None, server=False):
     return p
 
 
-def stop_proc(p, grace=10.0):
-    if p is None:
-        return
+def reap(p, grace):
+    """Waits `grace` s for `p` to exit, then terminates it, then kills it."""
     if p.poll() is None:
         try:
             p.wait(timeout=grace)
@@ -45,6 +44,12 @@ def stop_proc(p, grace=10.0):
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+
+def stop_proc(p, grace=10.0):
+    if p is None:
+        return
+    reap(p, grace)
     if p in Reg.procs:
         Reg.procs.remove(p)
 
@@ -90,16 +95,7 @@ def cleanup():
         if p.is_server and p.poll() is None:
             p.terminate()
     for p in reversed(list(Reg.procs)):
-        if p.poll() is None:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.terminate()
-                try:
-                    p.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+        reap(p, 10)
     Reg.procs.clear()
     debug("cleanup: daemons done")
     if Reg.loop:

@@ -180,8 +180,8 @@ def write_kept(out, text):
         f.write(text + "\n" + KEPT_MARKER + "\n" + ("\n" + kept if kept else ""))
 
 
-def machine():
-    """The machine in one line: CPUs, memory, OS, kernel, Python."""
+def cpu_and_memory():
+    """The CPU's model name and the bytes of memory."""
     cpu = "?"
     with open("/proc/cpuinfo") as f:
         for line in f:
@@ -190,6 +190,12 @@ def machine():
                 break
     with open("/proc/meminfo") as f:
         mem = int(f.readline().split()[1]) * 1024
+    return cpu, mem
+
+
+def machine():
+    """The machine in one line: CPUs, memory, OS, kernel, Python."""
+    cpu, mem = cpu_and_memory()
     osname = run(["sh", "-c", ". /etc/os-release && echo $PRETTY_NAME"],
                  check=False).stdout.strip()
     return ["%d CPUs (`nproc`), %s, %s RAM; %s, kernel %s; Python %s" % (
