@@ -300,6 +300,11 @@ struct ServeArgs {
     #[arg(long, default_value_t = crate::store::DEFAULT_CHANGE_LOG_ENTRIES, value_name = "N",
           value_parser = clap::value_parser!(u64).range(1..))]
     change_log_size: u64,
+    /// Connections to PostgreSQL (--database) for requests, besides the store's own: how
+    /// many requests' statements run at once on this server
+    #[arg(long, default_value_t = crate::store::db::DEFAULT_POOL, value_name = "N",
+          value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u64).range(1..=1000), |n| n as usize))]
+    db_connections: usize,
     /// Password checks (argon2id, about 19 MiB each) run at once [default: the number of cores]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     password_checks: Option<u64>,
@@ -597,6 +602,7 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         blobs: blob_location(args.blobs.as_deref(), args.s3_endpoint.as_deref())?,
         database: args.database.url(),
         change_log_entries: args.change_log_size,
+        db_connections: args.db_connections,
         ..StoreConfig::default()
     }));
     let dir = args.data.path();

@@ -566,7 +566,7 @@ impl Store {
     /// The user of a live token: a delegation token of `email` (`Some`), or a web session
     /// (`None`).
     fn principal(&self, token: &str, email: Option<&str>) -> Result<Principal> {
-        let conn = self.lock()?;
+        let conn = self.conn()?;
         let row: Option<(i64, String, i64, i64, i64)> = conn
             .prepare_cached(
                 "SELECT u.id, u.email, u.account_id, t.expires_on, t.revoked

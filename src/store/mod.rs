@@ -111,6 +111,8 @@ pub struct StoreConfig {
     /// The change log (`GET /changes`): rows each account keeps at most, and for how long.
     pub change_log_entries: u64,
     pub change_log_age: Duration,
+    /// PostgreSQL's connections for requests (`--db-connections`; see `db::Db`).
+    pub db_connections: usize,
 }
 
 /// What [`Store::foreign_commits`] read last.
@@ -162,6 +164,7 @@ impl Default for StoreConfig {
             database: None,
             change_log_entries: changes::DEFAULT_CHANGE_LOG_ENTRIES,
             change_log_age: changes::DEFAULT_CHANGE_LOG_AGE,
+            db_connections: db::DEFAULT_POOL,
         }
     }
 }
@@ -169,8 +172,10 @@ impl Default for StoreConfig {
 pub struct Store {
     dir: PathBuf,
     db: Arc<Db>,
-    /// Upload commits waiting for the connection (committed together, see `commit_upload`).
+    /// Upload commits waiting for their turn (committed together, see `commit_upload`).
     commits: Mutex<Vec<std::sync::Arc<nodes::PendingCommit>>>,
+    /// Held by the upload commit whose batch is being committed.
+    commit_turn: Mutex<()>,
     blobs: Blobs,
     /// How batches of whole files are made durable on the blobs' file system.
     sync_mode: put::SyncMode,
@@ -239,8 +244,33 @@ fn secret_key(path: &Path) -> Result<[u8; 32]> {
     }
 }
 
+/// Removes the bytes of `hashes` whose rows a committed transaction dropped. Between that
+/// commit and now, another upload (this process's, or on SQLite another process's on the same
+/// folder, on PostgreSQL another server's) may have recorded the same bytes again, or be
+/// storing them (a hold, `Store::hold_blob`). A blob is placed and recorded inside a write
+/// transaction, so the bytes are removed inside one too (which waits for the writers' lock),
+/// only while no row records them; and under the blob's own lock, which a hold is taken under,
+/// only while nobody holds them.
+pub(crate) fn remove_unrecorded(conn: &Conn, blobs: &Blobs, hashes: &[&String]) -> Result<()> {
+    let tx = conn.transaction_with_behavior(db::TransactionBehavior::Immediate)?;
+    let mut recorded = tx.prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?;
+    for hash in hashes {
+        tx.lock_blob(hash)?;
+        if recorded.exists([hash])? {
+            log::debug!("blob {hash} kept: stored again meanwhile");
+        } else if held_elsewhere(&tx, hash)? {
+            log::debug!("blob {hash} kept: another upload is storing it again");
+        } else {
+            blobs.remove(hash);
+        }
+    }
+    drop(recorded);
+    tx.commit()?;
+    Ok(())
+}
+
 /// Whether another server holds `hash` (see `Store::hold_blob`; never on SQLite).
-pub(crate) fn held_elsewhere(conn: &Conn, hash: &str) -> db::Result<bool> {
+fn held_elsewhere(conn: &Conn, hash: &str) -> db::Result<bool> {
     if !conn.is_pg() {
         return Ok(false);
     }
@@ -300,8 +330,9 @@ impl Store {
         let alone = flock(&lock, libc::LOCK_EX | libc::LOCK_NB);
         let store = Store {
             dir: dir.to_path_buf(),
-            db: Arc::new(Db::new(conn, engine)),
+            db: Arc::new(Db::new(conn, engine, config.db_connections)),
             commits: Mutex::new(Vec::new()),
+            commit_turn: Mutex::new(()),
             sync_mode: {
                 let mode = put::SyncMode::of(dir);
                 log::debug!(
@@ -419,6 +450,12 @@ impl Store {
         Ok(self.db.lock()?)
     }
 
+    /// A connection for reads of committed rows and for transactions, without the store's
+    /// lock on PostgreSQL (`db::Db::conn`); never while holding one.
+    fn conn(&self) -> Result<Guard<'_>> {
+        Ok(self.db.conn()?)
+    }
+
     /// Cleans up after a crash: staging files of dead uploads, blobs renamed into place whose
     /// transaction never committed, and pending versions too old to be finished.
     fn recover(&self) -> Result<()> {
@@ -499,23 +536,15 @@ impl Store {
         self.blobs.describe()
     }
 
-    /// Removes the bytes of blobs no version uses any more, and their previews (under the
-    /// store's lock, after the transaction that dropped their rows committed).
+    /// Removes the bytes of blobs no version uses any more, and their previews (after the
+    /// transaction that dropped their rows committed). Kept when in doubt: an unreferenced blob
+    /// costs room, a removed one a file.
     fn forget_blobs<'h>(&self, conn: &Conn, hashes: impl IntoIterator<Item = &'h String>) {
         let hashes: Vec<&String> = hashes.into_iter().collect();
         if hashes.is_empty() {
             return;
         }
-        if conn.is_pg() {
-            for hash in &hashes {
-                match held_elsewhere(conn, hash) {
-                    Ok(false) => self.blobs.remove(hash),
-                    Ok(true) => log::debug!("blob {hash} kept: another server is storing it again"),
-                    // Kept when in doubt: an unreferenced blob costs room, a removed one a file.
-                    Err(e) => log::warn!("blob {hash} kept: {e}"),
-                }
-            }
-        } else if let Err(e) = self.forget_unrecorded(conn, &hashes) {
+        if let Err(e) = self.forget_unrecorded(conn, &hashes) {
             log::warn!("{} blob(s) kept: {e}", hashes.len());
         }
         for hash in hashes {
@@ -523,23 +552,8 @@ impl Store {
         }
     }
 
-    /// SQLite: the store's lock is this process's, and another process on the same folder (a
-    /// mount beside `vaultfs serve`, two mounts) may have stored the same bytes again since the
-    /// rows went, finding the files still there. It places and records a blob inside one write
-    /// transaction, so the files are removed inside one too, only while no row records them.
     fn forget_unrecorded(&self, conn: &Conn, hashes: &[&String]) -> Result<()> {
-        let tx = conn.transaction_with_behavior(db::TransactionBehavior::Immediate)?;
-        let mut recorded = tx.prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?;
-        for hash in hashes {
-            if recorded.exists([hash])? {
-                log::debug!("blob {hash} kept: stored again meanwhile");
-            } else {
-                self.blobs.remove(hash);
-            }
-        }
-        drop(recorded);
-        tx.commit()?;
-        Ok(())
+        remove_unrecorded(conn, &self.blobs, hashes)
     }
 
     /// Marks `hash` as being stored by this server (PostgreSQL with a bucket: other servers'
@@ -549,17 +563,23 @@ impl Store {
             return Ok(None);
         }
         let holder = format!("{:016x}", rand::random::<u64>());
-        self.lock()?.execute(
+        // Under the blob's lock, which their removal (`forget_unrecorded`) takes too: either
+        // the removal comes first and is over, or it comes after and sees the hold.
+        let conn = self.conn()?;
+        let tx = conn.unordered_transaction()?;
+        tx.lock_blob(hash)?;
+        tx.execute(
             "INSERT INTO blob_holds (hash, holder, since) VALUES (?1, ?2, ?3)",
             db::params![hash, holder, now_ns()],
         )?;
+        tx.commit()?;
         Ok(Some(holder))
     }
 
     fn release_blob(&self, holder: Option<String>) {
         if let Some(h) = holder {
             // Left behind on failure, it is dropped once too old (see `recover`).
-            if let Err(e) = self.lock().and_then(|c| {
+            if let Err(e) = self.conn().and_then(|c| {
                 c.execute("DELETE FROM blob_holds WHERE holder = ?1", [h])?;
                 Ok(())
             }) {

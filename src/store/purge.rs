@@ -239,14 +239,13 @@ fn chunk(conn: &Connection, blobs: &Blobs) -> Result<bool> {
     }
     let freed = super::nodes::free_blobs(&tx, hashes)?;
     tx.commit()?;
-    // Still under the lock: no upload can be about to share these bytes.
+    let freed: Vec<&String> = freed.iter().collect();
+    if let Err(e) = super::remove_unrecorded(conn, blobs, &freed) {
+        // Kept when in doubt: an unreferenced blob costs room, a removed one a file.
+        log::warn!("{} blob(s) kept: {e}", freed.len());
+    }
     for h in freed {
-        match super::held_elsewhere(conn, &h) {
-            Ok(false) => blobs.remove(&h),
-            Ok(true) => {}
-            Err(e) => log::warn!("blob {h} kept: {e}"),
-        }
-        blobs.remove_preview(&h, None);
+        blobs.remove_preview(h, None);
     }
     Ok(true)
 }

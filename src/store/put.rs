@@ -235,7 +235,7 @@ impl Store {
         };
         let mut previews = Vec::new();
         let results = (|| -> Result<Vec<Result<Node>>> {
-            let _durable = super::schema::Durable::new(&conn)?;
+            let durable = super::schema::Durable::new(&conn)?;
             let tx = conn.unchecked_transaction()?;
             let mut results = Vec::with_capacity(files.len());
             let mut dirs = Vec::new();
@@ -272,6 +272,7 @@ impl Store {
             // The renames, durable before the commit that refers to them.
             self.sync_mode.renames(&dirs)?;
             tx.commit()?;
+            durable.done()?;
             self.feed.wake(scope);
             // Under the lock still: no upload can be about to reuse these bytes.
             self.forget_blobs(&conn, &freed);

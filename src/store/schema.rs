@@ -406,34 +406,49 @@ pub(crate) fn prepare_to(conn: &mut Connection, target: i64) -> rusqlite::Result
     Ok(())
 }
 
-/// Makes the transactions of its lifetime durable across a power cut, then returns the
-/// connection to commits that are atomic and crash-safe but not flushed one by one: SQLite's
-/// `synchronous` FULL (the WAL fsynced at commit) and NORMAL, PostgreSQL's `synchronous_commit`
-/// on and off (a commit returns before its WAL is flushed; a power cut loses at most the last
-/// few hundred milliseconds of such commits, never a part of one). So on either engine only the
-/// commits after which a client drops its copy (the group commits of upload step 3) wait for
-/// the disk, and the many small transactions around them (steps 1 and 2, blob holds) do not.
+/// Makes the transactions of its lifetime durable across a power cut, once [`Durable::done`]
+/// says so, then returns the connection to commits that are atomic and crash-safe but not
+/// flushed one by one: SQLite's `synchronous` FULL (the WAL fsynced at commit) and NORMAL,
+/// PostgreSQL's `synchronous_commit` on and off (a commit returns before its WAL is flushed; a
+/// power cut loses at most the last few hundred milliseconds of such commits, never a part of
+/// one). So on either engine only the commits after which a client drops its copy (the group
+/// commits of upload step 3) wait for the disk, and the many small transactions around them
+/// (steps 1 and 2, blob holds) do not.
+///
+/// On PostgreSQL the commit itself is not flushed either: [`Durable::done`] flushes the WAL up
+/// to it afterwards, once the writers' lock (released at the commit) is free for the next
+/// writer, so that the servers of a store do not wait for each other's disk flushes, and
+/// flushes that overlap are one (PostgreSQL flushes all the WAL written so far).
 pub struct Durable<'a>(&'a super::db::Conn);
 
 impl<'a> Durable<'a> {
     pub fn new(conn: &'a super::db::Conn) -> super::db::Result<Durable<'a>> {
-        conn.execute_batch(if conn.is_pg() {
-            "SET synchronous_commit = on"
-        } else {
-            "PRAGMA synchronous = FULL"
-        })?;
+        if !conn.is_pg() {
+            conn.execute_batch("PRAGMA synchronous = FULL")?;
+        }
         Ok(Durable(conn))
+    }
+
+    /// After the commits: durable once this returns (PostgreSQL: a transaction of its own
+    /// committed with `synchronous_commit` on, whose commit record comes after theirs in the
+    /// WAL, so that waiting for it to be flushed waits for them; an ID is what makes it write
+    /// that record).
+    pub fn done(self) -> super::db::Result<()> {
+        if self.0.is_pg() {
+            self.0.execute_batch(
+                "BEGIN; SET LOCAL synchronous_commit = on; SELECT txid_current(); COMMIT",
+            )?;
+        }
+        Ok(())
     }
 }
 
 impl Drop for Durable<'_> {
     fn drop(&mut self) {
-        if let Err(e) = self.0.execute_batch(if self.0.is_pg() {
-            "SET synchronous_commit = off"
-        } else {
-            "PRAGMA synchronous = NORMAL"
-        }) {
-            log::warn!("could not reset synchronous: {e}");
+        if !self.0.is_pg() {
+            if let Err(e) = self.0.execute_batch("PRAGMA synchronous = NORMAL") {
+                log::warn!("could not reset synchronous: {e}");
+            }
         }
     }
 }

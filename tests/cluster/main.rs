@@ -436,6 +436,49 @@ async fn uploads_to_one_file_from_two_servers_get_their_own_answers() {
     assert!(cluster.store().check_integrity().unwrap().is_empty());
 }
 
+/// The same bytes let go at one server (a file deleted, its blob unreferenced: no version or
+/// deleted file is kept) while the other stores them again for a new file (its step 3 at the
+/// same moment), round after round: no server waits for the other's whole request (each
+/// commits under the writers' lock alone), so this is where a removal could take bytes that a
+/// new row records. Every new file reads back whole, and the store's check finds every blob.
+#[tokio::test(flavor = "multi_thread")]
+async fn bytes_let_go_at_one_server_while_stored_again_at_the_other_are_kept() {
+    let Some(cluster) = Cluster::new() else {
+        return;
+    };
+    cluster.add_user("a@acme.test", "Acme", "pw-a");
+    let final_deletes = ["--keep-versions", "0", "--keep-versions-days", "0"];
+    let one = cluster.serve_with("one", common::free_port(), &final_deletes);
+    let two = cluster.serve_with("two", common::free_port(), &final_deletes);
+    let token = common::login(&one.base(), "a@acme.test", "pw-a").await;
+    let (a, b) = clients(&one, &two, &token);
+    for round in 0..80u8 {
+        let data = pattern(70_000 + round as usize, round);
+        let old = format!("old{round}.bin");
+        put(&a, &old, data.clone()).await;
+        let new = b
+            .create_file(&vault(), &format!("new{round}.bin"))
+            .await
+            .unwrap()
+            .file_id()
+            .unwrap();
+        let old = at(&old);
+        // The delete a little later each round, to meet the other's step 3 at each of its
+        // moments (its body received, its hold taken, its bytes looked for, its commit).
+        let later = Duration::from_micros(u64::from(round % 40) * 500);
+        let delete = async {
+            tokio::time::sleep(later).await;
+            a.delete(&old).await
+        };
+        let (deleted, stored) = tokio::join!(delete, upload(&b, &new, data.clone()));
+        deleted.unwrap();
+        assert_eq!(stored, md5hex(&data));
+        assert_eq!(content(&a, &new).await, data, "round {round}");
+    }
+    let problems = cluster.store().check_integrity().unwrap();
+    assert!(problems.is_empty(), "{problems:?}");
+}
+
 /// One server killed (SIGKILL) in the middle of an upload's body: the other goes on serving the
 /// file's previous content, the killed one restarts on the same store, and nothing of the
 /// unfinished upload became current or was left recorded.

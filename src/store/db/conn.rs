@@ -35,6 +35,10 @@ impl Engine {
     }
 }
 
+/// The first key of the advisory locks of single blobs ([`Conn::lock_blob`]; the second is a
+/// hash of the blob's name). Two-key locks never meet the one-key [`super::LOCK_KEY`].
+const BLOB_LOCK_CLASS: i32 = 0x7666_6231; // "vfb1"
+
 /// One connection to the metadata database.
 pub enum Conn {
     Sqlite {
@@ -139,6 +143,58 @@ impl Conn {
             Conn::Pg(_) => "BEGIN; SELECT pg_advisory_xact_lock(8530228277886219057)",
         };
         self.execute_batch(begin)?;
+        Ok(Tx {
+            conn: self,
+            savepoint: None,
+            done: false,
+        })
+    }
+
+    /// A transaction that does not take the writers' lock on PostgreSQL (on SQLite it takes
+    /// the one write lock, as every write does): only for writes whose consistency rests on the
+    /// rows they touch, which PostgreSQL's row locks and constraints keep: none may log a
+    /// change (the log's order is the commit order, which the writers' lock makes), check a
+    /// name before taking it, or place or remove bytes (see [`Conn::lock_blob`]).
+    pub fn unordered_transaction(&self) -> Result<Tx<'_>> {
+        self.execute_batch(match self {
+            Conn::Sqlite {
+                immediate: true, ..
+            } => "BEGIN IMMEDIATE",
+            Conn::Sqlite { .. } => "BEGIN DEFERRED",
+            Conn::Pg(_) => "BEGIN",
+        })?;
+        Ok(Tx {
+            conn: self,
+            savepoint: None,
+            done: false,
+        })
+    }
+
+    /// Inside a transaction, on PostgreSQL: takes the lock of one blob's bytes until the
+    /// transaction ends, which a hold on them (an upload storing them again) and their
+    /// removal both take, so that one of the two comes first and the other sees it. SQLite's
+    /// write lock already orders them.
+    pub fn lock_blob(&self, hash: &str) -> Result<()> {
+        if let Conn::Pg(pg) = self {
+            pg.execute(
+                "SELECT pg_advisory_xact_lock(?1, hashtext(?2))",
+                vec![
+                    super::Value::Int(BLOB_LOCK_CLASS.into()),
+                    super::Value::Text(hash.into()),
+                ],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// A read-only transaction: its reads see one state of the database, without waiting for
+    /// any lock (PostgreSQL: a repeatable-read snapshot, for a reader of the pool that reads
+    /// more than one statement's worth; SQLite: a deferred read transaction). Dropped, it ends.
+    pub fn snapshot(&self) -> Result<Tx<'_>> {
+        self.execute_batch(match self {
+            Conn::Sqlite { .. } => "BEGIN DEFERRED",
+            Conn::Pg(_) => "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY",
+        })?;
         Ok(Tx {
             conn: self,
             savepoint: None,

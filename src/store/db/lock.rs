@@ -1,51 +1,103 @@
-//! The store's lock ([`Db::lock`]): the one connection behind an in-process mutex, and on
-//! PostgreSQL a session-level advisory lock that spans every process of the store.
+//! The store's connections: the one behind the store's lock ([`Db::lock`]: an in-process mutex,
+//! and on PostgreSQL a session-level advisory lock that spans every process of the store), and
+//! on PostgreSQL a pool of others for the calls that need no more than a transaction's own
+//! isolation ([`Db::conn`]).
+//!
+//! **Why two ways in.** The lock serializes everything it covers across the cluster, which is
+//! what a few multi-step jobs need (the purge, recovery, a preview read that must outlive no
+//! delete). The hot paths of a server (a token checked, upload steps 1 to 3, a listing) need
+//! less: each is either reads of committed rows or one transaction, and every transaction
+//! takes the writers' lock (`pg_advisory_xact_lock` of the same key, `Conn::transaction`), so
+//! writers still run one at a time, in commit order, as on SQLite; but for a transaction's few
+//! statements only, not for a whole request, and readers never wait. A server with one
+//! connection would also run its requests' statements one after another: the pool lets them
+//! overlap. On SQLite both ways are the one connection behind the mutex (one process serves).
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::{Conn, DbError, Engine, Result};
-use crate::sync::{relock, try_relock};
+use crate::sync::{relock, try_relock, unpoisoned};
 
 /// How long [`Db::lock`] waits for a database that does not answer.
 const LOCK_RETRY: Duration = Duration::from_secs(5);
 
-/// The store's connection behind its lock (see the module's comment: on PostgreSQL the lock
-/// spans every process of the store).
+/// Connections of the pool when the store is not told (`--db-connections`).
+pub const DEFAULT_POOL: usize = 8;
+
+/// The store's connection behind its lock (see the module's comment), and the pool.
 pub struct Db {
     conn: Mutex<Conn>,
     engine: Engine,
     /// When [`Db::lock`] last gave up (the database down): the callers queued behind it try
     /// once each instead of waiting [`LOCK_RETRY`] one after another.
     gave_up: Mutex<Option<std::time::Instant>>,
+    pool: Pool,
 }
 
-/// The connection, locked.
+/// PostgreSQL's connections for [`Db::conn`], made when first needed, at most `size`.
+struct Pool {
+    size: usize,
+    state: Mutex<PoolState>,
+    returned: Condvar,
+}
+
+#[derive(Default)]
+struct PoolState {
+    idle: Vec<Conn>,
+    /// Made and not yet dropped (idle or lent).
+    open: usize,
+}
+
+/// A connection: the store's, locked, or one of the pool's, lent.
 pub struct Guard<'a> {
-    conn: MutexGuard<'a, Conn>,
+    held: Held<'a>,
+}
+
+enum Held<'a> {
+    Locked(MutexGuard<'a, Conn>),
+    Lent(Option<Conn>, &'a Pool),
 }
 
 impl std::ops::Deref for Guard<'_> {
     type Target = Conn;
     fn deref(&self) -> &Conn {
-        &self.conn
+        match &self.held {
+            Held::Locked(c) => c,
+            Held::Lent(c, _) => c.as_ref().expect("lent until dropped"),
+        }
     }
 }
 
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
-        if let Err(e) = self.conn.session_lock(false) {
-            log::warn!("could not release the store's lock: {e}");
+        match &mut self.held {
+            Held::Locked(conn) => {
+                if let Err(e) = conn.session_lock(false) {
+                    log::warn!("could not release the store's lock: {e}");
+                }
+            }
+            Held::Lent(conn, pool) => {
+                if let Some(c) = conn.take() {
+                    pool.give_back(c);
+                }
+            }
         }
     }
 }
 
 impl Db {
-    pub fn new(conn: Conn, engine: Engine) -> Db {
+    /// `pool`: connections [`Db::conn`] may have open at once (PostgreSQL; at least one).
+    pub fn new(conn: Conn, engine: Engine, pool: usize) -> Db {
         Db {
             conn: Mutex::new(conn),
             engine,
             gave_up: Mutex::new(None),
+            pool: Pool {
+                size: pool.max(1),
+                state: Mutex::new(PoolState::default()),
+                returned: Condvar::new(),
+            },
         }
     }
 
@@ -74,7 +126,9 @@ impl Db {
                         log::info!("the database answers again");
                     }
                     *gave_up() = None;
-                    return Ok(Guard { conn });
+                    return Ok(Guard {
+                        held: Held::Locked(conn),
+                    });
                 }
                 // The database gone for a moment (the connection is made again on the next
                 // call): wait a little, but never go on without the lock, which keeps other
@@ -94,11 +148,54 @@ impl Db {
         }
     }
 
+    /// A connection for reads of committed rows and for transactions, which isolate
+    /// themselves (see the module's comment): on PostgreSQL one of the pool's, without the
+    /// store's lock; on SQLite the store's, locked. Never to be asked for while the same thread
+    /// holds one already (the pool may be empty, and [`Db::lock`] excludes the pool's writers).
+    pub fn conn(&self) -> Result<Guard<'_>> {
+        if !self.is_pg() {
+            return Ok(Guard {
+                held: Held::Locked(relock(&self.conn)),
+            });
+        }
+        let conn = self.pool.take(&self.engine)?;
+        Ok(Guard {
+            held: Held::Lent(Some(conn), &self.pool),
+        })
+    }
+
     /// The connection if nobody holds it (SQLite only: a cheap look that must never wait).
     pub fn try_lock_sqlite(&self) -> Option<MutexGuard<'_, Conn>> {
         if self.is_pg() {
             return None;
         }
         try_relock(&self.conn)
+    }
+}
+
+impl Pool {
+    /// An idle connection, a new one while fewer than `size` are open, or the first returned.
+    fn take(&self, engine: &Engine) -> Result<Conn> {
+        let mut st = relock(&self.state);
+        loop {
+            if let Some(c) = st.idle.pop() {
+                return Ok(c);
+            }
+            if st.open < self.size {
+                st.open += 1;
+                drop(st);
+                // Made outside the pool's mutex: connecting takes a round trip or more.
+                return engine
+                    .connect()
+                    .inspect_err(|_| relock(&self.state).open -= 1);
+            }
+            st = unpoisoned(self.returned.wait(st));
+        }
+    }
+
+    fn give_back(&self, conn: Conn) {
+        // Never mid-transaction: a `Tx` rolls back when dropped, a panic's unwinding included.
+        relock(&self.state).idle.push(conn);
+        self.returned.notify_one();
     }
 }

@@ -44,7 +44,7 @@ mod value;
 mod wal_index;
 
 pub use conn::{Conn, Engine, Stmt, TransactionBehavior, Tx};
-pub use lock::{Db, Guard};
+pub use lock::{DEFAULT_POOL, Db, Guard};
 pub use pg::{PgConn, PgListener, pg_sql};
 pub(crate) use value::params;
 pub use value::{Column, DbError, OptionalExtension, Param, Params, Result, Row, RowIndex, Value};

@@ -82,6 +82,20 @@ impl From<postgres::Error> for DbError {
     }
 }
 
+impl DbError {
+    /// A row refers to one that is not there (or no more: deleted by a transaction that
+    /// committed first).
+    pub fn is_missing_reference(&self) -> bool {
+        match self {
+            DbError::Sqlite(rusqlite::Error::SqliteFailure(f, _)) => {
+                f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY
+            }
+            DbError::Pg(e) => e.code() == Some(&postgres::error::SqlState::FOREIGN_KEY_VIOLATION),
+            _ => false,
+        }
+    }
+}
+
 impl From<DbError> for crate::api::Error {
     fn from(e: DbError) -> Self {
         match e {

@@ -49,13 +49,17 @@ impl Store {
         if path.is_root() {
             return Ok(root_node());
         }
-        let conn = self.lock()?;
-        Ok(resolve(&conn, scope, path)?.to_api(path))
+        let conn = self.conn()?;
+        // The walk down the path's folders of one state (a move meanwhile is before or after).
+        let snapshot = conn.snapshot()?;
+        Ok(resolve(&snapshot, scope, path)?.to_api(path))
     }
 
     /// A node with one page of its children (by name) and their total count.
     pub fn list(&self, scope: Scope, path: &NodePath, page: u64, per_page: u64) -> Result<Node> {
-        let conn = self.lock()?;
+        let pooled = self.conn()?;
+        // The count and the page of one state.
+        let conn = pooled.snapshot()?;
         let offset = page.saturating_mul(per_page).min(i64::MAX as u64) as i64;
         let limit = per_page.min(i64::MAX as u64) as i64;
         let (mut node, rows, total) = if path.is_root() {

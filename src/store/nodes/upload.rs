@@ -72,7 +72,7 @@ impl Store {
     pub fn create_file(&self, scope: Scope, folder: &NodePath, name: &str) -> Result<Node> {
         let path = folder.child(&crate::api::path::new_name(name)?)?;
         path.check_depth()?;
-        let conn = self.lock()?;
+        let conn = self.conn()?;
         let tx = conn.transaction()?;
         check_quota(&tx, &self.config, scope, 1, 0)?;
         let row = create_file_row(&tx, scope, &path, now_ns(), self.change_limits())?;
@@ -94,8 +94,11 @@ impl Store {
     ) -> Result<Node> {
         let md5 = md5.map(normalize_md5).transpose()?;
         self.check_file_size(length)?;
-        let conn = self.lock()?;
-        let tx = conn.transaction()?;
+        let conn = self.conn()?;
+        // Without the writers' lock: a pending version changes nothing anyone sees (no change
+        // is logged, no name taken, no byte placed), and step 3 checks again, under the lock,
+        // what is checked here.
+        let tx = conn.unordered_transaction()?;
         let file = file_by_id(&tx, scope, file_id)?;
         let path = path_of(&tx, file.id)?;
         // Refused early when it fails already; checked again, atomically, at the commit.
@@ -107,7 +110,14 @@ impl Store {
         tx.execute(
             "INSERT INTO versions (file_id, length, md5, committed, created_on, modified_on, exec, base) VALUES (?1, ?2, ?3, 0, ?4, ?5, ?6, ?7)",
             params![file.id, length as i64, md5, now_ns(), attrs.modified.map(time_to_ns), attrs.mode.map(|m| m & EXEC_BITS), base.column()],
-        )?;
+        )
+        .map_err(|e| {
+            if e.is_missing_reference() {
+                Error::not_found(format!("{path} was deleted meanwhile"))
+            } else {
+                e.into()
+            }
+        })?;
         let vid = tx.last_insert_rowid()?;
         tx.commit()?;
         let mut node = file.to_api(&path);
@@ -121,7 +131,7 @@ impl Store {
 
     /// Sets a file's attributes without a new version (our step 2 without `length`).
     pub fn set_attrs(&self, scope: Scope, file_id: &str, attrs: FileAttrs) -> Result<Node> {
-        let conn = self.lock()?;
+        let conn = self.conn()?;
         let tx = conn.transaction()?;
         let file = file_by_id(&tx, scope, file_id)?;
         tx.execute(
@@ -143,7 +153,7 @@ impl Store {
         file_id: &str,
         version_id: &str,
     ) -> Result<PendingUpload> {
-        let conn = self.lock()?;
+        let conn = self.conn()?;
         let file = file_by_id(&conn, scope, file_id)?;
         let (length, md5, committed, _) = version_of(&conn, file.id, version_id)?;
         Ok(PendingUpload {
@@ -189,10 +199,10 @@ impl Store {
         version_id: &str,
         mut staged: StagedBlob,
     ) -> Result<Node> {
-        // Into the bucket (if any) before the lock: see `Blobs::store_ahead`.
+        // Into the bucket (if any) before the commit: see `Blobs::store_ahead`.
         self.blobs.store_ahead(&mut staged, |hash| {
             Ok(self
-                .lock()?
+                .conn()?
                 .prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?
                 .exists([hash])?)
         })?;
@@ -204,15 +214,18 @@ impl Store {
             result: Mutex::new(None),
         });
         relock(&self.commits).push(me.clone());
-        let conn = self.lock()?;
-        // Results are set with the connection locked: a commit that took ours is finished.
+        // One batch at a time in this process; results are set before the turn is passed on,
+        // so a batch that took ours is finished when we get the turn.
+        let turn = relock(&self.commit_turn);
         if let Some(done) = relock(&me.result).take() {
             return done;
         }
+        let conn = self.conn()?;
         // Ours is in the batch, unless a commit that took it panicked (then ours has no result).
         let batch = std::mem::take(&mut *relock(&self.commits));
         let outcome = self.commit_batch(&conn, &batch);
         drop(conn);
+        drop(turn);
         for (render, name, sha) in outcome {
             if let Some(kind) = render {
                 self.previews.enqueue(&sha, kind, &name);
@@ -234,7 +247,7 @@ impl Store {
         let mut results: Vec<Result<Committed>> = Vec::new();
         let committed = (|| -> Result<()> {
             // Durable before it returns: the clients will drop their copies of these bytes.
-            let _durable = crate::store::schema::Durable::new(conn)?;
+            let durable = crate::store::schema::Durable::new(conn)?;
             let mut tx = conn.unchecked_transaction()?;
             for p in batch {
                 let Some(mut staged) = relock(&p.staged).take() else {
@@ -255,12 +268,12 @@ impl Store {
                 }
             }
             tx.commit()?;
+            durable.done()?;
             for (p, r) in batch.iter().zip(&results) {
                 if r.is_ok() {
                     self.feed.wake(p.scope);
                 }
             }
-            // Under the lock still: no upload can be about to reuse these bytes.
             self.forget_blobs(conn, results.iter().flatten().flat_map(|c| &c.freed));
             Ok(())
         })();
