@@ -125,20 +125,23 @@ pub(in crate::store) type Limits = (u64, Duration);
 /// account's log now and then.
 pub(in crate::store) fn record(tx: &Conn, c: NewChange<'_>, limits: Limits) -> Result<()> {
     let now = now_ns();
-    tx.prepare_cached(
-        "INSERT INTO changes (account_id, at, kind, node_id, folder, path, from_path)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )?
-    .execute(params![
-        c.account_id,
-        now,
-        kind_code(c.kind),
-        c.node_id,
-        c.folder as i64,
-        stored(c.path),
-        c.from.map(stored)
-    ])?;
-    let id = tx.last_insert_rowid()?;
+    let id: i64 = tx
+        .prepare_cached(
+            "INSERT INTO changes (account_id, at, kind, node_id, folder, path, from_path)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) RETURNING id",
+        )?
+        .query_row(
+            params![
+                c.account_id,
+                now,
+                kind_code(c.kind),
+                c.node_id,
+                c.folder as i64,
+                stored(c.path),
+                c.from.map(stored)
+            ],
+            |r| r.get(0),
+        )?;
     if tx.is_pg() {
         // Sent to every server's listener when (and only if) this transaction commits; one
         // per account and transaction (PostgreSQL folds equal ones).

@@ -171,23 +171,35 @@ pub(in crate::store) fn row(conn: &Connection, id: i64) -> Result<NodeRow> {
     get_row(conn, id)?.ok_or_else(|| Error::internal(format!("node {id} vanished")))
 }
 
-/// The path of a node, walking up its parents (at most [`MAX_WALK_DEPTH`] levels).
+/// The path of a node, walking up its parents (at most [`MAX_WALK_DEPTH`] levels), in one
+/// statement: on PostgreSQL a statement is a round trip, and a file's path is read in most
+/// transactions of an upload.
 pub(in crate::store) fn path_of(conn: &Connection, id: i64) -> Result<NodePath> {
     let mut names = Vec::new();
-    let mut stmt = conn.prepare_cached("SELECT parent_id, name FROM nodes WHERE id = ?1")?;
-    let mut at = id;
-    loop {
-        let (parent, name): (Option<i64>, String) =
-            stmt.query_row([at], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let mut top = None;
+    let mut rows = conn.prepare_cached(
+        "WITH RECURSIVE up(id, parent_id, name, depth) AS (
+             SELECT id, parent_id, name, CAST(0 AS BIGINT) FROM nodes WHERE id = ?1
+             UNION ALL SELECT n.id, n.parent_id, n.name, up.depth + 1 FROM nodes n
+                 JOIN up ON n.id = up.parent_id WHERE up.depth < ?2)
+         SELECT parent_id, name FROM up ORDER BY depth",
+    )?;
+    for r in rows.query_map(params![id, MAX_WALK_DEPTH], |r| {
+        Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, String>(1)?))
+    })? {
+        let (parent, name) = r?;
         names.push(name);
-        match parent {
-            _ if names.len() as i64 > MAX_WALK_DEPTH => return Err(damaged(id)),
-            Some(p) => at = p,
-            None => break,
-        }
+        top = Some(parent);
     }
-    names.reverse();
-    NodePath::from_segments(names)
+    match top {
+        None => Err(Error::internal(format!("node {id} vanished"))),
+        Some(None) if names.len() as i64 <= MAX_WALK_DEPTH => {
+            names.reverse();
+            NodePath::from_segments(names)
+        }
+        // The walk ended at a parent that is not there, or went on too long: a cycle.
+        Some(_) => Err(damaged(id)),
+    }
 }
 
 /// Folders resolved within one transaction, for a batch of files that mostly share a few: a
