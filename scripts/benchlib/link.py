@@ -112,6 +112,13 @@ class LinkBench(Bench):
                     f.read()
             self.link_put(rtt, c, "cat_cold", time.perf_counter() - t0)
             c.cold()
+            # What a viewer waits for before it can show a page: the first 4 KiB of a large
+            # file nobody has read here (issue 33: the first READ waited for its whole chunk).
+            t0 = time.perf_counter()
+            with open(os.path.join(d, big), "rb") as f:
+                f.read(4096)
+            self.link_put(rtt, c, "first4k_cold", time.perf_counter() - t0)
+            c.cold()
             t0 = time.perf_counter()
             with open(os.path.join(d, big), "rb") as f:
                 while f.read(MIB):
@@ -134,6 +141,8 @@ class LinkBench(Bench):
              lambda rtt: rtt / 1000 + self.doc_bytes / MIB / rate),
             ("ls_cold", "`ls -l` of %s files, cold" % commas(LINK_LS_FILES), "s",
              lambda rtt: rtt / 1000),
+            ("first4k_cold", "First 4 KiB of a 32 MiB file, cold", "s",
+             lambda rtt: rtt / 1000 + 4096 / MIB / rate),
             ("read32_cold", "Read 32 MiB, cold", "MiB/s", lambda rtt: rate),
             ("copy16_stored", "Copy 16 MiB in, until stored", "s",
              lambda rtt: 16 / rate + rtt / 1000),
