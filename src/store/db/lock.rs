@@ -184,10 +184,12 @@ impl Pool {
             if st.open < self.size {
                 st.open += 1;
                 drop(st);
-                // Made outside the pool's mutex: connecting takes a round trip or more.
-                return engine
-                    .connect()
-                    .inspect_err(|_| relock(&self.state).open -= 1);
+                // Made outside the pool's mutex: connecting takes a round trip or more. On
+                // failure the slot is free again, and a caller waiting for one may take it.
+                return engine.connect().inspect_err(|_| {
+                    relock(&self.state).open -= 1;
+                    self.returned.notify_one();
+                });
             }
             st = unpoisoned(self.returned.wait(st));
         }
