@@ -187,18 +187,20 @@ impl Conn {
         Ok(())
     }
 
-    /// A read-only transaction: its reads see one state of the database, without waiting for
-    /// any lock (PostgreSQL: a repeatable-read snapshot, for a reader of the pool that reads
-    /// more than one statement's worth; SQLite: a deferred read transaction). Dropped, it ends.
+    /// Reads of one state of the database, without waiting for any lock. PostgreSQL: a
+    /// repeatable-read, read-only transaction, for a reader of the pool that reads more than
+    /// one statement's worth; dropped, it ends. SQLite: nothing begun (its connection is the
+    /// store's, locked, as before the pool: two statements more on every listing of a mount
+    /// would buy nothing).
     pub fn snapshot(&self) -> Result<Tx<'_>> {
-        self.execute_batch(match self {
-            Conn::Sqlite { .. } => "BEGIN DEFERRED",
-            Conn::Pg(_) => "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY",
-        })?;
+        let pg = self.is_pg();
+        if pg {
+            self.execute_batch("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")?;
+        }
         Ok(Tx {
             conn: self,
             savepoint: None,
-            done: false,
+            done: !pg,
         })
     }
 
