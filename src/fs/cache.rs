@@ -585,13 +585,7 @@ impl ReadCache {
         }
         let mut off = 0u64;
         while let Some(bytes) = body.next().await {
-            let bytes = bytes.map_err(|err| {
-                Error::new(
-                    crate::api::ErrorKind::Network,
-                    "download_failed",
-                    err.to_string(),
-                )
-            })?;
+            let bytes = bytes.map_err(download::download_failed)?;
             if off + bytes.len() as u64 > size {
                 return Err(Error::internal("the server sent more bytes than announced"));
             }

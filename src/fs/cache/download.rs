@@ -183,13 +183,7 @@ async fn fetch<B: Backend>(backend: &B, e: &CachedFile, first: u64, last: u64) -
     }
     let mut pending_chunk = first;
     while let Some(bytes) = d.body.next().await {
-        let bytes = bytes.map_err(|err| {
-            Error::new(
-                crate::api::ErrorKind::Network,
-                "download_failed",
-                err.to_string(),
-            )
-        })?;
+        let bytes = bytes.map_err(download_failed)?;
         // The entry's file starts as one hole: zeros need not be written (a sparse file
         // stays sparse here, and in the copies made from it).
         if bytes.iter().any(|&b| b != 0) {
@@ -210,4 +204,13 @@ async fn fetch<B: Backend>(backend: &B, e: &CachedFile, first: u64, last: u64) -
         ));
     }
     Ok(())
+}
+
+/// A download's body that broke off, as the reader's error.
+pub(super) fn download_failed(err: impl std::fmt::Display) -> Error {
+    Error::new(
+        crate::api::ErrorKind::Network,
+        "download_failed",
+        err.to_string(),
+    )
 }
