@@ -66,6 +66,18 @@ impl LocalBackend {
         self.run(move |s, scope| s.file(scope, &id)).await
     }
 
+    /// Upload step 1 for several names of one folder, as the interface answers it: the folder
+    /// (with `total_children`) and each name's file or error (see [`Store::create_files`]).
+    pub async fn create_files_in(
+        &self,
+        folder: &NodePath,
+        names: Vec<String>,
+    ) -> Result<(Node, Vec<Result<Node>>)> {
+        let folder = folder.clone();
+        self.run(move |s, scope| s.create_files(scope, &folder, &names))
+            .await
+    }
+
     /// Makes a kept version of the file current again, as a new version (our server's
     /// extension; not in [`Backend`]: the public interface has no such call).
     pub async fn restore_version(&self, file_id: &str, version_id: &str) -> Result<Node> {
@@ -220,6 +232,10 @@ impl Backend for LocalBackend {
         let (folder, name) = (folder.clone(), name.to_string());
         self.run(move |s, scope| s.create_file(scope, &folder, &name))
             .await
+    }
+
+    async fn create_files(&self, folder: &NodePath, names: &[String]) -> Result<Vec<Result<Node>>> {
+        Ok(self.create_files_in(folder, names.to_vec()).await?.1)
     }
 
     async fn begin_version_with(

@@ -173,14 +173,11 @@ pub async fn put(caller: Caller, uri: Uri, body: Bytes) -> ApiResult {
     for n in &names {
         crate::api::path::validate_name(n)?;
     }
-    let mut created = Vec::with_capacity(names.len());
-    for n in &names {
-        created.push(caller.backend.create_file(&path, n).await?);
-    }
     // The folder object with the new files among its children (only those: a folder of
-    // thousands is not listed again on every upload; `total_children` counts them all).
-    let mut folder = caller.backend.list(&path, 0, 1).await?;
-    folder.children = Some(created);
+    // thousands is not listed again on every upload; `total_children` counts them all). A
+    // name that is a folder fails the request (the others are made).
+    let (mut folder, files) = caller.backend.create_files_in(&path, names).await?;
+    folder.children = Some(files.into_iter().collect::<Result<_, _>>()?);
     Ok(ok(folder))
 }
 

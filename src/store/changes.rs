@@ -47,7 +47,30 @@ pub const DEFAULT_CHANGE_LOG_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// An account's log is pruned when a new row's ID is a multiple of this.
 const PRUNE_EVERY: i64 = 64;
 /// The channel of PostgreSQL's notifications (payload: the account's ID).
-const CHANNEL: &str = "vaultfs_changes";
+macro_rules! channel {
+    () => {
+        "vaultfs_changes"
+    };
+}
+const CHANNEL: &str = channel!();
+
+macro_rules! insert_change {
+    () => {
+        "INSERT INTO changes (account_id, at, kind, node_id, folder, path, from_path)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+    };
+}
+
+/// [`record`]'s insert on PostgreSQL, with the notification of [`CHANNEL`].
+const NOTIFYING_INSERT: &str = concat!(
+    "WITH c AS (",
+    insert_change!(),
+    " RETURNING id, account_id)
+     SELECT id, CAST(pg_notify('",
+    channel!(),
+    "', CAST(account_id AS TEXT)) AS TEXT) FROM c"
+);
+
 /// How often the SQLite watcher looks for other processes' commits.
 const FOREIGN_POLL: Duration = Duration::from_millis(250);
 
@@ -125,31 +148,26 @@ pub(in crate::store) type Limits = (u64, Duration);
 /// account's log now and then.
 pub(in crate::store) fn record(tx: &Conn, c: NewChange<'_>, limits: Limits) -> Result<()> {
     let now = now_ns();
-    let id: i64 = tx
-        .prepare_cached(
-            "INSERT INTO changes (account_id, at, kind, node_id, folder, path, from_path)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) RETURNING id",
-        )?
-        .query_row(
-            params![
-                c.account_id,
-                now,
-                kind_code(c.kind),
-                c.node_id,
-                c.folder as i64,
-                stored(c.path),
-                c.from.map(stored)
-            ],
-            |r| r.get(0),
-        )?;
-    if tx.is_pg() {
-        // Sent to every server's listener when (and only if) this transaction commits; one
-        // per account and transaction (PostgreSQL folds equal ones).
-        tx.prepare_cached("SELECT CAST(pg_notify(?1, ?2) AS TEXT)")?
-            .query_row(params![CHANNEL, c.account_id.to_string()], |r| {
-                r.get::<_, Option<String>>(0)
-            })?;
-    }
+    // On PostgreSQL the notification goes in the same statement (a statement is a round trip,
+    // under the writers' lock): sent to every server's listener when (and only if) this
+    // transaction commits; one per account and transaction (PostgreSQL folds equal ones).
+    let insert = if tx.is_pg() {
+        NOTIFYING_INSERT
+    } else {
+        concat!(insert_change!(), " RETURNING id")
+    };
+    let id: i64 = tx.prepare_cached(insert)?.query_row(
+        params![
+            c.account_id,
+            now,
+            kind_code(c.kind),
+            c.node_id,
+            c.folder as i64,
+            stored(c.path),
+            c.from.map(stored)
+        ],
+        |r| r.get(0),
+    )?;
     if id % PRUNE_EVERY == 0 {
         prune(tx, c.account_id, limits, now)?;
     }

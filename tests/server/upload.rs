@@ -11,6 +11,70 @@ use crate::common::TestServer;
 use crate::common::md5hex;
 use crate::{Api, VAULT, assert_error, assert_errors, base64_basic, names, setup};
 
+/// Step 1 for several names in one request (one transaction): each name's file in order, a
+/// name given twice made once, an existing file returned as it is, the folder counting its
+/// children; a folder among the names fails the request (the others are made); the quota is
+/// checked for the request's new files together, none made when they do not all fit.
+#[tokio::test(flavor = "multi_thread")]
+async fn step_one_takes_many_names_in_one_request() {
+    let s = TestServer::start_with(
+        vaultfs::store::StoreConfig {
+            max_nodes_per_account: 12,
+            ..Default::default()
+        },
+        Default::default(),
+    )
+    .await;
+    let api = Api::new(&s, &s.user("alice@example.com", "Acme").await);
+    let old = api.upload(VAULT, "old.txt", b"kept").await;
+    api.call(Method::PUT, &format!("{VAULT}/dir"), Some(json!({})))
+        .await;
+    let step1 = async |names: &[&str]| {
+        let body: Vec<Value> = names.iter().map(|n| json!({ "name": n })).collect();
+        api.call(Method::PUT, VAULT, Some(json!({ "create_file": body })))
+            .await
+    };
+    let (st, v) = step1(&["b.txt", "old.txt", "a.txt", "b.txt"]).await;
+    assert_eq!(st, 200, "{v}");
+    let children = v["message"]["children"].as_array().unwrap();
+    let got: Vec<(&str, &str)> = children
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["id"].as_str().unwrap()))
+        .collect();
+    assert_eq!(got.len(), 4, "{v}");
+    assert_eq!(
+        got.iter().map(|g| g.0).collect::<Vec<_>>(),
+        ["b.txt", "old.txt", "a.txt", "b.txt"]
+    );
+    assert_eq!(got[1].1, old);
+    assert_eq!(got[0].1, got[3].1, "a name given twice is one file");
+    assert_ne!(got[0].1, got[2].1);
+    assert_eq!(children[1]["size"], 4, "an existing file comes as it is");
+    assert_eq!(children[0]["size"], 0);
+    // old.txt, dir, b.txt, a.txt.
+    assert_eq!(v["message"]["total_children"], 4, "{v}");
+    let (_, listing) = api.get(&format!("{VAULT}?children=1")).await;
+    assert_eq!(names(&listing), ["a.txt", "b.txt", "dir", "old.txt"]);
+
+    // A folder among the names: 409, the other names made.
+    assert_error(&step1(&["c.txt", "dir"]).await, 409, "exists");
+    let (_, listing) = api.get(&format!("{VAULT}?children=1")).await;
+    assert_eq!(
+        names(&listing),
+        ["a.txt", "b.txt", "c.txt", "dir", "old.txt"]
+    );
+
+    // More new files than the quota leaves: none made; existing ones still answer.
+    let many: Vec<String> = (0..20).map(|i| format!("n{i}.txt")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    assert_error(&step1(&many).await, 507, "quota_exceeded");
+    let (_, listing) = api.get(&format!("{VAULT}?children=1")).await;
+    assert_eq!(listing["message"]["total_children"], 5, "{listing}");
+    let (st, v) = step1(&["a.txt", "old.txt"]).await;
+    assert_eq!(st, 200, "{v}");
+    assert!(s.store.check_integrity().unwrap().is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn three_step_upload_and_its_errors() {
     let (s, api) = setup().await;

@@ -39,6 +39,12 @@ impl Engine {
 /// hash of the blob's name). Two-key locks never meet the one-key [`super::LOCK_KEY`].
 const BLOB_LOCK_CLASS: i32 = 0x7666_6231; // "vfb1"
 
+/// PostgreSQL's expression that takes [`Conn::lock_blob`]'s lock of the blob named by the
+/// statement's parameter `?param`, until the transaction ends (a statement's own, outside one).
+pub fn blob_lock(param: usize) -> String {
+    format!("pg_advisory_xact_lock({BLOB_LOCK_CLASS}, hashtext(?{param}))")
+}
+
 /// One connection to the metadata database.
 pub enum Conn {
     Sqlite {
@@ -177,11 +183,8 @@ impl Conn {
     pub fn lock_blob(&self, hash: &str) -> Result<()> {
         if let Conn::Pg(pg) = self {
             pg.execute(
-                "SELECT pg_advisory_xact_lock(?1, hashtext(?2))",
-                vec![
-                    super::Value::Int(BLOB_LOCK_CLASS.into()),
-                    super::Value::Text(hash.into()),
-                ],
+                &format!("SELECT {}", blob_lock(1)),
+                vec![super::Value::Text(hash.into())],
             )?;
         }
         Ok(())

@@ -104,6 +104,16 @@ pub(in crate::store) fn resolve(
 /// account's file is "not found", exactly as an unused ID: IDs are sequential, and a different
 /// answer would let anyone count the files of others.
 pub(in crate::store) fn file_by_id(conn: &Connection, scope: Scope, id: &str) -> Result<NodeRow> {
+    Ok(file_and_path(conn, scope, id)?.0)
+}
+
+/// [`file_by_id`] with the file's path as stored, from the same walk up the tree (which tells
+/// whether the file is attached): two statements, where a file and then its path took three.
+pub(in crate::store) fn file_and_path(
+    conn: &Connection,
+    scope: Scope,
+    id: &str,
+) -> Result<(NodeRow, NodePath)> {
     let not_found = || Error::not_found(format!("no file with ID {id}"));
     let n: i64 = id.parse().map_err(|_| not_found())?;
     let row = get_row(conn, n)?
@@ -114,27 +124,68 @@ pub(in crate::store) fn file_by_id(conn: &Connection, scope: Scope, id: &str) ->
         })
         .ok_or_else(not_found)?;
     // A file of a tree being purged (deleted, detached from its account) is gone already.
-    if !attached(conn, row.id)? {
-        return Err(not_found());
+    match walk_up(conn, n)? {
+        Walk::Attached(path) => Ok((row, path)),
+        Walk::Detached(_) | Walk::Damaged | Walk::Vanished => Err(not_found()),
     }
-    Ok(row)
+}
+
+/// Where a walk up from a node ended.
+enum Walk {
+    /// At an account: the node's path.
+    Attached(NodePath),
+    /// At a top that is no account (a tree a delete detached): the names from that top
+    /// (which may not make a path: a detached top's name is the purge's own).
+    Detached(Vec<String>),
+    /// At a missing parent, or not within [`MAX_WALK_DEPTH`] levels (a cycle).
+    Damaged,
+    /// The node is not there.
+    Vanished,
+}
+
+/// Walks up from node `id` to the top of its tree, in one statement (on PostgreSQL a statement
+/// is a round trip, and a file's path is read in most transactions of an upload).
+fn walk_up(conn: &Connection, id: i64) -> Result<Walk> {
+    let mut names = Vec::new();
+    let mut top = None;
+    let mut rows = conn.prepare_cached(
+        "WITH RECURSIVE up(id, parent_id, kind, name, depth) AS (
+             SELECT id, parent_id, kind, name, CAST(0 AS BIGINT) FROM nodes WHERE id = ?1
+             UNION ALL SELECT n.id, n.parent_id, n.kind, n.name, up.depth + 1 FROM nodes n
+                 JOIN up ON n.id = up.parent_id WHERE up.depth < ?2)
+         SELECT parent_id, kind, name FROM up ORDER BY depth",
+    )?;
+    for r in rows.query_map(params![id, MAX_WALK_DEPTH], |r| {
+        Ok((
+            r.get::<_, Option<i64>>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, String>(2)?,
+        ))
+    })? {
+        let (parent, kind, name) = r?;
+        names.push(name);
+        top = Some((parent, kind));
+    }
+    Ok(match top {
+        None => Walk::Vanished,
+        Some((None, kind)) if names.len() as i64 <= MAX_WALK_DEPTH => {
+            names.reverse();
+            if kind == NodeKind::Account as i64 {
+                Walk::Attached(NodePath::from_segments(names)?)
+            } else {
+                Walk::Detached(names)
+            }
+        }
+        // The walk ended at a parent that is not there, or went on too long: a cycle.
+        Some(_) => Walk::Damaged,
+    })
 }
 
 /// Whether the node is under an account, not in a tree a delete detached (`store::purge`), nor
 /// in a cycle or below a missing parent that an older build left (`vaultfs check`): the walk up
 /// stops after [`MAX_WALK_DEPTH`] levels.
 pub(super) fn attached(conn: &Connection, id: i64) -> Result<bool> {
-    let root_kind: Option<i64> = conn
-        .prepare_cached(
-            "WITH RECURSIVE up(id, parent_id, kind, depth) AS (
-                 SELECT id, parent_id, kind, CAST(0 AS BIGINT) FROM nodes WHERE id = ?1
-                 UNION ALL SELECT n.id, n.parent_id, n.kind, up.depth + 1 FROM nodes n
-                     JOIN up ON n.id = up.parent_id WHERE up.depth < ?2)
-             SELECT kind FROM up WHERE parent_id IS NULL",
-        )?
-        .query_row(params![id, MAX_WALK_DEPTH], |r| r.get(0))
-        .optional()?;
-    Ok(root_kind == Some(NodeKind::Account as i64))
+    Ok(matches!(walk_up(conn, id)?, Walk::Attached(_)))
 }
 
 /// The error of a walk of the tree that went [`MAX_WALK_DEPTH`] levels from node `id`: the
@@ -175,30 +226,11 @@ pub(in crate::store) fn row(conn: &Connection, id: i64) -> Result<NodeRow> {
 /// statement: on PostgreSQL a statement is a round trip, and a file's path is read in most
 /// transactions of an upload.
 pub(in crate::store) fn path_of(conn: &Connection, id: i64) -> Result<NodePath> {
-    let mut names = Vec::new();
-    let mut top = None;
-    let mut rows = conn.prepare_cached(
-        "WITH RECURSIVE up(id, parent_id, name, depth) AS (
-             SELECT id, parent_id, name, CAST(0 AS BIGINT) FROM nodes WHERE id = ?1
-             UNION ALL SELECT n.id, n.parent_id, n.name, up.depth + 1 FROM nodes n
-                 JOIN up ON n.id = up.parent_id WHERE up.depth < ?2)
-         SELECT parent_id, name FROM up ORDER BY depth",
-    )?;
-    for r in rows.query_map(params![id, MAX_WALK_DEPTH], |r| {
-        Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, String>(1)?))
-    })? {
-        let (parent, name) = r?;
-        names.push(name);
-        top = Some(parent);
-    }
-    match top {
-        None => Err(Error::internal(format!("node {id} vanished"))),
-        Some(None) if names.len() as i64 <= MAX_WALK_DEPTH => {
-            names.reverse();
-            NodePath::from_segments(names)
-        }
-        // The walk ended at a parent that is not there, or went on too long: a cycle.
-        Some(_) => Err(damaged(id)),
+    match walk_up(conn, id)? {
+        Walk::Attached(path) => Ok(path),
+        Walk::Detached(names) => NodePath::from_segments(names),
+        Walk::Vanished => Err(Error::internal(format!("node {id} vanished"))),
+        Walk::Damaged => Err(damaged(id)),
     }
 }
 

@@ -6,9 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use super::delete::prune_versions;
 use super::limits::check_quota;
-use super::resolve::{
-    Folders, file_by_id, find_child, get_row, path_of, require_folder, row, split,
-};
+use super::resolve::{Folders, file_and_path, file_by_id, find_child, require_folder, row, split};
 use super::{NodeKind, NodeRow, insert_node, touch};
 use crate::api::{
     Base, ChangeKind, EXEC_BITS, Error, FileAttrs, FileExProperties, Node, NodePath, Result,
@@ -28,19 +26,9 @@ pub struct PendingUpload {
 }
 
 /// Upload step 1 inside the caller's transaction: the file at `path`, created empty (its
-/// folder's time moved) unless it exists; a folder of that name is a conflict.
-pub(in crate::store) fn create_file_row(
-    tx: &Connection,
-    scope: Scope,
-    path: &NodePath,
-    now: i64,
-    log: Limits,
-) -> Result<NodeRow> {
-    create_file_row_in(tx, scope, path, now, &mut Folders::default(), log)
-}
-
-/// `create_file_row` with the folder looked up in (and remembered by) `folders`. A new file is
-/// logged (`store::changes`) with the log's bounds `log`.
+/// folder's time moved) unless it exists, the folder looked up in (and remembered by)
+/// `folders`; a folder of that name is a conflict. A new file is logged (`store::changes`)
+/// with the log's bounds `log`.
 pub(in crate::store) fn create_file_row_in(
     tx: &Connection,
     scope: Scope,
@@ -55,30 +43,126 @@ pub(in crate::store) fn create_file_row_in(
     require_folder(&parent, &folder)?;
     match find_child(tx, parent.id, name)? {
         Some(existing) if existing.is_file() => Ok(existing),
-        Some(_) => Err(Error::conflict("exists", format!("{path} is a folder"))),
+        Some(_) => Err(is_a_folder(path)),
         None => {
-            let id = insert_node(tx, &parent, NodeKind::File, name, now)?;
+            let row = insert_file(tx, &parent, &stored, name, now, log)?;
             touch(tx, Some(parent.id), now)?;
-            let row = row(tx, id)?;
-            let path = stored.child(name)?;
-            record(tx, NewChange::new(&row, ChangeKind::Created, &path), log)?;
             Ok(row)
         }
     }
 }
 
+fn is_a_folder(path: &NodePath) -> Error {
+    Error::conflict("exists", format!("{path} is a folder"))
+}
+
+/// A new empty file `name` in `parent` (whose path as stored is `stored`), logged; the
+/// caller moves the folder's time.
+fn insert_file(
+    tx: &Connection,
+    parent: &NodeRow,
+    stored: &NodePath,
+    name: &str,
+    now: i64,
+    log: Limits,
+) -> Result<NodeRow> {
+    let id = insert_node(tx, parent, NodeKind::File, name, now)?;
+    // The row as inserted (read back, it would be a round trip more on PostgreSQL).
+    let row = NodeRow {
+        id,
+        parent_id: Some(parent.id),
+        account_id: parent.account_id,
+        kind: NodeKind::File,
+        name: name.to_string(),
+        created_on: now,
+        modified_on: now,
+        size: None,
+        md5: None,
+        exec: 0,
+    };
+    let path = stored.child(name)?;
+    record(tx, NewChange::new(&row, ChangeKind::Created, &path), log)?;
+    Ok(row)
+}
+
 impl Store {
     /// Upload step 1: the file `name` in `folder`, created empty unless it exists.
     pub fn create_file(&self, scope: Scope, folder: &NodePath, name: &str) -> Result<Node> {
-        let path = folder.child(&crate::api::path::new_name(name)?)?;
-        path.check_depth()?;
+        let (_, mut files) = self.create_files(scope, folder, std::slice::from_ref(&name))?;
+        files.pop().expect("one result per name")
+    }
+
+    /// Upload step 1 for the names of one request, in one transaction: the folder (its time
+    /// and `total_children` after the request) and, for each name in order, the file, created
+    /// empty unless it exists, or the error of that name alone (a folder of that name). A bad
+    /// name, a missing folder or the quota fails the whole request, nothing created.
+    pub fn create_files<S: AsRef<str>>(
+        &self,
+        scope: Scope,
+        folder: &NodePath,
+        names: &[S],
+    ) -> Result<(Node, Vec<Result<Node>>)> {
+        let names = names
+            .iter()
+            .map(|n| {
+                let name = crate::api::path::new_name(n.as_ref())?;
+                folder.child(&name)?.check_depth()?;
+                Ok(name)
+            })
+            .collect::<Result<Vec<_>>>()?;
         let conn = self.conn()?;
         let tx = conn.transaction()?;
-        check_quota(&tx, &self.config, scope, 1, 0)?;
-        let row = create_file_row(&tx, scope, &path, now_ns(), self.change_limits())?;
+        let (mut parent, stored) = Folders::default().resolve(&tx, scope, folder)?;
+        require_folder(&parent, folder)?;
+        let found = names
+            .iter()
+            .map(|n| find_child(&tx, parent.id, n))
+            .collect::<Result<Vec<_>>>()?;
+        let new: std::collections::HashSet<&str> = names
+            .iter()
+            .zip(&found)
+            .filter(|(_, f)| f.is_none())
+            .map(|(n, _)| n.as_str())
+            .collect();
+        check_quota(&tx, &self.config, scope, new.len() as u64, 0)?;
+        let now = now_ns();
+        let mut made: std::collections::HashMap<&str, NodeRow> = Default::default();
+        let mut files = Vec::with_capacity(names.len());
+        for (name, found) in names.iter().zip(found) {
+            let path = folder.child(name)?;
+            let row = match found {
+                Some(existing) if existing.is_file() => existing,
+                Some(_) => {
+                    files.push(Err(is_a_folder(&path)));
+                    continue;
+                }
+                None => match made.get(name.as_str()) {
+                    Some(row) => row.clone(),
+                    None => {
+                        let row =
+                            insert_file(&tx, &parent, &stored, name, now, self.change_limits())?;
+                        made.insert(name, row.clone());
+                        row
+                    }
+                },
+            };
+            files.push(Ok(row.to_api(&path)));
+        }
+        if !made.is_empty() {
+            touch(&tx, Some(parent.id), now)?;
+            parent.modified_on = now;
+        }
+        // The folder as the interface answers step 1: with its count of children.
+        let total: i64 = tx
+            .prepare_cached("SELECT count(*) FROM nodes WHERE parent_id = ?1")?
+            .query_row([parent.id], |r| r.get(0))?;
         tx.commit()?;
-        self.changed(row.account_id);
-        Ok(row.to_api(&path))
+        if !made.is_empty() {
+            self.changed(parent.account_id);
+        }
+        let mut node = parent.to_api(folder);
+        node.total_children = Some(total as u64);
+        Ok((node, files))
     }
 
     /// Upload step 2: opens a pending version of `length` bytes (and the md5, if given), with
@@ -99,17 +183,17 @@ impl Store {
         // is logged, no name taken, no byte placed), and step 3 checks again, under the lock,
         // what is checked here.
         let tx = conn.unordered_transaction()?;
-        let file = file_by_id(&tx, scope, file_id)?;
-        let path = path_of(&tx, file.id)?;
+        let (file, path) = file_and_path(&tx, scope, file_id)?;
         // Refused early when it fails already; checked again, atomically, at the commit.
         if !base.holds(file.md5.as_deref()) {
             return Err(base.conflict(&path.to_string()));
         }
         // Versions are kept: each one counts, the announced length now.
         check_quota(&tx, &self.config, scope, 0, length)?;
-        tx.execute(
-            "INSERT INTO versions (file_id, length, md5, committed, created_on, modified_on, exec, base) VALUES (?1, ?2, ?3, 0, ?4, ?5, ?6, ?7)",
+        let vid: i64 = tx.query_row(
+            "INSERT INTO versions (file_id, length, md5, committed, created_on, modified_on, exec, base) VALUES (?1, ?2, ?3, 0, ?4, ?5, ?6, ?7) RETURNING id",
             params![file.id, length as i64, md5, now_ns(), attrs.modified.map(time_to_ns), attrs.mode.map(|m| m & EXEC_BITS), base.column()],
+            |r| r.get(0),
         )
         .map_err(|e| {
             if e.is_missing_reference() {
@@ -118,7 +202,6 @@ impl Store {
                 e.into()
             }
         })?;
-        let vid = tx.last_insert_rowid()?;
         tx.commit()?;
         let mut node = file.to_api(&path);
         node.file_ex_properties = Some(FileExProperties {
@@ -133,13 +216,12 @@ impl Store {
     pub fn set_attrs(&self, scope: Scope, file_id: &str, attrs: FileAttrs) -> Result<Node> {
         let conn = self.conn()?;
         let tx = conn.transaction()?;
-        let file = file_by_id(&tx, scope, file_id)?;
+        let (file, path) = file_and_path(&tx, scope, file_id)?;
         tx.execute(
             "UPDATE nodes SET modified_on = coalesce(?2, modified_on), exec = coalesce(?3, exec) WHERE id = ?1",
             params![file.id, attrs.modified.map(time_to_ns), attrs.mode.map(|m| m & EXEC_BITS)],
         )?;
         let row = row(&tx, file.id)?;
-        let path = path_of(&tx, file.id)?;
         self.log_change(&tx, NewChange::new(&row, ChangeKind::Attributes, &path))?;
         tx.commit()?;
         self.changed(row.account_id);
@@ -155,11 +237,11 @@ impl Store {
     ) -> Result<PendingUpload> {
         let conn = self.conn()?;
         let file = file_by_id(&conn, scope, file_id)?;
-        let (length, md5, committed, _) = version_of(&conn, file.id, version_id)?;
+        let v = version_of(&conn, file.id, version_id)?;
         Ok(PendingUpload {
-            length,
-            md5,
-            committed,
+            length: v.length,
+            md5: v.md5,
+            committed: v.committed,
         })
     }
 
@@ -301,30 +383,24 @@ impl Store {
         p: &PendingCommit,
         staged: &mut StagedBlob,
     ) -> Result<Committed> {
-        let file = file_by_id(tx, p.scope, &p.file_id)?;
-        let (length, md5, committed, base) = version_of(tx, file.id, &p.version_id)?;
-        let vid: i64 = p.version_id.parse().expect("checked by version_of");
-        if !committed {
-            // The conflict check of step 2, again where nothing can come in between.
-            if !base.holds(file.md5.as_deref()) {
-                return Err(base.conflict(&path_of(tx, file.id)?.to_string()));
-            }
-        }
-        if committed {
-            let blob: Option<String> =
-                tx.query_row("SELECT blob FROM versions WHERE id = ?1", [vid], |r| {
-                    r.get(0)
-                })?;
-            if blob.as_deref() != Some(staged.sha256.as_str()) {
+        let (file, path) = file_and_path(tx, p.scope, &p.file_id)?;
+        let v = version_of(tx, file.id, &p.version_id)?;
+        let row = if v.committed {
+            if v.blob.as_deref() != Some(staged.sha256.as_str()) {
                 return Err(Error::conflict(
                     "version_committed",
                     "this version was already uploaded with other bytes",
                 ));
             }
+            file.clone()
         } else {
-            check_upload(length, md5.as_deref(), staged)?;
+            // The conflict check of step 2, again where nothing can come in between.
+            if !v.base.holds(file.md5.as_deref()) {
+                return Err(v.base.conflict(&path.to_string()));
+            }
+            check_upload(v.length, v.md5.as_deref(), staged)?;
             // Again at commit: versions announced together could pass the check of step 2.
-            check_quota(tx, &self.config, p.scope, 0, length)?;
+            check_quota(tx, &self.config, p.scope, 0, v.length)?;
             let known = tx
                 .prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?
                 .exists([&staged.sha256])?;
@@ -338,21 +414,28 @@ impl Store {
             let now = now_ns();
             tx.execute(
                 "UPDATE versions SET blob = ?2, md5 = ?3, committed = 1, committed_on = ?4 WHERE id = ?1",
-                params![vid, staged.sha256, staged.md5, now],
+                params![v.id, staged.sha256, staged.md5, now],
             )?;
+            // The file as it is now, made here rather than read back (a round trip more on
+            // PostgreSQL): the version's bytes, and the attributes step 2 gave it.
+            let row = NodeRow {
+                modified_on: v.modified_on.unwrap_or(now),
+                exec: v.exec.unwrap_or(file.exec),
+                size: Some(staged.len),
+                md5: Some(staged.md5.clone()),
+                ..file.clone()
+            };
             tx.execute(
-                "UPDATE nodes SET current_version = v.id, modified_on = coalesce(v.modified_on, ?2),
-                 exec = coalesce(v.exec, nodes.exec) FROM versions v WHERE nodes.id = ?1 AND v.id = ?3",
-                params![file.id, now, vid],
+                "UPDATE nodes SET current_version = ?2, modified_on = ?3, exec = ?4 WHERE id = ?1",
+                params![file.id, v.id, row.modified_on, row.exec as i64],
             )?;
-        }
+            row
+        };
         // Its preview is wanted from now on (InProgress until rendered), unless these bytes
         // have one already.
         let render = crate::store::previews::want(tx, &self.blobs, &staged.sha256, &file.name)?;
         let freed = prune_versions(tx, file.id, &self.config.retention)?;
-        let row = get_row(tx, file.id)?.expect("file exists");
-        let path = path_of(tx, file.id)?;
-        if !committed {
+        if !v.committed {
             self.log_change(tx, NewChange::new(&row, ChangeKind::Version, &path))?;
         }
         Ok(Committed {
@@ -375,12 +458,22 @@ fn normalize_md5(md5: &str) -> Result<String> {
     })
 }
 
-/// (length, md5, committed, base) of a version of `file_id`.
-fn version_of(
-    conn: &Connection,
-    file_id: i64,
-    version_id: &str,
-) -> Result<(u64, Option<String>, bool, Base)> {
+/// A version of a file as upload step 3 reads it.
+struct VersionRow {
+    id: i64,
+    length: u64,
+    md5: Option<String>,
+    committed: bool,
+    base: Base,
+    /// The bytes (once committed).
+    blob: Option<String>,
+    /// The attributes the file takes when the version becomes current.
+    modified_on: Option<i64>,
+    exec: Option<u32>,
+}
+
+/// A version of `file_id`.
+fn version_of(conn: &Connection, file_id: i64, version_id: &str) -> Result<VersionRow> {
     let not_found = || {
         Error::new(
             crate::api::ErrorKind::NotFound,
@@ -389,18 +482,22 @@ fn version_of(
         )
     };
     let vid: i64 = version_id.parse().map_err(|_| not_found())?;
-    conn.query_row(
-        "SELECT length, md5, committed, base FROM versions WHERE id = ?1 AND file_id = ?2",
-        params![vid, file_id],
-        |r| {
-            Ok((
-                r.get::<_, i64>(0)? as u64,
-                r.get(1)?,
-                r.get::<_, i64>(2)? != 0,
-                Base::from_column(r.get(3)?),
-            ))
-        },
-    )
+    conn.prepare_cached(
+        "SELECT length, md5, committed, base, blob, modified_on, exec FROM versions
+         WHERE id = ?1 AND file_id = ?2",
+    )?
+    .query_row(params![vid, file_id], |r| {
+        Ok(VersionRow {
+            id: vid,
+            length: r.get::<_, i64>(0)? as u64,
+            md5: r.get(1)?,
+            committed: r.get::<_, i64>(2)? != 0,
+            base: Base::from_column(r.get(3)?),
+            blob: r.get(4)?,
+            modified_on: r.get(5)?,
+            exec: r.get::<_, Option<i64>>(6)?.map(|e| e as u32),
+        })
+    })
     .optional()?
     .ok_or_else(not_found)
 }
