@@ -64,6 +64,8 @@ struct Prepared {
     file: std::sync::Arc<File>,
     md5: String,
     sha256: String,
+    /// Their kinds of document (`previews::judge_file`).
+    kinds: crate::preview::Kinds,
 }
 
 impl Drop for Prepared {
@@ -308,6 +310,7 @@ impl Store {
             file: f.source.clone(),
             md5: String::new(),
             sha256: String::new(),
+            kinds: [crate::preview::PreviewKind::Unsupported; 3],
         };
         if f.sealed && self.blobs.can_link(&f.source) {
             let digests = f.digests.clone().filter(|d| d.len() <= f.len);
@@ -320,6 +323,7 @@ impl Store {
             (prepared.md5, prepared.sha256) = digests.copy_and_hash(&f.source, &copy, f.len)?;
             prepared.file = std::sync::Arc::new(copy);
         }
+        prepared.kinds = super::previews::judge_file(&prepared.file)?;
         Ok(prepared)
     }
 
@@ -401,8 +405,15 @@ impl Store {
                 // `commit_upload`, which stores ahead of the lock).
                 self.blobs.put_file(&p.file, f.len, &p.sha256)?;
             }
-            tx.prepare_cached("INSERT INTO blobs (hash, size, md5) VALUES (?1, ?2, ?3)")?
-                .execute(params![p.sha256, f.len as i64, p.md5])?;
+            tx.prepare_cached(
+                "INSERT INTO blobs (hash, size, md5, kinds) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![
+                p.sha256,
+                f.len as i64,
+                p.md5,
+                super::previews::kinds_column(&p.kinds)
+            ])?;
         }
         tx.prepare_cached(
             "INSERT INTO versions (file_id, length, md5, blob, committed, created_on, committed_on) VALUES (?1, ?2, ?3, ?4, 1, ?5, ?5)",
@@ -418,7 +429,7 @@ impl Store {
             f.attrs.modified.map_or(now, time_to_ns),
             f.attrs.mode.map(|m| m & EXEC_BITS)
         ])?;
-        let render = super::previews::want(tx, &self.blobs, &p.sha256, &file.name)?;
+        let render = super::previews::want_judged(tx, &p.sha256, &file.name, &p.kinds)?;
         // A file new in this batch has no earlier version to drop.
         let freed = match f.file_id {
             Some(_) => nodes::prune_versions(tx, file.id, &self.config.retention)?,

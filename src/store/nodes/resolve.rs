@@ -63,6 +63,91 @@ pub(in crate::store) fn resolve(
     scope: Scope,
     path: &NodePath,
 ) -> Result<NodeRow> {
+    match resolve_at_once(conn, scope, path)? {
+        Some((row, _)) => Ok(row),
+        None => resolve_by_steps(conn, scope, path),
+    }
+}
+
+/// [`resolve`] with the node's path as stored (its names as the store spells them).
+pub(in crate::store) fn resolve_with_path(
+    conn: &Connection,
+    scope: Scope,
+    path: &NodePath,
+) -> Result<(NodeRow, NodePath)> {
+    if let Some(found) = resolve_at_once(conn, scope, path)? {
+        return Ok(found);
+    }
+    let row = resolve_by_steps(conn, scope, path)?;
+    let stored = path_of(conn, row.id)?;
+    Ok((row, stored))
+}
+
+/// Paths of at most this many segments are resolved in one statement (one join a level: more
+/// would cost the planner more than the round trips they save).
+const AT_ONCE_DEPTH: usize = 8;
+
+/// The node at `path` and its path as stored, in one statement (on PostgreSQL a round trip,
+/// where a walk down took one a level and another for the stored names): `None` when the path
+/// is deeper than [`AT_ONCE_DEPTH`] or not found as spelled (then [`resolve_by_steps`] finds
+/// other spellings of its names, and says which error). Another account's path is refused
+/// when found, as the steps refuse it.
+fn resolve_at_once(
+    conn: &Connection,
+    scope: Scope,
+    path: &NodePath,
+) -> Result<Option<(NodeRow, NodePath)>> {
+    let segments = path.segments();
+    let depth = segments.len();
+    if depth == 0 || depth > AT_ONCE_DEPTH {
+        return Ok(None);
+    }
+    let last = depth - 1;
+    let mut sql = format!(
+        "SELECT n{last}.id, n{last}.parent_id, n{last}.account_id, n{last}.kind, n{last}.name,
+         n{last}.created_on, n{last}.modified_on, v.length, v.md5, n{last}.exec, n0.id"
+    );
+    for i in 0..depth {
+        sql.push_str(&format!(", n{i}.name"));
+    }
+    sql.push_str(" FROM nodes n0");
+    for i in 1..depth {
+        sql.push_str(&format!(
+            " JOIN nodes n{i} ON n{i}.parent_id = n{}.id AND n{i}.name = ?{}",
+            i - 1,
+            i + 1
+        ));
+    }
+    sql.push_str(&format!(
+        " LEFT JOIN versions v ON v.id = n{last}.current_version
+         WHERE n0.parent_id IS NULL AND n0.kind = 0 AND n0.name = ?1"
+    ));
+    let names: Vec<&dyn crate::store::db::Param> = segments
+        .iter()
+        .map(|s| s as &dyn crate::store::db::Param)
+        .collect();
+    let found = conn
+        .prepare_cached(&sql)?
+        .query_row(&names[..], |r| {
+            let names = (0..depth)
+                .map(|i| r.get::<_, String>(11 + i))
+                .collect::<crate::store::db::Result<Vec<_>>>()?;
+            Ok((read_row(r)?, r.get::<_, i64>(10)?, names))
+        })
+        .optional()?;
+    let Some((row, account, names)) = found else {
+        return Ok(None);
+    };
+    if let Scope::Account(a) = scope {
+        if a != account {
+            return Err(outside());
+        }
+    }
+    Ok(Some((row, NodePath::from_segments(names)?)))
+}
+
+/// [`resolve`] a level at a time, each name as given or in its other spellings.
+fn resolve_by_steps(conn: &Connection, scope: Scope, path: &NodePath) -> Result<NodeRow> {
     let (first, rest) = path
         .segments()
         .split_first()
@@ -252,8 +337,7 @@ impl Folders {
         if let Some(found) = self.0.get(path) {
             return Ok(found.clone());
         }
-        let row = resolve(conn, scope, path)?;
-        let stored = path_of(conn, row.id)?;
+        let (row, stored) = resolve_with_path(conn, scope, path)?;
         self.0.insert(path.clone(), (row.clone(), stored.clone()));
         Ok((row, stored))
     }

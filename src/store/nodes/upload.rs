@@ -14,6 +14,7 @@ use crate::api::{
 use crate::store::blobs::{BlobWriter, StagedBlob};
 use crate::store::changes::{Limits, NewChange, record};
 use crate::store::db::{Conn as Connection, OptionalExtension, params};
+use crate::store::previews::{kinds_column, want_judged};
 use crate::store::{Scope, Store, now_ns, time_to_ns};
 use crate::sync::relock;
 
@@ -288,10 +289,14 @@ impl Store {
                 .prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?
                 .exists([hash])?)
         })?;
+        // What kind of document the bytes are, judged here from the staged file (in the
+        // commit, for new bytes, it would be read back from where they are kept: a bucket).
+        let kinds = crate::store::previews::judge_file(&std::fs::File::open(&staged.path)?)?;
         let me = Arc::new(PendingCommit {
             scope,
             file_id: file_id.to_string(),
             version_id: version_id.to_string(),
+            kinds,
             staged: Mutex::new(Some(staged)),
             result: Mutex::new(None),
         });
@@ -407,8 +412,13 @@ impl Store {
             if !known {
                 self.blobs.commit(staged)?;
                 tx.execute(
-                    "INSERT INTO blobs (hash, size, md5) VALUES (?1, ?2, ?3)",
-                    params![staged.sha256, staged.len as i64, staged.md5],
+                    "INSERT INTO blobs (hash, size, md5, kinds) VALUES (?1, ?2, ?3, ?4)",
+                    params![
+                        staged.sha256,
+                        staged.len as i64,
+                        staged.md5,
+                        kinds_column(&p.kinds)
+                    ],
                 )?;
             }
             let now = now_ns();
@@ -433,7 +443,7 @@ impl Store {
         };
         // Its preview is wanted from now on (InProgress until rendered), unless these bytes
         // have one already.
-        let render = crate::store::previews::want(tx, &self.blobs, &staged.sha256, &file.name)?;
+        let render = want_judged(tx, &staged.sha256, &file.name, &p.kinds)?;
         let freed = prune_versions(tx, file.id, &self.config.retention)?;
         if !v.committed {
             self.log_change(tx, NewChange::new(&row, ChangeKind::Version, &path))?;
@@ -542,6 +552,8 @@ pub(in crate::store) struct PendingCommit {
     scope: Scope,
     file_id: String,
     version_id: String,
+    /// The bytes' kinds of document (`previews::judge_file`).
+    kinds: crate::preview::Kinds,
     staged: Mutex<Option<StagedBlob>>,
     result: Mutex<Option<Result<Node>>>,
 }

@@ -305,6 +305,31 @@ pub(super) fn kind_of(
     Ok(blob_kinds(conn, blobs, hash)?[preview::name_class(name)])
 }
 
+/// The kinds of new bytes, not yet recorded, judged by the first bytes of `file` (read at
+/// offset 0; its position is left alone): for a blob recorded with its kinds
+/// ([`kinds_column`]), so that [`want_judged`] has no need to read the blob back (from a bucket,
+/// requests made under the writers' lock).
+pub(in crate::store) fn judge_file(file: &std::fs::File) -> std::io::Result<Kinds> {
+    use std::os::unix::fs::FileExt;
+    let mut head = vec![0; SNIFF_BYTES];
+    let mut got = 0;
+    while got < head.len() {
+        match file.read_at(&mut head[got..], got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    head.truncate(got);
+    Ok(preview::kinds(&head))
+}
+
+/// `blobs.kinds` as the store keeps it.
+pub(in crate::store) fn kinds_column(kinds: &Kinds) -> String {
+    format_kinds(kinds)
+}
+
 fn format_kinds(kinds: &Kinds) -> String {
     kinds.map(|k| k.as_str()).join(",")
 }
@@ -324,7 +349,17 @@ pub(super) fn want(
     hash: &str,
     name: &str,
 ) -> Result<Option<PreviewKind>> {
-    let kind = kind_of(conn, blobs, hash, name)?;
+    want_judged(conn, hash, name, &blob_kinds(conn, blobs, hash)?)
+}
+
+/// [`want`] of bytes whose kinds are known already (see [`judge_file`]).
+pub(in crate::store) fn want_judged(
+    conn: &Connection,
+    hash: &str,
+    name: &str,
+    kinds: &Kinds,
+) -> Result<Option<PreviewKind>> {
+    let kind = kinds[preview::name_class(name)];
     if kind == PreviewKind::Unsupported {
         return Ok(None);
     }
