@@ -201,7 +201,8 @@ pub(in crate::store) fn file_and_path(
 ) -> Result<(NodeRow, NodePath)> {
     let not_found = || Error::not_found(format!("no file with ID {id}"));
     let n: i64 = id.parse().map_err(|_| not_found())?;
-    let row = get_row(conn, n)?
+    let (row, walk) = walk_up(conn, n)?;
+    let row = row
         .filter(|row| row.is_file())
         .filter(|row| match scope {
             Scope::Account(a) => a == row.account_id,
@@ -209,7 +210,7 @@ pub(in crate::store) fn file_and_path(
         })
         .ok_or_else(not_found)?;
     // A file of a tree being purged (deleted, detached from its account) is gone already.
-    match walk_up(conn, n)? {
+    match walk {
         Walk::Attached(path) => Ok((row, path)),
         Walk::Detached(_) | Walk::Damaged | Walk::Vanished => Err(not_found()),
     }
@@ -229,29 +230,43 @@ enum Walk {
 }
 
 /// Walks up from node `id` to the top of its tree, in one statement (on PostgreSQL a statement
-/// is a round trip, and a file's path is read in most transactions of an upload).
-fn walk_up(conn: &Connection, id: i64) -> Result<Walk> {
+/// is a round trip, and a file's path is read in most transactions of an upload): the node's
+/// row, and where the walk ended.
+fn walk_up(conn: &Connection, id: i64) -> Result<(Option<NodeRow>, Walk)> {
     let mut names = Vec::new();
     let mut top = None;
+    let mut first = None;
     let mut rows = conn.prepare_cached(
         "WITH RECURSIVE up(id, parent_id, kind, name, depth) AS (
              SELECT id, parent_id, kind, name, CAST(0 AS BIGINT) FROM nodes WHERE id = ?1
              UNION ALL SELECT n.id, n.parent_id, n.kind, n.name, up.depth + 1 FROM nodes n
                  JOIN up ON n.id = up.parent_id WHERE up.depth < ?2)
-         SELECT parent_id, kind, name FROM up ORDER BY depth",
+         SELECT n.id, up.parent_id, n.account_id, up.kind, up.name, n.created_on,
+                n.modified_on, v.length, v.md5, n.exec
+         FROM up LEFT JOIN nodes n ON n.id = up.id AND up.depth = 0
+         LEFT JOIN versions v ON v.id = n.current_version
+         ORDER BY up.depth",
     )?;
     for r in rows.query_map(params![id, MAX_WALK_DEPTH], |r| {
+        let row = match r.get::<_, Option<i64>>(0)? {
+            Some(_) => Some(read_row(r)?),
+            None => None,
+        };
         Ok((
-            r.get::<_, Option<i64>>(0)?,
-            r.get::<_, i64>(1)?,
-            r.get::<_, String>(2)?,
+            row,
+            r.get::<_, Option<i64>>(1)?,
+            r.get::<_, i64>(3)?,
+            r.get::<_, String>(4)?,
         ))
     })? {
-        let (parent, kind, name) = r?;
+        let (row, parent, kind, name) = r?;
+        if first.is_none() {
+            first = row;
+        }
         names.push(name);
         top = Some((parent, kind));
     }
-    Ok(match top {
+    let walk = match top {
         None => Walk::Vanished,
         Some((None, kind)) if names.len() as i64 <= MAX_WALK_DEPTH => {
             names.reverse();
@@ -263,14 +278,12 @@ fn walk_up(conn: &Connection, id: i64) -> Result<Walk> {
         }
         // The walk ended at a parent that is not there, or went on too long: a cycle.
         Some(_) => Walk::Damaged,
-    })
+    };
+    Ok((first, walk))
 }
 
-/// Whether the node is under an account, not in a tree a delete detached (`store::purge`), nor
-/// in a cycle or below a missing parent that an older build left (`vaultfs check`): the walk up
-/// stops after [`MAX_WALK_DEPTH`] levels.
 pub(super) fn attached(conn: &Connection, id: i64) -> Result<bool> {
-    Ok(matches!(walk_up(conn, id)?, Walk::Attached(_)))
+    Ok(matches!(walk_up(conn, id)?.1, Walk::Attached(_)))
 }
 
 /// The error of a walk of the tree that went [`MAX_WALK_DEPTH`] levels from node `id`: the
@@ -311,7 +324,7 @@ pub(in crate::store) fn row(conn: &Connection, id: i64) -> Result<NodeRow> {
 /// statement: on PostgreSQL a statement is a round trip, and a file's path is read in most
 /// transactions of an upload.
 pub(in crate::store) fn path_of(conn: &Connection, id: i64) -> Result<NodePath> {
-    match walk_up(conn, id)? {
+    match walk_up(conn, id)?.1 {
         Walk::Attached(path) => Ok(path),
         Walk::Detached(names) => NodePath::from_segments(names),
         Walk::Vanished => Err(Error::internal(format!("node {id} vanished"))),
