@@ -3,12 +3,14 @@ built-in store (SQLite and a blob folder, one machine) and the shared store (Pos
 S3-compatible server), the latter's uploads also against 2 and 4 servers of the one store
 (issue 34's targets)."""
 
+import os
+
 from .contenders import Vaultfs
 from .pages import Page, cell, med, met, ratio
 from .server import ServerBench
 from .setup import kill_proc
 from .stores import start_postgres, start_s3, stop_services
-from .util import commas, human, log, proc_cpu, proc_kib
+from .util import commas, human, log, machine_cpu, proc_cpu, proc_kib
 
 SQLITE, PG = "sqlite", "pg"
 
@@ -73,9 +75,14 @@ class SharedBench(ServerBench):
                          servers=[v.server] + [p for p, _ in more])
             for k in self.servers[v.key]:
                 cpu0 = {name: cpu(p) for name, p in procs.items()}
+                busy0, total0 = machine_cpu()
                 self.uploads(v.key, k, [v.base] + [b for _, b in more[:k - 1]], v)
+                busy1, total1 = machine_cpu()
                 for name, p in procs.items():
                     self.rec(v.key, "cpu_%s_%d" % (name, k), cpu(p) - cpu0[name])
+                if total1 > total0:
+                    self.rec(v.key, "busy_%d" % k,
+                             (busy1 - busy0) / (total1 - total0) * os.cpu_count())
             self.rec(v.key, "rss_end", proc_kib(v.server.pid, "VmHWM") / 1024)
         finally:
             for p, _ in more:
@@ -117,16 +124,20 @@ class SharedBench(ServerBench):
             P.w("## Scale-out: servers of one store (%s)" % L[PG], "")
             names = ["servers"] + list(self.services)
             P.table(["Servers", "Uploads/s", "p50", "p99", "vs one server"] +
-                    ["CPU s: %s" % ("vaultfs" if x == "servers" else x) for x in names], [
+                    ["CPU s: %s" % ("vaultfs" if x == "servers" else x) for x in names] +
+                    ["Cores busy (of %d)" % os.cpu_count()], [
                 [str(n), cell(g(PG, "uploads_%d" % n), "files/s"),
                  cell(g(PG, "uploads_%d_p50" % n), "ms", True),
                  cell(g(PG, "uploads_%d_p99" % n), "ms", True),
                  ratio(m(PG, "uploads_%d" % n), one)] +
-                [cell(g(PG, "cpu_%s_%d" % (x, n)), "s") for x in names]
+                [cell(g(PG, "cpu_%s_%d" % (x, n)), "s") for x in names] +
+                [cell(g(PG, "busy_%d" % n), "")]
                 for n in a.servers], right=1)
             P.w("CPU s: the CPU time (user + system, children included) of the vaultfs servers, "
                 "PostgreSQL and the S3 server during the uploads of that row: where the "
-                "uploads' work goes.", "")
+                "uploads' work goes. Cores busy: the machine's CPU time over that row's wall "
+                "time, every process (the clients too): at the machine's count of cores, more "
+                "servers on it cannot add uploads.", "")
         if both:
             x = lambda k: m(PG, k) and m(SQLITE, k) and m(PG, k) / m(SQLITE, k)  # noqa: E731
             two = m(PG, "uploads_2") and one and m(PG, "uploads_2") / one
