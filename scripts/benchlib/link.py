@@ -13,7 +13,7 @@ import time
 from .contenders import Rclone, Vaultfs
 from .fixtures import WORDS
 from .setup import Reg, kill_proc
-from .util import MIB, ROOT, commas, die, log
+from .util import MIB, ROOT, commas, die, log, write_kept
 from .workloads import Bench
 
 LINK_DOCS = 200
@@ -177,6 +177,5 @@ class LinkBench(Bench):
                 out.append("| %s | %s | %s | %.3g %s |" % (label, " | ".join(cells), ratio,
                                                            limit(rtt), unit))
             out.append("")
-        with open(a.out, "w") as f:
-            f.write("\n".join(out))
+        write_kept(a.out, "\n".join(out))
         log("wrote %s" % a.out)
