@@ -44,6 +44,9 @@ pub const CHUNK: u64 = 1 << 20;
 const MAX_READAHEAD: u64 = 32 * CHUNK;
 /// The read-ahead of a file's first sequential read.
 const FIRST_WINDOW: u64 = 8 * CHUNK;
+/// The bytes of a read that come before its read-ahead starts (see `ReadCache::read`): what a
+/// viewer needs of a file's first page.
+const FIRST_BYTES: u64 = 128 << 10;
 /// Chunks in one read-ahead request, and such requests running at once per file.
 const PIECE: u64 = 4;
 const AHEAD_RUNS: usize = 4;
@@ -65,6 +68,42 @@ pub(super) struct Reads {
     pub(super) daemon_reads: AtomicU64,
     /// WRITE requests answered (passthrough writes make none).
     pub(super) daemon_writes: AtomicU64,
+    /// When a reader last had a READ of stored bytes answered (background work waits for a
+    /// quiet spell: [`LastRead`]).
+    pub(super) last_read: LastRead,
+}
+
+/// When a reader last had a READ of stored bytes answered by the daemon. Background fetches
+/// (the thumbnails for file managers) wait until the mount has gone a while without one: over a
+/// link, a reader's first bytes would otherwise wait for a new connection (the warm one busy
+/// with a preview) and share the bandwidth with them. The mount's start counts as a read: the
+/// first reads after a mount come before the thumbnails of the folders it lists.
+pub(super) struct LastRead {
+    since: std::time::Instant,
+    /// Milliseconds after `since`.
+    at_ms: AtomicU64,
+}
+
+impl LastRead {
+    pub(super) fn new() -> LastRead {
+        LastRead {
+            since: std::time::Instant::now(),
+            at_ms: AtomicU64::new(0),
+        }
+    }
+
+    pub(super) fn note(&self) {
+        let now = self.since.elapsed().as_millis() as u64;
+        self.at_ms
+            .fetch_max(now, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How long until the mount will have gone `quiet` without a read (zero once it has).
+    pub(super) fn quiet_in(&self, quiet: std::time::Duration) -> std::time::Duration {
+        let last =
+            std::time::Duration::from_millis(self.at_ms.load(std::sync::atomic::Ordering::Relaxed));
+        (last + quiet).saturating_sub(self.since.elapsed())
+    }
 }
 
 pub struct CachedFile {
@@ -495,15 +534,22 @@ impl ReadCache {
             0
         };
         let last = (end - 1) / CHUNK;
-        if !e.has(offset, end) {
-            fetch_for_read(backend, e, offset, end).await?;
-        }
-        // The read-ahead once this read's own bytes are here: started beside them, its pieces
-        // shared the link with them, and the first page of a cold file came ~5x later behind a
-        // 50 ms link. Its own download goes on meanwhile, so the link is not left idle.
         let ahead_last = ((end + window).min(e.size) - 1) / CHUNK;
+        // The read-ahead once this read's first bytes are here: started beside them, its
+        // pieces shared the link with them, and the first page of a cold file came ~5x later
+        // behind a 50 ms link. Nor once all of them are: a read of a whole chunk (the kernel's
+        // read-ahead asks for 1 MiB) would leave the link idle while the read-ahead's requests
+        // (a new connection each, under HTTP/1.1) make their round trips; started now, their
+        // bytes come as this read's last ones have.
+        let first = end.min(offset + FIRST_BYTES);
+        if !e.has(offset, first) {
+            fetch_for_read(backend, e, offset, first).await?;
+        }
         if ahead_last > last {
             read_ahead(backend, e, last + 1, ahead_last);
+        }
+        if !e.has(offset, end) {
+            fetch_for_read(backend, e, offset, end).await?;
         }
         let e2 = e.clone();
         tokio::task::spawn_blocking(move || e2.pread(offset, (end - offset) as usize))
@@ -632,6 +678,19 @@ pub(super) const CHANGED: &str = "changed";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Background work waits for a quiet spell after the mount's start and after each read,
+    /// and not once the spell has passed.
+    #[test]
+    fn background_work_waits_for_readers_to_go_quiet() {
+        use std::time::Duration;
+        let last = LastRead::new();
+        assert!(last.quiet_in(Duration::from_secs(10)) > Duration::from_secs(9));
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(last.quiet_in(Duration::from_millis(50)), Duration::ZERO);
+        last.note();
+        assert!(last.quiet_in(Duration::from_secs(10)) > Duration::from_secs(9));
+    }
 
     /// Whatever ID and md5 a server sent, the cache's files are plain names in its own dir.
     #[test]

@@ -232,6 +232,7 @@ impl<B: Backend> Fs<B> {
             let Some(r) = remote else {
                 return Ok(Vec::new());
             };
+            self.reads.last_read.note();
             let entry = self
                 .reads
                 .cache

@@ -307,6 +307,7 @@ impl<B: Backend> Fs<B> {
                 read_ahead_kb: std::sync::atomic::AtomicU32::new(0),
                 daemon_reads: AtomicU64::new(0),
                 daemon_writes: AtomicU64::new(0),
+                last_read: cache::LastRead::new(),
             },
             journal,
             uid,

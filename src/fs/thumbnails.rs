@@ -39,6 +39,9 @@ pub(super) const SIZES: [(&str, u32); 2] = [("normal", 128), ("large", 256)];
 /// Larger entries another program made: removed when stale, since GIO takes the largest
 /// entry there is and would find it invalid (then thumbnail the file by reading it).
 const OTHER_SIZES: [&str; 2] = ["x-large", "xx-large"];
+/// How long the mount goes without a reader's READ of stored bytes before entries are made
+/// (their previews are fetched over the same link: `cache::LastRead`).
+const READERS_FIRST: Duration = Duration::from_millis(500);
 /// Files waiting at most: a listing of 100,000 files queues the first of them only.
 const MAX_QUEUED: usize = 1000;
 /// Files (and folders listed) remembered; forgotten all at once past this (then made again
@@ -265,6 +268,12 @@ impl<B: Backend> Fs<B> {
             let gone = std::mem::take(&mut relock(&th.state).gone);
             if !gone.is_empty() {
                 self.remove_entries(gone).await;
+                continue;
+            }
+            // Readers first (see `cache::LastRead`).
+            let wait = self.reads.last_read.quiet_in(READERS_FIRST);
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
                 continue;
             }
             // A job, or when the next one is due (None: when one is queued).
