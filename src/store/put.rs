@@ -412,7 +412,7 @@ impl Store {
                 p.sha256,
                 f.len as i64,
                 p.md5,
-                super::previews::kinds_column(&p.kinds)
+                super::previews::format_kinds(&p.kinds)
             ])?;
         }
         tx.prepare_cached(

@@ -192,8 +192,9 @@ pub(in crate::store) fn file_by_id(conn: &Connection, scope: Scope, id: &str) ->
     Ok(file_and_path(conn, scope, id)?.0)
 }
 
-/// [`file_by_id`] with the file's path as stored, from the same walk up the tree (which tells
-/// whether the file is attached): two statements, where a file and then its path took three.
+/// [`file_by_id`] with the file's path as stored, all from one walk up the tree (which also
+/// reads the file's row and tells whether it is attached): one statement, where the row, a
+/// walk to check it is attached and a walk for its path took three.
 pub(in crate::store) fn file_and_path(
     conn: &Connection,
     scope: Scope,

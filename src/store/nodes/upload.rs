@@ -14,7 +14,7 @@ use crate::api::{
 use crate::store::blobs::{BlobWriter, StagedBlob};
 use crate::store::changes::{Limits, NewChange, record};
 use crate::store::db::{Conn as Connection, OptionalExtension, params};
-use crate::store::previews::{kinds_column, want_judged};
+use crate::store::previews::{format_kinds, want_judged};
 use crate::store::{Scope, Store, now_ns, time_to_ns};
 use crate::sync::relock;
 
@@ -426,7 +426,7 @@ impl Store {
                     staged.sha256,
                     staged.len as i64,
                     staged.md5,
-                    kinds_column(&p.kinds)
+                    format_kinds(&p.kinds)
                 ],
             )? == 1;
             if new {

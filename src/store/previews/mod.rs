@@ -307,7 +307,7 @@ pub(super) fn kind_of(
 
 /// The kinds of new bytes, not yet recorded, judged by the first bytes of `file` (read at
 /// offset 0; its position is left alone): for a blob recorded with its kinds
-/// ([`kinds_column`]), so that [`want_judged`] has no need to read the blob back (from a bucket,
+/// ([`format_kinds`]), so that [`want_judged`] has no need to read the blob back (from a bucket,
 /// requests made under the writers' lock).
 pub(in crate::store) fn judge_file(file: &std::fs::File) -> std::io::Result<Kinds> {
     use std::os::unix::fs::FileExt;
@@ -326,11 +326,7 @@ pub(in crate::store) fn judge_file(file: &std::fs::File) -> std::io::Result<Kind
 }
 
 /// `blobs.kinds` as the store keeps it.
-pub(in crate::store) fn kinds_column(kinds: &Kinds) -> String {
-    format_kinds(kinds)
-}
-
-fn format_kinds(kinds: &Kinds) -> String {
+pub(in crate::store) fn format_kinds(kinds: &Kinds) -> String {
     kinds.map(|k| k.as_str()).join(",")
 }
 
