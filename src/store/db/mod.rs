@@ -23,10 +23,11 @@
 //! has; reads of other processes' preview threads go on beside it.
 //!
 //! **PostgreSQL client.** sfackler's synchronous `postgres` crate (the store is synchronous;
-//! no async stack or pool framework to build). Each connection is owned by a thread of its
-//! own, and calls reach it over a channel: the client blocks on a runtime of its own, which
-//! must never be entered from a thread of the server's runtime (tests and the local backend call
-//! the store from async code); a channel round trip is a few microseconds beside the network's.
+//! no async stack or pool framework to build). A statement runs on the calling thread: the
+//! client blocks on a runtime of its own, which a thread of another runtime may only do where
+//! that runtime allows it (`pg::on_blocking_thread`). A thread of its own per connection,
+//! called over a channel, cost two thread wake-ups a statement: a fifth of a server's CPU in
+//! small uploads.
 //! Statements are prepared once per connection (keyed by their SQL), as `prepare_cached` does.
 //! TLS as libpq's `sslmode` asks, over rustls ([`tls`]).
 //!

@@ -1,9 +1,8 @@
 //! PostgreSQL's side: values sent and read by their column types, the statements as PostgreSQL
-//! spells them ([`pg_sql`]), and the connection that a thread of its own owns, called over a
-//! channel ([`PgConn`]; see the parent module's comment for why).
+//! spells them ([`pg_sql`]), and the connection ([`PgConn`]; see the parent module's comment).
 
 use std::collections::HashMap;
-use std::sync::mpsc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
@@ -103,15 +102,25 @@ pub fn pg_sql(sql: &str) -> String {
     out.replace("LIMIT -1", "LIMIT ALL")
 }
 
-type Job = Box<dyn FnOnce(&mut PgState) + Send>;
-
 struct PgState {
     url: String,
     client: Option<postgres::Client>,
     statements: HashMap<String, postgres::Statement>,
+    /// A statement failed since the last `BEGIN` or `ROLLBACK [TO]`: the transaction, if one is
+    /// open, is aborted.
+    failed: bool,
 }
 
 impl PgState {
+    /// Runs a statement, noting whether it failed.
+    fn noted<T>(&mut self, f: impl FnOnce(&mut PgState) -> Result<T>) -> Result<T> {
+        let r = f(self);
+        if r.is_err() {
+            self.failed = true;
+        }
+        r
+    }
+
     fn client(&mut self) -> Result<&mut postgres::Client> {
         if self.client.as_ref().is_some_and(|c| c.is_closed()) {
             log::warn!("the connection to PostgreSQL was lost: connecting again");
@@ -191,71 +200,83 @@ fn connect(url: &str) -> Result<postgres::Client> {
     Ok(client)
 }
 
-/// A PostgreSQL connection, owned by its thread.
+/// A PostgreSQL connection, used by one thread at a time (the pool's or the store's lock hands
+/// it out): each call runs on the calling thread.
 pub struct PgConn {
-    jobs: mpsc::Sender<Job>,
+    /// Boxed: a connection of either engine is passed around by value.
+    state: Box<Mutex<PgState>>,
+}
+
+/// Runs `f`, which blocks on the client's own runtime, where that is allowed: on a plain thread
+/// or a blocking-pool thread as it is (the server's requests: a statement is one socket round
+/// trip, no thread hand-off); on a worker of a multi-thread runtime after telling it
+/// (`block_in_place`); on a current-thread runtime (a test's), whose thread may be inside its
+/// own `block_on`, on a scoped thread.
+fn on_blocking_thread<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Err(_) => f(),
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        Ok(_) => std::thread::scope(|s| {
+            s.spawn(f)
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        }),
+    }
+}
+
+impl Drop for PgConn {
+    fn drop(&mut self) {
+        // Closing the client blocks on its runtime too (and drops it).
+        let client = crate::sync::relock(&self.state).client.take();
+        on_blocking_thread(move || drop(client));
+    }
 }
 
 impl PgConn {
     pub fn open(url: &str) -> Result<PgConn> {
-        let (jobs, rx) = mpsc::channel::<Job>();
-        let (ready_tx, ready_rx) = mpsc::sync_channel(1);
-        let url = url.to_string();
-        std::thread::Builder::new()
-            .name("postgres".into())
-            .spawn(move || {
-                let mut state = PgState {
-                    client: None,
-                    statements: HashMap::new(),
-                    url,
-                };
-                let first = state.client().map(drop);
-                let failed = first.is_err();
-                let _ = ready_tx.send(first);
-                if failed {
-                    return;
-                }
-                // Ends when the connection is dropped (its sender with it).
-                while let Ok(job) = rx.recv() {
-                    job(&mut state);
-                }
-            })
-            .map_err(|e| DbError::Other(format!("cannot start a thread: {e}")))?;
-        ready_rx
-            .recv()
-            .map_err(|_| DbError::Other("the PostgreSQL thread died".into()))??;
-        Ok(PgConn { jobs })
+        let mut state = PgState {
+            client: None,
+            statements: HashMap::new(),
+            url: url.to_string(),
+            failed: false,
+        };
+        on_blocking_thread(|| state.client().map(drop))?;
+        Ok(PgConn {
+            state: Box::new(Mutex::new(state)),
+        })
     }
 
-    fn call<T>(&self, f: impl FnOnce(&mut PgState) -> T + Send + 'static) -> T
-    where
-        T: From<DbError> + Send + 'static,
-    {
-        let (tx, rx) = mpsc::sync_channel(1);
-        let sent = self.jobs.send(Box::new(move |s: &mut PgState| {
-            let _ = tx.send(f(s));
-        }));
-        if sent.is_err() {
-            return DbError::Other("the PostgreSQL thread is gone".into()).into();
-        }
-        rx.recv()
-            .unwrap_or_else(|_| DbError::Other("the PostgreSQL thread died".into()).into())
+    fn call<T: Send>(&self, f: impl FnOnce(&mut PgState) -> T + Send) -> T {
+        let mut state = crate::sync::relock(&self.state);
+        let state: &mut PgState = &mut state;
+        on_blocking_thread(|| f(state))
     }
 
     pub(super) fn query(&self, sql: &str, params: Vec<Value>) -> Result<Vec<Row>> {
-        let sql = sql.to_string();
-        self.call(move |s| Wrap(s.query(&sql, &params))).0
+        self.call(|s| s.noted(|s| s.query(sql, &params)))
     }
 
     pub(super) fn execute(&self, sql: &str, params: Vec<Value>) -> Result<usize> {
-        let sql = sql.to_string();
-        self.call(move |s| Wrap(s.execute(&sql, &params))).0
+        self.call(|s| s.noted(|s| s.execute(sql, &params)))
     }
 
     pub(super) fn batch(&self, sql: &str) -> Result<()> {
         let sql = pg_sql(sql);
-        self.call(move |s| Wrap(s.client().and_then(|c| Ok(c.batch_execute(&sql)?))))
-            .0
+        self.call(|s| {
+            if sql.starts_with("BEGIN") || sql.starts_with("ROLLBACK") {
+                s.failed = false;
+            } else if sql == "COMMIT" && s.failed {
+                // PostgreSQL answers a COMMIT of a transaction a statement failed in with a
+                // rollback, not an error: it must not pass for a commit.
+                s.failed = false;
+                s.client()?.batch_execute("ROLLBACK")?;
+                return Err(DbError::Other(
+                    "a statement of the transaction failed: it was rolled back".into(),
+                ));
+            }
+            s.noted(|s| Ok(s.client()?.batch_execute(&sql)?))
+        })
     }
 }
 
@@ -291,14 +312,5 @@ impl PgListener {
             ));
         }
         Ok(got)
-    }
-}
-
-/// A result that an error converts into (for [`PgConn::call`]).
-struct Wrap<T>(Result<T>);
-
-impl<T> From<DbError> for Wrap<T> {
-    fn from(e: DbError) -> Self {
-        Wrap(Err(e))
     }
 }
