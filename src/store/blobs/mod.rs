@@ -214,6 +214,11 @@ impl BlobDir {
     /// Moves a staged file into its content address (durably: the directory is fsynced too).
     /// Called with the store's lock held, after checking that no blob of that hash is recorded.
     pub fn commit(&self, staged: &mut StagedBlob) -> io::Result<()> {
+        if staged.path.as_os_str().is_empty() {
+            // In place already: a transaction that recorded it was rolled back (a group
+            // commit retried one by one).
+            return Ok(());
+        }
         let dest = self.path(&staged.sha256);
         let dir = dest.parent().expect("blob path has a parent");
         fs::create_dir_all(dir)?;

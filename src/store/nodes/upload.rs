@@ -326,46 +326,49 @@ impl Store {
 
     /// Commits the queued step 3s in one durable transaction and gives each its result. Returns
     /// the previews to queue (after the lock is released).
+    ///
+    /// No savepoints (two round trips an upload on PostgreSQL, under the writers' lock): an
+    /// upload's checks only read ([`Store::check_one`]), so one refused has written nothing and
+    /// fails alone; should a write fail (the database's error, which on PostgreSQL ends the
+    /// transaction), the batch is rolled back and its uploads committed again one by one, each
+    /// in a transaction of its own.
     fn commit_batch(
         &self,
         conn: &Connection,
         batch: &[Arc<PendingCommit>],
     ) -> Vec<(Option<crate::preview::PreviewKind>, String, String)> {
+        let mut staged: Vec<Option<StagedBlob>> =
+            batch.iter().map(|p| relock(&p.staged).take()).collect();
         let mut results: Vec<Result<Committed>> = Vec::new();
         let committed = (|| -> Result<()> {
             // Durable before it returns: the clients will drop their copies of these bytes.
             let durable = crate::store::schema::Durable::new(conn)?;
-            let mut tx = conn.unchecked_transaction()?;
-            for p in batch {
-                let Some(mut staged) = relock(&p.staged).take() else {
-                    results.push(Err(Error::internal("upload committed twice")));
-                    continue;
-                };
+            let together = self.commit_together(conn, batch, &mut staged, &mut results);
+            if let Err(e) = together {
                 if batch.len() == 1 {
-                    // Alone in its batch: the transaction is its own (a savepoint would be two
-                    // round trips more on PostgreSQL, under the writers' lock).
-                    let r = self.commit_one(&tx, p, &mut staged);
-                    let failed = r.is_err();
-                    results.push(r);
-                    if failed {
-                        return Ok(()); // the transaction rolls back, dropped
-                    }
-                    continue;
+                    return Err(e);
                 }
-                let sp = tx.savepoint()?;
-                let r = self.commit_one(&sp, p, &mut staged);
-                match r {
-                    Ok(v) => {
-                        sp.commit()?;
-                        results.push(Ok(v));
-                    }
-                    Err(e) => {
-                        drop(sp); // rolls this upload back, and only it
-                        results.push(Err(e));
-                    }
+                log::warn!(
+                    "a group commit of {} uploads failed ({e}): one by one",
+                    batch.len()
+                );
+                results.clear();
+                for (p, staged) in batch.iter().zip(&mut staged) {
+                    let mut alone = Vec::new();
+                    let r = self.commit_together(
+                        conn,
+                        std::slice::from_ref(p),
+                        std::slice::from_mut(staged),
+                        &mut alone,
+                    );
+                    results.push(match r {
+                        Ok(()) => alone.pop().unwrap_or_else(|| {
+                            Err(Error::internal("upload commit lost its result"))
+                        }),
+                        Err(e) => Err(e),
+                    });
                 }
             }
-            tx.commit()?;
             durable.done()?;
             for (p, r) in batch.iter().zip(&results) {
                 if r.is_ok() {
@@ -391,24 +394,48 @@ impl Store {
         previews
     }
 
-    /// One step 3 inside the group's transaction: the node, whether its preview is to be made,
-    /// its name and blob hash.
-    fn commit_one(
+    /// The uploads of `batch` in one transaction, committed unless a write fails (`Err`: rolled
+    /// back). A refused upload (its checks failed) has its error in `results` and written
+    /// nothing.
+    fn commit_together(
+        &self,
+        conn: &Connection,
+        batch: &[Arc<PendingCommit>],
+        staged: &mut [Option<StagedBlob>],
+        results: &mut Vec<Result<Committed>>,
+    ) -> Result<()> {
+        let tx = conn.unchecked_transaction()?;
+        for (p, staged) in batch.iter().zip(staged.iter_mut()) {
+            let Some(staged) = staged else {
+                results.push(Err(Error::internal("upload committed twice")));
+                continue;
+            };
+            match self.check_one(&tx, p, staged) {
+                Ok(checked) => results.push(Ok(self.write_one(&tx, p, staged, checked)?)),
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// One step 3's checks inside the group's transaction, reads only: the file, its path and
+    /// the version.
+    fn check_one(
         &self,
         tx: &Connection,
         p: &PendingCommit,
-        staged: &mut StagedBlob,
-    ) -> Result<Committed> {
+        staged: &StagedBlob,
+    ) -> Result<(NodeRow, NodePath, VersionRow)> {
         let (file, path) = file_and_path(tx, p.scope, &p.file_id)?;
         let v = version_of(tx, file.id, &p.version_id)?;
-        let row = if v.committed {
+        if v.committed {
             if v.blob.as_deref() != Some(staged.sha256.as_str()) {
                 return Err(Error::conflict(
                     "version_committed",
                     "this version was already uploaded with other bytes",
                 ));
             }
-            file.clone()
         } else {
             // The conflict check of step 2, again where nothing can come in between.
             if !v.base.holds(file.md5.as_deref()) {
@@ -417,6 +444,22 @@ impl Store {
             check_upload(v.length, v.md5.as_deref(), staged)?;
             // Again at commit: versions announced together could pass the check of step 2.
             check_quota(tx, &self.config, p.scope, 0, v.length)?;
+        }
+        Ok((file, path, v))
+    }
+
+    /// One step 3's writes, after [`Store::check_one`]: the node, whether its preview is to be
+    /// made, its name and blob hash.
+    fn write_one(
+        &self,
+        tx: &Connection,
+        p: &PendingCommit,
+        staged: &mut StagedBlob,
+        (file, path, v): (NodeRow, NodePath, VersionRow),
+    ) -> Result<Committed> {
+        let row = if v.committed {
+            file.clone()
+        } else {
             // Recorded unless known (one statement, where a look and an insert took two);
             // new bytes are then given their name, inside the transaction all the same.
             let new = tx.execute(
