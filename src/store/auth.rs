@@ -10,7 +10,9 @@
 //! share one attempt at a time, further and further apart, so rotating addresses gains little,
 //! while the owner's own machines are never held back by failures elsewhere.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use super::db::{OptionalExtension, params};
 use argon2::Argon2;
@@ -49,6 +51,70 @@ const ACCOUNT_MAX_SPACING: Duration = Duration::from_secs(15 * 60);
 const KNOWN_WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
 /// The `kind` of the rows that record a source known to an e-mail.
 const KNOWN: &str = "known";
+/// How long a token found valid is taken at its word, on PostgreSQL only: there a check is a
+/// round trip to the database, and an upload makes three requests. A revocation by another
+/// process (another server, `vaultfs user revoke`) takes effect within this; one by this
+/// process at once; an expiry at its time.
+const TOKEN_RECHECK: Duration = Duration::from_secs(1);
+/// Tokens remembered at most (past it, those due for a check are forgotten).
+const TOKENS_REMEMBERED: usize = 4096;
+
+/// Tokens found valid lately (see [`TOKEN_RECHECK`]), by their hash and the e-mail given with
+/// them; and how many times they were all forgotten, so that a check which read a token before
+/// a revocation here does not remember it after.
+#[derive(Default)]
+pub(super) struct TokenCache(Mutex<(HashMap<TokenKey, Checked>, u64)>);
+
+/// A token's hash, and the e-mail given with it (`None`: a web session).
+type TokenKey = (Vec<u8>, Option<String>);
+
+struct Checked {
+    principal: Principal,
+    expires_on: i64,
+    at: Instant,
+}
+
+impl TokenCache {
+    /// The token's user if it was found valid lately; else the generation to remember it in.
+    fn get(&self, key: &TokenKey) -> std::result::Result<Principal, u64> {
+        let cache = crate::sync::relock(&self.0);
+        match cache.0.get(key) {
+            Some(c) if c.at.elapsed() < TOKEN_RECHECK && c.expires_on > now_ns() => {
+                Ok(c.principal.clone())
+            }
+            _ => Err(cache.1),
+        }
+    }
+
+    fn put(&self, key: TokenKey, p: Principal, expires_on: i64, generation: u64) {
+        let mut cache = crate::sync::relock(&self.0);
+        let (map, now) = &mut *cache;
+        if *now != generation {
+            return;
+        }
+        if map.len() >= TOKENS_REMEMBERED {
+            map.retain(|_, c| c.at.elapsed() < TOKEN_RECHECK);
+        }
+        if map.len() < TOKENS_REMEMBERED {
+            let at = Instant::now();
+            map.insert(
+                key,
+                Checked {
+                    principal: p,
+                    expires_on,
+                    at,
+                },
+            );
+        }
+    }
+
+    /// After a revocation here: every token is checked again.
+    fn forget(&self) {
+        let mut cache = crate::sync::relock(&self.0);
+        cache.0.clear();
+        cache.1 += 1;
+    }
+}
 
 /// Who a request acts for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -271,7 +337,10 @@ impl Store {
     /// Removes a user with their pins and tokens; the account and its files stay.
     pub fn remove_user(&self, email: &str) -> Result<()> {
         let conn = self.lock()?;
-        if conn.execute("DELETE FROM users WHERE email = ?1", [email])? == 0 {
+        let removed = conn.execute("DELETE FROM users WHERE email = ?1", [email])?;
+        // Once committed: a check in between would remember the token as it was.
+        self.tokens.forget();
+        if removed == 0 {
             return Err(Error::not_found(format!("no user {email}")));
         }
         Ok(())
@@ -294,6 +363,7 @@ impl Store {
         // A pin not yet exchanged would otherwise give a new token after the revocation.
         tx.execute("DELETE FROM pins WHERE user_id = ?1", [user])?;
         tx.commit()?;
+        self.tokens.forget();
         Ok(n)
     }
 
@@ -504,6 +574,7 @@ impl Store {
             "UPDATE tokens SET revoked = 1 WHERE hash = ?1 AND client_id = ?2",
             params![token_hash(token), WEB_SESSION],
         )?;
+        self.tokens.forget();
         Ok(())
     }
 
@@ -566,6 +637,15 @@ impl Store {
     /// The user of a live token: a delegation token of `email` (`Some`), or a web session
     /// (`None`).
     fn principal(&self, token: &str, email: Option<&str>) -> Result<Principal> {
+        let key = (token_hash(token), email.map(str::to_string));
+        let generation = if self.db.is_pg() {
+            match self.tokens.get(&key) {
+                Ok(p) => return Ok(p),
+                Err(generation) => Some(generation),
+            }
+        } else {
+            None
+        };
         let conn = self.conn()?;
         let row: Option<(i64, String, i64, i64, i64)> = conn
             .prepare_cached(
@@ -574,7 +654,7 @@ impl Store {
                  WHERE t.hash = ?1 AND (t.client_id = ?3) = (CAST(?2 AS TEXT) IS NULL)
                    AND (CAST(?2 AS TEXT) IS NULL OR u.email = ?2)",
             )?
-            .query_row(params![token_hash(token), email, WEB_SESSION], |r| {
+            .query_row(params![key.0, email, WEB_SESSION], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
             })
             .optional()?;
@@ -589,21 +669,29 @@ impl Store {
             Some((_, _, _, expires, _)) if expires <= now_ns() => {
                 Err(Error::auth("token_expired", "the token has expired"))
             }
-            Some((user_id, email, account_id, _, _)) => Ok(Principal {
-                user_id,
-                email,
-                account_id,
-            }),
+            Some((user_id, email, account_id, expires_on, _)) => {
+                let p = Principal {
+                    user_id,
+                    email,
+                    account_id,
+                };
+                if let Some(generation) = generation {
+                    self.tokens.put(key, p.clone(), expires_on, generation);
+                }
+                Ok(p)
+            }
         }
     }
 
     /// Test and operator hook: makes every token of a user expire now.
     pub fn expire_tokens(&self, email: &str) -> Result<usize> {
         let conn = self.lock()?;
-        Ok(conn.execute(
+        let n = conn.execute(
             "UPDATE tokens SET expires_on = ?2 WHERE user_id = (SELECT id FROM users WHERE email = ?1)",
             params![email, now_ns()],
-        )?)
+        )?;
+        self.tokens.forget();
+        Ok(n)
     }
 }
 

@@ -197,6 +197,8 @@ pub struct Store {
     wal_index: std::sync::OnceLock<Option<db::WalIndex>>,
     /// Wakes the change feed's waiters (`changes`).
     feed: Arc<changes::Feed>,
+    /// Tokens found valid lately (`auth`).
+    tokens: auth::TokenCache,
 }
 
 fn flock(f: &fs::File, op: i32) -> bool {
@@ -350,6 +352,7 @@ impl Store {
             _lock: lock,
             foreign: AtomicU64::new(0),
             foreign_read: Mutex::new(ForeignRead::default()),
+            tokens: auth::TokenCache::default(),
             wal_index: std::sync::OnceLock::new(),
             feed,
         };

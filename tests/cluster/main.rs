@@ -10,6 +10,7 @@ mod previews;
 mod schema;
 mod search;
 mod tls;
+mod tokens;
 mod transactions;
 
 use std::io::Write;
