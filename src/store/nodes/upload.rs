@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use super::delete::prune_versions;
 use super::limits::check_quota;
-use super::resolve::{Folders, file_and_path, file_by_id, find_child, require_folder, row, split};
+use super::resolve::{Folders, file_and_path, find_child, require_folder, row, split};
 use super::{NodeKind, NodeRow, insert_node, touch};
 use crate::api::{
     Base, ChangeKind, EXEC_BITS, Error, FileAttrs, FileExProperties, Node, NodePath, Result,
@@ -236,14 +236,34 @@ impl Store {
         file_id: &str,
         version_id: &str,
     ) -> Result<PendingUpload> {
-        let conn = self.conn()?;
-        let file = file_by_id(&conn, scope, file_id)?;
-        let v = version_of(&conn, file.id, version_id)?;
-        Ok(PendingUpload {
-            length: v.length,
-            md5: v.md5,
-            committed: v.committed,
-        })
+        // One statement: the file of the caller's account, and its version. Whether the file
+        // is still attached (not in a deleted tree) is for the commit, which reads it all again.
+        let no_file = || Error::not_found(format!("no file with ID {file_id}"));
+        let fid: i64 = file_id.parse().map_err(|_| no_file())?;
+        let vid: i64 = version_id.parse().unwrap_or(-1);
+        let account = match scope {
+            Scope::Account(a) => Some(a),
+            Scope::All => None,
+        };
+        let found: Option<(Option<i64>, Option<String>, Option<i64>)> = self
+            .conn()?
+            .prepare_cached(
+                "SELECT v.length, v.md5, v.committed FROM nodes n
+                 LEFT JOIN versions v ON v.id = ?2 AND v.file_id = n.id
+                 WHERE n.id = ?1 AND n.kind = ?3 AND (CAST(?4 AS BIGINT) IS NULL OR n.account_id = ?4)",
+            )?
+            .query_row(params![fid, vid, NodeKind::File as i64, account], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .optional()?;
+        match found.ok_or_else(no_file)? {
+            (Some(length), md5, Some(committed)) => Ok(PendingUpload {
+                length: length as u64,
+                md5,
+                committed: committed != 0,
+            }),
+            _ => Err(version_not_found(version_id)),
+        }
     }
 
     /// A staging file for upload bytes, hashed as it is written.
@@ -543,13 +563,7 @@ struct VersionRow {
 
 /// A version of `file_id`.
 fn version_of(conn: &Connection, file_id: i64, version_id: &str) -> Result<VersionRow> {
-    let not_found = || {
-        Error::new(
-            crate::api::ErrorKind::NotFound,
-            "version_not_found",
-            format!("no pending version {version_id} for this file"),
-        )
-    };
+    let not_found = || version_not_found(version_id);
     let vid: i64 = version_id.parse().map_err(|_| not_found())?;
     conn.prepare_cached(
         "SELECT length, md5, committed, base, blob, modified_on, exec FROM versions
@@ -569,6 +583,14 @@ fn version_of(conn: &Connection, file_id: i64, version_id: &str) -> Result<Versi
     })
     .optional()?
     .ok_or_else(not_found)
+}
+
+fn version_not_found(version_id: &str) -> Error {
+    Error::new(
+        crate::api::ErrorKind::NotFound,
+        "version_not_found",
+        format!("no pending version {version_id} for this file"),
+    )
 }
 
 /// The checks of step 3 against step 2, in one place.
