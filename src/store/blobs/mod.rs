@@ -1,8 +1,9 @@
 //! The bytes of files, content-addressed by sha256 and immutable, behind one interface
 //! ([`Blobs`]) with two places to keep them: a folder (`blobs/<2 hex>/<64 hex>`, [`BlobDir`]) or
 //! a bucket of S3, GCS or Azure ([`super::bucket`]). Either way a blob is first written to `tmp/` on local
-//! disk, hashed on the way and fsynced, and only then named (renamed into place, or PUT under
-//! its key), so a blob under its name is always whole. md5 is computed alongside because it is
+//! disk, hashed on the way (and fsynced when that file is to become the blob: a folder's), and
+//! only then named (renamed into place, or PUT under its key), so a blob under its name is
+//! always whole. md5 is computed alongside because it is
 //! the interface's checksum.
 //!
 //! The previews of the blobs go where the blobs go, so that every server of a store finds
@@ -68,6 +69,10 @@ pub struct BlobWriter {
     len: u64,
     sha: Sha256,
     md5: Md5State,
+    /// The file becomes the blob (a folder's): fsynced at `finish`. Bytes bound for a bucket
+    /// are durable once the bucket has them; their staging file is read back from the page
+    /// cache and removed, and a crash leaves it for `clear_tmp`.
+    durable: bool,
 }
 
 /// md5 is hashed inline for the first [`MD5_THREAD_AFTER`] bytes; a larger upload moves it to a
@@ -125,10 +130,13 @@ impl BlobWriter {
         self.len == 0
     }
 
-    /// fsyncs the file and hands it over, with its hashes, for `BlobDir::commit`.
+    /// fsyncs the file (unless bound for a bucket) and hands it over, with its hashes, for
+    /// `Blobs::commit`.
     pub fn finish(mut self) -> io::Result<StagedBlob> {
         let file = self.file.take().expect("finish called twice");
-        file.sync_all()?;
+        if self.durable {
+            file.sync_all()?;
+        }
         drop(file);
         let md5 = match std::mem::replace(&mut self.md5, Md5State::Taken) {
             Md5State::Inline(h) => hex(&h.finalize()),
@@ -208,6 +216,7 @@ impl BlobDir {
             len: 0,
             sha: Sha256::new(),
             md5: Md5State::Inline(Md5::new()),
+            durable: true,
         })
     }
 
@@ -451,7 +460,9 @@ impl Blobs {
 
     /// A new staging file in `tmp/`.
     pub fn writer(&self) -> io::Result<BlobWriter> {
-        self.dir.writer()
+        let mut w = self.dir.writer()?;
+        w.durable = self.bucket.is_none();
+        Ok(w)
     }
 
     /// A fresh name in `tmp/`.
