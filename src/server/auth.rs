@@ -52,10 +52,15 @@ impl FromRequestParts<AppState> for Caller {
         let (email, token) = value.to_str().ok().and_then(parse_basic).ok_or_else(|| {
             unauthorized("malformed Authorization header (expected Basic e-mail:token)")
         })?;
-        let store = state.store.clone();
-        let principal = tokio::task::spawn_blocking(move || store.authenticate(&email, &token))
-            .await
-            .map_err(|e| ApiError(Error::internal(format!("auth task failed: {e}"))))??;
+        let principal = match state.store.remembered(&email, &token) {
+            Some(p) => p,
+            None => {
+                let store = state.store.clone();
+                tokio::task::spawn_blocking(move || store.authenticate(&email, &token))
+                    .await
+                    .map_err(|e| ApiError(Error::internal(format!("auth task failed: {e}"))))??
+            }
+        };
         let backend = LocalBackend::for_account(state.store.clone(), principal.account_id);
         Ok(Caller {
             backend,

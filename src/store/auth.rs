@@ -634,6 +634,18 @@ impl Store {
         self.principal(token, Some(email))
     }
 
+    /// [`Store::authenticate`] when the answer is remembered (PostgreSQL, see
+    /// [`TOKEN_RECHECK`]): no database, no blocking, so a server can ask from async code
+    /// before handing the check to a blocking thread.
+    pub fn remembered(&self, email: &str, token: &str) -> Option<Principal> {
+        if !self.db.is_pg() {
+            return None;
+        }
+        self.tokens
+            .get(&(token_hash(token), Some(email.to_string())))
+            .ok()
+    }
+
     /// The user of a live token: a delegation token of `email` (`Some`), or a web session
     /// (`None`).
     fn principal(&self, token: &str, email: Option<&str>) -> Result<Principal> {
