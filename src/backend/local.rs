@@ -266,15 +266,17 @@ impl Backend for LocalBackend {
     ) -> Result<Node> {
         let (id, vid) = (file_id.to_string(), version_id.to_string());
         // The version's own length is what counts; stop reading as soon as the body exceeds it.
-        let pending = {
+        // The version, and a staging file for its bytes, in one trip to a blocking thread.
+        let (pending, w) = {
             let (id, vid) = (id.clone(), vid.clone());
-            self.run(move |s, scope| s.pending_upload(scope, &id, &vid))
+            self.run(move |s, scope| Ok((s.pending_upload(scope, &id, &vid)?, s.blob_writer()?)))
                 .await?
         };
         let expected = pending.length;
         // No thread waits for the network: the bytes are gathered here and each batch is
-        // written (and hashed) by a short blocking task, while the next batch arrives.
-        let mut writer = Some(self.run(|s, _| Ok(s.blob_writer()?)).await?);
+        // written (and hashed) by a short blocking task, while the next batch arrives; the
+        // last is written by the task that commits (a small file makes one trip).
+        let mut writer = Some(w);
         let mut writing: Option<tokio::task::JoinHandle<std::io::Result<BlobWriter>>> = None;
         let mut batch = BytesMut::new();
         let mut received = 0u64;
@@ -298,7 +300,7 @@ impl Backend for LocalBackend {
                 }
                 None => true,
             };
-            if batch.len() >= WRITE_BATCH || (end && !batch.is_empty()) {
+            if batch.len() >= WRITE_BATCH && !end {
                 if let Some(w) = writing.take() {
                     writer = Some(joined(w.await)?);
                 }
@@ -316,10 +318,14 @@ impl Backend for LocalBackend {
         if let Some(w) = writing.take() {
             writer = Some(joined(w.await)?);
         }
-        let w = writer.take().expect("the writer is back");
+        let mut w = writer.take().expect("the writer is back");
         let store = self.store.clone();
         let scope = self.scope;
+        let rest = batch.split().freeze();
         tokio::task::spawn_blocking(move || -> Result<Node> {
+            if !rest.is_empty() {
+                w.write(rest)?;
+            }
             let staged = w.finish()?;
             store.commit_upload(scope, &id, &vid, staged)
         })
