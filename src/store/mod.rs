@@ -560,7 +560,7 @@ impl Store {
     }
 
     /// Marks `hash` as being stored by this server (PostgreSQL with a bucket: other servers'
-    /// deletes leave its bytes until [`Store::release_blob`]).
+    /// deletes leave its bytes until [`Store::release_blobs`]).
     fn hold_blob(&self, hash: &str) -> Result<Option<String>> {
         if !(self.db.is_pg() && self.blobs.is_remote()) {
             return Ok(None);
@@ -581,15 +581,24 @@ impl Store {
         Ok(Some(holder))
     }
 
-    fn release_blob(&self, holder: Option<String>) {
-        if let Some(h) = holder {
-            // Left behind on failure, it is dropped once too old (see `recover`).
-            if let Err(e) = self.conn().and_then(|c| {
-                c.execute("DELETE FROM blob_holds WHERE holder = ?1", [h])?;
-                Ok(())
-            }) {
-                log::warn!("could not release a blob hold: {e}");
-            }
+    /// Lets go of holds [`Store::hold_blob`] took (a group commit's, in one statement).
+    fn release_blobs<'h>(&self, holders: impl IntoIterator<Item = &'h str>) {
+        let holders: Vec<&str> = holders.into_iter().collect();
+        if holders.is_empty() {
+            return;
+        }
+        let marks: Vec<String> = (1..=holders.len()).map(|i| format!("?{i}")).collect();
+        let sql = format!(
+            "DELETE FROM blob_holds WHERE holder IN ({})",
+            marks.join(", ")
+        );
+        let params: Vec<&dyn db::Param> = holders.iter().map(|h| h as &dyn db::Param).collect();
+        // Left behind on failure, they are dropped once too old (see `recover`).
+        if let Err(e) = self.conn().and_then(|c| {
+            c.execute(&sql, &params[..])?;
+            Ok(())
+        }) {
+            log::warn!("could not release blob holds: {e}");
         }
     }
 

@@ -182,16 +182,21 @@ impl Store {
         let conn = self.conn()?;
         // Without the writers' lock: a pending version changes nothing anyone sees (no change
         // is logged, no name taken, no byte placed), and step 3 checks again, under the lock,
-        // what is checked here.
-        let tx = conn.unordered_transaction()?;
-        let (file, path) = file_and_path(&tx, scope, file_id)?;
+        // what is checked here. For the same reason no transaction on PostgreSQL (its BEGIN and
+        // COMMIT would be two round trips of five): each statement is atomic alone. SQLite's
+        // (its write lock, taken in memory) keeps the reads and the insert together.
+        let tx = (!conn.is_pg())
+            .then(|| conn.unordered_transaction())
+            .transpose()?;
+        let c: &Connection = tx.as_deref().unwrap_or(&conn);
+        let (file, path) = file_and_path(c, scope, file_id)?;
         // Refused early when it fails already; checked again, atomically, at the commit.
         if !base.holds(file.md5.as_deref()) {
             return Err(base.conflict(&path.to_string()));
         }
         // Versions are kept: each one counts, the announced length now.
-        check_quota(&tx, &self.config, scope, 0, length)?;
-        let vid: i64 = tx.query_row(
+        check_quota(c, &self.config, scope, 0, length)?;
+        let vid: i64 = c.query_row(
             "INSERT INTO versions (file_id, length, md5, committed, created_on, modified_on, exec, base) VALUES (?1, ?2, ?3, 0, ?4, ?5, ?6, ?7) RETURNING id",
             params![file.id, length as i64, md5, now_ns(), attrs.modified.map(time_to_ns), attrs.mode.map(|m| m & EXEC_BITS), base.column()],
             |r| r.get(0),
@@ -203,7 +208,9 @@ impl Store {
                 e.into()
             }
         })?;
-        tx.commit()?;
+        if let Some(tx) = tx {
+            tx.commit()?;
+        }
         let mut node = file.to_api(&path);
         node.file_ex_properties = Some(FileExProperties {
             upload_uri: format!("/nodes/upload/{}/{vid}", file.id),
@@ -279,43 +286,30 @@ impl Store {
     /// Group commit: each step 3 must be durable before it returns (the client drops its copy),
     /// and a durable transaction costs a directory fsync and a WAL fsync under the store's lock.
     /// Uploads that arrive while one commits queue up, and the next to get the lock commits
-    /// them all in one transaction (one savepoint each, so one failing fails alone).
+    /// them all in one transaction (see `commit_batch`: one failing fails alone).
     pub fn commit_upload(
-        &self,
-        scope: Scope,
-        file_id: &str,
-        version_id: &str,
-        staged: StagedBlob,
-    ) -> Result<Node> {
-        self.note_write_activity();
-        // Held in the database too, for the other servers of a shared store (`hold_blob`).
-        let hold = self.hold_blob(&staged.sha256)?;
-        let done = self.commit_upload_held(scope, file_id, version_id, staged);
-        self.release_blob(hold);
-        done
-    }
-
-    fn commit_upload_held(
         &self,
         scope: Scope,
         file_id: &str,
         version_id: &str,
         mut staged: StagedBlob,
     ) -> Result<Node> {
-        // Into the bucket (if any) before the commit: see `Blobs::store_ahead`.
-        self.blobs.store_ahead(&mut staged, |hash| {
-            Ok(self
-                .conn()?
-                .prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?
-                .exists([hash])?)
-        })?;
-        // What kind of document the bytes are, judged here from the staged file (in the
-        // commit, for new bytes, it would be read back from where they are kept: a bucket).
-        let kinds = crate::store::previews::judge_file(&std::fs::File::open(&staged.path)?)?;
+        self.note_write_activity();
+        // Held in the database too, for the other servers of a shared store (`hold_blob`);
+        // let go of by the group commit that takes it (or here, on an error before).
+        let hold = self.hold_blob(&staged.sha256)?;
+        let kinds = match self.store_ahead(&mut staged) {
+            Ok(kinds) => kinds,
+            Err(e) => {
+                self.release_blobs(hold.as_deref());
+                return Err(e);
+            }
+        };
         let me = Arc::new(PendingCommit {
             scope,
             file_id: file_id.to_string(),
             version_id: version_id.to_string(),
+            hold,
             kinds,
             staged: Mutex::new(Some(staged)),
             result: Mutex::new(None),
@@ -333,6 +327,7 @@ impl Store {
         let outcome = self.commit_batch(&conn, &batch);
         drop(conn);
         drop(turn);
+        self.release_blobs(batch.iter().filter_map(|p| p.hold.as_deref()));
         for (render, name, sha) in outcome {
             if let Some(kind) = render {
                 self.previews.enqueue(&sha, kind, &name);
@@ -342,6 +337,21 @@ impl Store {
         relock(&me.result)
             .take()
             .unwrap_or_else(|| Err(Error::internal("upload commit lost its result")))
+    }
+
+    /// Before the commit: the bytes into the bucket, if any (see `Blobs::store_ahead`), and
+    /// their kinds of document, judged from the staged file (in the commit, for new bytes, it
+    /// would be read back from where they are kept: a bucket).
+    fn store_ahead(&self, staged: &mut StagedBlob) -> Result<crate::preview::Kinds> {
+        self.blobs.store_ahead(staged, |hash| {
+            Ok(self
+                .conn()?
+                .prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?
+                .exists([hash])?)
+        })?;
+        Ok(crate::store::previews::judge_file(&std::fs::File::open(
+            &staged.path,
+        )?)?)
     }
 
     /// Commits the queued step 3s in one durable transaction and gives each its result. Returns
@@ -480,26 +490,7 @@ impl Store {
         let row = if v.committed {
             file.clone()
         } else {
-            // Recorded unless known (one statement, where a look and an insert took two);
-            // new bytes are then given their name, inside the transaction all the same.
-            let new = tx.execute(
-                "INSERT INTO blobs (hash, size, md5, kinds) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (hash) DO NOTHING",
-                params![
-                    staged.sha256,
-                    staged.len as i64,
-                    staged.md5,
-                    format_kinds(&p.kinds)
-                ],
-            )? == 1;
-            if new {
-                self.blobs.commit(staged)?;
-            }
             let now = now_ns();
-            tx.execute(
-                "UPDATE versions SET blob = ?2, md5 = ?3, committed = 1, committed_on = ?4 WHERE id = ?1",
-                params![v.id, staged.sha256, staged.md5, now],
-            )?;
             // The file as it is now, made here rather than read back (a round trip more on
             // PostgreSQL): the version's bytes, and the attributes step 2 gave it.
             let row = NodeRow {
@@ -509,10 +500,52 @@ impl Store {
                 md5: Some(staged.md5.clone()),
                 ..file.clone()
             };
-            tx.execute(
-                "UPDATE nodes SET current_version = ?2, modified_on = ?3, exec = ?4 WHERE id = ?1",
-                params![file.id, v.id, row.modified_on, row.exec as i64],
-            )?;
+            // The bytes recorded unless known, the version committed, the file pointed at it.
+            // On PostgreSQL in one statement, where three were three round trips under the
+            // writers' lock; SQLite (in memory, and without writes inside WITH) takes three.
+            let values = params![
+                staged.sha256,
+                staged.len as i64,
+                staged.md5,
+                format_kinds(&p.kinds),
+                now,
+                v.id,
+                row.modified_on,
+                row.exec as i64,
+                file.id
+            ];
+            let new = if tx.is_pg() {
+                tx.prepare_cached(
+                    "WITH b AS (INSERT INTO blobs (hash, size, md5, kinds) VALUES (?1, ?2, ?3, ?4)
+                                ON CONFLICT (hash) DO NOTHING RETURNING 1),
+                          v AS (UPDATE versions SET blob = ?1, md5 = ?3, committed = 1,
+                                committed_on = ?5 WHERE id = ?6),
+                          n AS (UPDATE nodes SET current_version = ?6, modified_on = ?7,
+                                exec = ?8 WHERE id = ?9)
+                     SELECT count(*) FROM b",
+                )?
+                .query_row(values, |r| r.get::<_, i64>(0))?
+                    == 1
+            } else {
+                let new = tx.execute(
+                    "INSERT INTO blobs (hash, size, md5, kinds) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (hash) DO NOTHING",
+                    &values[..4],
+                )? == 1;
+                tx.execute(
+                    "UPDATE versions SET blob = ?1, md5 = ?2, committed = 1, committed_on = ?3 WHERE id = ?4",
+                    &[values[0], values[2], values[4], values[5]][..],
+                )?;
+                tx.execute(
+                    "UPDATE nodes SET current_version = ?1, modified_on = ?2, exec = ?3 WHERE id = ?4",
+                    &values[5..],
+                )?;
+                new
+            };
+            // New bytes are given their name, inside the transaction all the same.
+            if new {
+                self.blobs.commit(staged)?;
+            }
             row
         };
         // Its preview is wanted from now on (InProgress until rendered), unless these bytes
@@ -633,6 +666,8 @@ pub(in crate::store) struct PendingCommit {
     scope: Scope,
     file_id: String,
     version_id: String,
+    /// Its hold on the bytes (`Store::hold_blob`), let go of after the commit.
+    hold: Option<String>,
     /// The bytes' kinds of document (`previews::judge_file`).
     kinds: crate::preview::Kinds,
     staged: Mutex<Option<StagedBlob>>,
