@@ -17,11 +17,25 @@ pub(in crate::store) fn check_quota(
     let Scope::Account(account) = scope else {
         return Ok(());
     };
-    let (held_nodes, held_bytes): (i64, i64) = conn
+    let held: (i64, i64) = conn
         .prepare_cached("SELECT nodes, bytes FROM usage WHERE account_id = ?1")?
         .query_row([account], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?
         .unwrap_or((0, 0));
+    check_held(config, scope, held, nodes, bytes)
+}
+
+/// [`check_quota`] of what the account holds, `(nodes, bytes)`, read already.
+pub(in crate::store) fn check_held(
+    config: &crate::store::StoreConfig,
+    scope: Scope,
+    (held_nodes, held_bytes): (i64, i64),
+    nodes: u64,
+    bytes: u64,
+) -> Result<()> {
+    if scope == Scope::All {
+        return Ok(());
+    }
     for (what, held, more, max) in [
         (
             "files and folders",

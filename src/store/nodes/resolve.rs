@@ -200,9 +200,54 @@ pub(in crate::store) fn file_and_path(
     scope: Scope,
     id: &str,
 ) -> Result<(NodeRow, NodePath)> {
+    let (row, path, _) = file_walk(conn, scope, id, None)?;
+    Ok((row, path))
+}
+
+/// A version of a file and what the file's account holds (nodes, bytes), read by the same
+/// walk as the file ([`file_path_version`]).
+pub(in crate::store) struct Beside {
+    pub version: Option<VersionRow>,
+    pub held: (i64, i64),
+}
+
+/// A version of a file, as upload step 3 reads it.
+pub(in crate::store) struct VersionRow {
+    pub id: i64,
+    pub length: u64,
+    pub md5: Option<String>,
+    pub committed: bool,
+    pub base: crate::api::Base,
+    /// The bytes (once committed).
+    pub blob: Option<String>,
+    /// The attributes the file takes when the version becomes current.
+    pub modified_on: Option<i64>,
+    pub exec: Option<u32>,
+}
+
+/// [`file_and_path`] with the file's version `version` (if it has it) and its account's usage,
+/// in the same statement: upload step 3 reads these under the writers' lock, where each
+/// round trip holds up every writer of the store.
+pub(in crate::store) fn file_path_version(
+    conn: &Connection,
+    scope: Scope,
+    id: &str,
+    version: &str,
+) -> Result<(NodeRow, NodePath, Beside)> {
+    let vid: i64 = version.parse().unwrap_or(-1);
+    let (row, path, beside) = file_walk(conn, scope, id, Some(vid))?;
+    Ok((row, path, beside))
+}
+
+fn file_walk(
+    conn: &Connection,
+    scope: Scope,
+    id: &str,
+    version: Option<i64>,
+) -> Result<(NodeRow, NodePath, Beside)> {
     let not_found = || Error::not_found(format!("no file with ID {id}"));
     let n: i64 = id.parse().map_err(|_| not_found())?;
-    let (row, walk) = walk_up(conn, n)?;
+    let (row, walk, beside) = walk_up(conn, n, version)?;
     let row = row
         .filter(|row| row.is_file())
         .filter(|row| match scope {
@@ -212,7 +257,7 @@ pub(in crate::store) fn file_and_path(
         .ok_or_else(not_found)?;
     // A file of a tree being purged (deleted, detached from its account) is gone already.
     match walk {
-        Walk::Attached(path) => Ok((row, path)),
+        Walk::Attached(path) => Ok((row, path, beside)),
         Walk::Detached(_) | Walk::Damaged | Walk::Vanished => Err(not_found()),
     }
 }
@@ -232,37 +277,70 @@ enum Walk {
 
 /// Walks up from node `id` to the top of its tree, in one statement (on PostgreSQL a statement
 /// is a round trip, and a file's path is read in most transactions of an upload): the node's
-/// row, and where the walk ended.
-fn walk_up(conn: &Connection, id: i64) -> Result<(Option<NodeRow>, Walk)> {
+/// row, where the walk ended, and beside the node its version `version` (when asked for and
+/// there) and its account's usage.
+fn walk_up(
+    conn: &Connection,
+    id: i64,
+    version: Option<i64>,
+) -> Result<(Option<NodeRow>, Walk, Beside)> {
     let mut names = Vec::new();
     let mut top = None;
     let mut first = None;
+    let mut beside = Beside {
+        version: None,
+        held: (0, 0),
+    };
     let mut rows = conn.prepare_cached(
         "WITH RECURSIVE up(id, parent_id, kind, name, depth) AS (
              SELECT id, parent_id, kind, name, CAST(0 AS BIGINT) FROM nodes WHERE id = ?1
              UNION ALL SELECT n.id, n.parent_id, n.kind, n.name, up.depth + 1 FROM nodes n
                  JOIN up ON n.id = up.parent_id WHERE up.depth < ?2)
          SELECT n.id, up.parent_id, n.account_id, up.kind, up.name, n.created_on,
-                n.modified_on, v.length, v.md5, n.exec
+                n.modified_on, v.length, v.md5, n.exec,
+                pv.id, pv.length, pv.md5, pv.committed, pv.base, pv.blob, pv.modified_on,
+                pv.exec, u.nodes, u.bytes
          FROM up LEFT JOIN nodes n ON n.id = up.id AND up.depth = 0
          LEFT JOIN versions v ON v.id = n.current_version
+         LEFT JOIN versions pv ON pv.id = ?3 AND pv.file_id = n.id
+         LEFT JOIN usage u ON u.account_id = n.account_id
          ORDER BY up.depth",
     )?;
-    for r in rows.query_map(params![id, MAX_WALK_DEPTH], |r| {
+    for r in rows.query_map(params![id, MAX_WALK_DEPTH, version.unwrap_or(-1)], |r| {
         let row = match r.get::<_, Option<i64>>(0)? {
             Some(_) => Some(read_row(r)?),
             None => None,
         };
+        let version = match r.get::<_, Option<i64>>(10)? {
+            Some(vid) => Some(VersionRow {
+                id: vid,
+                length: r.get::<_, i64>(11)? as u64,
+                md5: r.get(12)?,
+                committed: r.get::<_, i64>(13)? != 0,
+                base: crate::api::Base::from_column(r.get(14)?),
+                blob: r.get(15)?,
+                modified_on: r.get(16)?,
+                exec: r.get::<_, Option<i64>>(17)?.map(|e| e as u32),
+            }),
+            None => None,
+        };
+        let held = (
+            r.get::<_, Option<i64>>(18)?.unwrap_or(0),
+            r.get::<_, Option<i64>>(19)?.unwrap_or(0),
+        );
         Ok((
             row,
             r.get::<_, Option<i64>>(1)?,
             r.get::<_, i64>(3)?,
             r.get::<_, String>(4)?,
+            version,
+            held,
         ))
     })? {
-        let (row, parent, kind, name) = r?;
-        if first.is_none() {
+        let (row, parent, kind, name, version, held) = r?;
+        if first.is_none() && row.is_some() {
             first = row;
+            beside = Beside { version, held };
         }
         names.push(name);
         top = Some((parent, kind));
@@ -280,11 +358,11 @@ fn walk_up(conn: &Connection, id: i64) -> Result<(Option<NodeRow>, Walk)> {
         // The walk ended at a parent that is not there, or went on too long: a cycle.
         Some(_) => Walk::Damaged,
     };
-    Ok((first, walk))
+    Ok((first, walk, beside))
 }
 
 pub(super) fn attached(conn: &Connection, id: i64) -> Result<bool> {
-    Ok(matches!(walk_up(conn, id)?.1, Walk::Attached(_)))
+    Ok(matches!(walk_up(conn, id, None)?.1, Walk::Attached(_)))
 }
 
 /// The error of a walk of the tree that went [`MAX_WALK_DEPTH`] levels from node `id`: the
@@ -325,7 +403,7 @@ pub(in crate::store) fn row(conn: &Connection, id: i64) -> Result<NodeRow> {
 /// statement: on PostgreSQL a statement is a round trip, and a file's path is read in most
 /// transactions of an upload.
 pub(in crate::store) fn path_of(conn: &Connection, id: i64) -> Result<NodePath> {
-    match walk_up(conn, id)?.1 {
+    match walk_up(conn, id, None)?.1 {
         Walk::Attached(path) => Ok(path),
         Walk::Detached(names) => NodePath::from_segments(names),
         Walk::Vanished => Err(Error::internal(format!("node {id} vanished"))),

@@ -5,8 +5,10 @@
 use std::sync::{Arc, Mutex};
 
 use super::delete::prune_versions;
-use super::limits::check_quota;
-use super::resolve::{Folders, file_and_path, find_child, require_folder, row, split};
+use super::limits::{check_held, check_quota};
+use super::resolve::{
+    Folders, VersionRow, file_and_path, file_path_version, find_child, require_folder, row, split,
+};
 use super::{NodeKind, NodeRow, insert_node, touch};
 use crate::api::{
     Base, ChangeKind, EXEC_BITS, Error, FileAttrs, FileExProperties, Node, NodePath, Result,
@@ -457,8 +459,11 @@ impl Store {
         p: &PendingCommit,
         staged: &StagedBlob,
     ) -> Result<(NodeRow, NodePath, VersionRow)> {
-        let (file, path) = file_and_path(tx, p.scope, &p.file_id)?;
-        let v = version_of(tx, file.id, &p.version_id)?;
+        // One statement for the file, its path, the version and the quota's count.
+        let (file, path, beside) = file_path_version(tx, p.scope, &p.file_id, &p.version_id)?;
+        let v = beside
+            .version
+            .ok_or_else(|| version_not_found(&p.version_id))?;
         if v.committed {
             if v.blob.as_deref() != Some(staged.sha256.as_str()) {
                 return Err(Error::conflict(
@@ -473,7 +478,7 @@ impl Store {
             }
             check_upload(v.length, v.md5.as_deref(), staged)?;
             // Again at commit: versions announced together could pass the check of step 2.
-            check_quota(tx, &self.config, p.scope, 0, v.length)?;
+            check_held(&self.config, p.scope, beside.held, 0, v.length)?;
         }
         Ok((file, path, v))
     }
@@ -578,44 +583,6 @@ fn normalize_md5(md5: &str) -> Result<String> {
             "md5_checksum must be an md5: 32 hexadecimal digits or 24 characters of base64",
         )
     })
-}
-
-/// A version of a file as upload step 3 reads it.
-struct VersionRow {
-    id: i64,
-    length: u64,
-    md5: Option<String>,
-    committed: bool,
-    base: Base,
-    /// The bytes (once committed).
-    blob: Option<String>,
-    /// The attributes the file takes when the version becomes current.
-    modified_on: Option<i64>,
-    exec: Option<u32>,
-}
-
-/// A version of `file_id`.
-fn version_of(conn: &Connection, file_id: i64, version_id: &str) -> Result<VersionRow> {
-    let not_found = || version_not_found(version_id);
-    let vid: i64 = version_id.parse().map_err(|_| not_found())?;
-    conn.prepare_cached(
-        "SELECT length, md5, committed, base, blob, modified_on, exec FROM versions
-         WHERE id = ?1 AND file_id = ?2",
-    )?
-    .query_row(params![vid, file_id], |r| {
-        Ok(VersionRow {
-            id: vid,
-            length: r.get::<_, i64>(0)? as u64,
-            md5: r.get(1)?,
-            committed: r.get::<_, i64>(2)? != 0,
-            base: Base::from_column(r.get(3)?),
-            blob: r.get(4)?,
-            modified_on: r.get(5)?,
-            exec: r.get::<_, Option<i64>>(6)?.map(|e| e as u32),
-        })
-    })
-    .optional()?
-    .ok_or_else(not_found)
 }
 
 fn version_not_found(version_id: &str) -> Error {
