@@ -17,12 +17,16 @@ pub(in crate::store) fn check_quota(
     let Scope::Account(account) = scope else {
         return Ok(());
     };
-    let held: (i64, i64) = conn
+    check_held(config, scope, held(conn, account)?, nodes, bytes)
+}
+
+/// What `account` holds: (nodes, bytes).
+pub(super) fn held(conn: &Connection, account: i64) -> Result<(i64, i64)> {
+    Ok(conn
         .prepare_cached("SELECT nodes, bytes FROM usage WHERE account_id = ?1")?
         .query_row([account], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?
-        .unwrap_or((0, 0));
-    check_held(config, scope, held, nodes, bytes)
+        .unwrap_or((0, 0)))
 }
 
 /// [`check_quota`] of what the account holds, `(nodes, bytes)`, read already.

@@ -46,6 +46,41 @@ pub(super) fn find_child(conn: &Connection, parent: i64, name: &str) -> Result<O
     Ok(None)
 }
 
+/// [`find_child`] and what `account` holds (nodes, bytes, as the quota counts them), in one
+/// statement when the name has no other spelling (upload step 1 reads both under the writers'
+/// lock, where each round trip holds up every writer of the store).
+pub(super) fn find_child_and_held(
+    conn: &Connection,
+    parent: i64,
+    account: i64,
+    name: &str,
+) -> Result<(Option<NodeRow>, (i64, i64))> {
+    if !other_spellings(name).is_empty() {
+        let child = find_child(conn, parent, name)?;
+        return Ok((child, super::limits::held(conn, account)?));
+    }
+    Ok(conn
+        .prepare_cached(
+            "SELECT n.id, n.parent_id, n.account_id, n.kind, n.name, n.created_on, n.modified_on,
+                    v.length, v.md5, n.exec, u.nodes, u.bytes
+             FROM (SELECT 1 AS one) o
+             LEFT JOIN usage u ON u.account_id = ?3
+             LEFT JOIN nodes n ON n.parent_id = ?1 AND n.name = ?2
+             LEFT JOIN versions v ON v.id = n.current_version",
+        )?
+        .query_row(params![parent, name, account], |r| {
+            let child = match r.get::<_, Option<i64>>(0)? {
+                Some(_) => Some(read_row(r)?),
+                None => None,
+            };
+            let held = (
+                r.get::<_, Option<i64>>(10)?.unwrap_or(0),
+                r.get::<_, Option<i64>>(11)?.unwrap_or(0),
+            );
+            Ok((child, held))
+        })?)
+}
+
 pub(super) fn has_children(conn: &Connection, id: i64) -> Result<bool> {
     Ok(conn
         .prepare_cached("SELECT 1 FROM nodes WHERE parent_id = ?1 LIMIT 1")?
