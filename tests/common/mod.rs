@@ -182,14 +182,24 @@ pub fn attr_after(html: &str, marker: &str, attr: &str) -> Option<String> {
     Some(tag[v..v + tag[v..].find('"')?].to_string())
 }
 
-/// A loopback port free right now, for a `vaultfs serve` a test starts.
+/// A loopback port free right now, for a `vaultfs serve` a test starts; never one given before
+/// in this process. The kernel may hand a port it just gave (and got back) to the next bind:
+/// two tests running side by side would then start their servers on one port, and a client of
+/// one test talk to the other's server (a valid token refused, a file not found).
 #[allow(dead_code)] // not every test binary starts a server process
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if GIVEN.lock().unwrap_or_else(|e| e.into_inner()).insert(port) {
+            return port;
+        }
+    }
 }
 
 /// Waits (at most 20 s) until a `vaultfs serve` started by a test accepts connections on `port`.
