@@ -88,8 +88,8 @@ impl TokenCache {
 
     fn put(&self, key: TokenKey, p: Principal, expires_on: i64, generation: u64) {
         let mut cache = crate::sync::relock(&self.0);
-        let (map, now) = &mut *cache;
-        if *now != generation {
+        let (map, current) = &mut *cache;
+        if *current != generation {
             return;
         }
         if map.len() >= TOKENS_REMEMBERED {

@@ -4,6 +4,16 @@
 
 use vaultfs::store::db::{Conn, Engine};
 
+/// A connection to a new database with an empty table `t` (`None` without PostgreSQL).
+fn with_table() -> Option<Conn> {
+    let conn = Engine::Postgres(crate::common::pg::pg()?.database())
+        .connect()
+        .unwrap();
+    conn.execute_batch("CREATE TABLE t (id BIGINT PRIMARY KEY)")
+        .unwrap();
+    Some(conn)
+}
+
 fn count(conn: &Conn) -> i64 {
     conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0))
         .unwrap()
@@ -14,12 +24,9 @@ fn count(conn: &Conn) -> i64 {
 /// they are stored), and the connection must serve the next transaction.
 #[test]
 fn a_commit_after_a_failed_statement_is_an_error_and_writes_nothing() {
-    let Some(pg) = crate::common::pg::pg() else {
+    let Some(conn) = with_table() else {
         return;
     };
-    let conn = Engine::Postgres(pg.database()).connect().unwrap();
-    conn.execute_batch("CREATE TABLE t (id BIGINT PRIMARY KEY)")
-        .unwrap();
     let tx = conn.unordered_transaction().unwrap();
     tx.execute("INSERT INTO t (id) VALUES (1)", []).unwrap();
     let dup = tx.execute("INSERT INTO t (id) VALUES (1)", []);
@@ -39,12 +46,9 @@ fn a_commit_after_a_failed_statement_is_an_error_and_writes_nothing() {
 /// there, so the statements go through another thread, and nothing panics.
 #[tokio::test]
 async fn statements_run_from_a_runtime_thread_and_the_connection_drops_there() {
-    let Some(pg) = crate::common::pg::pg() else {
+    let Some(conn) = with_table() else {
         return;
     };
-    let conn = Engine::Postgres(pg.database()).connect().unwrap();
-    conn.execute_batch("CREATE TABLE t (id BIGINT PRIMARY KEY)")
-        .unwrap();
     conn.execute("INSERT INTO t (id) VALUES (1), (2)", [])
         .unwrap();
     assert_eq!(count(&conn), 2);
@@ -54,12 +58,9 @@ async fn statements_run_from_a_runtime_thread_and_the_connection_drops_there() {
 /// The same on a worker of a multi-thread runtime (the server's, the mount's).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statements_run_from_a_worker_of_a_multi_thread_runtime() {
-    let Some(pg) = crate::common::pg::pg() else {
+    let Some(conn) = with_table() else {
         return;
     };
-    let conn = Engine::Postgres(pg.database()).connect().unwrap();
-    conn.execute_batch("CREATE TABLE t (id BIGINT PRIMARY KEY)")
-        .unwrap();
     conn.execute("INSERT INTO t (id) VALUES (1)", []).unwrap();
     let conn = tokio::task::spawn_blocking(move || {
         assert_eq!(count(&conn), 1, "from a blocking thread");

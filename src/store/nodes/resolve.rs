@@ -269,9 +269,7 @@ pub(in crate::store) fn file_path_version(
     id: &str,
     version: &str,
 ) -> Result<(NodeRow, NodePath, Beside)> {
-    let vid: i64 = version.parse().unwrap_or(-1);
-    let (row, path, beside) = file_walk(conn, scope, id, Some(vid))?;
-    Ok((row, path, beside))
+    file_walk(conn, scope, id, Some(version.parse().unwrap_or(-1)))
 }
 
 fn file_walk(

@@ -311,7 +311,7 @@ impl Store {
         // Held in the database too, for the other servers of a shared store (`hold_blob`);
         // let go of by the group commit that takes it (or here, on an error before).
         let hold = self.hold_blob(&staged.sha256)?;
-        let kinds = match self.store_ahead(&mut staged) {
+        let kinds = match self.ready_to_commit(&mut staged) {
             Ok(kinds) => kinds,
             Err(e) => {
                 self.release_blobs(hold.as_deref());
@@ -355,7 +355,7 @@ impl Store {
     /// Before the commit: the bytes into the bucket, if any (see `Blobs::store_ahead`), and
     /// their kinds of document, judged from the staged file (in the commit, for new bytes, it
     /// would be read back from where they are kept: a bucket).
-    fn store_ahead(&self, staged: &mut StagedBlob) -> Result<crate::preview::Kinds> {
+    fn ready_to_commit(&self, staged: &mut StagedBlob) -> Result<crate::preview::Kinds> {
         self.blobs.store_ahead(staged, |hash| {
             Ok(self
                 .conn()?
