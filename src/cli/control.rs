@@ -168,8 +168,15 @@ pub fn start(
     let busy2 = busy.clone();
     let task = rt.spawn(async move {
         loop {
-            let Ok((conn, _)) = listener.accept().await else {
-                continue;
+            let conn = match listener.accept().await {
+                Ok((conn, _)) => conn,
+                Err(e) => {
+                    // Out of descriptors, say: the connection waits in the backlog, and the
+                    // loop must not spin on it.
+                    log::warn!("control socket: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
             };
             // Only this user (or root) may ask; the socket's mode says so too.
             match conn.peer_cred().map(|c| c.uid()) {

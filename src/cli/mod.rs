@@ -452,6 +452,13 @@ pub fn main() -> ExitCode {
         }
     };
     init_logging();
+    if !matches!(cli.command, Command::Mount(_) | Command::Serve(_)) {
+        // A command printing into a closed pipe (`vaultfs status | head`) ends quietly, as
+        // other command-line tools do; the daemons keep Rust's ignored SIGPIPE (their sockets
+        // report EPIPE instead).
+        // SAFETY: setting a signal's disposition to its default has no preconditions.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -191,17 +191,23 @@ fn check_mountpoint(p: &Path) -> Result<(), String> {
         fs::unmount::detach(p)
             .map_err(|e| format!("cannot unmount the stale mount {}: {e}", p.display()))?;
     }
-    if let Some(Ok(st)) = super::control::status(p) {
-        // A daemon answers for this point. Still mounted: refused. Unmounted by the kernel
-        // (`umount`, a restart) and still storing what was written: this mount takes its
-        // journal over (`owner`), so scripts and fstab can remount at once.
-        if fs::unmount::is_vaultfs_mount(&super::control::canonical(p)) {
-            return Err(format!(
-                "{} is already mounted by vaultfs (pid {}); `vaultfs unmount {0}` first",
-                p.display(),
-                st.pid
-            ));
-        }
+    let status = super::control::status(p);
+    // Still mounted: refused, whether its daemon answers or not (one that cannot answer, out of
+    // descriptors or stuck, once had a second mount stacked on it).
+    if fs::unmount::is_vaultfs_mount(&super::control::canonical(p)) {
+        let who = match &status {
+            Some(Ok(st)) => format!("pid {}", st.pid),
+            _ => "its daemon does not answer".to_string(),
+        };
+        return Err(format!(
+            "{} is already mounted by vaultfs ({who}); `vaultfs unmount {0}` first",
+            p.display(),
+        ));
+    }
+    if let Some(Ok(st)) = status {
+        // A daemon answers for this point, unmounted by the kernel (`umount`, a restart) and
+        // still storing what was written: this mount takes its journal over (`owner`), so
+        // scripts and fstab can remount at once.
         // Not on the terminal of `mount`: nothing is wrong.
         log::debug!(
             "{} was unmounted; its daemon (pid {}) is finishing its uploads",
@@ -253,6 +259,10 @@ pub fn mount(mut args: MountArgs) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         None
     };
+    // Up to the hard limit, as systemd gives its services: what the mount keeps open is
+    // bounded by a share of it (`fs`, descriptors), whatever its history.
+    let limit = fs::raise_open_files_limit();
+    log::debug!("open files: limit {limit}");
     let result = mount_checked(&args, verdict.clone());
     if let (Err(e), Some(v)) = (&result, &verdict) {
         v.fail(&e.to_string());

@@ -142,6 +142,12 @@ fn render(s: &Status) -> String {
         human_bytes(s.cache.max_bytes),
         s.cache.files
     );
+    if s.open_files.bound > 0 {
+        out += &format!(
+            "  files     {} of {} kept open, {} opened so far\n",
+            s.open_files.open, s.open_files.bound, s.open_files.opened
+        );
+    }
     if !s.reads.is_empty() {
         out += &format!("  reads     {}\n", s.reads);
     }

@@ -20,6 +20,9 @@
 //!
 //! File names in the cache dir never come from the server: the ID and md5 it sends are only
 //! hashed (sha256) into a name, so no answer can make the mount write outside the cache dir.
+//!
+//! An entry's file is open only while used (`descriptors`): a cache of 50,000 small files holds
+//! at most the pool's bound of descriptors, and a mount starting over a large cache opens none.
 
 use std::collections::HashSet;
 use std::fs::{self, File};
@@ -33,6 +36,7 @@ use std::sync::{Arc, Mutex};
 use futures_util::StreamExt;
 use lru::LruCache;
 
+use super::descriptors::LazyFile;
 use crate::api::{Error, Result};
 use crate::backend::Backend;
 use crate::sync::relock;
@@ -110,10 +114,13 @@ pub struct CachedFile {
     pub id: String,
     pub md5: Option<String>,
     pub size: u64,
-    file: File,
-    /// Its name in the cache dir; `None` for adopted bytes, which live in an open descriptor
-    /// only (see `adopt`).
-    path: Option<PathBuf>,
+    /// Its file: a name in the cache dir, or for adopted bytes the staging file handed over
+    /// (see `adopt`). Removed when the entry is dropped, unless kept for the next mount.
+    file: LazyFile,
+    /// Adopted from an upload: not listed in `index.json` (the next mount's journal recovery
+    /// removes the staging file), and copied into the cache dir when it must outlive the
+    /// mount (`entry_on_disk`).
+    adopted: bool,
     present: Mutex<HashSet<u64>>,
     /// A whole-file fill at a time (`fill`): readers of the same key wait for it.
     fetching: tokio::sync::Mutex<()>,
@@ -133,8 +140,8 @@ impl CachedFile {
         id: &str,
         md5: Option<&str>,
         size: u64,
-        file: File,
-        path: Option<PathBuf>,
+        file: LazyFile,
+        adopted: bool,
         present: HashSet<u64>,
     ) -> Arc<CachedFile> {
         Arc::new(CachedFile {
@@ -142,7 +149,7 @@ impl CachedFile {
             md5: md5.map(str::to_string),
             size,
             file,
-            path,
+            adopted,
             present: Mutex::new(present),
             fetching: tokio::sync::Mutex::new(()),
             inflight: Mutex::new(Vec::new()),
@@ -182,9 +189,15 @@ impl CachedFile {
         self.arrived.notify_waiters();
     }
 
-    /// The cached bytes' file (handed to the kernel once complete: `passthrough`).
-    pub fn file(&self) -> &File {
-        &self.file
+    /// The cached bytes' file (handed to the kernel once complete: `passthrough`), opened
+    /// again if the descriptor pool closed it.
+    pub fn file(&self) -> io::Result<Arc<File>> {
+        self.file.get()
+    }
+
+    /// Whether it is a whole file of the cache dir's own, listed for the next mount.
+    fn kept_whole(&self) -> bool {
+        !self.adopted && self.is_complete()
     }
 
     pub fn is_complete(&self) -> bool {
@@ -194,19 +207,15 @@ impl CachedFile {
     fn pread(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
         let len = len.min(self.size.saturating_sub(offset) as usize);
         let mut buf = vec![0u8; len];
-        self.file.read_exact_at(&mut buf, offset)?;
+        self.file.get()?.read_exact_at(&mut buf, offset)?;
         Ok(buf)
     }
 }
 
 impl Drop for CachedFile {
     fn drop(&mut self) {
-        if let Some(path) = self
-            .path
-            .as_ref()
-            .filter(|_| !self.kept.load(Ordering::Relaxed))
-        {
-            let _ = fs::remove_file(path);
+        if !self.kept.load(Ordering::Relaxed) {
+            let _ = fs::remove_file(self.file.path());
         }
     }
 }
@@ -319,9 +328,10 @@ impl ReadCache {
             if let Some(n) = name.rsplit('.').next().and_then(|n| n.parse::<u64>().ok()) {
                 next = next.max(n + 1);
             }
-            let file = fs::OpenOptions::new().read(true).write(true).open(&path)?;
+            // Opened when first read: a mount over a cache of 20,000 files opens none of them.
+            let file = LazyFile::new(path, true);
             let present = (0..w.size.div_ceil(CHUNK)).collect();
-            let e = CachedFile::new(&w.id, w.md5.as_deref(), w.size, file, Some(path), present);
+            let e = CachedFile::new(&w.id, w.md5.as_deref(), w.size, file, false, present);
             let k = key(&w.id, w.md5.as_deref());
             relock(&self.saved).insert(k.clone());
             self.insert(&mut inner, k, e);
@@ -339,7 +349,7 @@ impl ReadCache {
             let whole: Vec<_> = inner
                 .lru
                 .iter()
-                .filter(|(_, e)| e.path.is_some() && e.is_complete())
+                .filter(|(_, e)| e.kept_whole())
                 .map(|(k, e)| (k.clone(), e.clone()))
                 .collect();
             let pinned = (whole.iter())
@@ -357,9 +367,9 @@ impl ReadCache {
         let mut list = Vec::new();
         for (k, e) in &whole {
             if !saved.contains(k) {
-                e.file.sync_data()?;
+                e.file.get()?.sync_data()?;
             }
-            let file = e.path.as_ref().and_then(|p| p.file_name());
+            let file = e.file.path().file_name();
             list.push(Whole {
                 id: e.id.clone(),
                 md5: e.md5.clone(),
@@ -400,7 +410,8 @@ impl ReadCache {
         let path = self.file_for(&k);
         let file = crate::api::files::new_private(&path)?;
         file.set_len(size)?;
-        let e = CachedFile::new(id, md5, size, file, Some(path), HashSet::new());
+        let file = LazyFile::opened(path, true, file);
+        let e = CachedFile::new(id, md5, size, file, false, HashSet::new());
         self.insert(&mut inner, k, e.clone());
         Ok(e)
     }
@@ -469,16 +480,16 @@ impl ReadCache {
 
     /// Whether this version is whole in a file of the cache dir (kept for the next mount).
     pub fn kept_whole(&self, id: &str, md5: Option<&str>) -> bool {
-        (self.lock().lru.peek(&key(id, md5))).is_some_and(|e| e.path.is_some() && e.is_complete())
+        (self.lock().lru.peek(&key(id, md5))).is_some_and(|e| e.kept_whole())
     }
 
     /// The entry of a version to keep on disk (a pinned file's): as [`ReadCache::entry`], but
-    /// bytes adopted from an upload, which live in an open descriptor only, are copied into a
-    /// file of the cache dir, so that they outlive the mount too.
+    /// bytes adopted from an upload, which live in a staging file the next mount removes, are
+    /// copied into a file of the cache dir, so that they outlive the mount too.
     pub fn entry_on_disk(&self, id: &str, md5: Option<&str>, size: u64) -> Result<Arc<CachedFile>> {
         let k = key(id, md5);
         let adopted = (self.lock().lru.peek(&k))
-            .filter(|e| e.path.is_none() && e.size == size && e.is_complete())
+            .filter(|e| e.adopted && e.size == size && e.is_complete())
             .cloned();
         let Some(a) = adopted else {
             return self.entry(id, md5, size);
@@ -486,9 +497,16 @@ impl ReadCache {
         let path = self.file_for(&k);
         let file = crate::api::files::new_private(&path)?;
         file.set_len(size)?;
-        crate::api::files::copy_range(&a.file, &file, size)?;
+        crate::api::files::copy_range(&*a.file.get()?, &file, size)?;
         let present = (0..size.div_ceil(CHUNK)).collect();
-        let e = CachedFile::new(id, md5, size, file, Some(path), present);
+        let e = CachedFile::new(
+            id,
+            md5,
+            size,
+            LazyFile::opened(path, true, file),
+            false,
+            present,
+        );
         let mut inner = self.lock();
         self.insert(&mut inner, k, e.clone());
         Ok(e)
@@ -572,7 +590,7 @@ impl ReadCache {
         if !e.is_complete() {
             fetch_missing(backend, e, 0, (e.size - 1) / CHUNK).await?;
         }
-        let (src, dst) = (e.file.try_clone()?, dest.try_clone()?);
+        let (src, dst) = (e.file.get()?, dest.try_clone()?);
         let size = e.size;
         // In the kernel, and only the data: holes stay holes.
         tokio::task::spawn_blocking(move || crate::api::files::copy_range(&src, &dst, size))
@@ -582,17 +600,15 @@ impl ReadCache {
     }
 
     /// Makes the bytes of a just-uploaded staging file the cached content of that version,
-    /// so reading back what was written needs no download. The entry keeps a descriptor of
-    /// the staging file, not a name: no link to make per stored file, and nothing to remove
-    /// when it is evicted (closing it frees the bytes, unless the store keeps the very file as
-    /// its blob). The staged file is never written again once it is retired.
-    pub fn adopt(&self, id: &str, md5: Option<&str>, size: u64, staged: &File) -> Result<()> {
-        let file = staged.try_clone()?;
+    /// so reading back what was written needs no download. The staging file is handed over
+    /// (`staging`, `Staged::hand_over`): the journal leaves it when the entry ends, and the
+    /// entry removes it when evicted, so there is no link or copy to make per stored file.
+    /// The staged file is never written again once it is retired.
+    pub fn adopt(&self, id: &str, md5: Option<&str>, size: u64, staged: LazyFile) {
         let chunks = if size == 0 { 0 } else { (size - 1) / CHUNK + 1 };
-        let e = CachedFile::new(id, md5, size, file, None, (0..chunks).collect());
+        let e = CachedFile::new(id, md5, size, staged, true, (0..chunks).collect());
         let mut inner = self.lock();
         self.insert(&mut inner, key(id, md5), e);
-        Ok(())
     }
 }
 
@@ -630,12 +646,13 @@ impl ReadCache {
             return Ok(e);
         }
         let mut off = 0u64;
+        let file = e.file.get()?;
         while let Some(bytes) = body.next().await {
             let bytes = bytes.map_err(download::download_failed)?;
             if off + bytes.len() as u64 > size {
                 return Err(Error::internal("the server sent more bytes than announced"));
             }
-            e.file.write_all_at(&bytes, off)?;
+            file.write_all_at(&bytes, off)?;
             off += bytes.len() as u64;
         }
         if off != size {
@@ -707,7 +724,7 @@ mod tests {
         ];
         for (id, md5) in hostile {
             let e = cache.entry(id, md5, 10).unwrap();
-            let path = e.path.as_ref().unwrap();
+            let path = e.file.path();
             assert_eq!(path.parent(), Some(dir.as_path()), "{id:?} {md5:?}");
             let name = path.file_name().unwrap().to_str().unwrap();
             let (hash, n) = name.split_once('.').unwrap();
@@ -727,7 +744,7 @@ mod tests {
         let dir = tmp.path().join("cache");
         let cache = ReadCache::open(dir.clone(), 1 << 30).unwrap();
         let whole = cache.entry("1", Some("m1"), 5).unwrap();
-        whole.file.write_all_at(b"hello", 0).unwrap();
+        whole.file().unwrap().write_all_at(b"hello", 0).unwrap();
         whole.mark(0);
         let part = cache.entry("2", Some("m2"), 3 * CHUNK).unwrap();
         part.mark(0);
@@ -744,7 +761,7 @@ mod tests {
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 2);
         // A new entry never takes the kept file's name.
         let other = cache.entry("3", None, 1).unwrap();
-        assert_ne!(other.path, e.path);
+        assert_ne!(other.file.path(), e.file.path());
     }
 
     /// Pinned versions are never evicted and their bytes do not count against the bound; the

@@ -77,12 +77,15 @@ impl<B: Backend> Fs<B> {
                 .cache
                 .entry(&r.id, r.md5.as_deref(), r.size)
                 .map_err(|e| errno(&e))?;
-            if let Err(e) = self
-                .reads
-                .cache
-                .copy_into(self.backend.as_ref(), &entry, &staged.file())
-                .await
-            {
+            let copied = match staged.file() {
+                Ok(dest) => {
+                    (self.reads.cache)
+                        .copy_into(self.backend.as_ref(), &entry, &dest)
+                        .await
+                }
+                Err(e) => Err(e.into()),
+            };
+            if let Err(e) = copied {
                 self.discard(&staged);
                 if e.code == super::cache::CHANGED {
                     // Another version came while downloading: learn which, and copy that.

@@ -242,8 +242,8 @@ impl Journal {
     }
 
     /// A staged file as this journal's backend wants it (its size limit, its hashes).
-    fn staged(&self, id: u64, file: File, path: PathBuf, size: u64, dirty: bool) -> Staged {
-        let s = Staged::new(id, file, path, size, dirty).limited(self.max_file_size);
+    fn staged(&self, id: u64, path: PathBuf, size: u64, dirty: bool) -> Staged {
+        let s = Staged::new(id, path, size, dirty).limited(self.max_file_size);
         if self.sha256 { s } else { s.md5_only() }
     }
 
@@ -258,9 +258,8 @@ impl Journal {
         let Spare {
             id,
             path: data_path,
-            file,
         } = self.spares.take()?;
-        let staged = self.staged(id, file, data_path, 0, false);
+        let staged = self.staged(id, data_path, 0, false);
         staged.set_base(base);
         self.record(&staged, path, file_id)?;
         Ok(staged)
@@ -322,6 +321,10 @@ impl Journal {
         }
         for s in ending {
             s.stop_hashing();
+            // Once stored, the read cache may hold it (`Staged::hand_over`): its to remove.
+            if s.handed_over() {
+                continue;
+            }
             if let Err(e) = fs::remove_file(s.data_path()) {
                 if e.kind() != io::ErrorKind::NotFound {
                     log::warn!("could not remove {}: {e}", s.data_path().display());
@@ -339,7 +342,7 @@ impl Journal {
         // Linked where it can be: a copy costs the file's size again (a sparse file written
         // far past the end, which a store refuses as too large, would be copied whole).
         if fs::hard_link(staged.data_path(), &dest).is_err() {
-            crate::api::files::copy_to_new(&staged.file(), staged.size(), &dest)?;
+            crate::api::files::copy_to_new(&*staged.file()?, staged.size(), &dest)?;
         }
         self.finish(staged);
         Ok(dest)
@@ -359,9 +362,11 @@ impl Journal {
         let mut found = Vec::new();
         for (id, entry) in live {
             let data_path = self.staging.join(format!("{id}.data"));
-            let file = OpenOptions::new().read(true).write(true).open(&data_path);
-            match (NodePath::parse_uri(&entry.path), file) {
-                (Ok(path), Ok(file)) => found.push((id, entry, path, file, data_path)),
+            // Its metadata only: the file is opened when used (50,000 files left to upload
+            // would otherwise hold as many descriptors from the start).
+            let meta = fs::metadata(&data_path).ok().filter(|m| m.is_file());
+            match (NodePath::parse_uri(&entry.path), meta) {
+                (Ok(path), Some(meta)) => found.push((id, entry, path, meta, data_path)),
                 _ => {
                     log::warn!("journal entry {id} has no data or a bad path; dropped");
                     self.append(&Record::Done { id })?;
@@ -373,11 +378,10 @@ impl Journal {
             newest.insert(path.clone(), *id);
         }
         let mut out = Vec::new();
-        for (id, entry, path, file, data_path) in found {
-            let meta = file.metadata()?;
+        for (id, entry, path, meta, data_path) in found {
             // Dirty: generation 1, nothing uploaded.
             let staged = self
-                .staged(id, file, data_path, meta.len(), true)
+                .staged(id, data_path, meta.len(), true)
                 .with_file_mtime(&meta);
             if newest.get(&path) != Some(&id) {
                 log::info!("journal entry {id} superseded by a newer one of {path}");

@@ -10,6 +10,7 @@
 //!   `journal`: the upload journal; `upload`, `writeback`: the uploaders (file by file; in
 //!   batches, where the backend is a store in this process, `LocalStore`), which schedule
 //!   and send and leave every change of a staged file's state to `lifecycle`;
+//! - `descriptors`: the mount's own files opened when used, their open descriptors bounded;
 //! - `cache`: the read cache; `preview`: the virtual `.preview`; `versions`: the virtual
 //!   `.versions`; `search`: the virtual `.search`; `markers`: the files that keep desktop
 //!   indexers out; `space`: the account's quota as `df` shows it; `attrs`: times and modes kept; `freshness`: whether what was fetched may
@@ -68,12 +69,14 @@
 //! (`VirtualDirs::versions`, `VirtualDirs::searches`), the account's use (`Space`) and the
 //! status tracker's locks (`Uploads::tracker`) are taken alone: nothing else is locked while
 //! one is held, nor taken under it. The pins' locks (`Reads::pinned`) and the thumbnails' queue
-//! (`Thumbnails::state`) are innermost: taken under any of the above, nothing under them. No
+//! (`Thumbnails::state`) are innermost: taken under any of the above, nothing under them. So is
+//! the descriptor pool's (`descriptors::Pool`), with a lazily opened file's slot under it. No
 //! std lock is held across an `.await`.
 
 mod attrs;
 mod cache;
 mod conflict;
+mod descriptors;
 mod echo;
 mod errno;
 mod follow;
@@ -378,6 +381,12 @@ fn auto_unmount_possible() -> bool {
 /// Mounts `backend` at `mountpoint` and serves until unmounted (or SIGINT/SIGTERM).
 /// `ready` is called once the kernel has accepted the mount (the FUSE threads start right after
 /// it returns), with the [`status::Control`] of this mount.
+/// Raises the process's soft limit of open files to its hard limit (before a mount: the
+/// descriptor pool's bound is a share of it); the limit now in force.
+pub fn raise_open_files_limit() -> u64 {
+    descriptors::raise_limit()
+}
+
 pub fn mount<B: Backend>(
     backend: B,
     mountpoint: &std::path::Path,

@@ -507,7 +507,10 @@ impl<B: Backend> Fs<B> {
             .complete(&r.id, r.md5.as_deref())
             .filter(|e| e.size == r.size)
         {
-            return Some((key, passthrough::Source::CachedFile(e)));
+            // (Opened again if the descriptor pool closed it; a file gone meanwhile is not
+            // local after all.)
+            let f = e.file().ok()?;
+            return Some((key, passthrough::Source::CachedFile(e, f)));
         }
         let f = self.reads.passthrough.reopen(&key, r.size)?;
         Some((key, passthrough::Source::File(f)))

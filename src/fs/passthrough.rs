@@ -59,7 +59,8 @@ pub(crate) struct Shared {
 /// Where a version's bytes are whole on local disk.
 pub(super) enum Source {
     File(File),
-    CachedFile(Arc<CachedFile>),
+    /// A complete read-cache file, and its descriptor (open while the source is).
+    CachedFile(Arc<CachedFile>, Arc<File>),
     /// A staged file, which the kernel writes too (its handles hold it).
     Staged(Arc<File>),
 }
@@ -68,17 +69,12 @@ impl Source {
     pub(super) fn file(&self) -> &File {
         match self {
             Source::File(f) => f,
-            Source::CachedFile(e) => e.file(),
-            Source::Staged(f) => f,
+            Source::CachedFile(_, f) | Source::Staged(f) => f,
         }
     }
 
     fn fd(&self) -> BorrowedFd<'_> {
-        match self {
-            Source::File(f) => f.as_fd(),
-            Source::CachedFile(e) => e.file().as_fd(),
-            Source::Staged(f) => f.as_fd(),
-        }
+        self.file().as_fd()
     }
 }
 
@@ -163,7 +159,7 @@ impl Passthrough {
 impl Shared {
     pub(super) fn new(key: String, id: BackingId, fh: u64, source: Source) -> Shared {
         let entry = match source {
-            Source::CachedFile(e) => Some(e),
+            Source::CachedFile(e, _) => Some(e),
             Source::File(_) | Source::Staged(_) => None,
         };
         Shared {

@@ -15,14 +15,14 @@
 
 use crate::sync::{relock, unpoisoned};
 use std::collections::VecDeque;
-use std::fs::File;
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Once};
 use std::time::Duration;
 
-/// Spares kept ready, at one open descriptor each: enough for a burst of a few thousand files a
+/// Spares kept ready (made, then closed: a staged file opens its own when used, see
+/// `descriptors`): enough for a burst of a few thousand files a
 /// second to ride out the thread's own creates waiting on journal commits for tens of
 /// milliseconds (with 128, an off-CPU trace of a 5,000-file burst still showed creates waiting
 /// for the thread; with 512, none).
@@ -30,11 +30,10 @@ const READY: usize = 512;
 /// The thread makes more once fewer than this are left.
 const REFILL_BELOW: usize = 480;
 
-/// One empty staging file: its ID, its name and the file open for reading and writing.
+/// One empty staging file: its ID and its name.
 pub struct Spare {
     pub id: u64,
     pub path: PathBuf,
-    pub file: File,
 }
 
 pub struct Spares {
@@ -89,8 +88,8 @@ impl Spares {
     fn make_one(&self) -> io::Result<Spare> {
         let id = self.next.fetch_add(1, Ordering::SeqCst);
         let path = self.dir.join(format!("{id}.data"));
-        let file = crate::api::files::new_private(&path)?;
-        Ok(Spare { id, path, file })
+        crate::api::files::new_private(&path)?;
+        Ok(Spare { id, path })
     }
 
     fn start(self: &Arc<Self>) {
@@ -161,7 +160,7 @@ mod tests {
         for _ in 0..(READY * 3) {
             let s = spares.take().unwrap();
             assert!(s.id > last, "{} after {last}", s.id);
-            assert_eq!(s.file.metadata().unwrap().len(), 0);
+            assert_eq!(std::fs::metadata(&s.path).unwrap().len(), 0);
             assert!(s.path.exists());
             last = s.id;
         }

@@ -42,6 +42,9 @@ pub struct Status {
     #[serde(default)]
     pub offline_since: Option<String>,
     pub cache: CacheUse,
+    /// The descriptors of the mount's own files (staging and cache files) kept open.
+    #[serde(default)]
+    pub open_files: OpenFiles,
     /// How reads are served: passed through to local files by the kernel, or by the daemon
     /// (and why).
     #[serde(default)]
@@ -125,6 +128,15 @@ pub struct CacheUse {
     /// Bytes of pinned files among them: never evicted, not counted against `max_bytes`.
     #[serde(default)]
     pub pinned_bytes: u64,
+}
+
+/// The descriptor pool (`descriptors`): files kept open now, at most `bound` (a share of the
+/// process's limit), and files opened so far.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct OpenFiles {
+    pub open: usize,
+    pub bound: usize,
+    pub opened: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -265,6 +277,8 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
     uploads.extend(waiting);
     let (used_bytes, max_bytes, files, pinned_bytes) = fs.reads.cache.usage();
     let offline = fs.offline.now();
+    let pool = super::descriptors::Pool::global();
+    let (open, opened) = pool.usage();
     Status {
         mountpoint: mountpoint.to_string(),
         root: fs.opts.root.to_string(),
@@ -279,6 +293,11 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
             max_bytes,
             files,
             pinned_bytes,
+        },
+        open_files: OpenFiles {
+            open,
+            bound: pool.cap(),
+            opened,
         },
         reads: fs.reads.passthrough.describe(),
         writes: fs.describe_writes(),

@@ -25,8 +25,14 @@ use crate::api::{Error, ErrorKind};
 use crate::backend::Backend;
 use crate::sync::relock;
 
-/// Most files in one batch.
+/// Most files in one batch, and at most half the descriptor pool's bound: a batch holds its
+/// files open while it is stored (a copy of each too, where the store cannot link it), and under
+/// `ulimit -n 1024` a batch of 1,024 ran the process out of descriptors.
 const MAX_FILES: usize = 1024;
+
+fn max_files() -> usize {
+    MAX_FILES.min(super::descriptors::Pool::global().cap() / 2)
+}
 /// Most bytes in one batch (a few large files do not hold up the small ones for long).
 const MAX_BYTES: u64 = 256 << 20;
 /// During a burst, batches start at most this often unless an fsync waits. A batch's durable
@@ -96,7 +102,7 @@ impl Writeback {
                 .get(ino)
                 .and_then(|i| i.staged.as_ref().map(|s| s.size()))
                 .unwrap_or(0);
-            if !out.is_empty() && (out.len() >= MAX_FILES || bytes + size > MAX_BYTES) {
+            if !out.is_empty() && (out.len() >= max_files() || bytes + size > MAX_BYTES) {
                 break;
             }
             q.order.pop_front();
@@ -209,6 +215,10 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
         };
         match fs.to_store(ino, fsync) {
             ToStore::Nothing { clean } => finished(fs, ino, clean),
+            ToStore::Failed(e) => {
+                drop(guard);
+                failed(fs, ino, &Error::from(e));
+            }
             ToStore::Compare {
                 staged,
                 generation,

@@ -86,6 +86,16 @@ impl Env {
 
     /// The same, with more environment variables for the daemon.
     pub fn mount_with_env(&self, extra: &[&str], more_env: &[(&str, &std::path::Path)]) -> Mount {
+        self.mount_limited(extra, more_env, None)
+    }
+
+    /// The same, the daemon's open-files limit set to `nofile` (`ulimit -n`).
+    pub fn mount_limited(
+        &self,
+        extra: &[&str],
+        more_env: &[(&str, &std::path::Path)],
+        nofile: Option<u64>,
+    ) -> Mount {
         let mut args = vec!["--cache-dir", self.cache.to_str().unwrap()];
         let base;
         match &self.server {
@@ -104,7 +114,7 @@ impl Env {
         args.extend(more.split_whitespace());
         let mut envs = vec![("XDG_CONFIG_HOME", self.config.as_path())];
         envs.extend_from_slice(more_env);
-        Mount::start_with_env(&self.mnt, &args, &envs)
+        Mount::start_limited(&self.mnt, &args, &envs, nofile)
     }
 
     pub fn vault(&self) -> PathBuf {

@@ -49,6 +49,18 @@ impl Mount {
 
     /// The same, with extra environment variables for the daemon.
     pub fn start_with_env(dir: &Path, args: &[&str], envs: &[(&str, &Path)]) -> Mount {
+        Self::start_limited(dir, args, envs, None)
+    }
+
+    /// The same, with the daemon's open-files limit (soft and hard) set to `nofile`, as
+    /// `ulimit -n` in a container sets it.
+    pub fn start_limited(
+        dir: &Path,
+        args: &[&str],
+        envs: &[(&str, &Path)],
+        nofile: Option<u64>,
+    ) -> Mount {
+        use std::os::unix::process::CommandExt;
         std::fs::create_dir_all(dir).unwrap();
         let log = dir.with_extension("log");
         let before = st_dev(dir);
@@ -57,7 +69,23 @@ impl Mount {
             .append(true)
             .open(&log)
             .unwrap();
-        let child = Command::new(BIN)
+        let mut cmd = Command::new(BIN);
+        if let Some(n) = nofile {
+            // SAFETY: setrlimit is async-signal-safe, and the closure touches nothing else.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let rl = libc::rlimit {
+                        rlim_cur: n,
+                        rlim_max: n,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &rl) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd
             .arg("mount")
             .arg(dir)
             .args(args)

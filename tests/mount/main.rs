@@ -15,6 +15,7 @@ mod common;
 mod caches;
 mod conflicts;
 mod crash;
+mod descriptors;
 mod follow;
 mod io;
 mod model;

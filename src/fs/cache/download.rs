@@ -182,12 +182,13 @@ async fn fetch<B: Backend>(backend: &B, e: &CachedFile, first: u64, last: u64) -
         return Err(Error::internal("the server sent another range than asked"));
     }
     let mut pending_chunk = first;
+    let file = e.file()?;
     while let Some(bytes) = d.body.next().await {
         let bytes = bytes.map_err(download_failed)?;
         // The entry's file starts as one hole: zeros need not be written (a sparse file
         // stays sparse here, and in the copies made from it).
         if bytes.iter().any(|&b| b != 0) {
-            e.file.write_all_at(&bytes, off)?;
+            file.write_all_at(&bytes, off)?;
         }
         off += bytes.len() as u64;
         while pending_chunk <= last && ((pending_chunk + 1) * CHUNK).min(e.size) <= off {

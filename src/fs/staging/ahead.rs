@@ -123,7 +123,7 @@ impl Staged {
             a.reading_to = to;
             (d, to, a.epoch)
         };
-        let read = d.extend_from(&self.file(), to);
+        let read = self.file().and_then(|f| d.extend_from(&f, to));
         let mut a = self.ahead();
         if a.epoch == epoch {
             match read {

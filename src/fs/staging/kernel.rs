@@ -30,7 +30,7 @@ impl Staged {
     pub fn own_file(&self) -> io::Result<Arc<File>> {
         let _order = self.order();
         self.unshare()?;
-        Ok(self.file())
+        self.file()
     }
 
     /// A handle the kernel writes through itself opens (after [`Staged::own_file`], with the
@@ -91,7 +91,7 @@ impl Staged {
         let moved = std::mem::replace(&mut *relock(&self.synced), now) != now;
         if !moved {
             if let Some((md5, size)) = stored.filter(|s| s.1 == now.0 && s.1 <= COMPARE_AT_ONCE) {
-                let same = Digests::md5_only().md5_from(&self.file(), *size);
+                let same = (self.file()).and_then(|f| Digests::md5_only().md5_from(&f, *size));
                 if same.is_ok_and(|m| m == *md5) {
                     return;
                 }
@@ -110,7 +110,7 @@ impl Staged {
     /// local disk): what an `unsure` generation is compared by when it can, at the speed of
     /// reading both from the page cache rather than of md5.
     pub fn same_bytes_as(&self, stored: &File, len: u64) -> io::Result<bool> {
-        let file = self.file();
+        let file = self.file()?;
         if file.metadata()?.len() != len {
             return Ok(false);
         }
@@ -138,7 +138,7 @@ impl Staged {
     /// Size, mtime and ctime (ns) of the file; size and mtime also become the staged file's.
     pub(super) fn stat(&self) -> (u64, i64, i64) {
         use std::os::unix::fs::MetadataExt;
-        match self.file().metadata() {
+        match self.file().and_then(|f| f.metadata()) {
             Ok(m) => {
                 self.size.store(m.len(), Ordering::SeqCst);
                 if let Ok(t) = m.modified() {
@@ -149,7 +149,7 @@ impl Staged {
                 (m.len(), mtime, ctime)
             }
             Err(e) => {
-                log::warn!("staged file {}: {e}", self.data_path.display());
+                log::warn!("staged file {}: {e}", self.data_path().display());
                 (u64::MAX, 0, 0)
             }
         }
@@ -160,8 +160,9 @@ impl Staged {
     /// go of the mount's file, so its release came already): its writes land here after the
     /// last release, and the file may be neither stored by a link nor retired before it ends.
     /// Asked as the kernel's own test is: a write lease is granted only to the sole opener.
+    /// (A file that cannot be opened counts as held: it is neither linked nor retired.)
     pub fn mapped_elsewhere(&self) -> bool {
-        !sole_opener(&self.file())
+        self.file().map_or(true, |f| !sole_opener(&f))
     }
 
     pub fn kernel_writers(&self) -> u32 {
@@ -195,14 +196,14 @@ impl Staged {
         if !self.kernel_wrote.load(Ordering::SeqCst) {
             return;
         }
-        match self.file().metadata() {
+        match self.file().and_then(|f| f.metadata()) {
             Ok(m) => {
                 self.size.store(m.len(), Ordering::SeqCst);
                 if let Ok(t) = m.modified() {
                     self.set_mtime(t);
                 }
             }
-            Err(e) => log::warn!("staged file {}: {e}", self.data_path.display()),
+            Err(e) => log::warn!("staged file {}: {e}", self.data_path().display()),
         }
     }
 }

@@ -263,6 +263,8 @@ pub(in crate::fs) enum ToStore {
         size: u64,
         stored: (String, u64),
     },
+    /// Its bytes could not be read (the staging file cannot be opened): a failed attempt.
+    Failed(std::io::Error),
     /// To send as this.
     Send {
         staged: Arc<Staged>,
@@ -405,15 +407,14 @@ impl<B: Backend> Fs<B> {
             // staged file itself (passthrough).
             inode.kernel_md5 = r.md5.clone().filter(|_| !staged.kernel_wrote());
             inode.mtime = staged.mtime();
-            // Kept open before the staging name goes: reading back what was written needs no
-            // copy.
-            if let Err(e) =
-                self.reads
-                    .cache
-                    .adopt(&r.id, r.md5.as_deref(), staged.size(), &staged.file())
-            {
-                log::debug!("could not keep inode {ino} in the read cache: {e}");
-            }
+            // Its times from now on are the stored ones, as a listing will give them (ctime
+            // with no time of its own in the store): `tar` and `rsync` reading the file after
+            // `vaultfs sync` saw its ctime move back when the folder was listed again ("file
+            // changed as we read it").
+            inode.ctime = inode.mtime;
+            // The staging file handed to the read cache: reading back what was written needs
+            // no copy.
+            (self.reads.cache).adopt(&r.id, r.md5.as_deref(), staged.size(), staged.hand_over());
             // Stored into a pinned folder: kept on disk for the next mount too.
             self.pins_learned(&inode.path);
         }
@@ -512,10 +513,14 @@ impl<B: Backend> Fs<B> {
             // An fsync waits: a copy now, and what the map writes after it later.
             held = true;
         }
-        let snap: Snapshot = if held {
+        let snap = if held {
             staged.snapshot()
         } else {
             staged.seal()
+        };
+        let snap: Snapshot = match snap {
+            Ok(snap) => snap,
+            Err(e) => return ToStore::Failed(e),
         };
         let put = PutFile {
             path: inode.path.clone(),

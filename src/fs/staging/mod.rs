@@ -17,7 +17,8 @@ use std::time::SystemTime;
 use crate::api::Base;
 use crate::api::checksum::Digests;
 use crate::api::files::Cancel;
-use crate::sync::{relock, unpoisoned};
+use crate::fs::descriptors::LazyFile;
+use crate::sync::relock;
 
 mod ahead;
 mod kernel;
@@ -36,13 +37,16 @@ pub use retry::{Next, Retry};
 /// (copy-on-write), so the sealed file is never written again.
 pub struct Staged {
     pub id: u64,
-    /// The staging file as it is now (replaced by its copy when written to after sealing).
-    data: std::sync::RwLock<Arc<File>>,
+    /// The staging file as it is now (replaced by its copy when written to after sealing), open
+    /// while used (`descriptors`): thousands of files waiting for upload hold no descriptor.
+    data: LazyFile,
+    /// Handed over to the read cache once stored (`hand_over`): the journal leaves the file
+    /// when the entry ends, and the cache removes it.
+    handed_over: AtomicBool,
     /// `data` is shared with the backend: copy before changing it.
     sealed: AtomicBool,
     /// How many times `data` was replaced by a copy (names the file for `backing_key`).
     copies: AtomicU64,
-    data_path: PathBuf,
     size: AtomicU64,
     /// The largest file the backend takes: a write, cut or reservation past it is EFBIG at
     /// once, not an upload refused later (or a sparse terabyte hashed first).
@@ -94,6 +98,7 @@ pub(super) struct JournalState {
 
 /// What an upload sends: the file, its length and the generation it holds.
 pub struct Snapshot {
+    /// Open while the upload holds it, whatever the descriptor pool closes.
     pub file: Arc<File>,
     pub size: u64,
     pub generation: u64,
@@ -104,13 +109,14 @@ pub struct Snapshot {
 }
 
 impl Staged {
-    pub(super) fn new(id: u64, file: File, data_path: PathBuf, size: u64, dirty: bool) -> Staged {
+    /// The staged file `id` whose bytes are at `data_path` (opened when first used).
+    pub(super) fn new(id: u64, data_path: PathBuf, size: u64, dirty: bool) -> Staged {
         Staged {
             id,
-            data: std::sync::RwLock::new(Arc::new(file)),
+            data: LazyFile::new(data_path, true),
+            handed_over: AtomicBool::new(false),
             sealed: AtomicBool::new(false),
             copies: AtomicU64::new(0),
-            data_path,
             size: AtomicU64::new(size),
             max_size: u64::MAX,
             sha256: true,
@@ -171,9 +177,9 @@ impl Staged {
         Ok(())
     }
 
-    /// The staging file as it is now.
-    pub fn file(&self) -> Arc<File> {
-        unpoisoned(self.data.read()).clone()
+    /// The staging file as it is now (opened again if the descriptor pool closed it).
+    pub fn file(&self) -> io::Result<Arc<File>> {
+        self.data.get()
     }
 
     pub fn size(&self) -> u64 {
@@ -224,7 +230,7 @@ impl Staged {
     }
 
     /// The content as it is now, never to be written again: later changes go to a copy.
-    fn seal(&self) -> Snapshot {
+    fn seal(&self) -> io::Result<Snapshot> {
         let _order = self.order();
         debug_assert_eq!(
             self.kernel_writers(),
@@ -236,21 +242,21 @@ impl Staged {
     }
 
     /// The content as it is now, for an upload that reads it while writers may go on.
-    pub fn snapshot(&self) -> Snapshot {
+    pub fn snapshot(&self) -> io::Result<Snapshot> {
         let _order = self.order();
         self.observe_locked();
         self.current()
     }
 
     /// What the file holds now (with `order` held).
-    fn current(&self) -> Snapshot {
-        Snapshot {
-            file: self.file(),
+    fn current(&self) -> io::Result<Snapshot> {
+        Ok(Snapshot {
+            file: self.file()?,
             size: self.size(),
             generation: self.generation(),
             digests: self.digests(),
             mtime: self.mtime(),
-        }
+        })
     }
 
     /// Before a change (with `order` held): a sealed file is copied to a fresh one under the
@@ -259,11 +265,11 @@ impl Staged {
         if !self.sealed.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let tmp = self.data_path.with_extension("cow");
+        let tmp = self.data_path().with_extension("cow");
         let _ = fs::remove_file(&tmp);
-        let copy = crate::api::files::copy_to_new(&self.file(), self.size(), &tmp)?;
-        fs::rename(&tmp, &self.data_path)?;
-        *unpoisoned(self.data.write()) = Arc::new(copy);
+        let copy = crate::api::files::copy_to_new(&*self.file()?, self.size(), &tmp)?;
+        fs::rename(&tmp, self.data_path())?;
+        self.data.set(copy);
         self.copies.fetch_add(1, Ordering::SeqCst);
         self.sealed.store(false, Ordering::SeqCst);
         Ok(())
@@ -285,8 +291,8 @@ impl Staged {
             self.set_mtime(t);
             // Also the staging file's own, which a crash leaves for the journal's recovery
             // (`Staged::with_file_mtime`). Writes after this move both on.
-            if let Err(e) = self.file().set_modified(t) {
-                log::debug!("time of staging file {}: {e}", self.data_path.display());
+            if let Err(e) = self.file().and_then(|f| f.set_modified(t)) {
+                log::debug!("time of staging file {}: {e}", self.data_path().display());
             }
         }
         pending
@@ -312,7 +318,7 @@ impl Staged {
         let _order = self.order();
         self.unshare()?;
         self.begin_change(offset);
-        let written = self.file().write_all_at(data, offset);
+        let written = self.file().and_then(|f| f.write_all_at(data, offset));
         self.end_change();
         written?;
         self.size
@@ -324,7 +330,7 @@ impl Staged {
     /// md5 of the whole staged content: what was hashed ahead, and the rest read back from
     /// the page cache (hashing on the write path made md5 the bottleneck of every write).
     pub fn md5(&self) -> io::Result<String> {
-        let snap = self.snapshot();
+        let snap = self.snapshot()?;
         let digests = snap.digests.unwrap_or_default();
         digests
             .unless(&self.removal)
@@ -341,7 +347,7 @@ impl Staged {
         if offset >= size {
             return Ok(Vec::new());
         }
-        let file = self.file();
+        let file = self.file()?;
         let len = len.min((size - offset) as usize);
         let mut buf = vec![0u8; len];
         let mut done = 0;
@@ -360,7 +366,7 @@ impl Staged {
         let _order = self.order();
         self.unshare()?;
         self.begin_change(size);
-        let cut = self.file().set_len(size);
+        let cut = self.file().and_then(|f| f.set_len(size));
         self.end_change();
         cut?;
         self.size.store(size, Ordering::SeqCst);
@@ -384,7 +390,7 @@ impl Staged {
         }
         let _order = self.order();
         self.unshare()?;
-        let file = self.file();
+        let file = self.file()?;
         let meta = file.metadata()?;
         // More than the disk could give even reusing every block the file has: refused before
         // the staging disk (shared with the rest of the system) is filled to the last block.
@@ -397,7 +403,7 @@ impl Staged {
             // to it: the file would keep the disk full, and be stored at a size nobody wrote.
             // Cutting back to the size it had frees all of it (past the end included).
             if let Err(t) = file.set_len(before) {
-                log::warn!("staged file {}: {t}", self.data_path.display());
+                log::warn!("staged file {}: {t}", self.data_path().display());
             }
             return Err(e);
         }
@@ -409,7 +415,19 @@ impl Staged {
     }
 
     pub fn data_path(&self) -> &Path {
-        &self.data_path
+        self.data.path()
+    }
+
+    /// The stored file's bytes for the read cache to keep (`ReadCache::adopt`): from now on
+    /// the staging file is the cache's to remove, not the journal's.
+    pub fn hand_over(&self) -> LazyFile {
+        self.handed_over.store(true, Ordering::SeqCst);
+        LazyFile::new(self.data_path().to_path_buf(), false)
+    }
+
+    /// Whether the read cache took the staging file over.
+    pub fn handed_over(&self) -> bool {
+        self.handed_over.load(Ordering::SeqCst)
     }
 
     /// Which file the kernel writes and reads itself for this staged copy (`passthrough`): it
@@ -466,13 +484,13 @@ mod tests {
 
     fn staged(dir: &Path) -> Arc<Staged> {
         let path = dir.join("1.data");
-        let file = fs::OpenOptions::new()
+        fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .open(&path)
             .unwrap();
-        Arc::new(Staged::new(1, file, path, 0, false))
+        Arc::new(Staged::new(1, path, 0, false))
     }
 
     /// Whatever the writes (appends with a hasher running beside them, overwrites, cuts), the
@@ -483,7 +501,7 @@ mod tests {
         let s = staged(dir.path());
         let chunk: Vec<u8> = (0..128 * 1024u32).map(|i| (i % 253) as u8).collect();
         let check = |s: &Staged| {
-            let snap = s.snapshot();
+            let snap = s.snapshot().unwrap();
             let known = snap.digests.clone();
             let want = hash_file(&snap.file, snap.size).unwrap();
             if let Some(d) = known {
@@ -513,14 +531,14 @@ mod tests {
             if round == 1 {
                 // Below what is hashed (the hashers have caught up): nothing is known after.
                 s.write_at(1000, b"changed").unwrap();
-                assert!(s.snapshot().digests.is_none());
+                assert!(s.snapshot().unwrap().digests.is_none());
                 check(&s);
             }
             assert!(hasher > 0);
         }
         assert!(hashed_ahead, "the hasher never got ahead");
         // Sealed, then written to: the copy takes the change, the sealed file keeps its digests.
-        let sealed = s.seal();
+        let sealed = s.seal().unwrap();
         s.write_at(0, b"after the seal").unwrap();
         let want = hash_file(&sealed.file, sealed.size).unwrap();
         let d = sealed.digests.expect("hashed ahead before the seal");

@@ -19,13 +19,13 @@ use crate::fs::tests::{Harness, TTL, eventually, harness};
 /// A staged file of nobody's, as `Journal::create` makes one: no writer, nothing written.
 fn bare(dir: &Path, id: u64) -> Staged {
     let path = dir.join(format!("{id}.data"));
-    let file = std::fs::OpenOptions::new()
+    std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create_new(true)
         .open(&path)
         .unwrap();
-    Staged::new(id, file, path, 0, false)
+    Staged::new(id, path, 0, false)
 }
 
 /// A staged file brought to `life` by legal steps.
