@@ -30,6 +30,17 @@ impl Engine {
         }
     }
 
+    /// A new connection that only reads ([`super::Db::reader`]'s): on SQLite one that may
+    /// not write (`query_only`) and sorts in memory, as the store's own; on PostgreSQL its
+    /// transactions say `READ ONLY` ([`Conn::read_snapshot`]).
+    pub fn connect_reader(&self) -> Result<Conn> {
+        let conn = self.connect()?;
+        if let Conn::Sqlite { conn, .. } = &conn {
+            conn.execute_batch("PRAGMA query_only = ON; PRAGMA temp_store = MEMORY")?;
+        }
+        Ok(conn)
+    }
+
     pub fn is_pg(&self) -> bool {
         matches!(self, Engine::Postgres(_))
     }
@@ -207,6 +218,36 @@ impl Conn {
         })
     }
 
+    /// Reads of one state of the database that end at `deadline`: a read-only transaction
+    /// that takes no lock (SQLite: `BEGIN DEFERRED` on a connection of its own, whose WAL
+    /// snapshot is taken at the first read; PostgreSQL: repeatable read, read only, without
+    /// the writers' advisory lock), and whose statements fail (interrupted) once `deadline`
+    /// has passed (SQLite: a progress handler, which also stops a statement
+    /// that runs past it; PostgreSQL: `statement_timeout`, each statement bounded by the time
+    /// left when it began). For [`super::Db::reader`]'s connections.
+    pub fn read_snapshot(&self, deadline: std::time::Instant) -> Result<Snapshot<'_>> {
+        match self {
+            Conn::Sqlite { conn, .. } => {
+                conn.execute_batch("BEGIN DEFERRED")?;
+                // Every thousand steps of the virtual machine: a few microseconds.
+                conn.progress_handler(1000, Some(move || std::time::Instant::now() >= deadline));
+            }
+            Conn::Pg(_) => self.execute_batch(&format!(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY;
+                 SET LOCAL statement_timeout = {}",
+                timeout_ms(deadline)
+            ))?,
+        }
+        Ok(Snapshot {
+            tx: Tx {
+                conn: self,
+                savepoint: None,
+                done: false,
+            },
+            deadline,
+        })
+    }
+
     /// rusqlite's name for a transaction begun through a shared reference.
     pub fn unchecked_transaction(&self) -> Result<Tx<'_>> {
         self.transaction()
@@ -331,6 +372,53 @@ impl Stmt<'_> {
     ) -> Result<std::vec::IntoIter<Result<T>>> {
         let rows = self.rows(params)?;
         Ok(rows.iter().map(&mut f).collect::<Vec<_>>().into_iter())
+    }
+}
+
+/// [`Conn::read_snapshot`]'s transaction: ended (rolled back) when dropped, its deadline with it.
+pub struct Snapshot<'c> {
+    tx: Tx<'c>,
+    deadline: std::time::Instant,
+}
+
+impl Snapshot<'_> {
+    /// Before a statement that may take long, on PostgreSQL: its bound made the time left
+    /// (`statement_timeout` bounds each statement, not the transaction). SQLite's deadline is
+    /// the deadline already.
+    pub fn tighten(&self) -> Result<()> {
+        if self.is_pg() {
+            self.execute_batch(&format!(
+                "SET LOCAL statement_timeout = {}",
+                timeout_ms(self.deadline)
+            ))?;
+        }
+        Ok(())
+    }
+}
+
+/// PostgreSQL's `statement_timeout` (ms) of a statement that begins now and must stop at
+/// `deadline`: never before it (rounded up, and a millisecond more), so that a statement it
+/// cancels has failed past the deadline, which is how the caller tells a deadline met from an
+/// error; at least 1 (0 is no timeout).
+fn timeout_ms(deadline: std::time::Instant) -> u128 {
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    left.as_micros().div_ceil(1000) + 1
+}
+
+impl std::ops::Deref for Snapshot<'_> {
+    type Target = Conn;
+    fn deref(&self) -> &Conn {
+        self.tx.conn
+    }
+}
+
+impl Drop for Snapshot<'_> {
+    fn drop(&mut self) {
+        // Before the rollback (the transaction's field, dropped after this), which a deadline
+        // past could interrupt; the connection goes back to its pool without one.
+        if let Conn::Sqlite { conn, .. } = self.tx.conn {
+            conn.progress_handler(0, None::<fn() -> bool>);
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! The store's connections: the one behind the store's lock ([`Db::lock`]: an in-process mutex,
 //! and on PostgreSQL a session-level advisory lock that spans every process of the store), and
 //! on PostgreSQL a pool of others for the calls that need no more than a transaction's own
-//! isolation ([`Db::conn`]).
+//! isolation ([`Db::conn`]); and on both engines a few readers of their own for long reads
+//! of one snapshot that must hold up nobody ([`Db::reader`]: a search).
 //!
 //! **Why two ways in.** The lock serializes everything it covers across the cluster, which is
 //! what a few multi-step jobs need (the purge, recovery, a preview read that must outlive no
@@ -12,6 +13,13 @@
 //! statements only, not for a whole request, and readers never wait. A server with one
 //! connection would also run its requests' statements one after another: the pool lets them
 //! overlap. On SQLite both ways are the one connection behind the mutex (one process serves).
+//!
+//! **Readers.** A search reads for as long as its budget allows (`store::search`): under the
+//! store's lock it held every other account's request up for a minute (issue 47). It reads
+//! on a connection of [`Db::reader`]'s, in a read-only snapshot that takes no lock: on SQLite
+//! a connection of its own (WAL: readers never wait for the writer, nor it for them), on
+//! PostgreSQL a connection outside the requests' pool, so that searches at once cannot take
+//! the connections the other requests need either.
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
@@ -25,6 +33,9 @@ const LOCK_RETRY: Duration = Duration::from_secs(5);
 /// Connections of the pool when the store is not told (`--db-connections`).
 pub const DEFAULT_POOL: usize = 8;
 
+/// Connections of [`Db::reader`] (searches at once; more wait for one).
+pub const READERS: usize = 4;
+
 /// The store's connection behind its lock (see the module's comment), and the pool.
 pub struct Db {
     conn: Mutex<Conn>,
@@ -33,11 +44,15 @@ pub struct Db {
     /// once each instead of waiting [`LOCK_RETRY`] one after another.
     gave_up: Mutex<Option<std::time::Instant>>,
     pool: Pool,
+    readers: Pool,
 }
 
-/// PostgreSQL's connections for [`Db::conn`], made when first needed, at most `size`.
+/// Connections made when first needed, at most `size`: PostgreSQL's for [`Db::conn`], or
+/// either engine's read-only ones for [`Db::reader`].
 struct Pool {
     size: usize,
+    /// Its connections only read ([`Engine::connect_reader`]).
+    read_only: bool,
     state: Mutex<PoolState>,
     returned: Condvar,
 }
@@ -93,11 +108,8 @@ impl Db {
             conn: Mutex::new(conn),
             engine,
             gave_up: Mutex::new(None),
-            pool: Pool {
-                size: pool.max(1),
-                state: Mutex::new(PoolState::default()),
-                returned: Condvar::new(),
-            },
+            pool: Pool::new(pool, false),
+            readers: Pool::new(READERS, true),
         }
     }
 
@@ -164,6 +176,17 @@ impl Db {
         })
     }
 
+    /// A read-only connection for long reads of one snapshot ([`Conn::read_snapshot`]), which
+    /// hold up no writer and no other request (see the module's comment): never the store's,
+    /// never one of [`Db::conn`]'s. At most [`READERS`] are lent at once; a caller waits for
+    /// one returned beyond that.
+    pub fn reader(&self) -> Result<Guard<'_>> {
+        let conn = self.readers.take(&self.engine)?;
+        Ok(Guard {
+            held: Held::Lent(Some(conn), &self.readers),
+        })
+    }
+
     /// The connection if nobody holds it (SQLite only: a cheap look that must never wait).
     pub fn try_lock_sqlite(&self) -> Option<MutexGuard<'_, Conn>> {
         if self.is_pg() {
@@ -174,6 +197,15 @@ impl Db {
 }
 
 impl Pool {
+    fn new(size: usize, read_only: bool) -> Pool {
+        Pool {
+            size: size.max(1),
+            read_only,
+            state: Mutex::new(PoolState::default()),
+            returned: Condvar::new(),
+        }
+    }
+
     /// An idle connection, a new one while fewer than `size` are open, or the first returned.
     fn take(&self, engine: &Engine) -> Result<Conn> {
         let mut st = relock(&self.state);
@@ -186,7 +218,12 @@ impl Pool {
                 drop(st);
                 // Made outside the pool's mutex: connecting takes a round trip or more. On
                 // failure the slot is free again, and a caller waiting for one may take it.
-                return engine.connect().inspect_err(|_| {
+                let made = if self.read_only {
+                    engine.connect_reader()
+                } else {
+                    engine.connect()
+                };
+                return made.inspect_err(|_| {
                     relock(&self.state).open -= 1;
                     self.returned.notify_one();
                 });

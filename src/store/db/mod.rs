@@ -44,7 +44,7 @@ mod tls;
 mod value;
 mod wal_index;
 
-pub use conn::{Conn, Engine, Stmt, TransactionBehavior, Tx, blob_lock};
+pub use conn::{Conn, Engine, Snapshot, Stmt, TransactionBehavior, Tx, blob_lock};
 pub use lock::{DEFAULT_POOL, Db, Guard};
 pub use pg::{PgConn, PgListener, pg_sql};
 pub(crate) use value::params;
