@@ -5,7 +5,7 @@
 //! whole document for it, and bm25 ranks the longest documents first for a word in nearly
 //! every one (13 KB a hit, 780 KB for an answer of 50: docs/benchmarks-search.md).
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 
 /// Words in a line (what `snippet()` was asked for).
 const WORDS: usize = 16;
@@ -14,12 +14,21 @@ const BEFORE: usize = 7;
 
 /// The words asked for as the index compares them: each split into its tokens (runs of
 /// letters and digits), folded to lower case; a trailing `*` makes a word's last token a
-/// prefix (SQLite's queries only).
-pub(super) struct Terms(Vec<(String, bool)>);
+/// prefix (SQLite's queries only). Made once a search: a token of the text is then looked up
+/// in a set, and compared with the few prefixes ([`super::MAX_WORDS`] at most), so a line
+/// costs time linear in the text read (compared with every word asked for, a query of 19,500
+/// words cost 19,500 comparisons a token: issue 47).
+pub(super) struct Terms {
+    exact: HashSet<String>,
+    prefixes: Vec<String>,
+}
 
 impl Terms {
     pub(super) fn new(words: &[&str], prefixes: bool) -> Terms {
-        let mut terms = Vec::new();
+        let mut terms = Terms {
+            exact: HashSet::new(),
+            prefixes: Vec::new(),
+        };
         for w in words {
             let (w, prefix) = match w.strip_suffix('*') {
                 Some(stem) if prefixes && !stem.is_empty() => (stem, true),
@@ -27,26 +36,33 @@ impl Terms {
             };
             let parts: Vec<(usize, usize)> = tokens(w).collect();
             for (k, &(s, e)) in parts.iter().enumerate() {
-                let folded = w[s..e].chars().flat_map(char::to_lowercase).collect();
-                terms.push((folded, prefix && k + 1 == parts.len()));
-            }
-        }
-        Terms(terms)
-    }
-
-    fn matches(&self, token: &str) -> bool {
-        self.0.iter().any(|(term, prefix)| {
-            let mut have = token.chars().flat_map(char::to_lowercase);
-            let mut want = term.chars();
-            loop {
-                match (want.next(), have.next()) {
-                    (None, None) => return true,
-                    (None, Some(_)) => return *prefix,
-                    (Some(a), Some(b)) if a == b => {}
-                    _ => return false,
+                let folded: String = w[s..e].chars().flat_map(char::to_lowercase).collect();
+                if prefix && k + 1 == parts.len() {
+                    if !terms.prefixes.contains(&folded) {
+                        terms.prefixes.push(folded);
+                    }
+                } else {
+                    terms.exact.insert(folded);
                 }
             }
-        })
+        }
+        terms
+    }
+
+    fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.prefixes.is_empty()
+    }
+
+    #[cfg(test)]
+    fn matches(&self, token: &str) -> bool {
+        self.matches_in(token, &mut String::new())
+    }
+
+    /// Whether `token` is one of the terms, folded into `buf` (one buffer for a whole text).
+    fn matches_in(&self, token: &str, buf: &mut String) -> bool {
+        buf.clear();
+        buf.extend(token.chars().flat_map(char::to_lowercase));
+        self.exact.contains(buf.as_str()) || self.prefixes.iter().any(|p| buf.starts_with(p))
     }
 }
 
@@ -79,12 +95,16 @@ struct Window {
 /// `WORDS - 1` passed, then at most `WORDS` more: nothing past the line's end and the
 /// next word.
 fn window(text: &str, terms: &Terms) -> Option<Window> {
+    if terms.is_empty() {
+        return None;
+    }
+    let mut buf = String::new();
     let mut toks = tokens(text);
     let mut before: VecDeque<(usize, usize)> = VecDeque::with_capacity(WORDS);
     let mut dropped = false;
     let found = loop {
         let t = toks.next()?;
-        if terms.matches(&text[t.0..t.1]) {
+        if terms.matches_in(&text[t.0..t.1], &mut buf) {
             break t;
         }
         if before.len() == WORDS - 1 {
@@ -220,6 +240,6 @@ mod tests {
         // No prefixes on PostgreSQL (plainto_tsquery drops the `*`).
         assert!(!Terms::new(&["cehe*"], false).matches("cehexo"));
         assert!(Terms::new(&["cehe*"], false).matches("CEHE"));
-        assert!(Terms::new(&["*"], true).0.is_empty());
+        assert!(Terms::new(&["*"], true).is_empty());
     }
 }
