@@ -21,21 +21,28 @@ mod index;
 
 pub(super) use index::Indexer;
 
-use super::db::{Conn as Connection, OptionalExtension, params};
-use super::nodes::{MAX_WALK_DEPTH, resolve};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use super::db::{Conn as Connection, OptionalExtension, Snapshot, params};
+use super::nodes::{MAX_WALK_DEPTH, path_of, resolve};
 use super::{Scope, Store};
 use crate::api::{Error, NodePath, Result, SearchHit, SearchResults};
 pub use crate::preview::INDEX_MAX_CHARS;
 
 /// The most hits an answer holds.
 pub const MAX_LIMIT: u64 = 1000;
-/// Rows read per round while hits outside the folder asked for are skipped.
-const ROUND: i64 = 200;
+/// The most different words a query may hold (the same word twice counts once), and the
+/// most bytes: a query of 19,500 words held the store for a minute (issue 47).
+pub const MAX_WORDS: usize = 32;
+pub const MAX_QUERY_BYTES: usize = 1024;
+/// How long a search reads at most: then it answers the hits found so far, with `more`.
+pub const BUDGET: Duration = Duration::from_secs(2);
 
 impl Store {
     /// The files under `dir` (the root: the whole scope) whose current text holds every word
     /// of `query` (a trailing `*` makes a word a prefix, on SQLite), best first, at most
-    /// `limit`.
+    /// `limit`; as many as were found within [`BUDGET`], with `more` when time ran out.
     pub fn search(
         &self,
         scope: Scope,
@@ -43,63 +50,142 @@ impl Store {
         query: &str,
         limit: u64,
     ) -> Result<SearchResults> {
-        let words: Vec<&str> = query.split_whitespace().collect();
-        if words.is_empty() {
-            return Err(Error::bad_request(
-                "bad_parameter",
-                "`q`: no words to search for",
-            ));
-        }
+        self.search_for(scope, dir, query, limit, BUDGET)
+    }
+
+    /// [`Store::search`] within `budget`.
+    ///
+    /// **Bounded, and holding nobody up** (issue 47). The words are checked first (at most
+    /// [`MAX_WORDS`] different ones in [`MAX_QUERY_BYTES`]). Everything is read on a reader
+    /// of its own (`db::Db::reader`), in one read-only snapshot that takes no lock, so no
+    /// write and no other request waits for a search; its statements stop at the deadline
+    /// (`Conn::read_snapshot`). The folder asked for is in the index's query, as the subtree
+    /// of folders under it: one statement finds the hits of that folder, best first, and no
+    /// more than the answer holds (a loop of re-queries skipping the hits elsewhere made a
+    /// search of an empty folder quadratic in the files found elsewhere). Each hit's line of
+    /// context is made once per document, in time linear in its text.
+    pub(crate) fn search_for(
+        &self,
+        scope: Scope,
+        dir: &NodePath,
+        query: &str,
+        limit: u64,
+        budget: Duration,
+    ) -> Result<SearchResults> {
+        let words = words(query)?;
         let limit = limit.clamp(1, MAX_LIMIT) as usize;
-        let conn = self.lock()?;
-        let within = if dir.is_root() {
-            None
-        } else {
-            Some(resolve(&conn, scope, dir)?.id)
-        };
-        let account = match scope {
-            Scope::All => 0,
-            Scope::Account(a) => a,
-        };
-        let pg = conn.is_pg();
-        let (sql, q) = if pg {
-            (PG_QUERY, words.join(" "))
-        } else {
-            (SQLITE_QUERY, fts5_query(&words))
-        };
-        let terms = context::Terms::new(&words, !pg);
+        let deadline = Instant::now() + budget;
+        let reader = self.db.reader()?;
+        let conn = reader.read_snapshot(deadline)?;
         let mut hits = Vec::new();
-        let mut offset = 0;
-        loop {
-            let rows: Vec<(i64, i64)> = conn
-                .prepare_cached(sql)?
-                .query_map(params![q.as_str(), account, ROUND, offset], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })?
-                .collect::<super::db::Result<_>>()?;
-            let n = rows.len() as i64;
-            for (id, doc) in rows {
-                let Some(path) = place(&conn, id, within)? else {
-                    continue;
-                };
-                if hits.len() == limit {
-                    return Ok(SearchResults { hits, more: true });
-                }
-                // Only for the hits kept (made for every row read, a word in every document
-                // took 450 ms of a 10,000-document vault's answer: docs/benchmarks-search.md).
-                let context = context_of(&conn, pg, &q, doc, &terms)?;
-                hits.push(SearchHit {
-                    id: id.to_string(),
-                    uri: path.uri(),
-                    context,
-                });
+        match find(&conn, scope, dir, &words, limit, deadline, &mut hits) {
+            Ok(more) => Ok(SearchResults { hits, more }),
+            // Past the deadline a statement fails (interrupted): the answer is what was found.
+            Err(e) if Instant::now() >= deadline => {
+                log::debug!("search stopped at its deadline: {e}");
+                Ok(SearchResults { hits, more: true })
             }
-            if n < ROUND {
-                return Ok(SearchResults { hits, more: false });
-            }
-            offset += ROUND;
+            Err(e) => Err(e),
         }
     }
+}
+
+/// [`Store::search_for`] in `conn`'s snapshot: the hits into `hits`, best first, until
+/// `limit` or `deadline`; whether there are more (or may be, the deadline passed).
+fn find(
+    conn: &Snapshot,
+    scope: Scope,
+    dir: &NodePath,
+    words: &[&str],
+    limit: usize,
+    deadline: Instant,
+    hits: &mut Vec<SearchHit>,
+) -> Result<bool> {
+    let top = search_top(conn, scope, dir)?;
+    let pg = conn.is_pg();
+    let q = if pg {
+        words.join(" ")
+    } else {
+        fts5_query(words)
+    };
+    let account = match scope {
+        Scope::All => 0,
+        Scope::Account(a) => a,
+    };
+    let found = candidates(conn, &q, account, top, limit + 1)?;
+    let terms = context::Terms::new(words, !pg);
+    // Copies share their document, and its line.
+    let mut lines: HashMap<i64, String> = HashMap::new();
+    for &(id, doc) in found.iter().take(limit) {
+        if Instant::now() >= deadline {
+            return Ok(true);
+        }
+        let path = path_of(conn, id)?;
+        let context = match lines.get(&doc) {
+            Some(line) => line.clone(),
+            None => {
+                let line = context_of(conn, &q, doc, &terms)?;
+                lines.insert(doc, line.clone());
+                line
+            }
+        };
+        hits.push(SearchHit {
+            id: id.to_string(),
+            uri: path.uri(),
+            context,
+        });
+    }
+    Ok(found.len() > limit)
+}
+
+/// The words of `query` to search for: each once (case aside), at most [`MAX_WORDS`] of
+/// them in at most [`MAX_QUERY_BYTES`]; 400 `bad_parameter` otherwise, and for a NUL (which
+/// PostgreSQL's text cannot hold).
+fn words(query: &str) -> Result<Vec<&str>> {
+    let bad = |why: String| Error::bad_request("bad_parameter", format!("`q`: {why}"));
+    if query.len() > MAX_QUERY_BYTES {
+        return Err(bad(format!(
+            "at most {MAX_QUERY_BYTES} bytes (this one has {})",
+            query.len()
+        )));
+    }
+    if query.contains('\0') {
+        return Err(bad("a NUL character is no word to search for".into()));
+    }
+    let mut seen = std::collections::HashSet::new();
+    let words: Vec<&str> = query
+        .split_whitespace()
+        .filter(|w| seen.insert(w.to_lowercase()))
+        .collect();
+    if words.is_empty() {
+        return Err(bad("no words to search for".into()));
+    }
+    if words.len() > MAX_WORDS {
+        return Err(bad(format!(
+            "at most {MAX_WORDS} different words (this one has {})",
+            words.len()
+        )));
+    }
+    Ok(words)
+}
+
+/// Where a search looks: under one node (a folder, vault or account), or under every account
+/// (the root, for the whole store).
+#[derive(Clone, Copy)]
+enum Top {
+    Node(i64),
+    Accounts,
+}
+
+/// The top of the tree a search of `dir` looks under, resolved in `conn`'s snapshot, with the
+/// account check a listing has.
+fn search_top(conn: &Connection, scope: Scope, dir: &NodePath) -> Result<Top> {
+    Ok(match (dir.is_root(), scope) {
+        (false, _) => Top::Node(resolve(conn, scope, dir)?.id),
+        // An account's node has the account's ID.
+        (true, Scope::Account(a)) => Top::Node(a),
+        (true, Scope::All) => Top::Accounts,
+    })
 }
 
 impl Store {
@@ -117,14 +203,40 @@ impl Store {
     }
 }
 
-/// Matching files and their documents' rows, best first (?1 the words, ?2 the account or 0 for
-/// all, ?3 and ?4 the page). Files of trees being purged are left to [`place`].
+/// The folders a search looks in (?3 the top node, or 0 with every account for top; ?5 the
+/// depth a walk goes at most): the top and the containers under it, by a walk down in the
+/// index's query itself. Only attached trees are reached: a tree being purged (detached, its
+/// top no account) is not under any account.
+fn under(top: Top) -> &'static str {
+    match top {
+        Top::Node(_) => {
+            "under(id, depth) AS (
+                SELECT id, CAST(0 AS BIGINT) FROM nodes WHERE id = ?3
+                UNION ALL SELECT n.id, under.depth + 1 FROM nodes n JOIN under ON n.parent_id = under.id
+                WHERE n.kind <> 3 AND under.depth < ?5)"
+        }
+        Top::Accounts => {
+            "under(id, depth) AS (
+                SELECT id, CAST(0 AS BIGINT) FROM nodes
+                WHERE parent_id IS NULL AND kind = 0 AND ?3 = 0
+                UNION ALL SELECT n.id, under.depth + 1 FROM nodes n JOIN under ON n.parent_id = under.id
+                WHERE n.kind <> 3 AND under.depth < ?5)"
+        }
+    }
+}
+
+/// Matching files under the folders of [`under`] and their documents' rows, best first, at
+/// most ?4 (?1 the words, ?2 the account or 0 for all). The documents found are ranked once
+/// each (`MATERIALIZED`), not once for every copy of them.
 const SQLITE_QUERY: &str = "
+    found(doc, rank) AS MATERIALIZED (
+        SELECT rowid, rank FROM search_text WHERE search_text MATCH ?1)
     SELECT n.id, d.id
-    FROM search_text JOIN search_docs d ON d.id = search_text.rowid
+    FROM found JOIN search_docs d ON d.id = found.doc
     JOIN versions v ON v.blob = d.blob JOIN nodes n ON n.current_version = v.id
-    WHERE search_text MATCH ?1 AND n.kind = 3 AND (n.account_id = ?2 OR ?2 = 0)
-    ORDER BY search_text.rank, n.id LIMIT ?3 OFFSET ?4";
+    WHERE n.kind = 3 AND (n.account_id = ?2 OR ?2 = 0)
+      AND n.parent_id IN (SELECT id FROM under)
+    ORDER BY found.rank, n.id LIMIT ?4";
 
 /// The text of document ?1.
 const SQLITE_BODY: &str = "SELECT body FROM search_text WHERE rowid = ?1";
@@ -135,11 +247,14 @@ const SQLITE_CONTEXT: &str = "
     WHERE search_text MATCH ?1 AND rowid = ?2";
 
 const PG_QUERY: &str = "
-    SELECT n.id, d.id
-    FROM search_docs d JOIN versions v ON v.blob = d.blob
-    JOIN nodes n ON n.current_version = v.id, plainto_tsquery('simple', ?1) q
-    WHERE d.tsv @@ q AND n.kind = 3 AND (n.account_id = ?2 OR ?2 = 0)
-    ORDER BY ts_rank(d.tsv, q) DESC, n.id LIMIT ?3 OFFSET ?4";
+    found(doc, blob, rank) AS MATERIALIZED (
+        SELECT d.id, d.blob, ts_rank(d.tsv, q) FROM search_docs d, plainto_tsquery('simple', ?1) q
+        WHERE d.tsv @@ q)
+    SELECT n.id, found.doc
+    FROM found JOIN versions v ON v.blob = found.blob JOIN nodes n ON n.current_version = v.id
+    WHERE n.kind = 3 AND (n.account_id = ?2 OR ?2 = 0)
+      AND n.parent_id IN (SELECT id FROM under)
+    ORDER BY found.rank DESC, n.id LIMIT ?4";
 
 const PG_BODY: &str = "SELECT body FROM search_docs WHERE id = ?1";
 
@@ -149,17 +264,35 @@ const PG_CONTEXT: &str = "
         'MaxWords=16, MinWords=8, StartSel=\"\", StopSel=\"\", MaxFragments=1')
     FROM search_docs d, plainto_tsquery('simple', ?1) q WHERE d.id = ?2";
 
+/// The files of `account` (0: every account's) found for `q` under `top` and their documents,
+/// best first, at most `n`: one statement.
+fn candidates(
+    conn: &Snapshot,
+    q: &str,
+    account: i64,
+    top: Top,
+    n: usize,
+) -> Result<Vec<(i64, i64)>> {
+    let query = if conn.is_pg() { PG_QUERY } else { SQLITE_QUERY };
+    let sql = format!("WITH RECURSIVE {}, {query}", under(top));
+    let top = match top {
+        Top::Node(id) => id,
+        Top::Accounts => 0,
+    };
+    conn.tighten()?;
+    Ok(conn
+        .prepare_cached(&sql)?
+        .query_map(params![q, account, top, n as i64, MAX_WALK_DEPTH], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?
+        .collect::<super::db::Result<_>>()?)
+}
+
 /// The line of context of document `doc`: made from its text by [`context::line`], or by the
 /// database's own function (which tokenizes the whole text) where that finds none of the words
 /// (one the database folds otherwise: a diacritic FTS5 removes, a token of PostgreSQL's parser).
-fn context_of(
-    conn: &Connection,
-    pg: bool,
-    q: &str,
-    doc: i64,
-    terms: &context::Terms,
-) -> Result<String> {
-    let (body_sql, whole_sql) = if pg {
+fn context_of(conn: &Snapshot, q: &str, doc: i64, terms: &context::Terms) -> Result<String> {
+    let (body_sql, whole_sql) = if conn.is_pg() {
         (PG_BODY, PG_CONTEXT)
     } else {
         (SQLITE_BODY, SQLITE_CONTEXT)
@@ -171,11 +304,13 @@ fn context_of(
         .flatten();
     let line = match body.as_deref().and_then(|b| context::line(b, terms)) {
         Some(line) => line,
-        None => conn
-            .prepare_cached(whole_sql)?
-            .query_row(params![q, doc], |r| r.get(0))
-            .optional()?
-            .unwrap_or_default(),
+        None => {
+            conn.tighten()?;
+            conn.prepare_cached(whole_sql)?
+                .query_row(params![q, doc], |r| r.get(0))
+                .optional()?
+                .unwrap_or_default()
+        }
     };
     Ok(line.split_whitespace().collect::<Vec<_>>().join(" "))
 }
@@ -196,33 +331,9 @@ fn fts5_query(words: &[&str]) -> String {
     quoted.join(" ")
 }
 
-/// The path of node `id` read up its parents, when it is attached to its account (not in a
-/// tree being purged) and, with `within`, under that folder.
-fn place(conn: &Connection, id: i64, within: Option<i64>) -> Result<Option<NodePath>> {
-    let mut stmt = conn.prepare_cached("SELECT parent_id, name, kind FROM nodes WHERE id = ?1")?;
-    let mut names = Vec::new();
-    let mut inside = within.is_none();
-    let mut at = id;
-    loop {
-        inside |= Some(at) == within;
-        let (parent, name, kind): (Option<i64>, String, i64) =
-            stmt.query_row([at], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-        names.push(name);
-        match parent {
-            _ if names.len() as i64 > MAX_WALK_DEPTH => return Ok(None),
-            Some(p) => at = p,
-            // An account at the top; a detached tree's top is a folder.
-            None if kind == 0 && inside => break,
-            None => return Ok(None),
-        }
-    }
-    names.reverse();
-    Ok(Some(NodePath::from_segments(names)?))
-}
-
 #[cfg(test)]
 mod tests {
-    use super::fts5_query;
+    use super::{MAX_QUERY_BYTES, MAX_WORDS, fts5_query, words};
     use crate::api::{Base, FileAttrs, NodePath};
     use crate::store::{PutFile, Retention, Scope, Store, StoreConfig, test_path, this_program};
     use std::path::Path;
@@ -332,6 +443,74 @@ mod tests {
              more. more. more…"
         );
         assert_eq!(line("cafe"), "a note on the Café de Flore, then tea");
+    }
+
+    /// Each word once (case aside), at most `MAX_WORDS` of them in `MAX_QUERY_BYTES`, no NUL:
+    /// anything else is 400 `bad_parameter` (issue 47).
+    #[test]
+    fn words_are_bounded_and_counted_once() {
+        assert_eq!(
+            words("okapi OKAPI zebra okapi").unwrap(),
+            ["okapi", "zebra"]
+        );
+        assert_eq!(words(&"a ".repeat(500)).unwrap(), ["a"]);
+        let many: Vec<String> = (0..MAX_WORDS).map(|i| format!("w{i}")).collect();
+        assert_eq!(words(&many.join(" ")).unwrap().len(), MAX_WORDS);
+        let refused = |q: &str| {
+            let e = words(q).unwrap_err();
+            assert_eq!(
+                (e.kind, &*e.code),
+                (crate::api::ErrorKind::BadRequest, "bad_parameter"),
+                "{q:?}: {e:?}"
+            );
+            e.message
+        };
+        let over = format!("{} w{MAX_WORDS}", many.join(" "));
+        assert!(refused(&over).contains("at most 32 different words (this one has 33)"));
+        let long = "a ".repeat(19_500);
+        assert!(refused(&long).contains("at most 1024 bytes"));
+        assert!(words(&"x".repeat(MAX_QUERY_BYTES)).is_ok());
+        assert!(refused(&"x".repeat(MAX_QUERY_BYTES + 1)).contains("1025"));
+        assert!(refused("okapi\0").contains("NUL"));
+        assert!(refused(" \t\n").contains("no words"));
+    }
+
+    /// A search reads in a snapshot of its own, without the store's lock: it answers while a
+    /// writer holds the lock and a write transaction (before, it waited for both); past its
+    /// budget it answers what it found, with `more`.
+    #[test]
+    fn a_search_waits_for_no_writer_and_stops_at_its_budget() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store =
+            Store::open_local_with(&tmp.path().join("store"), StoreConfig::default()).unwrap();
+        for i in 0..3 {
+            put_text(&store, tmp.path(), &format!("{i}.txt"), "the okapi grazes");
+        }
+        indexed(&store);
+        let found = |budget| {
+            let r = store.search_for(Scope::All, &NodePath::root(), "okapi", 10, budget);
+            r.unwrap()
+        };
+        assert_eq!(
+            (found(super::BUDGET).hits.len(), found(super::BUDGET).more),
+            (3, false)
+        );
+        let late = found(Duration::ZERO);
+        assert_eq!((late.hits.len(), late.more), (0, true), "{late:?}");
+
+        let (send, answered) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            // Held in here: a failure lets go of them before the scope waits for the search.
+            let held = store.lock().unwrap();
+            let tx = held.transaction().unwrap();
+            tx.execute("UPDATE nodes SET modified_on = modified_on + 1", [])
+                .unwrap();
+            s.spawn(|| send.send(found(super::BUDGET)).unwrap());
+            let r = answered.recv_timeout(Duration::from_secs(20));
+            let r = r.expect("a search waited for the store's lock");
+            assert_eq!(r.hits.len(), 3, "{r:?}");
+            tx.rollback().unwrap();
+        });
     }
 
     #[test]
