@@ -7,7 +7,8 @@
 //! below: `connections` (held, bounded, exhausting), `login` (lockouts, pins, the authorization
 //! page), `accounts` (other accounts' IDs, quotas), `deletes` (large deletes and their purge),
 //! `control` (the control sockets against another local user), `input` (names and arbitrary
-//! requests), `tree` (copies and moves into or onto themselves, cycles and `vaultfs check`).
+//! requests), `search` (searches that held the server, issue 47), `tree` (copies and moves
+//! into or onto themselves, cycles and `vaultfs check`).
 //! The helpers more than one of them uses are here.
 
 #[path = "../common/mod.rs"]
@@ -19,6 +20,7 @@ mod control;
 mod deletes;
 mod input;
 mod login;
+mod search;
 mod tree;
 
 use std::net::SocketAddr;
