@@ -125,3 +125,75 @@ async fn a_database_of_schema_11_gets_the_search_index_shared_by_both_servers() 
     assert_eq!(uris(&a2, "burrow").await, [at("new.md").uri()]);
     assert!(store.check_integrity().unwrap().is_empty());
 }
+
+/// Issue 47 on PostgreSQL: a search reads in a read-only snapshot of a connection of its own
+/// and takes no advisory lock, so it answers while another process holds the store's lock (as
+/// a purge or a recovery does; before, it waited for it); it stops at its budget (here a
+/// statement left waiting for a table's lock: `statement_timeout`) with what it found and
+/// `more`; a folder is searched in the index's query; its words are bounded (a NUL was a 500).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_search_takes_no_lock_and_is_bounded_on_postgresql() {
+    let Some(cluster) = Cluster::new() else {
+        return;
+    };
+    cluster.add_user("a@acme.test", "Acme", "pw-a");
+    let one = cluster.serve("one");
+    let token = common::login(&one.base(), "a@acme.test", "pw-a").await;
+    let a = client(&one, "a@acme.test", &token);
+    put(&a, "top.txt", "a wombat at the top".into()).await;
+    for folder in ["sea", "empty"] {
+        a.create_folder(&at(folder)).await.unwrap();
+    }
+    let deep = a.create_file(&at("sea"), "deep.txt").await.unwrap();
+    crate::upload(&a, &deep.file_id().unwrap(), "a wombat at sea".into()).await;
+    assert_eq!(found(&a, "wombat", 2).await.len(), 2);
+    let under = |dir: &str| {
+        let (a, dir, one) = (&a, at(dir), &one);
+        async move {
+            let r = a.search(&dir, "wombat", 10).await;
+            let r = r.unwrap_or_else(|e| panic!("{e}: {}", one.logged()));
+            r.hits.into_iter().map(|h| h.uri).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(under("sea").await, [at("sea/deep.txt").uri()]);
+    assert_eq!(under("empty").await, Vec::<String>::new());
+
+    // The store's lock held by another process: a search answers all the same.
+    let other = Engine::Postgres(cluster.database.clone())
+        .connect()
+        .unwrap();
+    other
+        .execute_batch("SELECT pg_advisory_lock(8530228277886219057)")
+        .unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(3), uris(&a, "wombat"))
+        .await
+        .expect("a search waited for the store's lock");
+    assert_eq!(r.len(), 2);
+    other
+        .execute_batch("SELECT pg_advisory_unlock(8530228277886219057)")
+        .unwrap();
+
+    // The index locked by another transaction: the search stops at its budget (2 s).
+    other
+        .execute_batch("BEGIN; LOCK TABLE search_docs IN ACCESS EXCLUSIVE MODE")
+        .unwrap();
+    let t = Instant::now();
+    let r = a.search(&NodePath::root(), "wombat", 10).await.unwrap();
+    let took = t.elapsed();
+    other.execute_batch("ROLLBACK").unwrap();
+    assert!(r.hits.is_empty() && r.more, "{r:?}");
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+    assert_eq!(uris(&a, "wombat").await.len(), 2);
+
+    for bad in [
+        "wombat\0",
+        &"w ".repeat(600),
+        &(0..33).map(|i| format!("w{i} ")).collect::<String>(),
+    ] {
+        let e = a.search(&NodePath::root(), bad, 10).await.unwrap_err();
+        assert_eq!(e.kind, vaultfs::api::ErrorKind::BadRequest, "{e}");
+    }
+}
