@@ -22,6 +22,7 @@ pub struct SearchHit {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SearchResults {
     pub hits: Vec<SearchHit>,
-    /// More files matched than `limit`.
+    /// More files matched than `limit`, or may have: the search ran out of its time before it
+    /// had read them all (`store::search::BUDGET`).
     pub more: bool,
 }

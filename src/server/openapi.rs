@@ -289,7 +289,8 @@ pub struct SearchHit {
 #[derive(Serialize, ToSchema)]
 pub struct SearchResults {
     pub hits: Vec<SearchHit>,
-    /// More files matched than `limit`.
+    /// More files matched than `limit`, or may have: the search ran out of its time (2 s)
+    /// before it had read them all (the hits are then the ones found in it).
     pub more: bool,
 }
 

@@ -24,15 +24,17 @@ pub use crate::api::search::DEFAULT_LIMIT;
         CSV, code; the text layer of PDFs), made in idle time after each version: a file \
         stored a moment ago may not be found yet. A file is found by its current version; its \
         path (`uri`) is where it is now. Words are matched whole, case and accents aside; \
-        `word*` matches a prefix (built-in store). A server without this route answers 404.",
+        `word*` matches a prefix (built-in store). A search reads for 2 s at most: then it \
+        answers the hits found so far, with `more: true`. A server without this route answers \
+        404.",
     params(
-        ("q" = String, Query, description = "The words to find, all of them"),
+        ("q" = String, Query, description = "The words to find, all of them: at most 32 different ones (the same word twice counts once) in at most 1024 bytes, no NUL"),
         ("path" = Option<String>, Query, description = "Only files under this folder (a decoded path, `/nodes/pth/...` or `/Account/Vault/...`)"),
         ("limit" = Option<u64>, Query, description = "Hits per answer (default 50, at most 1000)", minimum = 1, maximum = 1000),
     ),
     responses(
         (status = 200, description = "The files found (possibly none)", body = SearchEnvelope),
-        (status = 400, description = "`bad_parameter`", body = ErrorEnvelope),
+        (status = 400, description = "`bad_parameter`: no `q`, no words in it, more than 32 different words or 1024 bytes, a NUL; a bad `limit` or `path`", body = ErrorEnvelope),
         (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
         (status = 403, description = "`forbidden`: `path` is outside the caller's account", body = ErrorEnvelope),
         (status = 404, description = "`not_found`: no such `path`", body = ErrorEnvelope),
