@@ -222,9 +222,9 @@ impl Conn {
     /// that takes no lock (SQLite: `BEGIN DEFERRED` on a connection of its own, whose WAL
     /// snapshot is taken at the first read; PostgreSQL: repeatable read, read only, without
     /// the writers' advisory lock), and whose statements fail (interrupted) once `deadline`
-    /// has passed (SQLite: a progress handler, which also stops a statement
-    /// that runs past it; PostgreSQL: `statement_timeout`, each statement bounded by the time
-    /// left when it began). For [`super::Db::reader`]'s connections.
+    /// has passed (SQLite: a progress handler, which also stops a statement that runs past it;
+    /// PostgreSQL: `statement_timeout`, each statement bounded by the time left when it
+    /// began). For [`super::Db::reader`]'s connections.
     pub fn read_snapshot(&self, deadline: std::time::Instant) -> Result<Snapshot<'_>> {
         match self {
             Conn::Sqlite { conn, .. } => {
