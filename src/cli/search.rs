@@ -79,7 +79,12 @@ pub fn search(args: SearchArgs) -> Result<(), Box<dyn std::error::Error>> {
         let path = hit.uri.strip_prefix("/nodes/pth").unwrap_or(&hit.uri);
         println!("{path}\n    {}", hit.context);
     }
-    if found.more {
+    if found.more && (found.hits.len() as u64) < args.limit.min(crate::store::MAX_SEARCH_LIMIT) {
+        // Fewer than asked for, and more: the search stopped at its time bound.
+        eprintln!(
+            "(the search stopped at its time limit: more files may match; narrow it with more words or a folder)"
+        );
+    } else if found.more {
         eprintln!("(more files match: --limit {})", args.limit * 2);
     }
     Ok(())

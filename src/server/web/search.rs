@@ -100,6 +100,13 @@ async fn results(user: WebUser, path: NodePath, q: HashMap<String, String>) -> R
 /// The files found, each a link to its page with its path and line of context, and a link to
 /// more when there are more.
 fn hits(found: &SearchResults, path: &NodePath, query: &str, limit: u64) -> String {
+    // Fewer than asked for, and more: the search stopped at its time bound.
+    let stopped = found.more && (found.hits.len() as u64) < limit;
+    let stopped_note = "<p class=\"note\">The search stopped at its time limit: more files may \
+                        match. Narrow it with more words or from a folder.</p>";
+    if found.hits.is_empty() && stopped {
+        return stopped_note.to_string();
+    }
     if found.hits.is_empty() {
         return "<p class=\"empty\">No file found. A file stored a moment ago is found once \
                 the server has read it, in idle time.</p>"
@@ -122,7 +129,9 @@ fn hits(found: &SearchResults, path: &NodePath, query: &str, limit: u64) -> Stri
             )
         })
         .collect();
-    let more = if found.more && limit < MAX_SEARCH_LIMIT {
+    let more = if stopped {
+        stopped_note.to_string()
+    } else if found.more && limit < MAX_SEARCH_LIMIT {
         format!(
             "<p class=\"more\"><a href=\"{}?q={}&amp;limit={}\">More files</a></p>",
             escape(&search_href(path)),
@@ -138,4 +147,47 @@ fn hits(found: &SearchResults, path: &NodePath, query: &str, limit: u64) -> Stri
         "<p class=\"note\">{n} file(s) found, best first.</p><ol class=\"hits\">{items}</ol>{more}",
         n = found.hits.len()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::SearchHit;
+
+    /// Fewer hits than asked for, with `more`: the search stopped at its time bound, and the
+    /// page says so rather than "no file found" or a link to more of the same.
+    #[test]
+    fn a_search_stopped_at_its_time_limit_says_so() {
+        let vault = NodePath::from_segments(["Acme", "Vault"]).unwrap();
+        let hit = SearchHit {
+            id: "7".into(),
+            uri: "/nodes/pth/Acme/Vault/a.txt".into(),
+            context: "an okapi".into(),
+        };
+        let page = |hits: Vec<SearchHit>, more| hits_html(hits, more, &vault);
+        let none = page(vec![], true);
+        assert!(none.contains("stopped at its time limit"), "{none}");
+        assert!(!none.contains("No file found"), "{none}");
+        let some = page(vec![hit.clone()], true);
+        assert!(some.contains("stopped at its time limit") && some.contains("a.txt"));
+        assert!(!some.contains("More files"), "{some}");
+        assert!(page(vec![], false).contains("No file found"));
+        let full = hits(
+            &SearchResults {
+                hits: vec![hit; 2],
+                more: true,
+            },
+            &vault,
+            "okapi",
+            2,
+        );
+        assert!(
+            full.contains("More files") && !full.contains("time limit"),
+            "{full}"
+        );
+    }
+
+    fn hits_html(hits: Vec<SearchHit>, more: bool, path: &NodePath) -> String {
+        super::hits(&SearchResults { hits, more }, path, "okapi", 50)
+    }
 }
