@@ -43,7 +43,7 @@ enum Command {
     ///
     /// Runs in the foreground until unmounted (`fusermount3 -u DIR`, `umount DIR`) or stopped with
     /// Ctrl-C / SIGTERM; files not yet uploaded stay journaled and are uploaded by the next mount.
-    Mount(mount::MountArgs),
+    Mount(options::MountArgs),
     /// Unmount a mount point: the daemon flushes pending uploads (within its --flush-timeout;
     /// the journal keeps the rest), unmounts and exits; this waits for it.
     Unmount(status::UnmountArgs),
@@ -264,7 +264,7 @@ struct ServeArgs {
     max_nodes_per_account: u64,
     /// Bytes one account may hold, every version counted (suffixes K, M, G, T allowed)
     /// [default: off: any account may fill the disk for all; a warning at start says so]
-    #[arg(long, value_parser = mount::parse_size, value_name = "BYTES")]
+    #[arg(long, value_parser = options::parse_size, value_name = "BYTES")]
     max_bytes_per_account: Option<u64>,
     /// Files and folders one request (a copy) may create; more are refused with 413
     /// too_many_nodes
@@ -359,8 +359,8 @@ pub struct PreviewArgs {
     pub mode: PreviewMode,
     /// Bound of the previews kept on disk (least recently used removed, rendered again when
     /// asked for), in bytes (suffixes K, M, G allowed)
-    #[arg(long, default_value = mount::format_size(crate::store::DEFAULT_PREVIEW_CACHE_SIZE),
-          value_parser = mount::parse_size, value_name = "BYTES")]
+    #[arg(long, default_value = options::format_size(crate::store::DEFAULT_PREVIEW_CACHE_SIZE),
+          value_parser = options::parse_size, value_name = "BYTES")]
     pub preview_cache_size: u64,
 }
 
@@ -380,7 +380,7 @@ pub struct RetentionArgs {
     pub keep_versions_days: u64,
     /// Bytes of earlier versions kept per file, newest first (the newest is kept whatever its
     /// size; 0: no bound by bytes; suffixes K, M, G allowed)
-    #[arg(long, default_value = "1G", value_parser = mount::parse_size, value_name = "BYTES")]
+    #[arg(long, default_value = "1G", value_parser = options::parse_size, value_name = "BYTES")]
     pub keep_versions_bytes: u64,
 }
 

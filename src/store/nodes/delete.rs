@@ -4,10 +4,11 @@
 use super::limits::subtree_size;
 use super::resolve::{path_of, resolve};
 use super::restore::{keep_deleted, keeps_deleted};
+use super::retention::free_blobs;
 use super::touch;
 use crate::api::{Base, ChangeKind, Error, NodePath, Result};
 use crate::store::changes::NewChange;
-use crate::store::db::{Conn as Connection, Tx as Transaction, params};
+use crate::store::db::{Tx as Transaction, params};
 use crate::store::{Scope, Store, now_ns};
 
 /// Deletes a node and everything under it; returns the blobs no version uses any more, to be
@@ -76,67 +77,6 @@ pub(super) fn delete_subtree(tx: &Transaction, id: i64) -> Result<Vec<String>> {
         }
     }
     tx.execute("DELETE FROM temp.doomed", [])?;
-    free_blobs(tx, hashes)
-}
-
-/// Of `hashes`, the blobs no version uses any more: their rows are deleted and they are
-/// returned, for the caller to remove their files once the transaction is committed.
-pub(in crate::store) fn free_blobs(
-    tx: &Connection,
-    hashes: impl IntoIterator<Item = String>,
-) -> Result<Vec<String>> {
-    let mut freed = Vec::new();
-    let mut free = tx.prepare_cached(
-        "DELETE FROM blobs WHERE hash = ?1 AND NOT EXISTS (SELECT 1 FROM versions WHERE blob = ?1)",
-    )?;
-    for h in hashes {
-        if free.execute([&h])? == 1 {
-            freed.push(h);
-        }
-    }
-    Ok(freed)
-}
-
-/// After a new version of `file` became current: drops its committed versions older than the
-/// `keep` newest earlier ones (`None`: all are kept), and returns the blobs that freed (see
-/// [`free_blobs`]). Nothing in the interface reads an earlier version; a mount's store keeps
-/// none, so a file saved a thousand times takes the room of one.
-pub(in crate::store) fn prune_versions(
-    tx: &Connection,
-    file: i64,
-    keep: &crate::store::Retention,
-) -> Result<Vec<String>> {
-    if keep.is_unbounded() {
-        return Ok(Vec::new());
-    }
-    // Newest first: the rule keeps a prefix of this list (by count and bytes) younger than
-    // the age bound.
-    let earlier: Vec<(i64, i64, i64)> = tx
-        .prepare_cached(
-            "SELECT v.id, v.length, v.created_on FROM versions v JOIN nodes n ON n.id = v.file_id
-             WHERE v.file_id = ?1 AND v.committed = 1 AND v.id <> n.current_version
-             ORDER BY v.id DESC",
-        )?
-        .query_map(params![file], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-        .collect::<crate::store::db::Result<_>>()?;
-    let oldest = keep
-        .age
-        .map(|a| now_ns().saturating_sub(i64::try_from(a.as_nanos()).unwrap_or(i64::MAX)));
-    let mut bytes = 0u64;
-    let mut hashes = Vec::new();
-    for (rank, (id, length, created)) in earlier.into_iter().enumerate() {
-        bytes = bytes.saturating_add(length.max(0) as u64);
-        let kept = keep.count.is_none_or(|n| (rank as u64) < n)
-            && oldest.is_none_or(|o| created >= o)
-            // The newest earlier version (the last save's undo) is kept whatever its size.
-            && (rank == 0 || keep.bytes.is_none_or(|b| bytes <= b));
-        if !kept {
-            let blob: Option<String> = tx
-                .prepare_cached("DELETE FROM versions WHERE id = ?1 RETURNING blob")?
-                .query_row(params![id], |r| r.get(0))?;
-            hashes.extend(blob);
-        }
-    }
     free_blobs(tx, hashes)
 }
 

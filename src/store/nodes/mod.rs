@@ -13,13 +13,14 @@ mod folders;
 mod limits;
 mod resolve;
 mod restore;
+mod retention;
 mod transfer;
 mod upload;
 
-pub(super) use delete::{free_blobs, prune_versions};
 pub use files::VersionInfo;
 pub(super) use folders::ensure_account;
 pub(super) use resolve::{Folders, file_by_id, path_of, resolve, row};
+pub(super) use retention::{free_blobs, prune_versions};
 pub use transfer::TransferMode;
 pub(super) use upload::{Committed, PendingCommit, create_file_row_in};
 pub use upload::{PendingUpload, length_mismatch};

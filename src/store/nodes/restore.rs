@@ -12,9 +12,9 @@
 //! goes back with its ID and versions; older than the bound, it is pruned (`Store::expire`). A
 //! folder deleted takes its deleted files with it.
 
-use super::delete::prune_versions;
 use super::limits::check_quota;
 use super::resolve::{attached, file_by_id, find_child, get_row, path_of, require_folder, resolve};
+use super::retention::prune_versions;
 use super::{EMPTY_MD5, NodeRow, touch};
 use crate::api::path::tagged_name;
 use crate::api::{ChangeKind, DeletedFile, Error, Node, NodePath, Result, format_time};

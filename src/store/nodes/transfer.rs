@@ -1,10 +1,11 @@
 //! Copy and move: a file or a subtree to another place, a copy sharing the source's bytes.
 
-use super::delete::{delete_subtree, prune_versions};
+use super::delete::delete_subtree;
 use super::limits::{check_quota, subtree_size};
 use super::resolve::{
     damaged, find_child, get_row, has_children, is_within, path_of, require_folder, resolve, split,
 };
+use super::retention::prune_versions;
 use super::{MAX_WALK_DEPTH, NodeRow, SELECT, insert_node, read_row, touch};
 use crate::api::{ChangeKind, Error, Node, NodePath, Result};
 use crate::store::changes::NewChange;

@@ -4,12 +4,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::delete::prune_versions;
 use super::limits::{check_held, check_quota};
 use super::resolve::{
     Folders, VersionRow, file_and_path, file_path_version, find_child, find_child_and_held,
     require_folder, row, split,
 };
+use super::retention::prune_versions;
 use super::{NodeKind, NodeRow, insert_node, touch};
 use crate::api::{
     Base, ChangeKind, EXEC_BITS, Error, FileAttrs, FileExProperties, Node, NodePath, Result,
