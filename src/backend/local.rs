@@ -100,6 +100,81 @@ impl LocalBackend {
             .await
     }
 
+    /// WebDAV's dead properties of the node at `path` (`store::dav`).
+    pub async fn dead_props(&self, path: &NodePath) -> Result<Vec<crate::store::dav::DeadProp>> {
+        let path = path.clone();
+        self.run(move |s, scope| s.dead_props(scope, &path)).await
+    }
+
+    /// Sets and removes WebDAV dead properties of the node at `path`, all or none.
+    pub async fn patch_dead_props(
+        &self,
+        path: &NodePath,
+        patch: Vec<(bool, crate::store::dav::DeadProp)>,
+    ) -> Result<()> {
+        let path = path.clone();
+        self.run(move |s, scope| s.patch_dead_props(scope, &path, &patch))
+            .await
+    }
+
+    /// A staging file for the bytes of a whole upload whose length is not known before its
+    /// end (a WebDAV PUT): hashed as written, given to [`LocalBackend::put_staged`].
+    pub async fn staging_writer(&self) -> Result<BlobWriter> {
+        self.run(|s, _| Ok(s.blob_writer()?)).await
+    }
+
+    /// Stores the staged bytes as the new version of the file at `path`, through the
+    /// interface's three upload steps (so as any save: quota, size limit, history and
+    /// retention), in one trip to a blocking thread. A new name is created (step 1) unless
+    /// `base` names a version (`Base::Md5`): then the file must exist, and is not made when it
+    /// does not (`version_conflict`). `base` is checked again inside the commit (docs/design.md
+    /// §5), so a stale one changes nothing.
+    pub async fn put_staged(
+        &self,
+        path: &NodePath,
+        staged: crate::store::blobs::StagedBlob,
+        base: &Base,
+    ) -> Result<Node> {
+        let (path, base) = (path.clone(), base.clone());
+        self.run(move |s, scope| {
+            let (Some(folder), Some(name)) = (path.parent(), path.name()) else {
+                return Err(Error::new(
+                    crate::api::ErrorKind::Forbidden,
+                    "forbidden",
+                    "the root holds no files",
+                ));
+            };
+            let file = match &base {
+                Base::Md5(_) => match s.node(scope, &path) {
+                    Ok(n) => n,
+                    Err(e) if e.kind == crate::api::ErrorKind::NotFound => {
+                        return Err(base.conflict(&path.to_string()));
+                    }
+                    Err(e) => return Err(e),
+                },
+                _ => s.create_file(scope, &folder, name)?,
+            };
+            let id = file
+                .file_id()
+                .filter(|_| file.is_file())
+                .ok_or_else(|| Error::conflict("exists", format!("{path} is a folder")))?;
+            let pending = s.begin_version(
+                scope,
+                &id,
+                staged.len,
+                Some(&staged.md5),
+                FileAttrs::default(),
+                &base,
+            )?;
+            let vid = pending
+                .file_ex_properties
+                .and_then(|p| p.version_id)
+                .ok_or_else(|| Error::internal("step 2 gave no version"))?;
+            s.commit_upload(scope, &id, &vid, staged)
+        })
+        .await
+    }
+
     /// [`Backend::changes`] with pages of at most `limit` changes: the store's log read, then
     /// (when nothing is new) a sleep on its wake-ups until this scope's log moved or `wait` is
     /// over. Nothing runs while it sleeps.

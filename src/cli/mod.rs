@@ -341,6 +341,14 @@ struct ServeArgs {
         requires = "trusted_proxies"
     )]
     proxy_header: server::proxy::ProxyHeader,
+    /// Do not serve WebDAV at /dav/ (docs/webdav.md)
+    #[arg(long)]
+    no_webdav: bool,
+    /// Answer WebDAV over plain HTTP from other machines too. Its clients send the password
+    /// with every request, so by default /dav/ answers only this machine (loopback) and a
+    /// --trusted-proxy that got the request over HTTPS
+    #[arg(long, conflicts_with = "no_webdav")]
+    webdav_allow_http: bool,
     #[command(flatten)]
     previews: PreviewArgs,
 }
@@ -645,6 +653,8 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         max_connections_per_source: args.max_connections_per_source as usize,
         trusted_proxies: args.trusted_proxies,
         proxy_header: args.proxy_header,
+        webdav: !args.no_webdav,
+        webdav_allow_http: args.webdav_allow_http,
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {

@@ -22,7 +22,7 @@ fn unauthorized(msg: &str) -> ApiError {
 }
 
 /// Splits the header into (email, token).
-fn parse_basic(value: &str) -> Option<(String, String)> {
+pub(super) fn parse_basic(value: &str) -> Option<(String, String)> {
     let (scheme, rest) = value.trim().split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("basic") {
         return None;

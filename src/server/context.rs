@@ -12,6 +12,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use futures_util::FutureExt;
 
+use super::dav;
 use super::reply::error_response;
 use crate::api::{Error, ErrorKind};
 
@@ -42,7 +43,13 @@ pub async fn request_context(req: Request, next: Next) -> Response {
             }
         })
         .await;
-    let resp = into_envelope(resp, &id).await;
+    // WebDAV's answers are the protocol's own (statuses, XML), not the API's envelope.
+    let is_dav = path == dav::PREFIX || path.starts_with(&format!("{}/", dav::PREFIX));
+    let resp = if is_dav {
+        resp
+    } else {
+        into_envelope(resp, &id).await
+    };
     log::info!(
         "{id} {method} {path} {} {:.1}ms",
         resp.status().as_u16(),

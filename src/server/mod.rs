@@ -5,6 +5,7 @@ mod auth;
 mod changes;
 pub mod conn;
 mod context;
+mod dav;
 mod files;
 mod health;
 pub mod limits;
@@ -61,6 +62,11 @@ pub struct ServerOptions {
     pub trusted_proxies: Vec<proxy::Cidr>,
     /// The header they name it in.
     pub proxy_header: proxy::ProxyHeader,
+    /// WebDAV at `/dav/` (see [`dav`]); on by default.
+    pub webdav: bool,
+    /// WebDAV's Basic authentication also over plain HTTP from other machines (off: only from
+    /// loopback or through a trusted proxy that got the request over HTTPS).
+    pub webdav_allow_http: bool,
 }
 
 /// Defaults of the limits (`vaultfs serve --help` shows them).
@@ -87,6 +93,8 @@ impl Default for ServerOptions {
             max_connections_per_source: DEFAULT_MAX_CONNECTIONS_PER_SOURCE,
             trusted_proxies: Vec::new(),
             proxy_header: proxy::ProxyHeader::default(),
+            webdav: true,
+            webdav_allow_http: false,
         }
     }
 }
@@ -97,6 +105,7 @@ pub(crate) struct AppState {
     options: Arc<ServerOptions>,
     limits: Arc<limits::Limits>,
     openapi: openapi::Document,
+    dav: dav_server::DavHandler<dav::DavCaller>,
 }
 
 /// Every route of the interface, the authorization page and `/openapi.json`, each registered
@@ -136,8 +145,8 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 }
 
 /// The application: every route of the interface, the authorization page, the OpenAPI
-/// document, the envelope on every failure, and beside them the web interface's pages (not API
-/// routes, so not in the document: see [`web`]).
+/// document, the envelope on every failure, and beside them the web interface's pages and
+/// WebDAV at `/dav/` (not API routes, so not in the document: see [`web`] and [`dav`]).
 pub fn router(store: Arc<Store>, options: ServerOptions) -> Router {
     let (app, doc) = routes().split_for_parts();
     let doc = openapi::finish(doc)
@@ -148,22 +157,30 @@ pub fn router(store: Arc<Store>, options: ServerOptions) -> Router {
         options: Arc::new(options.clone()),
         limits: Arc::new(limits::Limits::new(&options)),
         openapi: Arc::new(doc),
+        dav: dav::handler(),
     };
-    app.merge(web::router())
-        .fallback(|| async {
-            ApiError(Error::new(
-                ErrorKind::NotFound,
-                "unknown_route",
-                "no such route",
-            ))
-        })
-        .layer(DefaultBodyLimit::max(options.max_json_body))
-        .layer(axum::middleware::from_fn_with_state(
-            options.transfer_idle_timeout,
-            conn::body_idle_limited,
+    let app = app.merge(web::router());
+    // WebDAV is a protocol of its own beside the API, not in the OpenAPI document (docs/design.md
+    // §4).
+    let app = if options.webdav {
+        app.merge(dav::router())
+    } else {
+        app
+    };
+    app.fallback(|| async {
+        ApiError(Error::new(
+            ErrorKind::NotFound,
+            "unknown_route",
+            "no such route",
         ))
-        .layer(axum::middleware::from_fn(context::request_context))
-        .with_state(state)
+    })
+    .layer(DefaultBodyLimit::max(options.max_json_body))
+    .layer(axum::middleware::from_fn_with_state(
+        options.transfer_idle_timeout,
+        conn::body_idle_limited,
+    ))
+    .layer(axum::middleware::from_fn(context::request_context))
+    .with_state(state)
 }
 
 /// Serves until `shutdown` resolves (see [`shutdown_signal`]), then finishes the requests in

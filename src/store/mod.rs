@@ -16,6 +16,7 @@ pub mod blobs;
 pub mod bucket;
 mod changes;
 pub mod check;
+pub mod dav;
 pub mod db;
 mod expire;
 pub mod migrate;

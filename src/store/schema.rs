@@ -4,7 +4,7 @@
 use rusqlite::Connection;
 
 /// Bumped when the schema changes; `migrate` brings older databases forward.
-pub(crate) const VERSION: i64 = 12;
+pub(crate) const VERSION: i64 = 13;
 
 const V1: &str = "
 CREATE TABLE nodes (
@@ -329,6 +329,19 @@ CREATE TRIGGER blobs_drop_search AFTER DELETE ON blobs BEGIN
 END;
 ";
 
+/// WebDAV's dead properties (issue 50, `store::dav`): set by clients with PROPPATCH, kept by
+/// node so that they follow moves, and go with the node.
+const V13: &str = "
+CREATE TABLE dav_props (
+    node_id   INTEGER NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+    namespace TEXT NOT NULL,           -- the property's XML namespace, '' for none
+    name      TEXT NOT NULL,
+    prefix    TEXT,                    -- the prefix the client wrote
+    xml       BLOB,                    -- the value, as XML
+    PRIMARY KEY (node_id, namespace, name)
+);
+";
+
 /// Adds the columns of the preview cache to a database from before it (idempotent). Ready
 /// previews of such a database have their sizes measured once the threads start.
 pub fn preview_cache_columns(conn: &Connection) -> rusqlite::Result<()> {
@@ -387,6 +400,7 @@ pub(crate) fn prepare_to(conn: &mut Connection, target: i64) -> rusqlite::Result
         (10, V10),
         (11, V11),
         (12, V12),
+        (13, V13),
     ] {
         if version < to && to <= target {
             let tx = conn.transaction()?;

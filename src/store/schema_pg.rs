@@ -7,7 +7,7 @@
 
 use super::db::{Conn, OptionalExtension, Result, params};
 
-const VERSION: i64 = 12;
+const VERSION: i64 = 13;
 
 const SCHEMA: &str = r#"
 CREATE COLLATION IF NOT EXISTS vaultfs_nocase
@@ -256,12 +256,25 @@ CREATE TRIGGER blobs_drop_search AFTER DELETE ON blobs
     FOR EACH ROW EXECUTE FUNCTION blobs_drop_search();
 "#;
 
+/// Schema 13: WebDAV's dead properties (`schema.rs`'s V13).
+const DAV_PROPS: &str = r#"
+CREATE TABLE dav_props (
+    node_id   BIGINT NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+    namespace TEXT COLLATE "C" NOT NULL,
+    name      TEXT COLLATE "C" NOT NULL,
+    prefix    TEXT,
+    xml       BYTEA,
+    PRIMARY KEY (node_id, namespace, name)
+);
+"#;
+
 /// The steps from older schemas (SQLite's of the same numbers, in PostgreSQL's words).
-const MIGRATIONS: [(i64, &str); 4] = [
+const MIGRATIONS: [(i64, &str); 5] = [
     (9, "ALTER TABLE versions ADD COLUMN base TEXT;"),
     (10, CHANGES),
     (11, DELETED),
     (12, SEARCH),
+    (13, DAV_PROPS),
 ];
 
 /// What a store keeps beside its SQLite file, here in the database.
@@ -294,6 +307,7 @@ pub fn prepare(conn: &Conn) -> Result<Settings> {
         tx.execute_batch(CHANGES)?;
         tx.execute_batch(DELETED)?;
         tx.execute_batch(SEARCH)?;
+        tx.execute_batch(DAV_PROPS)?;
         tx.execute(
             "INSERT INTO settings (name, value) VALUES ('schema_version', ?1)",
             params![VERSION.to_string().into_bytes()],

@@ -99,8 +99,8 @@ fn a_database_of_schema_9_gets_the_change_log() {
     store.add_user("a@acme.test", "Acme", "pw-a").unwrap();
     store.create_folder(Scope::All, &at("kept")).unwrap();
     drop(store);
-    // As schema 9 was: no change log (and none of schema 11's deleted files or 12's search
-    // index).
+    // As schema 9 was: no change log (and none of schema 11's deleted files, 12's search
+    // index or 13's WebDAV properties).
     let conn = Engine::Postgres(database.clone()).connect().unwrap();
     let version = || -> Vec<u8> {
         conn.query_row(
@@ -116,6 +116,7 @@ fn a_database_of_schema_9_gets_the_change_log() {
          DROP TABLE deleted; DROP INDEX versions_by_age;
          DROP TABLE search_docs; DROP INDEX nodes_by_version;
          DROP TRIGGER blobs_drop_search ON blobs; DROP FUNCTION blobs_drop_search();
+         DROP TABLE dav_props;
          UPDATE settings SET value = convert_to('9', 'UTF8') WHERE name = 'schema_version'",
     )
     .unwrap();

@@ -8,6 +8,7 @@ mod common;
 
 mod auth_pin;
 mod changes;
+mod dav;
 mod limits;
 mod nodes;
 mod upload;

@@ -1,0 +1,399 @@
+//! WebDAV at `/dav/` (issue 50), driven by real clients against a real server on loopback:
+//! litmus (the WebDAV protocol suites), rclone's webdav backend (a tree copied in and out,
+//! `rclone check --download` clean), and plain requests for what a user relies on (a PUT is a
+//! new version, a stale `If-Match` is 412 and changes nothing, a DELETE goes to the deleted
+//! files, no password over plain HTTP from elsewhere).
+//!
+//! The clients are Debian's packages, which `.ci/run` installs; a test whose client is missing
+//! says so and passes without running (only where the binary is absent).
+
+use std::path::Path;
+use std::process::Command;
+
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+
+use super::common::{Creds, TestServer, md5hex, pattern, served_retention};
+use super::setup;
+
+/// The vault every test works in, as WebDAV names it.
+const DAV_VAULT: &str = "/dav/Acme/My%20First%20Vault";
+
+fn installed(bin: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {bin}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        eprintln!("SKIPPED: `{bin}` is not installed (.ci/run installs it: apt-get install {bin})");
+    }
+    found
+}
+
+/// A WebDAV request with Alice's Basic credentials.
+fn dav(s: &TestServer, creds: &Creds, method: &str, path: &str) -> reqwest::RequestBuilder {
+    reqwest::Client::new()
+        .request(Method::from_bytes(method.as_bytes()).unwrap(), s.url(path))
+        .basic_auth(&creds.email, Some(&creds.token))
+}
+
+/// Runs a command on a blocking thread (the server runs on this runtime); its status and output.
+async fn run(mut cmd: Command) -> (bool, String) {
+    tokio::task::spawn_blocking(move || {
+        let out = cmd.output().expect("the command starts");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    })
+    .await
+    .unwrap()
+}
+
+/// The API's listing of a folder under the vault: name -> node.
+async fn listed(s: &TestServer, creds: &Creds, folder: &str) -> serde_json::Map<String, Value> {
+    let v: Value = reqwest::Client::new()
+        .get(s.url(&format!(
+            "/nodes/pth/Acme/My%20First%20Vault{folder}?children=1"
+        )))
+        .basic_auth(&creds.email, Some(&creds.token))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["message"]["children"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{v}"))
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap().to_string(), c.clone()))
+        .collect()
+}
+
+/// The tree rclone copies: nested folders, an empty file, names with spaces and accents, and a
+/// file of several MiB (more than one write batch of the server).
+fn make_tree(root: &Path) -> Vec<(String, Vec<u8>)> {
+    let files = vec![
+        ("a.txt".to_string(), b"hello\n".to_vec()),
+        ("empty".to_string(), Vec::new()),
+        ("sub dir/été.md".to_string(), pattern(10_000, 1)),
+        ("sub dir/deeper/big.bin".to_string(), pattern(5 << 20, 2)),
+        ("sub dir/deeper/x y z".to_string(), pattern(1, 3)),
+    ];
+    for (name, data) in &files {
+        let p = root.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, data).unwrap();
+    }
+    files
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rclone_copies_a_tree_in_and_out() {
+    if !installed("rclone") {
+        return;
+    }
+    let (s, api) = setup().await;
+    let creds = api.creds().clone();
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    let back = tmp.path().join("back");
+    let files = make_tree(&src);
+    let (ok, obscured) = run({
+        let mut c = Command::new("rclone");
+        c.args(["obscure", &creds.token]);
+        c
+    })
+    .await;
+    assert!(ok, "{obscured}");
+    let config = tmp.path().join("rclone.conf");
+    std::fs::write(&config, "").unwrap();
+    let rclone = |args: &[&str]| {
+        let mut c = Command::new("rclone");
+        c.arg("--config")
+            .arg(&config)
+            .args(args)
+            .env("RCLONE_CONFIG_VAULT_TYPE", "webdav")
+            .env("RCLONE_CONFIG_VAULT_URL", s.url(&format!("{DAV_VAULT}/")))
+            .env("RCLONE_CONFIG_VAULT_VENDOR", "other")
+            .env("RCLONE_CONFIG_VAULT_USER", &creds.email)
+            .env("RCLONE_CONFIG_VAULT_PASS", obscured.trim());
+        c
+    };
+    let src_s = src.to_str().unwrap();
+    let back_s = back.to_str().unwrap();
+    let (ok, out) = run(rclone(&["copy", src_s, "vault:tree"])).await;
+    assert!(ok, "rclone copy in: {out}");
+    // Every byte compared, not only sizes (the webdav backend has no hashes from us).
+    let (ok, out) = run(rclone(&["check", "--download", src_s, "vault:tree"])).await;
+    assert!(ok, "rclone check: {out}");
+    let (ok, out) = run(rclone(&["copy", "vault:tree", back_s])).await;
+    assert!(ok, "rclone copy out: {out}");
+    for (name, data) in &files {
+        let got = std::fs::read(back.join(name)).unwrap();
+        assert!(got == *data, "{name} came back changed");
+    }
+    // Stored as any upload: the API lists the files with their md5s.
+    let deeper = listed(&s, &creds, "/tree/sub%20dir/deeper").await;
+    assert_eq!(
+        deeper["big.bin"]["md5_checksum"],
+        md5hex(&pattern(5 << 20, 2))
+    );
+    assert_eq!(deeper["big.bin"]["size"], 5 << 20);
+    // A second copy of an unchanged tree sends nothing and changes nothing.
+    let (ok, out) = run(rclone(&["check", "--download", src_s, "vault:tree"])).await;
+    assert!(ok, "rclone check after: {out}");
+    // rclone's listing of the account's collection shows the vault.
+    let mut c = rclone(&["lsf", "vault:"]);
+    c.env("RCLONE_CONFIG_VAULT_URL", s.url("/dav/Acme/"));
+    let (ok, out) = run(c).await;
+    assert!(ok && out.lines().any(|l| l == "My First Vault/"), "{out}");
+}
+
+/// litmus's summary line of a suite: (run, passed, failed).
+fn summary(out: &str, suite: &str) -> Option<(u32, u32, u32)> {
+    let line = out
+        .lines()
+        .find(|l| l.contains(&format!("summary for `{suite}'")))?;
+    let nums: Vec<u32> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    // "of 16 tests run: 16 passed, 0 failed. 100.0%"
+    Some((nums[0], nums[1], nums[2]))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn litmus_suites_pass() {
+    if !installed("litmus") {
+        return;
+    }
+    let (s, api) = setup().await;
+    let creds = api.creds().clone();
+    let url = s.url(&format!("{DAV_VAULT}/"));
+    let logs = tempfile::tempdir().unwrap();
+    let mut results = Vec::new();
+    for suite in ["basic", "copymove", "props", "locks", "http"] {
+        let mut c = Command::new(format!("/usr/libexec/litmus/{suite}"));
+        // Its logs (debug.log, child.log) go to the working directory: a temporary one.
+        c.args(["--htdocs", "/usr/share/litmus/htdocs"])
+            .args([&url, &creds.email, &creds.token])
+            .current_dir(logs.path());
+        let (_, out) = run(c).await;
+        let got = summary(&out, suite).unwrap_or_else(|| panic!("{suite}: no summary:\n{out}"));
+        eprintln!("litmus {suite}: {got:?}");
+        results.push((suite, got, out));
+    }
+    let failed: Vec<String> = results
+        .iter()
+        .filter(|(_, (run, passed, failed), _)| *run == 0 || passed != run || *failed > 0)
+        .map(|(suite, (run, passed, _), out)| {
+            format!("litmus {suite}: {passed} of {run} passed:\n{out}")
+        })
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_put_is_a_new_version_and_a_stale_if_match_is_412() {
+    // As `vaultfs serve` keeps versions and deleted files by default.
+    let s = TestServer::start_with(served_retention(), Default::default()).await;
+    let creds = s.user("alice@example.com", "Acme").await;
+    let api = super::Api::new(&s, &creds);
+    let path = format!("{DAV_VAULT}/doc.txt");
+    let put = |body: &'static str| dav(&s, &creds, "PUT", &path).body(body);
+    let r = put("one").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let etag1 = r.headers()["etag"].to_str().unwrap().to_string();
+    assert_eq!(etag1, format!("\"{}\"", md5hex(b"one")));
+    let r = put("two").header("If-Match", &etag1).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let etag2 = r.headers()["etag"].to_str().unwrap().to_string();
+    assert_eq!(etag2, format!("\"{}\"", md5hex(b"two")));
+    // Another writer's edit began from "one": refused, nothing changed.
+    let r = put("three")
+        .header("If-Match", &etag1)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::PRECONDITION_FAILED);
+    let r = dav(&s, &creds, "GET", &path).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["etag"].to_str().unwrap(), etag2);
+    assert_eq!(r.text().await.unwrap(), "two");
+    // The versions are the store's: both kept, newest first.
+    let (st, v) = api
+        .get("/nodes/pth/Acme/My%20First%20Vault/doc.txt?vprop=1")
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let md5s: Vec<&str> = v["message"]["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["md5_checksum"].as_str().unwrap())
+        .collect();
+    assert_eq!(md5s, [md5hex(b"two"), md5hex(b"one")]);
+    // If-None-Match: * on a name that exists: 412.
+    let r = put("four")
+        .header("If-None-Match", "*")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::PRECONDITION_FAILED);
+    // A DELETE with a stale If-Match deletes nothing; with the current one, the file goes to
+    // the deleted files, restorable.
+    let r = dav(&s, &creds, "DELETE", &path)
+        .header("If-Match", &etag1)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::PRECONDITION_FAILED);
+    let r = dav(&s, &creds, "DELETE", &path)
+        .header("If-Match", &etag2)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let (_, v) = api
+        .get("/nodes/pth/Acme/My%20First%20Vault?deleted=1")
+        .await;
+    let deleted: Vec<&str> = v["message"]["deleted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(deleted, ["doc.txt"], "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_move_over_a_file_keeps_its_history() {
+    let (s, api) = setup().await;
+    let creds = api.creds().clone();
+    let doc = format!("{DAV_VAULT}/doc.txt");
+    let tmp = format!("{DAV_VAULT}/doc.txt.tmp");
+    for (path, body) in [(&doc, "v1"), (&tmp, "v2")] {
+        let r = dav(&s, &creds, "PUT", path)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.status());
+    }
+    let id_before = listed(&s, &creds, "").await["doc.txt"]["id"].clone();
+    // An editor's save: the new bytes written aside, then moved over the document.
+    let r = dav(&s, &creds, "MOVE", &tmp)
+        .header("Destination", s.url(&doc))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let after = listed(&s, &creds, "").await;
+    assert!(!after.contains_key("doc.txt.tmp"));
+    assert_eq!(
+        after["doc.txt"]["id"], id_before,
+        "the document keeps its ID"
+    );
+    let (_, v) = api
+        .get("/nodes/pth/Acme/My%20First%20Vault/doc.txt?vprop=1")
+        .await;
+    assert_eq!(v["message"]["versions"].as_array().unwrap().len(), 2, "{v}");
+    let r = dav(&s, &creds, "GET", &doc).send().await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "v2");
+    // COPY of a folder: one copy by the store, every file there.
+    let r = dav(&s, &creds, "MKCOL", &format!("{DAV_VAULT}/f"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let r = dav(&s, &creds, "PUT", &format!("{DAV_VAULT}/f/in.txt"))
+        .body("inside")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let r = dav(&s, &creds, "COPY", &format!("{DAV_VAULT}/f/"))
+        .header("Destination", s.url(&format!("{DAV_VAULT}/g/")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let g = listed(&s, &creds, "/g").await;
+    assert_eq!(g["in.txt"]["md5_checksum"], md5hex(b"inside"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn basic_auth_is_asked_for_and_only_over_a_safe_transport() {
+    let (s, api) = setup().await;
+    let creds = api.creds().clone();
+    // No credentials: asked for them, as every WebDAV client expects.
+    let r = reqwest::Client::new()
+        .request(Method::from_bytes(b"PROPFIND").unwrap(), s.url("/dav/"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert!(
+        r.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .starts_with("Basic realm=\"vaultfs\"")
+    );
+    let r = reqwest::Client::new()
+        .request(Method::from_bytes(b"PROPFIND").unwrap(), s.url("/dav/"))
+        .basic_auth(&creds.email, Some("not-the-token"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    // The root lists the caller's account.
+    let r = dav(&s, &creds, "PROPFIND", "/dav/")
+        .header("Depth", "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::MULTI_STATUS);
+    let xml = r.text().await.unwrap();
+    assert!(xml.contains("/dav/Acme/"), "{xml}");
+
+    // Behind a trusted proxy: only what came to it over HTTPS.
+    let options = vaultfs::server::ServerOptions {
+        trusted_proxies: vec!["127.0.0.1".parse().unwrap()],
+        ..Default::default()
+    };
+    let s2 = TestServer::start_with(vaultfs::store::StoreConfig::default(), options).await;
+    let bob = s2.user("bob@example.com", "Bobs").await;
+    let propfind = |proto: Option<&str>| {
+        let r = reqwest::Client::new()
+            .request(Method::from_bytes(b"PROPFIND").unwrap(), s2.url("/dav/"))
+            .basic_auth(&bob.email, Some(&bob.token))
+            .header("Depth", "0")
+            .header("X-Forwarded-For", "203.0.113.7");
+        match proto {
+            Some(p) => r.header("X-Forwarded-Proto", p),
+            None => r,
+        }
+    };
+    let r = propfind(None).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let r = propfind(Some("http")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let r = propfind(Some("https")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::MULTI_STATUS);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_webdav_turns_it_off() {
+    let options = vaultfs::server::ServerOptions {
+        webdav: false,
+        ..Default::default()
+    };
+    let s = TestServer::start_with(vaultfs::store::StoreConfig::default(), options).await;
+    let alice = s.user("alice@example.com", "Acme").await;
+    let r = dav(&s, &alice, "PROPFIND", "/dav/").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+}
