@@ -33,9 +33,39 @@ pub enum UserCommand {
         #[command(flatten)]
         data: StoreArgs,
     },
-    /// Revoke every token and pin of a user (they must log in again).
+    /// Revoke every token and pin of a user (they must log in again). Their app passwords
+    /// stay: `vaultfs user app-password revoke` revokes those.
     Revoke {
         email: String,
+        #[command(flatten)]
+        data: StoreArgs,
+    },
+    /// App passwords: one per device of a user's WebDAV clients (docs/webdav.md).
+    #[command(subcommand)]
+    AppPassword(AppPasswordCommand),
+}
+
+#[derive(Subcommand)]
+pub enum AppPasswordCommand {
+    /// Make an app password for a device; it is shown once.
+    Add {
+        /// The user's e-mail address
+        email: String,
+        /// The device, to tell the user's passwords apart ("Anna's Mac")
+        name: String,
+        #[command(flatten)]
+        data: StoreArgs,
+    },
+    /// List a user's app passwords (names and when last used, never the passwords).
+    List {
+        email: String,
+        #[command(flatten)]
+        data: StoreArgs,
+    },
+    /// Revoke one app password: its device can no longer connect.
+    Revoke {
+        email: String,
+        name: String,
         #[command(flatten)]
         data: StoreArgs,
     },
@@ -104,6 +134,41 @@ pub fn user(cmd: UserCommand) -> CmdResult {
         UserCommand::Revoke { email, data } => {
             let n = open(&data)?.revoke_tokens(&email)?;
             println!("revoked {n} token(s) of {email}, and any pin not yet used");
+        }
+        UserCommand::AppPassword(cmd) => app_password(cmd)?,
+    }
+    Ok(())
+}
+
+fn app_password(cmd: AppPasswordCommand) -> CmdResult {
+    let when = |ns: i64| {
+        let t = crate::api::format_time(crate::api::time::ns_to_time(ns));
+        t[..19].replace('T', " ")
+    };
+    match cmd {
+        AppPasswordCommand::Add { email, name, data } => {
+            let password = open(&data)?.add_app_password(&email, &name)?;
+            eprintln!(
+                "app password {name:?} of {email}: give it to the device's WebDAV client with \
+                 the e-mail address as the user name; it is not shown again"
+            );
+            println!("{password}");
+        }
+        AppPasswordCommand::List { email, data } => {
+            let list = open(&data)?.list_app_passwords(&email)?;
+            println!("{:<32} {:<20} LAST USED", "NAME", "CREATED");
+            for p in list {
+                println!(
+                    "{:<32} {:<20} {}",
+                    p.name,
+                    when(p.created_on),
+                    p.last_used_on.map_or_else(|| "never".to_string(), when)
+                );
+            }
+        }
+        AppPasswordCommand::Revoke { email, name, data } => {
+            open(&data)?.revoke_app_password(&email, &name)?;
+            println!("revoked app password {name:?} of {email}");
         }
     }
     Ok(())

@@ -4,7 +4,7 @@
 use rusqlite::Connection;
 
 /// Bumped when the schema changes; `migrate` brings older databases forward.
-pub(crate) const VERSION: i64 = 13;
+pub(crate) const VERSION: i64 = 14;
 
 const V1: &str = "
 CREATE TABLE nodes (
@@ -342,6 +342,19 @@ CREATE TABLE dav_props (
 );
 ";
 
+/// App passwords (issue 50): one per device of a user's WebDAV clients (Finder and Explorer
+/// cannot run the pin flow), kept as their sha256 like tokens, revoked one by one.
+const V14: &str = "
+CREATE TABLE app_passwords (
+    hash         BLOB PRIMARY KEY,     -- sha256 of the password
+    user_id      INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    name         TEXT NOT NULL,        -- the device, as the user calls it
+    created_on   INTEGER NOT NULL,
+    last_used_on INTEGER               -- written at most hourly
+);
+CREATE UNIQUE INDEX app_passwords_by_user ON app_passwords(user_id, name);
+";
+
 /// Adds the columns of the preview cache to a database from before it (idempotent). Ready
 /// previews of such a database have their sizes measured once the threads start.
 pub fn preview_cache_columns(conn: &Connection) -> rusqlite::Result<()> {
@@ -401,6 +414,7 @@ pub(crate) fn prepare_to(conn: &mut Connection, target: i64) -> rusqlite::Result
         (11, V11),
         (12, V12),
         (13, V13),
+        (14, V14),
     ] {
         if version < to && to <= target {
             let tx = conn.transaction()?;

@@ -7,7 +7,7 @@
 
 use super::db::{Conn, OptionalExtension, Result, params};
 
-const VERSION: i64 = 13;
+const VERSION: i64 = 14;
 
 const SCHEMA: &str = r#"
 CREATE COLLATION IF NOT EXISTS vaultfs_nocase
@@ -268,13 +268,26 @@ CREATE TABLE dav_props (
 );
 "#;
 
+/// Schema 14: app passwords (`schema.rs`'s V14).
+const APP_PASSWORDS: &str = r#"
+CREATE TABLE app_passwords (
+    hash         BYTEA PRIMARY KEY,
+    user_id      BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    name         TEXT COLLATE "C" NOT NULL,
+    created_on   BIGINT NOT NULL,
+    last_used_on BIGINT
+);
+CREATE UNIQUE INDEX app_passwords_by_user ON app_passwords(user_id, name);
+"#;
+
 /// The steps from older schemas (SQLite's of the same numbers, in PostgreSQL's words).
-const MIGRATIONS: [(i64, &str); 5] = [
+const MIGRATIONS: [(i64, &str); 6] = [
     (9, "ALTER TABLE versions ADD COLUMN base TEXT;"),
     (10, CHANGES),
     (11, DELETED),
     (12, SEARCH),
     (13, DAV_PROPS),
+    (14, APP_PASSWORDS),
 ];
 
 /// What a store keeps beside its SQLite file, here in the database.
@@ -308,6 +321,7 @@ pub fn prepare(conn: &Conn) -> Result<Settings> {
         tx.execute_batch(DELETED)?;
         tx.execute_batch(SEARCH)?;
         tx.execute_batch(DAV_PROPS)?;
+        tx.execute_batch(APP_PASSWORDS)?;
         tx.execute(
             "INSERT INTO settings (name, value) VALUES ('schema_version', ?1)",
             params![VERSION.to_string().into_bytes()],

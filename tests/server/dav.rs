@@ -397,3 +397,99 @@ async fn no_webdav_turns_it_off() {
     let r = dav(&s, &alice, "PROPFIND", "/dav/").send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
 }
+
+/// `vaultfs user app-password ...` on the server's data directory while it runs.
+async fn cli(s: &TestServer, args: &[&str]) -> (bool, String) {
+    let mut c = Command::new(super::common::mount::BIN);
+    c.args(["user", "app-password"])
+        .args(args)
+        .arg("--data-dir")
+        .arg(&s.dir);
+    run(c).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn app_passwords_sign_in_until_revoked() {
+    let s = TestServer::start().await;
+    let alice = s.user("alice@example.com", "Acme").await;
+    let (ok, out) = cli(&s, &["add", "alice@example.com", "Anna's Mac"]).await;
+    assert!(ok, "{out}");
+    // The password is the line of 4 groups of 6.
+    let password = out
+        .lines()
+        .find(|l| l.len() == 27 && l.split('-').count() == 4)
+        .unwrap_or_else(|| panic!("no password in {out}"))
+        .to_string();
+    let (ok, out) = cli(&s, &["add", "alice@example.com", "Anna's Mac"]).await;
+    assert!(!ok && out.contains("already"), "{out}");
+    let with = |secret: &str| {
+        reqwest::Client::new()
+            .request(
+                Method::from_bytes(b"PROPFIND").unwrap(),
+                s.url("/dav/Acme/"),
+            )
+            .basic_auth("alice@example.com", Some(secret))
+            .header("Depth", "1")
+    };
+    let r = with(&password).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::MULTI_STATUS);
+    assert!(r.text().await.unwrap().contains("My%20First%20Vault"));
+    // Not a token of the API: the API refuses it.
+    let r = reqwest::Client::new()
+        .get(s.url("/nodes/pth?children=1"))
+        .basic_auth("alice@example.com", Some(&password))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    // Nor another user's.
+    let _bob = s.user("bob@example.com", "Bobs").await;
+    let r = reqwest::Client::new()
+        .request(Method::from_bytes(b"PROPFIND").unwrap(), s.url("/dav/"))
+        .basic_auth("bob@example.com", Some(&password))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let (ok, out) = cli(&s, &["list", "alice@example.com"]).await;
+    assert!(ok, "{out}");
+    let line = out.lines().find(|l| l.starts_with("Anna's Mac")).unwrap();
+    assert!(!line.ends_with("never"), "its use is recorded: {out}");
+    assert!(!out.contains(&password));
+    let (ok, out) = cli(&s, &["revoke", "alice@example.com", "Anna's Mac"]).await;
+    assert!(ok, "{out}");
+    let r = with(&password).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    // The token still works.
+    let r = with(&alice.token).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::MULTI_STATUS);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failed_webdav_sign_ins_lock_the_source_out() {
+    let s = TestServer::start().await;
+    let carol = s.user("carol@example.com", "Carols").await;
+    let propfind = |secret: &str| {
+        reqwest::Client::new()
+            .request(Method::from_bytes(b"PROPFIND").unwrap(), s.url("/dav/"))
+            .basic_auth("carol@example.com", Some(secret))
+            .header("Depth", "0")
+    };
+    for _ in 0..5 {
+        let r = propfind("wrong-guess").send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    }
+    // As for sign-ins: the pair waits now, the right secret too.
+    let r = propfind(&carol.token).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    // Another user from the same address is not held back.
+    let dave = s.user("dave@example.com", "Daves").await;
+    let r = reqwest::Client::new()
+        .request(Method::from_bytes(b"PROPFIND").unwrap(), s.url("/dav/"))
+        .basic_auth(&dave.email, Some(&dave.token))
+        .header("Depth", "0")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::MULTI_STATUS);
+}

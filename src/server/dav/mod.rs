@@ -5,8 +5,10 @@
 //! files by name, every call one of the local backend scoped to the caller's account, as the
 //! API's handlers make them.
 //!
-//! - **Authentication**: HTTP Basic `email:token` (the API's tokens). A client that sends none
-//!   is asked (`WWW-Authenticate: Basic`), which every WebDAV client answers.
+//! - **Authentication**: HTTP Basic with the e-mail and an app password, one per device
+//!   (`vaultfs user app-password add`: Finder and Explorer cannot run the pin flow), or a token
+//!   of the API; failures under the lockout of sign-ins. A client that sends none is asked
+//!   (`WWW-Authenticate: Basic`), which every WebDAV client answers.
 //! - **Not over plain HTTP** from another machine: Basic sends the secret in clear, so `/dav/`
 //!   answers only a client on this machine (loopback), one behind a trusted proxy that says it
 //!   got the request over HTTPS (`--trusted-proxy`, `X-Forwarded-Proto: https` or `Forwarded:
@@ -243,14 +245,18 @@ fn failure(e: &Error) -> Response {
     resp
 }
 
-/// The caller of `Authorization: Basic email:token`: the backend scoped to their account, their
-/// user ID and e-mail.
+/// The caller of `Authorization: Basic email:secret`, the secret an app password (`vaultfs
+/// user app-password add`) or a token of the API, checked under the lockout of sign-ins
+/// (`Store::authenticate_dav`): the backend scoped to their account, their user ID and e-mail.
 async fn authenticate(
     state: &AppState,
+    peer: Option<Peer>,
     headers: &HeaderMap,
 ) -> Result<(LocalBackend, i64, String), Response> {
     let Some(value) = headers.get(header::AUTHORIZATION) else {
-        return Err(challenge("sign in with your e-mail and a token"));
+        return Err(challenge(
+            "sign in with your e-mail address and an app password",
+        ));
     };
     let Some((email, secret)) = value.to_str().ok().and_then(super::auth::parse_basic) else {
         return Err(challenge("malformed Authorization header (expected Basic)"));
@@ -260,7 +266,8 @@ async fn authenticate(
         None => {
             let store = state.store.clone();
             let e2 = email.clone();
-            tokio::task::spawn_blocking(move || store.authenticate(&e2, &secret))
+            let source = super::conn::Source(peer).key();
+            tokio::task::spawn_blocking(move || store.authenticate_dav(&e2, &secret, &source))
                 .await
                 .map_err(|e| failure(&Error::internal(format!("auth task failed: {e}"))))?
                 .map_err(|e| failure(&e))?
@@ -282,7 +289,7 @@ async fn handle(State(state): State<AppState>, req: axum::extract::Request) -> R
              proxy named by --trusted-proxy), or from this machine",
         );
     }
-    let (backend, user_id, email) = match authenticate(&state, req.headers()).await {
+    let (backend, user_id, email) = match authenticate(&state, peer, req.headers()).await {
         Ok(c) => c,
         Err(resp) => return resp,
     };
