@@ -493,3 +493,57 @@ async fn failed_webdav_sign_ins_lock_the_source_out() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::MULTI_STATUS);
 }
+
+/// The store's own check, inside the commit: a version stored by someone else while a PUT's
+/// body was on its way (after dav-server's check of `If-Match` had passed) makes the PUT 412,
+/// and the other version stays.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_version_stored_during_a_put_makes_it_412() {
+    let (s, api) = setup().await;
+    let creds = api.creds().clone();
+    let path = format!("{DAV_VAULT}/doc.txt");
+    let r = dav(&s, &creds, "PUT", &path)
+        .body("one")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let etag1 = r.headers()["etag"].to_str().unwrap().to_string();
+    // A PUT whose body comes in two parts, the second only when told.
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Vec<u8>>>(1);
+    let body = reqwest::Body::wrap_stream(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    }));
+    let slow = tokio::spawn(
+        dav(&s, &creds, "PUT", &path)
+            .header("If-Match", &etag1)
+            .header("Content-Length", "6")
+            .body(body)
+            .send(),
+    );
+    tx.send(Ok(b"sl".to_vec())).await.unwrap();
+    // The server has opened the upload's staging file (in the store's tmp/): dav-server's
+    // check of If-Match passed.
+    let tmp = s.dir.join("tmp");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !std::fs::read_dir(&tmp)
+        .unwrap()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with("up-"))
+    {
+        assert!(std::time::Instant::now() < deadline, "the PUT never began");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let r = dav(&s, &creds, "PUT", &path)
+        .body("two")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    tx.send(Ok(b"owed".to_vec())).await.unwrap();
+    drop(tx);
+    let r = slow.await.unwrap().unwrap();
+    assert_eq!(r.status(), StatusCode::PRECONDITION_FAILED);
+    let r = dav(&s, &creds, "GET", &path).send().await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "two");
+}
