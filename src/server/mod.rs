@@ -153,11 +153,11 @@ pub fn router(store: Arc<Store>, options: ServerOptions) -> Router {
         .to_json()
         .expect("the OpenAPI document serializes");
     let state = AppState {
+        dav: dav::handler(store.clone()),
         store,
         options: Arc::new(options.clone()),
         limits: Arc::new(limits::Limits::new(&options)),
         openapi: Arc::new(doc),
-        dav: dav::handler(),
     };
     let app = app.merge(web::router());
     // WebDAV is a protocol of its own beside the API, not in the OpenAPI document (docs/design.md

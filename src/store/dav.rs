@@ -118,3 +118,135 @@ impl Store {
         Ok(())
     }
 }
+
+/// A WebDAV lock (`server::dav::locks` speaks for it), by the path it was taken on: held by the
+/// store, so every server of one PostgreSQL sees it, and let go of when it expires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DavLockRow {
+    /// `urn:uuid:...`: what the client sends back (`If`, `Lock-Token`).
+    pub token: String,
+    /// The first segment of `path`: locks are read by account.
+    pub account: String,
+    /// The locked path below `/dav`, as WebDAV spells it (percent-encoded).
+    pub path: String,
+    /// Who took it (the e-mail signed in).
+    pub principal: Option<String>,
+    /// The client's `owner` element, as XML.
+    pub owner: Option<String>,
+    pub shared: bool,
+    pub deep: bool,
+    /// The timeout the lock was given, in seconds.
+    pub timeout_secs: Option<i64>,
+    /// When it expires (ns); `None`: never.
+    pub expires_on: Option<i64>,
+}
+
+fn lock_row(r: &super::db::Row) -> super::db::Result<DavLockRow> {
+    Ok(DavLockRow {
+        token: r.get(0)?,
+        account: r.get(1)?,
+        path: r.get(2)?,
+        principal: r.get(3)?,
+        owner: r.get(4)?,
+        shared: r.get::<_, i64>(5)? != 0,
+        deep: r.get::<_, i64>(6)? != 0,
+        timeout_secs: r.get(7)?,
+        expires_on: r.get(8)?,
+    })
+}
+
+const LOCK_COLUMNS: &str =
+    "token, account, path, principal, owner, shared, deep, timeout_secs, expires_on";
+
+fn live_locks(conn: &super::db::Conn, account: &str, now: i64) -> Result<Vec<DavLockRow>> {
+    let sql = format!(
+        "SELECT {LOCK_COLUMNS} FROM dav_locks
+         WHERE account = ?1 AND (expires_on IS NULL OR expires_on > ?2)"
+    );
+    Ok(conn
+        .prepare_cached(&sql)?
+        .query_map(params![account, now], lock_row)?
+        .collect::<super::db::Result<Vec<_>>>()?)
+}
+
+impl Store {
+    /// The live locks of an account's paths.
+    pub fn dav_locks(&self, account: &str) -> Result<Vec<DavLockRow>> {
+        let conn = self.conn()?;
+        live_locks(&conn, account, super::now_ns())
+    }
+
+    /// Takes `lock` unless `conflict` finds one among the account's live locks that it
+    /// conflicts with: checked and written in one transaction under the writers' lock, so two
+    /// servers cannot both grant conflicting locks. Expired locks are dropped on the way.
+    pub fn dav_lock(
+        &self,
+        lock: DavLockRow,
+        conflict: impl FnOnce(&[DavLockRow]) -> Option<DavLockRow>,
+    ) -> Result<std::result::Result<DavLockRow, DavLockRow>> {
+        let now = super::now_ns();
+        let conn = self.conn()?;
+        let tx = conn.transaction()?;
+        tx.prepare_cached("DELETE FROM dav_locks WHERE expires_on <= ?1")?
+            .execute([now])?;
+        let live = live_locks(&tx, &lock.account, now)?;
+        if let Some(other) = conflict(&live) {
+            return Ok(Err(other));
+        }
+        let sql = format!(
+            "INSERT INTO dav_locks ({LOCK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+        );
+        tx.prepare_cached(&sql)?.execute(params![
+            lock.token,
+            lock.account,
+            lock.path,
+            lock.principal,
+            lock.owner,
+            lock.shared as i64,
+            lock.deep as i64,
+            lock.timeout_secs,
+            lock.expires_on
+        ])?;
+        tx.commit()?;
+        Ok(Ok(lock))
+    }
+
+    /// A live lock's new timeout; `None` when it is no longer held.
+    pub fn dav_refresh_lock(
+        &self,
+        token: &str,
+        timeout_secs: Option<i64>,
+        expires_on: Option<i64>,
+    ) -> Result<Option<DavLockRow>> {
+        let now = super::now_ns();
+        let conn = self.conn()?;
+        let tx = conn.transaction()?;
+        let n = tx
+            .prepare_cached(
+                "UPDATE dav_locks SET timeout_secs = ?2, expires_on = ?3
+                 WHERE token = ?1 AND (expires_on IS NULL OR expires_on > ?4)",
+            )?
+            .execute(params![token, timeout_secs, expires_on, now])?;
+        if n == 0 {
+            return Ok(None);
+        }
+        let sql = format!("SELECT {LOCK_COLUMNS} FROM dav_locks WHERE token = ?1");
+        let row = tx.prepare_cached(&sql)?.query_row([token], lock_row)?;
+        tx.commit()?;
+        Ok(Some(row))
+    }
+
+    /// Lets go of locks by their tokens; how many were held.
+    pub fn dav_unlock(&self, tokens: &[String]) -> Result<usize> {
+        let conn = self.conn()?;
+        let tx = conn.transaction()?;
+        let mut n = 0;
+        for t in tokens {
+            n += tx
+                .prepare_cached("DELETE FROM dav_locks WHERE token = ?1")?
+                .execute([t])?;
+        }
+        tx.commit()?;
+        Ok(n)
+    }
+}

@@ -4,7 +4,7 @@
 use rusqlite::Connection;
 
 /// Bumped when the schema changes; `migrate` brings older databases forward.
-pub(crate) const VERSION: i64 = 14;
+pub(crate) const VERSION: i64 = 15;
 
 const V1: &str = "
 CREATE TABLE nodes (
@@ -355,6 +355,26 @@ CREATE TABLE app_passwords (
 CREATE UNIQUE INDEX app_passwords_by_user ON app_passwords(user_id, name);
 ";
 
+/// WebDAV's locks (issue 50, `store::dav`): in the database so that every server of one store
+/// sees them; by the path they were taken on (a lock may name a path nothing is at yet), read
+/// by account (the path's first segment); an expired one is no longer read, and goes with the
+/// next lock taken.
+const V15: &str = "
+CREATE TABLE dav_locks (
+    token        TEXT PRIMARY KEY,     -- urn:uuid:...
+    account      TEXT NOT NULL,        -- the first segment of path
+    path         TEXT NOT NULL,        -- below /dav, percent-encoded as WebDAV spells it
+    principal    TEXT,                 -- the e-mail that took it
+    owner        TEXT,                 -- the client's owner element, as XML
+    shared       INTEGER NOT NULL,
+    deep         INTEGER NOT NULL,
+    timeout_secs INTEGER,
+    expires_on   INTEGER               -- ns; NULL: never
+);
+CREATE INDEX dav_locks_by_account ON dav_locks(account);
+CREATE INDEX dav_locks_by_expiry ON dav_locks(expires_on);
+";
+
 /// Adds the columns of the preview cache to a database from before it (idempotent). Ready
 /// previews of such a database have their sizes measured once the threads start.
 pub fn preview_cache_columns(conn: &Connection) -> rusqlite::Result<()> {
@@ -415,6 +435,7 @@ pub(crate) fn prepare_to(conn: &mut Connection, target: i64) -> rusqlite::Result
         (12, V12),
         (13, V13),
         (14, V14),
+        (15, V15),
     ] {
         if version < to && to <= target {
             let tx = conn.transaction()?;

@@ -7,7 +7,7 @@
 
 use super::db::{Conn, OptionalExtension, Result, params};
 
-const VERSION: i64 = 14;
+const VERSION: i64 = 15;
 
 const SCHEMA: &str = r#"
 CREATE COLLATION IF NOT EXISTS vaultfs_nocase
@@ -280,14 +280,32 @@ CREATE TABLE app_passwords (
 CREATE UNIQUE INDEX app_passwords_by_user ON app_passwords(user_id, name);
 "#;
 
+/// Schema 15: WebDAV's locks (`schema.rs`'s V15).
+const DAV_LOCKS: &str = r#"
+CREATE TABLE dav_locks (
+    token        TEXT COLLATE "C" PRIMARY KEY,
+    account      TEXT COLLATE "C" NOT NULL,
+    path         TEXT COLLATE "C" NOT NULL,
+    principal    TEXT,
+    owner        TEXT,
+    shared       BIGINT NOT NULL,
+    deep         BIGINT NOT NULL,
+    timeout_secs BIGINT,
+    expires_on   BIGINT
+);
+CREATE INDEX dav_locks_by_account ON dav_locks(account);
+CREATE INDEX dav_locks_by_expiry ON dav_locks(expires_on);
+"#;
+
 /// The steps from older schemas (SQLite's of the same numbers, in PostgreSQL's words).
-const MIGRATIONS: [(i64, &str); 6] = [
+const MIGRATIONS: [(i64, &str); 7] = [
     (9, "ALTER TABLE versions ADD COLUMN base TEXT;"),
     (10, CHANGES),
     (11, DELETED),
     (12, SEARCH),
     (13, DAV_PROPS),
     (14, APP_PASSWORDS),
+    (15, DAV_LOCKS),
 ];
 
 /// What a store keeps beside its SQLite file, here in the database.
@@ -322,6 +340,7 @@ pub fn prepare(conn: &Conn) -> Result<Settings> {
         tx.execute_batch(SEARCH)?;
         tx.execute_batch(DAV_PROPS)?;
         tx.execute_batch(APP_PASSWORDS)?;
+        tx.execute_batch(DAV_LOCKS)?;
         tx.execute(
             "INSERT INTO settings (name, value) VALUES ('schema_version', ?1)",
             params![VERSION.to_string().into_bytes()],

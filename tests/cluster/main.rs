@@ -6,6 +6,7 @@
 mod changes;
 #[path = "../common/mod.rs"]
 mod common;
+mod dav;
 mod previews;
 mod schema;
 mod search;

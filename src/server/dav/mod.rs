@@ -18,13 +18,14 @@
 //!   also when the other version came in between dav-server's own check and the commit.
 //! - **Limits** as for the API: a GET or PUT holds one of the user's transfer slots (503 beyond),
 //!   bodies are idle-limited like every request's, the store checks sizes and quotas.
-//! - **Locks**: in this server's memory for now (dav-server's `MemLs`): enough for one server,
-//!   not seen by the other servers of one PostgreSQL (see docs/webdav.md).
+//! - **Locks** are held by the store ([`locks`]): every server of one PostgreSQL sees them, and
+//!   they are let go of when they expire.
 //!
 //! Not in `/openapi.json`: WebDAV is its own protocol with its own methods (PROPFIND, MKCOL,
 //! LOCK...), which OpenAPI cannot describe (docs/design.md §4).
 
 mod fs;
+mod locks;
 
 use std::net::IpAddr;
 use std::sync::Mutex;
@@ -60,12 +61,12 @@ pub(super) fn router() -> Router<AppState> {
         .route("/dav/{*rest}", any(handle))
 }
 
-/// The WebDAV handler, built once: the file system over the store and the lock system.
-pub(super) fn handler() -> DavHandler<DavCaller> {
+/// The WebDAV handler, built once: the file system and the lock system over the store.
+pub(super) fn handler(store: std::sync::Arc<crate::store::Store>) -> DavHandler<DavCaller> {
     DavHandler::builder()
         .strip_prefix(PREFIX)
         .filesystem(Box::new(fs::StoreFs))
-        .locksystem(dav_server::memls::MemLs::new())
+        .locksystem(locks::StoreLs::new(store))
         .build_handler()
 }
 

@@ -1,0 +1,115 @@
+//! WebDAV's locks on a shared store (issue 50): held by the database, so a lock taken through
+//! one server holds at the other, and its token works there; and a lock lets go when it
+//! expires.
+
+use reqwest::{Method, StatusCode};
+
+fn dav(base: &str, token: &str, method: &str, path: &str) -> reqwest::RequestBuilder {
+    reqwest::Client::new()
+        .request(
+            Method::from_bytes(method.as_bytes()).unwrap(),
+            format!("{base}/dav/Acme/My%20First%20Vault{path}"),
+        )
+        .basic_auth("a@acme.test", Some(token))
+}
+
+const LOCKINFO: &str = r#"<?xml version="1.0" encoding="utf-8"?>
+<D:lockinfo xmlns:D="DAV:"><D:lockscope><D:exclusive/></D:lockscope>
+<D:locktype><D:write/></D:locktype><D:owner>test</D:owner></D:lockinfo>"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_taken_at_one_server_holds_at_the_other_until_it_expires() {
+    let Some((_cluster, one, two, token)) = crate::two_servers(crate::Sign::AtOne).await else {
+        return;
+    };
+    let (one, two) = (one.base(), two.base());
+    let r = dav(&one, &token, "PUT", "/doc.txt")
+        .body("v1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let r = dav(&one, &token, "LOCK", "/doc.txt")
+        .header("Timeout", "Second-600")
+        .body(LOCKINFO)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let lock = r.headers()["lock-token"].to_str().unwrap().to_string();
+    // The other server refuses a write without the lock's token...
+    let r = dav(&two, &token, "PUT", "/doc.txt")
+        .body("v2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::LOCKED);
+    // ...and shows the lock...
+    let r = dav(&two, &token, "PROPFIND", "/doc.txt")
+        .header("Depth", "0")
+        .body(r#"<?xml version="1.0"?><D:propfind xmlns:D="DAV:"><D:prop><D:lockdiscovery/></D:prop></D:propfind>"#)
+        .send()
+        .await
+        .unwrap();
+    let xml = r.text().await.unwrap();
+    assert!(
+        xml.contains(lock.trim_matches(|c| c == '<' || c == '>')),
+        "{xml}"
+    );
+    // ...and takes one with it.
+    let r = dav(&two, &token, "PUT", "/doc.txt")
+        .header("If", format!("({lock})"))
+        .body("v2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    // A second exclusive lock is refused at either server.
+    let r = dav(&two, &token, "LOCK", "/doc.txt")
+        .body(LOCKINFO)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::LOCKED);
+    // Unlocked at the other server: free at the first.
+    let r = dav(&two, &token, "UNLOCK", "/doc.txt")
+        .header("Lock-Token", &lock)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let r = dav(&one, &token, "PUT", "/doc.txt")
+        .body("v3")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+
+    // A lock of one second: refused while it holds (when the PUT came within it), free once it
+    // expired, with no UNLOCK.
+    let taken = std::time::Instant::now();
+    let r = dav(&one, &token, "LOCK", "/doc.txt")
+        .header("Timeout", "Second-1")
+        .body(LOCKINFO)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let put = || dav(&two, &token, "PUT", "/doc.txt").body("v4").send();
+    let first = put().await.unwrap().status();
+    if taken.elapsed() < std::time::Duration::from_millis(900) {
+        assert_eq!(first, StatusCode::LOCKED);
+    }
+    let deadline = taken + std::time::Duration::from_secs(20);
+    let mut status = first;
+    while status == StatusCode::LOCKED {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lock never expired"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        status = put().await.unwrap().status();
+    }
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert!(taken.elapsed() >= std::time::Duration::from_secs(1));
+}
