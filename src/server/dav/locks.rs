@@ -20,9 +20,10 @@ use super::PREFIX;
 use crate::store::Store;
 use crate::store::dav::DavLockRow;
 
-/// The timeout of a lock taken or refreshed without one (`Timeout: Infinite` is capped by
-/// dav-server: 10 minutes for an exclusive lock, a day for a shared one).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3600);
+/// The timeout of a lock taken or refreshed without one: dav-server's own bound on what a
+/// client may ask for an exclusive lock (`Timeout: Infinite` or longer is cut to 10 minutes; a
+/// day for a shared one).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The lock system over the store.
 #[derive(Clone)]
