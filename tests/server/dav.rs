@@ -556,7 +556,11 @@ struct Davfs(std::path::PathBuf);
 
 impl Drop for Davfs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .stderr(std::process::Stdio::null())
+            .status();
     }
 }
 
@@ -645,4 +649,43 @@ async fn davfs2_mounts_the_vault() {
     let sub = listed(&s, api.creds(), "/sub").await;
     assert_eq!(sub["b.bin"]["md5_checksum"], md5hex(&pattern(300_000, 9)));
     assert!(!sub.contains_key("gone.txt"));
+}
+
+/// Limits as for the API: a file over the quota is refused (507) before its body is stored,
+/// and nothing of it is kept; a PROPFIND of infinite depth (a walk of the whole tree in one
+/// answer) is not served, whatever the request says of itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_quota_holds_and_a_propfind_is_of_finite_depth() {
+    let config = vaultfs::store::StoreConfig {
+        max_bytes_per_account: 100_000,
+        ..Default::default()
+    };
+    let s = TestServer::start_with(config, Default::default()).await;
+    let creds = s.user("alice@example.com", "Acme").await;
+    let r = dav(&s, &creds, "PUT", &format!("{DAV_VAULT}/small"))
+        .body(pattern(60_000, 1))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let r = dav(&s, &creds, "PUT", &format!("{DAV_VAULT}/big"))
+        .body(pattern(60_000, 2))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::INSUFFICIENT_STORAGE);
+    let top = listed(&s, &creds, "").await;
+    assert!(
+        top.contains_key("small") && !top.contains_key("big"),
+        "{top:?}"
+    );
+    for litmus in [false, true] {
+        let mut r = dav(&s, &creds, "PROPFIND", "/dav/").header("Depth", "infinity");
+        if litmus {
+            r = r.header("X-Litmus", "props: 1 (begin)");
+        }
+        let r = r.send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::NOT_IMPLEMENTED);
+        assert!(r.text().await.unwrap().contains("propfind-finite-depth"));
+    }
 }

@@ -236,8 +236,22 @@ impl GuardedFileSystem<DavCaller> for StoreFs {
                 return Ok(f);
             }
             let max = c.backend.store().config().max_file_size;
-            if options.size.is_some_and(|n| n > max) {
-                return Err(FsError::TooLarge);
+            if let Some(n) = options.size {
+                if n > max {
+                    return Err(FsError::TooLarge);
+                }
+                // Refused before the body is read when it cannot fit the account's quota (the
+                // commit checks again, and alone where the length is not announced).
+                let usage = c.backend.usage().await.map_err(|e| c.failed(e))?;
+                if let Some(u) = usage
+                    && u.max_bytes.is_some_and(|m| u.bytes.saturating_add(n) > m)
+                {
+                    return Err(c.failed(Error::new(
+                        ErrorKind::InsufficientStorage,
+                        "quota_exceeded",
+                        format!("{n} more bytes would take the account over its quota"),
+                    )));
+                }
             }
             let mut base = c.request.base.clone();
             if options.create_new {
