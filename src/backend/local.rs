@@ -127,8 +127,9 @@ impl LocalBackend {
     /// interface's three upload steps (so as any save: quota, size limit, history and
     /// retention), in one trip to a blocking thread. A new name is created (step 1) unless
     /// `base` names a version (`Base::Md5`): then the file must exist, and is not made when it
-    /// does not (`version_conflict`). `base` is checked again inside the commit (docs/design.md
-    /// §5), so a stale one changes nothing.
+    /// does not (`version_conflict`); a name made for bytes then refused is deleted again.
+    /// `base` is checked again inside the commit (docs/design.md §5), so a stale one changes
+    /// nothing.
     pub async fn put_staged(
         &self,
         path: &NodePath,
@@ -144,33 +145,43 @@ impl LocalBackend {
                     "the root holds no files",
                 ));
             };
-            let file = match &base {
-                Base::Md5(_) => match s.node(scope, &path) {
-                    Ok(n) => n,
-                    Err(e) if e.kind == crate::api::ErrorKind::NotFound => {
-                        return Err(base.conflict(&path.to_string()));
-                    }
-                    Err(e) => return Err(e),
-                },
-                _ => s.create_file(scope, &folder, name)?,
+            let existing = match s.node(scope, &path) {
+                Ok(n) => Some(n),
+                Err(e) if e.kind == crate::api::ErrorKind::NotFound => None,
+                Err(e) => return Err(e),
+            };
+            let made = existing.is_none();
+            let file = match (&base, existing) {
+                (_, Some(n)) => n,
+                (Base::Md5(_), None) => return Err(base.conflict(&path.to_string())),
+                (_, None) => s.create_file(scope, &folder, name)?,
             };
             let id = file
                 .file_id()
                 .filter(|_| file.is_file())
                 .ok_or_else(|| Error::conflict("exists", format!("{path} is a folder")))?;
-            let pending = s.begin_version(
-                scope,
-                &id,
-                staged.len,
-                Some(&staged.md5),
-                FileAttrs::default(),
-                &base,
-            )?;
-            let vid = pending
-                .file_ex_properties
-                .and_then(|p| p.version_id)
-                .ok_or_else(|| Error::internal("step 2 gave no version"))?;
-            s.commit_upload(scope, &id, &vid, staged)
+            let stored = (|| {
+                let pending = s.begin_version(
+                    scope,
+                    &id,
+                    staged.len,
+                    Some(&staged.md5),
+                    FileAttrs::default(),
+                    &base,
+                )?;
+                let vid = pending
+                    .file_ex_properties
+                    .and_then(|p| p.version_id)
+                    .ok_or_else(|| Error::internal("step 2 gave no version"))?;
+                s.commit_upload(scope, &id, &vid, staged)
+            })();
+            // A name made here for bytes then refused (quota, size, a conflict) does not stay
+            // behind, empty: deleted while it still holds nothing (another writer's version
+            // stored in it meanwhile stays).
+            if stored.is_err() && made {
+                let _ = s.delete_if(scope, &path, &Base::Absent);
+            }
+            stored
         })
         .await
     }

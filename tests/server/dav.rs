@@ -327,6 +327,39 @@ async fn a_move_over_a_file_keeps_its_history() {
     assert_eq!(r.status(), StatusCode::CREATED);
     let g = listed(&s, &creds, "/g").await;
     assert_eq!(g["in.txt"]["md5_checksum"], md5hex(b"inside"));
+    // A file's dead properties go with its copy and its move.
+    let r = dav(&s, &creds, "PROPPATCH", &doc)
+        .body(
+            r#"<?xml version="1.0"?><D:propertyupdate xmlns:D="DAV:" xmlns:Z="urn:x-test">
+            <D:set><D:prop><Z:colour>blue</Z:colour></D:prop></D:set></D:propertyupdate>"#,
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::MULTI_STATUS);
+    let r = dav(&s, &creds, "COPY", &doc)
+        .header("Destination", s.url(&format!("{DAV_VAULT}/copy.txt")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let r = dav(&s, &creds, "MOVE", &format!("{DAV_VAULT}/copy.txt"))
+        .header("Destination", s.url(&format!("{DAV_VAULT}/g/moved.txt")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let r = dav(&s, &creds, "PROPFIND", &format!("{DAV_VAULT}/g/moved.txt"))
+        .header("Depth", "0")
+        .body(
+            r#"<?xml version="1.0"?><D:propfind xmlns:D="DAV:" xmlns:Z="urn:x-test">
+            <D:prop><Z:colour/></D:prop></D:propfind>"#,
+        )
+        .send()
+        .await
+        .unwrap();
+    let xml = r.text().await.unwrap();
+    assert!(xml.contains(">blue<"), "{xml}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -674,9 +707,19 @@ async fn the_quota_holds_and_a_propfind_is_of_finite_depth() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::INSUFFICIENT_STORAGE);
+    // Without a length (chunked): refused at the commit, and the name it made goes again.
+    let chunks = futures_util::stream::iter(
+        (0..6).map(|i| Ok::<_, std::io::Error>(pattern(10_000, 10 + i))),
+    );
+    let r = dav(&s, &creds, "PUT", &format!("{DAV_VAULT}/big2"))
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::INSUFFICIENT_STORAGE);
     let top = listed(&s, &creds, "").await;
     assert!(
-        top.contains_key("small") && !top.contains_key("big"),
+        top.contains_key("small") && !top.contains_key("big") && !top.contains_key("big2"),
         "{top:?}"
     );
     for litmus in [false, true] {
