@@ -227,6 +227,20 @@ async fn a_put_is_a_new_version_and_a_stale_if_match_is_412() {
     let r = dav(&s, &creds, "GET", &path).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(r.headers()["etag"].to_str().unwrap(), etag2);
+    // Never a page of the site, as the API's downloads.
+    assert!(
+        r.headers()["content-disposition"]
+            .to_str()
+            .unwrap()
+            .starts_with("attachment")
+    );
+    assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+    assert!(
+        r.headers()["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("sandbox")
+    );
     assert_eq!(r.text().await.unwrap(), "two");
     // The versions are the store's: both kept, newest first.
     let (st, v) = api

@@ -336,7 +336,18 @@ async fn handle(State(state): State<AppState>, req: axum::extract::Request) -> R
         )),
         None => body,
     };
-    Response::from_parts(parts, body)
+    let mut resp = Response::from_parts(parts, body);
+    // A file's bytes are never a page of this site (an uploaded .html or .svg would run its
+    // script here): an attachment, not sniffed, sandboxed, as the API's downloads.
+    if matches!(request.method.as_str(), "GET" | "HEAD") && resp.status().is_success() {
+        let name = request
+            .path
+            .as_ref()
+            .and_then(|p| p.name())
+            .unwrap_or("file");
+        super::files::attachment(&mut resp, name);
+    }
+    resp
 }
 
 #[cfg(test)]
