@@ -746,3 +746,51 @@ async fn the_quota_holds_and_a_propfind_is_of_finite_depth() {
         assert!(r.text().await.unwrap().contains("propfind-finite-depth"));
     }
 }
+
+/// Another account's files are neither seen nor locked: a PROPFIND of them is not found, a
+/// LOCK of them keeps no lock, and their owner writes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn another_accounts_files_are_out_of_reach() {
+    let (s, api) = setup().await;
+    let alice = api.creds().clone();
+    let bob = s.user("bob@example.com", "Bobs").await;
+    let bobs = "/dav/Bobs/My%20First%20Vault/b.txt";
+    let r = dav(&s, &bob, "PUT", bobs)
+        .body("mine")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let r = dav(&s, &alice, "PROPFIND", bobs)
+        .header("Depth", "0")
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_client_error(), "{}", r.status());
+    let r = dav(&s, &alice, "GET", bobs).send().await.unwrap();
+    assert!(r.status().is_client_error(), "{}", r.status());
+    let r = dav(&s, &alice, "LOCK", bobs)
+        .body(
+            r#"<?xml version="1.0"?><D:lockinfo xmlns:D="DAV:"><D:lockscope><D:exclusive/>
+            </D:lockscope><D:locktype><D:write/></D:locktype></D:lockinfo>"#,
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(!r.status().is_success(), "{}", r.status());
+    assert!(s.store.dav_locks("Bobs").unwrap().is_empty());
+    let r = dav(&s, &bob, "PUT", bobs)
+        .body("still mine")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    // And the root lists one's own account only.
+    let r = dav(&s, &alice, "PROPFIND", "/dav/")
+        .header("Depth", "1")
+        .send()
+        .await
+        .unwrap();
+    let xml = r.text().await.unwrap();
+    assert!(xml.contains("/dav/Acme/") && !xml.contains("Bobs"), "{xml}");
+}
