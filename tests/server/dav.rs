@@ -794,3 +794,128 @@ async fn another_accounts_files_are_out_of_reach() {
     let xml = r.text().await.unwrap();
     assert!(xml.contains("/dav/Acme/") && !xml.contains("Bobs"), "{xml}");
 }
+
+/// nginx's master process, stopped with its workers however the test ends.
+struct Nginx(std::process::Child);
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SAFETY: a signal to our own child, which is not reaped before the wait below.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+/// Behind nginx as docs/deploy.md sets it up (TLS, `X-Forwarded-Proto $scheme`, the server
+/// trusting the proxy): WebDAV over HTTPS works, rclone copying a tree in and checking every
+/// byte; the same proxy's plain-HTTP port is refused, the password never asked for.
+#[tokio::test(flavor = "multi_thread")]
+async fn through_a_tls_proxy_only() {
+    let nginx = Path::new("/usr/sbin/nginx");
+    if !nginx.exists() || !installed("rclone") {
+        eprintln!("SKIPPED: nginx is not installed (.ci/run installs nginx-light)");
+        return;
+    }
+    let options = vaultfs::server::ServerOptions {
+        trusted_proxies: vec!["127.0.0.1".parse().unwrap()],
+        ..Default::default()
+    };
+    let s = TestServer::start_with(vaultfs::store::StoreConfig::default(), options).await;
+    let creds = s.user("alice@example.com", "Acme").await;
+    let password = s.store.add_app_password(&creds.email, "laptop").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("tls");
+    std::fs::create_dir(&dir).unwrap();
+    super::common::tls::make_certificates(&dir);
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (tls_port, plain_port) = (free(), free());
+    let d = dir.display();
+    let upstream = &s.base;
+    // As deploy.md's, but the client named is one elsewhere (this test's requests come from
+    // loopback, which would be allowed plain HTTP as on the server's own machine).
+    let location = format!(
+        "location / {{ proxy_pass {upstream}; proxy_http_version 1.1; \
+         proxy_set_header Host $host; proxy_set_header X-Forwarded-Proto $scheme; \
+         proxy_set_header X-Forwarded-For 203.0.113.9; }}"
+    );
+    std::fs::write(
+        dir.join("nginx.conf"),
+        format!(
+            "pid {d}/nginx.pid;\nerror_log {d}/error.log;\ndaemon off;\nworker_processes 1;\n\
+             events {{}}\nhttp {{\n  access_log {d}/access.log;\n  \
+             client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  \
+             client_max_body_size 0;\n  proxy_request_buffering off;\n  proxy_buffering off;\n  \
+             server {{ listen 127.0.0.1:{tls_port} ssl; ssl_certificate {d}/server.crt; \
+             ssl_certificate_key {d}/server.key; {location} }}\n  \
+             server {{ listen 127.0.0.1:{plain_port}; {location} }}\n}}\n"
+        ),
+    )
+    .unwrap();
+    let _proxy = Nginx(
+        Command::new(nginx)
+            .args(["-c", &format!("{d}/nginx.conf"), "-p", &d.to_string()])
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while [tls_port, plain_port]
+        .iter()
+        .any(|p| std::net::TcpStream::connect(("127.0.0.1", *p)).is_err())
+    {
+        assert!(std::time::Instant::now() < deadline, "nginx never listened");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Plain HTTP through the proxy: refused before any password is asked for.
+    let r = reqwest::Client::new()
+        .request(
+            Method::from_bytes(b"PROPFIND").unwrap(),
+            format!("http://127.0.0.1:{plain_port}/dav/"),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    assert!(r.headers().get("www-authenticate").is_none());
+    // HTTPS: rclone copies a tree in, every byte checked.
+    let src = tmp.path().join("src");
+    let files = make_tree(&src);
+    let config = tmp.path().join("rclone.conf");
+    std::fs::write(&config, "").unwrap();
+    let (ok, obscured) = run({
+        let mut c = Command::new("rclone");
+        c.args(["obscure", "--", &password]);
+        c
+    })
+    .await;
+    assert!(ok, "{obscured}");
+    let rclone = |args: &[&str]| {
+        let mut c = Command::new("rclone");
+        c.arg("--config")
+            .arg(&config)
+            .arg("--ca-cert")
+            .arg(dir.join("ca.crt"))
+            .args(args)
+            .env("RCLONE_CONFIG_VAULT_TYPE", "webdav")
+            .env(
+                "RCLONE_CONFIG_VAULT_URL",
+                format!("https://localhost:{tls_port}{DAV_VAULT}/"),
+            )
+            .env("RCLONE_CONFIG_VAULT_VENDOR", "other")
+            .env("RCLONE_CONFIG_VAULT_USER", &creds.email)
+            .env("RCLONE_CONFIG_VAULT_PASS", obscured.trim());
+        c
+    };
+    let src_s = src.to_str().unwrap();
+    let (ok, out) = run(rclone(&["copy", src_s, "vault:tree"])).await;
+    assert!(ok, "rclone copy through the proxy: {out}");
+    let (ok, out) = run(rclone(&["check", "--download", src_s, "vault:tree"])).await;
+    assert!(ok, "rclone check through the proxy: {out}");
+    let top = listed(&s, &creds, "/tree").await;
+    assert_eq!(top["a.txt"]["md5_checksum"], md5hex(&files[0].1));
+}
