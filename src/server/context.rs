@@ -44,7 +44,9 @@ pub async fn request_context(req: Request, next: Next) -> Response {
         })
         .await;
     // WebDAV's answers are the protocol's own (statuses, XML), not the API's envelope.
-    let is_dav = path == dav::PREFIX || path.starts_with(&format!("{}/", dav::PREFIX));
+    let is_dav = path
+        .strip_prefix(dav::PREFIX)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'));
     let resp = if is_dav {
         resp
     } else {
