@@ -330,9 +330,11 @@ END;
 ";
 
 /// WebDAV's dead properties (issue 50, `store::dav`): set by clients with PROPPATCH, kept by
-/// node so that they follow moves, and go with the node.
+/// node so that they follow moves, and go with the node. (V13 to V15 only add tables, each `IF
+/// NOT EXISTS`: a database made older by dropping a later schema's own tables, as tests do,
+/// still takes them.)
 const V13: &str = "
-CREATE TABLE dav_props (
+CREATE TABLE IF NOT EXISTS dav_props (
     node_id   INTEGER NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
     namespace TEXT NOT NULL,           -- the property's XML namespace, '' for none
     name      TEXT NOT NULL,
@@ -345,14 +347,14 @@ CREATE TABLE dav_props (
 /// App passwords (issue 50): one per device of a user's WebDAV clients (Finder and Explorer
 /// cannot run the pin flow), kept as their sha256 like tokens, revoked one by one.
 const V14: &str = "
-CREATE TABLE app_passwords (
+CREATE TABLE IF NOT EXISTS app_passwords (
     hash         BLOB PRIMARY KEY,     -- sha256 of the password
     user_id      INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
     name         TEXT NOT NULL,        -- the device, as the user calls it
     created_on   INTEGER NOT NULL,
     last_used_on INTEGER               -- written at most hourly
 );
-CREATE UNIQUE INDEX app_passwords_by_user ON app_passwords(user_id, name);
+CREATE UNIQUE INDEX IF NOT EXISTS app_passwords_by_user ON app_passwords(user_id, name);
 ";
 
 /// WebDAV's locks (issue 50, `store::dav`): in the database so that every server of one store
@@ -360,7 +362,7 @@ CREATE UNIQUE INDEX app_passwords_by_user ON app_passwords(user_id, name);
 /// by account (the path's first segment); an expired one is no longer read, and goes with the
 /// next lock taken.
 const V15: &str = "
-CREATE TABLE dav_locks (
+CREATE TABLE IF NOT EXISTS dav_locks (
     token        TEXT PRIMARY KEY,     -- urn:uuid:...
     account      TEXT NOT NULL,        -- the first segment of path
     path         TEXT NOT NULL,        -- below /dav, percent-encoded as WebDAV spells it
@@ -371,8 +373,8 @@ CREATE TABLE dav_locks (
     timeout_secs INTEGER,
     expires_on   INTEGER               -- ns; NULL: never
 );
-CREATE INDEX dav_locks_by_account ON dav_locks(account);
-CREATE INDEX dav_locks_by_expiry ON dav_locks(expires_on);
+CREATE INDEX IF NOT EXISTS dav_locks_by_account ON dav_locks(account);
+CREATE INDEX IF NOT EXISTS dav_locks_by_expiry ON dav_locks(expires_on);
 ";
 
 /// Adds the columns of the preview cache to a database from before it (idempotent). Ready

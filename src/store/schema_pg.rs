@@ -258,7 +258,7 @@ CREATE TRIGGER blobs_drop_search AFTER DELETE ON blobs
 
 /// Schema 13: WebDAV's dead properties (`schema.rs`'s V13).
 const DAV_PROPS: &str = r#"
-CREATE TABLE dav_props (
+CREATE TABLE IF NOT EXISTS dav_props (
     node_id   BIGINT NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
     namespace TEXT COLLATE "C" NOT NULL,
     name      TEXT COLLATE "C" NOT NULL,
@@ -270,19 +270,19 @@ CREATE TABLE dav_props (
 
 /// Schema 14: app passwords (`schema.rs`'s V14).
 const APP_PASSWORDS: &str = r#"
-CREATE TABLE app_passwords (
+CREATE TABLE IF NOT EXISTS app_passwords (
     hash         BYTEA PRIMARY KEY,
     user_id      BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
     name         TEXT COLLATE "C" NOT NULL,
     created_on   BIGINT NOT NULL,
     last_used_on BIGINT
 );
-CREATE UNIQUE INDEX app_passwords_by_user ON app_passwords(user_id, name);
+CREATE UNIQUE INDEX IF NOT EXISTS app_passwords_by_user ON app_passwords(user_id, name);
 "#;
 
 /// Schema 15: WebDAV's locks (`schema.rs`'s V15).
 const DAV_LOCKS: &str = r#"
-CREATE TABLE dav_locks (
+CREATE TABLE IF NOT EXISTS dav_locks (
     token        TEXT COLLATE "C" PRIMARY KEY,
     account      TEXT COLLATE "C" NOT NULL,
     path         TEXT COLLATE "C" NOT NULL,
@@ -293,8 +293,8 @@ CREATE TABLE dav_locks (
     timeout_secs BIGINT,
     expires_on   BIGINT
 );
-CREATE INDEX dav_locks_by_account ON dav_locks(account);
-CREATE INDEX dav_locks_by_expiry ON dav_locks(expires_on);
+CREATE INDEX IF NOT EXISTS dav_locks_by_account ON dav_locks(account);
+CREATE INDEX IF NOT EXISTS dav_locks_by_expiry ON dav_locks(expires_on);
 "#;
 
 /// The steps from older schemas (SQLite's of the same numbers, in PostgreSQL's words).
