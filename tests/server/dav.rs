@@ -919,3 +919,36 @@ async fn through_a_tls_proxy_only() {
     let top = listed(&s, &creds, "/tree").await;
     assert_eq!(top["a.txt"]["md5_checksum"], md5hex(&files[0].1));
 }
+
+/// A folder of more names than one page of the store's listing is listed whole (its pages
+/// fetched as the answer is written).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_large_folder_is_listed_whole() {
+    let (s, api) = setup().await;
+    let creds = api.creds().clone();
+    let r = dav(&s, &creds, "MKCOL", &format!("{DAV_VAULT}/many"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let n = 2 * vaultfs::backend::LIST_PAGE as usize + 7;
+    let names: Vec<String> = (0..n).map(|i| format!("f{i:05}")).collect();
+    let folder = vaultfs::api::NodePath::parse_encoded("/Acme/My%20First%20Vault/many").unwrap();
+    let (_, made) = s
+        .store
+        .create_files(vaultfs::store::Scope::All, &folder, &names)
+        .unwrap();
+    assert!(made.iter().all(Result::is_ok));
+    let r = dav(&s, &creds, "PROPFIND", &format!("{DAV_VAULT}/many/"))
+        .header("Depth", "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::MULTI_STATUS);
+    let xml = r.text().await.unwrap();
+    // The folder itself and every name, each once.
+    assert_eq!(xml.matches("<D:response>").count(), n + 1);
+    for name in [&names[0], &names[1000], &names[n - 1]] {
+        assert_eq!(xml.matches(&format!("/many/{name}<")).count(), 1, "{name}");
+    }
+}

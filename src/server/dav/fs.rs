@@ -27,7 +27,7 @@ use futures_util::{FutureExt, StreamExt};
 use super::Request;
 use crate::api::{Base, Error, ErrorKind, Node, NodePath, RangeRequest};
 use crate::backend::local::LocalBackend;
-use crate::backend::{Backend, ByteStream, LIST_PAGE, list_all};
+use crate::backend::{Backend, ByteStream, LIST_PAGE};
 use crate::store::blobs::BlobWriter;
 use crate::store::dav::DeadProp;
 use axum::http::StatusCode;
@@ -286,25 +286,50 @@ impl GuardedFileSystem<DavCaller> for StoreFs {
                 let none: FsStream<Box<dyn DavDirEntry>> = Box::pin(futures_util::stream::empty());
                 return Ok(none);
             }
-            let node = list_all(&c.backend, &p, LIST_PAGE)
+            // The first page now (a missing folder is an error of the call, not of the
+            // stream); the others as the answer is written, so a folder of a million names
+            // holds one page in memory, not all.
+            let first = c
+                .backend
+                .list(&p, 0, LIST_PAGE)
                 .await
                 .map_err(|e| c.failed(e))?;
-            if node.is_file() {
+            if first.is_file() {
                 return Err(FsError::Forbidden);
             }
-            let entries: Vec<FsResult<Box<dyn DavDirEntry>>> = node
-                .children
-                .unwrap_or_default()
-                .into_iter()
-                .map(|child| {
-                    let e: Box<dyn DavDirEntry> = Box::new(Entry {
-                        meta: Meta::of(&child),
-                        name: child.name,
-                    });
-                    Ok(e)
-                })
-                .collect();
-            let s: FsStream<Box<dyn DavDirEntry>> = Box::pin(futures_util::stream::iter(entries));
+            let total = first.total_children.unwrap_or(0);
+            let pages = Pages {
+                backend: c.backend.clone(),
+                path: p,
+                next: 1,
+                // Pages after the first that the count calls for, and one more (names made
+                // meanwhile); never more.
+                left: total.div_ceil(LIST_PAGE),
+                last_full: first.children.as_ref().map_or(0, Vec::len) as u64 == LIST_PAGE,
+            };
+            let first = futures_util::stream::iter(entries(first.children.unwrap_or_default()));
+            let rest = futures_util::stream::unfold(pages, |mut pages| async move {
+                if pages.left == 0 || !pages.last_full {
+                    return None;
+                }
+                pages.left -= 1;
+                let listed = pages.backend.list(&pages.path, pages.next, LIST_PAGE).await;
+                pages.next += 1;
+                let batch = match listed {
+                    Ok(node) => {
+                        let children = node.children.unwrap_or_default();
+                        pages.last_full = children.len() as u64 == LIST_PAGE;
+                        entries(children)
+                    }
+                    Err(e) => {
+                        pages.last_full = false;
+                        vec![Err(fs_error(&e))]
+                    }
+                };
+                Some((futures_util::stream::iter(batch), pages))
+            })
+            .flatten();
+            let s: FsStream<Box<dyn DavDirEntry>> = Box::pin(first.chain(rest));
             Ok(s)
         }
         .boxed()
@@ -511,6 +536,29 @@ impl GuardedFileSystem<DavCaller> for StoreFs {
         }
         .boxed()
     }
+}
+
+/// The pages of a listing still to fetch, as dav-server reads the entries.
+struct Pages {
+    backend: LocalBackend,
+    path: NodePath,
+    next: u64,
+    left: u64,
+    /// The page before was full: there may be more.
+    last_full: bool,
+}
+
+fn entries(children: Vec<Node>) -> Vec<FsResult<Box<dyn DavDirEntry>>> {
+    children
+        .into_iter()
+        .map(|child| {
+            let e: Box<dyn DavDirEntry> = Box::new(Entry {
+                meta: Meta::of(&child),
+                name: child.name,
+            });
+            Ok(e)
+        })
+        .collect()
 }
 
 /// dav-server's property as the store keeps it.
