@@ -952,3 +952,53 @@ async fn a_large_folder_is_listed_whole() {
         assert_eq!(xml.matches(&format!("/many/{name}<")).count(), 1, "{name}");
     }
 }
+
+/// What WebDAV clients do reaches the change feed like any other client's changes, so mounts
+/// and web pages following it see them: a new file, its new version, a move, a delete.
+#[tokio::test(flavor = "multi_thread")]
+async fn webdav_changes_reach_the_change_feed() {
+    let (s, api) = setup().await;
+    let creds = api.creds().clone();
+    let (st, v) = api.get("/changes").await;
+    assert_eq!(st, 200, "{v}");
+    let cursor = v["message"]["cursor"].as_u64().unwrap();
+    let a = format!("{DAV_VAULT}/a.txt");
+    for body in ["one", "two"] {
+        let r = dav(&s, &creds, "PUT", &a).body(body).send().await.unwrap();
+        assert!(r.status().is_success());
+    }
+    let r = dav(&s, &creds, "MOVE", &a)
+        .header("Destination", s.url(&format!("{DAV_VAULT}/b.txt")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let r = dav(&s, &creds, "DELETE", &format!("{DAV_VAULT}/b.txt"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let (st, v) = api.get(&format!("/changes?cursor={cursor}")).await;
+    assert_eq!(st, 200, "{v}");
+    let kinds: Vec<(String, String)> = v["message"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let uri = c["uri"].as_str().unwrap();
+            let name = uri.rsplit('/').next().unwrap().to_string();
+            (c["kind"].as_str().unwrap().to_string(), name)
+        })
+        .collect();
+    let want: Vec<(String, String)> = [
+        ("created", "a.txt"),
+        ("version", "a.txt"),
+        ("version", "a.txt"),
+        ("moved", "b.txt"),
+        ("deleted", "b.txt"),
+    ]
+    .iter()
+    .map(|(k, n)| (k.to_string(), n.to_string()))
+    .collect();
+    assert_eq!(kinds, want, "{v}");
+}
