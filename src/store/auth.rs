@@ -326,6 +326,12 @@ fn new_app_password() -> String {
         .join("-")
 }
 
+/// Where an app password found valid is remembered among the tokens: apart from the tokens
+/// of the same e-mail (an e-mail has no space), so that the API never takes it for a token.
+fn app_password_key(hash: &[u8], email: &str) -> TokenKey {
+    (hash.to_vec(), Some(format!("app-password {email}")))
+}
+
 /// An app password as `vaultfs user app-password list` shows it (never the password).
 #[derive(Debug, Clone)]
 pub struct AppPassword {
@@ -750,7 +756,9 @@ impl Store {
                 "{email} has no app password named {name:?}"
             )));
         }
-        // Not remembered anywhere (checked in the database at each use): gone at once.
+        // Remembered app passwords (PostgreSQL) are checked again: gone at once here, within
+        // TOKEN_RECHECK at the other servers.
+        self.tokens.forget();
         Ok(())
     }
 
@@ -797,6 +805,15 @@ impl Store {
     /// [`APP_PASSWORD_USE_RECORDED`]).
     fn app_password_user(&self, email: &str, secret: &str) -> Result<Option<Principal>> {
         let hash = token_hash(secret);
+        // On PostgreSQL remembered as a token is (TOKEN_RECHECK), so that the next requests of
+        // the device ask the database nothing; read before the row, so that a revocation in
+        // between is not remembered over.
+        let key = app_password_key(&hash, email);
+        let generation = match self.db.is_pg().then(|| self.tokens.get(&key)) {
+            Some(Ok(p)) => return Ok(Some(p)),
+            Some(Err(generation)) => Some(generation),
+            None => None,
+        };
         let row: Option<(i64, String, i64, Option<i64>)> = self
             .conn()?
             .prepare_cached(
@@ -818,11 +835,15 @@ impl Store {
                 params![hash, now],
             )?;
         }
-        Ok(Some(Principal {
+        let p = Principal {
             user_id,
             email,
             account_id,
-        }))
+        };
+        if let Some(generation) = generation {
+            self.tokens.put(key, p.clone(), i64::MAX, generation);
+        }
+        Ok(Some(p))
     }
 
     /// Checks `email:token` from the Authorization header. Web sessions are not API tokens.
@@ -830,11 +851,25 @@ impl Store {
         self.principal(token, Some(email))
     }
 
+    /// [`Store::authenticate_dav`] when the answer is remembered (PostgreSQL): a token, or an
+    /// app password (remembered apart, so that the API's [`Store::remembered`] never takes
+    /// one).
+    pub fn remembered_dav(&self, email: &str, secret: &str) -> Option<Principal> {
+        if !self.db.is_pg() || email.contains(char::is_whitespace) {
+            return None;
+        }
+        let hash = token_hash(secret);
+        self.tokens
+            .get(&app_password_key(&hash, email))
+            .or_else(|_| self.tokens.get(&(hash, Some(email.to_string()))))
+            .ok()
+    }
+
     /// [`Store::authenticate`] when the answer is remembered (PostgreSQL, see
     /// [`TOKEN_RECHECK`]): no database, no blocking, so a server can ask from async code
     /// before handing the check to a blocking thread.
     pub fn remembered(&self, email: &str, token: &str) -> Option<Principal> {
-        if !self.db.is_pg() {
+        if !self.db.is_pg() || email.contains(char::is_whitespace) {
             return None;
         }
         self.tokens
@@ -845,6 +880,14 @@ impl Store {
     /// The user of a live token: a delegation token of `email` (`Some`), or a web session
     /// (`None`).
     fn principal(&self, token: &str, email: Option<&str>) -> Result<Principal> {
+        // No e-mail has a space; the key of a remembered app password has one
+        // (`app_password_key`), and must never be taken for a token's.
+        if email.is_some_and(|e| e.contains(char::is_whitespace)) {
+            return Err(Error::auth(
+                "invalid_token",
+                "the token is not valid for this user",
+            ));
+        }
         let key = (token_hash(token), email.map(str::to_string));
         let generation = if self.db.is_pg() {
             match self.tokens.get(&key) {

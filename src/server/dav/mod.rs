@@ -262,7 +262,7 @@ async fn authenticate(
     let Some((email, secret)) = value.to_str().ok().and_then(super::auth::parse_basic) else {
         return Err(challenge("malformed Authorization header (expected Basic)"));
     };
-    let principal = match state.store.remembered(&email, &secret) {
+    let principal = match state.store.remembered_dav(&email, &secret) {
         Some(p) => p,
         None => {
             let store = state.store.clone();
