@@ -12,7 +12,6 @@ use axum::middleware::Next;
 use axum::response::Response;
 use futures_util::FutureExt;
 
-use super::dav;
 use super::reply::error_response;
 use crate::api::{Error, ErrorKind};
 
@@ -26,6 +25,11 @@ pub fn request_id() -> String {
         .try_with(Clone::clone)
         .unwrap_or_else(|_| "-".to_string())
 }
+
+/// In a response's extensions: it is another protocol's answer (WebDAV's, `server::dav`), to
+/// be sent as it is, not put into the API's error envelope.
+#[derive(Debug, Clone, Copy)]
+pub struct OwnProtocol;
 
 pub async fn request_context(req: Request, next: Next) -> Response {
     let id = format!("{:016x}", rand::random::<u64>());
@@ -43,11 +47,8 @@ pub async fn request_context(req: Request, next: Next) -> Response {
             }
         })
         .await;
-    // WebDAV's answers are the protocol's own (statuses, XML), not the API's envelope.
-    let is_dav = path
-        .strip_prefix(dav::PREFIX)
-        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'));
-    let resp = if is_dav {
+    // A protocol's own answers (WebDAV's statuses and XML) are not the API's envelope.
+    let resp = if resp.extensions().get::<OwnProtocol>().is_some() {
         resp
     } else {
         into_envelope(resp, &id).await

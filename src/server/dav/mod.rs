@@ -281,7 +281,14 @@ async fn authenticate(
     ))
 }
 
-async fn handle(State(state): State<AppState>, req: axum::extract::Request) -> Response {
+/// Every answer of `/dav/`: WebDAV's own, not the API's envelope.
+async fn handle(state: State<AppState>, req: axum::extract::Request) -> Response {
+    let mut resp = serve(state, req).await;
+    resp.extensions_mut().insert(super::context::OwnProtocol);
+    resp
+}
+
+async fn serve(State(state): State<AppState>, req: axum::extract::Request) -> Response {
     let peer = req.extensions().get::<Peer>().copied();
     if !transport_allowed(&state, peer, req.headers()) {
         return text(
