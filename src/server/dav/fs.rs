@@ -182,16 +182,7 @@ impl GuardedFileSystem<DavCaller> for StoreFs {
                 if !node.is_file() {
                     return Err(FsError::Forbidden);
                 }
-                let id = node.file_id().ok_or(FsError::NotFound)?;
-                let f: Box<dyn DavFile> = Box::new(Reader {
-                    caller: c.clone(),
-                    meta: Meta::of(&node),
-                    id,
-                    pos: 0,
-                    body: Mutex::new(None),
-                    pending: Bytes::new(),
-                });
-                return Ok(f);
+                return Ok(Box::new(Reader::new(c, &node)?) as Box<dyn DavFile>);
             }
             let existing = match c.backend.node(&p).await {
                 Ok(n) => Some(n),
@@ -224,16 +215,7 @@ impl GuardedFileSystem<DavCaller> for StoreFs {
                             .map_err(|e| c.failed(e))?
                     }
                 };
-                let id = node.file_id().ok_or(FsError::NotFound)?;
-                let f: Box<dyn DavFile> = Box::new(Reader {
-                    caller: c.clone(),
-                    meta: Meta::of(&node),
-                    id,
-                    pos: 0,
-                    body: Mutex::new(None),
-                    pending: Bytes::new(),
-                });
-                return Ok(f);
+                return Ok(Box::new(Reader::new(c, &node)?) as Box<dyn DavFile>);
             }
             let max = c.backend.store().config().max_file_size;
             if let Some(n) = options.size {
@@ -592,6 +574,20 @@ struct Reader {
     body: Mutex<Option<ByteStream>>,
     /// Bytes of it received and not read yet.
     pending: Bytes,
+}
+
+impl Reader {
+    /// A handle reading `node`'s current bytes from the start.
+    fn new(caller: &DavCaller, node: &Node) -> Result<Reader, FsError> {
+        Ok(Reader {
+            caller: caller.clone(),
+            meta: Meta::of(node),
+            id: node.file_id().ok_or(FsError::NotFound)?,
+            pos: 0,
+            body: Mutex::new(None),
+            pending: Bytes::new(),
+        })
+    }
 }
 
 impl std::fmt::Debug for Reader {
