@@ -147,11 +147,49 @@ async fn rclone_copies_a_tree_in_and_out() {
     // A second copy of an unchanged tree sends nothing and changes nothing.
     let (ok, out) = run(rclone(&["check", "--download", src_s, "vault:tree"])).await;
     assert!(ok, "rclone check after: {out}");
+    // Into a folder two levels below what exists: rclone makes the missing ones when the
+    // server answers MKCOL and PUT there with 409 (it took a 405 for "there already", and every
+    // file failed).
+    let (ok, out) = run(rclone(&["copy", src_s, "vault:new/deeper/tree"])).await;
+    assert!(ok, "rclone copy into missing folders: {out}");
+    let (ok, out) = run(rclone(&[
+        "check",
+        "--download",
+        src_s,
+        "vault:new/deeper/tree",
+    ]))
+    .await;
+    assert!(ok, "rclone check of the new folders: {out}");
     // rclone's listing of the account's collection shows the vault.
     let mut c = rclone(&["lsf", "vault:"]);
     c.env("RCLONE_CONFIG_VAULT_URL", s.url("/dav/Acme/"));
     let (ok, out) = run(c).await;
     assert!(ok && out.lines().any(|l| l == "My First Vault/"), "{out}");
+}
+
+/// MKCOL and PUT below a folder that is not there are 409 (RFC 4918 9.3.1 and 9.7.1), and make
+/// nothing; once the folder is made, both work.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_parent_is_a_conflict() {
+    let (s, api) = setup().await;
+    let creds = api.creds().clone();
+    let status = |r: reqwest::Response| r.status().as_u16();
+    let mkcol = dav(&s, &creds, "MKCOL", &format!("{DAV_VAULT}/x/y/"));
+    assert_eq!(status(mkcol.send().await.unwrap()), 409);
+    let put = dav(&s, &creds, "PUT", &format!("{DAV_VAULT}/q/z.txt")).body("z");
+    assert_eq!(status(put.send().await.unwrap()), 409);
+    let names = listed(&s, &creds, "").await;
+    assert!(
+        !names.contains_key("x") && !names.contains_key("q"),
+        "{names:?}"
+    );
+    let mkcol = dav(&s, &creds, "MKCOL", &format!("{DAV_VAULT}/q/"));
+    assert_eq!(status(mkcol.send().await.unwrap()), 201);
+    let put = dav(&s, &creds, "PUT", &format!("{DAV_VAULT}/q/z.txt")).body("z");
+    assert_eq!(status(put.send().await.unwrap()), 201);
+    // A MKCOL of what is there is 405, as before.
+    let mkcol = dav(&s, &creds, "MKCOL", &format!("{DAV_VAULT}/q/"));
+    assert_eq!(status(mkcol.send().await.unwrap()), 405);
 }
 
 /// litmus's summary line of a suite: (run, passed, failed).

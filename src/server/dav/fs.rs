@@ -189,6 +189,18 @@ impl GuardedFileSystem<DavCaller> for StoreFs {
                 Err(e) if e.kind == ErrorKind::NotFound => None,
                 Err(e) => return Err(c.failed(e)),
             };
+            if existing.is_none() {
+                // A new file in a folder that is not there: 409 (RFC 4918 9.7.1, dav-server's
+                // answer to NotFound here), as clients expect to make the folder then; not a 404
+                // from the store once the body was read.
+                let parent = p.parent().ok_or(FsError::Forbidden)?;
+                match c.backend.node(&parent).await {
+                    Ok(n) if !n.is_file() => {}
+                    Ok(_) => return Err(FsError::NotFound),
+                    Err(e) if e.kind == ErrorKind::NotFound => return Err(FsError::NotFound),
+                    Err(e) => return Err(c.failed(e)),
+                }
+            }
             match &existing {
                 Some(n) if !n.is_file() => return Err(FsError::Forbidden),
                 Some(_) if options.create_new => return Err(FsError::Exists),
@@ -348,11 +360,10 @@ impl GuardedFileSystem<DavCaller> for StoreFs {
             }
             match c.backend.create_folder(&p).await {
                 Ok(_) => Ok(()),
-                // MKCOL where the parent is missing is 409 (RFC 4918 9.3.1).
-                Err(e) if e.kind == ErrorKind::NotFound => {
-                    c.failed(e);
-                    Err(FsError::Exists)
-                }
+                // MKCOL where the parent is missing is 409 (RFC 4918 9.3.1): dav-server's answer
+                // to NotFound (Exists is 405, "already there", after which rclone never makes the
+                // parent and every PUT below fails).
+                Err(e) if e.kind == ErrorKind::NotFound => Err(FsError::NotFound),
                 Err(e) => Err(c.failed(e)),
             }
         }
