@@ -82,13 +82,19 @@ def make_repo(base, nfiles, seed=42):
 
 def create_files(d, n, size, names=None):
     """Creates N files of SIZE bytes (distinct contents) in D from this process; returns the
-    seconds from the first open to the last close."""
+    times of the first open and of the last close. NAMES: their names, or paths FOLDER/NAME
+    under D, FOLDER made (mkdir, in the time) before its first file."""
     os.makedirs(d, exist_ok=True)
     data = os.urandom(size * n) if size else b""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    made = set()
     t0 = time.perf_counter()
     for i in range(n):
-        fd = os.open(os.path.join(d, (names[i] if names else "f-%05d" % i)), flags, 0o644)
+        name = names[i] if names else "f-%05d" % i
+        if "/" in name and name.rsplit("/", 1)[0] not in made:
+            made.add(name.rsplit("/", 1)[0])
+            os.makedirs(os.path.join(d, name.rsplit("/", 1)[0]), exist_ok=True)
+        fd = os.open(os.path.join(d, name), flags, 0o644)
         if size:
             os.write(fd, data[i * size:(i + 1) * size])
         os.close(fd)
