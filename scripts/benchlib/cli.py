@@ -13,7 +13,7 @@ side by side, on the same files, in one run; and the modes below, on the same se
   scripts/bench follow [--rounds N] [--link RTT] [--link-mbit M]
   scripts/bench link RTTS [--link-mbit M] [--runs N]   (also: scripts/bench --link RTTS)
   scripts/bench search [N]                             (also: scripts/bench --search [N])
-  scripts/bench scale  [--counts N,M] [--files N]
+  scripts/bench scale  [--counts N,M] [--files N] [--runs N]
 Every mode takes --quick (its smallest setting), --dir, --out, --no-loop and --keep.
 
 Every mode has one setup: the files live in a fresh ext4 on a loop device over an image file in
@@ -134,20 +134,22 @@ Modes (each page: docs/benchmarks-MODE.md, or $TMPDIR/vaultfs-bench-MODE-quick.m
                    mount of the server (5), the web page (5) and, server stopped, `vaultfs search
                    --data-dir` (5); checks the same files come back every way, as many as
                    written, and none of the other account's; writes docs/benchmarks-search.md
-  scale            many files (issue 46): --counts [10000,100000] (--quick: 2000,10000) files
-                   of 4 KiB in one folder and in 1,000 folders, on native, the null file system
+  scale            many files (issue 46): --counts [10000,100000] (--quick: 2000,10000) files of
+                   4 KiB in one folder and in 1,000 folders, on native, the null file system
                    (create, ls, find, rm only), vaultfs local and vaultfs remote, each started
-                   afresh at each count: create until last close and until stored, `ls -l` (of
-                   the tree `ls -lR`) cold and warm, `find -type f` cold, `tar -cf -` cold,
-                   `rsync -a` out to the native disk cold, `rm -rf` (capped at 3 ms a file, at
-                   least 30 s); time per file at each count, peak RSS of the daemons, peak open
-                   descriptors of the mount daemon (/proc/PID/fd counted every 50 ms during each
-                   workload); then on both vaultfs mounts under `ulimit -n 1024` (prlimit, soft
-                   and hard, for the mount daemon) --files [50000] (--quick: 10000) files in
-                   1,000 folders written, `vaultfs sync`, `tar -cf -`, `rsync -a` out, `vaultfs
-                   status` asked every second throughout, unmount (timed), remount, every file
-                   read back and compared; with issue 46's targets; writes
-                   docs/benchmarks-scale.md
+                   afresh at each count: create until last close and until stored (capped at 10 ms
+                   a file, at least 290 s), `ls -l` (of the tree `ls -lR`) cold and warm,
+                   `find -type f` cold, `tar -cf -` cold, `rsync -a` out to the native disk cold,
+                   `rm -rf` (capped at 3 ms a file, at least 30 s: today's deletes over the server
+                   would take an hour); time per file at each count, peak RSS of the daemons, peak
+                   open descriptors of the mount daemon (/proc/PID/fd counted every 50 ms during
+                   each workload); then on both vaultfs mounts under `ulimit -n 1024` (prlimit,
+                   soft and hard, for the mount daemon) --files [50000] (--quick: 10000) files in
+                   1,000 folders written, `vaultfs sync`, `tar -cf -`, `rsync -a` out,
+                   `vaultfs status` asked every second throughout, unmount (timed), remount, every
+                   file read back and compared; --runs [1] runs interleaved, their medians; with
+                   issue 46's targets; writes docs/benchmarks-scale.md (--quick: about 9 minutes
+                   on 2 shared cores)
 Environment: VAULTFS_BIN (use this binary instead of `cargo build --release --locked`),
 NULLFS_BIN, REMOTE_BENCH_BIN, UPLOAD_CLIENTS_BIN (likewise for examples/nullfs, remote_bench,
 upload_clients), VAULTFS_BEFORE (reads, follow: an earlier build beside), VAULTFS_PG_BIN (the
@@ -286,7 +288,7 @@ def mode_defaults(a):
         a.counts = a.counts or ([2000, 10000] if q else [10000, 100000])
         a.files = a.files or (10000 if q else 50000)
         # the loop file system's size follows (setup): room, and inodes, for every copy
-        a.size, a.runs = max(a.counts + [a.files]) * 4 * FILE_SIZE, 1
+        a.size, a.runs = max(a.counts + [a.files]) * 4 * FILE_SIZE, a.runs_given or 1
     a.dd_size = 0
 
 

@@ -28,8 +28,9 @@ FOLDERS = 1000
 LAYOUTS = (("flat", "one folder"), ("tree", "%s folders" % commas(FOLDERS)))
 LIMIT = 1024           # the mount daemon's open-files limit (soft and hard) in the limited run
 FD_POLL = 0.05         # seconds between two counts of /proc/PID/fd
-STORED_CAP = 290       # the longest wait for "stored" (under contenders.STORED_TIMEOUT)
-RM_CAP_PER_FILE = 0.003  # rm -rf is cut after 3 ms a file (at least 30 s): 10x the target
+STORED_CAP = 290       # one wait for "stored" at the most (under contenders.STORED_TIMEOUT)
+STORED_CAP_PER_FILE = 0.01  # create until stored is cut after 10 ms a file (at least STORED_CAP)
+RM_CAP_PER_FILE = 0.003  # rm -rf cut after 3 ms a file (at least 30 s): 10x the built-in's bound
 STATUS_EVERY = 1.0     # seconds between two `vaultfs status` in the limited run
 UNMOUNT_WITHIN = 10.0  # the issue's bound, seconds
 WORKLOADS = [  # metric, what, cold (a restart of the mount and the page cache dropped first)
@@ -178,11 +179,13 @@ class ScaleBench(Bench):
         self.contenders = [Native(self), NullScale(self), ScaleVaultfs(self, False),
                            ScaleVaultfs(self, True)]
         self.out = os.path.join(self.work, "rsync-out")
-        for n in a.counts:
-            for c in self.contenders:
-                log("%s files: %s" % (commas(n), c.label))
-                self.at_count(c, n)
-                self.trim()
+        for r in range(a.runs):
+            k = r % len(self.contenders)
+            for n in a.counts:
+                for c in self.contenders[k:] + self.contenders[:k]:
+                    log("run %d/%d, %s files: %s" % (r + 1, a.runs, commas(n), c.label))
+                    self.at_count(c, n, r)
+                    self.trim()
         for c in self.contenders[2:]:
             log("%s: under ulimit -n %d, %s files in %s folders" % (
                 c.label, LIMIT, commas(a.files), commas(FOLDERS)))
@@ -190,21 +193,21 @@ class ScaleBench(Bench):
             self.trim()
         self.page()
 
-    def at_count(self, c, n):
-        """C started afresh, every workload on N files, one layout after the other."""
+    def at_count(self, c, n, r):
+        """C started afresh, every workload on N files, one layout after the other (run R)."""
         self.a.nfiles = n  # what Bench.ls and Bench.find count
         c.start()
         try:
             for layout, _ in LAYOUTS:
-                self.at_layout(c, n, layout)
+                self.at_layout(c, n, layout, r)
         finally:
             c.stop()
         for role, kib in c.rss.items():
             if kib:
                 self.rec(c, "rss_" + role, "all", n, kib / 1024)
 
-    def at_layout(self, c, n, layout):
-        d = os.path.join(c.dir, "%s-%d" % (layout, n))
+    def at_layout(self, c, n, layout, r):
+        d = os.path.join(c.dir, "%s-%d-%d" % (layout, n, r))  # a cut rm -rf leaves files
         state = {}
 
         def create():
@@ -213,7 +216,10 @@ class ScaleBench(Bench):
             return t1 - t0
 
         def stored():
-            t = c.wait_stored(d, cap=STORED_CAP)
+            # Waits of STORED_CAP at most one after another (each one dies at STORED_TIMEOUT).
+            t, end = None, time.perf_counter() + stored_cap(n)
+            while t is None and time.perf_counter() < end:
+                t = c.wait_stored(d, cap=max(0.1, min(STORED_CAP, end - time.perf_counter())))
             if t is None:
                 state["capped"] = True
                 return time.perf_counter() - state["t0"]
@@ -266,12 +272,14 @@ class ScaleBench(Bench):
                 ": " + errors[-1][:200] if errors else ""))
         return secs
 
-    def rsync_out(self, d, n, cap=600):
+    def rsync_out(self, d, n, cap=600, keep=False):
         """`rsync -a D/ OUT/` onto the native disk: seconds; a failure unless it exits 0 with
-        every file and byte there. OUT is removed afterwards (untimed) but by the limited run."""
+        every file and byte there. OUT is removed afterwards (untimed) unless KEEP."""
         shutil.rmtree(self.out, ignore_errors=True)
         secs, rc, _out, err = timed(["rsync", "-a", d + "/", self.out + "/"], cap)
         got = count_tree(self.out)
+        if not keep:
+            shutil.rmtree(self.out, ignore_errors=True)
         if rc != 0 or got != (n, n * FILE_SIZE):
             raise Fail("exit %s, %s files of %s: %s" % (rc, commas(got[0]), commas(n),
                                                          last_line(err)))
@@ -280,7 +288,6 @@ class ScaleBench(Bench):
     def rm(self, c, d, n, state):
         """`rm -rf D`, cut after RM_CAP_PER_FILE a file (at least 30 s): seconds; then, untimed,
         the mount's deletes left to store (at most a minute)."""
-        shutil.rmtree(self.out, ignore_errors=True)
         cap = max(30.0, n * RM_CAP_PER_FILE)
         secs, rc, _out, err = timed(["rm", "-rf", d], cap)
         if rc is None:
@@ -312,11 +319,12 @@ class ScaleBench(Bench):
                 except OSError as e:
                     res["write"] = (False, "failed after %s files: %s" % (
                         commas(count_tree(d)[0]), e))
-                secs, rc, _o, err = timed([c.bin, "sync", c.dir, "--quiet"], STORED_CAP,
+                secs, rc, _o, err = timed([c.bin, "sync", c.dir, "--quiet"], stored_cap(n),
                                           env=c.env())
                 res["sync"] = (rc == 0, "%.1f s%s" % (secs, "" if rc == 0 else
                                                       ", exit %s: %s" % (rc, last_line(err))))
-                for step, fn in (("tar", self.tar_out), ("rsync", self.rsync_out)):
+                for step, fn in (("tar", self.tar_out),
+                                 ("rsync", lambda d, n: self.rsync_out(d, n, keep=True))):
                     try:
                         res[step] = (True, "%.1f s" % fn(d, n))
                     except Fail as e:
@@ -377,7 +385,10 @@ class ScaleBench(Bench):
 
     def val(self, c, metric, layout, n):
         v = self.res.get((c.key, self.mk(metric, layout, n)))
-        return v[0] if v else None
+        if not v:
+            return None
+        # peaks: the largest of the runs; times: the median
+        return max(v) if metric.startswith(("rss_", "fd_")) else statistics.median(v)
 
     def is_capped(self, c, metric, layout, n):
         return (c.key, self.mk(metric, layout, n)) in self.capped
@@ -450,11 +461,13 @@ class ScaleBench(Bench):
                             HOW[how], g))
                     rows.append(row)
             P.table(["Workload", "Files"] + [c.label for c in cs], rows, right=2)
-        P.w("- Each cell: the time for all the files, and per file in brackets. ≥: the step "
-            "was cut at its cap (create until stored: %d s; `rm -rf`: 3 ms a file, at least "
-            "30 s), the figure is a bound; a cut `rm -rf` also gives the time per file of the "
-            "files it removed, and the ratio of the counts from it is an estimate (~)." %
-            STORED_CAP, "")
+        P.w("- Each cell: the time for all the files, and per file in brackets%s. ≥: the step "
+            "was cut at its cap (create until stored: 10 ms a file, at least %d s; `rm -rf`: "
+            "3 ms a file, at least 30 s), the figure is a bound; a cut `rm -rf` also gives the "
+            "time per file of the files it removed, and the ratio of the counts from it is an "
+            "estimate (~)." % (
+                "; the medians of the %d runs (interleaved, the contenders' order rotating)" %
+                a.runs if a.runs > 1 else "", STORED_CAP), "")
         P.w("## Daemons", "")
         rows = []
         mounts = [c for c in cs if c.is_mount]
@@ -473,8 +486,9 @@ class ScaleBench(Bench):
                 rows.append(row)
         P.table(["", "Files"] + [c.label for c in mounts], rows, right=2)
         P.w("- Peak RSS: VmHWM of each daemon before it stops, the largest over its restarts "
-            "at that count (both layouts). Descriptors: one folder / %s folders, `/proc/PID/fd` "
-            "counted every %d ms during the step." % (commas(FOLDERS), FD_POLL * 1000), "")
+            "at that count (both layouts%s). Descriptors: one folder / %s folders, "
+            "`/proc/PID/fd` counted every %d ms during the step." % (
+                ", every run" if a.runs > 1 else "", commas(FOLDERS), FD_POLL * 1000), "")
         limited = [c for c in cs if "limit_" + c.key in self.info]
         if limited:
             P.w("## Under `ulimit -n %d`" % LIMIT, "")
@@ -588,14 +602,17 @@ class ScaleBench(Bench):
         return [
             "At each count (%s) each contender is started afresh (mount daemon, and server for "
             "vaultfs remote), runs every workload on one folder, then on %s folders, and is "
-            "stopped; the contenders one after another (native, null, local, remote); one run."
-            % (", ".join(commas(n) for n in a.counts), commas(FOLDERS)),
+            "stopped; the contenders one after another (native, null, local, remote)%s." % (
+                ", ".join(commas(n) for n in a.counts), commas(FOLDERS),
+                "; %d runs, each in a new folder, the order rotating from run to run" % a.runs
+                if a.runs > 1 else "; one run"),
             "**Create**: one Python process creates the files of %s (distinct random bytes, "
             "made before the clock starts): `open(O_CREAT|O_EXCL)`, `write`, `close`, in the "
             "tree each folder made (`mkdir`) before its first file, the folders filled in turn. "
             "*Until stored*: as in docs/benchmarks.md (vaultfs: its upload journal has no open "
-            "entry and its status lists no upload; native: `syncfs`), capped at %d s; the null "
-            "file system has nothing to store." % (human(FILE_SIZE), STORED_CAP),
+            "entry and its status lists no upload; native: `syncfs`), cut after 10 ms a file "
+            "(at least %d s); the null file system has nothing to store." % (
+                human(FILE_SIZE), STORED_CAP),
             "**Cold**: the page cache dropped (`syncfs`, `drop_caches`); for vaultfs also the "
             "mount restarted with its read cache deleted (the server keeps running); for the "
             "null file system the page cache only (a restart forgets its files). `ls -l` "
@@ -611,14 +628,20 @@ class ScaleBench(Bench):
                 FD_POLL * 1000),
             "**Under `ulimit -n %d`**: the mount daemon runs under `prlimit --nofile=%d:%d` "
             "(soft and hard: it cannot raise it); %s files of %s in %s folders written as in "
-            "*create*, then `vaultfs sync DIR --quiet`, `tar -cf -` and `rsync -a` out (as "
-            "above, warm), with `vaultfs status DIR --json` run every %g s from the first write "
-            "to the end of rsync (an answer: exit 0 and a JSON object, within 10 s); `vaultfs "
-            "unmount DIR` timed until it returned with the daemon gone; mounted again (same "
-            "limit) and every file read and compared with the rsync copy." % (
+            "*create*, then `vaultfs sync DIR --quiet` (cut as *until stored*), `tar -cf -` "
+            "and `rsync -a` out (as above, warm), with `vaultfs status DIR --json` run every "
+            "%g s from the first write to the end of rsync (an answer: exit 0 and a JSON "
+            "object, within 10 s); `vaultfs unmount DIR` timed until it returned with the "
+            "daemon gone; mounted again (same limit) and every file read and compared with the "
+            "rsync copy." % (
                 LIMIT, LIMIT, LIMIT, commas(a.files), human(FILE_SIZE), commas(FOLDERS),
                 STATUS_EVERY),
         ]
+
+
+def stored_cap(n):
+    """The longest wait until N new files are stored."""
+    return max(STORED_CAP, n * STORED_CAP_PER_FILE)
 
 
 HOW = {"=": "", "~": "~", ">=": "≥ ", "<=": "≤ ", "?": "? "}
