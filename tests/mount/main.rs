@@ -24,6 +24,7 @@ mod offline;
 mod options;
 mod pinned;
 mod versions;
+mod webdav;
 
 use std::fs;
 use std::path::Path;
