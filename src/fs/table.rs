@@ -244,7 +244,14 @@ impl Inode {
         if self.staged.is_none() {
             if let Some(t) = kept.and_then(|k| k.mtime).or(node.modified_time()) {
                 self.mtime = t;
-                self.ctime = t;
+                // The store keeps no ctime: a file known here keeps the time of its last change
+                // here unless the store's time is later (a change elsewhere). Set to the store's
+                // time at every listing, a file stored a moment ago had its ctime move back, and
+                // `tar` reading it after `vaultfs sync` said "file changed as we read it".
+                self.ctime = match (&self.kind, &self.remote) {
+                    (InodeKind::File, Some(_)) => self.ctime.max(t),
+                    _ => t,
+                };
                 self.atime = t;
             }
             // A backend that keeps no modes says none: the bits set here stay.

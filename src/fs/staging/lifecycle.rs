@@ -407,11 +407,6 @@ impl<B: Backend> Fs<B> {
             // staged file itself (passthrough).
             inode.kernel_md5 = r.md5.clone().filter(|_| !staged.kernel_wrote());
             inode.mtime = staged.mtime();
-            // Its times from now on are the stored ones, as a listing will give them (ctime
-            // with no time of its own in the store): `tar` and `rsync` reading the file after
-            // `vaultfs sync` saw its ctime move back when the folder was listed again ("file
-            // changed as we read it").
-            inode.ctime = inode.mtime;
             // The staging file handed to the read cache: reading back what was written needs
             // no copy.
             (self.reads.cache).adopt(&r.id, r.md5.as_deref(), staged.size(), staged.hand_over());
