@@ -105,8 +105,10 @@ fn three_times_the_open_files_limit_written_stored_and_read_back(via: Via) {
     check_tree(&copy);
     check_tree(&root);
     peak = peak.max(open_fds(pid));
+    // Far from one per file: about 300 (built-in) and 410 (server) here, the pool's 256 and the
+    // uploads and connections in flight; the bound leaves those room to vary.
     assert!(
-        peak < LIMIT as usize / 2,
+        peak < LIMIT as usize * 3 / 4,
         "the daemon held {peak} descriptors for {} files",
         FOLDERS * PER_FOLDER
     );
