@@ -82,12 +82,7 @@ impl Pool {
         let mut open = relock(&self.open);
         open.put(key, Arc::downgrade(slot));
         while open.len() > self.cap {
-            let Some((_, weak)) = open.pop_lru() else {
-                break;
-            };
-            if let Some(s) = weak.upgrade() {
-                relock(&s.file).take();
-            }
+            close_lru(&mut open);
         }
     }
 
@@ -103,11 +98,17 @@ impl Pool {
     fn shrink(&self) {
         let mut open = relock(&self.open);
         for _ in 0..open.len().div_ceil(2) {
-            if let Some((_, weak)) = open.pop_lru() {
-                if let Some(s) = weak.upgrade() {
-                    relock(&s.file).take();
-                }
-            }
+            close_lru(&mut open);
+        }
+    }
+}
+
+/// Closes the least recently used descriptor of the pool (a user holding it keeps it open
+/// until done).
+fn close_lru(open: &mut LruCache<u64, Weak<Slot>>) {
+    if let Some((_, weak)) = open.pop_lru() {
+        if let Some(s) = weak.upgrade() {
+            relock(&s.file).take();
         }
     }
 }
