@@ -317,12 +317,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "src/store/previews/reads.rs",
         "src/store/purge.rs",
     ],
-    // `impl Pool` of the workers written in cache.rs; sandbox.rs borrows workers' write_synced.
-    &[
-        "src/store/previews/cache.rs",
-        "src/store/previews/sandbox.rs",
-        "src/store/previews/workers.rs",
-    ],
     // The request ID and the error reply.
     &["src/server/context.rs", "src/server/reply.rs"],
 ];

@@ -5,7 +5,7 @@
 use std::fs;
 use std::sync::atomic::Ordering;
 
-use super::workers::Pool;
+use super::queue::Shared;
 use super::{IS_CURRENT, Job, Previews, kind_of};
 use crate::api::Result;
 use crate::preview::PreviewKind;
@@ -87,107 +87,108 @@ impl Store {
     }
 }
 
-impl Pool {
-    /// Removes least recently used previews until they and `incoming` more bytes fit the cache
-    /// size (never `keep`, the one being made): first those of bytes that are no file's current
-    /// version, then those nobody asked for, then the rest, oldest use first.
-    pub(super) fn keep_bound(
-        &self,
-        conn: &mut Connection,
-        keep: Option<&Job>,
-        incoming: u64,
-    ) -> Result<()> {
-        let (total, _) = preview_bytes(conn)?;
-        let bound = self.shared.cache_size.saturating_sub(incoming);
-        let mut total = total;
-        if total <= bound {
-            return Ok(());
-        }
-        let (keep_hash, keep_kind) = keep.map_or(("", ""), |j| (&j.hash, j.kind.as_str()));
-        let candidates: Vec<(String, String, i64)> = {
-            let mut stmt = conn.prepare(&format!(
-                "SELECT p.blob, p.kind, p.bytes FROM previews p
-                 WHERE p.status = 1 AND NOT (p.blob = ?1 AND p.kind = ?2)
-                 ORDER BY {}, p.requested, p.used_on",
-                IS_CURRENT.replace("?1", "p.blob")
-            ))?;
-            stmt.query_map(params![keep_hash, keep_kind], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })?
-            .collect::<crate::store::db::Result<_>>()?
-        };
-        let mut evict = Vec::new();
-        for (hash, kind, bytes) in candidates {
-            if total <= bound {
-                break;
-            }
-            total = total.saturating_sub(bytes.max(0) as u64);
-            evict.push((hash, kind));
-        }
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut gone = Vec::new();
-        for (hash, kind) in evict {
-            // Only if still ready (a row asked for again meanwhile is left as it is).
-            if tx.execute(
-                "DELETE FROM previews WHERE blob = ?1 AND kind = ?2 AND status = 1",
-                params![hash, kind],
-            )? == 1
-            {
-                gone.push((hash, kind));
-            }
-        }
-        tx.commit()?;
-        for (hash, kind) in &gone {
-            if PreviewKind::parse(kind).is_some() {
-                self.blobs.remove_preview(hash, Some(kind));
-            }
-        }
-        if !gone.is_empty() {
-            self.shared
-                .evicted
-                .fetch_add(gone.len() as u64, Ordering::Relaxed);
-            log::debug!(
-                "{} preview(s) removed to stay within {} bytes",
-                gone.len(),
-                self.shared.cache_size
-            );
-        }
-        Ok(())
-    }
+// The bound is this file's to keep: the workers (`workers.rs`) call these with what they hold,
+// so the cache does not reach back into the workers' pool.
 
-    /// Ready previews from a database older than the cache get their sizes measured.
-    pub(super) fn measure_old(&self, conn: &mut Connection) -> Result<()> {
-        let old: Vec<(String, String)> = conn
-            .prepare("SELECT blob, kind FROM previews WHERE status = 1 AND bytes < 0")?
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<crate::store::db::Result<_>>()?;
-        if old.is_empty() {
-            return Ok(());
-        }
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        for (hash, kind) in &old {
-            let Some(k) = PreviewKind::parse(kind) else {
-                continue;
-            };
-            let bytes: u64 = self
-                .blobs
-                .preview_sizes(hash, k.as_str())
-                .unwrap_or_default()
-                .into_iter()
-                .map(on_disk)
-                .sum();
-            tx.execute(
-                "UPDATE previews SET bytes = ?3 WHERE blob = ?1 AND kind = ?2",
-                params![hash, kind, bytes as i64],
-            )?;
-        }
-        tx.commit()?;
-        log::info!(
-            "measured {} preview(s) from before the preview cache",
-            old.len()
-        );
-        Ok(())
+/// Removes least recently used previews until they and `incoming` more bytes fit the cache
+/// size (never `keep`, the one being made): first those of bytes that are no file's current
+/// version, then those nobody asked for, then the rest, oldest use first.
+pub(super) fn keep_bound(
+    conn: &mut Connection,
+    blobs: &Blobs,
+    shared: &Shared,
+    keep: Option<&Job>,
+    incoming: u64,
+) -> Result<()> {
+    let (total, _) = preview_bytes(conn)?;
+    let bound = shared.cache_size.saturating_sub(incoming);
+    let mut total = total;
+    if total <= bound {
+        return Ok(());
     }
+    let (keep_hash, keep_kind) = keep.map_or(("", ""), |j| (&j.hash, j.kind.as_str()));
+    let candidates: Vec<(String, String, i64)> = {
+        let mut stmt = conn.prepare(&format!(
+            "SELECT p.blob, p.kind, p.bytes FROM previews p
+             WHERE p.status = 1 AND NOT (p.blob = ?1 AND p.kind = ?2)
+             ORDER BY {}, p.requested, p.used_on",
+            IS_CURRENT.replace("?1", "p.blob")
+        ))?;
+        stmt.query_map(params![keep_hash, keep_kind], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?
+        .collect::<crate::store::db::Result<_>>()?
+    };
+    let mut evict = Vec::new();
+    for (hash, kind, bytes) in candidates {
+        if total <= bound {
+            break;
+        }
+        total = total.saturating_sub(bytes.max(0) as u64);
+        evict.push((hash, kind));
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut gone = Vec::new();
+    for (hash, kind) in evict {
+        // Only if still ready (a row asked for again meanwhile is left as it is).
+        if tx.execute(
+            "DELETE FROM previews WHERE blob = ?1 AND kind = ?2 AND status = 1",
+            params![hash, kind],
+        )? == 1
+        {
+            gone.push((hash, kind));
+        }
+    }
+    tx.commit()?;
+    for (hash, kind) in &gone {
+        if PreviewKind::parse(kind).is_some() {
+            blobs.remove_preview(hash, Some(kind));
+        }
+    }
+    if !gone.is_empty() {
+        shared
+            .evicted
+            .fetch_add(gone.len() as u64, Ordering::Relaxed);
+        log::debug!(
+            "{} preview(s) removed to stay within {} bytes",
+            gone.len(),
+            shared.cache_size
+        );
+    }
+    Ok(())
+}
+
+/// Ready previews from a database older than the cache get their sizes measured.
+pub(super) fn measure_old(conn: &mut Connection, blobs: &Blobs) -> Result<()> {
+    let old: Vec<(String, String)> = conn
+        .prepare("SELECT blob, kind FROM previews WHERE status = 1 AND bytes < 0")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<crate::store::db::Result<_>>()?;
+    if old.is_empty() {
+        return Ok(());
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    for (hash, kind) in &old {
+        let Some(k) = PreviewKind::parse(kind) else {
+            continue;
+        };
+        let bytes: u64 = blobs
+            .preview_sizes(hash, k.as_str())
+            .unwrap_or_default()
+            .into_iter()
+            .map(on_disk)
+            .sum();
+        tx.execute(
+            "UPDATE previews SET bytes = ?3 WHERE blob = ?1 AND kind = ?2",
+            params![hash, kind, bytes as i64],
+        )?;
+    }
+    tx.commit()?;
+    log::info!(
+        "measured {} preview(s) from before the preview cache",
+        old.len()
+    );
+    Ok(())
 }
 
 /// Bytes a file of `len` bytes takes on disk, in 4 KiB blocks (as `du` counts them).

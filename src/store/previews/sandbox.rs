@@ -290,7 +290,7 @@ pub fn child_main(kind: &str, dir: &Path) -> ExitCode {
     let mut n = 0;
     let mut write_page = |page: preview::Page| -> Result<(), String> {
         n += 1;
-        super::workers::write_synced(&dir.join(page_file(n)), &page.png)
+        write_synced(&dir.join(page_file(n)), &page.png)
             .map_err(|e| format!("writing a page: {e}"))?;
         writeln!(
             out,
@@ -306,7 +306,7 @@ pub fn child_main(kind: &str, dir: &Path) -> ExitCode {
         Ok(rendered) => {
             let own_pdf = match rendered.pdf {
                 DocumentPdf::Made(pdf) => {
-                    if let Err(e) = super::workers::write_synced(&dir.join("document.pdf"), &pdf) {
+                    if let Err(e) = write_synced(&dir.join("document.pdf"), &pdf) {
                         eprintln!("render-preview: writing the PDF: {e}");
                         return ExitCode::from(2);
                     }
@@ -327,6 +327,13 @@ pub fn child_main(kind: &str, dir: &Path) -> ExitCode {
         return ExitCode::from(2);
     }
     ExitCode::SUCCESS
+}
+
+/// Writes a file the child made and syncs it, so a page the parent is told of is on disk.
+fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    let mut f = std::fs::File::create(path)?;
+    f.write_all(data)?;
+    f.sync_all()
 }
 
 /// The child's side of [`PDF_TEXT`].

@@ -1,14 +1,13 @@
 //! The preview threads: workers of each tier taking jobs from the queues, rendering into a
 //! folder of their own and recording the result; the supervisor that replaces a stuck worker.
 
-use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::cache::{on_disk, preview_bytes};
+use super::cache::{self, on_disk, preview_bytes};
 use super::queue::{Shared, Tier};
 use super::sandbox::{self, Ended};
 use super::{
@@ -81,8 +80,8 @@ impl Pool {
     /// in one job for longer than the hard limit.
     pub(super) fn supervise(&self, mut slots: Vec<Arc<Slot>>) {
         if let Err(e) = self.open_db().and_then(|mut c| {
-            self.measure_old(&mut c)?;
-            self.keep_bound(&mut c, None, 0)
+            cache::measure_old(&mut c, &self.blobs)?;
+            cache::keep_bound(&mut c, &self.blobs, &self.shared, None, 0)
         }) {
             log::warn!("could not check the preview cache: {e}");
         }
@@ -244,14 +243,14 @@ impl Pool {
         log::debug!("preview of {} done in {:?}", job.name, started.elapsed());
         // Room is made before the new preview is placed, so the bound holds at every moment.
         if let Outcome::Done { bytes, .. } = &outcome {
-            if let Err(e) = self.keep_bound(conn, Some(job), *bytes) {
+            if let Err(e) = cache::keep_bound(conn, &self.blobs, &self.shared, Some(job), *bytes) {
                 log::warn!("could not keep the previews within their bound: {e}");
             }
         }
         if let Err(e) = self.finish(conn, job, outcome, started.elapsed()) {
             log::warn!("could not record the preview of {}: {e}", job.name);
         }
-        if let Err(e) = self.keep_bound(conn, Some(job), 0) {
+        if let Err(e) = cache::keep_bound(conn, &self.blobs, &self.shared, Some(job), 0) {
             log::warn!("could not keep the previews within their bound: {e}");
         }
         true
@@ -499,12 +498,6 @@ impl Pool {
         drop(placed_from);
         Ok(())
     }
-}
-
-pub(super) fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let mut f = File::create(path)?;
-    f.write_all(data)?;
-    f.sync_all()
 }
 
 /// Asked-for rendering runs a little below normal priority (somebody waits for it, but uploads
