@@ -317,8 +317,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "src/store/previews/reads.rs",
         "src/store/purge.rs",
     ],
-    // The request ID and the error reply.
-    &["src/server/context.rs", "src/server/reply.rs"],
 ];
 
 /// The module path of a file: `src/fs/cache/download.rs` is `fs::cache::download`, and

@@ -1,7 +1,7 @@
-//! Per-request context: a request id (in each error's `instance_guid` and in the log line), an
-//! access log line, panics turned into 500s, and every error response that did not come from our
-//! handlers (the framework's own rejections: body too large, wrong method...) put into the
-//! error envelope.
+//! Per-request context: a request id (kept by `request_id.rs`; in each error's `instance_guid`
+//! and in the log line), an access log line, panics turned into 500s, and every error response
+//! that did not come from our handlers (the framework's own rejections: body too large, wrong
+//! method...) put into the error envelope.
 
 use std::panic::AssertUnwindSafe;
 use std::time::Instant;
@@ -12,19 +12,9 @@ use axum::middleware::Next;
 use axum::response::Response;
 use futures_util::FutureExt;
 
-use super::reply::error_response;
+use super::reply::{INTERNAL_ERROR_TEXT, error_response};
+use super::request_id::{self, request_id};
 use crate::api::{Error, ErrorKind};
-
-tokio::task_local! {
-    static REQUEST_ID: String;
-}
-
-/// The id of the request being handled ("-" outside one).
-pub fn request_id() -> String {
-    REQUEST_ID
-        .try_with(Clone::clone)
-        .unwrap_or_else(|_| "-".to_string())
-}
 
 /// In a response's extensions: it is another protocol's answer (WebDAV's, `server::dav`), to
 /// be sent as it is, not put into the API's error envelope.
@@ -36,17 +26,16 @@ pub async fn request_context(req: Request, next: Next) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let start = Instant::now();
-    let resp = REQUEST_ID
-        .scope(id.clone(), async move {
-            match AssertUnwindSafe(next.run(req)).catch_unwind().await {
-                Ok(resp) => resp,
-                Err(_) => error_response(
-                    &Error::internal("the server hit a bug handling this request"),
-                    &request_id(),
-                ),
-            }
-        })
-        .await;
+    let resp = request_id::scope(id.clone(), async move {
+        match AssertUnwindSafe(next.run(req)).catch_unwind().await {
+            Ok(resp) => resp,
+            Err(_) => error_response(
+                &Error::internal("the server hit a bug handling this request"),
+                &request_id(),
+            ),
+        }
+    })
+    .await;
     // A protocol's own answers (WebDAV's statuses and XML) are not the API's envelope.
     let resp = if resp.extensions().get::<OwnProtocol>().is_some() {
         resp
@@ -104,11 +93,7 @@ async fn into_envelope(resp: Response, id: &str) -> Response {
             "unsupported content type",
         ),
         s if s.is_client_error() => (ErrorKind::BadRequest, "bad_request", "bad request"),
-        _ => (
-            ErrorKind::Server,
-            "internal_error",
-            super::reply::INTERNAL_ERROR_TEXT,
-        ),
+        _ => (ErrorKind::Server, "internal_error", INTERNAL_ERROR_TEXT),
     };
     // A server error's text stays in the log.
     let text = if kind == ErrorKind::Server {

@@ -14,6 +14,7 @@ mod openapi;
 mod pin;
 pub mod proxy;
 mod reply;
+mod request_id;
 mod search;
 mod usage;
 mod web;

@@ -5,7 +5,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use super::context::request_id;
+use super::request_id::request_id;
 use crate::api::{Envelope, Error, ErrorKind};
 
 /// An interface error as a response: the error envelope with the request id.

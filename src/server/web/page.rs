@@ -150,12 +150,12 @@ pub fn error_page(err: &Error, viewer: Option<&Viewer>) -> Response {
         ),
         ErrorKind::NotFound => ("Not found", "There is nothing at this address.".to_string()),
         ErrorKind::Server => {
-            log::error!("{} {}", super::super::context::request_id(), err.message);
+            log::error!("{} {}", super::super::request_id::request_id(), err.message);
             (
                 "Something went wrong",
                 format!(
                     "The server could not do this. Its log has the details under {}.",
-                    super::super::context::request_id()
+                    super::super::request_id::request_id()
                 ),
             )
         }
