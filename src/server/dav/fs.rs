@@ -8,165 +8,32 @@
 //! file). Our store does each of those in one transaction, with the semantics of the interface
 //! (a file moved or copied over a file becomes its new version, keeping its ID and history;
 //! a folder copied is one change of the feed), so the walk is cut short where the request says
-//! what it is ([`Request`]): the folder being deleted lists as empty and goes whole, the file
-//! about to be replaced is not deleted but replaced by the store's own move or copy, a folder
-//! copied whole lists as empty to the walk that would copy it again.
+//! what it is ([`super::Request`]): the folder being deleted lists as empty and goes whole, the
+//! file about to be replaced is not deleted but replaced by the store's own move or copy, a
+//! folder copied whole lists as empty to the walk that would copy it again.
+//!
+//! Beside it: who calls and how errors map (`caller.rs`), a node's metadata (`meta.rs`), the
+//! files opened for reading and writing (`handles.rs`).
 
-use std::io::SeekFrom;
-use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
-
-use bytes::{Bytes, BytesMut};
 use dav_server::davpath::DavPath;
 use dav_server::fs::{
-    DavDirEntry, DavFile, DavMetaData, DavProp, FsError, FsFuture, FsResult, FsStream,
-    GuardedFileSystem, OpenOptions, ReadDirMeta,
+    DavDirEntry, DavFile, DavMetaData, DavProp, FsError, FsFuture, FsStream, GuardedFileSystem,
+    OpenOptions, ReadDirMeta,
 };
 use futures_util::{FutureExt, StreamExt};
 
-use super::Request;
-use crate::api::{Base, Error, ErrorKind, Node, NodePath, RangeRequest};
+use super::caller::{DavCaller, fs_error};
+use super::handles::{Reader, Writer};
+use super::meta::{Meta, entries};
+use crate::api::{Base, Error, ErrorKind, NodePath};
 use crate::backend::local::LocalBackend;
-use crate::backend::{Backend, ByteStream, LIST_PAGE};
-use crate::store::blobs::BlobWriter;
+use crate::backend::{Backend, LIST_PAGE};
 use crate::store::dav::DeadProp;
 use axum::http::StatusCode;
-
-/// Bytes of a PUT gathered before a blocking task writes them to the staging file.
-const WRITE_BATCH: usize = 256 * 1024;
-
-/// Who asks, and what the whole request is (dav-server's "credentials", one per request).
-#[derive(Clone)]
-pub struct DavCaller {
-    pub backend: LocalBackend,
-    pub request: Arc<Request>,
-}
 
 /// The file system: stateless, everything it needs comes with each call's [`DavCaller`].
 #[derive(Clone, Default)]
 pub struct StoreFs;
-
-/// The store's path of a dav-server path (its prefix `/dav` already taken off), in NFC as the
-/// API takes paths.
-pub fn node_path(path: &DavPath) -> FsResult<NodePath> {
-    let text = std::str::from_utf8(path.as_bytes()).map_err(|_| FsError::NotFound)?;
-    NodePath::from_segments(text.split('/').filter(|s| !s.is_empty()))
-        .and_then(NodePath::into_nfc)
-        .map_err(|e| fs_error(&e))
-}
-
-/// The nearest of dav-server's results to one of ours; what it cannot say (412, 429, 503) the
-/// handler puts back from [`Request::failed`].
-pub fn fs_error(e: &Error) -> FsError {
-    match e.kind {
-        ErrorKind::NotFound => FsError::NotFound,
-        ErrorKind::Conflict | ErrorKind::Precondition => FsError::Exists,
-        ErrorKind::TooLarge => FsError::TooLarge,
-        ErrorKind::InsufficientStorage => FsError::InsufficientStorage,
-        ErrorKind::BadRequest if e.code == "path_too_deep" => FsError::PathTooLong,
-        ErrorKind::BadRequest | ErrorKind::Forbidden | ErrorKind::Auth => FsError::Forbidden,
-        ErrorKind::MethodNotAllowed => FsError::Forbidden,
-        _ => FsError::GeneralFailure,
-    }
-}
-
-impl DavCaller {
-    /// Keeps the error for the handler (see [`fs_error`]) and maps it.
-    fn failed(&self, e: Error) -> FsError {
-        if e.kind == ErrorKind::Server {
-            log::error!("webdav: {e}");
-        }
-        let mapped = fs_error(&e);
-        *crate::sync::relock(&self.request.failed) = Some(e);
-        mapped
-    }
-
-    fn path(&self, path: &DavPath) -> FsResult<NodePath> {
-        node_path(path)
-    }
-
-    async fn node(&self, path: &NodePath) -> FsResult<Node> {
-        self.backend.node(path).await.map_err(|e| self.failed(e))
-    }
-}
-
-/// A node's metadata as dav-server asks for it.
-#[derive(Debug, Clone)]
-pub struct Meta {
-    dir: bool,
-    len: u64,
-    modified: SystemTime,
-    created: Option<SystemTime>,
-    /// A file's current version (its md5): the ETag.
-    md5: Option<String>,
-    exec: bool,
-}
-
-impl Meta {
-    fn of(node: &Node) -> Meta {
-        let time = |t: &Option<String>| t.as_deref().and_then(crate::api::parse_time);
-        Meta {
-            dir: !node.is_file(),
-            len: node.size.unwrap_or(0),
-            modified: time(&node.modified_on).unwrap_or(UNIX_EPOCH),
-            created: time(&node.created_on),
-            md5: node.is_file().then(|| {
-                node.md5_checksum
-                    .clone()
-                    .unwrap_or_else(|| crate::api::checksum::EMPTY_MD5.to_string())
-            }),
-            exec: node.mode.is_some_and(|m| m & 0o111 != 0),
-        }
-    }
-}
-
-impl DavMetaData for Meta {
-    fn len(&self) -> u64 {
-        self.len
-    }
-    fn modified(&self) -> FsResult<SystemTime> {
-        Ok(self.modified)
-    }
-    fn is_dir(&self) -> bool {
-        self.dir
-    }
-    fn created(&self) -> FsResult<SystemTime> {
-        self.created.ok_or(FsError::NotImplemented)
-    }
-    fn executable(&self) -> FsResult<bool> {
-        if self.dir {
-            return Err(FsError::NotImplemented);
-        }
-        Ok(self.exec)
-    }
-    /// A file's ETag is its version (the md5 of its bytes, what the store's conflict check
-    /// compares: docs/design.md §5); a folder's, its time.
-    fn etag(&self) -> Option<String> {
-        if let Some(md5) = &self.md5 {
-            return Some(md5.clone());
-        }
-        let t = self.modified.duration_since(UNIX_EPOCH).ok()?;
-        Some(format!("{:x}", t.as_micros()))
-    }
-}
-
-struct Entry {
-    name: String,
-    meta: Meta,
-}
-
-impl DavDirEntry for Entry {
-    fn name(&self) -> Vec<u8> {
-        self.name.as_bytes().to_vec()
-    }
-    fn metadata(&self) -> FsFuture<'_, Box<dyn DavMetaData>> {
-        let m: Box<dyn DavMetaData> = Box::new(self.meta.clone());
-        Box::pin(std::future::ready(Ok(m)))
-    }
-    fn is_dir(&self) -> FsFuture<'_, bool> {
-        Box::pin(std::future::ready(Ok(self.meta.dir)))
-    }
-}
 
 impl GuardedFileSystem<DavCaller> for StoreFs {
     fn open<'a>(
@@ -252,17 +119,7 @@ impl GuardedFileSystem<DavCaller> for StoreFs {
                 base = Base::Absent;
             }
             let writer = c.backend.staging_writer().await.map_err(|e| c.failed(e))?;
-            let f: Box<dyn DavFile> = Box::new(Writer {
-                caller: c.clone(),
-                path: p,
-                base,
-                expected: options.size,
-                max,
-                writer: Mutex::new(Some(writer)),
-                batch: BytesMut::new(),
-                written: 0,
-                stored: None,
-            });
+            let f: Box<dyn DavFile> = Box::new(Writer::new(c, p, base, options.size, max, writer));
             Ok(f)
         }
         .boxed()
@@ -541,19 +398,6 @@ struct Pages {
     last_full: bool,
 }
 
-fn entries(children: Vec<Node>) -> Vec<FsResult<Box<dyn DavDirEntry>>> {
-    children
-        .into_iter()
-        .map(|child| {
-            let e: Box<dyn DavDirEntry> = Box::new(Entry {
-                meta: Meta::of(&child),
-                name: child.name,
-            });
-            Ok(e)
-        })
-        .collect()
-}
-
 /// dav-server's property as the store keeps it.
 fn dead_prop(p: &DavProp) -> DeadProp {
     DeadProp {
@@ -571,253 +415,5 @@ fn dav_prop(d: DeadProp, content: bool) -> DavProp {
         prefix: d.prefix,
         namespace: (!d.namespace.is_empty()).then_some(d.namespace),
         xml: if content { d.xml } else { None },
-    }
-}
-
-/// A file opened for reading: its bytes are asked of the store from the position read at,
-/// once, and streamed; a seek elsewhere asks again from there (a range).
-struct Reader {
-    caller: DavCaller,
-    meta: Meta,
-    id: String,
-    pos: u64,
-    /// The download under way from `pos` (a Mutex only to be `Sync`, as dav-server wants).
-    body: Mutex<Option<ByteStream>>,
-    /// Bytes of it received and not read yet.
-    pending: Bytes,
-}
-
-impl Reader {
-    /// A handle reading `node`'s current bytes from the start.
-    fn new(caller: &DavCaller, node: &Node) -> Result<Reader, FsError> {
-        Ok(Reader {
-            caller: caller.clone(),
-            meta: Meta::of(node),
-            id: node.file_id().ok_or(FsError::NotFound)?,
-            pos: 0,
-            body: Mutex::new(None),
-            pending: Bytes::new(),
-        })
-    }
-}
-
-impl std::fmt::Debug for Reader {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Reader({}, at {})", self.id, self.pos)
-    }
-}
-
-impl DavFile for Reader {
-    fn metadata(&mut self) -> FsFuture<'_, Box<dyn DavMetaData>> {
-        let m: Box<dyn DavMetaData> = Box::new(self.meta.clone());
-        Box::pin(std::future::ready(Ok(m)))
-    }
-
-    fn write_buf(&mut self, _: Box<dyn bytes::Buf + Send>) -> FsFuture<'_, ()> {
-        Box::pin(std::future::ready(Err(FsError::NotImplemented)))
-    }
-
-    fn write_bytes(&mut self, _: Bytes) -> FsFuture<'_, ()> {
-        Box::pin(std::future::ready(Err(FsError::NotImplemented)))
-    }
-
-    fn read_bytes(&mut self, count: usize) -> FsFuture<'_, Bytes> {
-        async move {
-            if self.pos >= self.meta.len || count == 0 {
-                return Ok(Bytes::new());
-            }
-            if self.pending.is_empty() {
-                if !matches!(self.body.get_mut(), Ok(Some(_))) {
-                    let range = (self.pos > 0).then_some(RangeRequest::From {
-                        start: self.pos,
-                        end: None,
-                    });
-                    let d = self
-                        .caller
-                        .backend
-                        .download(&self.id, range)
-                        .await
-                        .map_err(|e| self.caller.failed(e))?;
-                    // Another version became current since the file was opened: its bytes
-                    // would not be the ones the headers announced.
-                    if d.node.md5_checksum.is_some() && d.node.md5_checksum != self.meta.md5 {
-                        return Err(FsError::GeneralFailure);
-                    }
-                    *crate::sync::relock(&self.body) = Some(d.body);
-                }
-                let body = self.body.get_mut().map_err(|_| FsError::GeneralFailure)?;
-                let next = body.as_mut().expect("opened above").next().await;
-                match next {
-                    Some(Ok(b)) => self.pending = b,
-                    Some(Err(e)) => {
-                        log::warn!("webdav: reading file {} failed: {e}", self.id);
-                        return Err(FsError::GeneralFailure);
-                    }
-                    // Shorter than its length: an error, never a short file (dav-server would
-                    // pad it with zeros).
-                    None => return Err(FsError::GeneralFailure),
-                }
-            }
-            let n = count.min(self.pending.len());
-            let out = self.pending.split_to(n);
-            self.pos += n as u64;
-            Ok(out)
-        }
-        .boxed()
-    }
-
-    fn seek(&mut self, pos: SeekFrom) -> FsFuture<'_, u64> {
-        let len = self.meta.len as i128;
-        let to = match pos {
-            SeekFrom::Start(n) => n as i128,
-            SeekFrom::Current(d) => self.pos as i128 + d as i128,
-            SeekFrom::End(d) => len + d as i128,
-        };
-        if to < 0 {
-            return Box::pin(std::future::ready(Err(FsError::GeneralFailure)));
-        }
-        let to = to as u64;
-        if to != self.pos {
-            self.pos = to;
-            self.pending = Bytes::new();
-            *crate::sync::relock(&self.body) = None;
-        }
-        Box::pin(std::future::ready(Ok(to)))
-    }
-
-    fn flush(&mut self) -> FsFuture<'_, ()> {
-        Box::pin(std::future::ready(Ok(())))
-    }
-}
-
-/// A file opened by a PUT: its bytes go to a staging file of the store, hashed as they come;
-/// at the end (`flush`) they become the file's new version through the upload steps.
-struct Writer {
-    caller: DavCaller,
-    path: NodePath,
-    /// What the bytes replace (`If-Match`, `If-None-Match: *`), checked in the commit.
-    base: Base,
-    /// The length the request announced, if it did.
-    expected: Option<u64>,
-    /// The server's largest file.
-    max: u64,
-    writer: Mutex<Option<BlobWriter>>,
-    batch: BytesMut,
-    written: u64,
-    /// The file once stored.
-    stored: Option<Meta>,
-}
-
-impl std::fmt::Debug for Writer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Writer({}, {} bytes)", self.path, self.written)
-    }
-}
-
-impl Writer {
-    /// Writes the gathered bytes to the staging file, on a blocking thread.
-    async fn write_batch(&mut self) -> FsResult<()> {
-        if self.batch.is_empty() {
-            return Ok(());
-        }
-        let data = self.batch.split().freeze();
-        let mut w = self
-            .writer
-            .get_mut()
-            .ok()
-            .and_then(Option::take)
-            .ok_or(FsError::GeneralFailure)?;
-        let w = tokio::task::spawn_blocking(move || w.write(data).map(|()| w))
-            .await
-            .map_err(|_| FsError::GeneralFailure)?
-            .map_err(|e| self.caller.failed(Error::from(e)))?;
-        *crate::sync::relock(&self.writer) = Some(w);
-        Ok(())
-    }
-
-    async fn take(&mut self, data: Bytes) -> FsResult<()> {
-        self.written += data.len() as u64;
-        if self.written > self.max || self.expected.is_some_and(|n| self.written > n) {
-            return Err(FsError::TooLarge);
-        }
-        self.batch.extend_from_slice(&data);
-        if self.batch.len() >= WRITE_BATCH {
-            self.write_batch().await?;
-        }
-        Ok(())
-    }
-}
-
-impl DavFile for Writer {
-    fn metadata(&mut self) -> FsFuture<'_, Box<dyn DavMetaData>> {
-        let m: Box<dyn DavMetaData> = Box::new(self.stored.clone().unwrap_or(Meta {
-            dir: false,
-            len: self.written,
-            modified: SystemTime::now(),
-            created: None,
-            md5: None,
-            exec: false,
-        }));
-        Box::pin(std::future::ready(Ok(m)))
-    }
-
-    fn write_buf(&mut self, mut buf: Box<dyn bytes::Buf + Send>) -> FsFuture<'_, ()> {
-        let data = buf.copy_to_bytes(buf.remaining());
-        self.take(data).boxed()
-    }
-
-    fn write_bytes(&mut self, buf: Bytes) -> FsFuture<'_, ()> {
-        self.take(buf).boxed()
-    }
-
-    fn read_bytes(&mut self, _: usize) -> FsFuture<'_, Bytes> {
-        Box::pin(std::future::ready(Err(FsError::Forbidden)))
-    }
-
-    fn seek(&mut self, pos: SeekFrom) -> FsFuture<'_, u64> {
-        // Only where the bytes already are: the store takes whole versions, in order.
-        let ok = match pos {
-            SeekFrom::Start(n) => n == self.written,
-            SeekFrom::Current(0) | SeekFrom::End(0) => true,
-            _ => false,
-        };
-        let r = if ok {
-            Ok(self.written)
-        } else {
-            Err(FsError::NotImplemented)
-        };
-        Box::pin(std::future::ready(r))
-    }
-
-    fn flush(&mut self) -> FsFuture<'_, ()> {
-        async move {
-            if self.stored.is_some() {
-                return Ok(());
-            }
-            if self.expected.is_some_and(|n| n != self.written) {
-                // A body that ended early: nothing is stored.
-                return Err(FsError::GeneralFailure);
-            }
-            self.write_batch().await?;
-            let w = self
-                .writer
-                .get_mut()
-                .ok()
-                .and_then(Option::take)
-                .ok_or(FsError::GeneralFailure)?;
-            let staged = tokio::task::spawn_blocking(move || w.finish())
-                .await
-                .map_err(|_| FsError::GeneralFailure)?
-                .map_err(|e| self.caller.failed(Error::from(e)))?;
-            let node = self
-                .caller
-                .backend
-                .put_staged(&self.path, staged, &self.base)
-                .await
-                .map_err(|e| self.caller.failed(e))?;
-            self.stored = Some(Meta::of(&node));
-            Ok(())
-        }
-        .boxed()
     }
 }

@@ -24,8 +24,11 @@
 //! Not in `/openapi.json`: WebDAV is its own protocol with its own methods (PROPFIND, MKCOL,
 //! LOCK...), which OpenAPI cannot describe (docs/design.md §4).
 
+mod caller;
 mod fs;
+mod handles;
 mod locks;
+mod meta;
 
 use std::net::IpAddr;
 use std::sync::Mutex;
@@ -45,7 +48,7 @@ use super::AppState;
 use super::conn::Peer;
 use crate::api::{Base, Error, ErrorKind, NodePath};
 use crate::backend::local::LocalBackend;
-pub use fs::DavCaller;
+pub use caller::DavCaller;
 
 /// Where WebDAV is served.
 pub const PREFIX: &str = "/dav";
@@ -95,7 +98,7 @@ impl Request {
         let store_path = |p: &str| {
             let mut d = DavPath::new(p).ok()?;
             d.set_prefix(PREFIX).ok()?;
-            fs::node_path(&d).ok()
+            caller::node_path(&d).ok()
         };
         let dest = header("destination").and_then(|d| {
             let path = match d.parse::<axum::http::Uri>() {
