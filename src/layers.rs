@@ -283,7 +283,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "src/fs/attrs.rs",
         "src/fs/cache.rs",
         "src/fs/follow.rs",
-        "src/fs/markers.rs",
         "src/fs/offline.rs",
         "src/fs/passthrough.rs",
         "src/fs/pinned.rs",
@@ -295,7 +294,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "src/fs/staging/mod.rs",
         "src/fs/status.rs",
         "src/fs/table.rs",
-        "src/fs/thumbnails.rs",
         "src/fs/versions.rs",
     ],
     // Upload and write-back driven from one place (issue 48, item 3).

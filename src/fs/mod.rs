@@ -108,6 +108,7 @@ mod thumbnails;
 pub mod unmount;
 mod upload;
 mod versions;
+mod virtual_names;
 mod writeback;
 
 use std::collections::HashMap;

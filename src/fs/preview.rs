@@ -16,21 +16,18 @@ use std::collections::HashMap;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
-use fuser::{Errno, FileAttr, FileType, INodeNo};
+use fuser::{Errno, FileAttr, FileType};
 use futures_util::StreamExt;
 
 use super::cache::CachedFile;
 use super::errno::errno;
 use super::table::{Ino, InodeKind, Remote};
-use super::{Fs, markers, search, shared_thumbs, versions};
+use super::{Fs, markers, search, shared_thumbs, versions, virtual_names};
 use crate::api::{PageSize, PreviewMeta, PreviewStatus};
 use crate::backend::Backend;
 use crate::sync::relock;
 
-/// The name of the virtual directory.
-pub const DIR_NAME: &str = ".preview";
-/// Set in every virtual inode number (the table's numbers count up from 1 and never get there).
-const FLAG: Ino = 1 << 62;
+const FLAG: Ino = virtual_names::FLAG;
 /// The metadata of a preview in progress is asked again after this long (each ask also keeps
 /// its job at the front of the store's queue; a small file's preview takes about this long).
 const IN_PROGRESS_TTL: Duration = Duration::from_millis(200);
@@ -39,18 +36,7 @@ const LIST_CONCURRENCY: usize = 8;
 /// Thumbnails are pages at this scale (percent).
 const THUMB_SCALE: u32 = 25;
 
-pub fn is_virtual(ino: Ino) -> bool {
-    ino & FLAG != 0
-}
-
-/// The names of the virtual directories (`.preview`, `.versions`, `.search` and
-/// `.sh_thumbnails`) in every folder.
-pub fn is_virtual_name(name: &str) -> bool {
-    name == DIR_NAME
-        || name == versions::DIR_NAME
-        || name == search::DIR_NAME
-        || name == shared_thumbs::DIR_NAME
-}
+pub use super::virtual_names::{is_virtual, is_virtual_name};
 
 /// A virtual node: its folder's inode and, below `.preview`, the file's name.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
@@ -223,27 +209,7 @@ impl<B: Backend> Fs<B> {
         size: u64,
         time: SystemTime,
     ) -> FileAttr {
-        FileAttr {
-            ino: INodeNo(ino),
-            size,
-            blocks: size.div_ceil(512),
-            atime: time,
-            mtime: time,
-            ctime: time,
-            crtime: time,
-            kind: if dir {
-                FileType::Directory
-            } else {
-                FileType::RegularFile
-            },
-            perm: if dir { 0o555 } else { 0o444 },
-            nlink: if dir { 2 } else { 1 },
-            uid: self.uid,
-            gid: self.gid,
-            rdev: 0,
-            blksize: 128 * 1024,
-            flags: 0,
-        }
+        virtual_names::attr(ino, dir, size, time, self.uid, self.gid)
     }
 
     /// The stored file `name` of `folder` (files not uploaded yet have no preview yet).

@@ -34,10 +34,10 @@ use crate::backend::Backend;
 use crate::sync::relock;
 
 /// The name of the virtual directory.
-pub const DIR_NAME: &str = ".search";
+pub const DIR_NAME: &str = super::virtual_names::SEARCH;
 /// Set, beside the preview module's flag, in every inode of the `.search` trees (the versions'
 /// flag is bit 61: each tree's own counter never reaches bit 60 or 61).
-const SFLAG: Ino = (1 << 62) | (1 << 60);
+const SFLAG: Ino = super::virtual_names::FLAG | super::virtual_names::SEARCH_BIT;
 /// The answer to a query is asked again after this long.
 const RESULTS_TTL: Duration = Duration::from_secs(5);
 /// Hits whose node (size, md5, time) is asked for at once.

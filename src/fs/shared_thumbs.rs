@@ -31,10 +31,10 @@ use crate::backend::Backend;
 use crate::sync::relock;
 
 /// The name of the virtual directory.
-pub const DIR_NAME: &str = ".sh_thumbnails";
+pub const DIR_NAME: &str = super::virtual_names::SHARED_THUMBS;
 /// Set, beside the preview module's flag, in every inode of the `.sh_thumbnails` trees (the
 /// other trees' are bits 59 to 61: each tree's own counter never gets that far).
-const TFLAG: Ino = (1 << 62) | (1 << 58);
+const TFLAG: Ino = super::virtual_names::FLAG | super::virtual_names::SHARED_THUMBS_BIT;
 
 /// Whether `ino` is a node of a `.sh_thumbnails` tree.
 pub fn owns(ino: Ino) -> bool {

@@ -29,9 +29,9 @@ use crate::backend::Backend;
 use crate::sync::relock;
 
 /// The name of the virtual directory.
-pub const DIR_NAME: &str = ".versions";
+pub const DIR_NAME: &str = super::virtual_names::VERSIONS;
 /// Set, beside the preview module's flag, in every inode of the `.versions` trees.
-const VFLAG: Ino = (1 << 62) | (1 << 61);
+const VFLAG: Ino = super::virtual_names::FLAG | super::virtual_names::VERSIONS_BIT;
 /// A file's list of versions is asked again after this long.
 const LIST_TTL: Duration = Duration::from_secs(1);
 /// Files asked for their versions at once while listing a `.versions` directory.
