@@ -287,14 +287,10 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "src/fs/passthrough.rs",
         "src/fs/pinned.rs",
         "src/fs/prefetch.rs",
-        "src/fs/preview.rs",
-        "src/fs/search.rs",
-        "src/fs/shared_thumbs.rs",
         "src/fs/staging/lifecycle.rs",
         "src/fs/staging/mod.rs",
         "src/fs/status.rs",
         "src/fs/table.rs",
-        "src/fs/versions.rs",
     ],
     // Upload and write-back driven from one place (issue 48, item 3).
     &[
