@@ -429,7 +429,9 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
+    use crate::backend::Backend;
     use crate::backend::local::LocalBackend;
+    use crate::fs::table::ROOT;
 
     /// The router tells the folders apart by name (a lookup in a real folder) and by inode
     /// (everything below): each needs a reserved name and a bit of its own.
@@ -444,5 +446,94 @@ mod tests {
         assert_eq!(bits.len(), KINDS);
         let taken = virtual_names::FLAG | virtual_names::MARKERS_BIT;
         assert!(bits.iter().all(|b| b & taken == 0 && b.count_ones() <= 1));
+    }
+
+    /// What the router answers for every folder alike: numbers kept, `.` and `..`, and the
+    /// refusals, here through `.versions` (a file with an earlier version), `.search`, the
+    /// `.sh_thumbnails` of a mount without thumbnails, and a marker file. Over the built-in
+    /// store itself (the tests' `Faulty` keeps no versions).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_router_answers_lookups_listings_opens_and_reads_of_virtual_nodes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Arc::new(crate::store::Store::open_local(&tmp.path().join("d")).unwrap());
+        let local = LocalBackend::new(store);
+        let vault = crate::api::NodePath::from_segments(["Local", "My First Vault"]).unwrap();
+        let id = local.create_file(&vault, "a.txt").await.unwrap().file_id();
+        let id = id.unwrap();
+        for data in [&b"one"[..], b"two"] {
+            let ticket = local.begin_version(&id, 3, None).await.unwrap();
+            let body: crate::backend::ByteStream = Box::pin(futures_util::stream::once(
+                futures_util::future::ready(Ok(bytes::Bytes::from_static(data))),
+            ));
+            let vid = ticket.version_id().unwrap();
+            local.upload(&id, &vid, 3, body).await.unwrap();
+        }
+        let opts = crate::fs::MountOptions {
+            root: vault,
+            cache_dir: tmp.path().join("cache"),
+            ..crate::fs::MountOptions::default()
+        };
+        let fs = Fs::start(local, opts, tokio::runtime::Handle::current()).unwrap();
+        let read_all = |ino| fs.read(ino, 0, 1 << 20);
+        let file = fs.lookup(ROOT, "a.txt").await.unwrap().ino.0;
+        let dir_of = |e: Vec<(Ino, FileType, String)>| -> Vec<(FileType, String)> {
+            e.into_iter().map(|(_, k, n)| (k, n)).collect()
+        };
+
+        let root = fs.lookup(ROOT, ".versions").await.unwrap();
+        assert!(is_virtual(root.ino.0) && root.kind == FileType::Directory);
+        assert_eq!(fs.lookup(ROOT, ".versions").await.unwrap().ino, root.ino);
+        assert_eq!(
+            fs.lookup(file, ".versions").await.err(),
+            Some(Errno::ENOTDIR)
+        );
+        let root = root.ino.0;
+        let listed = dir_of(fs.readdir_snapshot(root).await.unwrap());
+        assert_eq!(listed[2..], [(FileType::Directory, "a.txt".to_string())]);
+        assert_eq!(fs.lookup(root, "b.txt").await.err(), Some(Errno::ENOENT));
+        let dir = fs.lookup(root, "a.txt").await.unwrap().ino.0;
+        let entries = fs.readdir_snapshot(dir).await.unwrap();
+        assert_eq!((entries[0].0, entries[1].0), (dir, root));
+        let [.., (_, FileType::RegularFile, name)] = &entries[..] else {
+            panic!("no version listed: {entries:?}");
+        };
+        let leaf = fs.lookup(dir, name).await.unwrap();
+        assert_eq!((leaf.size, leaf.perm), (3, 0o444));
+        let leaf = leaf.ino.0;
+        assert_eq!(fs.virtual_open(leaf, true), Err(Errno::EROFS));
+        assert_eq!(
+            fs.virtual_open(leaf, false),
+            Ok(FopenFlags::FOPEN_KEEP_CACHE)
+        );
+        assert_eq!(fs.virtual_open(dir, false), Err(Errno::EISDIR));
+        assert_eq!(read_all(leaf).await.as_deref(), Ok(&b"one"[..]));
+        assert_eq!(read_all(dir).await, Err(Errno::EISDIR));
+        assert_eq!(fs.lookup(leaf, "x").await.err(), Some(Errno::ENOTDIR));
+        assert_eq!(fs.readdir_snapshot(leaf).await.err(), Some(Errno::ENOTDIR));
+        let unknown = virtual_names::FLAG | 999_999;
+        assert_eq!(fs.getattr(unknown).await.err(), Some(Errno::ENOENT));
+        assert_eq!(fs.lookup(unknown, "x").await.err(), Some(Errno::ENOENT));
+
+        let search = fs.lookup(ROOT, ".search").await.unwrap().ino.0;
+        let listed = dir_of(fs.readdir_snapshot(search).await.unwrap());
+        assert_eq!(
+            listed,
+            [
+                (FileType::Directory, ".".into()),
+                (FileType::Directory, "..".into())
+            ]
+        );
+        let no_thumbnails = fs.lookup(ROOT, ".sh_thumbnails").await;
+        assert_eq!(no_thumbnails.err(), Some(Errno::ENOENT));
+
+        let marker = fs.lookup(ROOT, ".nomedia").await.unwrap();
+        assert_eq!((marker.size, marker.kind), (0, FileType::RegularFile));
+        let marker = marker.ino.0;
+        assert_eq!(fs.virtual_open(marker, true), Err(Errno::EROFS));
+        assert_eq!(read_all(marker).await, Ok(Vec::new()));
+        assert_eq!(
+            fs.readdir_snapshot(marker).await.err(),
+            Some(Errno::ENOTDIR)
+        );
     }
 }
