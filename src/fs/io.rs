@@ -9,9 +9,9 @@ use std::sync::atomic::Ordering;
 use fuser::{Errno, FopenFlags};
 
 use super::errno::{errno, io_errno};
-use super::preview::is_virtual;
 use super::staging::Staged;
 use super::table::Ino;
+use super::virtual_dirs::is_virtual;
 use super::{Fs, Handle, OpResult, upload};
 use crate::api::ErrorKind;
 use crate::backend::Backend;
@@ -220,7 +220,7 @@ impl<B: Backend> Fs<B> {
         size: u32,
     ) -> OpResult<Vec<u8>> {
         if is_virtual(ino) {
-            return self.preview_read(ino, offset, size).await;
+            return self.virtual_read(ino, offset, size).await;
         }
         let mut learned = false;
         loop {

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant, SystemTime};
 use fuser::{Errno, FileAttr, FileType, INodeNo};
 
 use super::errno::errno;
-use super::preview::{is_virtual, is_virtual_name};
 use super::table::{Ino, InodeKind, ROOT};
+use super::virtual_dirs::{is_virtual, is_virtual_name};
 use super::{Fs, Handle, OpResult};
 use crate::api::NodePath;
 use crate::backend::{Backend, LIST_PAGE, list_all};
@@ -246,11 +246,8 @@ impl<B: Backend> Fs<B> {
     }
 
     pub(super) async fn lookup(self: &Arc<Self>, parent: Ino, name: &str) -> OpResult<FileAttr> {
-        if self.maybe_marker(parent, name) && self.is_marker(parent, name).await {
-            return self.marker_lookup(name);
-        }
-        if is_virtual(parent) || is_virtual_name(name) {
-            return self.preview_lookup(parent, name).await;
+        if let Some(answer) = self.virtual_lookup(parent, name).await {
+            return answer;
         }
         let ino = self.child(parent, name).await?.ok_or(Errno::ENOENT)?;
         let mut t = self.table();
@@ -260,7 +257,7 @@ impl<B: Backend> Fs<B> {
 
     pub(super) async fn getattr(self: &Arc<Self>, ino: Ino) -> OpResult<FileAttr> {
         if is_virtual(ino) {
-            return self.preview_getattr(ino).await;
+            return self.virtual_getattr(ino).await;
         }
         let stale = {
             let t = self.table();
@@ -362,7 +359,7 @@ impl<B: Backend> Fs<B> {
         name: &str,
         pid: u32,
     ) -> Option<OpResult<FileAttr>> {
-        if is_virtual(parent) || is_virtual_name(name) || self.maybe_marker(parent, name) {
+        if self.maybe_virtual(parent, name) {
             return None;
         }
         // The follower removing the name through the mount (`follow::echo`): the node it
@@ -453,7 +450,7 @@ impl<B: Backend> Fs<B> {
         ino: Ino,
     ) -> OpResult<Vec<(Ino, FileType, String)>> {
         if is_virtual(ino) {
-            return self.preview_readdir(ino).await;
+            return self.virtual_readdir(ino).await;
         }
         self.ensure_listing(ino).await?;
         let t = self.table();

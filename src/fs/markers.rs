@@ -14,15 +14,14 @@
 
 use fuser::{Errno, FileAttr};
 
-use super::Fs;
 use super::table::{Ino, ROOT};
+use super::{Fs, virtual_names};
 use crate::backend::Backend;
 
 /// The marker files at the mount's root.
 pub const NAMES: [&str; 2] = [".trackerignore", ".nomedia"];
-/// Their inodes: the preview module's flag (so every virtual-inode path leads to `preview`,
-/// which hands them here) and bit 59, then the name's index.
-const MFLAG: Ino = (1 << 62) | (1 << 59);
+/// Their inodes: the virtual nodes' flag and the markers' bit, then the name's index.
+const MFLAG: Ino = virtual_names::FLAG | virtual_names::MARKERS_BIT;
 
 /// Whether `ino` is a marker file.
 pub fn owns(ino: Ino) -> bool {
@@ -51,6 +50,6 @@ impl<B: Backend> Fs<B> {
 
     pub(super) fn marker_getattr(&self, ino: Ino) -> Result<FileAttr, Errno> {
         let time = self.table().get(ROOT).ok_or(Errno::ENOENT)?.mtime;
-        Ok(self.virtual_attr(ino, false, 0, time))
+        Ok(virtual_names::attr(ino, false, 0, time, self.uid, self.gid))
     }
 }

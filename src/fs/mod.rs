@@ -11,14 +11,16 @@
 //!   batches, where the backend is a store in this process, `LocalStore`), which schedule
 //!   and send and leave every change of a staged file's state to `lifecycle`;
 //! - `descriptors`: the mount's own files opened when used, their open descriptors bounded;
-//! - `cache`: the read cache; `preview`: the virtual `.preview`; `versions`: the virtual
-//!   `.versions`; `search`: the virtual `.search`; `markers`: the files that keep desktop
-//!   indexers out; `space`: the account's quota as `df` shows it; `attrs`: times and modes kept; `freshness`: whether what was fetched may
+//! - `cache`: the read cache; `virtual_dirs`: the virtual folders of every folder (`.preview`,
+//!   `.versions`, `.search`, `.sh_thumbnails`: one module each behind one trait) and the router
+//!   the request logic asks about virtual inodes and names, above the inode table and the read
+//!   cache; `virtual_names`: their names and inode bits, at the bottom, for the modules below
+//!   them; `markers`: the files that keep desktop indexers out; `space`: the account's quota
+//!   as `df` shows it; `attrs`: times and modes kept; `freshness`: whether what was fetched may
 //!   still be used; `follow`: changes made elsewhere (the backend's change feed, else polling)
 //!   dropped from the caches; `passthrough`: opens the kernel reads from a local file itself;
 //!   `pinned`: files and folders kept whole on disk (`vaultfs pin`); `thumbnails`: file
-//!   managers' thumbnails of stored files, made from their previews; `shared_thumbs`: the
-//!   `.sh_thumbnails` of every folder, Thunar's.
+//!   managers' thumbnails of stored files, made from their previews.
 //!
 //! # Parts
 //!
@@ -37,7 +39,8 @@
 //! - `conflicts` (`conflict::Conflicts`): conflict copies made;
 //! - `offline` (`offline::Offline`): the tree kept for starting offline, and since and until
 //!   when the backend is out of reach;
-//! - `virtual_dirs` (`preview::VirtualDirs`): the `.preview`, `.versions` and `.search` trees;
+//! - `virtual_dirs` (`virtual_dirs::VirtualDirs`): the virtual nodes handed to the kernel and
+//!   what each virtual folder keeps (preview metadata, version lists, search answers);
 //! - `space` (`space::Space`): the account's use and quota as last asked.
 //!
 //! The logic of requests is `impl Fs` in the modules above, each reaching the parts it needs.
@@ -54,19 +57,18 @@
 //!    changes of one node, one at a time; two at once only in inode order (rename);
 //! 2. the write-back queue (`Uploads::writeback`);
 //! 3. the `uploading` set (`Uploads::uploading`);
-//! 4. the `.preview` tree (`VirtualDirs::previews`);
-//! 5. the inode table (`Nodes::table`; the attributes kept here live inside it);
-//! 6. a staged file's own: `order` (writes, truncates, seals) before its hashing-ahead state
+//! 4. the inode table (`Nodes::table`; the attributes kept here live inside it);
+//! 5. a staged file's own: `order` (writes, truncates, seals) before its hashing-ahead state
 //!    (whose hasher it may wait for); its journal state before the journal's log; its data,
 //!    mtime and life (`lifecycle::State`) locks are innermost;
-//! 7. the read cache's index (`Reads::cache`), then a cache entry's `present` set (an
+//! 6. the read cache's index (`Reads::cache`), then a cache entry's `present` set (an
 //!    entry's async `fetching` is taken with none of the locks above held);
-//! 8. `Nodes::freshness` (under the table; it asks the backend for its count of others' changes,
+//! 7. `Nodes::freshness` (under the table; it asks the backend for its count of others' changes,
 //!    which never waits: the built-in store only tries its connection's lock).
 //!
 //! The handle maps (`Fs::handles`), the refreshes under way (`Nodes::refreshing`,
-//! `Nodes::attr_refreshing`), `Offline::until`, the `.versions` and `.search` trees
-//! (`VirtualDirs::versions`, `VirtualDirs::searches`), the account's use (`Space`) and the
+//! `Nodes::attr_refreshing`), `Offline::until`, the virtual folders' locks
+//! (`VirtualDirs`: their nodes, and what each folder keeps), the account's use (`Space`) and the
 //! status tracker's locks (`Uploads::tracker`) are taken alone: nothing else is locked while
 //! one is held, nor taken under it. The pins' locks (`Reads::pinned`) and the thumbnails' queue
 //! (`Thumbnails::state`) are innermost: taken under any of the above, nothing under them. So is
@@ -93,10 +95,7 @@ mod pacing;
 mod passthrough;
 mod pinned;
 mod prefetch;
-mod preview;
 mod read_ahead;
-mod search;
-mod shared_thumbs;
 mod space;
 mod spares;
 mod staging;
@@ -107,7 +106,8 @@ mod tests;
 mod thumbnails;
 pub mod unmount;
 mod upload;
-mod versions;
+mod virtual_dirs;
+mod virtual_names;
 mod writeback;
 
 use std::collections::HashMap;
@@ -266,8 +266,8 @@ pub(crate) struct Fs<B: Backend> {
     /// The tree kept for starting offline, and since and until when the backend is out of
     /// reach (`offline::Offline`).
     offline: offline::Offline,
-    /// The virtual `.preview`, `.versions` and `.search` directories (`preview::VirtualDirs`).
-    virtual_dirs: preview::VirtualDirs,
+    /// The virtual folders of every folder (`virtual_dirs::VirtualDirs`).
+    virtual_dirs: virtual_dirs::VirtualDirs,
     /// The account's use and quota, for `df` (`space::Space`).
     space: space::Space,
     /// Thumbnails queued and made for file managers (`thumbnails::Thumbnails`).
@@ -320,7 +320,7 @@ impl<B: Backend> Fs<B> {
             offline: offline::Offline::open(&opts.cache_dir)?,
             opts,
             conflicts,
-            virtual_dirs: preview::VirtualDirs::default(),
+            virtual_dirs: virtual_dirs::VirtualDirs::default(),
             space: space::Space::default(),
             thumbnails: thumbnails::Thumbnails::default(),
         });

@@ -14,9 +14,9 @@ use super::follow::Ours;
 use super::io::Opened;
 use super::passthrough::Register;
 use super::pinned::XATTR as PIN_XATTR;
-use super::preview::{is_virtual, is_virtual_name};
 use super::staging::Removal;
 use super::table::{Ino, InodeKind};
+use super::virtual_dirs::{is_virtual, is_virtual_name};
 use super::{Fs, OpResult};
 use crate::api::NodePath;
 use crate::api::path::MAX_NAME_BYTES;
@@ -53,8 +53,8 @@ pub(crate) struct Statfs {
 }
 
 impl<B: Backend> Fs<B> {
-    /// The virtual `.preview` tree (and the name `.preview` in any folder) cannot be made,
-    /// changed or removed.
+    /// The virtual folders (and their names in any folder: `.preview`, `.versions`...) cannot
+    /// be made, changed or removed.
     pub(super) fn outside_previews(parent: Ino, name: &str) -> OpResult<()> {
         if is_virtual(parent) || is_virtual_name(name) {
             Err(Errno::EROFS)

@@ -223,7 +223,7 @@ impl<B: Backend> Fs<B> {
             }
             let mut names = BTreeMap::new();
             for child in node.children.iter().flatten() {
-                if child.name == super::preview::DIR_NAME {
+                if child.name == super::virtual_names::PREVIEW {
                     continue;
                 }
                 if let Ok(cpath) = path.child(&child.name) {

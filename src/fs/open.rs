@@ -12,9 +12,9 @@ use fuser::{Errno, FopenFlags, OpenAccMode, OpenFlags};
 use super::errno::io_errno;
 use super::io::Opened;
 use super::passthrough::{self, Register};
-use super::preview::is_virtual;
 use super::staging::Staged;
 use super::table::{Ino, InodeKind, Remote};
+use super::virtual_dirs::is_virtual;
 use super::{Fs, Handle, OpResult};
 use crate::backend::Backend;
 use crate::sync::relock;
@@ -99,7 +99,7 @@ impl<B: Backend> Fs<B> {
         // O_TRUNC cuts the file even with O_RDONLY (the kernel checked the right to).
         let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY) || truncates(flags);
         if is_virtual(ino) {
-            let flags = self.preview_open(ino, write)?;
+            let flags = self.virtual_open(ino, write)?;
             let fh = self.handles.insert(Handle::File {
                 ino,
                 staged: None,

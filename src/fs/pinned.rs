@@ -170,7 +170,7 @@ impl<B: Backend> Fs<B> {
     /// [`XATTR`]. A pin on a store in this process is refused (its files are on this disk
     /// already); unpinning what only a folder above pins is ENODATA (nothing set here).
     pub(super) fn pin(&self, ino: Ino, on: bool) -> OpResult<()> {
-        if super::preview::is_virtual(ino) {
+        if super::virtual_names::is_virtual(ino) {
             return Err(Errno::EPERM);
         }
         let (path, _) = self.path_of(ino)?;
@@ -187,7 +187,7 @@ impl<B: Backend> Fs<B> {
                 return Err(Errno::EINVAL);
             };
             let name = name.to_str().ok_or(Errno::EINVAL)?;
-            if super::preview::is_virtual_name(name) {
+            if super::virtual_names::is_virtual_name(name) {
                 return Err(Errno::EPERM);
             }
             path = path.child(name).map_err(|_| Errno::EINVAL)?;

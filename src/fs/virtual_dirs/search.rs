@@ -12,53 +12,33 @@
 //! as rclone writes a slash in a name): `2024／Q1／report.txt`, the extension kept last so
 //! applications open it.
 //!
-//! Like `.preview` (see `preview`), `.search` is reached by name, never listed, and nothing in
-//! it can be made, changed or removed (EROFS). Its inodes carry the preview module's flag (so
-//! every virtual-inode path leads to `preview`, which hands them here) and [`SFLAG`] besides.
-//! The answer to a query is kept [`RESULTS_TTL`], so `ls -l` (a listing, then a lookup of each
-//! entry) asks the backend once. A backend without search (the public service) answers ENOTSUP
-//! for every query.
+//! Like `.preview`, `.search` is reached by name, never listed, and nothing in it can be made,
+//! changed or removed (EROFS): see `virtual_dirs`. The answer to a query is kept
+//! [`RESULTS_TTL`], so `ls -l` (a listing, then a lookup of each entry) asks the backend once. A
+//! backend without search (the public service) answers ENOTSUP for every query.
 
 use std::collections::HashMap;
-use std::sync::{Arc, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
-use fuser::{Errno, FileAttr, FileType};
-use futures_util::StreamExt;
+use fuser::Errno;
+use futures_util::future::BoxFuture;
+use futures_util::{FutureExt, StreamExt};
 
-use super::Fs;
-use super::errno::errno;
-use super::table::{Ino, InodeKind, Remote};
+use super::VirtualDir;
 use crate::api::{NodePath, SearchHit};
 use crate::backend::Backend;
+use crate::fs::errno::errno;
+use crate::fs::table::{Ino, InodeKind, Remote};
+use crate::fs::{Fs, OpResult, virtual_names};
 use crate::sync::relock;
 
-/// The name of the virtual directory.
-pub const DIR_NAME: &str = ".search";
-/// Set, beside the preview module's flag, in every inode of the `.search` trees (the versions'
-/// flag is bit 61: each tree's own counter never reaches bit 60 or 61).
-const SFLAG: Ino = (1 << 62) | (1 << 60);
 /// The answer to a query is asked again after this long.
 const RESULTS_TTL: Duration = Duration::from_secs(5);
 /// Hits whose node (size, md5, time) is asked for at once.
 const NODE_CONCURRENCY: usize = 8;
 /// What a slash in a path becomes in an entry's name.
 const SLASH: char = '／';
-
-/// Whether `ino` is a node of a `.search` tree.
-pub fn owns(ino: Ino) -> bool {
-    ino & SFLAG == SFLAG
-}
-
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
-enum Node {
-    /// `<folder>/.search`
-    Root(Ino),
-    /// `<folder>/.search/<query>`
-    Query(Ino, String),
-    /// `<folder>/.search/<query>/<entry>`: by the file's ID, which never changes.
-    Hit(Ino, String, String),
-}
 
 /// One file found: its entry's name, its stored version and time.
 #[derive(Clone)]
@@ -73,11 +53,14 @@ struct Found {
     entries: Arc<Vec<Entry>>,
 }
 
+/// The answers kept, by folder and query.
+type Answers = HashMap<(Ino, String), Found>;
+
+/// `.search`: its folders are the queries (by the query), their entries the files found (by
+/// the file's ID, which never changes).
 #[derive(Default)]
-pub struct Tree {
-    ids: super::preview::VirtualInos<Node, SFLAG>,
-    /// By folder and query.
-    found: HashMap<(Ino, String), Found>,
+pub(super) struct Searches {
+    found: Mutex<Answers>,
 }
 
 /// The entries' names of the files at `paths` (found under `dir`, in order): each file's name,
@@ -110,9 +93,121 @@ fn entry_names(dir: &NodePath, paths: &[NodePath]) -> Vec<String> {
         .collect()
 }
 
+impl<B: Backend> VirtualDir<B> for Searches {
+    fn name(&self) -> &'static str {
+        virtual_names::SEARCH
+    }
+
+    fn bit(&self) -> Ino {
+        virtual_names::SEARCH_BIT
+    }
+
+    fn dir_key<'a>(
+        &'a self,
+        _fs: &'a Arc<Fs<B>>,
+        _folder: Ino,
+        query: &'a str,
+    ) -> BoxFuture<'a, OpResult<String>> {
+        futures_util::future::ready(Ok(query.to_string())).boxed()
+    }
+
+    fn leaf_key<'a>(
+        &'a self,
+        fs: &'a Arc<Fs<B>>,
+        folder: Ino,
+        query: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, OpResult<String>> {
+        async move {
+            let entries = fs.found(folder, query, false).await?;
+            let e = entries.iter().find(|e| e.name == name);
+            Ok(e.ok_or(Errno::ENOENT)?.remote.id.clone())
+        }
+        .boxed()
+    }
+
+    /// A query's folder: asked here, so a query the backend refuses fails at its lookup.
+    fn dir_time<'a>(
+        &'a self,
+        fs: &'a Arc<Fs<B>>,
+        folder: Ino,
+        query: &'a str,
+    ) -> BoxFuture<'a, OpResult<SystemTime>> {
+        async move {
+            fs.found(folder, query, false).await?;
+            fs.folder_time(folder).ok_or(Errno::ENOENT)
+        }
+        .boxed()
+    }
+
+    fn leaf_attr<'a>(
+        &'a self,
+        fs: &'a Arc<Fs<B>>,
+        folder: Ino,
+        query: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, OpResult<(u64, SystemTime)>> {
+        async move {
+            let e = fs.found_entry(folder, query, id, false).await?;
+            Ok((e.remote.size, e.mtime))
+        }
+        .boxed()
+    }
+
+    /// None: the queries asked are not kept.
+    fn list<'a>(
+        &'a self,
+        _fs: &'a Arc<Fs<B>>,
+        _folder: Ino,
+    ) -> BoxFuture<'a, OpResult<Vec<(String, String)>>> {
+        futures_util::future::ready(Ok(Vec::new())).boxed()
+    }
+
+    /// The files found, best first.
+    fn list_dir<'a>(
+        &'a self,
+        fs: &'a Arc<Fs<B>>,
+        folder: Ino,
+        query: &'a str,
+    ) -> BoxFuture<'a, OpResult<Vec<(String, String)>>> {
+        async move {
+            let entries = fs.found(folder, query, false).await?;
+            let entries = entries.iter();
+            Ok(entries
+                .map(|e| (e.remote.id.clone(), e.name.clone()))
+                .collect())
+        }
+        .boxed()
+    }
+
+    /// The file's current version as last found, through the read cache (the file's own entry
+    /// there, by its ID and md5).
+    fn read<'a>(
+        &'a self,
+        fs: &'a Arc<Fs<B>>,
+        folder: Ino,
+        query: &'a str,
+        id: &'a str,
+        offset: u64,
+        size: u32,
+    ) -> BoxFuture<'a, OpResult<Vec<u8>>> {
+        async move {
+            let r = fs.found_entry(folder, query, id, true).await?.remote;
+            let entry = (fs.reads.cache)
+                .entry(&r.id, r.md5.as_deref(), r.size)
+                .map_err(|e| errno(&e))?;
+            (fs.reads.cache)
+                .read(&fs.backend, &entry, offset, size as usize)
+                .await
+                .map_err(|e| errno(&e))
+        }
+        .boxed()
+    }
+}
+
 impl<B: Backend> Fs<B> {
-    fn search_tree(&self) -> MutexGuard<'_, Tree> {
-        relock(&self.virtual_dirs.searches)
+    fn searches(&self) -> MutexGuard<'_, Answers> {
+        relock(&self.virtual_dirs.searches.found)
     }
 
     /// The files found under `folder` for `query` (asked again after [`RESULTS_TTL`]; `stale`:
@@ -124,7 +219,7 @@ impl<B: Backend> Fs<B> {
         stale: bool,
     ) -> Result<Arc<Vec<Entry>>, Errno> {
         let key = (folder, query.to_string());
-        if let Some(f) = self.search_tree().found.get(&key) {
+        if let Some(f) = self.searches().get(&key) {
             if stale || f.at.elapsed() < RESULTS_TTL {
                 return Ok(f.entries.clone());
             }
@@ -183,9 +278,9 @@ impl<B: Backend> Fs<B> {
                 })
                 .collect(),
         );
-        let mut tree = self.search_tree();
-        tree.found.retain(|_, f| f.at.elapsed() < RESULTS_TTL);
-        tree.found.insert(
+        let mut found = self.searches();
+        found.retain(|_, f| f.at.elapsed() < RESULTS_TTL);
+        found.insert(
             key,
             Found {
                 at: asked,
@@ -206,119 +301,6 @@ impl<B: Backend> Fs<B> {
         let entries = self.found(folder, query, stale).await?;
         let e = entries.iter().find(|e| e.remote.id == id);
         e.cloned().ok_or(Errno::ENOENT)
-    }
-
-    fn search_folder_time(&self, folder: Ino) -> Result<SystemTime, Errno> {
-        self.table()
-            .get(folder)
-            .map(|i| i.mtime)
-            .ok_or(Errno::ENOENT)
-    }
-
-    pub(super) async fn search_getattr(self: &Arc<Self>, ino: Ino) -> Result<FileAttr, Errno> {
-        let node = self.search_tree().ids.node(ino).ok_or(Errno::ENOENT)?;
-        match node {
-            Node::Root(folder) => {
-                Ok(self.virtual_attr(ino, true, 0, self.search_folder_time(folder)?))
-            }
-            Node::Query(folder, query) => {
-                // Asked here, so a query the backend refuses fails at its lookup.
-                self.found(folder, &query, false).await?;
-                Ok(self.virtual_attr(ino, true, 0, self.search_folder_time(folder)?))
-            }
-            Node::Hit(folder, query, id) => {
-                let e = self.found_entry(folder, &query, &id, false).await?;
-                Ok(self.virtual_attr(ino, false, e.remote.size, e.mtime))
-            }
-        }
-    }
-
-    /// Lookup of `name` in a `.search` directory, or of `.search` in a real folder.
-    pub(super) async fn search_lookup(
-        self: &Arc<Self>,
-        parent: Ino,
-        name: &str,
-    ) -> Result<FileAttr, Errno> {
-        let known = self.search_tree().ids.node(parent);
-        let node = match known {
-            None if owns(parent) => return Err(Errno::ENOENT),
-            None => match self.table().get(parent).map(|i| i.kind) {
-                Some(InodeKind::Dir) => Node::Root(parent),
-                Some(InodeKind::File) => return Err(Errno::ENOTDIR),
-                None => return Err(Errno::ENOENT),
-            },
-            Some(Node::Root(folder)) => Node::Query(folder, name.to_string()),
-            Some(Node::Query(folder, query)) => {
-                let entries = self.found(folder, &query, false).await?;
-                let e = entries.iter().find(|e| e.name == name);
-                let id = e.ok_or(Errno::ENOENT)?.remote.id.clone();
-                Node::Hit(folder, query, id)
-            }
-            Some(Node::Hit(..)) => return Err(Errno::ENOTDIR),
-        };
-        let ino = self.search_tree().ids.ino(node);
-        self.search_getattr(ino).await
-    }
-
-    /// The entries of a `.search` directory: none in `.search` itself (the queries asked are
-    /// not kept), the files found in a query's.
-    pub(super) async fn search_readdir(
-        self: &Arc<Self>,
-        ino: Ino,
-    ) -> Result<Vec<(Ino, FileType, String)>, Errno> {
-        let node = self.search_tree().ids.node(ino).ok_or(Errno::ENOENT)?;
-        let mut out = vec![(ino, FileType::Directory, ".".to_string())];
-        match node {
-            Node::Root(folder) => out.push((folder, FileType::Directory, "..".into())),
-            Node::Query(folder, query) => {
-                let root = self.search_tree().ids.ino(Node::Root(folder));
-                out.push((root, FileType::Directory, "..".into()));
-                let entries = self.found(folder, &query, false).await?;
-                let mut tree = self.search_tree();
-                for e in entries.iter() {
-                    let c = tree
-                        .ids
-                        .ino(Node::Hit(folder, query.clone(), e.remote.id.clone()));
-                    out.push((c, FileType::RegularFile, e.name.clone()));
-                }
-            }
-            Node::Hit(..) => return Err(Errno::ENOTDIR),
-        }
-        Ok(out)
-    }
-
-    /// Opening an entry: reading only.
-    pub(super) fn search_open(&self, ino: Ino, write: bool) -> Result<fuser::FopenFlags, Errno> {
-        match self.search_tree().ids.node(ino) {
-            None => Err(Errno::ENOENT),
-            Some(Node::Root(_) | Node::Query(..)) => Err(Errno::EISDIR),
-            Some(_) if write => Err(Errno::EROFS),
-            Some(_) => Ok(fuser::FopenFlags::empty()),
-        }
-    }
-
-    /// Reads an entry: the file's current version as last found, through the read cache (the
-    /// file's own entry there, by its ID and md5).
-    pub(super) async fn search_read(
-        self: &Arc<Self>,
-        ino: Ino,
-        offset: u64,
-        size: u32,
-    ) -> Result<Vec<u8>, Errno> {
-        let Some(Node::Hit(folder, query, id)) = self.search_tree().ids.node(ino) else {
-            return Err(Errno::EISDIR);
-        };
-        let r = self.found_entry(folder, &query, &id, true).await?.remote;
-        let entry = self
-            .reads
-            .cache
-            .entry(&r.id, r.md5.as_deref(), r.size)
-            .map_err(|e| errno(&e))?;
-        self.reads
-            .cache
-            .read(&self.backend, &entry, offset, size as usize)
-            .await
-            .map_err(|e| errno(&e))
     }
 }
 
