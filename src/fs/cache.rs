@@ -24,7 +24,7 @@
 //! An entry's file is open only while used (`descriptors`): a cache of 50,000 small files holds
 //! at most the pool's bound of descriptors, and a mount starting over a large cache opens none.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io;
 use std::num::NonZeroUsize;
@@ -260,9 +260,55 @@ struct Whole {
 
 struct Inner {
     lru: LruCache<String, Arc<CachedFile>>,
+    /// The keys in `lru` of each file ID: a file deleted drops its versions without a walk of
+    /// the whole cache (which made `rm -rf` of a folder cost the square of its size).
+    by_id: HashMap<String, Vec<String>>,
     bytes: u64,
     /// Keys of the versions pinned files have (present or still to fetch): never evicted.
     pinned: HashSet<String>,
+}
+
+/// `lru` and `by_id` change together, only here.
+impl Inner {
+    /// Adds or replaces the entry of `k`; returns what it replaced (or the LRU's own eviction
+    /// at its capacity), its bytes no longer counted.
+    fn put(&mut self, k: String, e: Arc<CachedFile>) {
+        let id = e.id.clone();
+        self.bytes += e.size;
+        if let Some((old_k, old)) = self.lru.push(k.clone(), e) {
+            self.bytes -= old.size;
+            if old_k != k {
+                self.unindex(&old.id, &old_k);
+            }
+        }
+        let keys = self.by_id.entry(id).or_default();
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+
+    fn pop(&mut self, k: &str) -> Option<Arc<CachedFile>> {
+        let e = self.lru.pop(k)?;
+        self.bytes -= e.size;
+        self.unindex(&e.id, k);
+        Some(e)
+    }
+
+    fn pop_lru(&mut self) -> Option<(String, Arc<CachedFile>)> {
+        let (k, e) = self.lru.pop_lru()?;
+        self.bytes -= e.size;
+        self.unindex(&e.id, &k);
+        Some((k, e))
+    }
+
+    fn unindex(&mut self, id: &str, k: &str) {
+        if let Some(keys) = self.by_id.get_mut(id) {
+            keys.retain(|x| x != k);
+            if keys.is_empty() {
+                self.by_id.remove(id);
+            }
+        }
+    }
 }
 
 /// The in-memory key of a cached version. (Never a file name: see [`ReadCache::file_for`].)
@@ -275,6 +321,7 @@ impl ReadCache {
         super::private_dir(&dir)?;
         let inner = Inner {
             lru: LruCache::new(NonZeroUsize::new(1 << 20).unwrap()),
+            by_id: HashMap::new(),
             bytes: 0,
             pinned: HashSet::new(),
         };
@@ -404,9 +451,7 @@ impl ReadCache {
                 return Ok(e.clone());
             }
         }
-        if let Some(old) = inner.lru.pop(&k) {
-            inner.bytes -= old.size;
-        }
+        inner.pop(&k);
         let path = self.file_for(&k);
         let file = crate::api::files::new_private(&path)?;
         file.set_len(size)?;
@@ -428,10 +473,7 @@ impl ReadCache {
 
     /// Records an entry (replacing one of the same key) and evicts down to the bound.
     fn insert(&self, inner: &mut Inner, k: String, e: Arc<CachedFile>) {
-        inner.bytes += e.size;
-        if let Some(old) = inner.lru.put(k, e) {
-            inner.bytes -= old.size;
-        }
+        inner.put(k, e);
         self.evict(inner);
     }
 
@@ -443,19 +485,20 @@ impl ReadCache {
         }
         let pinned = pinned_bytes(inner);
         let mut skipped = Vec::new();
-        while inner.bytes - pinned > self.max_bytes {
-            let Some((k, e)) = inner.lru.pop_lru() else {
+        // The bytes of the entries taken out to go back: still held.
+        let mut held = 0;
+        while inner.bytes + held - pinned > self.max_bytes {
+            let Some((k, e)) = inner.pop_lru() else {
                 break;
             };
             if Arc::strong_count(&e) > 1 || inner.pinned.contains(&k) {
+                held += e.size;
                 skipped.push((k, e)); // in use or pinned: keep
-                continue;
             }
-            inner.bytes -= e.size;
         }
         // Entries in use go back, still least recently used.
         for (k, e) in skipped.into_iter().rev() {
-            inner.lru.put(k.clone(), e);
+            inner.put(k.clone(), e);
             inner.lru.demote(&k);
         }
     }
@@ -516,16 +559,8 @@ impl ReadCache {
     /// cache disk is also where writes are staged). A reader still holding one keeps it until done.
     pub fn invalidate(&self, id: &str) {
         let mut inner = self.lock();
-        let keys: Vec<String> = inner
-            .lru
-            .iter()
-            .filter(|(_, e)| e.id == id)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in keys {
-            if let Some(e) = inner.lru.pop(&k) {
-                inner.bytes -= e.size;
-            }
+        for k in inner.by_id.get(id).cloned().unwrap_or_default() {
+            inner.pop(&k);
         }
     }
 
@@ -693,107 +728,4 @@ impl CachedFile {
 pub(super) const CHANGED: &str = "changed";
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Background work waits for a quiet spell after the mount's start and after each read,
-    /// and not once the spell has passed.
-    #[test]
-    fn background_work_waits_for_readers_to_go_quiet() {
-        use std::time::Duration;
-        let last = LastRead::new();
-        assert!(last.quiet_in(Duration::from_secs(10)) > Duration::from_secs(9));
-        std::thread::sleep(Duration::from_millis(60));
-        assert_eq!(last.quiet_in(Duration::from_millis(50)), Duration::ZERO);
-        last.note();
-        assert!(last.quiet_in(Duration::from_secs(10)) > Duration::from_secs(9));
-    }
-
-    /// Whatever ID and md5 a server sent, the cache's files are plain names in its own dir.
-    #[test]
-    fn file_names_never_come_from_the_server() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("cache");
-        let cache = ReadCache::open(dir.clone(), 1 << 30).unwrap();
-        let hostile = [
-            ("../../../../../../../../../../tmp/x", None),
-            ("7", Some("/../../../../etc/passwd")),
-            ("/abs/path", Some("..")),
-            ("a\0b", None),
-            ("", Some("")),
-        ];
-        for (id, md5) in hostile {
-            let e = cache.entry(id, md5, 10).unwrap();
-            let path = e.file.path();
-            assert_eq!(path.parent(), Some(dir.as_path()), "{id:?} {md5:?}");
-            let name = path.file_name().unwrap().to_str().unwrap();
-            let (hash, n) = name.split_once('.').unwrap();
-            assert!(hash.len() == 64 && hash.bytes().all(|c| c.is_ascii_hexdigit()));
-            assert!(n.parse::<u64>().is_ok(), "{name}");
-        }
-        let names = fs::read_dir(&dir).unwrap().count();
-        assert_eq!(names, hostile.len());
-        assert!(!tmp.path().join("tmp").exists());
-    }
-
-    /// Whole files outlive the mount (listed in the index, synced first); partly fetched ones
-    /// and files the index does not list go.
-    #[test]
-    fn whole_files_are_kept_for_the_next_mount() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("cache");
-        let cache = ReadCache::open(dir.clone(), 1 << 30).unwrap();
-        let whole = cache.entry("1", Some("m1"), 5).unwrap();
-        whole.file().unwrap().write_all_at(b"hello", 0).unwrap();
-        whole.mark(0);
-        let part = cache.entry("2", Some("m2"), 3 * CHUNK).unwrap();
-        part.mark(0);
-        cache.save_index().unwrap();
-        fs::write(dir.join("stray.0"), b"x").unwrap();
-        drop((whole, part, cache));
-
-        let cache = ReadCache::open(dir.clone(), 1 << 30).unwrap();
-        let e = cache.complete("1", Some("m1")).expect("kept");
-        assert_eq!(e.pread(0, 5).unwrap(), b"hello");
-        assert!(cache.complete("2", Some("m2")).is_none());
-        assert_eq!(cache.usage().2, 1);
-        // The kept file, the index; no stray, no partial file.
-        assert_eq!(fs::read_dir(&dir).unwrap().count(), 2);
-        // A new entry never takes the kept file's name.
-        let other = cache.entry("3", None, 1).unwrap();
-        assert_ne!(other.file.path(), e.file.path());
-    }
-
-    /// Pinned versions are never evicted and their bytes do not count against the bound; the
-    /// index says which they are, so a cache opened again over its bound keeps them too.
-    #[test]
-    fn pinned_files_outlive_eviction_and_the_mount() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("cache");
-        let whole = |cache: &ReadCache, id: &str| {
-            let e = cache.entry(id, None, CHUNK).unwrap();
-            e.mark(0);
-        };
-        let cache = ReadCache::open(dir.clone(), 2 * CHUNK).unwrap();
-        cache.set_pinned([key("p1", None), key("p2", None)].into());
-        for id in ["p1", "p2", "a", "b", "c"] {
-            whole(&cache, id);
-        }
-        // Two pinned, and two others within the bound.
-        assert_eq!(cache.usage(), (4 * CHUNK, 2 * CHUNK, 4, 2 * CHUNK));
-        assert!(cache.kept_whole("p1", None) && cache.kept_whole("p2", None));
-        assert!(!cache.kept_whole("a", None) && cache.kept_whole("c", None));
-        cache.save_index().unwrap();
-        drop(cache);
-
-        // Opened with a smaller bound: the pinned ones stay, the others go down to it.
-        let cache = ReadCache::open(dir.clone(), CHUNK).unwrap();
-        assert_eq!(cache.usage().3, 2 * CHUNK);
-        assert!(cache.kept_whole("p1", None) && cache.kept_whole("p2", None));
-        assert_eq!(cache.usage().0, 3 * CHUNK);
-        // Unpinned: evicted down to the bound at once.
-        cache.set_pinned([key("p2", None)].into());
-        assert_eq!(cache.usage(), (2 * CHUNK, CHUNK, 2, CHUNK));
-        assert!(cache.kept_whole("p2", None));
-    }
-}
+mod tests;
