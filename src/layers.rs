@@ -291,6 +291,9 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "src/fs/staging/mod.rs",
         "src/fs/status.rs",
         "src/fs/table.rs",
+        // Split from table.rs (its inode, for the 800-line rule), not a new member: it goes
+        // with the table when the table sits at the bottom.
+        "src/fs/table/inode.rs",
     ],
     // Upload and write-back driven from one place (issue 48, item 3).
     &[

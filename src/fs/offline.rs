@@ -246,8 +246,10 @@ impl<B: Backend> Fs<B> {
 
 /// Writes the snapshot and the read cache's index, if changed since last written.
 pub(super) fn save<B: Backend>(fs: &Fs<B>) {
-    let changed = fs.table().listings_changed_here();
-    for (folder, children) in changed {
+    // The built-in store is never out of reach: no snapshot to keep (listing a changed folder
+    // again every `SAVE_EVERY` made a large `rm -rf` cost the square of the folder's size).
+    let keep = fs.backend.local().is_none();
+    for (folder, children) in fs.table().listings_changed_here(keep) {
         fs.offline.record_here(folder, children);
     }
     if let Err(e) = fs.offline.save() {

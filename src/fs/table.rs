@@ -2,19 +2,21 @@
 //! directory listings, and the staged (locally written) state of files. Inode numbers are never
 //! reused, so a stale kernel reference can never reach another file.
 
-use std::cell::Cell;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use fuser::{FileAttr, FileType, INodeNo};
+use fuser::FileAttr;
 
-use super::attrs::{Kept, KeptHere};
+use super::attrs::KeptHere;
 use super::staging::Staged;
-use crate::api::{EXEC_BITS, Node, NodePath, NodeType, file_mode};
+use crate::api::{Node, NodePath};
 
 pub type Ino = u64;
 pub const ROOT: Ino = 1;
+
+mod inode;
+pub use inode::{Inode, InodeKind, Remote, kind_of};
 
 /// The namespace part of the mount: the inode table, the refreshes of its listings and
 /// attributes under way, whether what it fetched may still be used, and the follower of
@@ -44,283 +46,6 @@ impl Nodes {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InodeKind {
-    Dir,
-    File,
-}
-
-/// What the backend last said about a file.
-#[derive(Clone, Debug, Default)]
-pub struct Remote {
-    pub id: String,
-    pub size: u64,
-    pub md5: Option<String>,
-    pub link_uri: Option<String>,
-    pub preview_link_uri: Option<String>,
-    pub download_link_uri: Option<String>,
-}
-
-pub struct Inode {
-    pub ino: Ino,
-    pub path: NodePath,
-    pub kind: InodeKind,
-    /// Files known to the backend; `None` for a file that so far exists only here.
-    pub remote: Option<Remote>,
-    pub mtime: SystemTime,
-    /// Files: the execute bits (of 0o111) chmod gave, kept by the backend like times. `None`
-    /// until known (from the backend, or set here): an upload then leaves the stored ones as
-    /// they are (a file whose upload resumes after a restart keeps its bits).
-    pub exec: Option<u32>,
-    pub ctime: SystemTime,
-    pub crtime: SystemTime,
-    pub atime: SystemTime,
-    /// When the attributes were last confirmed by the backend.
-    pub fetched: Instant,
-    /// The kernel's references (lookup count).
-    pub lookups: u64,
-    pub open_handles: u32,
-    /// Directories: the cached listing (names to inodes) and when it was fetched.
-    listing: Option<(Instant, BTreeMap<String, Ino>)>,
-    /// Directories: when a change made elsewhere last made the listing stale (`follow`): a
-    /// listing asked for before that is stale as soon as it comes.
-    listing_expired: Option<Instant>,
-    /// Directories: how many of the listed entries are folders (nlink), counted when first
-    /// asked after the listing changed; a getattr per create would otherwise walk it each time.
-    subdirs: Cell<Option<u32>>,
-    /// Directories: the store has a real `.preview` here, hidden by the virtual one.
-    pub hidden_preview: bool,
-    /// Files with local changes, written or being uploaded.
-    pub staged: Option<Arc<Staged>>,
-    /// Serializes uploads and namespace changes of this node.
-    pub io: Arc<tokio::sync::Mutex<()>>,
-    /// md5 of the content the kernel may have in its page cache for this file.
-    pub kernel_md5: Option<String>,
-    /// md5 of the version last opened for reading here, or stored from here: what a whole
-    /// rewrite (O_TRUNC, a save-by-rename over it) replaces (`io::base_of`).
-    pub read_md5: Option<String>,
-    /// Removed from the namespace while still open.
-    pub unlinked: bool,
-    /// Unlinked because the store no longer has it (deleted or moved elsewhere), not by a
-    /// call here: the kernel may still hold its name for a moment, and an open through that
-    /// name is refused with ESTALE, so that the kernel looks the name up again (an edit made
-    /// there is a new file, never bytes written into a detached inode and dropped).
-    pub gone_elsewhere: bool,
-    /// Passthrough opens and the backing file they share (see `passthrough`).
-    pub pt: Option<super::passthrough::Shared>,
-    /// Plain opens on their way (a writer staging its copy): no passthrough open starts meanwhile.
-    pub plain_pending: u32,
-    /// Last change made here to its name or existence (created, renamed, uploaded): a listing
-    /// fetched before that does not know about it yet.
-    pub touched: Instant,
-}
-
-impl Inode {
-    fn new(ino: Ino, path: NodePath, kind: InodeKind) -> Inode {
-        let now = SystemTime::now();
-        Inode {
-            ino,
-            path,
-            kind,
-            remote: None,
-            mtime: now,
-            exec: None,
-            ctime: now,
-            crtime: now,
-            atime: now,
-            fetched: Instant::now(),
-            lookups: 0,
-            open_handles: 0,
-            listing: None,
-            listing_expired: None,
-            subdirs: Cell::new(None),
-            hidden_preview: false,
-            staged: None,
-            io: Arc::new(tokio::sync::Mutex::new(())),
-            kernel_md5: None,
-            read_md5: None,
-            unlinked: false,
-            gone_elsewhere: false,
-            pt: None,
-            plain_pending: 0,
-            touched: Instant::now(),
-        }
-    }
-
-    /// Whether this inode changed here, or heard from the backend, at or after `t`: an answer
-    /// of the backend to a request sent at `t` is older than what it holds.
-    pub fn newer_than(&self, t: Instant) -> bool {
-        self.touched >= t || self.fetched >= t
-    }
-
-    /// Directories: the cached listing (names to inodes) and when it was fetched.
-    pub fn listing(&self) -> Option<&(Instant, BTreeMap<String, Ino>)> {
-        self.listing.as_ref()
-    }
-
-    /// A listing fetched (or known to be empty) now.
-    pub fn set_listing(&mut self, names: BTreeMap<String, Ino>) {
-        self.listing = Some((Instant::now(), names));
-        self.subdirs.set(None);
-    }
-
-    /// A listing fetched from the backend, asked for at `asked`: stale at once if a change made
-    /// elsewhere expired it since (`past`, see `Table::expire_listing`).
-    pub fn set_fetched_listing(
-        &mut self,
-        names: BTreeMap<String, Ino>,
-        asked: Instant,
-        past: Option<Instant>,
-    ) {
-        self.set_listing(names);
-        if let (Some(e), Some(past)) = (self.listing_expired, past) {
-            if e >= asked {
-                self.listing = self.listing.take().map(|(_, n)| (past, n));
-            }
-        }
-    }
-
-    /// The names of a loaded listing, for a change made here.
-    fn listing_mut(&mut self) -> Option<&mut BTreeMap<String, Ino>> {
-        self.subdirs.set(None);
-        self.listing.as_mut().map(|(_, names)| names)
-    }
-
-    /// The size a reader sees: the staged copy's while there is one.
-    pub fn size(&self) -> u64 {
-        match (&self.staged, &self.remote) {
-            (Some(s), _) => s.size(),
-            (None, Some(r)) => r.size,
-            (None, None) => 0,
-        }
-    }
-
-    /// Attributes as the kernel sees them; `subdirs` counts a folder's subfolders (for nlink).
-    fn attr_with(&self, uid: u32, gid: u32, subdirs: u32) -> FileAttr {
-        if let Some(s) = &self.staged {
-            // Written by the kernel itself (passthrough): the file knows its size and time.
-            s.observe();
-        }
-        let (kind, perm, nlink, size) = match self.kind {
-            // A removed folder (or one renamed over) still open has no links left.
-            InodeKind::Dir if self.unlinked => (FileType::Directory, 0o755, 0, 4096),
-            InodeKind::Dir => (FileType::Directory, 0o755, 2 + subdirs, 4096),
-            // An unlinked file that is still open has no name left.
-            InodeKind::File => (
-                FileType::RegularFile,
-                file_mode(self.exec.unwrap_or(0)) as u16,
-                u32::from(!self.unlinked),
-                self.size(),
-            ),
-        };
-        let mtime = match &self.staged {
-            Some(s) => s.mtime(),
-            None => self.mtime,
-        };
-        FileAttr {
-            ino: INodeNo(self.ino),
-            size,
-            blocks: size.div_ceil(512),
-            atime: self.atime,
-            mtime,
-            ctime: self.ctime.max(mtime),
-            crtime: self.crtime,
-            kind,
-            perm,
-            nlink,
-            uid,
-            gid,
-            rdev: 0,
-            blksize: 128 * 1024,
-            flags: 0,
-        }
-    }
-
-    /// Takes what a backend node says (and what the cache dir keeps of it where the backend
-    /// keeps no attributes), keeping local changes that are not uploaded yet. Returns true
-    /// when the file's content changed remotely.
-    fn update_from(&mut self, node: &Node, kept: Option<&Kept>) -> bool {
-        self.fetched = Instant::now();
-        if self.staged.is_none() {
-            if let Some(t) = kept.and_then(|k| k.mtime).or(node.modified_time()) {
-                self.mtime = t;
-                // The store keeps no ctime: a file known here keeps the time of its last change
-                // here unless the store's time is later (a change elsewhere). Set to the store's
-                // time at every listing, a file stored a moment ago had its ctime move back, and
-                // `tar` reading it after `vaultfs sync` said "file changed as we read it".
-                self.ctime = match (&self.kind, &self.remote) {
-                    (InodeKind::File, Some(_)) => self.ctime.max(t),
-                    _ => t,
-                };
-                self.atime = t;
-            }
-            // A backend that keeps no modes says none: the bits set here stay.
-            if let Some(x) = kept.and_then(|k| k.exec).or(node.mode) {
-                self.exec = Some(x & EXEC_BITS);
-            }
-        }
-        if let Some(t) = node.created_time() {
-            self.crtime = t;
-        }
-        if self.kind != InodeKind::File {
-            return false;
-        }
-        let Some(id) = node.file_id() else {
-            return false;
-        };
-        let changed = self
-            .remote
-            .as_ref()
-            .is_some_and(|r| r.md5 != node.md5_checksum || r.size != node.size.unwrap_or(0));
-        self.remote = Some(Remote {
-            id,
-            size: node.size.unwrap_or(0),
-            md5: node.md5_checksum.clone(),
-            link_uri: node.link_uri.clone(),
-            preview_link_uri: node.preview_link_uri.clone(),
-            download_link_uri: node.download_link_uri.clone(),
-        });
-        changed
-    }
-}
-
-impl Inode {
-    /// What the backend holds of this node, as this mount knows it (`None` for a file that
-    /// exists only here).
-    fn as_node(&self) -> Option<Node> {
-        let mut n = Node {
-            name: self.path.name()?.to_string(),
-            uri: self.path.uri(),
-            modified_on: Some(crate::api::format_time(self.mtime)),
-            created_on: Some(crate::api::format_time(self.crtime)),
-            ..Node::default()
-        };
-        match self.kind {
-            InodeKind::Dir => n.node_type = NodeType::FolderNodeType,
-            InodeKind::File => {
-                let r = self.remote.as_ref()?;
-                n.node_type = NodeType::FileNodeType;
-                n.id = Some(r.id.clone());
-                n.size = Some(r.size);
-                n.md5_checksum = r.md5.clone();
-                n.mode = self.exec;
-                n.link_uri = r.link_uri.clone();
-                n.preview_link_uri = r.preview_link_uri.clone();
-                n.download_link_uri = r.download_link_uri.clone();
-            }
-        }
-        Some(n)
-    }
-}
-
-pub fn kind_of(node: &Node) -> InodeKind {
-    if node.node_type == NodeType::FileNodeType {
-        InodeKind::File
-    } else {
-        InodeKind::Dir
-    }
-}
-
 pub struct Table {
     inodes: HashMap<Ino, Inode>,
     by_path: HashMap<NodePath, Ino>,
@@ -330,6 +55,8 @@ pub struct Table {
     /// Paths removed or renamed away here, and when: a listing fetched before that still shows
     /// them.
     removed: HashMap<NodePath, Instant>,
+    /// When `removed` was last pruned.
+    removed_pruned: Instant,
     /// Files created, renamed or uploaded here lately, and when (see `local_children`).
     recent: HashMap<Ino, Instant>,
     /// When `recent` was last pruned.
@@ -355,6 +82,7 @@ impl Table {
             next: ROOT + 1,
             staged: HashSet::new(),
             removed: HashMap::new(),
+            removed_pruned: Instant::now(),
             recent: HashMap::new(),
             recent_pruned: Instant::now(),
             in_flight: HashMap::new(),
@@ -400,8 +128,9 @@ impl Table {
     /// known to the backend only: one that exists only here is the journal's): for the
     /// offline snapshot, which would otherwise hold only listings fetched, and a listing the
     /// change feed keeps fresh is not fetched again after this mount's own changes.
-    pub fn listings_changed_here(&mut self) -> Vec<(Node, Vec<Node>)> {
-        let due: Vec<Ino> = self.snapshot_due.drain().collect();
+    /// None when `keep` is false: the marks are dropped.
+    pub fn listings_changed_here(&mut self, keep: bool) -> Vec<(Node, Vec<Node>)> {
+        let due: Vec<Ino> = self.snapshot_due.drain().filter(|_| keep).collect();
         due.into_iter()
             .filter_map(|dir| {
                 let d = self.inodes.get(&dir)?;
@@ -519,8 +248,12 @@ impl Table {
 
     fn note_removed(&mut self, path: &NodePath) {
         let now = Instant::now();
-        self.removed
-            .retain(|_, at| now.duration_since(*at) < REMOVED_MEMORY);
+        // Old marks go once a second, not at every removal (`rm -rf` of n files: n^2).
+        if now.duration_since(self.removed_pruned) >= std::time::Duration::from_secs(1) {
+            self.removed
+                .retain(|_, at| now.duration_since(*at) < REMOVED_MEMORY);
+            self.removed_pruned = now;
+        }
         self.removed.insert(path.clone(), now);
     }
 
@@ -558,16 +291,8 @@ impl Table {
             if self.by_path.get(&inode.path) == Some(&ino) {
                 self.by_path.remove(&inode.path);
             }
-            if let Some(parent) = inode.path.parent() {
-                let name = inode.path.name().unwrap_or_default().to_string();
-                if let Some(pino) = self.by_path.get(&parent).copied() {
-                    if let Some(names) = self.inodes.get_mut(&pino).and_then(Inode::listing_mut) {
-                        if names.get(&name) == Some(&ino) {
-                            names.remove(&name);
-                        }
-                    }
-                }
-            }
+            let path = inode.path.clone();
+            self.unlist(&path, Some(ino));
         }
         self.maybe_drop(ino);
     }
@@ -582,20 +307,50 @@ impl Table {
         else {
             return;
         };
-        let is_dir = inode.kind == InodeKind::Dir;
-        if let Some(p) = self
-            .by_path
-            .get(&parent)
-            .copied()
-            .and_then(|pino| self.inodes.get_mut(&pino))
-        {
-            if let Some((_, names)) = p.listing.as_mut() {
-                // A new file leaves the folder's subfolder count as it is (a create burst
-                // would otherwise recount the whole listing at every GETATTR of the folder).
-                let old = names.insert(name, ino);
-                if is_dir || old.is_some_and(|o| o != ino) {
-                    p.subdirs.set(None);
-                }
+        let Some(pino) = self.by_path.get(&parent).copied() else {
+            return;
+        };
+        let Some(names) = self.inodes.get_mut(&pino).and_then(Inode::listing_mut) else {
+            return;
+        };
+        let old = names.insert(name, ino);
+        self.count_subdirs(pino, old, Some(ino));
+    }
+
+    /// Takes the name of `path` out of its parent's cached listing (only while it names `only`,
+    /// when given).
+    fn unlist(&mut self, path: &NodePath, only: Option<Ino>) {
+        let (Some(parent), Some(name)) = (path.parent(), path.name()) else {
+            return;
+        };
+        let Some(pino) = self.by_path.get(&parent).copied() else {
+            return;
+        };
+        let Some(names) = self.inodes.get_mut(&pino).and_then(Inode::listing_mut) else {
+            return;
+        };
+        if only.is_some_and(|o| names.get(name) != Some(&o)) {
+            return;
+        }
+        let old = names.remove(name);
+        self.count_subdirs(pino, old, None);
+    }
+
+    /// Keeps folder `dir`'s count of subfolders (its link count) as one entry of its listing
+    /// goes from `old` to `new`: a change costs the same in a folder of 100,000 names as in
+    /// one of 10, where a recount at every GETATTR made `rm -rf` cost the square of the size.
+    fn count_subdirs(&mut self, dir: Ino, old: Option<Ino>, new: Option<Ino>) {
+        let is_dir = |i: Option<Ino>| {
+            i.and_then(|i| self.inodes.get(&i))
+                .is_some_and(|i| i.kind == InodeKind::Dir) as i64
+        };
+        let delta = is_dir(new) - is_dir(old);
+        if delta == 0 {
+            return;
+        }
+        if let Some(d) = self.inodes.get(&dir) {
+            if let Some(n) = d.subdirs.get() {
+                d.subdirs.set(u32::try_from(i64::from(n) + delta).ok());
             }
         }
     }
@@ -611,22 +366,22 @@ impl Table {
         self.note_removed(&from);
         self.removed.remove(to);
         // Out of the old parent's listing, paths rewritten, into the new parent's listing.
-        if let Some(old_parent) = from.parent().and_then(|p| self.by_path.get(&p).copied()) {
-            let name = from.name().unwrap_or_default().to_string();
-            if let Some(names) = self
-                .inodes
-                .get_mut(&old_parent)
-                .and_then(Inode::listing_mut)
-            {
-                names.remove(&name);
-            }
-        }
-        let moved: Vec<(NodePath, Ino)> = self
-            .by_path
-            .iter()
-            .filter(|(p, _)| from.contains(p))
-            .map(|(p, i)| (p.clone(), *i))
-            .collect();
+        self.unlist(&from, None);
+        // A file has no path below it: no walk of every path known (a rename in a table of
+        // 100,000 names costs what it does in one of 10).
+        let moved: Vec<(NodePath, Ino)> = if self.inodes[&ino].kind == InodeKind::File {
+            self.by_path
+                .get(&from)
+                .map(|i| (from.clone(), *i))
+                .into_iter()
+                .collect()
+        } else {
+            self.by_path
+                .iter()
+                .filter(|(p, _)| from.contains(p))
+                .map(|(p, i)| (p.clone(), *i))
+                .collect()
+        };
         for (p, i) in moved {
             self.by_path.remove(&p);
             let rest = &p.segments()[from.depth()..];

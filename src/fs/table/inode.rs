@@ -1,0 +1,291 @@
+//! One inode of the table: what the mount knows of a node (its path, kind, attributes, the
+//! backend's last word on it, a folder's cached listing, a file's staged copy).
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use fuser::{FileAttr, FileType, INodeNo};
+
+use super::Ino;
+use crate::api::{EXEC_BITS, Node, NodePath, NodeType, file_mode};
+use crate::fs::attrs::Kept;
+use crate::fs::staging::Staged;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InodeKind {
+    Dir,
+    File,
+}
+
+/// What the backend last said about a file.
+#[derive(Clone, Debug, Default)]
+pub struct Remote {
+    pub id: String,
+    pub size: u64,
+    pub md5: Option<String>,
+    pub link_uri: Option<String>,
+    pub preview_link_uri: Option<String>,
+    pub download_link_uri: Option<String>,
+}
+
+pub struct Inode {
+    pub ino: Ino,
+    pub path: NodePath,
+    pub kind: InodeKind,
+    /// Files known to the backend; `None` for a file that so far exists only here.
+    pub remote: Option<Remote>,
+    pub mtime: SystemTime,
+    /// Files: the execute bits (of 0o111) chmod gave, kept by the backend like times. `None`
+    /// until known (from the backend, or set here): an upload then leaves the stored ones as
+    /// they are (a file whose upload resumes after a restart keeps its bits).
+    pub exec: Option<u32>,
+    pub ctime: SystemTime,
+    pub crtime: SystemTime,
+    pub atime: SystemTime,
+    /// When the attributes were last confirmed by the backend.
+    pub fetched: Instant,
+    /// The kernel's references (lookup count).
+    pub lookups: u64,
+    pub open_handles: u32,
+    /// Directories: the cached listing (names to inodes) and when it was fetched.
+    pub(super) listing: Option<(Instant, BTreeMap<String, Ino>)>,
+    /// Directories: when a change made elsewhere last made the listing stale (`follow`): a
+    /// listing asked for before that is stale as soon as it comes.
+    pub(super) listing_expired: Option<Instant>,
+    /// Directories: how many of the listed entries are folders (nlink), counted when first
+    /// asked after the listing changed; a getattr per create would otherwise walk it each time.
+    pub(super) subdirs: Cell<Option<u32>>,
+    /// Directories: the store has a real `.preview` here, hidden by the virtual one.
+    pub hidden_preview: bool,
+    /// Files with local changes, written or being uploaded.
+    pub staged: Option<Arc<Staged>>,
+    /// Serializes uploads and namespace changes of this node.
+    pub io: Arc<tokio::sync::Mutex<()>>,
+    /// md5 of the content the kernel may have in its page cache for this file.
+    pub kernel_md5: Option<String>,
+    /// md5 of the version last opened for reading here, or stored from here: what a whole
+    /// rewrite (O_TRUNC, a save-by-rename over it) replaces (`io::base_of`).
+    pub read_md5: Option<String>,
+    /// Removed from the namespace while still open.
+    pub unlinked: bool,
+    /// Unlinked because the store no longer has it (deleted or moved elsewhere), not by a
+    /// call here: the kernel may still hold its name for a moment, and an open through that
+    /// name is refused with ESTALE, so that the kernel looks the name up again (an edit made
+    /// there is a new file, never bytes written into a detached inode and dropped).
+    pub gone_elsewhere: bool,
+    /// Passthrough opens and the backing file they share (see `passthrough`).
+    pub pt: Option<crate::fs::passthrough::Shared>,
+    /// Plain opens on their way (a writer staging its copy): no passthrough open starts meanwhile.
+    pub plain_pending: u32,
+    /// Last change made here to its name or existence (created, renamed, uploaded): a listing
+    /// fetched before that does not know about it yet.
+    pub touched: Instant,
+}
+
+impl Inode {
+    pub(super) fn new(ino: Ino, path: NodePath, kind: InodeKind) -> Inode {
+        let now = SystemTime::now();
+        Inode {
+            ino,
+            path,
+            kind,
+            remote: None,
+            mtime: now,
+            exec: None,
+            ctime: now,
+            crtime: now,
+            atime: now,
+            fetched: Instant::now(),
+            lookups: 0,
+            open_handles: 0,
+            listing: None,
+            listing_expired: None,
+            subdirs: Cell::new(None),
+            hidden_preview: false,
+            staged: None,
+            io: Arc::new(tokio::sync::Mutex::new(())),
+            kernel_md5: None,
+            read_md5: None,
+            unlinked: false,
+            gone_elsewhere: false,
+            pt: None,
+            plain_pending: 0,
+            touched: Instant::now(),
+        }
+    }
+
+    /// Whether this inode changed here, or heard from the backend, at or after `t`: an answer
+    /// of the backend to a request sent at `t` is older than what it holds.
+    pub fn newer_than(&self, t: Instant) -> bool {
+        self.touched >= t || self.fetched >= t
+    }
+
+    /// Directories: the cached listing (names to inodes) and when it was fetched.
+    pub fn listing(&self) -> Option<&(Instant, BTreeMap<String, Ino>)> {
+        self.listing.as_ref()
+    }
+
+    /// A listing fetched (or known to be empty) now.
+    pub fn set_listing(&mut self, names: BTreeMap<String, Ino>) {
+        self.listing = Some((Instant::now(), names));
+        self.subdirs.set(None);
+    }
+
+    /// A listing fetched from the backend, asked for at `asked`: stale at once if a change made
+    /// elsewhere expired it since (`past`, see `Table::expire_listing`).
+    pub fn set_fetched_listing(
+        &mut self,
+        names: BTreeMap<String, Ino>,
+        asked: Instant,
+        past: Option<Instant>,
+    ) {
+        self.set_listing(names);
+        if let (Some(e), Some(past)) = (self.listing_expired, past) {
+            if e >= asked {
+                self.listing = self.listing.take().map(|(_, n)| (past, n));
+            }
+        }
+    }
+
+    /// The names of a loaded listing, for a change made here (the subfolder count is the
+    /// caller's to keep: `Table::unlist`, `Table::list`).
+    pub(super) fn listing_mut(&mut self) -> Option<&mut BTreeMap<String, Ino>> {
+        self.listing.as_mut().map(|(_, names)| names)
+    }
+
+    /// The size a reader sees: the staged copy's while there is one.
+    pub fn size(&self) -> u64 {
+        match (&self.staged, &self.remote) {
+            (Some(s), _) => s.size(),
+            (None, Some(r)) => r.size,
+            (None, None) => 0,
+        }
+    }
+
+    /// Attributes as the kernel sees them; `subdirs` counts a folder's subfolders (for nlink).
+    pub(super) fn attr_with(&self, uid: u32, gid: u32, subdirs: u32) -> FileAttr {
+        if let Some(s) = &self.staged {
+            // Written by the kernel itself (passthrough): the file knows its size and time.
+            s.observe();
+        }
+        let (kind, perm, nlink, size) = match self.kind {
+            // A removed folder (or one renamed over) still open has no links left.
+            InodeKind::Dir if self.unlinked => (FileType::Directory, 0o755, 0, 4096),
+            InodeKind::Dir => (FileType::Directory, 0o755, 2 + subdirs, 4096),
+            // An unlinked file that is still open has no name left.
+            InodeKind::File => (
+                FileType::RegularFile,
+                file_mode(self.exec.unwrap_or(0)) as u16,
+                u32::from(!self.unlinked),
+                self.size(),
+            ),
+        };
+        let mtime = match &self.staged {
+            Some(s) => s.mtime(),
+            None => self.mtime,
+        };
+        FileAttr {
+            ino: INodeNo(self.ino),
+            size,
+            blocks: size.div_ceil(512),
+            atime: self.atime,
+            mtime,
+            ctime: self.ctime.max(mtime),
+            crtime: self.crtime,
+            kind,
+            perm,
+            nlink,
+            uid,
+            gid,
+            rdev: 0,
+            blksize: 128 * 1024,
+            flags: 0,
+        }
+    }
+
+    /// Takes what a backend node says (and what the cache dir keeps of it where the backend
+    /// keeps no attributes), keeping local changes that are not uploaded yet. Returns true
+    /// when the file's content changed remotely.
+    pub(super) fn update_from(&mut self, node: &Node, kept: Option<&Kept>) -> bool {
+        self.fetched = Instant::now();
+        if self.staged.is_none() {
+            if let Some(t) = kept.and_then(|k| k.mtime).or(node.modified_time()) {
+                self.mtime = t;
+                // The store keeps no ctime: a file known here keeps the time of its last change
+                // here unless the store's time is later (a change elsewhere). Set to the store's
+                // time at every listing, a file stored a moment ago had its ctime move back, and
+                // `tar` reading it after `vaultfs sync` said "file changed as we read it".
+                self.ctime = match (&self.kind, &self.remote) {
+                    (InodeKind::File, Some(_)) => self.ctime.max(t),
+                    _ => t,
+                };
+                self.atime = t;
+            }
+            // A backend that keeps no modes says none: the bits set here stay.
+            if let Some(x) = kept.and_then(|k| k.exec).or(node.mode) {
+                self.exec = Some(x & EXEC_BITS);
+            }
+        }
+        if let Some(t) = node.created_time() {
+            self.crtime = t;
+        }
+        if self.kind != InodeKind::File {
+            return false;
+        }
+        let Some(id) = node.file_id() else {
+            return false;
+        };
+        let changed = self
+            .remote
+            .as_ref()
+            .is_some_and(|r| r.md5 != node.md5_checksum || r.size != node.size.unwrap_or(0));
+        self.remote = Some(Remote {
+            id,
+            size: node.size.unwrap_or(0),
+            md5: node.md5_checksum.clone(),
+            link_uri: node.link_uri.clone(),
+            preview_link_uri: node.preview_link_uri.clone(),
+            download_link_uri: node.download_link_uri.clone(),
+        });
+        changed
+    }
+}
+
+impl Inode {
+    /// What the backend holds of this node, as this mount knows it (`None` for a file that
+    /// exists only here).
+    pub(super) fn as_node(&self) -> Option<Node> {
+        let mut n = Node {
+            name: self.path.name()?.to_string(),
+            uri: self.path.uri(),
+            modified_on: Some(crate::api::format_time(self.mtime)),
+            created_on: Some(crate::api::format_time(self.crtime)),
+            ..Node::default()
+        };
+        match self.kind {
+            InodeKind::Dir => n.node_type = NodeType::FolderNodeType,
+            InodeKind::File => {
+                let r = self.remote.as_ref()?;
+                n.node_type = NodeType::FileNodeType;
+                n.id = Some(r.id.clone());
+                n.size = Some(r.size);
+                n.md5_checksum = r.md5.clone();
+                n.mode = self.exec;
+                n.link_uri = r.link_uri.clone();
+                n.preview_link_uri = r.preview_link_uri.clone();
+                n.download_link_uri = r.download_link_uri.clone();
+            }
+        }
+        Some(n)
+    }
+}
+
+pub fn kind_of(node: &Node) -> InodeKind {
+    if node.node_type == NodeType::FileNodeType {
+        InodeKind::File
+    } else {
+        InodeKind::Dir
+    }
+}
