@@ -168,10 +168,28 @@ pub(in crate::store) fn record(tx: &Conn, c: NewChange<'_>, limits: Limits) -> R
         ],
         |r| r.get(0),
     )?;
+    LOGGED.with(|l| {
+        let run = match l.get() {
+            Some((first, last)) if last + 1 == id => (first, id),
+            _ => (id, id),
+        };
+        l.set(Some(run));
+    });
     if id % PRUNE_EVERY == 0 {
         prune(tx, c.account_id, limits, now)?;
     }
     Ok(())
+}
+
+thread_local! {
+    /// The run of change IDs this thread logged last (first, last): `Store::changed`, after
+    /// the commit on the same thread, takes them as this store's own (`Store::foreign_commits`).
+    static LOGGED: std::cell::Cell<Option<(i64, i64)>> = const { std::cell::Cell::new(None) };
+}
+
+/// The run of change IDs this thread logged since last asked (see `LOGGED`).
+pub(in crate::store) fn take_logged() -> Option<(i64, i64)> {
+    LOGGED.with(|l| l.take())
 }
 
 /// Drops the account's rows past its newest `entries` or older than `age`; raises its floor.
@@ -312,8 +330,12 @@ impl Store {
         record(tx, c, self.change_limits())
     }
 
-    /// After a commit that logged changes of `account`: wakes its waiters.
+    /// After a commit that logged changes of `account`: wakes its waiters, and counts the
+    /// changes as this store's own (`foreign_commits`).
     pub(in crate::store) fn changed(&self, account: i64) {
+        if let Some((first, last)) = take_logged() {
+            self.own_changes(first, last);
+        }
         self.feed.wake(Scope::Account(account));
     }
 }

@@ -448,6 +448,20 @@ impl Store {
         self.foreign.load(Ordering::Relaxed)
     }
 
+    /// This store committed the change log's IDs `first..=last`: when the log held nothing
+    /// newer than what `foreign_commits` read last, they are no one else's. Without this, a
+    /// commit of the previews' or the search indexer's connections after ours counted as
+    /// another's change, and every listing was fetched again: at each delete of an `rm -rf`
+    /// while previews were made, the folder's whole listing (the square of its size). (A
+    /// transaction rolled back after logging, whose IDs another writer then took, could be
+    /// counted ours: the change feed, which the mount follows, still tells it.)
+    fn own_changes(&self, first: i64, last: i64) {
+        let mut f = relock(&self.foreign_read);
+        if f.newest_change == first - 1 {
+            f.newest_change = last;
+        }
+    }
+
     /// The store's connection, locked; `ErrorKind::Unavailable` when the database does not
     /// answer (PostgreSQL only).
     fn lock(&self) -> Result<Guard<'_>> {
@@ -727,6 +741,66 @@ mod tests {
                 first + i + 1,
                 "a commit that changes no file"
             );
+        }
+    }
+
+    /// Our own change followed by another connection's commit that changes no file (the
+    /// previews', the search indexer's): nobody else's change. It counted as one, so each
+    /// delete of an `rm -rf` while previews were made fetched the folder's listing again.
+    #[test]
+    fn our_change_then_a_commit_that_changes_no_file_is_no_foreign_change() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("store");
+        let (ours, theirs) = (
+            Store::open_local(&dir).unwrap(),
+            Store::open_local(&dir).unwrap(),
+        );
+        let vault = crate::api::NodePath::from_segments(["Local", "My First Vault"]).unwrap();
+        // Asked until an ask found the connection free and read what was committed.
+        let read_all = || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            let before = relock(&ours.foreign_read).data_version;
+            loop {
+                let n = ours.foreign_commits();
+                if relock(&ours.foreign_read).data_version != before {
+                    return n;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the commit is never read"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while relock(&ours.foreign_read).data_version.is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the log is never read"
+            );
+            ours.foreign_commits();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut count = ours.foreign_commits();
+        for i in 0..3 {
+            ours.create_folder(Scope::All, &vault.child(&format!("ours{i}")).unwrap())
+                .unwrap();
+            let raw = rusqlite::Connection::open(dir.join("vault.db")).unwrap();
+            raw.execute(
+                "INSERT INTO search_docs (blob, status) VALUES (?1, 2)",
+                [format!("not-a-blob-{i}")],
+            )
+            .unwrap();
+            drop(raw);
+            assert_eq!(read_all(), count, "our change, then a commit of no change");
+            // Theirs still counts, also right after ours.
+            ours.create_folder(Scope::All, &vault.child(&format!("again{i}")).unwrap())
+                .unwrap();
+            theirs
+                .create_folder(Scope::All, &vault.child(&format!("theirs{i}")).unwrap())
+                .unwrap();
+            count += 1;
+            assert_eq!(read_all(), count, "their change after ours");
         }
     }
 
