@@ -48,6 +48,9 @@ pub(super) struct Shared {
     pub(super) first_background_ns: AtomicI64,
     pub(super) last_background_ns: AtomicI64,
     pub(super) evicted: AtomicU64,
+    /// The bytes of ready previews (all, unrequested), when summed last and as this process
+    /// changed them since (`cache::preview_bytes_seen`).
+    pub(super) bytes_seen: Mutex<Option<(Instant, u64, u64)>>,
 }
 
 impl Shared {
@@ -65,6 +68,7 @@ impl Shared {
             first_background_ns: AtomicI64::new(0),
             last_background_ns: AtomicI64::new(0),
             evicted: AtomicU64::new(0),
+            bytes_seen: Mutex::new(None),
         }
     }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::cache::{self, on_disk, preview_bytes};
+use super::cache::{self, on_disk};
 use super::queue::{Shared, Tier};
 use super::sandbox::{self, Ended};
 use super::{
@@ -247,8 +247,17 @@ impl Pool {
                 log::warn!("could not keep the previews within their bound: {e}");
             }
         }
-        if let Err(e) = self.finish(conn, job, outcome, started.elapsed()) {
-            log::warn!("could not record the preview of {}: {e}", job.name);
+        let ready = match &outcome {
+            Outcome::Done { bytes, .. } => Some(*bytes),
+            _ => None,
+        };
+        match self.finish(conn, job, outcome, started.elapsed()) {
+            Ok(()) => {
+                if let Some(bytes) = ready {
+                    cache::note_ready(&self.shared, bytes, !job.asked);
+                }
+            }
+            Err(e) => log::warn!("could not record the preview of {}: {e}", job.name),
         }
         if let Err(e) = cache::keep_bound(conn, &self.blobs, &self.shared, Some(job), 0) {
             log::warn!("could not keep the previews within their bound: {e}");
@@ -279,7 +288,7 @@ impl Pool {
         if job.asked {
             return Ok(true);
         }
-        let (total, unrequested) = preview_bytes(conn)?;
+        let (total, unrequested) = cache::preview_bytes_seen(conn, &self.shared)?;
         if !current || total >= self.shared.cache_size {
             return Ok(false);
         }
@@ -309,7 +318,10 @@ impl Pool {
         if self.shared.mode == PreviewMode::Eager {
             return true;
         }
-        match (preview_bytes(conn), self.share(conn)) {
+        match (
+            cache::preview_bytes_seen(conn, &self.shared),
+            self.share(conn),
+        ) {
             (Ok((_, unrequested)), Ok(share)) => unrequested + bytes <= share,
             _ => false,
         }
