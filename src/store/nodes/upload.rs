@@ -519,6 +519,11 @@ impl Store {
             // The bytes recorded unless known, the version committed, the file pointed at it.
             // On PostgreSQL in one statement, where three were three round trips under the
             // writers' lock; SQLite (in memory, and without writes inside WITH) takes three.
+            // There the blob's lock first (the insert reads from it): blobs are shared by
+            // accounts, whose writers run side by side, and a version of another account may
+            // be letting go of these bytes now (`free_blobs` takes the same lock): either it
+            // comes first and the row is recorded again here (the bytes placed again), or it
+            // comes after and sees this version.
             let values = params![
                 staged.sha256,
                 staged.len as i64,
@@ -531,15 +536,18 @@ impl Store {
                 file.id
             ];
             let new = if tx.is_pg() {
-                tx.prepare_cached(
-                    "WITH b AS (INSERT INTO blobs (hash, size, md5, kinds) VALUES (?1, ?2, ?3, ?4)
+                tx.prepare_cached(&format!(
+                    "WITH l AS (SELECT {} AS l),
+                          b AS (INSERT INTO blobs (hash, size, md5, kinds)
+                                SELECT ?1, ?2, ?3, ?4 FROM l
                                 ON CONFLICT (hash) DO NOTHING RETURNING 1),
                           v AS (UPDATE versions SET blob = ?1, md5 = ?3, committed = 1,
                                 committed_on = ?5 WHERE id = ?6),
                           n AS (UPDATE nodes SET current_version = ?6, modified_on = ?7,
                                 exec = ?8 WHERE id = ?9)
                      SELECT count(*) FROM b",
-                )?
+                    crate::store::db::blob_lock(1)
+                ))?
                 .query_row(values, |r| r.get::<_, i64>(0))?
                     == 1
             } else {
