@@ -21,16 +21,36 @@ SQLITE, PG = "sqlite", "pg"
 # The first key of an account's writers' lock (src/store/db/conn.rs, ACCOUNT_LOCK_CLASS, "vfa1").
 ACCOUNT_LOCK_CLASS = 0x76666131
 
-# Each backend of the bench database waiting for a lock, with the account whose writers' lock it
-# holds or waits for and that of each backend it waits for (-1: none; pg_blocking_pids, which
-# also names the waiters queued ahead for the same lock).
+# The first keys of the store's advisory locks: the writers' key (its high half, one-key), an
+# account's writers', a blob's (src/store/db).
+LOCK_NAMES = {0x7661756c: "writers' key", ACCOUNT_LOCK_CLASS: "account", 0x76666231: "blob"}
+
+# Each lock a backend of the bench database waits for, from one snapshot of pg_locks: its kind
+# (the advisory lock's first key), the account whose writers' lock the waiter holds or waits
+# for, that of each backend it waits for (-1: none; pg_blocking_pids, which also names the
+# waiters queued ahead for the same lock), and whether that backend holds or waits for the same
+# lock in the snapshot (pg_blocking_pids is asked later: a pooled connection may have moved on
+# to another account's transaction meanwhile; such pairs are counted apart, as stale).
 WAITS_SQL = """
-WITH acc AS (SELECT pid, CAST(objid AS BIGINT) AS account, granted FROM pg_locks
-             WHERE locktype = 'advisory' AND classid = %d AND objsubid = 2),
-w AS (SELECT pid, wait_event, unnest(pg_blocking_pids(pid)) AS blocker FROM pg_stat_activity
-      WHERE wait_event_type = 'Lock' AND datname = current_database())
-SELECT wait_event || '|' || coalesce((SELECT min(account) FROM acc WHERE acc.pid = w.pid), -1)
+WITH lk AS MATERIALIZED (SELECT * FROM pg_locks),
+acc AS (SELECT pid, CAST(objid AS BIGINT) AS account FROM lk
+        WHERE locktype = 'advisory' AND classid = %d AND objsubid = 2),
+w AS (SELECT l.*, unnest(pg_blocking_pids(l.pid)) AS blocker FROM lk l
+      WHERE NOT l.granted AND l.pid IN (SELECT pid FROM pg_stat_activity
+                                        WHERE datname = current_database()))
+SELECT w.locktype || ':' || coalesce(CAST(w.classid AS BIGINT), 0)
+       || '|' || coalesce((SELECT min(account) FROM acc WHERE acc.pid = w.pid), -1)
        || '|' || coalesce((SELECT min(account) FROM acc WHERE acc.pid = w.blocker), -1)
+       || '|' || CAST(EXISTS (SELECT 1 FROM lk b WHERE b.pid = w.blocker
+              AND b.locktype = w.locktype
+              AND b.database IS NOT DISTINCT FROM w.database
+              AND b.relation IS NOT DISTINCT FROM w.relation
+              AND b.page IS NOT DISTINCT FROM w.page AND b.tuple IS NOT DISTINCT FROM w.tuple
+              AND b.virtualxid IS NOT DISTINCT FROM w.virtualxid
+              AND b.transactionid IS NOT DISTINCT FROM w.transactionid
+              AND b.classid IS NOT DISTINCT FROM w.classid
+              AND b.objid IS NOT DISTINCT FROM w.objid
+              AND b.objsubid IS NOT DISTINCT FROM w.objsubid) AS TEXT)
 FROM w;
 \\echo __end__
 """ % ACCOUNT_LOCK_CLASS
@@ -42,15 +62,15 @@ class LockWaits:
     `same` (a writer of an account waiting for a writer of the same account), `cross` (for
     another account's writer), `store` (for a backend holding or waiting for no account's lock:
     a writer of the whole store, the store's lock), `other` (a waiter holding no account's
-    lock itself: a
-    writer of the whole store, and every writer of a server from before issue 46's item 4,
-    whose writers all took one lock and no account's)."""
+    lock itself: a writer of the whole store, and every writer of a server from before issue
+    46's item 4, whose writers all took one lock and no account's), `stale` (a blocker that no
+    longer holds or waits for that lock in the snapshot: see WAITS_SQL)."""
 
     def __init__(self, psql, url):
         self.p = subprocess.Popen([psql, "-X", "-A", "-t", "-q", url], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                   bufsize=1)
-        self.counts = dict(same=0, cross=0, store=0, other=0, samples=0)
+        self.counts = dict(same=0, cross=0, store=0, other=0, stale=0, samples=0)
         self.events = {}
         self.stop = threading.Event()
         self.t = threading.Thread(target=self.loop, daemon=True)
@@ -63,13 +83,16 @@ class LockWaits:
                 line = line.strip()
                 if line == "__end__":
                     break
-                if line.count("|") != 2:
+                if line.count("|") != 3:
                     continue
-                event, waiter, blocker = line.split("|")
+                lock, waiter, blocker, current = line.split("|")
                 waiter, blocker = int(waiter), int(blocker)
-                kind = ("other" if waiter < 0 else "store" if blocker < 0 else
-                        "same" if waiter == blocker else "cross")
+                kind = ("stale" if current != "true" else "other" if waiter < 0 else
+                        "store" if blocker < 0 else "same" if waiter == blocker else "cross")
                 self.counts[kind] += 1
+                locktype, first = lock.split(":")
+                event = LOCK_NAMES.get(int(first), locktype) if locktype == "advisory" \
+                    else locktype
                 self.events[event] = self.events.get(event, 0) + 1
             else:
                 return
@@ -161,7 +184,8 @@ class SharedBench(ServerBench):
                         for kind, count in waits.finish().items():
                             self.rec(v.key, "waits_%s_%s" % (kind, suffix), count)
                         for event, count in sorted(waits.events.items()):
-                            self.rec(v.key, "waitev_%s_%s" % (event, suffix), count)
+                            self.rec(v.key, "waitev_%s_%s" % (event.replace(" ", "_")
+                                                             .replace("'", ""), suffix), count)
                     if kv and n > 1:
                         for u in range(n):
                             self.rec(v.key, "uploads_%s_user%d" % (suffix, u),
@@ -253,10 +277,10 @@ class SharedBench(ServerBench):
                                                      "") for u in range(acc)) if acc > 1
                                      else "-"] +
                                     ([w("same"), w("cross"), w("store"), w("other"),
-                                      w("samples")] if k == PG else ["-"] * 5))
+                                      w("stale"), w("samples")] if k == PG else ["-"] * 6))
             P.table(["Engine", "Servers", "Accounts", "Uploads/s", "p50", "p99",
                      "vs one account", "Uploads/s of each account", "Waits: same account",
-                     "other account", "store", "other", "samples"], rows, right=3)
+                     "other account", "store", "other", "stale", "samples"], rows, right=3)
             P.w("The same %d clients, spread over that many users, each of an account of its "
                 "own (client i is account i mod N's). Waits: PostgreSQL's lock waits sampled "
                 "every 100 ms during the row's uploads (pg_locks and pg_blocking_pids, one psql "
@@ -267,8 +291,12 @@ class SharedBench(ServerBench):
                 "*store*, for a backend that holds or waits for no account's lock (a writer of "
                 "the whole store, the store's lock); *other*, a waiter that holds no account's lock "
                 "itself (a writer of the whole store, and every writer of a server from before "
-                "issue 46's item 4, whose writers all took one lock and no account's)."
-                % a.clients, "")
+                "issue 46's item 4, whose writers all took one lock and no account's); *stale*, "
+                "a pair whose blocker no longer held or waited for that lock when "
+                "pg_blocking_pids was asked (a pooled connection gone on to another "
+                "transaction), not counted as either account's. The waited-for locks by kind "
+                "(the writers' key, an account's lock, a blob's, row and transaction locks) are "
+                "in the raw results (waitev_*)." % a.clients, "")
             if PG in keys:
                 acc = max(many)
                 one = m(PG, "uploads_1")
