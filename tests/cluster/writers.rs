@@ -80,7 +80,8 @@ impl Gate {
                  END IF;
                  RETURN NEW;
              END $$;
-             CREATE OR REPLACE TRIGGER test_gate BEFORE INSERT ON changes
+             DROP TRIGGER IF EXISTS test_gate ON changes;
+             CREATE TRIGGER test_gate BEFORE INSERT ON changes
                  FOR EACH ROW EXECUTE FUNCTION test_gate();
              SELECT pg_advisory_lock({GATE})"
         ))
