@@ -4,7 +4,9 @@
 //! `--clients` clients, each with its own `RemoteBackend` (its own connections), each
 //! uploading `--files` new files of `--size` bytes one after another (the three steps, with
 //! md5), client `i` talking to server `i mod n` of the `--url`s given. Every file's bytes
-//! differ, so each upload stores a new blob.
+//! differ, so each upload stores a new blob. With several users (`--email`, `--token` and
+//! `--folder` each given once per user, in the same order), client `i` is user `i mod users`'s
+//! (and talks to server `(i / users) mod n`): clients of accounts side by side (issue 46).
 //!
 //! ```sh
 //! cargo build --release --example upload_clients
@@ -32,15 +34,21 @@ struct Args {
     /// Base URL of a server; repeat for several servers of one store
     #[arg(long, required = true)]
     url: Vec<String>,
-    /// The user's e-mail address
-    #[arg(long, env = "VAULTFS_EMAIL")]
-    email: String,
-    /// The user's token (prefer the environment: arguments are visible in `ps`)
-    #[arg(long, env = "VAULTFS_TOKEN", hide_env_values = true)]
-    token: String,
-    /// Folder to work in, e.g. "Acme/My First Vault" (a new folder is made in it)
-    #[arg(long)]
-    folder: String,
+    /// The user's e-mail address; repeat (or separate by commas) for several users
+    #[arg(long, env = "VAULTFS_EMAIL", required = true, value_delimiter = ',')]
+    email: Vec<String>,
+    /// The user's token, one per user (prefer the environment, commas between users:
+    /// arguments are visible in `ps`)
+    #[arg(
+        long,
+        env = "VAULTFS_TOKEN",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    token: Vec<String>,
+    /// Folder to work in, e.g. "Acme/My First Vault" (a new folder is made in it); one per user
+    #[arg(long, required = true)]
+    folder: Vec<String>,
     /// Number of concurrent clients
     #[arg(long, default_value_t = 16)]
     clients: usize,
@@ -106,14 +114,33 @@ async fn one_upload(
 }
 
 async fn run(args: Args) -> Result<(), BoxError> {
-    let base = NodePath::parse_uri(&format!("/nodes/pth/{}", args.folder))?;
-    let first = RemoteBackend::new(RemoteConfig::new(&args.url[0], &args.email, &args.token))?;
-    let folder = base.child(&format!("upload-clients-{}", std::process::id()))?;
-    first.create_folder(&folder).await?;
-    let clients: Vec<RemoteBackend> = (0..args.clients)
+    let users = args.email.len();
+    if args.token.len() != users || args.folder.len() != users {
+        return Err(format!(
+            "{users} e-mail address(es), {} token(s), {} folder(s): one of each per user",
+            args.token.len(),
+            args.folder.len()
+        )
+        .into());
+    }
+    // Each user's new folder, made before the clock starts.
+    let mut folders = Vec::with_capacity(users);
+    for u in 0..users {
+        let base = NodePath::parse_uri(&format!("/nodes/pth/{}", args.folder[u]))?;
+        let first = RemoteBackend::new(RemoteConfig::new(
+            &args.url[0],
+            &args.email[u],
+            &args.token[u],
+        ))?;
+        let folder = base.child(&format!("upload-clients-{}", std::process::id()))?;
+        first.create_folder(&folder).await?;
+        folders.push(folder);
+    }
+    let clients: Vec<(usize, RemoteBackend)> = (0..args.clients)
         .map(|i| {
-            let url = &args.url[i % args.url.len()];
-            RemoteBackend::new(RemoteConfig::new(url, &args.email, &args.token))
+            let (u, url) = (i % users, &args.url[(i / users) % args.url.len()]);
+            RemoteBackend::new(RemoteConfig::new(url, &args.email[u], &args.token[u]))
+                .map(|b| (u, b))
         })
         .collect::<Result<_, _>>()?;
     // Bodies made before the clock starts.
@@ -129,8 +156,8 @@ async fn run(args: Args) -> Result<(), BoxError> {
         .into_iter()
         .zip(bodies)
         .enumerate()
-        .map(|(i, (b, bodies))| {
-            let folder = folder.clone();
+        .map(|(i, ((u, b), bodies))| {
+            let folder = folders[u].clone();
             tokio::spawn(async move {
                 let mut times = Vec::new();
                 for (j, data) in bodies.into_iter().enumerate() {
@@ -138,19 +165,31 @@ async fn run(args: Args) -> Result<(), BoxError> {
                     one_upload(&b, &folder, &format!("c{i:02}-{j:04}.bin"), data).await?;
                     times.push(t.elapsed());
                 }
-                Ok::<_, BoxError>(times)
+                // When this client finished: a user's rate is its clients' files over its last.
+                Ok::<_, BoxError>((u, times, started.elapsed()))
             })
         })
         .collect();
     let mut times: Vec<Duration> = Vec::new();
+    let mut per_user = vec![(0usize, Duration::ZERO); users];
     for t in tasks {
-        times.extend(t.await??);
+        let (u, mine, done) = t.await??;
+        per_user[u].0 += mine.len();
+        per_user[u].1 = per_user[u].1.max(done);
+        times.extend(mine);
     }
     let took = started.elapsed();
     times.sort();
     let pct = |p: f64| times[((times.len() as f64 * p) as usize).min(times.len() - 1)];
     let n = times.len();
     println!("servers={}", args.url.len());
+    println!("users={users}");
+    for (u, (n, took)) in per_user.iter().enumerate() {
+        println!(
+            "uploads_per_s_user{u}={:.1}",
+            *n as f64 / took.as_secs_f64().max(1e-9)
+        );
+    }
     println!("clients={}", args.clients);
     println!("uploads={n}");
     println!("size={}", args.size);

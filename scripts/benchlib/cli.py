@@ -9,7 +9,7 @@ side by side, on the same files, in one run; and the modes below, on the same se
   scripts/bench server [--size SIZE] [--files N] [--clients C] [--client-files F]
                        [--client-size B] [--runs N]
   scripts/bench shared [--servers 1,2,4] [--engines sqlite,pg] [--s3 s3s-fs|moto]
-                       [--serve-arg ARG]... [the options of server]
+                       [--accounts 1,2] [--serve-arg ARG]... [the options of server]
   scripts/bench follow [--rounds N] [--link RTT] [--link-mbit M]
   scripts/bench link RTTS [--link-mbit M] [--runs N]   (also: scripts/bench --link RTTS)
   scripts/bench search [N]                             (also: scripts/bench --search [N])
@@ -113,7 +113,11 @@ Modes (each page: docs/benchmarks-MODE.md, or $TMPDIR/vaultfs-bench-MODE-quick.m
                    moto (the one .ci/run installs), or --database URL / --blobs s3://B/P
                    --s3-endpoint URL of your own); on `pg` the uploads also against 2 and 4
                    servers of the store (--servers [1,2,4]); SIZE [256M]; --serve-arg ARG is
-                   passed to every server; with issue 34's targets
+                   passed to every server; with issue 34's targets. --accounts [1]: the
+                   uploads also with the same clients spread over N users of accounts of their
+                   own, side by side (issue 46, item 4: accounts do not wait for each other);
+                   on `pg` PostgreSQL's lock waits are sampled meanwhile (pg_locks, every
+                   100 ms) and sorted by whose lock a waiting writer waits for
   follow           how soon one mount sees another's changes (issue 32): two mounts of one
                    account on `vaultfs serve` (and of VAULTFS_BEFORE's build beside), maybe
                    through a link proxy of --link RTT ms; --rounds [10] of a new file, a change,
@@ -198,6 +202,7 @@ def parse_args(argv):
     p.add_argument("--client-size", type=parse_size)
     p.add_argument("--servers", type=lambda s: sorted({int(x) for x in s.split(",")}))
     p.add_argument("--engines", type=lambda s: [x.strip() for x in s.split(",") if x.strip()])
+    p.add_argument("--accounts", type=lambda s: sorted({int(x) for x in s.split(",")}))
     p.add_argument("--s3", choices=("s3s-fs", "moto"))
     p.add_argument("--database")
     p.add_argument("--blobs")
@@ -275,6 +280,7 @@ def mode_defaults(a):
         a.client_size = a.client_size or 64 * 1024
         a.servers = a.servers or [1, 2, 4]
         a.engines = a.engines or ["sqlite", "pg"]
+        a.accounts = a.accounts or [1]
         bad = [e for e in a.engines if e not in ("sqlite", "pg")]
         if bad:
             sys.exit("bench: unknown engine(s) %s (sqlite, pg)" % ", ".join(bad))

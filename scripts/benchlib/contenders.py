@@ -324,6 +324,19 @@ class Vaultfs(Mount):
                 time.sleep(0.05)
         die("vaultfs serve did not come up; log %s" % logpath)
 
+    def more_users(self, n):
+        """N more users, each of an account of its own (Other1, Other2, ...), with a token
+        through the running server's pin page: [(email, token, vault root)], made once."""
+        made = getattr(self, "others", [])
+        for i in range(len(made) + 1, n + 1):
+            email, password = "bench%d@example.com" % i, "bench pw %d-%d" % (os.getpid(), i)
+            run([self.bin, "user", "add", email, "--account", "Other%d" % i, "--data-dir",
+                 self.store] + self.db_flags, input=password + "\n", env=self.h.vaultfs_env)
+            made.append((email, self.pin_token(email, password)[0],
+                         "Other%d/My First Vault" % i))
+        self.others = made
+        return made[:n]
+
     def more_servers(self, n):
         """N more servers of this store (one database and one bucket: DB_FLAGS and SERVE_FLAGS),
         each with a data dir of its own: [(process, base URL)], stopped by the caller."""

@@ -214,27 +214,34 @@ class ServerBench(Harness):
         self.seed = getattr(self, "seed", 0) + 1
         return self.seed
 
-    def uploads(self, col, nservers, bases, v):
+    def uploads(self, col, nservers, bases, v, accounts=1):
         """examples/upload_clients: --clients clients against BASES (client i to server i mod
-        n), each uploading --client-files new files of --client-size bytes."""
+        n), each uploading --client-files new files of --client-size bytes; with ACCOUNTS > 1
+        the clients are spread over that many users of accounts of their own (the figures'
+        names then end in _aN). Returns upload_clients' key=value answer (None: not built)."""
         a = self.a
         if not self.upload_clients:
-            return
-        log("  uploads: %d clients x %d files of %s against %d server(s)" % (
-            a.clients, a.client_files, human(a.client_size), nservers))
-        cmd = [self.upload_clients, "--email", v.email, "--folder", VAULT_ROOT,
-               "--clients", str(a.clients), "--files", str(a.client_files),
+            return None
+        log("  uploads: %d clients of %d account(s) x %d files of %s against %d server(s)" % (
+            a.clients, accounts, a.client_files, human(a.client_size), nservers))
+        users = [(v.email, v.token, VAULT_ROOT)] + (
+            v.more_users(accounts - 1) if accounts > 1 else [])
+        cmd = [self.upload_clients, "--clients", str(a.clients), "--files", str(a.client_files),
                "--size", str(a.client_size), "--seed", str(self.next_seed())]
+        for email, _, folder in users:
+            cmd += ["--email", email, "--folder", folder]
         for b in bases:
             cmd += ["--url", b]
         p = run(cmd, timeout=XFER_TIMEOUT * 3, check=False,
-                env=dict(self.vaultfs_env, VAULTFS_TOKEN=v.token))
+                env=dict(self.vaultfs_env, VAULTFS_TOKEN=",".join(t for _, t, _ in users)))
         if p.returncode != 0:
             die("upload_clients failed: %s" % p.stderr.strip()[-500:])
         kv = dict(line.split("=", 1) for line in p.stdout.split() if "=" in line)
-        self.rec(col, "uploads_%d" % nservers, float(kv["uploads_per_s"]))
-        self.rec(col, "uploads_%d_p50" % nservers, float(kv["p50_ms"]))
-        self.rec(col, "uploads_%d_p99" % nservers, float(kv["p99_ms"]))
+        key = "uploads_%d" % nservers + ("_a%d" % accounts if accounts > 1 else "")
+        self.rec(col, key, float(kv["uploads_per_s"]))
+        self.rec(col, key + "_p50", float(kv["p50_ms"]))
+        self.rec(col, key + "_p99", float(kv["p99_ms"]))
+        return kv
 
     # --- the page ---------------------------------------------------------------------------
 

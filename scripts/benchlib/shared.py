@@ -4,6 +4,10 @@ S3-compatible server), the latter's uploads also against 2 and 4 servers of the 
 (issue 34's targets)."""
 
 import os
+import shutil
+import subprocess
+import threading
+import time
 
 from .contenders import Vaultfs
 from .pages import Page, cell, med, met, ratio
@@ -13,6 +17,94 @@ from .stores import start_postgres, start_s3, stop_services
 from .util import commas, human, log, machine_cpu, proc_cpu, proc_kib
 
 SQLITE, PG = "sqlite", "pg"
+
+# The first key of an account's writers' lock (src/store/db/conn.rs, ACCOUNT_LOCK_CLASS, "vfa1").
+ACCOUNT_LOCK_CLASS = 0x76666131
+
+# The first keys of the store's advisory locks: the writers' key (its high half, one-key), an
+# account's writers', a blob's (src/store/db).
+LOCK_NAMES = {0x7661756c: "writers' key", ACCOUNT_LOCK_CLASS: "account", 0x76666231: "blob"}
+
+# Each lock a backend of the bench database waits for, from one snapshot of pg_locks: its kind
+# (the advisory lock's first key), the account whose writers' lock the waiter holds or waits
+# for, that of each backend it waits for (-1: none; pg_blocking_pids, which also names the
+# waiters queued ahead for the same lock), and whether that backend holds or waits for the same
+# lock in the snapshot (pg_blocking_pids is asked later: a pooled connection may have moved on
+# to another account's transaction meanwhile; such pairs are counted apart, as stale).
+WAITS_SQL = """
+WITH lk AS MATERIALIZED (SELECT * FROM pg_locks),
+acc AS (SELECT pid, CAST(objid AS BIGINT) AS account FROM lk
+        WHERE locktype = 'advisory' AND classid = %d AND objsubid = 2),
+w AS (SELECT l.*, unnest(pg_blocking_pids(l.pid)) AS blocker FROM lk l
+      WHERE NOT l.granted AND l.pid IN (SELECT pid FROM pg_stat_activity
+                                        WHERE datname = current_database()))
+SELECT w.locktype || ':' || coalesce(CAST(w.classid AS BIGINT), 0)
+       || '|' || coalesce((SELECT min(account) FROM acc WHERE acc.pid = w.pid), -1)
+       || '|' || coalesce((SELECT min(account) FROM acc WHERE acc.pid = w.blocker), -1)
+       || '|' || CAST(EXISTS (SELECT 1 FROM lk b WHERE b.pid = w.blocker
+              AND b.locktype = w.locktype
+              AND b.database IS NOT DISTINCT FROM w.database
+              AND b.relation IS NOT DISTINCT FROM w.relation
+              AND b.page IS NOT DISTINCT FROM w.page AND b.tuple IS NOT DISTINCT FROM w.tuple
+              AND b.virtualxid IS NOT DISTINCT FROM w.virtualxid
+              AND b.transactionid IS NOT DISTINCT FROM w.transactionid
+              AND b.classid IS NOT DISTINCT FROM w.classid
+              AND b.objid IS NOT DISTINCT FROM w.objid
+              AND b.objsubid IS NOT DISTINCT FROM w.objsubid) AS TEXT)
+FROM w;
+\\echo __end__
+""" % ACCOUNT_LOCK_CLASS
+
+
+class LockWaits:
+    """PostgreSQL's lock waits, sampled every 100 ms by one psql session while uploads run:
+    each waiting backend counted once a sample per backend it waits for, sorted by whose lock:
+    `same` (a writer of an account waiting for a writer of the same account), `cross` (for
+    another account's writer), `store` (for a backend holding or waiting for no account's lock:
+    a writer of the whole store, the store's lock), `other` (a waiter holding no account's
+    lock itself: a writer of the whole store, and every writer of a server from before issue
+    46's item 4, whose writers all took one lock and no account's), `stale` (a blocker that no
+    longer holds or waits for that lock in the snapshot: see WAITS_SQL)."""
+
+    def __init__(self, psql, url):
+        self.p = subprocess.Popen([psql, "-X", "-A", "-t", "-q", url], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                  bufsize=1)
+        self.counts = dict(same=0, cross=0, store=0, other=0, stale=0, samples=0)
+        self.events = {}
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self.loop, daemon=True)
+        self.t.start()
+
+    def loop(self):
+        while not self.stop.is_set():
+            self.p.stdin.write(WAITS_SQL)
+            for line in iter(self.p.stdout.readline, ""):
+                line = line.strip()
+                if line == "__end__":
+                    break
+                if line.count("|") != 3:
+                    continue
+                lock, waiter, blocker, current = line.split("|")
+                waiter, blocker = int(waiter), int(blocker)
+                kind = ("stale" if current != "true" else "other" if waiter < 0 else
+                        "store" if blocker < 0 else "same" if waiter == blocker else "cross")
+                self.counts[kind] += 1
+                locktype, first = lock.split(":")
+                event = LOCK_NAMES.get(int(first), locktype) if locktype == "advisory" \
+                    else locktype
+                self.events[event] = self.events.get(event, 0) + 1
+            else:
+                return
+            self.counts["samples"] += 1
+            time.sleep(0.1)
+
+    def finish(self):
+        self.stop.set()
+        self.t.join(timeout=10)
+        self.p.stdin.close()
+        self.p.wait(timeout=10)
+        return self.counts
 
 
 def cpu(procs):
@@ -54,6 +146,7 @@ class SharedBench(ServerBench):
             db = a.database
         else:
             db = start_postgres(self)
+        self.db_url = db
         if a.blobs:
             kind, flags, env = "your bucket", ["--blobs", a.blobs] + (
                 ["--s3-endpoint", a.s3_endpoint] if a.s3_endpoint else []), self.vaultfs_env
@@ -73,21 +166,49 @@ class SharedBench(ServerBench):
             self.listing(v.key, v, r)
             procs = dict(self.services if v.key == PG else {},
                          servers=[v.server] + [p for p, _ in more])
+            if max(self.a.accounts) > 1:
+                v.more_users(max(self.a.accounts) - 1)  # made (and signed in) untimed
             for k in self.servers[v.key]:
-                cpu0 = {name: cpu(p) for name, p in procs.items()}
-                busy0, total0 = machine_cpu()
-                self.uploads(v.key, k, [v.base] + [b for _, b in more[:k - 1]], v)
-                busy1, total1 = machine_cpu()
-                for name, p in procs.items():
-                    self.rec(v.key, "cpu_%s_%d" % (name, k), cpu(p) - cpu0[name])
-                if total1 > total0:
-                    self.rec(v.key, "busy_%d" % k,
-                             (busy1 - busy0) / (total1 - total0) * os.cpu_count())
+                bases = [v.base] + [b for _, b in more[:k - 1]]
+                # Accounts side by side (issue 46, item 4): one account, then N, alternating
+                # with the run so neither always comes first.
+                order = self.a.accounts if r % 2 == 0 else self.a.accounts[::-1]
+                for n in order:
+                    cpu0 = {name: cpu(p) for name, p in procs.items()}
+                    busy0, total0 = machine_cpu()
+                    waits = self.lock_waits(v)
+                    kv = self.uploads(v.key, k, bases, v, accounts=n)
+                    busy1, total1 = machine_cpu()
+                    suffix = "%d" % k + ("_a%d" % n if n > 1 else "")
+                    if waits:
+                        for kind, count in waits.finish().items():
+                            self.rec(v.key, "waits_%s_%s" % (kind, suffix), count)
+                        for event, count in sorted(waits.events.items()):
+                            self.rec(v.key, "waitev_%s_%s" % (event.replace(" ", "_")
+                                                             .replace("'", ""), suffix), count)
+                    if kv and n > 1:
+                        for u in range(n):
+                            self.rec(v.key, "uploads_%s_user%d" % (suffix, u),
+                                     float(kv.get("uploads_per_s_user%d" % u, 0)))
+                    for name, p in procs.items():
+                        self.rec(v.key, "cpu_%s_%s" % (name, suffix), cpu(p) - cpu0[name])
+                    if total1 > total0:
+                        self.rec(v.key, "busy_%s" % suffix,
+                                 (busy1 - busy0) / (total1 - total0) * os.cpu_count())
             self.rec(v.key, "rss_end", proc_kib(v.server.pid, "VmHWM") / 1024)
         finally:
             for p, _ in more:
                 kill_proc(p)
             v.stop_server()
+
+    def lock_waits(self, v):
+        """A LockWaits sampler of the PostgreSQL store (None on SQLite, or without psql)."""
+        if v.key != PG or len(self.a.accounts) < 2:
+            return None
+        psql = getattr(self, "psql", None) or shutil.which("psql")
+        if not psql or not getattr(self, "db_url", None):
+            return None
+        return LockWaits(psql, self.db_url)
 
     def page(self):
         a, R, L = self.a, self.res, self.labels
@@ -138,6 +259,55 @@ class SharedBench(ServerBench):
                 "uploads' work goes. Cores busy: the machine's CPU time over that row's wall "
                 "time, every process (the clients too): at the machine's count of cores, more "
                 "servers on it cannot add uploads.", "")
+        many = [n for n in a.accounts if n > 1]
+        if many:
+            P.w("## Accounts side by side (issue 46, item 4)", "")
+            rows = []
+            for k in keys:
+                for n in self.servers[k]:
+                    for acc in a.accounts:
+                        sfx = "%d" % n + ("_a%d" % acc if acc > 1 else "")
+                        w = lambda kind: cell(g(k, "waits_%s_%s" % (kind, sfx)), "")  # noqa
+                        rows.append([L[k], str(n), str(acc),
+                                     cell(g(k, "uploads_%s" % sfx), "files/s"),
+                                     cell(g(k, "uploads_%s_p50" % sfx), "ms", True),
+                                     cell(g(k, "uploads_%s_p99" % sfx), "ms", True),
+                                     ratio(m(k, "uploads_%s" % sfx), m(k, "uploads_%d" % n)),
+                                     " / ".join(cell(g(k, "uploads_%s_user%d" % (sfx, u)),
+                                                     "") for u in range(acc)) if acc > 1
+                                     else "-"] +
+                                    ([w("same"), w("cross"), w("store"), w("other"),
+                                      w("stale"), w("samples")] if k == PG else ["-"] * 6))
+            P.table(["Engine", "Servers", "Accounts", "Uploads/s", "p50", "p99",
+                     "vs one account", "Uploads/s of each account", "Waits: same account",
+                     "other account", "store", "other", "stale", "samples"], rows, right=3)
+            P.w("The same %d clients, spread over that many users, each of an account of its "
+                "own (client i is account i mod N's). Waits: PostgreSQL's lock waits sampled "
+                "every 100 ms during the row's uploads (pg_locks and pg_blocking_pids, one psql "
+                "session), a backend counted once a sample per backend it waits for: *same "
+                "account*, a writer of an account waiting for a writer of the same account "
+                "(their turns, by design; the writer it waits for may be one queued ahead of it "
+                "for the same lock); *other account*, for another account's writer; "
+                "*store*, for a backend that holds or waits for no account's lock (a writer of "
+                "the whole store, the store's lock); *other*, a waiter that holds no account's lock "
+                "itself (a writer of the whole store, and every writer of a server from before "
+                "issue 46's item 4, whose writers all took one lock and no account's); *stale*, "
+                "a pair whose blocker no longer held or waited for that lock when "
+                "pg_blocking_pids was asked (a pooled connection gone on to another "
+                "transaction), not counted as either account's. The waited-for locks by kind "
+                "(the writers' key, an account's lock, a blob's, row and transaction locks) are "
+                "in the raw results (waitev_*)." % a.clients, "")
+            if PG in keys:
+                acc = max(many)
+                one = m(PG, "uploads_1")
+                P.targets([["Issue 46: %d clients of %d accounts ≥ 0.9x %d clients of one "
+                            "(PostgreSQL, one server)" % (a.clients, acc, a.clients),
+                            ratio(m(PG, "uploads_1_a%d" % acc), one),
+                            met(one and m(PG, "uploads_1_a%d" % acc) and
+                                m(PG, "uploads_1_a%d" % acc) / one, ">=", 0.9)],
+                           ["Issue 46: no upload of one account waits for another's lock",
+                            cell(g(PG, "waits_cross_1_a%d" % acc), ""),
+                            met(m(PG, "waits_cross_1_a%d" % acc), "<", 0.5)]])
         if both:
             x = lambda k: m(PG, k) and m(SQLITE, k) and m(PG, k) / m(SQLITE, k)  # noqa: E731
             two = m(PG, "uploads_2") and one and m(PG, "uploads_2") / one

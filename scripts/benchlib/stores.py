@@ -56,6 +56,7 @@ def start_postgres(h):
         time.sleep(0.1)
     run([os.path.join(pg_bin, "createdb"), "-h", d, "-U", "vaultfs", "bench"])
     h.info["postgres"] = run([os.path.join(pg_bin, "postgres"), "--version"]).stdout.strip()
+    h.psql = os.path.join(pg_bin, "psql")
     return "postgres://vaultfs@localhost/bench?host=" + d
 
 

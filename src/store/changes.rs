@@ -11,11 +11,19 @@
 //! puts, attributes, delete, copy and move) each call [`record`] once per change, where the
 //! paths are known; a folder's delete, move or copy is one row for the whole tree.
 //!
-//! **The cursor** is the row's ID. Every write transaction holds the database's one write lock
-//! from its start to its commit (SQLite's, or the advisory lock on PostgreSQL, across all the
-//! servers of a store: see `db`), so IDs are handed out in commit order and a reader that
-//! saw ID N will never later see a new row below N. IDs are global: each account's changes are
-//! a rising, gapped subsequence (node IDs already count every account's creations alike).
+//! **The cursor** is the row's ID. IDs are global: each account's changes are a rising, gapped
+//! subsequence (node IDs already count every account's creations alike). A reader that saw ID
+//! N must never later see a new row below N, so IDs must commit in the order they are handed
+//! out, to whoever may read them. Every write transaction holds a write lock from its start to
+//! its commit, taking its IDs in between: on SQLite the one write lock, so all IDs commit in
+//! order; on PostgreSQL (across all the servers of a store, see `db::Writers`) the lock of the
+//! account it writes (and the store's lock shared), or the store's alone for anything else, so
+//! that one account's IDs commit in order while two accounts' may interleave (A takes 10, B
+//! takes 11 and commits first). Hence the readers: an account's feed reads that account's rows
+//! only, in one snapshot, without waiting for any lock (every row of its account was committed
+//! by a writer that excluded its other writers); the feed of every account (`Scope::All`, a
+//! mount of the whole store) reads under the store's lock, which waits for every account's
+//! writers to commit and lets none begin, so that what it sees has no number still to come.
 //!
 //! **Bounded.** Each account keeps its newest `change_log_entries` rows and none older than
 //! `change_log_age` (pruned as its changes come, every [`PRUNE_EVERY`]th row); the highest ID
@@ -243,7 +251,12 @@ impl Store {
     /// The changes in `scope` after `cursor`, at most `limit` (see [`ChangesPage`]); without a
     /// cursor, none and the cursor to follow from.
     pub fn changes(&self, scope: Scope, cursor: Option<u64>, limit: u64) -> Result<ChangesPage> {
-        let conn = self.lock()?;
+        // See the module's comment: the rows of every account only under the store's lock.
+        let guard = match scope {
+            Scope::All => self.lock()?,
+            Scope::Account(_) => self.conn()?,
+        };
+        let conn = guard.snapshot()?;
         let (floor, head) = bounds(&conn, scope)?;
         let head = head as u64;
         let Some(cursor) = cursor else {

@@ -79,7 +79,8 @@ impl Store {
             ));
         }
         let conn = self.conn()?;
-        let tx = conn.transaction()?;
+        // The account's writers' lock: its nodes' properties only.
+        let tx = conn.transaction_for(scope.writers())?;
         let node = resolve(&tx, scope, path)?;
         for (set, p) in patch {
             if *set {
@@ -177,8 +178,10 @@ impl Store {
     }
 
     /// Takes `lock` unless `conflict` finds one among the account's live locks that it
-    /// conflicts with: checked and written in one transaction under the writers' lock, so two
-    /// servers cannot both grant conflicting locks. Expired locks are dropped on the way.
+    /// conflicts with: checked and written in one transaction under the lock of that account's
+    /// WebDAV locks (`db::Writers::DavLocks`), so two servers cannot both grant conflicting
+    /// locks, and other accounts' grants and uploads do not wait. Expired locks (of any
+    /// account: a row lock each, which a refresh of the same lock meets) are dropped on the way.
     pub fn dav_lock(
         &self,
         lock: DavLockRow,
@@ -186,7 +189,7 @@ impl Store {
     ) -> Result<std::result::Result<DavLockRow, DavLockRow>> {
         let now = super::now_ns();
         let conn = self.conn()?;
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_for(super::db::Writers::dav_locks(&lock.account))?;
         tx.prepare_cached("DELETE FROM dav_locks WHERE expires_on <= ?1")?
             .execute([now])?;
         let live = live_locks(&tx, &lock.account, now)?;
@@ -211,7 +214,9 @@ impl Store {
         Ok(Ok(lock))
     }
 
-    /// A live lock's new timeout; `None` when it is no longer held.
+    /// A live lock's new timeout; `None` when it is no longer held. Without a writers' lock:
+    /// one row's update, which a grant's conflict check sees or not as a whole (before or
+    /// after it), as it would in either order.
     pub fn dav_refresh_lock(
         &self,
         token: &str,
@@ -220,7 +225,7 @@ impl Store {
     ) -> Result<Option<DavLockRow>> {
         let now = super::now_ns();
         let conn = self.conn()?;
-        let tx = conn.transaction()?;
+        let tx = conn.unordered_transaction()?;
         let n = tx
             .prepare_cached(
                 "UPDATE dav_locks SET timeout_secs = ?2, expires_on = ?3
@@ -236,10 +241,11 @@ impl Store {
         Ok(Some(row))
     }
 
-    /// Lets go of locks by their tokens; how many were held.
+    /// Lets go of locks by their tokens; how many were held. Without a writers' lock, as
+    /// [`Store::dav_refresh_lock`]: deletes of rows by key.
     pub fn dav_unlock(&self, tokens: &[String]) -> Result<usize> {
         let conn = self.conn()?;
-        let tx = conn.transaction()?;
+        let tx = conn.unordered_transaction()?;
         let mut n = 0;
         for t in tokens {
             n += tx

@@ -84,6 +84,18 @@ pub enum Scope {
     Account(i64),
 }
 
+impl Scope {
+    /// Whose writers' lock a transaction in this scope takes (see `db::Writers`): an account's
+    /// own, so that accounts do not wait for each other on PostgreSQL; everything may hold any
+    /// account's nodes, so it takes the store's.
+    pub(crate) fn writers(self) -> db::Writers {
+        match self {
+            Scope::All => db::Writers::Store,
+            Scope::Account(a) => db::Writers::Account(a),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
     /// Largest file a version may announce (bytes).
@@ -173,10 +185,13 @@ impl Default for StoreConfig {
 pub struct Store {
     dir: PathBuf,
     db: Arc<Db>,
-    /// Upload commits waiting for their turn (committed together, see `commit_upload`).
-    commits: Mutex<Vec<std::sync::Arc<nodes::PendingCommit>>>,
-    /// Held by the upload commit whose batch is being committed.
-    commit_turn: Mutex<()>,
+    /// Upload commits waiting for their turn (committed together, see `commit_upload`), by
+    /// the writers' lock their transaction takes: one queue on SQLite, one per account on
+    /// PostgreSQL, so that one account's batch does not wait for another's commit.
+    commits: Mutex<std::collections::HashMap<db::Writers, Vec<Arc<nodes::PendingCommit>>>>,
+    /// Held by the upload commit whose batch of that queue is being committed (an entry while
+    /// anyone holds or waits for it).
+    commit_turns: Mutex<std::collections::HashMap<db::Writers, Arc<Mutex<()>>>>,
     blobs: Blobs,
     /// How batches of whole files are made durable on the blobs' file system.
     sync_mode: put::SyncMode,
@@ -334,8 +349,8 @@ impl Store {
         let store = Store {
             dir: dir.to_path_buf(),
             db: Arc::new(Db::new(conn, engine, config.db_connections)),
-            commits: Mutex::new(Vec::new()),
-            commit_turn: Mutex::new(()),
+            commits: Mutex::default(),
+            commit_turns: Mutex::default(),
             sync_mode: {
                 let mode = put::SyncMode::of(dir);
                 log::debug!(

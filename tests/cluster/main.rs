@@ -13,6 +13,7 @@ mod search;
 mod tls;
 mod tokens;
 mod transactions;
+mod writers;
 
 use std::io::Write;
 use std::path::PathBuf;

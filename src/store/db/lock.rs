@@ -8,9 +8,12 @@
 //! what a few multi-step jobs need (the purge, recovery, a preview read that must outlive no
 //! delete). The hot paths of a server (a token checked, upload steps 1 to 3, a listing) need
 //! less: each is either reads of committed rows or one transaction, and every transaction
-//! takes the writers' lock (`pg_advisory_xact_lock` of the same key, `Conn::transaction`), so
-//! writers still run one at a time, in commit order, as on SQLite; but for a transaction's few
-//! statements only, not for a whole request, and readers never wait. A server with one
+//! takes a writers' lock (`Conn::transaction_for`: the same key exclusive for the store's
+//! writers, shared with the account's own lock for an account's), so each account's writers
+//! still run one at a time, in commit order, as on SQLite; but for a transaction's few
+//! statements only, not for a whole request, beside other accounts', and readers never wait.
+//! The store's lock, exclusive on the key, waits for every account's writers and holds them
+//! all off. A server with one
 //! connection would also run its requests' statements one after another: the pool lets them
 //! overlap. On SQLite both ways are the one connection behind the mutex (one process serves).
 //!

@@ -10,17 +10,22 @@
 //! `LIMIT -1`, `temp.`) or asked for by name (`Conn::greatest`, `Conn::is_pg`). Values cross
 //! as [`Value`]s, so the store never sees an engine's types.
 //!
-//! **Concurrency is SQLite's model on both engines**, so the store's reasoning holds unchanged:
-//! a transaction takes the database's one write lock when it begins (SQLite: `BEGIN
-//! IMMEDIATE`; PostgreSQL: `pg_advisory_xact_lock` of [`LOCK_KEY`] after `BEGIN`), and the
-//! store's own lock ([`Db::lock`]), which keeps the blob namespace consistent with the rows
+//! **Concurrency is SQLite's model on both engines, per account on PostgreSQL**, so the store's
+//! reasoning holds unchanged: a transaction takes a write lock when it begins (SQLite: `BEGIN
+//! IMMEDIATE`, the database's one; PostgreSQL: advisory locks after `BEGIN`, [`Writers`]), and
+//! the store's own lock ([`Db::lock`]), which keeps the blob namespace consistent with the rows
 //! (a blob is placed and recorded, or unrecorded and removed, under it), spans every process
-//! on PostgreSQL (a session-level advisory lock on the same key, held while the guard lives),
+//! on PostgreSQL (a session-level advisory lock on [`LOCK_KEY`], held while the guard lives),
 //! as the in-process mutex alone does on SQLite, where one process serves. Several `vaultfs
 //! serve` processes on one database are therefore one store: names cannot race (each
 //! check-then-insert runs alone), pins and tokens are rows, and no process removes bytes
-//! another has just recorded. The price is one writer at a time across the cluster, as SQLite
-//! has; reads of other processes' preview threads go on beside it.
+//! another has just recorded. On PostgreSQL the writers of one account (its tree, its change
+//! log, its usage: what a request of `vaultfs serve` writes) take [`LOCK_KEY`] shared and that
+//! account's own lock, so they run one at a time, in commit order, but beside other accounts';
+//! everything else (a writer of the whole store: the mount's scope, users, the purge, blobs
+//! removed, previews, the schema) takes [`LOCK_KEY`] exclusive, and runs alone as before. What
+//! accounts share inside their own transactions (blobs, by sha256) is ordered by each blob's
+//! own lock ([`blob_lock`]).
 //!
 //! **PostgreSQL client.** sfackler's synchronous `postgres` crate (the store is synchronous;
 //! no async stack or pool framework to build). A statement runs on the calling thread: the
@@ -44,14 +49,15 @@ mod tls;
 mod value;
 mod wal_index;
 
-pub use conn::{Conn, Engine, Snapshot, Stmt, TransactionBehavior, Tx, blob_lock};
+pub use conn::{Conn, Engine, Snapshot, Stmt, TransactionBehavior, Tx, Writers, blob_lock};
 pub use lock::{DEFAULT_POOL, Db, Guard};
 pub use pg::{PgConn, PgListener, pg_sql};
 pub(crate) use value::params;
 pub use value::{Column, DbError, OptionalExtension, Param, Params, Result, Row, RowIndex, Value};
 pub use wal_index::WalIndex;
 
-/// The key of the advisory lock that stands for SQLite's write lock and the store's lock.
+/// The key of the advisory lock that stands for SQLite's write lock (taken shared by one
+/// account's writers, exclusive by the store's: [`Writers`]) and the store's lock.
 pub const LOCK_KEY: i64 = 0x7661_756c_7466_7331; // "vaultfs1"
 
 #[cfg(test)]

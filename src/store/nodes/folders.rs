@@ -109,8 +109,9 @@ impl Store {
         let (parent_path, name) = split(path)?;
         let name = &crate::api::path::new_name(name)?;
         let path = &parent_path.child(name)?;
-        let conn = self.lock()?;
-        let tx = conn.transaction()?;
+        // One account's tree and log: its writers' lock, beside other accounts' (`db::Writers`).
+        let conn = self.conn()?;
+        let tx = conn.transaction_for(scope.writers())?;
         let parent = resolve(&tx, scope, &parent_path)?;
         require_folder(&parent, &parent_path)?;
         if let Some(existing) = child_row(&tx, parent.id, name)? {

@@ -9,15 +9,25 @@ use crate::store::now_ns;
 
 /// Of `hashes`, the blobs no version uses any more: their rows are deleted and they are
 /// returned, for the caller to remove their files once the transaction is committed.
+///
+/// On PostgreSQL each blob's lock is taken first, in a statement of its own: another account's
+/// upload, which runs beside this transaction, takes it to record a version of the same bytes
+/// (`nodes::upload`), so the delete's look for versions, a statement begun once the lock is
+/// held, sees that version if it came first; if it comes after, it records the blob again.
+/// In sorted order, as two transactions freeing blobs both take them.
 pub(in crate::store) fn free_blobs(
     tx: &Connection,
     hashes: impl IntoIterator<Item = String>,
 ) -> Result<Vec<String>> {
+    let mut hashes: Vec<String> = hashes.into_iter().collect();
+    hashes.sort_unstable();
+    hashes.dedup();
     let mut freed = Vec::new();
     let mut free = tx.prepare_cached(
         "DELETE FROM blobs WHERE hash = ?1 AND NOT EXISTS (SELECT 1 FROM versions WHERE blob = ?1)",
     )?;
     for h in hashes {
+        tx.lock_blob(&h)?;
         if free.execute([&h])? == 1 {
             freed.push(h);
         }

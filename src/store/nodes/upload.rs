@@ -115,7 +115,8 @@ impl Store {
             })
             .collect::<Result<Vec<_>>>()?;
         let conn = self.conn()?;
-        let tx = conn.transaction()?;
+        // The account's writers' lock: its names and change log, not another account's.
+        let tx = conn.transaction_for(scope.writers())?;
         let (mut parent, stored) = Folders::default().resolve(&tx, scope, folder)?;
         require_folder(&parent, folder)?;
         // The first name's child read with what the account holds (one round trip less).
@@ -236,7 +237,7 @@ impl Store {
     /// Sets a file's attributes without a new version (our step 2 without `length`).
     pub fn set_attrs(&self, scope: Scope, file_id: &str, attrs: FileAttrs) -> Result<Node> {
         let conn = self.conn()?;
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_for(scope.writers())?;
         let (file, path) = file_and_path(&tx, scope, file_id)?;
         tx.execute(
             "UPDATE nodes SET modified_on = coalesce(?2, modified_on), exec = coalesce(?3, exec) WHERE id = ?1",
@@ -327,19 +328,40 @@ impl Store {
             staged: Mutex::new(Some(staged)),
             result: Mutex::new(None),
         });
-        relock(&self.commits).push(me.clone());
-        // One batch at a time in this process; results are set before the turn is passed on,
-        // so a batch that took ours is finished when we get the turn.
-        let turn = relock(&self.commit_turn);
+        // One queue per writers' lock: on PostgreSQL each account's batches commit beside
+        // other accounts' (each under its account's lock), on SQLite all are one queue (one
+        // write lock: one batch, one fsync, is the cheapest).
+        let writers = if self.db.is_pg() {
+            scope.writers()
+        } else {
+            crate::store::db::Writers::Store
+        };
+        relock(&self.commits)
+            .entry(writers)
+            .or_default()
+            .push(me.clone());
+        // One batch of a queue at a time in this process; results are set before the turn is
+        // passed on, so a batch that took ours is finished when we get the turn.
+        let turn = self.commit_turn(writers);
+        let held = relock(&turn);
         if let Some(done) = relock(&me.result).take() {
+            drop(held);
+            self.done_with_turn(writers, turn);
             return done;
         }
-        let conn = self.conn()?;
-        // Ours is in the batch, unless a commit that took it panicked (then ours has no result).
-        let batch = std::mem::take(&mut *relock(&self.commits));
-        let outcome = self.commit_batch(&conn, &batch);
-        drop(conn);
-        drop(turn);
+        let batch = relock(&self.commits).remove(&writers).unwrap_or_default();
+        let outcome = match self.conn() {
+            Ok(conn) => self.commit_batch(&conn, writers, &batch),
+            Err(e) => {
+                // Each of the batch is told (ours included), as a failed commit tells them.
+                for p in &batch {
+                    *relock(&p.result) = Some(Err(e.clone()));
+                }
+                Vec::new()
+            }
+        };
+        drop(held);
+        self.done_with_turn(writers, turn);
         self.release_blobs(batch.iter().filter_map(|p| p.hold.as_deref()));
         for (render, name, sha) in outcome {
             if let Some(kind) = render {
@@ -350,6 +372,23 @@ impl Store {
         relock(&me.result)
             .take()
             .unwrap_or_else(|| Err(Error::internal("upload commit lost its result")))
+    }
+
+    /// The turn of the group commits of `writers`' queue (see [`Store::commit_upload`]).
+    fn commit_turn(&self, writers: crate::store::db::Writers) -> Arc<Mutex<()>> {
+        relock(&self.commit_turns)
+            .entry(writers)
+            .or_default()
+            .clone()
+    }
+
+    /// After `turn` was let go of: its entry dropped when nobody else holds or waits for it
+    /// (the map's and ours are all), so that accounts come and go without a trace.
+    fn done_with_turn(&self, writers: crate::store::db::Writers, turn: Arc<Mutex<()>>) {
+        let mut turns = relock(&self.commit_turns);
+        if Arc::strong_count(&turn) == 2 {
+            turns.remove(&writers);
+        }
     }
 
     /// Before the commit: the bytes into the bucket, if any (see `Blobs::store_ahead`), and
@@ -378,6 +417,7 @@ impl Store {
     fn commit_batch(
         &self,
         conn: &Connection,
+        writers: crate::store::db::Writers,
         batch: &[Arc<PendingCommit>],
     ) -> Vec<(Option<crate::preview::PreviewKind>, String, String)> {
         let mut staged: Vec<Option<StagedBlob>> =
@@ -386,7 +426,7 @@ impl Store {
         let committed = (|| -> Result<()> {
             // Durable before it returns: the clients will drop their copies of these bytes.
             let durable = crate::store::schema::Durable::new(conn)?;
-            let together = self.commit_together(conn, batch, &mut staged, &mut results);
+            let together = self.commit_together(conn, writers, batch, &mut staged, &mut results);
             if let Err(e) = together {
                 if batch.len() == 1 {
                     return Err(e);
@@ -400,6 +440,7 @@ impl Store {
                     let mut alone = Vec::new();
                     let r = self.commit_together(
                         conn,
+                        writers,
                         std::slice::from_ref(p),
                         std::slice::from_mut(staged),
                         &mut alone,
@@ -443,11 +484,12 @@ impl Store {
     fn commit_together(
         &self,
         conn: &Connection,
+        writers: crate::store::db::Writers,
         batch: &[Arc<PendingCommit>],
         staged: &mut [Option<StagedBlob>],
         results: &mut Vec<Result<Committed>>,
     ) -> Result<()> {
-        let tx = conn.unchecked_transaction()?;
+        let tx = conn.transaction_for(writers)?;
         for (p, staged) in batch.iter().zip(staged.iter_mut()) {
             let Some(staged) = staged else {
                 results.push(Err(Error::internal("upload committed twice")));
@@ -519,6 +561,11 @@ impl Store {
             // The bytes recorded unless known, the version committed, the file pointed at it.
             // On PostgreSQL in one statement, where three were three round trips under the
             // writers' lock; SQLite (in memory, and without writes inside WITH) takes three.
+            // There the blob's lock first (the insert reads from it): blobs are shared by
+            // accounts, whose writers run side by side, and a version of another account may
+            // be letting go of these bytes now (`free_blobs` takes the same lock): either it
+            // comes first and the row is recorded again here (the bytes placed again), or it
+            // comes after and sees this version.
             let values = params![
                 staged.sha256,
                 staged.len as i64,
@@ -531,15 +578,18 @@ impl Store {
                 file.id
             ];
             let new = if tx.is_pg() {
-                tx.prepare_cached(
-                    "WITH b AS (INSERT INTO blobs (hash, size, md5, kinds) VALUES (?1, ?2, ?3, ?4)
+                tx.prepare_cached(&format!(
+                    "WITH l AS (SELECT {} AS l),
+                          b AS (INSERT INTO blobs (hash, size, md5, kinds)
+                                SELECT ?1, ?2, ?3, ?4 FROM l
                                 ON CONFLICT (hash) DO NOTHING RETURNING 1),
                           v AS (UPDATE versions SET blob = ?1, md5 = ?3, committed = 1,
                                 committed_on = ?5 WHERE id = ?6),
                           n AS (UPDATE nodes SET current_version = ?6, modified_on = ?7,
                                 exec = ?8 WHERE id = ?9)
                      SELECT count(*) FROM b",
-                )?
+                    crate::store::db::blob_lock(1)
+                ))?
                 .query_row(values, |r| r.get::<_, i64>(0))?
                     == 1
             } else {
