@@ -4,9 +4,12 @@
 //!
 //! - Each listing fetched is recorded (`record`), and each folder's entries as this mount
 //!   changed them (`record_here`: the feed keeps listings fresh without fetching them again
-//!   after the mount's own changes); every `SAVE_EVERY` the snapshot
-//!   (`offline/tree.json`) and the read cache's index are written aside and renamed over, so a
-//!   crash leaves the previous whole file, never a torn one.
+//!   after the mount's own changes); every `SAVE_EVERY` the folders recorded since are written,
+//!   one file a folder (`offline/tree/<sha256 of its URI>.json`), and the read cache's index,
+//!   each aside and renamed over, so a crash leaves the previous whole file, never a torn one.
+//!   One file a folder, and none held in memory: a save costs the folders that changed, not
+//!   the whole tree (which one `tree.json` rewrote every 2 s while anything changed, and kept
+//!   whole in memory: issue 46).
 //! - `cli::mount` probes the root for at most `START_PROBE`: unreachable, with a snapshot,
 //!   the mount starts offline (`MountOptions::start_offline`) from it.
 //! - While offline, the probe asks for the root under the uploads' retry policy
@@ -14,9 +17,8 @@
 //!   and listings are fetched again as they age. Both moments are logged and `vaultfs status`
 //!   says since when the mount is offline.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -34,14 +36,36 @@ const SAVE_EVERY: Duration = Duration::from_secs(2);
 /// Offline "until the probe says otherwise".
 const UNTIL_PROBED: Duration = Duration::from_secs(10 * 365 * 86400);
 
-/// The snapshot's file in the cache dir.
-fn tree_file(cache_dir: &Path) -> PathBuf {
+/// The snapshot's folder in the cache dir: one file a folder listed.
+fn tree_dir(cache_dir: &Path) -> PathBuf {
+    cache_dir.join("offline").join("tree")
+}
+
+/// The snapshot of one file before there was one a folder (read once, then split).
+fn old_tree_file(cache_dir: &Path) -> PathBuf {
     cache_dir.join("offline").join("tree.json")
+}
+
+/// The file of the folder at `uri` (its name a digest: whatever the server calls a folder,
+/// a plain name in the snapshot's folder).
+fn folder_file(dir: &Path, uri: &str) -> PathBuf {
+    use sha2::{Digest, Sha256};
+    let name = crate::api::checksum::hex(&Sha256::digest(uri.as_bytes()));
+    dir.join(format!("{name}.json"))
+}
+
+/// The folder at `uri` as last recorded, with its children; None if never listed.
+fn read_folder(dir: &Path, uri: &str) -> Option<Node> {
+    let bytes = std::fs::read(folder_file(dir, uri)).ok()?;
+    let node: Node = serde_json::from_slice(&bytes).ok()?;
+    // A digest names the file: the URI inside says whose it is.
+    (node.uri == uri).then_some(node)
 }
 
 /// Whether the cache dir holds a snapshot with `root` in it: a mount may start offline.
 pub fn can_start_offline(cache_dir: &Path, root: &NodePath) -> bool {
-    load(cache_dir).contains_key(&root.uri())
+    read_folder(&tree_dir(cache_dir), &root.uri()).is_some()
+        || load_old(cache_dir).contains_key(&root.uri())
 }
 
 /// Whether `e` says the backend is out of reach (rather than the root being wrong).
@@ -49,11 +73,24 @@ pub fn unreachable(e: &Error) -> bool {
     super::errno::is_transient(e)
 }
 
-fn load(cache_dir: &Path) -> BTreeMap<String, Node> {
-    std::fs::read(tree_file(cache_dir))
+fn load_old(cache_dir: &Path) -> BTreeMap<String, Node> {
+    std::fs::read(old_tree_file(cache_dir))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_default()
+}
+
+/// A snapshot of one file (before this release) split into one file a folder, then removed.
+fn split_old(cache_dir: &Path, dir: &Path) -> std::io::Result<()> {
+    let old = old_tree_file(cache_dir);
+    if !old.exists() {
+        return Ok(());
+    }
+    for (uri, mut node) in load_old(cache_dir) {
+        node.uri = uri.clone();
+        write_atomically(&folder_file(dir, &uri), &serde_json::to_vec(&node)?)?;
+    }
+    std::fs::remove_file(old)
 }
 
 /// Writes `bytes` to `path` whole or not at all: to a file beside it, synced, renamed over.
@@ -69,10 +106,13 @@ pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()>
 /// The snapshot and the offline state of a mount: since when the backend is out of reach,
 /// and until when it counts as such.
 pub(super) struct Offline {
-    file: PathBuf,
-    /// Folder URI -> the folder's node with its children, as last listed.
-    tree: Mutex<BTreeMap<String, Node>>,
-    dirty: AtomicBool,
+    /// The snapshot's folder (`tree_dir`).
+    dir: PathBuf,
+    /// Folder URI -> the folder's node with its children, recorded since the last save.
+    pending: Mutex<BTreeMap<String, Node>>,
+    /// A digest of each folder's file as written last: a listing fetched again unchanged is
+    /// not written again.
+    written: Mutex<HashMap<String, u64>>,
     /// Since when the backend is out of reach (None: reachable).
     since: Mutex<Option<SystemTime>>,
     /// Until when the backend counts as unreachable (cached listings are used meanwhile).
@@ -83,11 +123,15 @@ pub(super) struct Offline {
 
 impl Offline {
     pub(super) fn open(cache_dir: &Path) -> std::io::Result<Offline> {
-        super::private_dir(&cache_dir.join("offline"))?;
+        let dir = tree_dir(cache_dir);
+        super::private_dir(&dir)?;
+        if let Err(e) = split_old(cache_dir, &dir) {
+            log::warn!("cannot split the offline snapshot into one file a folder: {e}");
+        }
         Ok(Offline {
-            file: tree_file(cache_dir),
-            tree: Mutex::new(load(cache_dir)),
-            dirty: AtomicBool::new(false),
+            dir,
+            pending: Mutex::new(BTreeMap::new()),
+            written: Mutex::new(HashMap::new()),
             since: Mutex::new(None),
             until: Mutex::new(None),
             reconnected: tokio::sync::Notify::new(),
@@ -98,21 +142,24 @@ impl Offline {
     /// if it changed.
     pub(super) fn record(&self, path: &NodePath, node: &Node, children: &[Node]) {
         let mut n = node.clone();
+        n.uri = path.uri();
         n.children = Some(children.to_vec());
-        let mut tree = relock(&self.tree);
-        if tree.get(&path.uri()) != Some(&n) {
-            tree.insert(path.uri(), n);
-            self.dirty.store(true, Ordering::Relaxed);
-        }
+        relock(&self.pending).insert(path.uri(), n);
     }
 
     /// A folder's entries as this mount changed them (`Table::listings_changed_here`): what
     /// the last listing said of each name is kept where the table knows less (a vault's type,
     /// a file's creation time).
     fn record_here(&self, node: Node, children: Vec<Node>) {
-        let mut tree = relock(&self.tree);
+        let mut pending = relock(&self.pending);
         // A folder made here was never listed: the table's view of it is all there is.
-        let folder = tree.entry(node.uri.clone()).or_insert(node);
+        let folder = match pending.entry(node.uri.clone()) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                let last = read_folder(&self.dir, &node.uri);
+                e.insert(last.unwrap_or(node))
+            }
+        };
         let before: BTreeMap<String, Node> = folder
             .children
             .take()
@@ -133,17 +180,35 @@ impl Offline {
             })
             .collect();
         folder.children = Some(children);
-        self.dirty.store(true, Ordering::Relaxed);
     }
 
+    /// Writes the folders recorded since the last save (those that changed).
     fn save(&self) -> std::io::Result<()> {
-        if !self.dirty.swap(false, Ordering::Relaxed) {
-            return Ok(());
+        let pending = std::mem::take(&mut *relock(&self.pending));
+        let mut failed = None;
+        for (uri, node) in pending {
+            let bytes = serde_json::to_vec(&node)?;
+            let digest = {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                bytes.hash(&mut h);
+                h.finish()
+            };
+            if relock(&self.written).get(&uri) == Some(&digest) {
+                continue;
+            }
+            match write_atomically(&folder_file(&self.dir, &uri), &bytes) {
+                Ok(()) => {
+                    relock(&self.written).insert(uri, digest);
+                }
+                Err(e) => {
+                    // Kept for the next save (unless recorded anew meanwhile).
+                    relock(&self.pending).entry(uri).or_insert(node);
+                    failed = Some(e);
+                }
+            }
         }
-        let bytes = serde_json::to_vec(&*relock(&self.tree))?;
-        write_atomically(&self.file, &bytes).inspect_err(|_| {
-            self.dirty.store(true, Ordering::Relaxed);
-        })
+        failed.map_or(Ok(()), Err)
     }
 
     /// Since when the backend is out of reach, if it is.
@@ -198,26 +263,16 @@ impl<B: Backend> Fs<B> {
     /// Loads the snapshot's listings under the mount root into the table (the mount starts
     /// offline). Listings are loaded as fetched now; they are fetched again once they age.
     pub(super) fn restore_snapshot(&self) {
-        let tree = relock(&self.offline.tree).clone();
-        let root = self.opts.root.uri();
         let mut t = self.table();
         let mut dirs = 0;
-        // Parents before children: a shorter URI of the same prefix sorts first.
-        for (uri, node) in &tree {
-            if !(uri == &root || uri.starts_with(&format!("{root}/"))) {
-                continue;
-            }
-            let Ok(path) = NodePath::parse_uri(uri) else {
+        // From the root down, through the folders each listing names (parents before
+        // children); a folder never listed has no file.
+        let mut next = vec![(self.opts.root.clone(), ROOT)];
+        while let Some((path, dir)) = next.pop() {
+            let Some(node) = read_folder(&self.offline.dir, &path.uri()) else {
                 continue;
             };
-            let dir = if uri == &root {
-                ROOT
-            } else {
-                match t.ino_of(&path) {
-                    Some(i) => i,
-                    None => continue, // its parent was not listed
-                }
-            };
+            let node = &node;
             if dir != ROOT {
                 t.update_from(dir, node);
             }
@@ -227,7 +282,11 @@ impl<B: Backend> Fs<B> {
                     continue;
                 }
                 if let Ok(cpath) = path.child(&child.name) {
-                    names.insert(child.name.clone(), t.upsert(&cpath, child).0);
+                    let ino = t.upsert(&cpath, child).0;
+                    if !child.node_type.is_file() {
+                        next.push((cpath, ino));
+                    }
+                    names.insert(child.name.clone(), ino);
                 }
             }
             if let Some(i) = t.get_mut(dir).filter(|i| i.kind == InodeKind::Dir) {
@@ -239,7 +298,7 @@ impl<B: Backend> Fs<B> {
         self.offline.note_unreachable(UNTIL_PROBED);
         log::warn!(
             "started offline from the tree kept in {} ({dirs} folder(s))",
-            self.offline.file.display()
+            self.offline.dir.display()
         );
     }
 }
@@ -303,4 +362,88 @@ pub(super) fn start<B: Backend>(fs: &Arc<Fs<B>>) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::NodeType;
+
+    fn folder(path: &NodePath, children: &[&str]) -> (Node, Vec<Node>) {
+        let node = Node {
+            name: path.name().unwrap_or_default().to_string(),
+            uri: path.uri(),
+            node_type: NodeType::FolderNodeType,
+            ..Node::default()
+        };
+        let children = (children.iter())
+            .map(|n| Node {
+                name: n.to_string(),
+                uri: path.child(n).unwrap().uri(),
+                node_type: NodeType::FileNodeType,
+                id: Some(format!("id-{n}")),
+                size: Some(1),
+                ..Node::default()
+            })
+            .collect();
+        (node, children)
+    }
+
+    /// One file a folder: a save writes the folders recorded since, and not one whose listing
+    /// came again unchanged; nothing else is written, and each reads back whole.
+    #[test]
+    fn a_save_writes_the_folders_that_changed_and_only_those() {
+        let tmp = tempfile::tempdir().unwrap();
+        let off = Offline::open(tmp.path()).unwrap();
+        let a = NodePath::from_segments(["Acme", "Vault", "a"]).unwrap();
+        let b = NodePath::from_segments(["Acme", "Vault", "b"]).unwrap();
+        for (p, names) in [(&a, ["x", "y"]), (&b, ["z", "w"])] {
+            let (n, c) = folder(p, &names);
+            off.record(p, &n, &c);
+        }
+        off.save().unwrap();
+        let file_a = folder_file(&off.dir, &a.uri());
+        let file_b = folder_file(&off.dir, &b.uri());
+        let inode = |f: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(f).unwrap());
+        let (ino_a, ino_b) = (inode(&file_a), inode(&file_b));
+        // a listed again as it was, b with a name gone: only b's file is written anew.
+        let (n, c) = folder(&a, &["x", "y"]);
+        off.record(&a, &n, &c);
+        let (n, c) = folder(&b, &["z"]);
+        off.record(&b, &n, &c);
+        off.save().unwrap();
+        assert_eq!(inode(&file_a), ino_a, "a unchanged: not written");
+        assert_ne!(
+            inode(&file_b),
+            ino_b,
+            "b changed: written aside and renamed over"
+        );
+        let names = |p: &NodePath| -> Vec<String> {
+            (read_folder(&off.dir, &p.uri()).unwrap().children.unwrap())
+                .into_iter()
+                .map(|c| c.name)
+                .collect()
+        };
+        assert_eq!(names(&a), ["x", "y"]);
+        assert_eq!(names(&b), ["z"]);
+        assert_eq!(std::fs::read_dir(&off.dir).unwrap().count(), 2);
+    }
+
+    /// The snapshot of one file an older mount left is split into one file a folder, and goes.
+    #[test]
+    fn the_snapshot_of_one_file_is_split_into_one_a_folder() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = NodePath::from_segments(["Acme", "Vault"]).unwrap();
+        let (mut n, c) = folder(&root, &["x"]);
+        n.children = Some(c);
+        std::fs::create_dir_all(tmp.path().join("offline")).unwrap();
+        let old: BTreeMap<String, Node> = [(root.uri(), n)].into();
+        std::fs::write(old_tree_file(tmp.path()), serde_json::to_vec(&old).unwrap()).unwrap();
+        assert!(can_start_offline(tmp.path(), &root));
+        let off = Offline::open(tmp.path()).unwrap();
+        assert!(!old_tree_file(tmp.path()).exists());
+        assert!(can_start_offline(tmp.path(), &root));
+        let kept = read_folder(&off.dir, &root.uri()).unwrap();
+        assert_eq!(kept.children.unwrap()[0].name, "x");
+    }
 }
