@@ -55,6 +55,9 @@ use crate::api::{
 use download::{RANGES_NO, RANGES_UNKNOWN, RANGES_YES};
 use transport::{Req, Retry, bad_response, header_str};
 
+/// Connections to the server kept idle between bursts (see `RemoteBackend::new`).
+const IDLE_CONNECTIONS: usize = 32;
+
 /// Settings of a [`RemoteBackend`]. (Its `Debug` shows no token: a [`Secret`].)
 #[derive(Clone, Debug)]
 pub struct RemoteConfig {
@@ -154,6 +157,10 @@ impl RemoteBackend {
             .connect_timeout(config.connect_timeout)
             .read_timeout(config.idle_timeout)
             .pool_idle_timeout(Duration::from_secs(60))
+            // At most this many kept idle (rclone keeps twice its checkers and transfers):
+            // otherwise every connection a burst of requests opens stays, a descriptor each,
+            // for the idle timeout, toward the daemon's open-files limit.
+            .pool_max_idle_per_host(IDLE_CONNECTIONS)
             // Connections kept warm between bursts (a new one costs a round trip, more with
             // TLS), and small requests sent at once.
             .tcp_keepalive(Duration::from_secs(30))
