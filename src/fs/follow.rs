@@ -476,6 +476,12 @@ fn gone(
         return; // gone here already (or never listed)
     };
     let Some(i) = t.get(ino) else { return };
+    // This mount's own delete or rename of it, told by the feed before its answer came: the
+    // answer takes the name out. (Listing the folder again for it made every unlink of an
+    // `rm -rf` over a server fetch the whole folder: 22 ms a file at 10,000 files.)
+    if t.sending(ino) {
+        return;
+    }
     // Made again here since (or with bytes waiting here): the delete is older than what we have.
     // The folder is listed again all the same: a listing followed by the feed is trusted until
     // the feed says otherwise, and the next one keeps the name only if it is still to be kept

@@ -486,6 +486,15 @@ impl<B: Backend> Fs<B> {
         }
         let moved = if remote {
             let node = self.backend.rename(&src, &dst, true).await;
+            if let (Err(e), Some(past)) = (&node, self.nodes.freshness.expired()) {
+                // Gone meanwhile, maybe (the feed's word of it waits for this answer:
+                // `follow::gone`): both folders are listed again.
+                if e.kind == crate::api::ErrorKind::NotFound {
+                    let mut t = self.table();
+                    t.expire_listing(parent, past);
+                    t.expire_listing(newparent, past);
+                }
+            }
             Some(node.map_err(|e| errno(&e))?)
         } else {
             None

@@ -539,6 +539,11 @@ impl Table {
         self.in_flight.contains_key(&ino) || self.recent.get(&ino).is_some_and(|t| *t >= at)
     }
 
+    /// Whether a rename or delete of `ino` by this mount is under way (sent, not answered).
+    pub fn sending(&self, ino: Ino) -> bool {
+        self.in_flight.contains_key(&ino)
+    }
+
     /// A change of `ino` by this mount is sent (`follow::Ours`).
     pub(super) fn change_sent(&mut self, ino: Ino) {
         *self.in_flight.entry(ino).or_default() += 1;
