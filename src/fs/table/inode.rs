@@ -55,7 +55,8 @@ pub struct Inode {
     /// listing asked for before that is stale as soon as it comes.
     pub(super) listing_expired: Option<Instant>,
     /// Directories: how many of the listed entries are folders (nlink), counted when first
-    /// asked after the listing changed; a getattr per create would otherwise walk it each time.
+    /// asked after a listing is set, then kept as entries come and go (`Table::count_subdirs`):
+    /// a GETATTR after each change would otherwise walk the listing each time.
     pub(super) subdirs: Cell<Option<u32>>,
     /// Directories: the store has a real `.preview` here, hidden by the virtual one.
     pub hidden_preview: bool,
