@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
 use fuser::{Errno, FileAttr, FileType, FopenFlags};
+use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 
 use crate::backend::Backend;
@@ -56,13 +57,16 @@ pub(super) trait VirtualDir<B: Backend>: Send + Sync {
     fn shown(&self, _fs: &Fs<B>) -> bool {
         true
     }
-    /// LOOKUP of `name` in the virtual folder of `folder`: the key of the folder it names.
+    /// LOOKUP of `name` in the virtual folder of `folder`: the key of the folder it names
+    /// (by default the name itself: any name is a folder, found or not when listed).
     fn dir_key<'a>(
         &'a self,
-        fs: &'a Arc<Fs<B>>,
-        folder: Ino,
+        _fs: &'a Arc<Fs<B>>,
+        _folder: Ino,
         name: &'a str,
-    ) -> BoxFuture<'a, OpResult<String>>;
+    ) -> BoxFuture<'a, OpResult<String>> {
+        futures_util::future::ready(Ok(name.to_string())).boxed()
+    }
     /// LOOKUP of `name` in the folder `dir`: the key of the entry it names.
     fn leaf_key<'a>(
         &'a self,

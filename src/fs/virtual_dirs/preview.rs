@@ -119,15 +119,6 @@ impl<B: Backend> VirtualDir<B> for Previews {
         0
     }
 
-    fn dir_key<'a>(
-        &'a self,
-        _fs: &'a Arc<Fs<B>>,
-        _folder: Ino,
-        name: &'a str,
-    ) -> BoxFuture<'a, OpResult<String>> {
-        futures_util::future::ready(Ok(name.to_string())).boxed()
-    }
-
     fn leaf_key<'a>(
         &'a self,
         _fs: &'a Arc<Fs<B>>,

@@ -102,15 +102,6 @@ impl<B: Backend> VirtualDir<B> for Searches {
         virtual_names::SEARCH_BIT
     }
 
-    fn dir_key<'a>(
-        &'a self,
-        _fs: &'a Arc<Fs<B>>,
-        _folder: Ino,
-        query: &'a str,
-    ) -> BoxFuture<'a, OpResult<String>> {
-        futures_util::future::ready(Ok(query.to_string())).boxed()
-    }
-
     fn leaf_key<'a>(
         &'a self,
         fs: &'a Arc<Fs<B>>,

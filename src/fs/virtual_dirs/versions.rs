@@ -116,15 +116,6 @@ impl<B: Backend> VirtualDir<B> for Versions {
         virtual_names::VERSIONS_BIT
     }
 
-    fn dir_key<'a>(
-        &'a self,
-        _fs: &'a Arc<Fs<B>>,
-        _folder: Ino,
-        name: &'a str,
-    ) -> BoxFuture<'a, OpResult<String>> {
-        futures_util::future::ready(Ok(name.to_string())).boxed()
-    }
-
     fn leaf_key<'a>(
         &'a self,
         fs: &'a Arc<Fs<B>>,
