@@ -682,6 +682,27 @@ pub(crate) fn test_path(rel: &str) -> crate::api::NodePath {
 mod tests {
     use super::*;
 
+    /// Two stores of one folder (ours, another process's), and the vault both see.
+    fn two_stores(tmp: &tempfile::TempDir) -> (PathBuf, Store, Store, crate::api::NodePath) {
+        let dir = tmp.path().join("store");
+        let (ours, theirs) = (
+            Store::open_local(&dir).unwrap(),
+            Store::open_local(&dir).unwrap(),
+        );
+        let vault = crate::api::NodePath::from_segments(["Local", "My First Vault"]).unwrap();
+        (dir, ours, theirs, vault)
+    }
+
+    /// A commit on a connection of its own that changes no file (as the search indexer's).
+    fn commit_of_no_change(dir: &Path, i: u64) {
+        let raw = rusqlite::Connection::open(dir.join("vault.db")).unwrap();
+        raw.execute(
+            "INSERT INTO search_docs (blob, status) VALUES (?1, 2)",
+            [format!("not-a-blob-{i}")],
+        )
+        .unwrap();
+    }
+
     /// Another process's commit counts at once, also when the answer comes from the
     /// wal-index's header (no transaction); our own commits never count, nor others' that
     /// change no file (the search indexer's). (An ask that finds
@@ -690,12 +711,7 @@ mod tests {
     #[test]
     fn foreign_commits_count_others_at_once_and_never_ours() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("store");
-        let (ours, theirs) = (
-            Store::open_local(&dir).unwrap(),
-            Store::open_local(&dir).unwrap(),
-        );
-        let vault = crate::api::NodePath::from_segments(["Local", "My First Vault"]).unwrap();
+        let (dir, ours, theirs, vault) = two_stores(&tmp);
         let settled = |want: u64| {
             let deadline = std::time::Instant::now() + Duration::from_millis(100);
             loop {
@@ -734,13 +750,7 @@ mod tests {
                 "their commit, at once"
             );
             let read_before = relock(&ours.foreign_read).data_version;
-            let raw = rusqlite::Connection::open(dir.join("vault.db")).unwrap();
-            raw.execute(
-                "INSERT INTO search_docs (blob, status) VALUES (?1, 2)",
-                [format!("not-a-blob-{i}")],
-            )
-            .unwrap();
-            drop(raw);
+            commit_of_no_change(&dir, i);
             // Asked until an ask found the connection free and read the commit.
             let deadline = std::time::Instant::now() + Duration::from_secs(5);
             while relock(&ours.foreign_read).data_version == read_before {
@@ -765,12 +775,7 @@ mod tests {
     #[test]
     fn our_change_then_a_commit_that_changes_no_file_is_no_foreign_change() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("store");
-        let (ours, theirs) = (
-            Store::open_local(&dir).unwrap(),
-            Store::open_local(&dir).unwrap(),
-        );
-        let vault = crate::api::NodePath::from_segments(["Local", "My First Vault"]).unwrap();
+        let (dir, ours, theirs, vault) = two_stores(&tmp);
         // Asked until an ask found the connection free and read what was committed.
         let read_all = || {
             let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -800,13 +805,7 @@ mod tests {
         for i in 0..3 {
             ours.create_folder(Scope::All, &vault.child(&format!("ours{i}")).unwrap())
                 .unwrap();
-            let raw = rusqlite::Connection::open(dir.join("vault.db")).unwrap();
-            raw.execute(
-                "INSERT INTO search_docs (blob, status) VALUES (?1, 2)",
-                [format!("not-a-blob-{i}")],
-            )
-            .unwrap();
-            drop(raw);
+            commit_of_no_change(&dir, i);
             assert_eq!(read_all(), count, "our change, then a commit of no change");
             // Theirs still counts, also right after ours.
             ours.create_folder(Scope::All, &vault.child(&format!("again{i}")).unwrap())
