@@ -246,7 +246,7 @@ impl<B: Backend> Fs<B> {
         let r = i.remote.as_ref()?;
         let known = match &i.staged {
             Some(s) => s.base(),
-            None => super::io::base_of(i),
+            None => i.base(),
         };
         Some((r.id.clone(), known))
     }

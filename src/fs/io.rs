@@ -60,11 +60,7 @@ impl<B: Backend> Fs<B> {
             }
             // A whole rewrite replaces what was read here; a write into the bytes, the
             // version they are copied from.
-            let base = if truncate {
-                base_of(i)
-            } else {
-                known_base(i.remote.as_ref())
-            };
+            let base = if truncate { i.base() } else { i.known_base() };
             (i.path.clone(), i.remote.clone(), base)
         };
         let staged = self
@@ -391,32 +387,5 @@ fn same_version(a: Option<&super::table::Remote>, b: Option<&super::table::Remot
         (Some(a), Some(b)) => a.id == b.id && a.md5 == b.md5 && a.size == b.size,
         (None, None) => true,
         _ => false,
-    }
-}
-
-/// What bytes copied from `remote` replace: the version the mount knows (no check where the
-/// backend gave no md5), or nothing for a name that is new here.
-fn known_base(remote: Option<&super::table::Remote>) -> crate::api::Base {
-    use crate::api::Base;
-    match remote {
-        Some(r) => match (&r.md5, r.size) {
-            (Some(md5), _) => Base::Md5(md5.clone()),
-            // A file made (step 1) with no version yet, from a server that sends no md5 for
-            // it: nothing stored, as empty as a new name (as "any", a delete of it would take
-            // another writer's first version with it unchecked).
-            (None, 0) => Base::Absent,
-            // A server that sends no md5s: nothing to compare.
-            (None, _) => Base::Any,
-        },
-        None => Base::Absent,
-    }
-}
-
-/// What a whole rewrite of `i` replaces (O_TRUNC, a save-by-rename over it): the version last
-/// read or stored here (the bytes an editor has), else the one the mount knows.
-pub(super) fn base_of(i: &super::table::Inode) -> crate::api::Base {
-    match (&i.read_md5, &i.remote) {
-        (Some(read), Some(_)) => crate::api::Base::Md5(read.clone()),
-        _ => known_base(i.remote.as_ref()),
     }
 }

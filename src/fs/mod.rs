@@ -4,14 +4,19 @@
 //!   calls returns typed results and never sees a reply, so tests call it without a mount:
 //!   `listing` (listings, LOOKUP, GETATTR, READDIR), `namespace` (mkdir, create, unlink, rename,
 //!   setattr, xattrs), `io` (open, read, write, release, fsync);
-//! - `table`: inodes, attributes, cached listings; `errno`: the one error table;
-//! - `staging`: write staging files, and the staged file's life (`staging/lifecycle.rs`: every
-//!   step from open to retired, removed or renamed) with the one retry policy of uploads;
-//!   `journal`: the upload journal; `upload`, `writeback`: the uploaders (file by file; in
-//!   batches, where the backend is a store in this process, `LocalStore`), which schedule
-//!   and send and leave every change of a staged file's state to `lifecycle`;
+//! - `table`: inodes, attributes (and those kept here for a backend that keeps none), cached
+//!   listings, a file's staged copy and passthrough backing file; at the bottom, it imports
+//!   nothing of the modules around it; `nodes`: the table with its refreshes and follower;
+//!   `errno`: the one error table;
+//! - `staging`: write staging files, and the staged file's life (`staging/state.rs`: its
+//!   states and which step may be taken from where; `staging/lifecycle.rs`: every step from
+//!   open to retired, removed or renamed, as the mount takes it) with the one retry policy of
+//!   uploads; `journal`: the upload journal; `upload`: the uploads part, the one place a file
+//!   is scheduled (file by file, or for a batch where the backend is a store in this process,
+//!   `LocalStore`: `writeback`, around its queue); the uploaders send and leave every change
+//!   of a staged file's state to `lifecycle`;
 //! - `descriptors`: the mount's own files opened when used, their open descriptors bounded;
-//! - `cache`: the read cache; `virtual_dirs`: the virtual folders of every folder (`.preview`,
+//! - `cache`: the read cache; `reads`: the cache with the parts that use it; `virtual_dirs`: the virtual folders of every folder (`.preview`,
 //!   `.versions`, `.search`, `.sh_thumbnails`: one module each behind one trait) and the router
 //!   the request logic asks about virtual inodes and names, above the inode table and the read
 //!   cache; `virtual_names`: their names and inode bits, at the bottom, for the modules below
@@ -28,10 +33,10 @@
 //! shown, the kernel's notifier) and one part per concern, each a type of the module that
 //! owns the concern, with its own fields (and methods where they touch that part only):
 //!
-//! - `nodes` (`table::Nodes`): the inode table, the refreshes of listings and attributes under
+//! - `nodes` (`nodes::Nodes`): the inode table, the refreshes of listings and attributes under
 //!   way, whether what was fetched may still be used, the follower of changes made elsewhere;
 //! - `handles` (`open::Handles`): open handles, the next number, those running a program;
-//! - `reads` (`cache::Reads`): the read cache, prefetching, pins, passthrough, the kernel's
+//! - `reads` (`reads::Reads`): the read cache, prefetching, pins, passthrough, the kernel's
 //!   read-ahead, and the READ and WRITE requests the daemon answered;
 //! - `journal` (`journal::Journal`): the staged files that wait for upload, across restarts;
 //! - `uploads` (`upload::Uploads`): uploads running, their window, the batch queue, the
@@ -55,12 +60,12 @@
 //!
 //! 1. a file's `io` (`Inode::io`, async, held across backend calls): uploads and namespace
 //!    changes of one node, one at a time; two at once only in inode order (rename);
-//! 2. the write-back queue (`Uploads::writeback`);
+//! 2. the write-back queue (`Uploads::writeback`, `writeback::queue`);
 //! 3. the `uploading` set (`Uploads::uploading`);
 //! 4. the inode table (`Nodes::table`; the attributes kept here live inside it);
 //! 5. a staged file's own: `order` (writes, truncates, seals) before its hashing-ahead state
 //!    (whose hasher it may wait for); its journal state before the journal's log; its data,
-//!    mtime and life (`lifecycle::State`) locks are innermost;
+//!    mtime and life (`state::State`) locks are innermost;
 //! 6. the read cache's index (`Reads::cache`), then a cache entry's `present` set (an
 //!    entry's async `fetching` is taken with none of the locks above held);
 //! 7. `Nodes::freshness` (under the table; it asks the backend for its count of others' changes,
@@ -89,6 +94,7 @@ mod journal;
 mod listing;
 mod markers;
 mod namespace;
+mod nodes;
 pub mod offline;
 mod open;
 mod pacing;
@@ -96,6 +102,7 @@ mod passthrough;
 mod pinned;
 mod prefetch;
 mod read_ahead;
+mod reads;
 mod space;
 mod spares;
 mod staging;
@@ -251,12 +258,12 @@ pub(crate) struct Fs<B: Backend> {
     gid: u32,
     /// Invalidates what the kernel caches, once mounted.
     notifier: OnceLock<Notifier>,
-    /// The inode table and what keeps it fresh (`table::Nodes`).
-    nodes: table::Nodes,
+    /// The inode table and what keeps it fresh (`nodes::Nodes`).
+    nodes: nodes::Nodes,
     /// Open handles (`open::Handles`).
     handles: open::Handles,
-    /// The read cache and how reads reach it (`cache::Reads`).
-    reads: cache::Reads,
+    /// The read cache and how reads reach it (`reads::Reads`).
+    reads: reads::Reads,
     /// The staged files' upload journal (`journal::Journal`).
     journal: Journal,
     /// The uploads: running, paced, batched, handed over (`upload::Uploads`).
@@ -291,14 +298,16 @@ impl<B: Backend> Fs<B> {
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let mut table = Table::new(opts.root.clone());
-        table.kept = attrs::KeptHere::load(&opts.cache_dir.join("attrs"))?;
+        let kept = opts.cache_dir.join("attrs");
+        private_dir(&kept)?;
+        table.kept = table::KeptHere::load(&kept)?;
         let conflicts = conflict::Conflicts::open(&opts.cache_dir)?;
         let fs = Arc::new(Fs {
             backend: Arc::new(backend),
             rt,
-            nodes: table::Nodes::new(table, opts.dir_ttl),
+            nodes: nodes::Nodes::new(table, opts.dir_ttl),
             handles: open::Handles::new(),
-            reads: cache::Reads {
+            reads: reads::Reads {
                 cache,
                 prefetch: prefetch::Prefetch::default(),
                 pinned: pinned::Pinned::open(&opts.cache_dir),
@@ -310,7 +319,7 @@ impl<B: Backend> Fs<B> {
                 read_ahead_kb: std::sync::atomic::AtomicU32::new(0),
                 daemon_reads: AtomicU64::new(0),
                 daemon_writes: AtomicU64::new(0),
-                last_read: cache::LastRead::new(),
+                last_read: reads::LastRead::new(),
             },
             journal,
             uid,

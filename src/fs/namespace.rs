@@ -14,7 +14,7 @@ use super::follow::Ours;
 use super::io::Opened;
 use super::passthrough::Register;
 use super::pinned::XATTR as PIN_XATTR;
-use super::staging::Removal;
+use super::staging::lifecycle::Removal;
 use super::table::{Ino, InodeKind};
 use super::virtual_dirs::{is_virtual, is_virtual_name};
 use super::{Fs, OpResult};
@@ -450,7 +450,7 @@ impl<B: Backend> Fs<B> {
                 t.get(tino).and_then(|i| {
                     (i.kind == InodeKind::File).then(|| match &i.staged {
                         Some(s) => s.base(),
-                        None => super::io::base_of(i),
+                        None => i.base(),
                     })
                 })
             }
@@ -512,7 +512,7 @@ impl<B: Backend> Fs<B> {
             // the upload a conflict (editors' save-by-rename).
             let target_base = t.get(tino).map(|i| match &i.staged {
                 Some(s) => s.base(),
-                None => super::io::base_of(i),
+                None => i.base(),
             });
             self.replaced(&mut t, tino);
             // The replaced remote file's ID now belongs to the renamed one (same path).

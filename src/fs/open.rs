@@ -13,7 +13,7 @@ use super::errno::io_errno;
 use super::io::Opened;
 use super::passthrough::{self, Register};
 use super::staging::Staged;
-use super::table::{Ino, InodeKind, Remote};
+use super::table::{Backing, Ino, InodeKind, Remote};
 use super::virtual_dirs::is_virtual;
 use super::{Fs, Handle, OpResult};
 use crate::backend::Backend;
@@ -338,7 +338,7 @@ impl<B: Backend> Fs<B> {
         staged.kernel_writer_joins(afresh);
         // What the kernel caches of the inode is older than what it now writes past it.
         i.kernel_md5 = None;
-        let shared = passthrough::Shared::new(staged.backing_key(), id, fh, source);
+        let shared = Backing::new(staged.backing_key(), id, fh, source.keep());
         let id = shared.id();
         i.pt = Some(shared);
         Ok(Some(id))
@@ -384,7 +384,7 @@ impl<B: Backend> Fs<B> {
                         .reads
                         .passthrough
                         .register(&src, register)
-                        .map(|id| passthrough::Shared::new(key, id, fh, src)),
+                        .map(|id| Backing::new(key, id, fh, src.keep())),
                     _ => None,
                 };
                 i.open_handles += 1;

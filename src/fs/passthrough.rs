@@ -9,7 +9,8 @@
 //! with EIO (and a passthrough open of an inode open the plain way fails too). So:
 //!
 //! - an inode with passthrough opens shares their backing file with readers of the same
-//!   version; it never gets a plain open nor a staged copy (`Inode::pt`, `Inode::plain_pending`);
+//!   version; it never gets a plain open nor a staged copy (`Inode::pt`, a
+//!   `table::Backing`; `Inode::plain_pending`);
 //! - an open that needs something else (a writer, a reader of a newer version) moves the name to
 //!   a new inode ([`super::table::Table::reissue`]) and answers ESTALE: the kernel looks the
 //!   name up again and opens the new inode (open(2) retries once on ESTALE). The readers keep
@@ -18,7 +19,7 @@
 //! Fallback: a kernel without passthrough, a daemon without CAP_SYS_ADMIN (the kernel refuses
 //! the backing file), `--no-passthrough`, macOS: every open is served the plain way.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -47,15 +48,6 @@ pub(super) struct Passthrough {
     paths: Mutex<HashMap<String, PathBuf>>,
 }
 
-/// Passthrough opens of one inode: the backing file they share.
-pub(crate) struct Shared {
-    key: String,
-    id: Arc<BackingId>,
-    handles: HashSet<u64>,
-    /// The read-cache file the backing file is: kept (never evicted) while open.
-    _entry: Option<Arc<CachedFile>>,
-}
-
 /// Where a version's bytes are whole on local disk.
 pub(super) enum Source {
     File(File),
@@ -75,6 +67,15 @@ impl Source {
 
     fn fd(&self) -> BorrowedFd<'_> {
         self.file().as_fd()
+    }
+
+    /// What the backing file made of this source keeps alive while it is open: a read-cache
+    /// file is never evicted meanwhile.
+    pub(super) fn keep(&self) -> Option<Arc<dyn Send + Sync>> {
+        match self {
+            Source::CachedFile(e, _) => Some(e.clone() as Arc<dyn Send + Sync>),
+            Source::File(_) | Source::Staged(_) => None,
+        }
     }
 }
 
@@ -153,41 +154,6 @@ impl Passthrough {
                 None
             }
         }
-    }
-}
-
-impl Shared {
-    pub(super) fn new(key: String, id: BackingId, fh: u64, source: Source) -> Shared {
-        let entry = match source {
-            Source::CachedFile(e, _) => Some(e),
-            Source::File(_) | Source::Staged(_) => None,
-        };
-        Shared {
-            key,
-            id: Arc::new(id),
-            handles: HashSet::from([fh]),
-            _entry: entry,
-        }
-    }
-
-    pub(super) fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// One more open sharing the backing file.
-    pub(super) fn join(&mut self, fh: u64) -> Arc<BackingId> {
-        self.handles.insert(fh);
-        self.id.clone()
-    }
-
-    pub(super) fn id(&self) -> Arc<BackingId> {
-        self.id.clone()
-    }
-
-    /// A handle closed; true when it was the last one.
-    pub(super) fn leave(&mut self, fh: u64) -> bool {
-        self.handles.remove(&fh);
-        self.handles.is_empty()
     }
 }
 

@@ -8,43 +8,18 @@ use std::time::{Instant, SystemTime};
 
 use fuser::FileAttr;
 
-use super::attrs::KeptHere;
 use super::staging::Staged;
 use crate::api::{Node, NodePath};
 
 pub type Ino = u64;
 pub const ROOT: Ino = 1;
 
+mod backing;
 mod inode;
+mod kept;
+pub use backing::Backing;
 pub use inode::{Inode, InodeKind, Remote, kind_of};
-
-/// The namespace part of the mount: the inode table, the refreshes of its listings and
-/// attributes under way, whether what it fetched may still be used, and the follower of
-/// changes made elsewhere, which drops what they make stale.
-pub(super) struct Nodes {
-    pub(super) table: std::sync::Mutex<Table>,
-    /// Folders whose listing is being fetched again.
-    pub(super) refreshing: std::sync::Mutex<HashSet<Ino>>,
-    /// Nodes whose attributes are being fetched again.
-    pub(super) attr_refreshing: std::sync::Mutex<HashSet<Ino>>,
-    /// Whether a listing or attributes fetched at some time may still be used.
-    pub(super) freshness: super::freshness::Freshness,
-    /// What the follower of changes made elsewhere keeps (`follow`).
-    pub(super) follow: Arc<super::follow::Follow>,
-}
-
-impl Nodes {
-    /// `table`, with listings reused for `dir_ttl`.
-    pub(super) fn new(table: Table, dir_ttl: std::time::Duration) -> Nodes {
-        Nodes {
-            table: std::sync::Mutex::new(table),
-            refreshing: Default::default(),
-            attr_refreshing: Default::default(),
-            freshness: super::freshness::Freshness::new(dir_ttl),
-            follow: Arc::default(),
-        }
-    }
-}
+pub use kept::{Kept, KeptHere};
 
 pub struct Table {
     inodes: HashMap<Ino, Inode>,

@@ -40,7 +40,7 @@ pub(super) const SIZES: [(&str, u32); 2] = [("normal", 128), ("large", 256)];
 /// entry there is and would find it invalid (then thumbnail the file by reading it).
 const OTHER_SIZES: [&str; 2] = ["x-large", "xx-large"];
 /// How long the mount goes without a reader's READ of stored bytes before entries are made
-/// (their previews are fetched over the same link: `cache::LastRead`).
+/// (their previews are fetched over the same link: `reads::LastRead`).
 const READERS_FIRST: Duration = Duration::from_millis(500);
 /// Files waiting at most: a listing of 100,000 files queues the first of them only.
 const MAX_QUEUED: usize = 1000;
@@ -270,7 +270,7 @@ impl<B: Backend> Fs<B> {
                 self.remove_entries(gone).await;
                 continue;
             }
-            // Readers first (see `cache::LastRead`).
+            // Readers first (see `reads::LastRead`).
             let wait = self.reads.last_read.quiet_in(READERS_FIRST);
             if !wait.is_zero() {
                 tokio::time::sleep(wait).await;

@@ -20,7 +20,7 @@ pub(super) struct Uploads {
     /// The uploads' window and the batching of their first step (`pacing`).
     pub(super) pacing: super::pacing::Pacing,
     /// Closed files waiting for the next batch (backends that store batches).
-    pub(super) writeback: super::writeback::Writeback,
+    pub(super) writeback: super::writeback::queue::Writeback,
     /// The journal is being handed to a new daemon: no upload or batch starts any more.
     pub(super) handing_over: std::sync::atomic::AtomicBool,
     /// Uploads and batches between their start and their journal entry's end.
@@ -40,6 +40,13 @@ impl Uploads {
             storing: Default::default(),
             tracker: Default::default(),
         }
+    }
+
+    /// `ino` goes to the next batch (a backend that stores batches: `writeback`), counted as
+    /// uploading until the batch is through.
+    pub(super) fn to_batch(&self, ino: Ino) {
+        relock(&self.uploading).insert(ino);
+        self.writeback.enqueue(ino);
     }
 }
 
@@ -64,11 +71,11 @@ pub fn recover<B: Backend>(fs: &Arc<Fs<B>>) -> std::io::Result<()> {
 /// Makes sure an upload runs for `ino` (in the next batch, for a backend with batches; else a
 /// task of its own, which keeps going until the file is clean).
 pub fn schedule<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
-    let new = relock(&fs.uploads.uploading).insert(ino);
     if fs.backend.local().is_some() {
-        fs.uploads.writeback.enqueue(ino);
+        fs.uploads.to_batch(ino);
         return;
     }
+    let new = relock(&fs.uploads.uploading).insert(ino);
     if !new {
         return;
     }

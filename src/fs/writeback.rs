@@ -11,30 +11,20 @@
 //! The queue's place in the file system's lock order: after a file's `io`, before the
 //! `uploading` set and the inode table (see `fs`, "Locks").
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{Notify, oneshot};
-
 use super::Fs;
-use super::staging::{Next, Retry, Staged, ToStore};
+use super::staging::lifecycle::ToStore;
+use super::staging::{Next, Staged};
 use super::table::Ino;
 use crate::api::{Error, ErrorKind};
 use crate::backend::Backend;
 use crate::sync::relock;
 
-/// Most files in one batch, and at most half the descriptor pool's bound: a batch holds its
-/// files open while it is stored (a copy of each too, where the store cannot link it), and under
-/// `ulimit -n 1024` a batch of 1,024 ran the process out of descriptors.
-const MAX_FILES: usize = 1024;
+pub(super) mod queue;
 
-fn max_files() -> usize {
-    MAX_FILES.min(super::descriptors::Pool::global().cap() / 2)
-}
-/// Most bytes in one batch (a few large files do not hold up the small ones for long).
-const MAX_BYTES: u64 = 256 << 20;
 /// During a burst, batches start at most this often unless an fsync waits. A batch's durable
 /// work (a journal commit for the blobs, one for the WAL) costs the same for 5 files as for
 /// 500, and while it runs it holds up every other metadata change on the file system, the
@@ -42,100 +32,6 @@ const MAX_BYTES: u64 = 256 << 20;
 /// burst of 5,000 files from a thousand small batches into a hundred large ones. An idle
 /// mount stores a closed file at once: the pause applies only right after a batch.
 const BURST_GATHER: Duration = Duration::from_millis(10);
-
-#[derive(Default)]
-pub struct Writeback {
-    queue: Mutex<Queue>,
-    wake: Notify,
-    /// An fsync is waiting: a gathering pause ends at once.
-    urgent: Notify,
-}
-
-#[derive(Default)]
-struct Queue {
-    order: VecDeque<Ino>,
-    queued: HashSet<Ino>,
-    /// fsync callers waiting for a file's bytes: true once stored.
-    waiters: HashMap<Ino, Vec<Waiter>>,
-    /// Failed attempts in a row, per file.
-    failures: HashMap<Ino, Retry>,
-}
-
-/// An fsync caller: the staged copy it synced and that copy's generation then. Answered by
-/// what that very copy says (`Staged::synced`), never by news of another copy of the inode:
-/// a batch that stored the copy before (retired since) once answered the fsync of the next
-/// copy with true before its bytes were sent (the lifecycle test of an open joining a
-/// settling copy, 3 runs in 150 under load).
-struct Waiter {
-    copy: Arc<Staged>,
-    need: u64,
-    answer: oneshot::Sender<bool>,
-}
-
-impl Writeback {
-    fn queue(&self) -> MutexGuard<'_, Queue> {
-        relock(&self.queue)
-    }
-
-    /// Queues `ino` for the next batch (once, however often it is asked).
-    pub fn enqueue(&self, ino: Ino) {
-        let mut q = self.queue();
-        if q.queued.insert(ino) {
-            q.order.push_back(ino);
-        }
-        drop(q);
-        self.wake.notify_one();
-    }
-
-    fn has_waiters(&self) -> bool {
-        !self.queue().waiters.is_empty()
-    }
-
-    /// Takes what the next batch holds, within the bounds.
-    fn take<B: Backend>(&self, fs: &Fs<B>) -> Vec<(Ino, bool)> {
-        let mut q = self.queue();
-        let mut out = Vec::new();
-        let mut bytes = 0u64;
-        while let Some(&ino) = q.order.front() {
-            let size = fs
-                .table()
-                .get(ino)
-                .and_then(|i| i.staged.as_ref().map(|s| s.size()))
-                .unwrap_or(0);
-            if !out.is_empty() && (out.len() >= max_files() || bytes + size > MAX_BYTES) {
-                break;
-            }
-            q.order.pop_front();
-            q.queued.remove(&ino);
-            bytes += size;
-            out.push((ino, q.waiters.contains_key(&ino)));
-        }
-        out
-    }
-
-    /// Answers the fsync callers of `ino` whose copy is stored (true) or set aside (false);
-    /// those of copy `failed` (an attempt to store it failed) with false. The others wait on.
-    fn answer(&self, ino: Ino, failed: Option<&Arc<Staged>>) {
-        let mut q = self.queue();
-        let Some(waiters) = q.waiters.remove(&ino) else {
-            return;
-        };
-        let mut left = Vec::new();
-        for w in waiters {
-            let now = match failed {
-                Some(f) if Arc::ptr_eq(f, &w.copy) => Some(false),
-                _ => w.copy.synced(w.need),
-            };
-            match now {
-                Some(stored) => drop(w.answer.send(stored)),
-                None => left.push(w),
-            }
-        }
-        if !left.is_empty() {
-            q.waiters.insert(ino, left);
-        }
-    }
-}
 
 /// Starts the worker (once per mount, for backends with batches).
 pub fn start<B: Backend>(fs: &Arc<Fs<B>>) {
@@ -171,21 +67,9 @@ pub fn start<B: Backend>(fs: &Arc<Fs<B>>) {
 /// fsync: the file goes into the next batch, and this returns once the bytes of `copy` as they
 /// are now are stored (true), or the attempt failed (false).
 pub async fn flush<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, copy: &Arc<Staged>) -> bool {
-    let (tx, rx) = oneshot::channel();
-    let waiter = Waiter {
-        copy: copy.clone(),
-        need: copy.generation(),
-        answer: tx,
-    };
-    fs.uploads
-        .writeback
-        .queue()
-        .waiters
-        .entry(ino)
-        .or_default()
-        .push(waiter);
+    let rx = fs.uploads.writeback.wait_for(ino, copy);
     fs.uploads.writeback.urgent.notify_one();
-    super::upload::schedule(fs, ino);
+    fs.uploads.to_batch(ino);
     rx.await.unwrap_or(false)
 }
 
@@ -483,14 +367,8 @@ mod tests {
                 .unwrap();
         assert_eq!(h.fs.write(opened.fh, 0, b"two"), Ok(3));
         let copy = h.fs.writing(opened.fh).unwrap();
-        let (tx, mut rx) = oneshot::channel();
-        let waiter = Waiter {
-            copy: copy.clone(),
-            need: copy.generation(),
-            answer: tx,
-        };
         let wb = &h.fs.uploads.writeback;
-        wb.queue().waiters.entry(ino).or_default().push(waiter);
+        let mut rx = wb.wait_for(ino, &copy);
 
         // The end of the batch that stored "one".
         finished(&h.fs, ino, true);

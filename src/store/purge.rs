@@ -237,7 +237,7 @@ fn chunk(conn: &Connection, blobs: &Blobs) -> Result<bool> {
             }
         }
     }
-    let freed = super::nodes::free_blobs(&tx, hashes)?;
+    let freed = super::nodes::retention::free_blobs(&tx, hashes)?;
     tx.commit()?;
     let freed: Vec<&String> = freed.iter().collect();
     if let Err(e) = super::remove_unrecorded(conn, blobs, &freed) {

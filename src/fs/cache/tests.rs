@@ -2,19 +2,6 @@
 
 use super::*;
 
-/// Background work waits for a quiet spell after the mount's start and after each read,
-/// and not once the spell has passed.
-#[test]
-fn background_work_waits_for_readers_to_go_quiet() {
-    use std::time::Duration;
-    let last = LastRead::new();
-    assert!(last.quiet_in(Duration::from_secs(10)) > Duration::from_secs(9));
-    std::thread::sleep(Duration::from_millis(60));
-    assert_eq!(last.quiet_in(Duration::from_millis(50)), Duration::ZERO);
-    last.note();
-    assert!(last.quiet_in(Duration::from_secs(10)) > Duration::from_secs(9));
-}
-
 /// Whatever ID and md5 a server sent, the cache's files are plain names in its own dir.
 #[test]
 fn file_names_never_come_from_the_server() {

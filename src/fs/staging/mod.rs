@@ -2,8 +2,10 @@
 //! in the upload journal (`journal.rs`) says where its bytes belong.
 //!
 //! Here: the staged file and what the daemon's own writes, cuts and reservations do to it.
-//! `lifecycle`: where a staged file is in its life, and every step that moves it on (opened,
-//! closed, settled, stored, retired, removed, renamed, set aside). `retry`: how a failed store
+//! `state`: where a staged file is in its life, and which step may be taken from where.
+//! `lifecycle`: every step that moves it on, as the mount takes it (opened, closed, settled,
+//! stored, retired, removed, renamed, set aside); it alone of `staging` sits above the inode
+//! table, which holds staged files. `retry`: how a failed store
 //! is tried again. `ahead`: hashing sequential writes while they arrive. `kernel`: files the
 //! kernel writes itself (passthrough).
 use std::fs::{self, File};
@@ -22,12 +24,12 @@ use crate::sync::relock;
 
 mod ahead;
 mod kernel;
-mod lifecycle;
+pub(super) mod lifecycle;
 mod retry;
+pub(super) mod state;
 
 use ahead::{Ahead, HashAhead};
 pub use kernel::kernel_writes_safe;
-pub(super) use lifecycle::{Removal, ToStore};
 pub use retry::{Next, Retry};
 
 /// A staged file: the bytes a writer sees, and how far they are from being uploaded.
@@ -57,8 +59,8 @@ pub struct Staged {
     /// Bumped by every change; an upload records the generation it sent.
     generation: AtomicU64,
     uploaded: AtomicU64,
-    /// Where the file is in its life, and its writers (`lifecycle`).
-    state: Mutex<lifecycle::State>,
+    /// Where the file is in its life, and its writers (`state`).
+    state: Mutex<state::State>,
     /// Of those, the handles the kernel writes through itself (passthrough): their writes never
     /// reach the daemon, so size and time are read from the file (`observe`) and each of their
     /// releases counts as a change.

@@ -9,8 +9,8 @@ use std::time::{Instant, SystemTime};
 use fuser::{FileAttr, FileType, INodeNo};
 
 use super::Ino;
-use crate::api::{EXEC_BITS, Node, NodePath, NodeType, file_mode};
-use crate::fs::attrs::Kept;
+use super::{Backing, Kept};
+use crate::api::{Base, EXEC_BITS, Node, NodePath, NodeType, file_mode};
 use crate::fs::staging::Staged;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,7 +67,7 @@ pub struct Inode {
     /// md5 of the content the kernel may have in its page cache for this file.
     pub kernel_md5: Option<String>,
     /// md5 of the version last opened for reading here, or stored from here: what a whole
-    /// rewrite (O_TRUNC, a save-by-rename over it) replaces (`io::base_of`).
+    /// rewrite (O_TRUNC, a save-by-rename over it) replaces (`Inode::base`).
     pub read_md5: Option<String>,
     /// Removed from the namespace while still open.
     pub unlinked: bool,
@@ -77,7 +77,7 @@ pub struct Inode {
     /// there is a new file, never bytes written into a detached inode and dropped).
     pub gone_elsewhere: bool,
     /// Passthrough opens and the backing file they share (see `passthrough`).
-    pub pt: Option<crate::fs::passthrough::Shared>,
+    pub pt: Option<Backing>,
     /// Plain opens on their way (a writer staging its copy): no passthrough open starts meanwhile.
     pub plain_pending: u32,
     /// Last change made here to its name or existence (created, renamed, uploaded): a listing
@@ -251,6 +251,35 @@ impl Inode {
             download_link_uri: node.download_link_uri.clone(),
         });
         changed
+    }
+}
+
+impl Inode {
+    /// What bytes copied from the stored version replace (a write into them): the version the
+    /// mount knows (no check where the backend gave no md5), or nothing for a name that is new
+    /// here.
+    pub fn known_base(&self) -> Base {
+        match &self.remote {
+            Some(r) => match (&r.md5, r.size) {
+                (Some(md5), _) => Base::Md5(md5.clone()),
+                // A file made (step 1) with no version yet, from a server that sends no md5 for
+                // it: nothing stored, as empty as a new name (as "any", a delete of it would
+                // take another writer's first version with it unchecked).
+                (None, 0) => Base::Absent,
+                // A server that sends no md5s: nothing to compare.
+                (None, _) => Base::Any,
+            },
+            None => Base::Absent,
+        }
+    }
+
+    /// What a whole rewrite replaces (O_TRUNC, a save-by-rename over it): the version last
+    /// read or stored here (the bytes an editor has), else the one the mount knows.
+    pub fn base(&self) -> Base {
+        match (&self.read_md5, &self.remote) {
+            (Some(read), Some(_)) => Base::Md5(read.clone()),
+            _ => self.known_base(),
+        }
     }
 }
 

@@ -11,9 +11,9 @@ mod delete;
 mod files;
 mod folders;
 mod limits;
-mod resolve;
+pub(super) mod resolve;
 mod restore;
-mod retention;
+pub(super) mod retention;
 mod transfer;
 mod upload;
 

@@ -16,7 +16,7 @@ use crate::api::{Error, PageSize, Result};
 use crate::preview::{self, PreviewKind};
 use crate::store::blobs::BlobFile;
 use crate::store::db::{Conn as Connection, OptionalExtension, params};
-use crate::store::nodes::file_by_id;
+use crate::store::nodes::resolve::file_by_id;
 use crate::store::{Scope, Store, now_ns, ns_to_time};
 use crate::sync::relock;
 

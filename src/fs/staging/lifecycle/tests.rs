@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use fuser::{OpenFlags, RenameFlags};
 
-use super::{Illegal, Life};
 use crate::api::{Error, ErrorKind};
 use crate::backend::faulty::{Fault, Op};
 use crate::fs::staging::Staged;
+use crate::fs::staging::state::{Illegal, Life};
 use crate::fs::table::{Ino, ROOT};
 use crate::fs::tests::{Harness, TTL, eventually, harness};
 
