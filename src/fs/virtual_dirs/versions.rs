@@ -3,7 +3,8 @@
 //! `.versions/<file>/` lists the earlier versions the backend keeps of `<file>`, named by when
 //! each was stored, in UTC: `2026-11-27 01.02.03.txt` (sortable, no colon, the file's extension
 //! kept so applications open them; a second version stored within the same second is
-//! `2026-11-27 01.02.03_2.txt`, which sorts after the first). Each reads as that version's
+//! `2026-11-27 01.02.03_002.txt`, which sorts after the first, and the tenth, `_010`, after the
+//! ninth). Each reads as that version's
 //! bytes, with its size and modification time; restoring is copying one back (`vaultfs restore`
 //! does that). A name no file has in the folder any more lists the versions of the file last
 //! deleted under it, where the backend keeps deleted files (the built-in store: its last version
@@ -99,7 +100,8 @@ pub fn name_versions(file: &str, versions: Vec<Version>) -> Named {
             let mut name = format!("{base}{ext}");
             let mut n = 2;
             while !taken.insert(name.clone()) {
-                name = format!("{base}_{n}{ext}");
+                // Zero-padded, so that `ls` sorts the tenth after the ninth.
+                name = format!("{base}_{n:03}{ext}");
                 n += 1;
             }
             (name, v)
@@ -395,8 +397,38 @@ mod tests {
             [
                 ("2026-11-26 23.00.00.txt", "1"),
                 ("2026-11-27 01.02.03.txt", "2"),
-                ("2026-11-27 01.02.03_2.txt", "3"),
+                ("2026-11-27 01.02.03_002.txt", "3"),
             ]
+        );
+        // Twelve saves in one second sort as they were made, as `ls` sorts names.
+        let many: Vec<Version> = (0..12)
+            .rev()
+            .map(|i| {
+                v(
+                    &i.to_string(),
+                    &format!("2026-11-27T01:02:03.{i:03}Z"),
+                    false,
+                )
+            })
+            .collect();
+        let named = name_versions("sheet.ods", many);
+        let mut sorted: Vec<&str> = named.iter().map(|(n, _)| n.as_str()).collect();
+        sorted.sort();
+        let ids: Vec<&str> = sorted
+            .iter()
+            .map(|n| {
+                named
+                    .iter()
+                    .find(|(m, _)| m == n)
+                    .unwrap()
+                    .1
+                    .version_id
+                    .as_str()
+            })
+            .collect();
+        assert_eq!(
+            ids,
+            ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11"]
         );
         assert_eq!(
             name_versions("Makefile", vec![v("1", "2026-01-02T03:04:05Z", false)])[0].0,
