@@ -118,6 +118,20 @@ pub fn canonical(mountpoint: &Path) -> PathBuf {
         .unwrap_or_else(|_| mountpoint.to_path_buf())
 }
 
+/// The mount point `path` (absolute, resolved) is in: its nearest ancestor (or itself) that
+/// is a vaultfs mount.
+pub fn mount_of(path: &Path) -> Option<PathBuf> {
+    path.ancestors()
+        .find(|p| crate::fs::unmount::is_vaultfs_mount(p))
+        .map(Path::to_path_buf)
+}
+
+/// The mount a path given on the command line is in (`vaultfs sync ~/Vault/docs` as well as
+/// `vaultfs sync ~/Vault`); the path itself where it is in none (no daemon answers there).
+pub fn mount_given(path: &Path) -> PathBuf {
+    mount_of(&canonical(path)).unwrap_or_else(|| path.to_path_buf())
+}
+
 /// The control socket of the mount at `mountpoint` (a hash keeps it within the 108 bytes a
 /// socket path may have).
 pub fn socket_path(mountpoint: &Path) -> PathBuf {

@@ -39,13 +39,6 @@ pub struct UnpinArgs {
     path: PathBuf,
 }
 
-/// The mount point `path` is in: its nearest ancestor (or itself) that is a vaultfs mount.
-fn mount_of(path: &Path) -> Option<PathBuf> {
-    path.ancestors()
-        .find(|p| crate::fs::unmount::is_vaultfs_mount(p))
-        .map(Path::to_path_buf)
-}
-
 /// Sets (`Some`) or removes the pin attribute of `path`: what the mount answered.
 fn set(path: &Path, value: Option<&[u8]>) -> std::io::Result<()> {
     let p = CString::new(path.as_os_str().as_bytes())?;
@@ -79,8 +72,8 @@ fn set_pin(abs: &Path, mp: &Path, on: bool) -> std::io::Result<()> {
 /// `path` made absolute and resolved, with the mount point it is in.
 fn locate(path: &Path) -> Result<(PathBuf, PathBuf), String> {
     let abs = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mp =
-        mount_of(&abs).ok_or_else(|| format!("{} is not in a vaultfs mount", abs.display()))?;
+    let mp = control::mount_of(&abs)
+        .ok_or_else(|| format!("{} is not in a vaultfs mount", abs.display()))?;
     Ok((abs, mp))
 }
 

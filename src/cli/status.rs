@@ -61,7 +61,7 @@ pub fn unmount(args: UnmountArgs) -> Result<(), Box<dyn std::error::Error>> {
 
 #[derive(Args)]
 pub struct StatusArgs {
-    /// The mount point [default: every running mount]
+    /// A mount point, or any path inside a mount [default: every running mount]
     mountpoint: Option<PathBuf>,
     /// Print JSON (an array of mounts without DIR, one object with it)
     #[arg(long)]
@@ -74,14 +74,17 @@ pub struct StatusArgs {
 pub fn status(args: StatusArgs) -> Result<(), Box<dyn std::error::Error>> {
     let fetch = || -> Result<Vec<Status>, String> {
         match &args.mountpoint {
-            Some(mp) => match control::status(mp) {
-                Some(r) => r.map(|s| vec![s]),
-                None => Err(format!(
-                    "no running vaultfs mount at {} (no daemon answers on {})",
-                    mp.display(),
-                    control::socket_path(mp).display()
-                )),
-            },
+            Some(given) => {
+                let mp = control::mount_given(given);
+                match control::status(&mp) {
+                    Some(r) => r.map(|s| vec![s]),
+                    None => Err(format!(
+                        "no running vaultfs mount at {} (no daemon answers on {})",
+                        given.display(),
+                        control::socket_path(&mp).display()
+                    )),
+                }
+            }
             None => Ok(control::status_all()),
         }
     };

@@ -20,7 +20,7 @@ const OFFLINE_PATIENCE: Duration = Duration::from_secs(10);
 
 #[derive(Args)]
 pub struct SyncArgs {
-    /// The mount point [default: every running mount]
+    /// A mount point, or any path inside a mount [default: every running mount]
     mountpoint: Option<PathBuf>,
     /// Give up after this many seconds [default: wait as long as uploads make headway; stop
     /// after 10 s of the server being unreachable]
@@ -40,17 +40,20 @@ pub fn sync(args: SyncArgs) -> Result<(), Box<dyn std::error::Error>> {
     let mut offline_since: Option<Instant> = None;
     loop {
         let mounts = match &args.mountpoint {
-            Some(mp) => match control::status(mp) {
-                Some(r) => vec![r?],
-                None => {
-                    return Err(format!(
-                        "no running vaultfs mount at {} (no daemon answers on {})",
-                        mp.display(),
-                        control::socket_path(mp).display()
-                    )
-                    .into());
+            Some(given) => {
+                let mp = control::mount_given(given);
+                match control::status(&mp) {
+                    Some(r) => vec![r?],
+                    None => {
+                        return Err(format!(
+                            "no running vaultfs mount at {} (no daemon answers on {})",
+                            given.display(),
+                            control::socket_path(&mp).display()
+                        )
+                        .into());
+                    }
                 }
-            },
+            }
             None => control::status_all(),
         };
         let pending: usize = mounts.iter().map(|m| m.uploads.len()).sum();

@@ -124,6 +124,43 @@ fn the_mount_source_names_the_store() {
     }
 }
 
+/// `vaultfs sync` and `vaultfs status` take any path inside a mount, as users type it (a
+/// folder of the vault), not only the mount point; a path in no mount still says so.
+#[test]
+fn sync_and_status_take_a_path_inside_the_mount() {
+    let Some(env) = Env::new(Via::Local) else {
+        return;
+    };
+    let m = env.mount(&[]);
+    let inside = env.vault().join("docs");
+    fs::create_dir(&inside).unwrap();
+    fs::write(inside.join("a.txt"), b"stored by sync\n").unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(crate::common::mount::BIN)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let sync = run(&["sync", "--quiet", inside.to_str().unwrap()]);
+    assert!(sync.status.success(), "{sync:?}");
+    assert_eq!(crate::common::env::pending_uploads(&env.cache), 0);
+    let status = run(&["status", "--json", inside.to_str().unwrap()]);
+    assert!(status.status.success(), "{status:?}");
+    let s: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let own = m.status();
+    assert_eq!(
+        (&s["mountpoint"], &s["pid"]),
+        (&own["mountpoint"], &own["pid"]),
+        "the status of the mount itself"
+    );
+    let outside = env._tmp.path().join("elsewhere");
+    fs::create_dir(&outside).unwrap();
+    let none = run(&["sync", outside.to_str().unwrap()]);
+    assert!(!none.status.success());
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no running vaultfs mount"));
+    m.unmount();
+}
+
 /// `--bwlimit 1M:2M` (rclone's spelling, upload:download): a 3 MiB file takes about 3 s to
 /// store and 1.5 s to read cold, where loopback moves it in a fraction of a second. Bounds
 /// are generous (the bucket's own timing is tested in `backend::bwlimit`).
