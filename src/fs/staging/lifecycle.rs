@@ -201,11 +201,17 @@ impl<B: Backend> Fs<B> {
             log::warn!("inode {ino}: {e}");
             return false;
         }
+        if staged.was_stored() {
+            // The time it was stored with, also when it lets go later than its upload (the
+            // kernel wrote it and held it meanwhile): the inode's own time is older, and the
+            // next listing would move it back and forth (vim: "The file has been changed since
+            // reading it", and the save was not written).
+            inode.mtime = staged.mtime();
+        }
         if let Some(r) = inode.remote.clone().filter(|_| stored_now) {
             // What the kernel caches of the inode is what it saw written, unless it wrote the
             // staged file itself (passthrough).
             inode.kernel_md5 = r.md5.clone().filter(|_| !staged.kernel_wrote());
-            inode.mtime = staged.mtime();
             // The staging file handed to the read cache: reading back what was written needs
             // no copy.
             (self.reads.cache).adopt(&r.id, r.md5.as_deref(), staged.size(), staged.hand_over());

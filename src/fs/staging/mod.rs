@@ -223,6 +223,11 @@ impl Staged {
         self.generation() != self.uploaded.load(Ordering::SeqCst)
     }
 
+    /// Whether this mount stored a generation of it (its time is then the stored version's).
+    pub fn was_stored(&self) -> bool {
+        self.uploaded.load(Ordering::SeqCst) > 0
+    }
+
     fn mark_uploaded(&self, generation: u64) {
         self.uploaded.store(generation, Ordering::SeqCst);
     }
