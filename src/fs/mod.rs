@@ -89,6 +89,7 @@ mod errno;
 mod follow;
 mod freshness;
 mod fuse;
+mod history;
 mod io;
 mod journal;
 mod listing;

@@ -125,6 +125,7 @@ impl<B: Backend> Fs<B> {
                     i.unlinked = false;
                     i.exec = Some(exec);
                 }
+                t.claim_vacated(ino);
                 ino
             }
         };
@@ -209,6 +210,7 @@ impl<B: Backend> Fs<B> {
         }
         let ino = t.ensure(&path, InodeKind::File);
         t.touch(ino);
+        t.claim_vacated(ino);
         t.set_staged(ino, Some(staged.clone()));
         t.link_into_parent(ino);
         t.entries_changed(parent);
@@ -329,7 +331,10 @@ impl<B: Backend> Fs<B> {
             Some(k) => self.changed_since_known(k, &path).await,
             None => false,
         };
-        if remote && !kept {
+        // A backup a new file continues (an editor's save by rename): the new file takes it
+        // back under its own name (`history`), so it is not deleted here.
+        let handed_over = kind == InodeKind::File && remote && self.hand_over_delete(ino, &path);
+        if remote && !kept && !handed_over {
             // Checked again by the store where nothing comes in between (the model: a first
             // version stored between the look and the delete went with the file).
             let base = known.map_or(crate::api::Base::Any, |(_, b)| b);
@@ -345,6 +350,10 @@ impl<B: Backend> Fs<B> {
                 }
                 Err(e) => return Err(errno(&e)),
             }
+        }
+        if !dir {
+            // A new file removed before it continued a renamed one: that one goes too.
+            self.drop_claim(ino).await;
         }
         let mut t = self.table();
         if let Some(r) = t.get(ino).and_then(|i| i.remote.as_ref()) {
@@ -543,6 +552,20 @@ impl<B: Backend> Fs<B> {
             let now = node.md5_checksum.filter(|m| Some(m) != moved_md5.as_ref());
             if let (Some(s), Some(md5)) = (t.get(ino).and_then(|i| i.staged.as_ref()), now) {
                 s.set_base(crate::api::Base::Md5(md5));
+            }
+        }
+        if kind == InodeKind::File && !remote && target.is_none() {
+            // A new file, not stored yet, renamed into a name a stored file left moments
+            // before (Word's save: its new copy takes the name of the original, renamed
+            // away): it continues that file (`history`).
+            t.claim_vacated(ino);
+        }
+        if kind == InodeKind::File && remote && dst.name().is_some_and(super::history::backup_name)
+        {
+            // Renamed to a backup's name: the name it left may be taken by a new file that
+            // continues it (`history`).
+            if let Some(id) = t.get(ino).and_then(|i| Some(i.remote.as_ref()?.id.clone())) {
+                t.vacate(src.clone(), ino, id);
             }
         }
         self.renamed(&t, &dst);

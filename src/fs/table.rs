@@ -17,8 +17,9 @@ pub const ROOT: Ino = 1;
 mod backing;
 mod inode;
 mod kept;
+mod vacated;
 pub use backing::Backing;
-pub use inode::{Inode, InodeKind, Remote, kind_of};
+pub use inode::{Continues, Inode, InodeKind, Remote, kind_of};
 pub use kept::{Kept, KeptHere};
 
 pub struct Table {
@@ -44,6 +45,9 @@ pub struct Table {
     in_flight: HashMap<Ino, u32>,
     /// Attributes kept here for a backend that does not keep them.
     pub kept: KeptHere,
+    /// Names stored files were renamed away from lately, and the new files that took them
+    /// (`vacated.rs`).
+    vacated: vacated::Vacated,
 }
 
 /// How long removals are remembered (longer than any listing takes to fetch).
@@ -63,6 +67,7 @@ impl Table {
             in_flight: HashMap::new(),
             snapshot_due: HashSet::new(),
             kept: KeptHere::default(),
+            vacated: Default::default(),
         };
         let mut r = Inode::new(ROOT, root.clone(), InodeKind::Dir);
         r.lookups = 1;

@@ -88,6 +88,8 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
     let mut resolved = 0;
     loop {
         let result = {
+            // A file saved by a rename takes its history back first (`history`).
+            fs.continue_document(ino).await;
             // Step 1 with the folder's other new files, before waiting for a place (`pacing`).
             let created = super::pacing::create_ahead(fs, ino).await;
             let _slot = fs.uploads.pacing.window.acquire().await;
@@ -176,6 +178,8 @@ fn path_of<B: Backend>(fs: &Fs<B>, ino: Ino) -> String {
 /// One attempt: snapshot, hash, the three steps; on success the staged copy is stored
 /// (`Fs::stored`: retired if no change came in meanwhile).
 pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
+    // (fsync comes here without `run`: a file saved by a rename takes its history back first.)
+    fs.continue_document(ino).await;
     let io = match fs.table().get(ino) {
         Some(i) => i.io.clone(),
         None => return Ok(()),

@@ -87,6 +87,11 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
     let mut puts = Vec::with_capacity(batch.len());
     let mut busy = Vec::new();
     let mut unsure = Vec::new();
+    // A file saved by a rename takes its history back first (`history`), before any of the
+    // batch's `io` locks is held: the renamed file may be in the batch too.
+    for &(ino, _) in &batch {
+        fs.continue_document(ino).await;
+    }
     for (ino, fsync) in batch {
         let Some(io) = fs.table().get(ino).map(|i| i.io.clone()) else {
             finished(fs, ino, true);

@@ -430,8 +430,9 @@ impl Store {
             f.attrs.mode.map(|m| m & EXEC_BITS)
         ])?;
         let render = super::previews::want_judged(tx, &p.sha256, &file.name, &p.kinds)?;
-        // A file new in this batch has no earlier version to drop.
-        let freed = match f.file_id {
+        // A file new in this batch has no earlier version to drop (one found by its path, as
+        // one named by its ID, may have).
+        let freed = match file.md5 {
             Some(_) => nodes::prune_versions(tx, file.id, &self.config.retention)?,
             None => Vec::new(),
         };

@@ -3,13 +3,18 @@
 //! one back; a deleted file's versions under its name while the built-in store keeps it.
 
 use std::fs;
+use std::io::Write;
+use std::path::Path;
 
 use crate::common::env::{Env, Via};
 use crate::common::mount::{BIN, names};
 
 both!(
     earlier_versions_in_the_mount,
-    a_deleted_files_versions_stay_in_dot_versions
+    a_deleted_files_versions_stay_in_dot_versions,
+    a_save_by_rename_keeps_the_history,
+    vims_own_saves_keep_the_history,
+    libreoffice_saves_are_one_version_each,
 );
 
 fn earlier_versions_in_the_mount(via: Via) {
@@ -150,5 +155,222 @@ fn a_deleted_files_versions_stay_in_dot_versions(via: Via) {
     fs::copy(dir.join(&listed[1]), v.join("gone.txt")).unwrap();
     env.wait_uploaded();
     assert_eq!(fs::read(v.join("gone.txt")).unwrap(), saves[1]);
+    m.unmount();
+}
+
+/// The earlier versions `.versions/NAME/` lists, read whole, oldest first.
+fn versions_of(folder: &Path, name: &str) -> Vec<Vec<u8>> {
+    let dir = folder.join(".versions").join(name);
+    names(&dir)
+        .iter()
+        .map(|n| fs::read(dir.join(n)).unwrap())
+        .collect()
+}
+
+/// Writes `bytes` to a new file `path` as an editor does: created, written, maybe fsynced.
+fn write_new(path: &Path, bytes: &[u8], fsync: bool) {
+    let mut f = fs::File::create(path).unwrap();
+    f.write_all(bytes).unwrap();
+    if fsync {
+        f.sync_all().unwrap();
+    }
+}
+
+/// Saves by rename keep the file's history (issue 49): the file is renamed to a backup name
+/// and a new one written under its name. vim's way (fsynced, then the backup removed), the
+/// same without an fsync (the backup removed before the new file is stored: its delete is
+/// handed to the new file), and emacs's (the backup kept, with the old bytes, as a file of its
+/// own), and Word's (its new copy renamed into the name). After three saves the file reads
+/// the third, and `.versions/` holds the first two. A rename to another name is no save.
+fn a_save_by_rename_keeps_the_history(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    let saves: [&[u8]; 3] = [b"v1\n", b"v2, longer\n", b"v3, the longest of all\n"];
+    for (name, fsync, keep_backup) in [
+        ("vim.txt", true, false),
+        ("quick.txt", false, false),
+        ("emacs.txt", false, true),
+    ] {
+        let f = v.join(name);
+        let backup = v.join(format!("{name}~"));
+        fs::write(&f, saves[0]).unwrap();
+        env.wait_uploaded();
+        for (i, bytes) in saves.iter().enumerate().skip(1) {
+            fs::rename(&f, &backup).unwrap();
+            write_new(&f, bytes, fsync);
+            if keep_backup {
+                env.wait_uploaded();
+                assert_eq!(fs::read(&backup).unwrap(), saves[i - 1], "{name}~");
+            } else {
+                fs::remove_file(&backup).unwrap();
+            }
+            env.wait_uploaded();
+        }
+        assert_eq!(fs::read(&f).unwrap(), saves[2], "{name}");
+        assert_eq!(
+            versions_of(&v, name),
+            [saves[0].to_vec(), saves[1].to_vec()],
+            "{name}: {}",
+            m.log_text()
+        );
+        assert_eq!(backup.exists(), keep_backup, "{name}~");
+    }
+    // Word's way: the new copy written to a temporary file (held open here, so that it is not
+    // stored before it takes the name), the original renamed away, the copy renamed into its
+    // name, the original removed.
+    let f = v.join("word.docx");
+    fs::write(&f, saves[0]).unwrap();
+    env.wait_uploaded();
+    for (i, bytes) in saves.iter().enumerate().skip(1) {
+        let (tmp, old) = (
+            v.join(format!("~WRD000{i}.tmp")),
+            v.join(format!("~WRL000{i}.tmp")),
+        );
+        let mut copy = fs::File::create(&tmp).unwrap();
+        copy.write_all(bytes).unwrap();
+        fs::rename(&f, &old).unwrap();
+        fs::rename(&tmp, &f).unwrap();
+        drop(copy);
+        fs::remove_file(&old).unwrap();
+        env.wait_uploaded();
+    }
+    assert_eq!(fs::read(&f).unwrap(), saves[2]);
+    assert_eq!(
+        versions_of(&v, "word.docx"),
+        [saves[0].to_vec(), saves[1].to_vec()],
+        "{}",
+        m.log_text()
+    );
+    // The backup written to as the new file is written (both closed into one batch, on the
+    // built-in store): the new file stays a new file, each keeps its bytes, nothing waits.
+    let (f, b) = (v.join("both.txt"), v.join("both.txt~"));
+    fs::write(&f, saves[0]).unwrap();
+    env.wait_uploaded();
+    fs::rename(&f, &b).unwrap();
+    fs::write(&b, b"the backup, edited\n").unwrap();
+    fs::write(&f, saves[1]).unwrap();
+    env.wait_uploaded();
+    assert_eq!(fs::read(&f).unwrap(), saves[1]);
+    assert_eq!(fs::read(&b).unwrap(), b"the backup, edited\n");
+    // A rename on purpose, to a name that is no backup's, is no save: the renamed file keeps
+    // its history, and a new file under the old name starts with none.
+    let r = v.join("report.txt");
+    for bytes in &saves[..2] {
+        fs::write(&r, bytes).unwrap();
+        env.wait_uploaded();
+    }
+    fs::rename(&r, v.join("old report.txt")).unwrap();
+    fs::write(&r, b"a new report\n").unwrap();
+    env.wait_uploaded();
+    assert_eq!(versions_of(&v, "old report.txt"), [saves[0].to_vec()]);
+    assert!(!v.join(".versions").join("report.txt").exists());
+    let all = [
+        "both.txt",
+        "both.txt~",
+        "emacs.txt",
+        "emacs.txt~",
+        "old report.txt",
+        "quick.txt",
+        "report.txt",
+        "vim.txt",
+        "word.docx",
+    ];
+    assert_eq!(names(&v), all);
+    m.unmount();
+    // The store agrees after a remount.
+    let m = env.mount(&[]);
+    assert_eq!(names(&v), all);
+    assert_eq!(fs::read(v.join("emacs.txt~")).unwrap(), saves[1]);
+    assert_eq!(versions_of(&v, "vim.txt").len(), 2);
+    m.unmount();
+}
+
+/// vim itself, saving by rename (`backupcopy=no`, as its default `auto` does where it judges
+/// it safe), three times: the file's history is whole in `.versions/`.
+fn vims_own_saves_keep_the_history(via: Via) {
+    if std::process::Command::new("vim")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("vim is not installed: skipped");
+        return;
+    }
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    let f = v.join("letter.txt");
+    fs::write(&f, b"Dear reader,\n").unwrap();
+    env.wait_uploaded();
+    let lines = ["Dear reader, hello.", "Dear reader, hello again."];
+    for line in lines {
+        let out = std::process::Command::new("vim")
+            .args(["-u", "NONE", "-i", "NONE", "-N", "-n", "-es"])
+            .args(["-c", "set backupcopy=no writebackup nobackup backupskip="])
+            .args(["-c", &format!("call setline(1, '{line}')"), "-c", "wq"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        env.wait_uploaded();
+    }
+    assert_eq!(fs::read(&f).unwrap(), format!("{}\n", lines[1]).as_bytes());
+    assert_eq!(
+        versions_of(&v, "letter.txt"),
+        [
+            b"Dear reader,\n".to_vec(),
+            format!("{}\n", lines[0]).into_bytes()
+        ],
+        "{}",
+        m.log_text()
+    );
+    assert_eq!(names(&v), ["letter.txt"]);
+    m.unmount();
+}
+
+/// LibreOffice, headless through UNO, saving a spreadsheet 20 times: it writes each save to a
+/// temporary file it first makes empty and closes, then renames it over the document. 20 saves
+/// are 20 versions (the document as first made and 19 saves before the current one), none of
+/// them empty (each save once added an empty one: the temporary file stored at its first close).
+fn libreoffice_saves_are_one_version_each(via: Via) {
+    let python = "/usr/bin/python3"; // Debian's, where python3-uno puts `uno`
+    let uno = std::process::Command::new(python)
+        .args(["-c", "import uno"])
+        .output();
+    let office = std::process::Command::new("soffice")
+        .arg("--version")
+        .output();
+    if !(uno.is_ok_and(|o| o.status.success()) && office.is_ok_and(|o| o.status.success())) {
+        eprintln!("LibreOffice with python3-uno is not installed: skipped");
+        return;
+    }
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    let sheet = v.join("sheet.ods");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mount/libreoffice_save.py");
+    let out = std::process::Command::new(python)
+        .arg(&script)
+        .arg(&sheet)
+        .arg("20")
+        .arg(crate::common::free_port().to_string())
+        .arg(env._tmp.path().join("office-profile"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    env.wait_uploaded();
+    let dir = v.join(".versions").join("sheet.ods");
+    let listed = names(&dir);
+    let sizes: Vec<u64> = listed
+        .iter()
+        .map(|n| fs::metadata(dir.join(n)).unwrap().len())
+        .collect();
+    assert_eq!(listed.len(), 20, "{listed:?} {sizes:?}\n{}", m.log_text());
+    assert!(sizes.iter().all(|&s| s > 0), "an empty version: {sizes:?}");
+    // Sorted by name is sorted by time: the first is the document as first made.
+    assert_eq!(listed.first().map(|n| n.ends_with(".ods")), Some(true));
+    assert!(fs::metadata(&sheet).unwrap().len() > 0);
+    assert_eq!(names(&v), ["sheet.ods"]);
     m.unmount();
 }

@@ -30,6 +30,20 @@ pub struct Remote {
     pub download_link_uri: Option<String>,
 }
 
+/// The document a new file continues (`history`): the stored file this mount renamed away from
+/// the new file's name moments before.
+#[derive(Clone, Debug)]
+pub struct Continues {
+    /// The renamed file's inode, and its file ID then.
+    pub x: Ino,
+    pub id: String,
+    /// The name it left, which the new file took.
+    pub name: NodePath,
+    /// Where the renamed file is on the store after this mount removed its new name: the
+    /// delete was handed to the new file, which takes the file back.
+    pub removed_at: Option<NodePath>,
+}
+
 pub struct Inode {
     pub ino: Ino,
     pub path: NodePath,
@@ -80,6 +94,9 @@ pub struct Inode {
     pub pt: Option<Backing>,
     /// Plain opens on their way (a writer staging its copy): no passthrough open starts meanwhile.
     pub plain_pending: u32,
+    /// A new file that continues the document this mount renamed away from its name moments
+    /// before it was made (`history`).
+    pub continues: Option<Continues>,
     /// Last change made here to its name or existence (created, renamed, uploaded): a listing
     /// fetched before that does not know about it yet.
     pub touched: Instant,
@@ -113,6 +130,7 @@ impl Inode {
             gone_elsewhere: false,
             pt: None,
             plain_pending: 0,
+            continues: None,
             touched: Instant::now(),
         }
     }

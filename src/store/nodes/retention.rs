@@ -44,8 +44,20 @@ pub(in crate::store) fn prune_versions(
     file: i64,
     keep: &crate::store::Retention,
 ) -> Result<Vec<String>> {
+    // An empty earlier version is no version: restoring it gives nothing back. Programs that
+    // make a file empty before they write it left one at every save (LibreOffice: its
+    // temporary file, made empty and closed, then written and renamed over the document, whose
+    // history it joins: `Store::transfer`).
+    let empty: Vec<Option<String>> = tx
+        .prepare_cached(
+            "DELETE FROM versions WHERE file_id = ?1 AND committed = 1 AND length = 0
+             AND id <> (SELECT current_version FROM nodes WHERE id = ?1) RETURNING blob",
+        )?
+        .query_map(params![file], |r| r.get(0))?
+        .collect::<crate::store::db::Result<_>>()?;
+    let mut hashes: Vec<String> = empty.into_iter().flatten().collect();
     if keep.is_unbounded() {
-        return Ok(Vec::new());
+        return free_blobs(tx, hashes);
     }
     // Newest first: the rule keeps a prefix of this list (by count and bytes) younger than
     // the age bound.
@@ -61,7 +73,6 @@ pub(in crate::store) fn prune_versions(
         .age
         .map(|a| now_ns().saturating_sub(i64::try_from(a.as_nanos()).unwrap_or(i64::MAX)));
     let mut bytes = 0u64;
-    let mut hashes = Vec::new();
     for (rank, (id, length, created)) in earlier.into_iter().enumerate() {
         bytes = bytes.saturating_add(length.max(0) as u64);
         let kept = keep.count.is_none_or(|n| (rank as u64) < n)

@@ -290,6 +290,7 @@ impl Store {
         mode: TransferMode,
     ) -> Result<Node> {
         let now = now_ns();
+        let before = current_version(&tx, target.id)?;
         // The source's bytes as the new current version. A source with none yet (made, its
         // bytes not uploaded: a mount's new file, whose upload follows) leaves the file as it
         // is: others see its bytes until the new ones come, never an empty file meanwhile.
@@ -329,6 +330,18 @@ impl Store {
                  AND (CAST(?3 AS BIGINT) IS NULL OR id <> ?3)",
                 params![target.id, s.id, version],
             )?;
+            if let (Some(before), Some(new)) = (before, new) {
+                // The target's bytes before, where the history it takes holds them already: a
+                // backup made as a copy of the file (a save by rename keeping its backup, `f`
+                // to `f~` and back: `fs::history`), renamed over again, is kept once.
+                tx.execute(
+                    "DELETE FROM versions WHERE id = ?1 AND blob IS NOT NULL AND EXISTS (
+                         SELECT 1 FROM versions w WHERE w.file_id = ?2 AND w.id <> ?1
+                         AND w.id <> ?3 AND w.committed = 1
+                         AND w.blob = (SELECT blob FROM versions WHERE id = ?1))",
+                    params![before, target.id, new],
+                )?;
+            }
             freed = delete_subtree(&tx, s.id)?;
             touch(&tx, s.parent_id, now)?;
             self.log_change(&tx, NewChange::new(s, ChangeKind::Deleted, &from))?;
@@ -466,6 +479,53 @@ mod tests {
             (Some(report.clone()), Some(md5(b"copied")))
         );
         assert_eq!(md5s(&report), before);
+        // A backup made as a copy of the file (`f~`), the file saved, then renamed over its
+        // backup (vim's `backup`, emacs): the backup's bytes, which the file's history holds
+        // already, are kept once.
+        let doc = put("doc.txt", b"d1");
+        store
+            .transfer(
+                Scope::All,
+                &at("doc.txt"),
+                &at("doc.txt~"),
+                false,
+                TransferMode::Copy,
+            )
+            .unwrap();
+        put("doc.txt", b"d2");
+        let kept = store.transfer(
+            Scope::All,
+            &at("doc.txt"),
+            &at("doc.txt~"),
+            true,
+            TransferMode::Move,
+        );
+        let kept = kept.unwrap().id.unwrap();
+        assert_ne!(kept, doc);
+        let mut had = md5s(&kept);
+        had.sort();
+        let mut want = vec![md5(b"d1"), md5(b"d2")];
+        want.sort();
+        assert_eq!(had, want, "the backup's bytes twice in the history");
+        // An empty earlier version is not kept, the file's own or one a rename brings
+        // (LibreOffice's temporary file, made empty, then written, then renamed over).
+        let blank = put("blank.txt", b"");
+        put("blank.txt", b"written");
+        assert_eq!(md5s(&blank), [md5(b"written")]);
+        put("lu1.tmp", b"");
+        put("lu1.tmp", b"a save");
+        let before = md5s(&kept).len();
+        store
+            .transfer(
+                Scope::All,
+                &at("lu1.tmp"),
+                &at("doc.txt~"),
+                true,
+                TransferMode::Move,
+            )
+            .unwrap();
+        assert_eq!(md5s(&kept).len(), before + 1);
+        assert!(!md5s(&kept).contains(&md5(b"")));
         assert!(store.check_integrity().unwrap().is_empty());
     }
 

@@ -1,0 +1,206 @@
+//! A file's history follows its name, as programs save (issue 49): vim and emacs rename the
+//! file away (`f` to `f~`) and write a new `f`; Word renames it to `~WRL0001.tmp` before its
+//! new copy takes the name. On the store the history belongs to a file ID, so the new `f` would
+//! start with none, and the old versions stay with the backup, deleted a moment later.
+//!
+//! So a new file made under a name that this mount renamed a stored file away from within a
+//! few seconds (`table::vacated`) continues that file: before its first upload
+//! ([`Fs::continue_document`]) the renamed file is moved back to the name, and the new bytes
+//! are stored as its next version. Where the backup keeps its name, it is made again as a copy
+//! of the old bytes (a file of its own: emacs's `f~`); where this mount removed it meanwhile
+//! (vim, Word), its delete was handed to the new file ([`Fs::hand_over_delete`]) and nothing
+//! more is asked of the store. Any step that fails leaves the new file a new file, as before:
+//! nothing is lost, only the link to the history.
+//!
+//! Only this mount's own renames count, to a backup's name ([`backup_name`]: `f~`, Word's
+//! `~WRL0001.tmp`), and only files it has not stored yet: a file renamed on purpose
+//! (`mv report.txt old.txt`) keeps its history, and a file that another writer made at the
+//! name, or one stored already, is never joined to another's past.
+
+use std::sync::Arc;
+
+use super::Fs;
+use super::follow::Ours;
+use super::table::{Continues, Ino};
+use crate::api::{Base, NodePath};
+use crate::backend::Backend;
+
+impl<B: Backend> Fs<B> {
+    /// Before the first upload of `ino`: where it continues a renamed file, the renamed file
+    /// takes the name back and becomes `ino`'s stored file, whose next version the upload
+    /// stores. Nothing to do (one table lookup) for any other file.
+    pub(super) async fn continue_document(self: &Arc<Self>, ino: Ino) {
+        let (mine, x, theirs) = {
+            let t = self.table();
+            let Some(i) = t.get(ino) else { return };
+            let Some(c) = &i.continues else { return };
+            (i.io.clone(), c.x, t.get(c.x).map(|x| x.io.clone()))
+        };
+        // Both files' `io`, in inode order (as a rename takes them): no upload, rename or
+        // unlink of either runs meanwhile.
+        let (_first, _second) = match theirs {
+            Some(theirs) if x < ino => {
+                let a = theirs.lock_owned().await;
+                (a, Some(mine.lock_owned().await))
+            }
+            Some(theirs) => {
+                let a = mine.lock_owned().await;
+                (a, Some(theirs.lock_owned().await))
+            }
+            None => (mine.lock_owned().await, None),
+        };
+        let Some(claim) = self.table().take_claim(ino) else {
+            return;
+        };
+        if !self.take_back(ino, &claim).await {
+            if let Some(at) = &claim.removed_at {
+                // The delete handed over is done after all: the new file stays a new file.
+                self.delete_handed_over(at).await;
+            }
+        }
+    }
+
+    /// Moves the renamed file back to the name `ino` took and makes it `ino`'s stored file;
+    /// false (nothing changed) where anything is not as the claim says.
+    async fn take_back(self: &Arc<Self>, ino: Ino, claim: &Continues) -> bool {
+        // Where the renamed file is, and whether a name here still shows it.
+        let (name, backup) = {
+            let t = self.table();
+            let Some(i) = t.get(ino) else { return false };
+            let unstored = i.remote.is_none() && i.staged.is_some() && !i.unlinked;
+            if !unstored || i.path != claim.name {
+                return false;
+            }
+            match &claim.removed_at {
+                Some(at) => (i.path.clone(), (at.clone(), false)),
+                None => {
+                    let Some(x) = t.get(claim.x) else {
+                        return false;
+                    };
+                    let same = x.remote.as_ref().is_some_and(|r| r.id == claim.id);
+                    if !same || x.unlinked || x.staged.is_some() {
+                        return false;
+                    }
+                    (i.path.clone(), (x.path.clone(), true))
+                }
+            }
+        };
+        let (at, kept) = backup;
+        if !at.name().is_some_and(backup_name) {
+            return false;
+        }
+        let _ours = Ours::sending(self, vec![ino, claim.x]);
+        let node = match self.backend.rename(&at, &name, false).await {
+            Ok(n) if n.file_id().as_deref() == Some(claim.id.as_str()) => n,
+            Ok(n) => {
+                // Another file came to be at the backup's name: put it back as it was.
+                log::warn!("{at} is no longer the file renamed from {name}; left as it is");
+                let _ = self.backend.rename(&name, &at, false).await;
+                drop(n);
+                return false;
+            }
+            Err(e) => {
+                log::info!("{name} is a new file: {at} could not take its name back ({e})");
+                return false;
+            }
+        };
+        let copy = if kept {
+            // The backup keeps its name and its bytes, as a file of its own.
+            match self.backend.copy(&name, &at, false).await {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    log::warn!("{at} could not be copied again ({e}); {name} is a new file");
+                    if let Err(e) = self.backend.rename(&name, &at, false).await {
+                        log::warn!("{name} could not go back to {at}: {e}");
+                    }
+                    return false;
+                }
+            }
+        } else {
+            None
+        };
+        let mut t = self.table();
+        if let Some(c) = &copy {
+            t.update_from(claim.x, c);
+        }
+        t.update_from(ino, &node);
+        // Changed here: the feed's word of these moves, which may come after this, is ours.
+        t.touch(claim.x);
+        t.touch(ino);
+        let Some(staged) = t.get(ino).and_then(|i| i.staged.clone()) else {
+            return true;
+        };
+        // The new bytes replace the version the renamed file has.
+        staged.set_base(node.md5_checksum.clone().map_or(Base::Any, Base::Md5));
+        let _ = self.journal.record(&staged, &name, Some(claim.id.clone()));
+        drop(t);
+        log::info!("{name} continues its history (saved by a rename from {at})");
+        true
+    }
+
+    /// `x` is being removed: where a new file claims to continue it, its delete is handed to
+    /// that file (which moves it back under its own name) instead of being sent. True when
+    /// handed over.
+    pub(super) fn hand_over_delete(&self, x: Ino, at: &NodePath) -> bool {
+        if !at.name().is_some_and(backup_name) {
+            return false;
+        }
+        let mut t = self.table();
+        let Some(s) = t.claimant(x) else { return false };
+        let Some(i) = t.get_mut(s) else { return false };
+        if i.remote.is_some() || i.unlinked {
+            return false;
+        }
+        match i.continues.as_mut() {
+            Some(c) => {
+                c.removed_at = Some(at.clone());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A new file holding a handed-over delete is removed or renamed away unstored: the
+    /// renamed file it would have taken back is deleted after all.
+    pub(super) async fn drop_claim(self: &Arc<Self>, ino: Ino) {
+        let claim = self.table().take_claim(ino);
+        if let Some(at) = claim.and_then(|c| c.removed_at) {
+            self.delete_handed_over(&at).await;
+        }
+    }
+
+    async fn delete_handed_over(&self, at: &NodePath) {
+        match self.backend.delete(at).await {
+            Ok(()) => {}
+            Err(e) if e.kind == crate::api::ErrorKind::NotFound => {}
+            Err(e) => log::warn!("{at} could not be deleted: {e}"),
+        }
+    }
+}
+
+/// Whether `name` is what programs rename a file to while they save it: an editor's backup
+/// (`f~`, emacs's `f.~1~`, `f.bak`) or Word's `~WRL0001.tmp`.
+pub(super) fn backup_name(name: &str) -> bool {
+    name.ends_with('~')
+        || name.ends_with(".bak")
+        || (name.starts_with('~') && name.ends_with(".tmp"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn backups_are_told_by_their_names() {
+        for name in ["notes.txt~", "notes.txt.~1~", "notes.bak", "~WRL0001.tmp"] {
+            assert!(super::backup_name(name), "{name}");
+        }
+        for name in [
+            "notes.txt",
+            "old-notes.txt",
+            "draft.tmp",
+            "~notes.txt",
+            "notes~.txt",
+        ] {
+            assert!(!super::backup_name(name), "{name}");
+        }
+    }
+}

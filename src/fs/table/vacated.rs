@@ -1,0 +1,81 @@
+//! Names stored files were renamed away from lately (`history`): vim, emacs and Word save by
+//! renaming the file away and writing a new one under its name, and that new file continues
+//! the document. Remembered for a few seconds, pruned at most once a second.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use super::{Continues, Ino, Table};
+use crate::api::NodePath;
+
+/// How long a name left by a rename may be taken by a new file that continues the document
+/// (editors write the new file within a second; Word within a few).
+pub const WINDOW: Duration = Duration::from_secs(10);
+
+#[derive(Default)]
+pub(super) struct Vacated {
+    /// By the name left: the file renamed away, its file ID, and when.
+    names: HashMap<NodePath, (Ino, String, Instant)>,
+    /// When `names` was last pruned (`None`: never).
+    pruned: Option<Instant>,
+    /// The new files continuing a renamed file, by the renamed file's inode.
+    claims: HashMap<Ino, Ino>,
+}
+
+impl Table {
+    /// `x`, stored as `id`, was renamed away from `name` by this mount.
+    pub fn vacate(&mut self, name: NodePath, x: Ino, id: String) {
+        let now = Instant::now();
+        let v = &mut self.vacated;
+        if v.pruned
+            .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1))
+        {
+            v.names
+                .retain(|_, (_, _, at)| now.duration_since(*at) < WINDOW);
+            v.pruned = Some(now);
+        }
+        v.names.insert(name, (x, id, now));
+    }
+
+    /// New file `ino` takes its name: where a stored file left that name within the window,
+    /// it continues that file's document (taken once).
+    pub fn claim_vacated(&mut self, ino: Ino) {
+        let Some(name) = (self.inodes.get(&ino))
+            .filter(|i| i.continues.is_none())
+            .map(|i| i.path.clone())
+        else {
+            return;
+        };
+        let Some((x, id, at)) = self.vacated.names.remove(&name) else {
+            return;
+        };
+        if x == ino || at.elapsed() >= WINDOW {
+            return;
+        }
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.continues = Some(Continues {
+                x,
+                id,
+                name,
+                removed_at: None,
+            });
+            self.vacated.claims.insert(x, ino);
+        }
+    }
+
+    /// The new file that claims to continue `x`, while its claim stands.
+    pub fn claimant(&self, x: Ino) -> Option<Ino> {
+        let s = *self.vacated.claims.get(&x)?;
+        let claim = self.inodes.get(&s)?.continues.as_ref()?;
+        (claim.x == x).then_some(s)
+    }
+
+    /// `ino`'s claim, taken (it is settled once).
+    pub fn take_claim(&mut self, ino: Ino) -> Option<Continues> {
+        let c = self.inodes.get_mut(&ino)?.continues.take()?;
+        if self.vacated.claims.get(&c.x) == Some(&ino) {
+            self.vacated.claims.remove(&c.x);
+        }
+        Some(c)
+    }
+}
