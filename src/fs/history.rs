@@ -53,9 +53,9 @@ impl<B: Backend> Fs<B> {
             return;
         };
         if !self.take_back(ino, &claim).await {
-            if let Some(at) = &claim.removed_at {
+            if let Some((at, base)) = &claim.removed_at {
                 // The delete handed over is done after all: the new file stays a new file.
-                self.delete_handed_over(at).await;
+                self.delete_handed_over(at, base).await;
             }
         }
     }
@@ -72,7 +72,7 @@ impl<B: Backend> Fs<B> {
                 return false;
             }
             match &claim.removed_at {
-                Some(at) => (i.path.clone(), (at.clone(), false)),
+                Some((at, _)) => (i.path.clone(), (at.clone(), false)),
                 None => {
                     let Some(x) = t.get(claim.x) else {
                         return false;
@@ -141,7 +141,7 @@ impl<B: Backend> Fs<B> {
     /// `x` is being removed: where a new file claims to continue it, its delete is handed to
     /// that file (which moves it back under its own name) instead of being sent. True when
     /// handed over.
-    pub(super) fn hand_over_delete(&self, x: Ino, at: &NodePath) -> bool {
+    pub(super) fn hand_over_delete(&self, x: Ino, at: &NodePath, base: &Base) -> bool {
         if !at.name().is_some_and(backup_name) {
             return false;
         }
@@ -153,7 +153,7 @@ impl<B: Backend> Fs<B> {
         }
         match i.continues.as_mut() {
             Some(c) => {
-                c.removed_at = Some(at.clone());
+                c.removed_at = Some((at.clone(), base.clone()));
                 true
             }
             None => false,
@@ -164,15 +164,20 @@ impl<B: Backend> Fs<B> {
     /// renamed file it would have taken back is deleted after all.
     pub(super) async fn drop_claim(self: &Arc<Self>, ino: Ino) {
         let claim = self.table().take_claim(ino);
-        if let Some(at) = claim.and_then(|c| c.removed_at) {
-            self.delete_handed_over(&at).await;
+        if let Some((at, base)) = claim.and_then(|c| c.removed_at) {
+            self.delete_handed_over(&at, &base).await;
         }
     }
 
-    async fn delete_handed_over(&self, at: &NodePath) {
-        match self.backend.delete(at).await {
+    /// The delete a removal handed over, as the removal would have sent it: only the version
+    /// it knew (another writer's file or edit there since stays).
+    async fn delete_handed_over(&self, at: &NodePath, base: &Base) {
+        match self.backend.delete_if(at, base).await {
             Ok(()) => {}
             Err(e) if e.kind == crate::api::ErrorKind::NotFound => {}
+            Err(e) if e.kind == crate::api::ErrorKind::Precondition => {
+                log::warn!("{at} was changed elsewhere; not deleted (an edit beats a delete)");
+            }
             Err(e) => log::warn!("{at} could not be deleted: {e}"),
         }
     }

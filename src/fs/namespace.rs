@@ -333,11 +333,12 @@ impl<B: Backend> Fs<B> {
         };
         // A backup a new file continues (an editor's save by rename): the new file takes it
         // back under its own name (`history`), so it is not deleted here.
-        let handed_over = kind == InodeKind::File && remote && self.hand_over_delete(ino, &path);
+        // Checked again by the store where nothing comes in between (the model: a first
+        // version stored between the look and the delete went with the file).
+        let base = known.map_or(crate::api::Base::Any, |(_, b)| b);
+        let handed_over =
+            kind == InodeKind::File && remote && !kept && self.hand_over_delete(ino, &path, &base);
         if remote && !kept && !handed_over {
-            // Checked again by the store where nothing comes in between (the model: a first
-            // version stored between the look and the delete went with the file).
-            let base = known.map_or(crate::api::Base::Any, |(_, b)| b);
             match self.backend.delete_if(&path, &base).await {
                 Ok(()) => {}
                 Err(e) if e.kind == crate::api::ErrorKind::NotFound => {}

@@ -541,8 +541,10 @@ impl Table {
     }
 
     /// Files of `dir` that a listing fetched from the backend at `since` may lack: those with
-    /// staged bytes, and those created, renamed or uploaded here since (a listing paged while
-    /// the folder changes can miss entries).
+    /// staged bytes, those created, renamed or uploaded here since (a listing paged while
+    /// the folder changes can miss entries), and those this mount is changing on the store
+    /// right now (their own answer says where they are: `history` moves a backup away and
+    /// makes it again, and a listing fetched in between lacked it).
     pub fn local_children(&self, dir: &NodePath, since: Instant) -> Vec<(String, Ino)> {
         let recent = self
             .recent
@@ -552,6 +554,7 @@ impl Table {
         self.staged
             .iter()
             .chain(recent)
+            .chain(self.in_flight.keys())
             .filter_map(|i| self.inodes.get(i))
             .filter(|i| !i.unlinked && i.path.parent().as_ref() == Some(dir))
             .map(|i| (i.path.name().unwrap_or_default().to_string(), i.ino))

@@ -39,9 +39,10 @@ pub struct Continues {
     pub id: String,
     /// The name it left, which the new file took.
     pub name: NodePath,
-    /// Where the renamed file is on the store after this mount removed its new name: the
-    /// delete was handed to the new file, which takes the file back.
-    pub removed_at: Option<NodePath>,
+    /// Where the renamed file is on the store after this mount removed its new name, and the
+    /// version it knew there: the delete was handed to the new file, which takes the file
+    /// back (or deletes it after all, if still that version).
+    pub removed_at: Option<(NodePath, Base)>,
 }
 
 pub struct Inode {
