@@ -331,14 +331,14 @@ impl<B: Backend> Fs<B> {
             Some(k) => self.changed_since_known(k, &path).await,
             None => false,
         };
+        let base = known.map_or(crate::api::Base::Any, |(_, b)| b);
         // A backup a new file continues (an editor's save by rename): the new file takes it
         // back under its own name (`history`), so it is not deleted here.
-        // Checked again by the store where nothing comes in between (the model: a first
-        // version stored between the look and the delete went with the file).
-        let base = known.map_or(crate::api::Base::Any, |(_, b)| b);
         let handed_over =
             kind == InodeKind::File && remote && !kept && self.hand_over_delete(ino, &path, &base);
         if remote && !kept && !handed_over {
+            // Checked again by the store where nothing comes in between (the model: a first
+            // version stored between the look and the delete went with the file).
             match self.backend.delete_if(&path, &base).await {
                 Ok(()) => {}
                 Err(e) if e.kind == crate::api::ErrorKind::NotFound => {}
