@@ -30,25 +30,15 @@ impl<B: Backend> Fs<B> {
     /// takes the name back and becomes `ino`'s stored file, whose next version the upload
     /// stores. Nothing to do (one table lookup) for any other file.
     pub(super) async fn continue_document(self: &Arc<Self>, ino: Ino) {
-        let (mine, x, theirs) = {
+        let (mine, theirs) = {
             let t = self.table();
             let Some(i) = t.get(ino) else { return };
             let Some(c) = &i.continues else { return };
-            (i.io.clone(), c.x, t.get(c.x).map(|x| x.io.clone()))
+            (i.io.clone(), t.get(c.x).map(|x| (c.x, x.io.clone())))
         };
-        // Both files' `io`, in inode order (as a rename takes them): no upload, rename or
-        // unlink of either runs meanwhile.
-        let (_first, _second) = match theirs {
-            Some(theirs) if x < ino => {
-                let a = theirs.lock_owned().await;
-                (a, Some(mine.lock_owned().await))
-            }
-            Some(theirs) => {
-                let a = mine.lock_owned().await;
-                (a, Some(theirs.lock_owned().await))
-            }
-            None => (mine.lock_owned().await, None),
-        };
+        // Both files' `io` (as a rename takes them): no upload, rename or unlink of either
+        // runs meanwhile.
+        let _locked = super::lock_io_in_order((ino, mine), theirs).await;
         let Some(claim) = self.table().take_claim(ino) else {
             return;
         };
@@ -63,8 +53,8 @@ impl<B: Backend> Fs<B> {
     /// Moves the renamed file back to the name `ino` took and makes it `ino`'s stored file;
     /// false (nothing changed) where anything is not as the claim says.
     async fn take_back(self: &Arc<Self>, ino: Ino, claim: &Continues) -> bool {
-        // Where the renamed file is, and whether a name here still shows it.
-        let (name, backup) = {
+        // Where the renamed file is, and whether a name here still shows it (`kept`).
+        let (name, at, kept) = {
             let t = self.table();
             let Some(i) = t.get(ino) else { return false };
             let unstored = i.remote.is_none() && i.staged.is_some() && !i.unlinked;
@@ -72,7 +62,7 @@ impl<B: Backend> Fs<B> {
                 return false;
             }
             match &claim.removed_at {
-                Some((at, _)) => (i.path.clone(), (at.clone(), false)),
+                Some((at, _)) => (i.path.clone(), at.clone(), false),
                 None => {
                     let Some(x) = t.get(claim.x) else {
                         return false;
@@ -81,11 +71,10 @@ impl<B: Backend> Fs<B> {
                     if !same || x.unlinked || x.staged.is_some() {
                         return false;
                     }
-                    (i.path.clone(), (x.path.clone(), true))
+                    (i.path.clone(), x.path.clone(), true)
                 }
             }
         };
-        let (at, kept) = backup;
         if !at.name().is_some_and(backup_name) {
             return false;
         }
@@ -172,13 +161,8 @@ impl<B: Backend> Fs<B> {
     /// The delete a removal handed over, as the removal would have sent it: only the version
     /// it knew (another writer's file or edit there since stays).
     async fn delete_handed_over(&self, at: &NodePath, base: &Base) {
-        match self.backend.delete_if(at, base).await {
-            Ok(()) => {}
-            Err(e) if e.kind == crate::api::ErrorKind::NotFound => {}
-            Err(e) if e.kind == crate::api::ErrorKind::Precondition => {
-                log::warn!("{at} was changed elsewhere; not deleted (an edit beats a delete)");
-            }
-            Err(e) => log::warn!("{at} could not be deleted: {e}"),
+        if let Err(e) = self.delete_unless_changed(at, base).await {
+            log::warn!("{at} could not be deleted: {e}");
         }
     }
 }

@@ -364,6 +364,28 @@ impl<B: Backend> Fs<B> {
     }
 }
 
+/// A node's `io` lock (`Inode::io`), and another node's with it, taken in inode order: two at
+/// once only so ("Locks", 1): two callers taking the same pair cannot each hold one and wait.
+pub(super) async fn lock_io_in_order(
+    (ino, io): (Ino, Arc<tokio::sync::Mutex<()>>),
+    other: Option<(Ino, Arc<tokio::sync::Mutex<()>>)>,
+) -> (
+    tokio::sync::OwnedMutexGuard<()>,
+    Option<tokio::sync::OwnedMutexGuard<()>>,
+) {
+    match other {
+        Some((o, other)) if o < ino => {
+            let first = other.lock_owned().await;
+            (first, Some(io.lock_owned().await))
+        }
+        Some((_, other)) => {
+            let first = io.lock_owned().await;
+            (first, Some(other.lock_owned().await))
+        }
+        None => (io.lock_owned().await, None),
+    }
+}
+
 /// Creates (or keeps) a directory only its owner can enter: the cache dir holds the names and
 /// bytes of files waiting for upload.
 pub(crate) fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {

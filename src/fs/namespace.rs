@@ -339,18 +339,10 @@ impl<B: Backend> Fs<B> {
         if remote && !kept && !handed_over {
             // Checked again by the store where nothing comes in between (the model: a first
             // version stored between the look and the delete went with the file).
-            match self.backend.delete_if(&path, &base).await {
-                Ok(()) => {}
-                Err(e) if e.kind == crate::api::ErrorKind::NotFound => {}
-                Err(e) if e.kind == crate::api::ErrorKind::Precondition => {
-                    log::warn!(
-                        "{path} was changed elsewhere just now; not deleted from the store (an \
-                         edit beats a delete)"
-                    );
-                    kept = true;
-                }
-                Err(e) => return Err(errno(&e)),
-            }
+            kept = self
+                .delete_unless_changed(&path, &base)
+                .await
+                .map_err(|e| errno(&e))?;
         }
         if !dir {
             // A new file removed before it continued a renamed one: that one goes too.
@@ -377,6 +369,27 @@ impl<B: Backend> Fs<B> {
             self.pins_moved(&path, None);
         }
         Ok(())
+    }
+
+    /// Deletes `path` from the store if it still holds `base`; true when it was changed
+    /// elsewhere and stays (an edit beats a delete). Gone already counts as deleted.
+    pub(super) async fn delete_unless_changed(
+        &self,
+        path: &NodePath,
+        base: &crate::api::Base,
+    ) -> crate::api::Result<bool> {
+        match self.backend.delete_if(path, base).await {
+            Ok(()) => Ok(false),
+            Err(e) if e.kind == crate::api::ErrorKind::NotFound => Ok(false),
+            Err(e) if e.kind == crate::api::ErrorKind::Precondition => {
+                log::warn!(
+                    "{path} was changed elsewhere just now; not deleted from the store (an edit \
+                     beats a delete)"
+                );
+                Ok(true)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     pub(super) async fn rename(
@@ -436,17 +449,7 @@ impl<B: Backend> Fs<B> {
         // each other). After the lock, an upload that was running may have created the source
         // remotely.
         let target_io = target.and_then(|t| self.table().get(t).map(|i| (t, i.io.clone())));
-        let (_first, _second) = match target_io {
-            Some((tino, tio)) if tino < ino => {
-                let a = tio.lock_owned().await;
-                (Some(a), Some(io.clone().lock_owned().await))
-            }
-            Some((_, tio)) => {
-                let a = io.clone().lock_owned().await;
-                (Some(a), Some(tio.lock_owned().await))
-            }
-            None => (Some(io.clone().lock_owned().await), None),
-        };
+        let _locked = super::lock_io_in_order((ino, io.clone()), target_io).await;
         let remote = self
             .table()
             .get(ino)

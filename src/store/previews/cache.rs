@@ -104,13 +104,7 @@ pub(super) fn keep_bound(
     // On PostgreSQL several servers make previews into one store, so the bound is kept with
     // a fresh sum (one per render, beside an upload to the bucket); on SQLite this process is
     // nearly always the store's only one, and a sum per render was the cost that grew.
-    let (total, _) = if conn.is_pg() {
-        let fresh = preview_bytes(conn)?;
-        *relock(&shared.bytes_seen) = Some((std::time::Instant::now(), fresh.0, fresh.1));
-        fresh
-    } else {
-        preview_bytes_seen(conn, shared)?
-    };
+    let (total, _) = preview_bytes_seen(conn, shared, conn.is_pg())?;
     let bound = shared.cache_size.saturating_sub(incoming);
     let mut total = total;
     if total <= bound {
@@ -214,12 +208,16 @@ const BYTES_SEEN_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 /// [`preview_bytes`], summed again at most once a [`BYTES_SEEN_TTL`] and kept up to date with
 /// what this process adds and removes meanwhile: summed at every job, three times, it made
 /// the previews of n new files cost the square of n (a third of the CPU of a mount writing
-/// 20,000 files). Other processes' previews show within the TTL
-/// (the bound itself is kept with a fresh sum on PostgreSQL: [`keep_bound`]).
-pub(super) fn preview_bytes_seen(conn: &Connection, shared: &Shared) -> Result<(u64, u64)> {
+/// 20,000 files). Other processes' previews show within the TTL; `fresh` sums again at once
+/// (the bound itself on PostgreSQL: [`keep_bound`]).
+pub(super) fn preview_bytes_seen(
+    conn: &Connection,
+    shared: &Shared,
+    fresh: bool,
+) -> Result<(u64, u64)> {
     let mut seen = relock(&shared.bytes_seen);
     if let Some((at, all, unrequested)) = *seen {
-        if at.elapsed() < BYTES_SEEN_TTL {
+        if !fresh && at.elapsed() < BYTES_SEEN_TTL {
             return Ok((all, unrequested));
         }
     }

@@ -288,7 +288,7 @@ impl Pool {
         if job.asked {
             return Ok(true);
         }
-        let (total, unrequested) = cache::preview_bytes_seen(conn, &self.shared)?;
+        let (total, unrequested) = cache::preview_bytes_seen(conn, &self.shared, false)?;
         if !current || total >= self.shared.cache_size {
             return Ok(false);
         }
@@ -319,7 +319,7 @@ impl Pool {
             return true;
         }
         match (
-            cache::preview_bytes_seen(conn, &self.shared),
+            cache::preview_bytes_seen(conn, &self.shared, false),
             self.share(conn),
         ) {
             (Ok((_, unrequested)), Ok(share)) => unrequested + bytes <= share,
