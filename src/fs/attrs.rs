@@ -86,6 +86,9 @@ impl<B: Backend> Fs<B> {
                 i.mtime
             }
         };
+        // The store keeps (or the cache dir, for a store that does not) the time sent: the
+        // listing that says it leaves the atime set here as it is.
+        i.store_time = Some(modified);
         match &i.remote {
             Some(r) => Keep::Send(
                 r.id.clone(),

@@ -447,6 +447,7 @@ impl Table {
         n.ctime = old.ctime;
         n.crtime = old.crtime;
         n.atime = old.atime;
+        n.store_time = old.store_time;
         n.fetched = old.fetched;
         n.touched = old.touched;
         // Uploads and namespace changes of the node stay serialized across both.

@@ -59,6 +59,11 @@ pub struct Inode {
     pub ctime: SystemTime,
     pub crtime: SystemTime,
     pub atime: SystemTime,
+    /// The time the store (or the cache dir) last gave it: a listing that gives it again leaves
+    /// the times set here since as they are (a folder's, which the store does not keep; an
+    /// atime). Reset to the store's at every listing, `touch -d` on a folder, or any atime, held
+    /// only until the parent was listed again.
+    pub store_time: Option<SystemTime>,
     /// When the attributes were last confirmed by the backend.
     pub fetched: Instant,
     /// The kernel's references (lookup count).
@@ -116,6 +121,7 @@ impl Inode {
             ctime: now,
             crtime: now,
             atime: now,
+            store_time: None,
             fetched: Instant::now(),
             lookups: 0,
             open_handles: 0,
@@ -231,7 +237,9 @@ impl Inode {
     pub(super) fn update_from(&mut self, node: &Node, kept: Option<&Kept>) -> bool {
         self.fetched = Instant::now();
         if self.staged.is_none() {
-            if let Some(t) = kept.and_then(|k| k.mtime).or(node.modified_time()) {
+            let t = kept.and_then(|k| k.mtime).or(node.modified_time());
+            if let Some(t) = t.filter(|t| self.store_time != Some(*t)) {
+                self.store_time = Some(t);
                 self.mtime = t;
                 // The store keeps no ctime: a file known here keeps the time of its last change
                 // here unless the store's time is later (a change elsewhere). Set to the store's
