@@ -4,7 +4,9 @@
 //! name, and the local bytes become a conflict copy beside it,
 //! `NAME (conflict YYYY-MM-DD HHMMSS HOST).EXT`, which the uploader stores as a new file. An
 //! edit to a file deleted elsewhere (`NotFound`) is stored again under its name: an edit beats
-//! a delete. The copies made are kept in the cache dir's `conflicts` log, for `vaultfs status`
+//! a delete. Bytes that are already the version stored (the same edit made twice, or an
+//! upload that finished before a kill and is sent again at the restart) make no copy: the
+//! file takes that version as its own. The copies made are kept in the cache dir's `conflicts` log, for `vaultfs status`
 //! and the `user.vaultfs.conflict` attribute of each copy.
 
 use std::ffi::OsStr;
@@ -19,7 +21,7 @@ use fuser::INodeNo;
 use super::Fs;
 use super::status::Conflict;
 use super::table::Ino;
-use crate::api::{Base, Error, ErrorKind, NodePath};
+use crate::api::{Base, Error, ErrorKind, Node, NodePath};
 use crate::backend::Backend;
 use crate::sync::relock;
 
@@ -133,6 +135,11 @@ impl<B: Backend> Fs<B> {
         };
         // What keeps the name, for the copy's attribute (a failure here changes nothing).
         let server = self.backend.node(&path).await.ok();
+        if let Some(node) = &server {
+            if same_bytes(&staged, node).await {
+                return self.adopt(ino, &staged, node, &path);
+            }
+        }
         let now = SystemTime::now();
         let Some(copy) = self.free_copy_path(&path, now).await else {
             return false;
@@ -170,6 +177,34 @@ impl<B: Backend> Fs<B> {
                 }
             });
         }
+        true
+    }
+
+    /// The staged bytes of `ino` are the version `node` the store has at its name: that
+    /// version is the one they replace now, and the next round finds nothing to send (only
+    /// their attributes). True when still the same staged file.
+    fn adopt(
+        &self,
+        ino: Ino,
+        staged: &Arc<super::staging::Staged>,
+        node: &Node,
+        path: &NodePath,
+    ) -> bool {
+        let mut t = self.table();
+        let still = t
+            .get(ino)
+            .is_some_and(|i| i.staged.as_ref().is_some_and(|s| Arc::ptr_eq(s, staged)));
+        if !still || node.file_id().is_none() {
+            return false;
+        }
+        t.update_from(ino, node);
+        if let Some(md5) = &node.md5_checksum {
+            staged.set_base(Base::Md5(md5.clone()));
+        }
+        staged.same_as_stored();
+        log::info!(
+            "{path}: the bytes refused as a conflict are the version stored there; no copy made"
+        );
         true
     }
 
@@ -363,6 +398,21 @@ impl<B: Backend> Fs<B> {
             "the folder of {path} was deleted elsewhere while it was edited here; made again"
         );
         true
+    }
+}
+
+/// Whether `staged` holds the bytes of the version `node` (same size, same md5).
+async fn same_bytes(staged: &Arc<super::staging::Staged>, node: &Node) -> bool {
+    let Some(want) = node.md5_checksum.clone() else {
+        return false;
+    };
+    if node.size != Some(staged.size()) {
+        return false;
+    }
+    let s = staged.clone();
+    match tokio::task::spawn_blocking(move || s.md5()).await {
+        Ok(Ok(md5)) => md5.eq_ignore_ascii_case(&want),
+        _ => false,
     }
 }
 

@@ -130,6 +130,13 @@ impl Staged {
         Ok(true)
     }
 
+    /// The bytes were found to be those of the version now stored at the name (a conflict
+    /// that is none, see `conflict`): the next round compares them with it before it sends
+    /// anything, as it does after a change the kernel may have made to the same bytes.
+    pub fn same_as_stored(&self) {
+        self.unsure.store(true, Ordering::SeqCst);
+    }
+
     /// The bytes were compared with the stored version and found changed.
     pub(super) fn make_sure(&self) {
         self.unsure.store(false, Ordering::SeqCst);
