@@ -146,6 +146,8 @@ pub fn socket_path(mountpoint: &Path) -> PathBuf {
 pub struct Info {
     pub backend: String,
     pub token_expires: Option<String>,
+    /// Where the mount's store is, for a command given a path in the mount (`vaultfs search`).
+    pub store: Option<crate::fs::status::StoreAt>,
 }
 
 /// A running control server; [`Server::close`] ends it.
@@ -239,6 +241,7 @@ async fn serve_one(
             let mut s = control.status();
             s.backend = info.backend.clone();
             s.token_expires = info.token_expires.clone();
+            s.store = info.store.clone();
             serde_json::to_string(&s)?
         }
         "unmount" => {

@@ -10,6 +10,7 @@ use crate::api::NodePath;
 use crate::backend::Backend;
 use crate::backend::local::LocalBackend;
 use crate::backend::remote::RemoteBackend;
+use crate::fs::status::StoreAt;
 use crate::fs::{self, MountOptions};
 use crate::store::Store;
 use crate::sync::relock;
@@ -171,6 +172,7 @@ fn mount_checked(
             let info = Info {
                 backend: format!("{} as {}", creds.server, creds.email),
                 token_expires: Some(crate::api::format_time(creds.expires_at)),
+                store: Some(StoreAt::Server(url.clone())),
             };
             let key = backend_key("remote", &identity);
             let opts = MountOptions {
@@ -197,6 +199,7 @@ fn mount_checked(
             let info = Info {
                 backend: format!("the built-in store in {}", data_dir.display()),
                 token_expires: None,
+                store: Some(StoreAt::DataDir(identity.clone())),
             };
             let store_max = store.config().max_file_size;
             let store = Arc::new(store);

@@ -21,6 +21,15 @@ const RECENT_ERRORS: usize = 20;
 /// A long upload logs its progress this often.
 const PROGRESS_LOG_EVERY: Duration = Duration::from_secs(10);
 
+/// Where a mount's store is: a server (logged in with `vaultfs login`) or the built-in store's
+/// data dir.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreAt {
+    Server(String),
+    DataDir(std::path::PathBuf),
+}
+
 /// A snapshot of a running mount.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Status {
@@ -35,6 +44,9 @@ pub struct Status {
     /// When the server's token expires (RFC 3339; remote backends only).
     #[serde(default)]
     pub token_expires: Option<String>,
+    /// Where the store is (filled in by the command layer).
+    #[serde(default)]
+    pub store: Option<StoreAt>,
     pub pid: u32,
     /// Whether the backend currently counts as unreachable.
     pub offline: bool,
@@ -285,6 +297,7 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
         read_only: fs.opts.read_only,
         backend: String::new(),
         token_expires: None,
+        store: None,
         pid: std::process::id(),
         offline,
         offline_since: fs.offline.since().map(crate::api::format_time),

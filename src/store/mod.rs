@@ -234,15 +234,20 @@ pub(crate) fn now_ns() -> i64 {
 fn secret_key(path: &Path) -> Result<[u8; 32]> {
     use std::io::{Read, Write};
     let mut key = [0u8; 32];
-    let read = |key: &mut [u8; 32]| -> Result<()> {
-        fs::File::open(path)?
-            .read_exact(key)
+    let read = |f: fs::File, key: &mut [u8; 32]| -> Result<()> {
+        let mut f = f;
+        f.read_exact(key)
             .map_err(|e| Error::internal(format!("{} is not a key: {e}", path.display())))
     };
-    match read(&mut key) {
-        Ok(()) => return Ok(key),
-        Err(e) if !path.exists() => log::debug!("no key yet ({e}): making {}", path.display()),
-        Err(e) => return Err(e),
+    // Whether there is one is the open's answer: asked again after a failed read (`exists`),
+    // another thread's key linked in between made the read's "not found" an error (1 run in 30
+    // of eight threads at once, under load).
+    match fs::File::open(path) {
+        Ok(f) => return read(f, &mut key).map(|()| key),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            log::debug!("no key yet: making {}", path.display());
+        }
+        Err(e) => return Err(e.into()),
     }
     // Written whole under a name of its own, then linked into place: a second process opening
     // a new store at the same moment reads either no key (and races to link its own) or a
@@ -257,7 +262,9 @@ fn secret_key(path: &Path) -> Result<[u8; 32]> {
     let _ = fs::remove_file(&tmp);
     match placed {
         Ok(()) => Ok(key),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read(&mut key).map(|()| key),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            read(fs::File::open(path)?, &mut key).map(|()| key)
+        }
         Err(e) => Err(e.into()),
     }
 }
@@ -386,6 +393,11 @@ impl Store {
     }
 
     /// Opens the store of `vaultfs mount` with its `Local` account.
+    /// Whether `dir` holds a built-in store (SQLite), without making one.
+    pub fn is_in(dir: &Path) -> bool {
+        dir.join("vault.db").is_file()
+    }
+
     pub fn open_local(dir: &Path) -> Result<Store> {
         Store::open_local_with(dir, StoreConfig::default())
     }

@@ -8,6 +8,8 @@ use super::errno_of;
 use crate::common;
 use crate::common::env::{Env, Via};
 
+both!(search_takes_a_folder_in_the_mount);
+
 /// Other users are kept out of a mount unless `--allow-other` lets them in.
 #[test]
 fn other_users_need_allow_other() {
@@ -158,6 +160,59 @@ fn sync_and_status_take_a_path_inside_the_mount() {
     let none = run(&["sync", outside.to_str().unwrap()]);
     assert!(!none.status.success());
     assert!(String::from_utf8_lossy(&none.stderr).contains("no running vaultfs mount"));
+    m.unmount();
+}
+
+/// `vaultfs search ~/Vault/docs WORD`, a folder in a mount as users type it (issue 49: "not
+/// found", and a stray built-in store made in the default data dir): the mount's own store is
+/// searched under that folder, and hits are printed as paths in the mount. A data dir that holds
+/// no store is an error, and no store is made there.
+fn search_takes_a_folder_in_the_mount(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let docs = env.vault().join("docs");
+    fs::create_dir(&docs).unwrap();
+    fs::write(docs.join("notes.txt"), b"the okapi grazes here\n").unwrap();
+    fs::write(env.vault().join("outside.txt"), b"another okapi\n").unwrap();
+    env.wait_uploaded();
+    let run = |args: &[&str]| {
+        Command::new(crate::common::mount::BIN)
+            .arg("search")
+            .args(args)
+            .env("XDG_CONFIG_HOME", &env.config)
+            .output()
+            .unwrap()
+    };
+    let want = format!(
+        "{}\n    the okapi grazes here\n",
+        docs.join("notes.txt").display()
+    );
+    crate::common::mount::wait_for(60, "the file indexed and found through the mount", || {
+        let out = run(&[docs.to_str().unwrap(), "okapi"]);
+        out.status.success() && out.stdout == want.as_bytes()
+    });
+    // From inside the folder, as `.`.
+    let here = Command::new(crate::common::mount::BIN)
+        .args(["search", ".", "grazes"])
+        .current_dir(&docs)
+        .env("XDG_CONFIG_HOME", &env.config)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&here.stdout), want, "{here:?}");
+
+    let empty = env._tmp.path().join("no store here");
+    let out = Command::new(crate::common::mount::BIN)
+        .args(["search", "--data-dir"])
+        .arg(&empty)
+        .arg("okapi")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no built-in store in"),
+        "{out:?}"
+    );
+    assert!(!empty.exists(), "a search made a store");
     m.unmount();
 }
 
