@@ -60,8 +60,8 @@ pub struct Node {
     pub size: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub md5_checksum: Option<String>,
-    /// Files: permission bits, of which the execute bits (0o111) are kept (an extension of
-    /// ours: absent from servers that keep no modes, and then 0644).
+    /// Files: the mode as kept (an extension of ours, see [`WHOLE_MODE`]: absent from servers
+    /// that keep no modes, and then 0644).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -436,7 +436,7 @@ impl Base {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FileAttrs {
     pub modified: Option<SystemTime>,
-    /// Permission bits; the execute bits (0o111) are what is kept.
+    /// The mode to keep (see [`WHOLE_MODE`]).
     pub mode: Option<u32>,
 }
 
@@ -446,12 +446,37 @@ impl FileAttrs {
     }
 }
 
-/// The execute bits of a permission mode: what a file keeps of a chmod.
+/// The execute bits of a permission mode.
 pub const EXEC_BITS: u32 = 0o111;
 
-/// A file's permission bits as served: 0644 plus the execute bits it keeps.
-pub fn file_mode(exec: u32) -> u32 {
-    0o644 | (exec & EXEC_BITS)
+/// Marks a mode that carries all of a file's permission bits (`S_IFREG`, as in `st_mode`). A
+/// mode without it carries its execute bits only: what stores kept before they kept the rest
+/// (and what a server of that time still sends: 0644 plus those bits), read as 0644 plus them.
+/// Clients that know only the execute bits read them from either.
+pub const WHOLE_MODE: u32 = 0o100000;
+
+/// A file's permission bits (of 0o777) from a mode as kept or sent (see [`WHOLE_MODE`]).
+pub fn file_mode(mode: u32) -> u32 {
+    if mode & WHOLE_MODE != 0 {
+        mode & 0o777
+    } else {
+        0o644 | (mode & EXEC_BITS)
+    }
+}
+
+/// Permission bits as kept and sent: all of them, marked as such.
+pub fn whole_mode(perm: u32) -> u32 {
+    WHOLE_MODE | (perm & 0o777)
+}
+
+/// A mode a client sent, as a store keeps it: whole, or (from a client that sends only what
+/// its execute bits say) those bits alone.
+pub fn kept_mode(mode: u32) -> u32 {
+    if mode & WHOLE_MODE != 0 {
+        whole_mode(mode)
+    } else {
+        mode & EXEC_BITS
+    }
 }
 
 /// The object under `copy` or `move`.

@@ -1,5 +1,5 @@
 //! Attributes set through the mount (modification times from `touch`, `cp -p`, `tar x`,
-//! `rsync -a`; the execute bits of a chmod), kept by the backend so that they outlive the
+//! `rsync -a`; the permission bits of a chmod), kept by the backend so that they outlive the
 //! listing's TTL and a remount. A file with local changes carries them with its upload (the
 //! staged file's time, the inode's bits); a stored file gets them alone
 //! ([`Backend::set_attrs`]).
@@ -16,7 +16,7 @@ use fuser::TimeOrNow;
 use super::Fs;
 use super::errno::is_transient;
 use super::table::{Ino, InodeKind, Table};
-use crate::api::{EXEC_BITS, FileAttrs, Node, Result, file_mode};
+use crate::api::{FileAttrs, Node, Result, file_mode, whole_mode};
 use crate::backend::Backend;
 
 /// What a setattr leaves to do after the inode table has the new attributes.
@@ -54,16 +54,17 @@ impl<B: Backend> Fs<B> {
             i.atime = t;
         }
         i.ctime = SystemTime::now();
-        let exec_changed = i.kind == InodeKind::File
+        let mode_changed = i.kind == InodeKind::File
             && mode.is_some_and(|m| {
-                let old = i.exec.replace(m & EXEC_BITS);
-                old != i.exec
+                let old = i.perm.replace(m & 0o777);
+                old != i.perm
             });
-        if i.kind != InodeKind::File || i.unlinked || (mtime.is_none() && !exec_changed) {
+        if i.kind != InodeKind::File || i.unlinked || (mtime.is_none() && !mode_changed) {
             // Folders keep their times here only: the store sets a folder's time as its
             // entries change.
             if let Some(t) = mtime {
                 i.mtime = t;
+                i.times_here = i.kind == InodeKind::Dir;
             }
             return Keep::Nothing;
         }
@@ -95,7 +96,7 @@ impl<B: Backend> Fs<B> {
                 r.md5.clone(),
                 FileAttrs {
                     modified: Some(modified),
-                    mode: i.exec.map(file_mode),
+                    mode: i.perm.map(whole_mode),
                 },
             ),
             None => Keep::Nothing,
@@ -108,6 +109,9 @@ impl<B: Backend> Fs<B> {
             Keep::Nothing => {}
             Keep::Settle(staged) => self.settle(ino, &staged),
             Keep::Send(id, md5, attrs) => {
+                // A listing fetched before the store has them must not put the old ones back
+                // (two chmods in a row: the second came back as the first).
+                let _ours = super::follow::Ours::sending(self, vec![ino]);
                 if let Err(e) = store(self, &id, md5, attrs).await {
                     log::warn!("could not store the times or mode of file {id} ({e}): kept here");
                 }
@@ -157,7 +161,7 @@ pub(super) fn answered(t: &mut Table, id: &str, node: &Node, attrs: FileAttrs) {
     let time_kept = attrs.modified.is_none() || node.modified_time() == attrs.modified;
     let mode_kept = attrs
         .mode
-        .is_none_or(|m| node.mode.map_or(0, |n| n & EXEC_BITS) == m & EXEC_BITS);
+        .is_none_or(|m| node.mode.map(file_mode) == Some(file_mode(m)));
     if time_kept && mode_kept {
         t.kept.forget(id);
     } else {

@@ -74,7 +74,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
         // (not copied first and cut after), and the kernel can write it itself from the start.
         let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
         // Killing setuid/setgid bits and file capabilities on a write or chown is the file
-        // system's: there is none to kill here (modes keep the execute bits alone, and no
+        // system's: there is none to kill here (modes keep the nine permission bits alone, and no
         // `security.*` xattr exists). Else the kernel asks for `security.capability` (a
         // GETXATTR) before each chown and each file's first write: two of a `tar x`'s eleven
         // requests per file.
@@ -548,8 +548,8 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        // The execute bits of the new file's mode are kept like a chmod's (docs/design.md §3).
-        let exec = mode & !umask & crate::api::EXEC_BITS;
+        // The new file's permission bits are kept like a chmod's (docs/design.md §3).
+        let perm = mode & !umask & 0o777;
         let name = match name_of(name) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
@@ -557,13 +557,13 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
         let fs = self.0.clone();
         let ttl = fs.ttl();
         if let Some(r) =
-            fs.create_cached(parent.0, &name, flags, exec, &|fd| reply.open_backing(fd))
+            fs.create_cached(parent.0, &name, flags, perm, &|fd| reply.open_backing(fd))
         {
             return created(reply, &ttl, r);
         }
         self.0.rt.spawn(async move {
             let r = fs
-                .create(parent.0, &name, flags, exec, &|fd| reply.open_backing(fd))
+                .create(parent.0, &name, flags, perm, &|fd| reply.open_backing(fd))
                 .await;
             created(reply, &ttl, r);
         });

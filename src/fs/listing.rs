@@ -156,7 +156,7 @@ impl<B: Backend> Fs<B> {
                 // listing was asked for: what the listing says of it is older.
                 let newer = t
                     .ino_of(&cpath)
-                    .filter(|i| t.get(*i).is_some_and(|i| i.newer_than(started)));
+                    .filter(|i| t.sending(*i) || t.get(*i).is_some_and(|i| i.newer_than(started)));
                 let (ino, content_changed) = match newer {
                     Some(ino) => (ino, false),
                     None => t.upsert(&cpath, child),
@@ -170,11 +170,9 @@ impl<B: Backend> Fs<B> {
                 log::debug!("listing {path}: {name} kept (changed here, or staged)");
                 names.insert(name, ino);
             }
-            let old = t
-                .get(dir)
-                .and_then(|i| i.listing())
-                .map(|(_, n)| n.clone())
-                .unwrap_or_default();
+            let old = t.get(dir).and_then(|i| i.listing()).map(|(_, n)| n.clone());
+            let listed_before = old.is_some();
+            let old = old.unwrap_or_default();
             // Pages fetched while the folder changed here can skip names that did not change
             // (a name taken out before the offset of the next page moves one past it): then no
             // name goes for being absent (fstests generic/736 over a server: 1 of 5,000 files
@@ -198,6 +196,10 @@ impl<B: Backend> Fs<B> {
                     let dir_kind = t.get(ino).is_some_and(|i| i.kind == InodeKind::Dir);
                     gone.push((name, ino, dir_kind));
                 }
+            }
+            if listed_before && (added || !gone.is_empty()) {
+                // Entries came or went elsewhere: the folder's time is the store's again.
+                t.entries_changed_elsewhere(dir);
             }
             if dir != ROOT {
                 t.update_from(dir, &node);

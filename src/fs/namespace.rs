@@ -95,13 +95,13 @@ impl<B: Backend> Fs<B> {
         t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT)
     }
 
-    /// `exec`: the execute bits of the mode a new file is created with (kept like a chmod's).
+    /// `perm`: the permission bits a new file is created with (kept like a chmod's).
     pub(super) async fn create(
         self: &Arc<Self>,
         parent: Ino,
         name: &str,
         flags: i32,
-        exec: u32,
+        perm: u32,
         register: &Register<'_>,
     ) -> OpResult<(FileAttr, Opened)> {
         Self::outside_previews(parent, name)?;
@@ -123,7 +123,7 @@ impl<B: Backend> Fs<B> {
                 t.touch(ino);
                 if let Some(i) = t.get_mut(ino) {
                     i.unlinked = false;
-                    i.exec = Some(exec);
+                    i.perm = Some(perm);
                 }
                 t.claim_vacated(ino);
                 ino
@@ -171,7 +171,7 @@ impl<B: Backend> Fs<B> {
         parent: Ino,
         name: &str,
         flags: i32,
-        exec: u32,
+        perm: u32,
         register: &Register<'_>,
     ) -> Option<OpResult<(FileAttr, Opened)>> {
         if let Err(e) = Self::outside_previews(parent, name).and_then(|()| self.writable()) {
@@ -217,7 +217,7 @@ impl<B: Backend> Fs<B> {
         let fh = self.handles.next_fh.fetch_add(1, Ordering::SeqCst);
         let i = t.get_mut(ino)?;
         i.unlinked = false;
-        i.exec = Some(exec);
+        i.perm = Some(perm);
         // A fresh inode: nothing else has it open, no registration can conflict.
         let backing = self
             .kernel_writer(i, &staged, fh, OpenFlags(flags), true, register)

@@ -100,8 +100,18 @@ impl Table {
             let now = SystemTime::now();
             i.mtime = now;
             i.ctime = now;
+            i.times_here = false;
         }
         self.snapshot_due.insert(dir);
+    }
+
+    /// A folder's listing shows entries made or removed elsewhere: times set here give way to
+    /// the store's, taken from the next node that says them.
+    pub fn entries_changed_elsewhere(&mut self, dir: Ino) {
+        if let Some(i) = self.inodes.get_mut(&dir) {
+            i.times_here = false;
+            i.store_time = None;
+        }
     }
 
     /// The listings of folders whose entries changed here since last asked, as nodes (files
@@ -443,7 +453,7 @@ impl Table {
         let mut n = Inode::new(new, path.clone(), InodeKind::File);
         n.remote = old.remote.clone();
         n.mtime = old.mtime;
-        n.exec = old.exec;
+        n.perm = old.perm;
         n.ctime = old.ctime;
         n.crtime = old.crtime;
         n.atime = old.atime;

@@ -5,7 +5,7 @@
 use super::Fs;
 use super::staging::{Next, Retry};
 use super::table::{Ino, InodeKind};
-use crate::api::{Error, ErrorKind, FileAttrs, Result, file_mode};
+use crate::api::{Error, ErrorKind, FileAttrs, Result, whole_mode};
 use crate::backend::{Backend, reader_stream};
 use crate::sync::relock;
 use std::sync::Arc;
@@ -185,7 +185,7 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
         None => return Ok(()),
     };
     let _io = io.lock().await;
-    let (path, remote_id, remote_md5, remote_size, staged, exec) = {
+    let (path, remote_id, remote_md5, remote_size, staged, perm) = {
         let t = fs.table();
         let Some(inode) = t.get(ino) else {
             return Ok(());
@@ -203,14 +203,14 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
             r.and_then(|r| r.md5.clone()),
             r.map(|r| r.size),
             staged,
-            inode.exec,
+            inode.perm,
         )
     };
     let generation = staged.generation();
     // Read after the generation: attributes set later make another round.
     let attrs = FileAttrs {
         modified: Some(staged.mtime()),
-        mode: exec.map(file_mode),
+        mode: perm.map(whole_mode),
     };
     let size = staged.size();
     if size > fs.opts.max_file_size {

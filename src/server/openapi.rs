@@ -330,9 +330,10 @@ pub struct Node {
     pub size: Option<u64>,
     /// Files: md5 of the content, hex.
     pub md5_checksum: Option<String>,
-    /// Files (an extension of ours): permission bits, 0644 plus the execute bits a client set
-    /// (420 or 493 for 0644 or 0755). Absent from servers that keep no modes.
-    #[schema(minimum = 0, maximum = 511)]
+    /// Files (an extension of ours): the mode as in `st_mode`, 0o100000 plus the nine
+    /// permission bits (33188 for 0644, 33060 for 0444). Absent from servers that keep no
+    /// modes.
+    #[schema(minimum = 0, maximum = 33279)]
     pub mode: Option<u32>,
     /// Containers listed with `children=1`: how many children there are in all pages.
     #[schema(minimum = 0)]
@@ -540,9 +541,10 @@ pub struct VersionRequest {
     #[serde(rename = "modifiedOn")]
     #[schema(format = DateTime)]
     pub modified_on: Option<String>,
-    /// An extension of ours: the file's permission bits, of which the execute bits (0o111) are
-    /// kept. Without it the file keeps its bits.
-    #[schema(minimum = 0, maximum = 4095)]
+    /// An extension of ours: the file's mode. With 0o100000 (as in `st_mode`) its nine
+    /// permission bits are kept whole; without, only its execute bits (0o111). Without it the
+    /// file keeps its bits.
+    #[schema(minimum = 0, maximum = 33279)]
     pub mode: Option<u32>,
     /// An extension of ours, the conflict check: the md5 (hex or base64) of the version this
     /// upload replaces. Refused with 412 `version_conflict` here, and again atomically when step

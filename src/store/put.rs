@@ -32,7 +32,7 @@ use super::db::params;
 use super::nodes::{self, NodeKind};
 use super::{Scope, Store, now_ns, time_to_ns};
 use crate::api::checksum::Digests;
-use crate::api::{Base, EXEC_BITS, Error, FileAttrs, Node, NodePath, Result};
+use crate::api::{Base, Error, FileAttrs, Node, NodePath, Result, kept_mode};
 
 /// One whole file to store: the first `len` bytes of `source` become the current version of the
 /// file (by ID when it has one, else at `path`, created when missing).
@@ -427,7 +427,7 @@ impl Store {
             file.id,
             vid,
             f.attrs.modified.map_or(now, time_to_ns),
-            f.attrs.mode.map(|m| m & EXEC_BITS)
+            f.attrs.mode.map(kept_mode)
         ])?;
         let render = super::previews::want_judged(tx, &p.sha256, &file.name, &p.kinds)?;
         // A file new in this batch has no earlier version to drop (one found by its path, as

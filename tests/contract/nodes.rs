@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use vaultfs::api::{ErrorKind, NodePath, NodeType};
+use vaultfs::api::{ErrorKind, NodePath, NodeType, file_mode, whole_mode};
 use vaultfs::backend::{Backend, list_all};
 
 use crate::common::md5hex;
@@ -226,29 +226,32 @@ pub(crate) async fn attribute_cases<B: Backend>(w: &World<B>) {
         return;
     }
 
-    assert_eq!(file.mode, Some(0o644));
+    assert_eq!(file.mode.map(file_mode), Some(0o644));
     let node = b
         .set_attrs(&id, set(Some(before_1970), Some(0o755)))
         .await
         .unwrap();
     assert_eq!(node.modified_time(), Some(before_1970), "{node:?}");
-    assert_eq!(node.mode, Some(0o755));
+    assert_eq!(node.mode.map(file_mode), Some(0o755));
     let node = b.node(&p).await.unwrap();
     assert_eq!(node.modified_time(), Some(before_1970));
-    assert_eq!(node.mode, Some(0o755));
-    // One attribute alone leaves the other as it is; only the execute bits are kept.
+    assert_eq!(node.mode.map(file_mode), Some(0o755));
+    // Modes go out whole (st_mode's S_IFREG marks them so).
+    assert_eq!(node.mode, Some(0o100755));
+    // One attribute alone leaves the other as it is; a mode sent without the mark (a client
+    // that knows only execute bits) keeps its execute bits only.
     let node = b.set_attrs(&id, set(Some(after_2038), None)).await.unwrap();
     assert_eq!(node.modified_time(), Some(after_2038));
-    assert_eq!(node.mode, Some(0o755));
+    assert_eq!(node.mode.map(file_mode), Some(0o755));
     let node = b.set_attrs(&id, set(None, Some(0o700))).await.unwrap();
     assert_eq!(
-        (node.modified_time(), node.mode),
+        (node.modified_time(), node.mode.map(file_mode)),
         (Some(after_2038), Some(0o744))
     );
     let listed = b.list(&w.vault, 0, 100).await.unwrap().children.unwrap();
     let listed = listed.iter().find(|c| c.name == "times.sh").unwrap();
     assert_eq!(
-        (listed.modified_time(), listed.mode),
+        (listed.modified_time(), listed.mode.map(file_mode)),
         (Some(after_2038), Some(0o744))
     );
 
@@ -267,14 +270,23 @@ pub(crate) async fn attribute_cases<B: Backend>(w: &World<B>) {
     let vid = v.version_id().unwrap();
     let node = b.upload(&id, &vid, 2, stream(b"ok")).await.unwrap();
     assert_eq!(
-        (node.modified_time(), node.mode),
+        (node.modified_time(), node.mode.map(file_mode)),
         (Some(in_2001), Some(0o644))
     );
+    // A whole mode is kept whole: read-only, private.
+    for perm in [0o444, 0o600] {
+        let node = b
+            .set_attrs(&id, set(None, Some(whole_mode(perm))))
+            .await
+            .unwrap();
+        assert_eq!(node.mode, Some(whole_mode(perm)));
+        assert_eq!(b.node(&p).await.unwrap().mode, Some(whole_mode(perm)));
+    }
     // A version without a time is modified at its commit; the bits stay.
     b.set_attrs(&id, set(None, Some(0o755))).await.unwrap();
     let node = put(b, &w.vault, "times.sh", b"again").await;
     assert!(node.modified_time().unwrap() >= started, "{node:?}");
-    assert_eq!(node.mode, Some(0o755));
+    assert_eq!(node.mode.map(file_mode), Some(0o755));
 
     assert_err(
         b.set_attrs("999999999", set(Some(in_2001), None)).await,

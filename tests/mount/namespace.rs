@@ -352,16 +352,18 @@ fn errors_are_the_posix_ones(via: Via) {
         );
     }
     assert_eq!(errno_of(fs::create_dir(account)), libc::EEXIST);
-    // Mode changes are accepted without effect; owners other than ours are refused.
-    let mut perm = fs::metadata(v.join("d/f")).unwrap().permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o600);
-    fs::set_permissions(v.join("d/f"), perm).unwrap();
-    assert_eq!(
-        std::os::unix::fs::PermissionsExt::mode(
-            &fs::metadata(v.join("d/f")).unwrap().permissions()
-        ) & 0o777,
-        0o644
-    );
+    // A file keeps its nine permission bits (setuid, setgid and sticky are not kept); owners
+    // other than ours are refused.
+    let mode_after = |mode: u32| {
+        let mut perm = fs::metadata(v.join("d/f")).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perm, mode);
+        fs::set_permissions(v.join("d/f"), perm).unwrap();
+        std::os::unix::fs::PermissionsExt::mode(&fs::metadata(v.join("d/f")).unwrap().permissions())
+            & 0o7777
+    };
+    assert_eq!(mode_after(0o600), 0o600);
+    assert_eq!(mode_after(0o4755), 0o755);
+    assert_eq!(mode_after(0o644), 0o644, "{}", m.log_text());
     assert_eq!(
         errno_of(std::os::unix::fs::chown(v.join("d/f"), Some(12345), None)),
         libc::EPERM

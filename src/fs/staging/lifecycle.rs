@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Snapshot, Staged};
-use crate::api::{Error, FileAttrs, Node, NodePath, file_mode};
+use crate::api::{Error, FileAttrs, Node, NodePath, whole_mode};
 use crate::backend::{Backend, PutFile};
 use crate::fs::Fs;
 use crate::fs::table::{Ino, Inode, Table};
@@ -331,7 +331,7 @@ impl<B: Backend> Fs<B> {
             digests: snap.digests,
             attrs: FileAttrs {
                 modified: Some(snap.mtime),
-                mode: inode.exec.map(file_mode),
+                mode: inode.perm.map(whole_mode),
             },
             cancel: staged.removal().clone(),
             base: staged.base(),

@@ -10,7 +10,7 @@ use fuser::{FileAttr, FileType, INodeNo};
 
 use super::Ino;
 use super::{Backing, Kept};
-use crate::api::{Base, EXEC_BITS, Node, NodePath, NodeType, file_mode};
+use crate::api::{Base, Node, NodePath, NodeType, file_mode, whole_mode};
 use crate::fs::staging::Staged;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,10 +52,10 @@ pub struct Inode {
     /// Files known to the backend; `None` for a file that so far exists only here.
     pub remote: Option<Remote>,
     pub mtime: SystemTime,
-    /// Files: the execute bits (of 0o111) chmod gave, kept by the backend like times. `None`
-    /// until known (from the backend, or set here): an upload then leaves the stored ones as
-    /// they are (a file whose upload resumes after a restart keeps its bits).
-    pub exec: Option<u32>,
+    /// Files: the permission bits (of 0o777) a chmod or the create gave, kept by the backend
+    /// like times. `None` until known (from the backend, or set here): an upload then leaves
+    /// the stored ones as they are (a file whose upload resumes after a restart keeps them).
+    pub perm: Option<u32>,
     pub ctime: SystemTime,
     pub crtime: SystemTime,
     pub atime: SystemTime,
@@ -64,6 +64,12 @@ pub struct Inode {
     /// atime). Reset to the store's at every listing, `touch -d` on a folder, or any atime, held
     /// only until the parent was listed again.
     pub store_time: Option<SystemTime>,
+    /// Folders: times set here (`touch -d`, `rsync -a`), which the store does not keep for a
+    /// folder. They stay while its entries do: the store's time moves as this mount's uploads
+    /// into it land (after the set, as `rsync` sets a folder's time once its files are
+    /// written), and that is no change to show. An entry made or removed, here or elsewhere
+    /// (`Table::entries_changed`, `entries_changed_elsewhere`), ends them.
+    pub times_here: bool,
     /// When the attributes were last confirmed by the backend.
     pub fetched: Instant,
     /// The kernel's references (lookup count).
@@ -117,11 +123,12 @@ impl Inode {
             kind,
             remote: None,
             mtime: now,
-            exec: None,
+            perm: None,
             ctime: now,
             crtime: now,
             atime: now,
             store_time: None,
+            times_here: false,
             fetched: Instant::now(),
             lookups: 0,
             open_handles: 0,
@@ -203,7 +210,7 @@ impl Inode {
             // An unlinked file that is still open has no name left.
             InodeKind::File => (
                 FileType::RegularFile,
-                file_mode(self.exec.unwrap_or(0)) as u16,
+                self.perm.unwrap_or(0o644) as u16,
                 u32::from(!self.unlinked),
                 self.size(),
             ),
@@ -238,7 +245,8 @@ impl Inode {
         self.fetched = Instant::now();
         if self.staged.is_none() {
             let t = kept.and_then(|k| k.mtime).or(node.modified_time());
-            if let Some(t) = t.filter(|t| self.store_time != Some(*t)) {
+            let moved = t.filter(|t| self.store_time != Some(*t));
+            if let Some(t) = moved.filter(|_| !self.times_here) {
                 self.store_time = Some(t);
                 self.mtime = t;
                 // The store keeps no ctime: a file known here keeps the time of its last change
@@ -252,8 +260,8 @@ impl Inode {
                 self.atime = t;
             }
             // A backend that keeps no modes says none: the bits set here stay.
-            if let Some(x) = kept.and_then(|k| k.exec).or(node.mode) {
-                self.exec = Some(x & EXEC_BITS);
+            if let Some(m) = kept.and_then(|k| k.mode).or(node.mode) {
+                self.perm = Some(file_mode(m));
             }
         }
         if let Some(t) = node.created_time() {
@@ -329,7 +337,7 @@ impl Inode {
                 n.id = Some(r.id.clone());
                 n.size = Some(r.size);
                 n.md5_checksum = r.md5.clone();
-                n.mode = self.exec;
+                n.mode = self.perm.map(whole_mode);
                 n.link_uri = r.link_uri.clone();
                 n.preview_link_uri = r.preview_link_uri.clone();
                 n.download_link_uri = r.download_link_uri.clone();

@@ -8,8 +8,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use crate::api::EXEC_BITS;
 use crate::api::FileAttrs;
+use crate::api::kept_mode;
 use crate::api::time::{ns_to_time, time_to_ns};
 
 /// What the cache dir keeps of one file.
@@ -18,11 +18,12 @@ pub struct Kept {
     /// The content they were set on.
     pub md5: Option<String>,
     pub mtime: Option<SystemTime>,
-    pub exec: Option<u32>,
+    /// As kept (`api::kept_mode`: all the permission bits, or from before, the execute bits).
+    pub mode: Option<u32>,
 }
 
 /// Attributes of files whose backend does not keep them, in `attrs/` of the cache dir: one
-/// file per file ID (named by the ID in hex), `md5 mtime_ns exec` (`-` for none). All read at
+/// file per file ID (named by the ID in hex), `md5 mtime_ns mode` (`-` for none). All read at
 /// mount; written as they change (a small file renamed into place).
 #[derive(Default)]
 pub struct KeptHere {
@@ -43,14 +44,14 @@ impl KeptHere {
                 continue;
             };
             let f: Vec<&str> = text.split_whitespace().collect();
-            if let [md5, mtime, exec] = f[..] {
+            if let [md5, mtime, mode] = f[..] {
                 let some = |s: &str| (s != "-").then(|| s.to_string());
                 files.insert(
                     id,
                     Kept {
                         md5: some(md5),
                         mtime: some(mtime).and_then(|t| t.parse().ok()).map(ns_to_time),
-                        exec: some(exec).and_then(|x| x.parse().ok()),
+                        mode: some(mode).and_then(|x| x.parse().ok()),
                     },
                 );
             }
@@ -70,10 +71,7 @@ impl KeptHere {
         let old = self.files.get(id).filter(|k| k.md5 == md5);
         let kept = Kept {
             mtime: attrs.modified.or(old.and_then(|k| k.mtime)),
-            exec: attrs
-                .mode
-                .map(|m| m & EXEC_BITS)
-                .or(old.and_then(|k| k.exec)),
+            mode: attrs.mode.map(kept_mode).or(old.and_then(|k| k.mode)),
             md5,
         };
         if let Err(e) = self.write(id, Some(&kept)) {
@@ -103,7 +101,7 @@ impl KeptHere {
             "{} {} {}\n",
             k.md5.as_deref().unwrap_or("-"),
             k.mtime.map_or("-".into(), |t| time_to_ns(t).to_string()),
-            k.exec.map_or("-".into(), |x| x.to_string()),
+            k.mode.map_or("-".into(), |x| x.to_string()),
         );
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, text)?;
@@ -139,7 +137,7 @@ mod tests {
         let mut k = KeptHere::load(&dir).unwrap();
         let attrs = FileAttrs {
             modified: Some(t),
-            mode: Some(0o755),
+            mode: Some(crate::api::whole_mode(0o444)),
         };
         k.remember("id/1 é", Some("abc".into()), attrs);
         k.remember("2", None, attrs);
@@ -147,7 +145,7 @@ mod tests {
         let want = Kept {
             md5: Some("abc".into()),
             mtime: Some(t),
-            exec: Some(0o111),
+            mode: Some(0o100444),
         };
         assert_eq!(k.get("id/1 é", Some("abc")), Some(&want));
         assert_eq!(k.get("id/1 é", Some("def")), None);

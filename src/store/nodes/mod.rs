@@ -27,7 +27,9 @@ pub use upload::{PendingUpload, length_mismatch};
 
 use super::db::{Conn as Connection, Row, params};
 use super::ns_to_time;
-use crate::api::{Node, NodePath, NodeType, Result, file_links, file_mode, format_time};
+use crate::api::{
+    Node, NodePath, NodeType, Result, file_links, file_mode, format_time, whole_mode,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NodeKind {
@@ -68,7 +70,7 @@ pub struct NodeRow {
     pub modified_on: i64,
     pub size: Option<u64>,
     pub md5: Option<String>,
-    /// Files: the execute bits a client set.
+    /// Files: the mode a client set, as kept (`api::kept_mode`).
     pub exec: u32,
 }
 
@@ -119,7 +121,7 @@ impl NodeRow {
             let id = self.id.to_string();
             node.size = Some(self.size.unwrap_or(0));
             node.md5_checksum = Some(self.md5.clone().unwrap_or_else(|| EMPTY_MD5.to_string()));
-            node.mode = Some(file_mode(self.exec));
+            node.mode = Some(whole_mode(file_mode(self.exec)));
             file_links(&mut node, &id);
             node.id = Some(id);
         }

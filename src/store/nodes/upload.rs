@@ -12,7 +12,7 @@ use super::resolve::{
 use super::retention::prune_versions;
 use super::{NodeKind, NodeRow, insert_node, touch};
 use crate::api::{
-    Base, ChangeKind, EXEC_BITS, Error, FileAttrs, FileExProperties, Node, NodePath, Result,
+    Base, ChangeKind, Error, FileAttrs, FileExProperties, Node, NodePath, Result, kept_mode,
 };
 use crate::store::blobs::{BlobWriter, StagedBlob};
 use crate::store::changes::{Limits, NewChange, record};
@@ -212,7 +212,7 @@ impl Store {
         check_quota(c, &self.config, scope, 0, length)?;
         let vid: i64 = c.query_row(
             "INSERT INTO versions (file_id, length, md5, committed, created_on, modified_on, exec, base) VALUES (?1, ?2, ?3, 0, ?4, ?5, ?6, ?7) RETURNING id",
-            params![file.id, length as i64, md5, now_ns(), attrs.modified.map(time_to_ns), attrs.mode.map(|m| m & EXEC_BITS), base.column()],
+            params![file.id, length as i64, md5, now_ns(), attrs.modified.map(time_to_ns), attrs.mode.map(kept_mode), base.column()],
             |r| r.get(0),
         )
         .map_err(|e| {
@@ -241,7 +241,7 @@ impl Store {
         let (file, path) = file_and_path(&tx, scope, file_id)?;
         tx.execute(
             "UPDATE nodes SET modified_on = coalesce(?2, modified_on), exec = coalesce(?3, exec) WHERE id = ?1",
-            params![file.id, attrs.modified.map(time_to_ns), attrs.mode.map(|m| m & EXEC_BITS)],
+            params![file.id, attrs.modified.map(time_to_ns), attrs.mode.map(kept_mode)],
         )?;
         let row = row(&tx, file.id)?;
         self.log_change(&tx, NewChange::new(&row, ChangeKind::Attributes, &path))?;
