@@ -302,6 +302,7 @@ fn schemas_have_the_fields_of_the_wire_types() {
         keys(vaultfs::api::DeletedFile {
             md5_checksum: s(),
             modified_on: s(),
+            folder: true,
             ..Default::default()
         }),
     );

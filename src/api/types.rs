@@ -105,6 +105,9 @@ pub struct Node {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeletedFile {
     pub id: String,
+    /// A deleted folder (restored with its tree), not a file.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub folder: bool,
     /// Its name in the folder when it was deleted.
     pub name: String,
     /// Its last version's size and md5.

@@ -447,7 +447,7 @@ impl Backend for LocalBackend {
                 return Ok(None);
             };
             let found = match s.deleted_files(scope, &folder) {
-                Ok(d) => d.into_iter().find(|d| d.name == name),
+                Ok(d) => d.into_iter().find(|d| d.name == name && !d.folder),
                 Err(e) if e.kind == crate::api::ErrorKind::NotFound => None,
                 Err(e) => return Err(e),
             };

@@ -9,6 +9,7 @@ mod link;
 pub mod login;
 mod mount;
 mod mount_helper;
+mod mounted;
 mod notify;
 mod options;
 mod owner;
@@ -53,7 +54,9 @@ enum Command {
     /// saying what is left and why (open for writing, server unreachable, --timeout).
     Sync(sync::SyncArgs),
     /// Bring back an earlier version of a file in a mount (as listed in `.versions/`): its
-    /// bytes become the file's new current version; `--list` shows the versions.
+    /// bytes become the file's new current version; `--list` shows the versions. Or bring back
+    /// a file or folder removed from a mount (`rm -rf`): a folder with its tree, every file with
+    /// its versions; `--list FOLDER` shows what can be.
     Restore(restore::RestoreArgs),
     /// Keep a folder's (or a file's) files whole on disk, for use offline: never evicted,
     /// fetched again when they change; files added to a pinned folder later too. Same as

@@ -1,22 +1,31 @@
 //! `vaultfs restore FILE --version V`: a file in a mount gets an earlier version's bytes back.
+//! `vaultfs restore PATH` (a file or folder removed from a mount): it comes back.
 //!
-//! Restoring is copying `DIR/.versions/FILE/V` over `DIR/FILE` through the mount: the mount
-//! stores the bytes as the file's new current version, as any save, so the version they
+//! Restoring a version is copying `DIR/.versions/FILE/V` over `DIR/FILE` through the mount: the
+//! mount stores the bytes as the file's new current version, as any save, so the version they
 //! replace is kept in turn, nothing is lost, and the same works on every backend that lists
 //! versions (no route of its own, no second writer beside the mount).
+//!
+//! Bringing back what was removed is the store's (the built-in one, or our server's route): the
+//! command asks the mount where its store is (`mounted`) and restores the most recently deleted
+//! file or folder of that name there, a folder with its tree and what was removed with it
+//! (`rm -rf`); the mount sees it come back as any change made elsewhere.
 
 use std::path::{Path, PathBuf};
 
 use clap::Args;
 
+use super::mounted::{Client, Mounted};
+
 #[derive(Args)]
 pub struct RestoreArgs {
-    /// The file, in a mount
+    /// A file in a mount (with --version), or the path a file or folder was removed from
     file: PathBuf,
     /// The version to bring back, as `.versions/` lists it (e.g. "2026-11-27 01.02.03.txt")
-    #[arg(long, value_name = "NAME", required_unless_present = "list")]
+    #[arg(long, value_name = "NAME")]
     version: Option<String>,
-    /// List the earlier versions of the file (name, size) instead
+    /// List instead: a file's earlier versions (name, size), or what was removed from a
+    /// folder and can be brought back (name, a folder's ending in /, when it was deleted)
     #[arg(long, conflicts_with = "version")]
     list: bool,
 }
@@ -35,6 +44,19 @@ fn versions_dir(file: &Path) -> Option<PathBuf> {
 /// file is not in a mount that lists versions.
 pub fn restore(args: RestoreArgs) -> Result<(), Box<dyn std::error::Error>> {
     let file = &args.file;
+    if file.is_dir() && args.list {
+        return list_removed(file);
+    }
+    if !file.exists() && !args.list && args.version.is_none() {
+        return bring_back(file);
+    }
+    if file.is_file() && !args.list && args.version.is_none() {
+        eprintln!(
+            "vaultfs: {} is there: give --version NAME for an earlier version (--list lists them)",
+            file.display()
+        );
+        std::process::exit(1);
+    }
     let Some(dir) = versions_dir(file) else {
         eprintln!("vaultfs: {} is not a file", file.display());
         std::process::exit(1);
@@ -87,5 +109,57 @@ pub fn restore(args: RestoreArgs) -> Result<(), Box<dyn std::error::Error>> {
     let n = std::fs::copy(dir.join(&want), file)
         .map_err(|e| format!("cannot restore {}: {e}", file.display()))?;
     println!("restored {} to {want} ({n} bytes)", file.display());
+    Ok(())
+}
+
+/// `path` in a mount, and that mount's store; exits 2 where it is in none.
+fn mounted(path: &Path) -> Result<(Mounted, Client), Box<dyn std::error::Error>> {
+    let Some(m) = Mounted::of(path)? else {
+        eprintln!(
+            "vaultfs: {} is not in a running vaultfs mount",
+            path.display()
+        );
+        std::process::exit(2);
+    };
+    let client = Client::open(&m.store)?;
+    Ok((m, client))
+}
+
+/// `--list` of a folder: what was removed from it and can be brought back.
+fn list_removed(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let (m, client) = mounted(dir)?;
+    let rt = tokio::runtime::Runtime::new()?;
+    for d in rt.block_on(client.deleted_files(&m.path))? {
+        let slash = if d.folder { "/" } else { "" };
+        println!("{}{slash}\tdeleted {}", d.name, d.deleted_on);
+    }
+    Ok(())
+}
+
+/// The file or folder removed from `path` most recently comes back (a folder with its tree).
+fn bring_back(path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let (m, client) = mounted(path)?;
+    let (Some(folder), Some(name)) = (m.path.parent(), m.path.name()) else {
+        eprintln!("vaultfs: {} is not a file or folder", path.display());
+        std::process::exit(1);
+    };
+    let rt = tokio::runtime::Runtime::new()?;
+    let removed = rt.block_on(client.deleted_files(&folder))?;
+    let Some(d) = removed.iter().find(|d| d.name == name) else {
+        eprintln!(
+            "vaultfs: nothing named {name:?} was removed from {} and kept (`vaultfs restore \
+             --list {}` lists what was)",
+            path.parent().unwrap_or(Path::new(".")).display(),
+            path.parent().unwrap_or(Path::new(".")).display()
+        );
+        std::process::exit(1);
+    };
+    let node = rt.block_on(client.restore_deleted(&d.id))?;
+    let what = if d.folder {
+        "folder, with what was removed with it"
+    } else {
+        "file, with its versions"
+    };
+    println!("restored {} ({what})", m.local(&node.uri));
     Ok(())
 }

@@ -236,8 +236,8 @@ pub async fn restore_version(
     path = "/files/id/Document/{id}/restore",
     tag = "files",
     operation_id = "restore_deleted",
-    summary = "Bring a deleted file back into its folder (an extension of ours; ids from `deleted=1`)",
-    description = "The file goes back into the folder it was deleted from, with its ID and its kept versions, under its old name, or `NAME (restored YYYY-MM-DD HHMMSS).EXT` when a node has that name now. Deleted files are kept for the server's retention age (`--keep-versions-days`). The change feed reports a `created` change.",
+    summary = "Bring a deleted file or folder back into its folder (an extension of ours; ids from `deleted=1`)",
+    description = "The file goes back into the folder it was deleted from, with its ID and its kept versions, under its old name, or `NAME (restored YYYY-MM-DD HHMMSS).EXT` when a node has that name now. A folder (`folder: true` in `deleted`) comes back the same way with its tree, and with the entries under it deleted in the same run of deletes as it (`rm -rf` removes the files first, then the folders: each deleted within a minute of the next). Deleted files and folders are kept for the server's retention age (`--keep-versions-days`). The change feed reports a `created` change for the node restored.",
     params(("id" = String, Path, description = "The `id` of one of the folder's `deleted` files", example = "1")),
     responses(
         (status = 200, description = "The file, back in its folder", body = NodeEnvelope),

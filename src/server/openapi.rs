@@ -365,6 +365,9 @@ pub struct Node {
 pub struct DeletedFile {
     /// For `POST /files/id/Document/{id}/restore`.
     pub id: String,
+    /// Present and true for a deleted folder, restored with its tree and the entries removed
+    /// with it.
+    pub folder: Option<bool>,
     /// Its name in the folder when it was deleted.
     pub name: String,
     /// Its last version's size.

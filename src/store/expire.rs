@@ -79,7 +79,21 @@ impl Store {
             .query_map(params![cutoff, CHUNK], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<super::db::Result<_>>()?;
         let mut hashes = Vec::new();
-        for (id, _) in &gone {
+        let mut trees = 0;
+        for (id, account) in &gone {
+            // A deleted folder's tree goes to the purge, which takes it in bounded steps.
+            let kind: i64 =
+                tx.query_row("SELECT kind FROM nodes WHERE id = ?1", [id], |r| r.get(0))?;
+            if kind != super::nodes::NodeKind::File as i64 {
+                tx.prepare_cached("DELETE FROM deleted WHERE node_id = ?1")?
+                    .execute([id])?;
+                tx.prepare_cached(
+                    "INSERT INTO trash (node_id, account_id, detached_on) VALUES (?1, ?2, ?3)",
+                )?
+                .execute(params![id, account, super::now_ns()])?;
+                trees += 1;
+                continue;
+            }
             let blobs: Vec<String> = tx
                 .prepare_cached(
                     "SELECT DISTINCT blob FROM versions WHERE file_id = ?1 AND blob IS NOT NULL",
@@ -105,6 +119,10 @@ impl Store {
         }
         tx.commit()?;
         self.forget_blobs(&conn, &freed);
+        if trees > 0 {
+            drop(conn);
+            self.purger().wake();
+        }
         Ok((gone.len() as u64, files.len() as u64))
     }
 
@@ -143,21 +161,23 @@ mod tests {
     use super::*;
     use crate::store::{Retention, Scope, StoreConfig, test_path};
 
-    /// A folder emptied file by file, then removed: with more deleted files than a delete's
-    /// transaction takes, they are left to the pass (not restorable, their folder gone), which
-    /// drops them all; with few, the delete takes them at once.
+    /// A folder emptied file by file, then removed (as `rm -rf` does through a mount): kept
+    /// whole, whatever its size; restored, every file comes back with it. Past the age bound,
+    /// the pass sends the folder's tree to the purge, and the files deleted from it go too.
     #[test]
-    fn a_removed_folders_many_deleted_files_go_with_the_pass() {
+    fn a_removed_folder_is_kept_restorable_and_then_goes_with_the_pass() {
         let tmp = tempfile::tempdir().unwrap();
-        let config = StoreConfig {
+        let dir = tmp.path().join("store");
+        let with_age = |age: Duration| StoreConfig {
             retention: Retention {
                 count: Some(50),
-                age: Some(Duration::from_secs(30 * 24 * 3600)),
+                age: Some(age),
                 bytes: None,
             },
             ..StoreConfig::default()
         };
-        let store = Store::open_local_with(&tmp.path().join("store"), config).unwrap();
+        let store =
+            Store::open_local_with(&dir, with_age(Duration::from_secs(30 * 24 * 3600))).unwrap();
         let deleted = |store: &Store| -> i64 {
             store
                 .lock()
@@ -165,28 +185,58 @@ mod tests {
                 .query_row("SELECT count(*) FROM deleted", [], |r| r.get(0))
                 .unwrap()
         };
+        let names = |store: &Store, folder: &str| -> usize {
+            store
+                .list(Scope::All, &test_path(folder), 0, 5000)
+                .map(|n| n.children.unwrap_or_default().len())
+                .unwrap_or(0)
+        };
         for (folder, files) in [("few", 3), ("many", 1001)] {
+            let before = deleted(&store);
             store.create_folder(Scope::All, &test_path(folder)).unwrap();
-            let mut ids = Vec::new();
             for i in 0..files {
-                let n = store
+                store
                     .create_file(Scope::All, &test_path(folder), &format!("f{i}.txt"))
                     .unwrap();
-                ids.push(n.id.unwrap());
                 store
                     .delete(Scope::All, &test_path(&format!("{folder}/f{i}.txt")))
                     .unwrap();
             }
-            assert_eq!(deleted(&store), files);
             store.delete(Scope::All, &test_path(folder)).unwrap();
-            let left = deleted(&store);
-            assert_eq!(left, if files > 1000 { files } else { 0 }, "{folder}");
-            assert!(store.restore_deleted(Scope::All, &ids[0]).is_err());
+            assert_eq!(deleted(&store) - before, files + 1, "{folder}");
             assert_eq!(store.check_integrity().unwrap(), Vec::<String>::new());
+            let listed = store.deleted_files(Scope::All, &test_path("")).unwrap();
+            let gone = listed.iter().find(|d| d.name == folder).unwrap();
+            assert!(gone.folder, "{gone:?}");
+            store.restore_deleted(Scope::All, &gone.id).unwrap();
+            assert_eq!(names(&store, folder), files as usize, "{folder}");
+            assert_eq!(deleted(&store), before);
+            assert_eq!(store.check_integrity().unwrap(), Vec::<String>::new());
+            // And removed again, the same way, for the pass below.
+            for i in 0..files {
+                store
+                    .delete(Scope::All, &test_path(&format!("{folder}/f{i}.txt")))
+                    .unwrap();
+            }
+            store.delete(Scope::All, &test_path(folder)).unwrap();
         }
+        drop(store);
+        let store = Store::open_local_with(&dir, with_age(Duration::from_millis(1))).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
         let done = store.expire().unwrap();
-        assert_eq!(done.deleted_files, 1001);
+        // Every deleted file and both folders (their trees to the purge).
+        assert_eq!(done.deleted_files, 3 + 1 + 1001 + 1);
+        assert!(store.wait_purged(Duration::from_secs(60)));
+        store.expire().unwrap();
         assert_eq!(deleted(&store), 0);
+        let nodes: i64 = store
+            .lock()
+            .unwrap()
+            .query_row("SELECT count(*) FROM nodes WHERE kind = 3", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(nodes, 0, "every file gone");
         assert_eq!(store.check_integrity().unwrap(), Vec::<String>::new());
     }
 }

@@ -266,9 +266,10 @@ async fn an_interrupted_purge_resumes_after_a_restart() {
     let nodes = "SELECT count(*) FROM nodes";
     let before = count(nodes);
 
-    // A real server deletes it, and is killed while it purges.
+    // A real server deletes it, and is killed while it purges (one that keeps no deleted
+    // files: else the tree is kept whole, restorable, and nothing is purged).
     let port = common::free_port();
-    let mut server = serve(&dir, port, 1);
+    let mut server = super::serve_with(&dir, port, 1, &["--keep-versions-days", "0"]);
     let base = format!("http://127.0.0.1:{port}");
     let token = common::login(&base, "alice@example.com", "pw-alice@example.com").await;
     let r = client_from("127.0.0.1")

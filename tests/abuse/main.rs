@@ -93,12 +93,18 @@ async fn new_file(s: &TestServer, who: &common::Creds, path: &str, name: &str) -
 
 /// A `vaultfs serve` over `dir` on `port`, its log in `dir/../serve-<n>.log`.
 fn serve(dir: &std::path::Path, port: u16, n: usize) -> std::process::Child {
+    serve_with(dir, port, n, &[])
+}
+
+/// [`serve`] with more options.
+fn serve_with(dir: &std::path::Path, port: u16, n: usize, more: &[&str]) -> std::process::Child {
     let log = std::fs::File::create(dir.with_file_name(format!("serve-{n}.log"))).unwrap();
     let child = Command::new(BIN)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .arg("--data-dir")
         .arg(dir)
         .args(["--preview-workers", "1"])
+        .args(more)
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
         .stderr(log)

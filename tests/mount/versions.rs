@@ -15,7 +15,79 @@ both!(
     a_save_by_rename_keeps_the_history,
     vims_own_saves_keep_the_history,
     libreoffice_saves_are_one_version_each,
+    a_tree_removed_by_rm_rf_comes_back_whole,
 );
+
+/// `rm -rf` of a tree of 1,000 files, then `vaultfs restore` of its path (issue 49, item 3: a
+/// removed folder could not be had back at all): every folder and file comes back whole, a
+/// file's earlier versions with it; `--list` shows the folder among what can be brought back.
+fn a_tree_removed_by_rm_rf_comes_back_whole(via: Via) {
+    // The server keeps deleted files as `vaultfs serve` does by default.
+    let retention = crate::common::served_retention();
+    let Some(env) = Env::new_with_store(via, retention, Default::default()) else {
+        return;
+    };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    let top = v.join("project");
+    let body = |d: usize, f: usize| format!("folder {d} file {f}\n").repeat(1 + f % 7);
+    for d in 0..10 {
+        let dir = top.join(format!("part {d}"));
+        fs::create_dir_all(&dir).unwrap();
+        for f in 0..100 {
+            fs::write(dir.join(format!("f{f:03}.txt")), body(d, f)).unwrap();
+        }
+    }
+    env.wait_uploaded();
+    fs::write(top.join("part 0/f000.txt"), b"a second version").unwrap();
+    env.wait_uploaded();
+    crate::common::mount::sh(&v, "rm -rf project");
+    assert!(!top.exists());
+    let cli = |args: &[&std::ffi::OsStr]| {
+        std::process::Command::new(BIN)
+            .arg("restore")
+            .args(args)
+            .env("XDG_CONFIG_HOME", &env.config)
+            .output()
+            .unwrap()
+    };
+    let listed = cli(&["--list".as_ref(), v.as_os_str()]);
+    assert!(listed.status.success(), "{listed:?}");
+    let listed = String::from_utf8_lossy(&listed.stdout).to_string();
+    assert!(
+        listed.lines().any(|l| l.starts_with("project/\t")),
+        "{listed}"
+    );
+    let back = cli(&[top.as_os_str()]);
+    assert!(back.status.success(), "{back:?}\n{}", m.log_text());
+    assert!(
+        String::from_utf8_lossy(&back.stdout).contains("restored"),
+        "{back:?}"
+    );
+    crate::common::mount::wait_for(30, "the tree back in the mount", || names(&top).len() == 10);
+    for d in 0..10 {
+        let dir = top.join(format!("part {d}"));
+        assert_eq!(names(&dir).len(), 100, "{}", dir.display());
+        for f in 0..100 {
+            let want = match (d, f) {
+                (0, 0) => b"a second version".to_vec(),
+                _ => body(d, f).into_bytes(),
+            };
+            assert_eq!(fs::read(dir.join(format!("f{f:03}.txt"))).unwrap(), want);
+        }
+    }
+    let kept = top.join("part 0/.versions/f000.txt");
+    let versions = names(&kept);
+    assert_eq!(versions.len(), 1, "{versions:?}");
+    assert_eq!(
+        fs::read(kept.join(&versions[0])).unwrap(),
+        body(0, 0).into_bytes()
+    );
+    // Nothing named so was removed: a clear error, nothing made.
+    let none = cli(&[v.join("never there").as_os_str()]);
+    assert_eq!(none.status.code(), Some(1), "{none:?}");
+    m.unmount();
+}
 
 fn earlier_versions_in_the_mount(via: Via) {
     let Some(env) = Env::new(via) else { return };

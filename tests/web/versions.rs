@@ -285,4 +285,30 @@ async fn a_deleted_file_is_restored_from_the_folders_deleted_files() {
         "{}",
         page.body
     );
+
+    // A folder deleted from the page is listed too, and comes back with its file.
+    let r = alice
+        .post(
+            &format!("/web/folder/{VAULT}"),
+            &[("csrf", &token), ("name", "plans")],
+        )
+        .await;
+    assert_eq!(r.status, 303);
+    let (st, _) = alice
+        .upload(&format!("{VAULT}/plans"), "plan.txt", b"the plan", &token)
+        .await;
+    assert_eq!(st, 200);
+    let r = alice
+        .post(&format!("/web/delete/{VAULT}/plans"), &[("csrf", &token)])
+        .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    let page = alice.get(&format!("/web/deleted/{VAULT}")).await.body;
+    assert!(page.contains("plans/"), "{page}");
+    let id = crate::common::attr_after(&page, "class=\"deleted folder\"", "data-id").unwrap();
+    let r = alice
+        .post(&format!("/web/undelete/{id}"), &[("csrf", &token)])
+        .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    let inside = alice.get(&format!("/web/browse/{VAULT}/plans")).await.body;
+    assert!(inside.contains("plan.txt"), "{inside}");
 }

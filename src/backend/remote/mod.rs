@@ -180,6 +180,33 @@ impl RemoteBackend {
         })
     }
 
+    /// The files and folders deleted from the folder at `path` and kept restorable (our
+    /// server's `deleted=1`; a server without it lists none and says so).
+    pub async fn deleted_files(&self, path: &NodePath) -> Result<Vec<crate::api::DeletedFile>> {
+        let node = self
+            .call_node(Req::get(format!("{}?deleted=1", path.encoded())))
+            .await?;
+        node.deleted.ok_or_else(|| {
+            Error::new(
+                ErrorKind::MethodNotAllowed,
+                "no_deleted",
+                "this server keeps no deleted files",
+            )
+        })
+    }
+
+    /// Brings the deleted file or folder `id` back (our server's route).
+    pub async fn restore_deleted(&self, id: &str) -> Result<Node> {
+        let path = format!("/files/id/Document/{}/restore", encode_segment(id));
+        self.call_node(Req::with_body(
+            Method::POST,
+            path,
+            &serde_json::json!({}),
+            Retry::UnsentOnly,
+        ))
+        .await
+    }
+
     pub fn config(&self) -> &RemoteConfig {
         &self.inner.config
     }

@@ -412,6 +412,11 @@ pub async fn confirm_delete(user: WebUser, uri: Uri) -> Response {
              days.",
             age.as_secs().div_ceil(24 * 3600)
         ),
+        (false, Some(age)) if retention.count != Some(0) => format!(
+            "This folder, with everything in it, can be restored from the deleted files of the \
+             folder it is in for {} days.",
+            age.as_secs().div_ceil(24 * 3600)
+        ),
         (true, _) => "This file and its versions are deleted. This cannot be undone.".into(),
         (false, _) => "This folder is deleted with everything in it. This cannot be undone.".into(),
     };
@@ -452,8 +457,8 @@ pub async fn delete(
     }
 }
 
-/// GET `/web/deleted/{path}`: the files deleted from a vault or folder and kept restorable,
-/// each with a restore form.
+/// GET `/web/deleted/{path}`: the files and folders deleted from a vault or folder and kept
+/// restorable, each with a restore form (a folder comes back with its tree).
 pub async fn deleted(user: WebUser, uri: Uri) -> Response {
     let path = match web_path(&uri, "/web/deleted") {
         Ok(p) => p,
@@ -468,7 +473,7 @@ pub async fn deleted(user: WebUser, uri: Uri) -> Response {
         .iter()
         .map(|f| {
             format!(
-                "<tr class=\"deleted\" data-id=\"{id}\"><td class=\"name\">{name}</td>\
+                "<tr class=\"deleted{kind}\" data-id=\"{id}\"><td class=\"name\">{name}{slash}</td>\
                  <td class=\"size\">{size}</td><td class=\"modified\">{when}</td>\
                  <td class=\"actions\">{download}<form class=\"undelete\" method=\"post\" action=\"/web/undelete/{id_seg}\">\
                  <input type=\"hidden\" name=\"csrf\" value=\"{token}\">\
@@ -476,7 +481,9 @@ pub async fn deleted(user: WebUser, uri: Uri) -> Response {
                 id = escape(&f.id),
                 id_seg = crate::api::path::encode_segment(&f.id),
                 name = escape(&f.name),
-                size = size(f.size),
+                kind = if f.folder { " folder" } else { "" },
+                slash = if f.folder { "/" } else { "" },
+                size = if f.folder { String::new() } else { size(f.size) },
                 when = time_seconds(Some(&f.deleted_on)),
                 download = if f.version_id.is_empty() {
                     String::new()
@@ -493,9 +500,9 @@ pub async fn deleted(user: WebUser, uri: Uri) -> Response {
     let retention = &user.backend.store().config().retention;
     let kept = match retention.age {
         Some(age) if retention.count != Some(0) => format!(
-            "Deleted files are kept for {} days, with their versions; a restored file goes back \
-             to this folder under its name (or, when that is taken, with \u{201c}restored\u{201d} and the \
-             time added).",
+            "Deleted files and folders are kept for {} days, files with their versions; a restored \
+             file or folder goes back to this folder under its name (or, when that is taken, with \
+             \u{201c}restored\u{201d} and the time added), a folder with what was removed with it.",
             age.as_secs().div_ceil(24 * 3600)
         ),
         _ => "This server keeps no deleted files.".to_string(),

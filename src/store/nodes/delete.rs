@@ -100,8 +100,9 @@ impl Store {
         Ok(started.elapsed())
     }
 
-    /// Deletes a file, or a folder with everything under it, and frees unshared bytes. A file
-    /// stays restorable for the retention rule's age (`restore`), a folder does not.
+    /// Deletes a file, or a folder with everything under it, and frees unshared bytes. While
+    /// the retention rule bounds versions by age, either stays restorable for that age
+    /// (`restore`): detached whole, whatever its size.
     ///
     /// A tree of more than [`crate::store::purge::INLINE_NODES`] nodes is detached in this transaction
     /// (its name is gone when this returns) and purged by the store's thread in bounded chunks,
@@ -130,6 +131,14 @@ impl Store {
             &tx,
             NewChange::new(&row, ChangeKind::Deleted, &path_of(&tx, row.id)?),
         )?;
+        if keeps_deleted(&self.config.retention) {
+            let freed = keep_deleted(&tx, &row, now, &self.config.retention)?;
+            touch(&tx, row.parent_id, now)?;
+            tx.commit()?;
+            self.changed(row.account_id);
+            self.forget_blobs(&conn, &freed);
+            return Ok(());
+        }
         let (nodes, _) = subtree_size(&tx, row.id, crate::store::purge::INLINE_NODES)?;
         if nodes > crate::store::purge::INLINE_NODES {
             tx.prepare_cached("UPDATE nodes SET parent_id = NULL, name = '/' || id WHERE id = ?1")?
@@ -146,11 +155,7 @@ impl Store {
             self.purger().wake();
             return Ok(());
         }
-        let freed = if row.is_file() && keeps_deleted(&self.config.retention) {
-            keep_deleted(&tx, &row, now, &self.config.retention)?
-        } else {
-            delete_subtree(&tx, row.id)?
-        };
+        let freed = delete_subtree(&tx, row.id)?;
         touch(&tx, row.parent_id, now)?;
         tx.commit()?;
         self.changed(row.account_id);
