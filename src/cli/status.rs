@@ -34,6 +34,11 @@ pub fn unmount(args: UnmountArgs) -> Result<(), Box<dyn std::error::Error>> {
             } else {
                 eprintln!("vaultfs: unmounted {}", mp.display());
             }
+            for p in &done.pins_pending {
+                eprintln!(
+                    "vaultfs: pinned, not yet on disk (the next mount fetches the rest): {p}"
+                );
+            }
             Ok(())
         }
         Some(Err(e)) => Err(format!("unmounting {}: {e}", mp.display()).into()),

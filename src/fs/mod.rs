@@ -571,8 +571,13 @@ pub fn mount<B: Backend>(
     } else if running > 0 {
         log::info!("all uploads finished");
     }
+    let pins_pending = fs.pins_pending(&mountpoint.display().to_string());
+    for p in &pins_pending {
+        log::info!("pinned, not yet on disk (the next mount fetches the rest): {p}");
+    }
     let _ = finished_tx.send(Some(status::Shutdown {
         left_in_journal: pending,
+        pins_pending,
     }));
     result
 }

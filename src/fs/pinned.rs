@@ -252,6 +252,29 @@ impl<B: Backend> Fs<B> {
         self.reads.cache.set_pinned(keys);
     }
 
+    /// The pins not yet whole on disk, in words, for the unmount's report (`vaultfs pin DIR`
+    /// then `vaultfs unmount` said nothing of the files not fetched).
+    pub(super) fn pins_pending(&self, mountpoint: &str) -> Vec<String> {
+        if self.backend.local().is_some() {
+            return Vec::new(); // the built-in store's files are on this disk
+        }
+        self.pin_status(mountpoint)
+            .into_iter()
+            .filter(|p| p.state != "on disk")
+            .map(|p| {
+                let at = if p.local_path.is_empty() {
+                    &p.path
+                } else {
+                    &p.local_path
+                };
+                match p.files {
+                    0 if p.checked.is_none() => format!("{at}: not listed yet"),
+                    n => format!("{at}: {} of {n} file(s) on disk", p.whole_files),
+                }
+            })
+            .collect()
+    }
+
     /// The state of each pin for `vaultfs status`, `mountpoint` being where the root is mounted.
     pub(super) fn pin_status(&self, mountpoint: &str) -> Vec<super::status::Pin> {
         let found = relock(&self.reads.pinned.found).clone();

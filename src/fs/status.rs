@@ -174,11 +174,15 @@ pub struct RecentError {
     pub message: String,
 }
 
-/// How an unmount ended for the uploads.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+/// How an unmount ended for the uploads and the pins.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Shutdown {
     /// Files still not uploaded: they stay in the journal for the next mount.
     pub left_in_journal: usize,
+    /// Pins not yet whole on disk, in words (`DIR: 3 of 40 file(s) on disk`): the pins are
+    /// kept, and the next mount fetches the rest.
+    #[serde(default)]
+    pub pins_pending: Vec<String>,
 }
 
 /// The mount's record of uploads in flight and of recent errors.
@@ -400,7 +404,7 @@ impl Control {
     pub async fn finished(&self) -> Shutdown {
         let mut rx = self.finished.clone();
         match rx.wait_for(Option::is_some).await {
-            Ok(v) => v.unwrap_or_default(),
+            Ok(v) => v.clone().unwrap_or_default(),
             Err(_) => Shutdown::default(),
         }
     }

@@ -281,3 +281,43 @@ fn a_pinned_file_that_does_not_fit_the_cache_disk_is_left_and_said() {
     assert_eq!(fs::read(dir.join("small.txt")).unwrap(), b"fits");
     m.unmount();
 }
+
+/// `vaultfs pin DIR` (without `--wait`), then `vaultfs unmount` at once, over a slow link
+/// (issue 49, item 9: the pinned files were not fetched, and nothing said so): the unmount says
+/// which pin is not yet on disk, the pin is kept, and the next mount fetches the rest.
+#[test]
+fn a_pin_left_unfetched_at_unmount_is_said_and_fetched_by_the_next_mount() {
+    let Some(env) = Env::new(Via::Remote) else {
+        return;
+    };
+    let dir = env.vault().join("docs");
+    let files: Vec<(String, Vec<u8>)> = (0..4)
+        .map(|i| (format!("big-{i}.bin"), pattern(1 << 20, i)))
+        .collect();
+    write_unread(&env, &dir, &files);
+    // 4 MiB at 512 KiB/s: seconds, where the unmount comes at once.
+    let m = env.mount(&["--bwlimit", "0:512K"]);
+    let (ok, err) = vaultfs(&["pin", dir.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let out = Command::new(BIN)
+        .arg("unmount")
+        .arg(&env.mnt)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("pinned, not yet on disk") && said.contains(dir.to_str().unwrap()),
+        "{said}\n{}",
+        m.log_text()
+    );
+    drop(m);
+    let m = env.mount(&[]);
+    wait_for(60, "the pin fetched by the next mount", || {
+        pin_of(&m, &dir).is_some_and(|p| p["state"] == "on disk")
+    });
+    for (name, data) in &files {
+        assert_eq!(&fs::read(dir.join(name)).unwrap(), data, "{name}");
+    }
+    m.unmount();
+}
