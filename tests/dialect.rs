@@ -260,6 +260,25 @@ fn login_with_the_service_client_id_and_mount() {
     assert!(fs::read(vault.join("big.bin")).unwrap() == big);
     assert_eq!(fs::read(vault.join("f01.txt")).unwrap(), b"overwritten");
     assert_eq!(fs::read_to_string(vault.join("notes.txt")).unwrap(), text);
+
+    // A save by rename (vim's: the file renamed to a backup, a new one written, the backup
+    // removed) keeps the file's ID on this server too, its earlier bytes a version of it: the
+    // history follows the name through the interface's own calls.
+    let id_of = |rel: &str| rt.block_on(b.node(&at(rel))).unwrap().file_id().unwrap();
+    let before = id_of("notes.txt");
+    fs::rename(vault.join("notes.txt"), vault.join("notes.txt~")).unwrap();
+    fs::write(vault.join("notes.txt"), b"saved by rename").unwrap();
+    fs::remove_file(vault.join("notes.txt~")).unwrap();
+    uploaded(&tmp.path().join("cache2"), &m);
+    assert_eq!(id_of("notes.txt"), before, "{}", m.log_text());
+    assert_eq!(stored("notes.txt"), b"saved by rename");
+    let history = server.store.version_history(&before).unwrap();
+    assert!(history.len() >= 2, "{history:?}");
+    assert!(!vault.join("notes.txt~").exists());
+    assert!(
+        rt.block_on(b.node(&at("notes.txt~"))).is_err(),
+        "the backup left on the store"
+    );
     m.unmount();
 }
 
