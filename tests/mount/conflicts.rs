@@ -56,29 +56,55 @@ fn copies(names: &[String]) -> Vec<String> {
 /// then B saves: the name keeps A's bytes, and B's are in one conflict copy, which both mounts
 /// and the store show, `vaultfs status` lists and an attribute marks. Nothing is lost, and the
 /// copy survives B's remount.
-fn concurrent_edits_keep_both(via: Via) {
-    let Some(env) = Env::new(via) else { return };
+/// Two mounts, A (the env's) and B, of one store, and the edits of a file open in both: A has
+/// `report.txt` stored, B's editor opens it (its staged copy is of that first version), A saves
+/// `from_a` and it is stored, then B writes `from_b` over its copy and fsyncs. fsync returns Ok
+/// once B's bytes are stored, as whatever they became. B's file is returned still open.
+struct TwoWriters {
+    a: Mount,
+    b: Mount,
+    mnt_b: PathBuf,
+    cache_b: PathBuf,
+    fb: fs::File,
+}
+
+fn both_edit(env: &Env, from_a: &[u8], from_b: &[u8]) -> TwoWriters {
     let a = env.mount(&[]);
-    let (b, mnt_b, cache_b) = second_mount(&env);
+    let (b, mnt_b, cache_b) = second_mount(env);
     let (va, vb) = (env.vault(), mnt_b.join(VAULT));
     fs::write(va.join("report.txt"), b"the first text").unwrap();
     env.wait_uploaded();
     assert_eq!(fs::read(vb.join("report.txt")).unwrap(), b"the first text");
-
-    // B's editor has the file open (its staged copy is of the first version) ...
     let mut fb = OpenOptions::new()
         .write(true)
         .open(vb.join("report.txt"))
         .unwrap();
-    // ... while A saves, and A's save is stored.
-    fs::write(va.join("report.txt"), b"edit from A").unwrap();
+    fs::write(va.join("report.txt"), from_a).unwrap();
     env.wait_uploaded();
     fb.set_len(0).unwrap();
     fb.rewind().unwrap();
-    fb.write_all(b"edit from B").unwrap();
-    // fsync returns Ok once B's bytes are stored: as the conflict copy, which the open file
-    // now is.
+    fb.write_all(from_b).unwrap();
     fb.sync_all().unwrap();
+    TwoWriters {
+        a,
+        b,
+        mnt_b,
+        cache_b,
+        fb,
+    }
+}
+
+fn concurrent_edits_keep_both(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let TwoWriters {
+        a,
+        b,
+        mnt_b,
+        cache_b,
+        fb,
+    } = both_edit(&env, b"edit from A", b"edit from B");
+    let (va, vb) = (env.vault(), mnt_b.join(VAULT));
+    // B's bytes were stored as the conflict copy, which the open file now is.
     let copy = copies(&stored_names(&env));
     assert_eq!(copy.len(), 1, "{}", b.log_text());
     assert_eq!(stored(&env, &copy[0]), b"edit from B");
@@ -128,22 +154,14 @@ fn concurrent_edits_keep_both(via: Via) {
 /// no second version of the same bytes either.
 fn the_same_edit_from_two_mounts_makes_no_copy(via: Via) {
     let Some(env) = Env::new(via) else { return };
-    let a = env.mount(&[]);
-    let (b, mnt_b, cache_b) = second_mount(&env);
-    let (va, vb) = (env.vault(), mnt_b.join(VAULT));
-    fs::write(va.join("report.txt"), b"the first text").unwrap();
-    env.wait_uploaded();
-    assert_eq!(fs::read(vb.join("report.txt")).unwrap(), b"the first text");
-    let mut fb = OpenOptions::new()
-        .write(true)
-        .open(vb.join("report.txt"))
-        .unwrap();
-    fs::write(va.join("report.txt"), b"the same edit").unwrap();
-    env.wait_uploaded();
-    fb.set_len(0).unwrap();
-    fb.rewind().unwrap();
-    fb.write_all(b"the same edit").unwrap();
-    fb.sync_all().unwrap();
+    let TwoWriters {
+        a,
+        b,
+        mnt_b,
+        cache_b,
+        fb,
+    } = both_edit(&env, b"the same edit", b"the same edit");
+    let vb = mnt_b.join(VAULT);
     drop(fb);
     wait_stored(&cache_b, &mnt_b);
     assert_eq!(stored_names(&env), ["report.txt"], "{}", b.log_text());
