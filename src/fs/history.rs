@@ -15,9 +15,14 @@
 //! Only this mount's own renames count, to a backup's name ([`backup_name`]: `f~`, Word's
 //! `~WRL0001.tmp`), and only files it has not stored yet: a file renamed on purpose
 //! (`mv report.txt old.txt`) keeps its history, and a file that another writer made at the
-//! name, or one stored already, is never joined to another's past.
+//! name, or one stored already, is never joined to another's past. Word closes its new copy
+//! (`~WRD0001.tmp`) before the renames, and its upload would have started, and stored it, by
+//! the time the copy takes the name: a new file under such a temporary name waits
+//! [`TEMPORARY_SETTLE`] after its last write before its upload starts ([`Fs::held_back`]; an
+//! fsync does not wait), so the rename finds it unstored.
 
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use super::Fs;
 use super::follow::Ours;
@@ -25,7 +30,28 @@ use super::table::{Continues, Ino};
 use crate::api::{Base, NodePath};
 use crate::backend::Backend;
 
+/// How long a new file under a temporary copy's name ([`temporary_copy`]) waits after its last
+/// write before its upload starts.
+pub(super) const TEMPORARY_SETTLE: Duration = Duration::from_secs(2);
+
 impl<B: Backend> Fs<B> {
+    /// How much longer the upload of `ino` waits: a new file (never stored) under a temporary
+    /// copy's name, written less than [`TEMPORARY_SETTLE`] ago. None for any other file, and
+    /// once it has another name.
+    pub(super) fn held_back(&self, ino: Ino) -> Option<Duration> {
+        let t = self.table();
+        let i = t.get(ino)?;
+        let s = i.staged.as_ref()?;
+        if i.remote.is_some() || i.unlinked || !i.path.name().is_some_and(temporary_copy) {
+            return None;
+        }
+        // (A time set ahead, `touch -d` into the future, holds nothing.)
+        let since = SystemTime::now()
+            .duration_since(s.mtime())
+            .unwrap_or(Duration::MAX);
+        TEMPORARY_SETTLE.checked_sub(since).filter(|d| !d.is_zero())
+    }
+
     /// Before the first upload of `ino`: where it continues a renamed file, the renamed file
     /// takes the name back and becomes `ino`'s stored file, whose next version the upload
     /// stores. Nothing to do (one table lookup) for any other file.
@@ -170,9 +196,13 @@ impl<B: Backend> Fs<B> {
 /// Whether `name` is what programs rename a file to while they save it: an editor's backup
 /// (`f~`, emacs's `f.~1~`, `f.bak`) or Word's `~WRL0001.tmp`.
 pub(super) fn backup_name(name: &str) -> bool {
-    name.ends_with('~')
-        || name.ends_with(".bak")
-        || (name.starts_with('~') && name.ends_with(".tmp"))
+    name.ends_with('~') || name.ends_with(".bak") || temporary_copy(name)
+}
+
+/// Whether `name` is a program's temporary copy, renamed into a document's name moments after
+/// it is written: Office's `~WRD0001.tmp` (and the `~WRL0001.tmp` it renames the old one to).
+pub(super) fn temporary_copy(name: &str) -> bool {
+    name.starts_with('~') && name.ends_with(".tmp")
 }
 
 #[cfg(test)]

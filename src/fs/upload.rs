@@ -86,6 +86,10 @@ pub fn schedule<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
 async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
     let mut retry = Retry::default();
     let mut resolved = 0;
+    // A temporary copy about to take a document's name waits for it (`history`).
+    while let Some(wait) = fs.held_back(ino) {
+        tokio::time::sleep(wait.min(std::time::Duration::from_millis(100))).await;
+    }
     loop {
         let result = {
             // A file saved by a rename takes its history back first (`history`).

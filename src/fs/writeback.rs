@@ -92,11 +92,18 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
     for &(ino, _) in &batch {
         fs.continue_document(ino).await;
     }
+    let mut held = Vec::new();
     for (ino, fsync) in batch {
         let Some(io) = fs.table().get(ino).map(|i| i.io.clone()) else {
             finished(fs, ino, true);
             continue;
         };
+        // A temporary copy about to take a document's name waits for it (`history`); an
+        // fsync does not.
+        if let Some(wait) = fs.held_back(ino).filter(|_| !fsync) {
+            held.push((ino, wait));
+            continue;
+        }
         // A rename or unlink of this file is under way: it goes in a later batch.
         let Ok(guard) = io.try_lock_owned() else {
             busy.push(ino);
@@ -139,6 +146,13 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
                 });
             }
         }
+    }
+    for (ino, wait) in held {
+        let fs = fs.clone();
+        fs.rt.clone().spawn(async move {
+            tokio::time::sleep(wait).await;
+            fs.uploads.writeback.enqueue(ino);
+        });
     }
     if !busy.is_empty() {
         let fs = fs.clone();

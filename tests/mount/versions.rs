@@ -288,9 +288,10 @@ fn a_save_by_rename_keeps_the_history(via: Via) {
         );
         assert_eq!(backup.exists(), keep_backup, "{name}~");
     }
-    // Word's way: the new copy written to a temporary file (held open here, so that it is not
-    // stored before it takes the name), the original renamed away, the copy renamed into its
-    // name, the original removed.
+    // Word's way: the new copy written to a temporary file and closed, the original renamed
+    // away, the copy renamed into its name, the original removed. The first save holds the
+    // copy open until it has the name; the second closes it first, as Word does, and renames
+    // after a pause in which an upload would have stored it (the copy waits: `held_back`).
     let f = v.join("word.docx");
     fs::write(&f, saves[0]).unwrap();
     env.wait_uploaded();
@@ -301,9 +302,16 @@ fn a_save_by_rename_keeps_the_history(via: Via) {
         );
         let mut copy = fs::File::create(&tmp).unwrap();
         copy.write_all(bytes).unwrap();
-        fs::rename(&f, &old).unwrap();
-        fs::rename(&tmp, &f).unwrap();
-        drop(copy);
+        if i == 2 {
+            drop(copy);
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            fs::rename(&f, &old).unwrap();
+            fs::rename(&tmp, &f).unwrap();
+        } else {
+            fs::rename(&f, &old).unwrap();
+            fs::rename(&tmp, &f).unwrap();
+            drop(copy);
+        }
         fs::remove_file(&old).unwrap();
         env.wait_uploaded();
     }
