@@ -253,6 +253,10 @@ impl<B: Backend> Backend for Faulty<B> {
         self.call(Op::Node, || self.inner.node(path)).await
     }
 
+    async fn restore_deleted(&self, id: &str) -> Result<Node> {
+        self.inner.restore_deleted(id).await
+    }
+
     async fn list(&self, path: &NodePath, page: u64, per_page: u64) -> Result<Node> {
         self.call(Op::List, || self.inner.list(path, page, per_page))
             .await

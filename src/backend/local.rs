@@ -440,6 +440,10 @@ impl Backend for LocalBackend {
         .await
     }
 
+    async fn restore_deleted(&self, id: &str) -> Result<Node> {
+        LocalBackend::restore_deleted(self, id).await
+    }
+
     async fn deleted_versions(&self, path: &NodePath) -> Result<Option<(String, Vec<Version>)>> {
         let path = path.clone();
         self.run(move |s, scope| {

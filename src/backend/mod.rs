@@ -421,6 +421,20 @@ pub trait Backend: Send + Sync + 'static {
         async { Ok(None) }
     }
 
+    /// Brings back the deleted file `id` kept restorable (our store and server), into the
+    /// folder it was deleted from, with its ID and versions. An error of kind
+    /// `MethodNotAllowed` where the backend keeps no deleted files.
+    fn restore_deleted(&self, id: &str) -> impl Future<Output = Result<Node>> + Send {
+        let _ = id;
+        async {
+            Err(crate::api::Error::new(
+                crate::api::ErrorKind::MethodNotAllowed,
+                "no_deleted",
+                "this server keeps no deleted files",
+            ))
+        }
+    }
+
     /// The bytes of one kept version of a file (by the IDs [`Backend::versions`] gave), whole
     /// or one range; the node says that version's size and md5.
     fn download_version(

@@ -3,6 +3,12 @@
 //! new copy takes the name. On the store the history belongs to a file ID, so the new `f` would
 //! start with none, and the old versions stay with the backup, deleted a moment later.
 //!
+//! A program that deletes the file first and then writes the new one is met the same way: a
+//! new file made under the name of a stored file this mount deleted within the window, in the
+//! same folder, continues it ([`Fs::revive`]): where the store keeps deleted files (ours), the
+//! deleted file is brought back before the first upload and the new bytes become its next
+//! version; elsewhere it stays a new file.
+//!
 //! So a new file made under a name that this mount renamed a stored file away from within a
 //! few seconds (`table::vacated`) continues that file: before its first upload
 //! ([`Fs::continue_document`]) the renamed file is moved back to the name, and the new bytes
@@ -56,6 +62,10 @@ impl<B: Backend> Fs<B> {
     /// takes the name back and becomes `ino`'s stored file, whose next version the upload
     /// stores. Nothing to do (one table lookup) for any other file.
     pub(super) async fn continue_document(self: &Arc<Self>, ino: Ino) {
+        if self.table().get(ino).is_some_and(|i| i.revives.is_some()) {
+            self.revive(ino).await;
+            return;
+        }
         let (mine, theirs) = {
             let t = self.table();
             let Some(i) = t.get(ino) else { return };
@@ -74,6 +84,63 @@ impl<B: Backend> Fs<B> {
                 self.delete_handed_over(at, base).await;
             }
         }
+    }
+
+    /// The stored file this mount deleted where `ino` was made moments after comes back (a
+    /// store that keeps deleted files) and becomes `ino`'s stored file, whose next version the
+    /// upload stores. Anything not as expected leaves `ino` a new file.
+    async fn revive(self: &Arc<Self>, ino: Ino) {
+        let Some(io) = self.table().get(ino).map(|i| i.io.clone()) else {
+            return;
+        };
+        let _io = io.lock().await;
+        let (name, id) = {
+            let mut t = self.table();
+            let Some(i) = t.get_mut(ino) else { return };
+            let Some((id, _)) = i.revives.take() else {
+                return;
+            };
+            if i.remote.is_some() || i.staged.is_none() || i.unlinked {
+                return;
+            }
+            (i.path.clone(), id)
+        };
+        // Only to a free name: a file made there meanwhile (elsewhere) would make the restore
+        // land beside it under another name.
+        match self.backend.node(&name).await {
+            Err(e) if e.kind == crate::api::ErrorKind::NotFound => {}
+            _ => return,
+        }
+        let _ours = Ours::sending(self, vec![ino]);
+        let node = match self.backend.restore_deleted(&id).await {
+            Ok(n) => n,
+            Err(e) => {
+                log::debug!("{name} is a new file: the one deleted there is not kept ({e})");
+                return;
+            }
+        };
+        if NodePath::parse_uri(&node.uri).ok().as_ref() != Some(&name) {
+            // Came back under another name after all: deleted again, as it was.
+            log::warn!(
+                "{name}: the file deleted there came back as {}; deleted again",
+                node.uri
+            );
+            if let Ok(at) = NodePath::parse_uri(&node.uri) {
+                let _ = self.backend.delete(&at).await;
+            }
+            return;
+        }
+        let mut t = self.table();
+        t.update_from(ino, &node);
+        t.touch(ino);
+        let Some(staged) = t.get(ino).and_then(|i| i.staged.clone()) else {
+            return;
+        };
+        // The new bytes replace the version it had.
+        staged.set_base(node.md5_checksum.clone().map_or(Base::Any, Base::Md5));
+        let _ = self.journal.record(&staged, &name, Some(id));
+        drop(t);
+        log::info!("{name} continues its history (deleted and made again)");
     }
 
     /// Moves the renamed file back to the name `ino` took and makes it `ino`'s stored file;

@@ -331,6 +331,7 @@ impl<B: Backend> Fs<B> {
             Some(k) => self.changed_since_known(k, &path).await,
             None => false,
         };
+        let known_id = known.as_ref().map(|(id, _)| id.clone());
         let base = known.map_or(crate::api::Base::Any, |(_, b)| b);
         // A backup a new file continues (an editor's save by rename): the new file takes it
         // back under its own name (`history`), so it is not deleted here.
@@ -343,6 +344,10 @@ impl<B: Backend> Fs<B> {
                 .delete_unless_changed(&path, &base)
                 .await
                 .map_err(|e| errno(&e))?;
+            if let (false, Some(id)) = (kept, known_id) {
+                // A new file made under the name moments from now continues it (`history`).
+                self.table().vacate_deleted(path.clone(), id, base.clone());
+            }
         }
         if !dir {
             // A new file removed before it continued a renamed one: that one goes too.

@@ -16,7 +16,47 @@ both!(
     vims_own_saves_keep_the_history,
     libreoffice_saves_are_one_version_each,
     a_tree_removed_by_rm_rf_comes_back_whole,
+    a_save_by_delete_and_create_keeps_the_history,
 );
+
+/// A program that saves by deleting the file and writing a new one under its name (issue 49:
+/// "a file that takes the place of one deleted moments before"): after three saves the file
+/// reads the third and `.versions/` holds the first two, on a store that keeps deleted files.
+/// A folder removed and made again (`rm -rf d; mkdir d`) starts its files afresh.
+fn a_save_by_delete_and_create_keeps_the_history(via: Via) {
+    let retention = crate::common::served_retention();
+    let Some(env) = Env::new_with_store(via, retention, Default::default()) else {
+        return;
+    };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    let saves: [&[u8]; 3] = [b"first\n", b"second save\n", b"third and last\n"];
+    let f = v.join("notes.txt");
+    for bytes in saves {
+        if f.exists() {
+            fs::remove_file(&f).unwrap();
+        }
+        fs::write(&f, bytes).unwrap();
+        env.wait_uploaded();
+    }
+    assert_eq!(fs::read(&f).unwrap(), saves[2]);
+    assert_eq!(
+        versions_of(&v, "notes.txt"),
+        [saves[0].to_vec(), saves[1].to_vec()],
+        "{}",
+        m.log_text()
+    );
+    let d = v.join("build");
+    fs::create_dir(&d).unwrap();
+    fs::write(d.join("out.o"), b"old build").unwrap();
+    env.wait_uploaded();
+    crate::common::mount::sh(&v, "rm -rf build && mkdir build");
+    fs::write(d.join("out.o"), b"new build").unwrap();
+    env.wait_uploaded();
+    assert_eq!(fs::read(d.join("out.o")).unwrap(), b"new build");
+    assert!(!d.join(".versions/out.o").exists(), "{}", m.log_text());
+    m.unmount();
+}
 
 /// `rm -rf` of a tree of 1,000 files, then `vaultfs restore` of its path (issue 49, item 3: a
 /// removed folder could not be had back at all): every folder and file comes back whole, a

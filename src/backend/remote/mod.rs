@@ -407,6 +407,10 @@ impl Backend for RemoteBackend {
         self.send_version(file_id, version_id, length, body).await
     }
 
+    async fn restore_deleted(&self, id: &str) -> Result<Node> {
+        RemoteBackend::restore_deleted(self, id).await
+    }
+
     async fn versions(&self, path: &NodePath) -> Result<Vec<Version>> {
         let node = self
             .call_node(Req::get(format!("{}?vprop=1", path.encoded())))

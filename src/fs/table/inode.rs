@@ -109,6 +109,11 @@ pub struct Inode {
     /// A new file that continues the document this mount renamed away from its name moments
     /// before it was made (`history`).
     pub continues: Option<Continues>,
+    /// A new file made under the name of a stored file this mount deleted moments before:
+    /// that file's ID and the version it had. Before the first upload the deleted file is
+    /// brought back where the store keeps it, and these bytes become its next version
+    /// (`history`).
+    pub revives: Option<(String, Base)>,
     /// Last change made here to its name or existence (created, renamed, uploaded): a listing
     /// fetched before that does not know about it yet.
     pub touched: Instant,
@@ -145,6 +150,7 @@ impl Inode {
             pt: None,
             plain_pending: 0,
             continues: None,
+            revives: None,
             touched: Instant::now(),
         }
     }

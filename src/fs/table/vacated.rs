@@ -1,12 +1,13 @@
-//! Names stored files were renamed away from lately (`history`): vim, emacs and Word save by
-//! renaming the file away and writing a new one under its name, and that new file continues
-//! the document. Remembered for a few seconds, pruned at most once a second.
+//! Names stored files were renamed away from, or deleted from, lately (`history`): vim, emacs
+//! and Word save by renaming the file away and writing a new one under its name, other programs
+//! by deleting it first, and that new file continues the document. Remembered for a few
+//! seconds, pruned at most once a second.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::{Continues, Ino, Table};
-use crate::api::NodePath;
+use crate::api::{Base, NodePath};
 
 /// How long a name left by a rename may be taken by a new file that continues the document
 /// (editors write the new file within a second; Word within a few).
@@ -20,11 +21,27 @@ pub(super) struct Vacated {
     pruned: Option<Instant>,
     /// The new files continuing a renamed file, by the renamed file's inode.
     claims: HashMap<Ino, Ino>,
+    /// By the name: the stored file this mount deleted there, its file ID, the version it
+    /// had, its folder's inode, and when.
+    deleted: HashMap<NodePath, (String, Base, Option<Ino>, Instant)>,
 }
 
 impl Table {
     /// `x`, stored as `id`, was renamed away from `name` by this mount.
     pub fn vacate(&mut self, name: NodePath, x: Ino, id: String) {
+        let now = self.prune_vacated();
+        self.vacated.names.insert(name, (x, id, now));
+    }
+
+    /// The stored file `id` (at version `base`) at `name` was deleted by this mount.
+    pub fn vacate_deleted(&mut self, name: NodePath, id: String, base: Base) {
+        let now = self.prune_vacated();
+        let dir = name.parent().and_then(|p| self.ino_of(&p));
+        self.vacated.deleted.insert(name, (id, base, dir, now));
+    }
+
+    /// Forgets what is older than the window (at most once a second); now.
+    fn prune_vacated(&mut self) -> Instant {
         let now = Instant::now();
         let v = &mut self.vacated;
         if v.pruned
@@ -32,9 +49,11 @@ impl Table {
         {
             v.names
                 .retain(|_, (_, _, at)| now.duration_since(*at) < WINDOW);
+            v.deleted
+                .retain(|_, (_, _, _, at)| now.duration_since(*at) < WINDOW);
             v.pruned = Some(now);
         }
-        v.names.insert(name, (x, id, now));
+        now
     }
 
     /// New file `ino` takes its name: where a stored file left that name within the window,
@@ -47,6 +66,18 @@ impl Table {
             return;
         };
         let Some((x, id, at)) = self.vacated.names.remove(&name) else {
+            // A name whose stored file this mount deleted moments before: brought back
+            // before this file's first upload (`history`).
+            // Not when the folder is another by now (`rm -rf d; mkdir d`): the file's own
+            // folder is gone with it.
+            if let Some((id, base, dir, at)) = self.vacated.deleted.remove(&name) {
+                let same_dir = name.parent().and_then(|p| self.ino_of(&p)) == dir;
+                if let Some(i) =
+                    (self.inodes.get_mut(&ino)).filter(|_| same_dir && at.elapsed() < WINDOW)
+                {
+                    i.revives = Some((id, base));
+                }
+            }
             return;
         };
         if x == ino || at.elapsed() >= WINDOW {
