@@ -115,6 +115,14 @@ pub fn restore(args: RestoreArgs) -> Result<(), Box<dyn std::error::Error>> {
 /// `path` in a mount, and that mount's store; exits 2 where it is in none.
 fn mounted(path: &Path) -> Result<(Mounted, Client), Box<dyn std::error::Error>> {
     let Some(m) = Mounted::of(path)? else {
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+        if parent.is_some_and(|p| !p.exists()) {
+            eprintln!(
+                "vaultfs: the folder of {} is not there: restore that folder first",
+                path.display()
+            );
+            std::process::exit(1);
+        }
         eprintln!(
             "vaultfs: {} is not in a running vaultfs mount",
             path.display()

@@ -52,11 +52,13 @@ pub fn search(args: SearchArgs) -> Result<(), Box<dyn std::error::Error>> {
     let mut dir = NodePath::root();
     let mut mounted = None;
     if words.len() > 1 {
+        // Only a folder asks a mount (a word is never looked up as a path in one).
         let first = Path::new(&words[0]);
-        if let Some(m) = Mounted::of(first)
-            .map_err(|e| e.to_string())?
-            .filter(|_| first.is_dir())
-        {
+        let in_mount = match first.is_dir() {
+            true => Mounted::of(first)?,
+            false => None,
+        };
+        if let Some(m) = in_mount {
             words.remove(0);
             (dir, store) = (m.path.clone(), m.store.clone());
             mounted = Some(m);

@@ -98,6 +98,13 @@ fn a_tree_removed_by_rm_rf_comes_back_whole(via: Via) {
         listed.lines().any(|l| l.starts_with("project/\t")),
         "{listed}"
     );
+    // A folder inside it cannot come back before it: said so.
+    let inner = cli(&[top.join("part 3").as_os_str()]);
+    assert_eq!(inner.status.code(), Some(1), "{inner:?}");
+    assert!(
+        String::from_utf8_lossy(&inner.stderr).contains("restore that folder first"),
+        "{inner:?}"
+    );
     let back = cli(&[top.as_os_str()]);
     assert!(back.status.success(), "{back:?}\n{}", m.log_text());
     assert!(
