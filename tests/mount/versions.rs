@@ -111,7 +111,10 @@ fn a_tree_removed_by_rm_rf_comes_back_whole(via: Via) {
         String::from_utf8_lossy(&back.stdout).contains("restored"),
         "{back:?}"
     );
-    crate::common::mount::wait_for(30, "the tree back in the mount", || names(&top).len() == 10);
+    // (Not there until the mount hears of the restore: read_dir fails meanwhile.)
+    crate::common::mount::wait_for(30, "the tree back in the mount", || {
+        fs::read_dir(&top).is_ok_and(|d| d.count() == 10)
+    });
     for d in 0..10 {
         let dir = top.join(format!("part {d}"));
         assert_eq!(names(&dir).len(), 100, "{}", dir.display());
