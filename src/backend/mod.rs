@@ -181,6 +181,15 @@ async fn list_pages<B: Backend>(
 }
 
 /// What a backend without versions answers.
+/// What a backend that keeps no deleted files answers of them.
+pub fn no_deleted() -> crate::api::Error {
+    crate::api::Error::new(
+        crate::api::ErrorKind::MethodNotAllowed,
+        "no_deleted",
+        "this server keeps no deleted files",
+    )
+}
+
 pub fn no_versions() -> crate::api::Error {
     crate::api::Error::new(
         crate::api::ErrorKind::MethodNotAllowed,
@@ -426,13 +435,7 @@ pub trait Backend: Send + Sync + 'static {
     /// `MethodNotAllowed` where the backend keeps no deleted files.
     fn restore_deleted(&self, id: &str) -> impl Future<Output = Result<Node>> + Send {
         let _ = id;
-        async {
-            Err(crate::api::Error::new(
-                crate::api::ErrorKind::MethodNotAllowed,
-                "no_deleted",
-                "this server keeps no deleted files",
-            ))
-        }
+        async { Err(no_deleted()) }
     }
 
     /// The bytes of one kept version of a file (by the IDs [`Backend::versions`] gave), whole

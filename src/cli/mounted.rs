@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::control;
 use crate::api::{DeletedFile, Node, NodePath, Result};
+use crate::backend::Backend;
 use crate::backend::local::LocalBackend;
 use crate::backend::remote::RemoteBackend;
 use crate::fs::status::StoreAt;

@@ -197,10 +197,7 @@ impl<B: Backend> Fs<B> {
         if !still || node.file_id().is_none() {
             return false;
         }
-        t.update_from(ino, node);
-        if let Some(md5) = &node.md5_checksum {
-            staged.set_base(Base::Md5(md5.clone()));
-        }
+        Self::takes_version(&mut t, ino, node);
         staged.same_as_stored();
         log::info!(
             "{path}: the bytes refused as a conflict are the version stored there; no copy made"
@@ -403,17 +400,13 @@ impl<B: Backend> Fs<B> {
 
 /// Whether `staged` holds the bytes of the version `node` (same size, same md5).
 async fn same_bytes(staged: &Arc<super::staging::Staged>, node: &Node) -> bool {
-    let Some(want) = node.md5_checksum.clone() else {
+    let (Some(md5), Some(size)) = (node.md5_checksum.clone(), node.size) else {
         return false;
     };
-    if node.size != Some(staged.size()) {
-        return false;
-    }
     let s = staged.clone();
-    match tokio::task::spawn_blocking(move || s.md5()).await {
-        Ok(Ok(md5)) => md5.eq_ignore_ascii_case(&want),
-        _ => false,
-    }
+    tokio::task::spawn_blocking(move || s.is_version(&md5, size))
+        .await
+        .unwrap_or(false)
 }
 
 #[cfg(test)]

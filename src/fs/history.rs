@@ -97,7 +97,7 @@ impl<B: Backend> Fs<B> {
         let (name, id) = {
             let mut t = self.table();
             let Some(i) = t.get_mut(ino) else { return };
-            let Some((id, _)) = i.revives.take() else {
+            let Some(id) = i.revives.take() else {
                 return;
             };
             if i.remote.is_some() || i.staged.is_none() || i.unlinked {
@@ -131,13 +131,11 @@ impl<B: Backend> Fs<B> {
             return;
         }
         let mut t = self.table();
-        t.update_from(ino, &node);
         t.touch(ino);
-        let Some(staged) = t.get(ino).and_then(|i| i.staged.clone()) else {
+        // The new bytes replace the version it had.
+        let Some(staged) = Self::takes_version(&mut t, ino, &node) else {
             return;
         };
-        // The new bytes replace the version it had.
-        staged.set_base(node.md5_checksum.clone().map_or(Base::Any, Base::Md5));
         let _ = self.journal.record(&staged, &name, Some(id));
         drop(t);
         log::info!("{name} continues its history (deleted and made again)");
@@ -205,15 +203,13 @@ impl<B: Backend> Fs<B> {
         if let Some(c) = &copy {
             t.update_from(claim.x, c);
         }
-        t.update_from(ino, &node);
         // Changed here: the feed's word of these moves, which may come after this, is ours.
         t.touch(claim.x);
         t.touch(ino);
-        let Some(staged) = t.get(ino).and_then(|i| i.staged.clone()) else {
+        // The new bytes replace the version the renamed file has.
+        let Some(staged) = Self::takes_version(&mut t, ino, &node) else {
             return true;
         };
-        // The new bytes replace the version the renamed file has.
-        staged.set_base(node.md5_checksum.clone().map_or(Base::Any, Base::Md5));
         let _ = self.journal.record(&staged, &name, Some(claim.id.clone()));
         drop(t);
         log::info!("{name} continues its history (saved by a rename from {at})");

@@ -346,7 +346,7 @@ impl<B: Backend> Fs<B> {
                 .map_err(|e| errno(&e))?;
             if let (false, Some(id)) = (kept, known_id) {
                 // A new file made under the name moments from now continues it (`history`).
-                self.table().vacate_deleted(path.clone(), id, base.clone());
+                self.table().vacate_deleted(path.clone(), id);
             }
         }
         if !dir {

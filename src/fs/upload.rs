@@ -189,7 +189,7 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
         None => return Ok(()),
     };
     let _io = io.lock().await;
-    let (path, remote_id, remote_md5, remote_size, staged, perm) = {
+    let (path, remote_id, remote_md5, staged, perm) = {
         let t = fs.table();
         let Some(inode) = t.get(ino) else {
             return Ok(());
@@ -205,7 +205,6 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
             inode.path.clone(),
             r.map(|r| r.id.clone()),
             r.and_then(|r| r.md5.clone()),
-            r.map(|r| r.size),
             staged,
             inode.perm,
         )
@@ -229,10 +228,8 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
         ));
     }
     // A backend in this process hashes what it stores anyway; a remote one gets the md5 so
-    // the server can check the bytes that crossed the network. Either way, bytes as long as
-    // the stored version's are compared with it: the same bytes make no new version.
-    let same_size = remote_md5.is_some() && remote_size == Some(size);
-    let md5 = if fs.backend.local().is_none() || same_size {
+    // the server can check the bytes that crossed the network.
+    let md5 = if fs.backend.local().is_none() {
         let s2 = staged.clone();
         let md5 = tokio::task::spawn_blocking(move || s2.md5())
             .await

@@ -148,20 +148,10 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
         }
     }
     for (ino, wait) in held {
-        let fs = fs.clone();
-        fs.rt.clone().spawn(async move {
-            tokio::time::sleep(wait).await;
-            fs.uploads.writeback.enqueue(ino);
-        });
+        enqueue_after(fs, vec![ino], wait);
     }
     if !busy.is_empty() {
-        let fs = fs.clone();
-        fs.rt.clone().spawn(async move {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            for ino in busy {
-                fs.uploads.writeback.enqueue(ino);
-            }
-        });
+        enqueue_after(fs, busy, Duration::from_millis(20));
     }
     let mut retired = Vec::new();
     if !unsure.is_empty() {
@@ -249,6 +239,17 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
     end_entries(fs, retired).await;
 }
 
+/// `inos` go in a batch again after `wait`.
+fn enqueue_after<B: Backend>(fs: &Arc<Fs<B>>, inos: Vec<Ino>, wait: Duration) {
+    let fs = fs.clone();
+    fs.rt.clone().spawn(async move {
+        tokio::time::sleep(wait).await;
+        for ino in inos {
+            fs.uploads.writeback.enqueue(ino);
+        }
+    });
+}
+
 /// The journal entries of retired files end: a write and an unlink per file, file system work
 /// off the runtime's threads.
 async fn end_entries<B: Backend>(fs: &Arc<Fs<B>>, retired: Vec<Arc<Staged>>) {
@@ -289,7 +290,7 @@ async fn same_as_stored<B: Backend>(
             .iter()
             .map(|(s, (md5, size), local)| match local {
                 Some(stored) => s.same_bytes_as(stored.file(), *size).unwrap_or(false),
-                None => s.size() == *size && s.md5().ok().as_ref() == Some(md5),
+                None => s.is_version(md5, *size),
             })
             .collect::<Vec<_>>()
     })

@@ -87,10 +87,7 @@ impl Store {
             if kind != super::nodes::NodeKind::File as i64 {
                 tx.prepare_cached("DELETE FROM deleted WHERE node_id = ?1")?
                     .execute([id])?;
-                tx.prepare_cached(
-                    "INSERT INTO trash (node_id, account_id, detached_on) VALUES (?1, ?2, ?3)",
-                )?
-                .execute(params![id, account, super::now_ns()])?;
+                super::purge::hand_over(&tx, *id, *account, super::now_ns())?;
                 trees += 1;
                 continue;
             }

@@ -122,6 +122,16 @@ impl Drop for Purger {
     }
 }
 
+/// Inside a transaction: the detached tree topped by `id` (of `account`) is the purge's, from
+/// `now`; the caller wakes the purger once it has committed.
+pub(super) fn hand_over(conn: &Connection, id: i64, account: i64, now: i64) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO trash (node_id, account_id, detached_on) VALUES (?1, ?2, ?3)",
+    )?
+    .execute(params![id, account, now])?;
+    Ok(())
+}
+
 fn run(shared: &Shared, db: &super::db::Db, blobs: &Blobs) {
     loop {
         {

@@ -186,25 +186,7 @@ impl RemoteBackend {
         let node = self
             .call_node(Req::get(format!("{}?deleted=1", path.encoded())))
             .await?;
-        node.deleted.ok_or_else(|| {
-            Error::new(
-                ErrorKind::MethodNotAllowed,
-                "no_deleted",
-                "this server keeps no deleted files",
-            )
-        })
-    }
-
-    /// Brings the deleted file or folder `id` back (our server's route).
-    pub async fn restore_deleted(&self, id: &str) -> Result<Node> {
-        let path = format!("/files/id/Document/{}/restore", encode_segment(id));
-        self.call_node(Req::with_body(
-            Method::POST,
-            path,
-            &serde_json::json!({}),
-            Retry::UnsentOnly,
-        ))
-        .await
+        node.deleted.ok_or_else(super::no_deleted)
     }
 
     pub fn config(&self) -> &RemoteConfig {
@@ -407,8 +389,16 @@ impl Backend for RemoteBackend {
         self.send_version(file_id, version_id, length, body).await
     }
 
+    /// Our server's route (`deleted_files` gives the IDs).
     async fn restore_deleted(&self, id: &str) -> Result<Node> {
-        RemoteBackend::restore_deleted(self, id).await
+        let path = format!("/files/id/Document/{}/restore", encode_segment(id));
+        self.call_node(Req::with_body(
+            Method::POST,
+            path,
+            &serde_json::json!({}),
+            Retry::UnsentOnly,
+        ))
+        .await
     }
 
     async fn versions(&self, path: &NodePath) -> Result<Vec<Version>> {

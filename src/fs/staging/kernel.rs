@@ -130,6 +130,12 @@ impl Staged {
         Ok(true)
     }
 
+    /// Whether the file holds the version of this md5 (hex, any case) and size: compared by
+    /// size, then by md5 (hashed ahead, the rest read back).
+    pub fn is_version(&self, md5: &str, size: u64) -> bool {
+        self.size() == size && self.md5().is_ok_and(|m| m.eq_ignore_ascii_case(md5))
+    }
+
     /// The bytes were found to be those of the version now stored at the name (a conflict
     /// that is none, see `conflict`): the next round compares them with it before it sends
     /// anything, as it does after a change the kernel may have made to the same bytes.

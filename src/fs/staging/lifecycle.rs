@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Snapshot, Staged};
-use crate::api::{Error, FileAttrs, Node, NodePath, whole_mode};
+use crate::api::{Base, Error, FileAttrs, Node, NodePath, whole_mode};
 use crate::backend::{Backend, PutFile};
 use crate::fs::Fs;
 use crate::fs::table::{Ino, Inode, Table};
@@ -133,6 +133,21 @@ impl<B: Backend> Fs<B> {
             drop(t);
             self.journal.finish(staged);
         }
+    }
+
+    /// **Takes a stored version**: the staged bytes of `ino`, not stored yet, now replace the
+    /// stored file `node` (a renamed or deleted file taken back under their name, `history`;
+    /// the version a conflict found them to be already, `conflict`): the inode takes it as its
+    /// stored file, the staged copy its version as the base. The staged copy, if any.
+    pub(in crate::fs) fn takes_version(
+        t: &mut Table,
+        ino: Ino,
+        node: &Node,
+    ) -> Option<Arc<Staged>> {
+        t.update_from(ino, node);
+        let staged = t.get(ino)?.staged.clone()?;
+        staged.set_base(node.md5_checksum.clone().map_or(Base::Any, Base::Md5));
+        Some(staged)
     }
 
     /// **Upload finished**: `generation` of `staged` is stored, as `node` when the backend

@@ -110,10 +110,9 @@ pub struct Inode {
     /// before it was made (`history`).
     pub continues: Option<Continues>,
     /// A new file made under the name of a stored file this mount deleted moments before:
-    /// that file's ID and the version it had. Before the first upload the deleted file is
-    /// brought back where the store keeps it, and these bytes become its next version
-    /// (`history`).
-    pub revives: Option<(String, Base)>,
+    /// that file's ID. Before the first upload the deleted file is brought back where the
+    /// store keeps it, and these bytes become its next version (`history`).
+    pub revives: Option<String>,
     /// Last change made here to its name or existence (created, renamed, uploaded): a listing
     /// fetched before that does not know about it yet.
     pub touched: Instant,

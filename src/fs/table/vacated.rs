@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::{Continues, Ino, Table};
-use crate::api::{Base, NodePath};
+use crate::api::NodePath;
 
 /// How long a name left by a rename may be taken by a new file that continues the document
 /// (editors write the new file within a second; Word within a few).
@@ -21,9 +21,9 @@ pub(super) struct Vacated {
     pruned: Option<Instant>,
     /// The new files continuing a renamed file, by the renamed file's inode.
     claims: HashMap<Ino, Ino>,
-    /// By the name: the stored file this mount deleted there, its file ID, the version it
-    /// had, its folder's inode, and when.
-    deleted: HashMap<NodePath, (String, Base, Option<Ino>, Instant)>,
+    /// By the name: the stored file this mount deleted there, its file ID, its folder's
+    /// inode, and when.
+    deleted: HashMap<NodePath, (String, Option<Ino>, Instant)>,
 }
 
 impl Table {
@@ -33,11 +33,11 @@ impl Table {
         self.vacated.names.insert(name, (x, id, now));
     }
 
-    /// The stored file `id` (at version `base`) at `name` was deleted by this mount.
-    pub fn vacate_deleted(&mut self, name: NodePath, id: String, base: Base) {
+    /// The stored file `id` at `name` was deleted by this mount.
+    pub fn vacate_deleted(&mut self, name: NodePath, id: String) {
         let now = self.prune_vacated();
         let dir = name.parent().and_then(|p| self.ino_of(&p));
-        self.vacated.deleted.insert(name, (id, base, dir, now));
+        self.vacated.deleted.insert(name, (id, dir, now));
     }
 
     /// Forgets what is older than the window (at most once a second); now.
@@ -50,7 +50,7 @@ impl Table {
             v.names
                 .retain(|_, (_, _, at)| now.duration_since(*at) < WINDOW);
             v.deleted
-                .retain(|_, (_, _, _, at)| now.duration_since(*at) < WINDOW);
+                .retain(|_, (_, _, at)| now.duration_since(*at) < WINDOW);
             v.pruned = Some(now);
         }
         now
@@ -70,12 +70,12 @@ impl Table {
             // before this file's first upload (`history`).
             // Not when the folder is another by now (`rm -rf d; mkdir d`): the file's own
             // folder is gone with it.
-            if let Some((id, base, dir, at)) = self.vacated.deleted.remove(&name) {
+            if let Some((id, dir, at)) = self.vacated.deleted.remove(&name) {
                 let same_dir = name.parent().and_then(|p| self.ino_of(&p)) == dir;
                 if let Some(i) =
                     (self.inodes.get_mut(&ino)).filter(|_| same_dir && at.elapsed() < WINDOW)
                 {
-                    i.revives = Some((id, base));
+                    i.revives = Some(id);
                 }
             }
             return;

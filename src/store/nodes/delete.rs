@@ -5,10 +5,11 @@ use super::limits::subtree_size;
 use super::resolve::{path_of, resolve};
 use super::restore::{keep_deleted, keeps_deleted};
 use super::retention::free_blobs;
-use super::touch;
+use super::{detach, touch};
 use crate::api::{Base, ChangeKind, Error, NodePath, Result};
 use crate::store::changes::NewChange;
 use crate::store::db::{Tx as Transaction, params};
+use crate::store::purge::INLINE_NODES;
 use crate::store::{Scope, Store, now_ns};
 
 /// Deletes a node and everything under it; returns the blobs no version uses any more, to be
@@ -47,7 +48,7 @@ pub(super) fn delete_subtree(tx: &Transaction, id: i64) -> Result<Vec<String>> {
         [],
         |r| r.get(0),
     )?;
-    if orphans as u64 <= crate::store::purge::INLINE_NODES {
+    if orphans as u64 <= INLINE_NODES {
         tx.execute(
             "INSERT INTO temp.doomed (id, depth) SELECT d.node_id, 0 FROM deleted d
              WHERE d.folder_id IN (SELECT id FROM temp.doomed)",
@@ -131,22 +132,11 @@ impl Store {
             &tx,
             NewChange::new(&row, ChangeKind::Deleted, &path_of(&tx, row.id)?),
         )?;
-        if keeps_deleted(&self.config.retention) {
-            let freed = keep_deleted(&tx, &row, now, &self.config.retention)?;
-            touch(&tx, row.parent_id, now)?;
-            tx.commit()?;
-            self.changed(row.account_id);
-            self.forget_blobs(&conn, &freed);
-            return Ok(());
-        }
-        let (nodes, _) = subtree_size(&tx, row.id, crate::store::purge::INLINE_NODES)?;
-        if nodes > crate::store::purge::INLINE_NODES {
-            tx.prepare_cached("UPDATE nodes SET parent_id = NULL, name = '/' || id WHERE id = ?1")?
-                .execute([row.id])?;
-            tx.prepare_cached(
-                "INSERT INTO trash (node_id, account_id, detached_on) VALUES (?1, ?2, ?3)",
-            )?
-            .execute(params![row.id, row.account_id, now])?;
+        let freed = if keeps_deleted(&self.config.retention) {
+            keep_deleted(&tx, &row, now, &self.config.retention)?
+        } else if subtree_size(&tx, row.id, INLINE_NODES)?.0 > INLINE_NODES {
+            detach(&tx, row.id)?;
+            crate::store::purge::hand_over(&tx, row.id, row.account_id, now)?;
             touch(&tx, row.parent_id, now)?;
             tx.commit()?;
             drop(conn);
@@ -154,8 +144,9 @@ impl Store {
             log::debug!("{path} detached, to be purged");
             self.purger().wake();
             return Ok(());
-        }
-        let freed = delete_subtree(&tx, row.id)?;
+        } else {
+            delete_subtree(&tx, row.id)?
+        };
         touch(&tx, row.parent_id, now)?;
         tx.commit()?;
         self.changed(row.account_id);

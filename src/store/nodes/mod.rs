@@ -145,6 +145,15 @@ pub(super) fn insert_node(
         .query_row(params![parent.id, parent.account_id, kind as i64, name, now], |r| r.get(0))?)
 }
 
+/// Takes node `id` (and its tree) out of the tree: no parent, and the name `/<id>`, which no
+/// path can spell and which is unique. A deleted file or folder kept restorable, or a tree
+/// handed to the purge.
+pub(super) fn detach(tx: &Connection, id: i64) -> Result<()> {
+    tx.prepare_cached("UPDATE nodes SET parent_id = NULL, name = '/' || id WHERE id = ?1")?
+        .execute([id])?;
+    Ok(())
+}
+
 /// A folder's modification time follows its entries (as a directory's mtime does).
 pub(super) fn touch(tx: &Connection, id: Option<i64>, now: i64) -> Result<()> {
     if let Some(id) = id {

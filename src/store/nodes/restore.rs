@@ -114,8 +114,7 @@ pub(super) fn keep_deleted(
     let folder = row
         .parent_id
         .ok_or_else(|| Error::internal("a file with no folder"))?;
-    tx.prepare_cached("UPDATE nodes SET parent_id = NULL, name = '/' || id WHERE id = ?1")?
-        .execute([row.id])?;
+    super::detach(tx, row.id)?;
     tx.prepare_cached(
         "INSERT INTO deleted (node_id, account_id, folder_id, name, deleted_on)
          VALUES (?1, ?2, ?3, ?4, ?5)",
