@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::TimeOrNow;
 
 use super::Fs;
-use super::errno::is_transient;
+use super::error::is_transient;
 use super::table::{Ino, InodeKind, Table};
 use crate::api::{FileAttrs, Node, Result, file_mode, whole_mode};
 use crate::backend::Backend;

@@ -26,7 +26,7 @@ pub struct FuseAdapter<B: Backend>(pub Arc<Fs<B>>);
 fn name_of(name: &OsStr) -> OpResult<String> {
     let s = name.to_str().ok_or(Errno::EINVAL)?;
     if s.len() > MAX_NAME_BYTES {
-        return Err(Errno::ENAMETOOLONG);
+        return Err(Errno::ENAMETOOLONG.into());
     }
     validate_name(s).map_err(|_| Errno::EINVAL)?;
     Ok(s.to_string())
@@ -43,18 +43,18 @@ where
     fs.rt.spawn(async move { reply(f.await) });
 }
 
-fn empty(reply: ReplyEmpty, r: OpResult<()>) {
+fn empty(op: &str, reply: ReplyEmpty, r: OpResult<()>) {
     match r {
         Ok(()) => reply.ok(),
-        Err(e) => reply.error(e),
+        Err(e) => reply.error(e.reply(op)),
     }
 }
 
 /// An extended attribute's value (or the list of names) as the kernel asked: its size when
 /// `size` is 0, ERANGE when it does not fit.
-fn xattr(reply: ReplyXattr, size: u32, r: OpResult<Vec<u8>>) {
+fn xattr(op: &str, reply: ReplyXattr, size: u32, r: OpResult<Vec<u8>>) {
     match r {
-        Err(e) => reply.error(e),
+        Err(e) => reply.error(e.reply(op)),
         Ok(v) if size == 0 => reply.size(v.len() as u32),
         Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
         Ok(v) => reply.data(&v),
@@ -96,13 +96,13 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let name = match name_of(name) {
             Ok(n) => n,
-            Err(e) => return reply.error(e),
+            Err(e) => return reply.error(e.reply("lookup")),
         };
         let fs = self.0.clone();
         let ttl = fs.ttl();
         let entry = move |r: OpResult<fuser::FileAttr>| match r {
             Ok(attr) => reply.entry(&ttl, &attr, Generation(0)),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(e.reply("lookup")),
         };
         if let Some(r) = fs.lookup_cached(parent.0, &name, req.pid()) {
             return entry(r);
@@ -129,7 +129,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
             async move { fs.getattr(ino.0).await },
             move |r| match r {
                 Ok(attr) => reply.attr(&ttl, &attr),
-                Err(e) => reply.error(e),
+                Err(e) => reply.error(e.reply("getattr")),
             },
         );
     }
@@ -157,7 +157,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
         let times = (atime, mtime);
         let attr = move |r: OpResult<fuser::FileAttr>| match r {
             Ok(attr) => reply.attr(&ttl, &attr),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(e.reply("setattr")),
         };
         // A truncate by name of a file passthrough readers hold: the name moves first (the
         // readers keep their version; see `passthrough`).
@@ -217,7 +217,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
     ) {
         let name = match name_of(name) {
             Ok(n) => n,
-            Err(e) => return reply.error(e),
+            Err(e) => return reply.error(e.reply("mkdir")),
         };
         let fs = self.0.clone();
         let ttl = fs.ttl();
@@ -226,7 +226,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
             async move { fs.mkdir(parent.0, &name).await },
             move |r| match r {
                 Ok(attr) => reply.entry(&ttl, &attr, Generation(0)),
-                Err(e) => reply.error(e),
+                Err(e) => reply.error(e.reply("mkdir")),
             },
         );
     }
@@ -234,7 +234,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = match name_of(name) {
             Ok(n) => n,
-            Err(e) => return reply.error(e),
+            Err(e) => return reply.error(e.reply("unlink")),
         };
         // The follower's own removal of what is gone elsewhere (`follow::echo`).
         if self.0.nodes.follow.is_echo(parent.0, &name) {
@@ -244,14 +244,14 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
         spawn(
             &self.0,
             async move { fs.unlink(parent.0, &name).await },
-            move |r| empty(reply, r),
+            move |r| empty("unlink", reply, r),
         );
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = match name_of(name) {
             Ok(n) => n,
-            Err(e) => return reply.error(e),
+            Err(e) => return reply.error(e.reply("rmdir")),
         };
         // The follower's own removal of what is gone elsewhere (`follow::echo`).
         if self.0.nodes.follow.is_echo(parent.0, &name) {
@@ -261,7 +261,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
         spawn(
             &self.0,
             async move { fs.rmdir(parent.0, &name).await },
-            move |r| empty(reply, r),
+            move |r| empty("rmdir", reply, r),
         );
     }
 
@@ -299,7 +299,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
     ) {
         let (name, newname) = match (name_of(name), name_of(newname)) {
             (Ok(a), Ok(b)) => (a, b),
-            (Err(e), _) | (_, Err(e)) => return reply.error(e),
+            (Err(e), _) | (_, Err(e)) => return reply.error(e.reply("rename")),
         };
         let fs = self.0.clone();
         spawn(
@@ -308,7 +308,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
                 fs.rename(parent.0, &name, newparent.0, &newname, flags)
                     .await
             },
-            move |r| empty(reply, r),
+            move |r| empty("rename", reply, r),
         );
     }
 
@@ -342,7 +342,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let data = move |r: OpResult<Vec<u8>>| match r {
             Ok(data) => reply.data(&data),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(e.reply("read")),
         };
         // Staged bytes are local: answer at once; the rest may need the network.
         if let Some(r) = self.0.read_staged(ino.0, offset, size) {
@@ -370,7 +370,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
     ) {
         match self.0.write(fh.0, offset, data) {
             Ok(n) => reply.written(n),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(e.reply("write")),
         }
     }
 
@@ -382,7 +382,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
         _lock: LockOwner,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.0.flush(fh.0));
+        empty("flush", reply, self.0.flush(fh.0));
     }
 
     fn release(
@@ -410,7 +410,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
     ) {
         let fs = self.0.clone();
         spawn(&self.0, async move { fs.fsync(ino.0).await }, move |r| {
-            empty(reply, r)
+            empty("fsync", reply, r)
         });
     }
 
@@ -421,7 +421,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
             async move { fs.opendir(ino.0).await },
             move |r| match r {
                 Ok(fh) => reply.opened(FileHandle(fh), fuser::FopenFlags::empty()),
-                Err(e) => reply.error(e),
+                Err(e) => reply.error(e.reply("opendir")),
             },
         );
     }
@@ -447,7 +447,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
             },
             move |r| match r {
                 Ok(()) => fill(&fs, fh.0, offset, reply),
-                Err(e) => reply.error(e),
+                Err(e) => reply.error(e.reply("readdir")),
             },
         );
     }
@@ -472,7 +472,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
             },
             move |r| match r {
                 Ok(()) => fill_plus(&fs, ino.0, fh.0, offset, reply),
-                Err(e) => reply.error(e),
+                Err(e) => reply.error(e.reply("readdirplus")),
             },
         );
     }
@@ -518,19 +518,23 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
         _pos: u32,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.0.change_xattr(ino.0, name, Some(value)));
+        empty(
+            "setxattr",
+            reply,
+            self.0.change_xattr(ino.0, name, Some(value)),
+        );
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        xattr(reply, size, self.0.getxattr(ino.0, name));
+        xattr("getxattr", reply, size, self.0.getxattr(ino.0, name));
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        xattr(reply, size, Ok(self.0.listxattr(ino.0)));
+        xattr("listxattr", reply, size, Ok(self.0.listxattr(ino.0)));
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.0.change_xattr(ino.0, name, None));
+        empty("removexattr", reply, self.0.change_xattr(ino.0, name, None));
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
@@ -552,7 +556,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
         let perm = mode & !umask & 0o777;
         let name = match name_of(name) {
             Ok(n) => n,
-            Err(e) => return reply.error(e),
+            Err(e) => return reply.error(e.reply("create")),
         };
         let fs = self.0.clone();
         let ttl = fs.ttl();
@@ -584,7 +588,7 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
     ) {
         match self.0.copy_file_range() {
             Ok(n) => reply.written(n),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(e.reply("copy_file_range")),
         }
     }
 
@@ -598,7 +602,11 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.0.fallocate(fh.0, offset, length, mode));
+        empty(
+            "fallocate",
+            reply,
+            self.0.fallocate(fh.0, offset, length, mode),
+        );
     }
 
     /// No file here is a device: every ioctl is "not a terminal" (ENOTTY), quietly. Python's
@@ -626,7 +634,7 @@ fn opened(reply: ReplyOpen, r: OpResult<super::io::Opened>) {
             Some(id) => reply.opened_passthrough(FileHandle(o.fh), o.flags, id),
             None => reply.opened(FileHandle(o.fh), o.flags),
         },
-        Err(e) => reply.error(e),
+        Err(e) => reply.error(e.reply("open")),
     }
 }
 
@@ -642,7 +650,7 @@ fn created(
             }
             None => reply.created(ttl, &attr, Generation(0), FileHandle(o.fh), o.flags),
         },
-        Err(e) => reply.error(e),
+        Err(e) => reply.error(e.reply("create")),
     }
 }
 
@@ -674,7 +682,7 @@ fn fill<B: Backend>(fs: &Fs<B>, fh: u64, offset: u64, mut reply: ReplyDirectory)
     });
     match r {
         Ok(()) => reply.ok(),
-        Err(e) => reply.error(e),
+        Err(e) => reply.error(e.reply("readdir")),
     }
 }
 
@@ -691,6 +699,6 @@ fn fill_plus<B: Backend>(
     });
     match r {
         Ok(()) => reply.ok(),
-        Err(e) => reply.error(e),
+        Err(e) => reply.error(e.reply("readdirplus")),
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use fuser::{Errno, FopenFlags};
 
-use super::errno::{errno, io_errno};
+use super::error::Error as FsError;
 use super::staging::Staged;
 use super::table::Ino;
 use super::virtual_dirs::is_virtual;
@@ -36,7 +36,7 @@ impl<B: Backend> Fs<B> {
                 return Ok(s);
             }
         }
-        Err(Errno::EAGAIN)
+        Err(Errno::EAGAIN.into())
     }
 
     /// One attempt of [`Fs::stage`]; `None` when the file got a new stored version while its
@@ -65,14 +65,9 @@ impl<B: Backend> Fs<B> {
         };
         let staged = self
             .journal
-            .create(&path, remote.as_ref().map(|r| r.id.clone()), base)
-            .map_err(|e| io_errno(&e))?;
+            .create(&path, remote.as_ref().map(|r| r.id.clone()), base)?;
         if let Some(r) = remote.as_ref().filter(|r| !truncate && r.size > 0) {
-            let entry = self
-                .reads
-                .cache
-                .entry(&r.id, r.md5.as_deref(), r.size)
-                .map_err(|e| errno(&e))?;
+            let entry = self.reads.cache.entry(&r.id, r.md5.as_deref(), r.size)?;
             let copied = match staged.file() {
                 Ok(dest) => {
                     (self.reads.cache)
@@ -88,9 +83,9 @@ impl<B: Backend> Fs<B> {
                     self.refresh_attr(ino, &path).await?;
                     return Ok(None);
                 }
-                return Err(errno(&e));
+                return Err(e.into());
             }
-            staged.truncate(r.size).map_err(|e| io_errno(&e))?;
+            staged.truncate(r.size)?;
             // The copy is the stored content: not a change to upload by itself.
             if let Err(e) = staged.holds_stored() {
                 log::error!("{e}");
@@ -100,7 +95,7 @@ impl<B: Backend> Fs<B> {
         let mut t = self.table();
         let Some(i) = t.get(ino) else {
             self.discard(&staged);
-            return Err(Errno::ENOENT);
+            return Err(Errno::ENOENT.into());
         };
         // Deleted or moved elsewhere while the bytes were copied: the kernel looks the name up
         // again (ESTALE), rather than a writer writing into an inode with no name to store
@@ -108,7 +103,7 @@ impl<B: Backend> Fs<B> {
         if i.gone_elsewhere {
             drop(t);
             self.discard(&staged);
-            return Err(Errno::ESTALE);
+            return Err(Errno::ESTALE.into());
         }
         let (staged, truncate) = match i.staged.clone() {
             // Someone staged it meanwhile: use theirs.
@@ -144,7 +139,7 @@ impl<B: Backend> Fs<B> {
         if truncate {
             if let Err(e) = staged.truncate(0) {
                 self.release_staged(ino, &staged);
-                return Err(io_errno(&e));
+                return Err(e.into());
             }
         }
         Ok(staged)
@@ -226,17 +221,13 @@ impl<B: Backend> Fs<B> {
                 (i.staged.clone(), i.remote.clone(), i.path.clone())
             };
             if let Some(s) = staged {
-                return s.read_at(offset, size as usize).map_err(|e| io_errno(&e));
+                return s.read_at(offset, size as usize).map_err(FsError::from);
             }
             let Some(r) = remote else {
                 return Ok(Vec::new());
             };
             self.reads.last_read.note();
-            let entry = self
-                .reads
-                .cache
-                .entry(&r.id, r.md5.as_deref(), r.size)
-                .map_err(|e| errno(&e))?;
+            let entry = self.reads.cache.entry(&r.id, r.md5.as_deref(), r.size)?;
             match self
                 .reads
                 .cache
@@ -251,7 +242,7 @@ impl<B: Backend> Fs<B> {
                     learned = true;
                     self.refresh_attr(ino, &path).await?;
                 }
-                r => return r.map_err(|e| errno(&e)),
+                r => return r.map_err(FsError::from),
             }
         }
     }
@@ -285,7 +276,7 @@ impl<B: Backend> Fs<B> {
             return if super::writeback::flush(self, ino, &staged).await {
                 Ok(())
             } else {
-                Err(Errno::EIO)
+                Err(FsError::failed("the batch that stores it failed"))
             };
         }
         // A conflict, or the file deleted elsewhere: its bytes go to a conflict copy, or are
@@ -299,15 +290,14 @@ impl<B: Backend> Fs<B> {
                 self.resolve_refusal(ino, &e).await;
                 continue;
             }
-            log::warn!("fsync: upload failed: {e}");
             upload::schedule(self, ino);
-            return Err(Errno::EIO);
+            return Err(FsError::failed(format!("upload failed: {e}")));
         }
         if staged.is_dirty() {
             // Written to while uploading: upload again.
-            upload::upload_once(self, ino)
-                .await
-                .map_err(|_| Errno::EIO)?;
+            upload::upload_once(self, ino).await.map_err(|e| {
+                FsError::failed(format!("upload of the bytes written meanwhile failed: {e}"))
+            })?;
         }
         Ok(())
     }
@@ -321,11 +311,7 @@ impl<B: Backend> Fs<B> {
         size: u32,
     ) -> Option<OpResult<Vec<u8>>> {
         let staged = self.table().get(ino).and_then(|i| i.staged.clone())?;
-        Some(
-            staged
-                .read_at(offset, size as usize)
-                .map_err(|e| io_errno(&e)),
-        )
+        Some(staged.read_at(offset, size as usize).map_err(FsError::from))
     }
 
     /// The staged copy a handle writes to (EBADF: not open for writing).
@@ -334,7 +320,7 @@ impl<B: Backend> Fs<B> {
             Some(Handle::File {
                 staged: Some(s), ..
             }) => Ok(s.clone()),
-            _ => Err(Errno::EBADF),
+            _ => Err(Errno::EBADF.into()),
         }
     }
 
@@ -342,7 +328,7 @@ impl<B: Backend> Fs<B> {
     pub(super) fn write(&self, fh: u64, offset: u64, data: &[u8]) -> OpResult<u32> {
         self.reads.daemon_writes.fetch_add(1, Ordering::Relaxed);
         let staged = self.writing(fh)?;
-        staged.write_at(offset, data).map_err(|e| io_errno(&e))?;
+        staged.write_at(offset, data)?;
         // A large file written in order is hashed while it is written, beside the writer.
         if let Some(job) = staged.hash_ahead() {
             self.rt.spawn_blocking(job);
@@ -359,17 +345,17 @@ impl<B: Backend> Fs<B> {
     /// zeroing ranges is refused explicitly rather than half-done.
     pub(super) fn fallocate(&self, fh: u64, offset: u64, length: u64, mode: i32) -> OpResult<()> {
         if mode & !KEEP_SIZE != 0 {
-            return Err(Errno::ENOTSUP);
+            return Err(Errno::ENOTSUP.into());
         }
         let staged = self.writing(fh)?;
         staged
             .allocate(offset, length, mode & KEEP_SIZE != 0)
-            .map_err(|e| io_errno(&e))
+            .map_err(FsError::from)
     }
 
     /// COPY_FILE_RANGE: not offered; the kernel falls back to reads and writes.
     pub(super) fn copy_file_range(&self) -> OpResult<u32> {
-        Err(Errno::ENOSYS)
+        Err(Errno::ENOSYS.into())
     }
 }
 

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{Errno, FileAttr, FileType, INodeNo};
 
-use super::errno::errno;
 use super::table::{Ino, InodeKind, ROOT};
 use super::virtual_dirs::{is_virtual, is_virtual_name};
 use super::{Fs, Handle, OpResult};
@@ -33,14 +32,14 @@ impl<B: Backend> Fs<B> {
     pub(super) fn attr(&self, ino: Ino) -> OpResult<FileAttr> {
         self.table()
             .attr(ino, self.uid, self.gid)
-            .ok_or(Errno::ENOENT)
+            .ok_or(Errno::ENOENT.into())
     }
 
     pub(super) fn path_of(&self, ino: Ino) -> OpResult<(NodePath, InodeKind)> {
         let t = self.table();
         let i = t.get(ino).ok_or(Errno::ENOENT)?;
         if i.unlinked {
-            return Err(Errno::ENOENT);
+            return Err(Errno::ENOENT.into());
         }
         Ok((i.path.clone(), i.kind))
     }
@@ -48,7 +47,7 @@ impl<B: Backend> Fs<B> {
     pub(super) fn dir_path(&self, ino: Ino) -> OpResult<NodePath> {
         match self.path_of(ino)? {
             (p, InodeKind::Dir) => Ok(p),
-            _ => Err(Errno::ENOTDIR),
+            _ => Err(Errno::ENOTDIR.into()),
         }
     }
 
@@ -59,7 +58,7 @@ impl<B: Backend> Fs<B> {
             let t = self.table();
             let i = t.get(dir).ok_or(Errno::ENOENT)?;
             if i.kind != InodeKind::Dir {
-                return Err(Errno::ENOTDIR);
+                return Err(Errno::ENOTDIR.into());
             }
             if i.listing().is_some_and(|(at, _)| self.fresh(*at)) {
                 return Ok(());
@@ -76,10 +75,13 @@ impl<B: Backend> Fs<B> {
         let fs = self.clone();
         let refresh = async move {
             let r = fs.refresh_listing(dir, &path).await;
-            if r == Err(Errno::EIO) {
+            match &r {
                 // Backend away: for a while no `ls` waits for the network to fail again.
-                log::debug!("listing {path} from cache: backend unreachable");
-                fs.offline.note_unreachable(OFFLINE_GRACE);
+                Err(e) if e.errno() == Errno::EIO => {
+                    log::debug!("listing {path} from cache: backend unreachable ({e})");
+                    fs.offline.note_unreachable(OFFLINE_GRACE);
+                }
+                _ => {}
             }
             r
         };
@@ -87,7 +89,7 @@ impl<B: Backend> Fs<B> {
             .refresh_briefly(|fs| &fs.nodes.refreshing, dir, refresh)
             .await
         {
-            Some(Err(e)) if e != Errno::EIO => Err(e),
+            Some(Err(e)) if e.errno() != Errno::EIO => Err(e),
             _ => Ok(()),
         }
     }
@@ -125,9 +127,7 @@ impl<B: Backend> Fs<B> {
         path: &NodePath,
     ) -> OpResult<()> {
         let started = Instant::now();
-        let mut node = list_all(self.backend.as_ref(), path, LIST_PAGE)
-            .await
-            .map_err(|e| errno(&e))?;
+        let mut node = list_all(self.backend.as_ref(), path, LIST_PAGE).await?;
         let children = node.children.take().unwrap_or_default();
         // Kept for a start without the server (the built-in store is never out of reach).
         if self.backend.local().is_none() {
@@ -254,7 +254,7 @@ impl<B: Backend> Fs<B> {
         let ino = self.child(parent, name).await?.ok_or(Errno::ENOENT)?;
         let mut t = self.table();
         t.get_mut(ino).ok_or(Errno::ENOENT)?.lookups += 1;
-        t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT)
+        t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT.into())
     }
 
     pub(super) async fn getattr(self: &Arc<Self>, ino: Ino) -> OpResult<FileAttr> {
@@ -332,7 +332,7 @@ impl<B: Backend> Fs<B> {
                 if let (Some(dir), Some(name)) = (parent, path.name()) {
                     self.kernel_forgets_name(dir, name);
                 }
-                Err(Errno::ENOENT)
+                Err(Errno::ENOENT.into())
             }
             // Offline: the attributes we have are the best answer.
             Err(e) => {
@@ -384,14 +384,14 @@ impl<B: Backend> Fs<B> {
                 }
             };
             t.get_mut(ino)?.lookups += 1;
-            return Some(t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT));
+            return Some(t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT.into()));
         }
         let child = self.fresh_listing(&t, parent)?.get(name).copied();
         let Some(ino) = child else {
-            return Some(Err(Errno::ENOENT));
+            return Some(Err(Errno::ENOENT.into()));
         };
         t.get_mut(ino)?.lookups += 1;
-        Some(t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT))
+        Some(t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT.into()))
     }
 
     /// GETATTR answered from memory when the attributes need no refresh (see `getattr`).
@@ -443,7 +443,7 @@ impl<B: Backend> Fs<B> {
                 *taken = before;
                 Ok(())
             }
-            _ => Err(Errno::EBADF),
+            _ => Err(Errno::EBADF.into()),
         }
     }
 
@@ -506,7 +506,7 @@ impl<B: Backend> Fs<B> {
     ) -> OpResult<()> {
         let mut handles = self.handles();
         let Some(Handle::Dir { entries, read, .. }) = handles.get_mut(&fh) else {
-            return Err(Errno::EBADF);
+            return Err(Errno::EBADF.into());
         };
         *read = true;
         for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
@@ -533,7 +533,7 @@ impl<B: Backend> Fs<B> {
         let batch: Vec<(Ino, FileType, String)> = {
             let mut handles = self.handles();
             let Some(Handle::Dir { entries, read, .. }) = handles.get_mut(&fh) else {
-                return Err(Errno::EBADF);
+                return Err(Errno::EBADF.into());
             };
             *read = true;
             entries

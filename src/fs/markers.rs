@@ -15,7 +15,7 @@
 use fuser::{Errno, FileAttr};
 
 use super::table::{Ino, ROOT};
-use super::{Fs, virtual_names};
+use super::{Fs, OpResult, virtual_names};
 use crate::backend::Backend;
 
 /// The marker files at the mount's root.
@@ -43,12 +43,12 @@ impl<B: Backend> Fs<B> {
         parent == ROOT && !self.opts.allow_indexing && NAMES.contains(&name)
     }
 
-    pub(super) fn marker_lookup(&self, name: &str) -> Result<FileAttr, Errno> {
+    pub(super) fn marker_lookup(&self, name: &str) -> OpResult<FileAttr> {
         let i = NAMES.iter().position(|n| *n == name).ok_or(Errno::ENOENT)?;
         self.marker_getattr(MFLAG | i as Ino)
     }
 
-    pub(super) fn marker_getattr(&self, ino: Ino) -> Result<FileAttr, Errno> {
+    pub(super) fn marker_getattr(&self, ino: Ino) -> OpResult<FileAttr> {
         let time = self.table().get(ROOT).ok_or(Errno::ENOENT)?.mtime;
         Ok(virtual_names::attr(ino, false, 0, time, self.uid, self.gid))
     }

@@ -85,7 +85,7 @@ mod cache;
 mod conflict;
 mod descriptors;
 mod echo;
-mod errno;
+mod error;
 mod follow;
 mod freshness;
 mod fuse;
@@ -124,7 +124,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use fuser::{Config, Errno, MountOption, Notifier, SessionACL};
+use fuser::{Config, MountOption, Notifier, SessionACL};
 
 use crate::api::NodePath;
 use crate::backend::Backend;
@@ -247,7 +247,7 @@ enum Handle {
 }
 
 /// What the logic of a request returns: its result, or the errno the kernel gets.
-pub(crate) type OpResult<T> = Result<T, Errno>;
+pub(crate) type OpResult<T> = Result<T, error::Error>;
 
 /// The filesystem's state, shared by the FUSE threads and the tasks they start.
 pub(crate) struct Fs<B: Backend> {
@@ -476,7 +476,9 @@ pub fn mount<B: Backend>(
         let fs2 = fs.clone();
         status::Control {
             status: Arc::new(move || status::snapshot(&fs, &mp)),
-            pin: Arc::new(move |rel, on| fs2.pin_relative(rel, on).map_err(|e| e.code())),
+            pin: Arc::new(move |rel, on| {
+                fs2.pin_relative(rel, on).map_err(|e| e.reply("pin").code())
+            }),
             stop: stop.clone(),
             finished,
         }

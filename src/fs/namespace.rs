@@ -9,7 +9,6 @@ use std::sync::atomic::Ordering;
 use fuser::{Errno, FileAttr, OpenFlags, RenameFlags, TimeOrNow};
 
 use super::attrs::Keep;
-use super::errno::{errno, io_errno};
 use super::follow::Ours;
 use super::io::Opened;
 use super::passthrough::Register;
@@ -57,7 +56,7 @@ impl<B: Backend> Fs<B> {
     /// be made, changed or removed.
     pub(super) fn outside_previews(parent: Ino, name: &str) -> OpResult<()> {
         if is_virtual(parent) || is_virtual_name(name) {
-            Err(Errno::EROFS)
+            Err(Errno::EROFS.into())
         } else {
             Ok(())
         }
@@ -65,7 +64,7 @@ impl<B: Backend> Fs<B> {
 
     pub(super) fn writable(&self) -> OpResult<()> {
         if self.opts.read_only {
-            Err(Errno::EROFS)
+            Err(Errno::EROFS.into())
         } else {
             Ok(())
         }
@@ -76,14 +75,10 @@ impl<B: Backend> Fs<B> {
         self.writable()?;
         let dir = self.dir_path(parent)?;
         if self.child(parent, name).await?.is_some() {
-            return Err(Errno::EEXIST);
+            return Err(Errno::EEXIST.into());
         }
         let path = new_entry(&dir, name)?;
-        let node = self
-            .backend
-            .create_folder(&path)
-            .await
-            .map_err(|e| errno(&e))?;
+        let node = self.backend.create_folder(&path).await?;
         let mut t = self.table();
         let (ino, _) = t.upsert(&path, &node);
         let i = t.get_mut(ino).expect("just inserted");
@@ -92,7 +87,7 @@ impl<B: Backend> Fs<B> {
         t.touch(ino);
         t.link_into_parent(ino);
         t.entries_changed(parent);
-        t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT)
+        t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT.into())
     }
 
     /// `perm`: the permission bits a new file is created with (kept like a chmod's).
@@ -109,10 +104,10 @@ impl<B: Backend> Fs<B> {
         let dir = self.dir_path(parent)?;
         let existing = self.child(parent, name).await?;
         let ino = match existing {
-            Some(_) if flags & libc::O_EXCL != 0 => return Err(Errno::EEXIST),
+            Some(_) if flags & libc::O_EXCL != 0 => return Err(Errno::EEXIST.into()),
             Some(ino) => {
                 if self.table().get(ino).map(|i| i.kind) == Some(InodeKind::Dir) {
-                    return Err(Errno::EISDIR);
+                    return Err(Errno::EISDIR.into());
                 }
                 ino
             }
@@ -151,7 +146,7 @@ impl<B: Backend> Fs<B> {
                     }
                     o.and_then(|b| Ok((t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT)?, b)))
                 }
-                None => Err(Errno::ENOENT),
+                None => Err(Errno::ENOENT.into()),
             }
         };
         let (attr, backing) = match opened {
@@ -186,7 +181,7 @@ impl<B: Backend> Fs<B> {
         };
         let staged = match self.journal.create(&path, None, crate::api::Base::Absent) {
             Ok(s) => Arc::new(s),
-            Err(e) => return Some(Err(io_errno(&e))),
+            Err(e) => return Some(Err(e.into())),
         };
         // A new file is a change even with no bytes written: it must be created remotely.
         staged.mark_changed();
@@ -241,14 +236,14 @@ impl<B: Backend> Fs<B> {
         if let Some(size) = size {
             self.writable()?;
             if self.path_of(ino)?.1 == InodeKind::Dir {
-                return Err(Errno::EISDIR);
+                return Err(Errno::EISDIR.into());
             }
             // A writer for the time of the truncate: released, it settles the file like a
             // close (truncate(2) without an open handle is the whole change).
             let staged = self.stage(ino, size == 0).await?;
             let r = staged.truncate(size);
             self.release_staged(ino, &staged);
-            r.map_err(|e| io_errno(&e))?;
+            r?;
         }
         self.set_attrs(ino, times, mode).await
     }
@@ -258,13 +253,13 @@ impl<B: Backend> Fs<B> {
     /// retry once so), or a truncate through the kernel's old entry would change nothing.
     pub(super) fn may_setattr(&self, ino: Ino, uid: Option<u32>, gid: Option<u32>) -> OpResult<()> {
         if is_virtual(ino) {
-            return Err(Errno::EROFS);
+            return Err(Errno::EROFS.into());
         }
         if self.table().get(ino).is_some_and(|i| i.gone_elsewhere) {
-            return Err(Errno::ESTALE);
+            return Err(Errno::ESTALE.into());
         }
         if uid.is_some_and(|u| u != self.uid) || gid.is_some_and(|g| g != self.gid) {
-            return Err(Errno::EPERM);
+            return Err(Errno::EPERM.into());
         }
         Ok(())
     }
@@ -297,8 +292,8 @@ impl<B: Backend> Fs<B> {
             (i.path.clone(), i.kind, i.io.clone())
         };
         match (kind, dir) {
-            (InodeKind::Dir, false) => return Err(Errno::EISDIR),
-            (InodeKind::File, true) => return Err(Errno::ENOTDIR),
+            (InodeKind::Dir, false) => return Err(Errno::EISDIR.into()),
+            (InodeKind::File, true) => return Err(Errno::ENOTDIR.into()),
             _ => {}
         }
         if dir {
@@ -308,7 +303,7 @@ impl<B: Backend> Fs<B> {
                 .get(ino)
                 .is_none_or(|i| !i.hidden_preview && i.listing().is_none_or(|(_, n)| n.is_empty()));
             if !empty {
-                return Err(Errno::ENOTEMPTY);
+                return Err(Errno::ENOTEMPTY.into());
             }
         }
         // An upload of the file under way stops instead of being waited for (it holds `io`);
@@ -340,10 +335,7 @@ impl<B: Backend> Fs<B> {
         if remote && !kept && !handed_over {
             // Checked again by the store where nothing comes in between (the model: a first
             // version stored between the look and the delete went with the file).
-            kept = self
-                .delete_unless_changed(&path, &base)
-                .await
-                .map_err(|e| errno(&e))?;
+            kept = self.delete_unless_changed(&path, &base).await?;
             if let (false, Some(id)) = (kept, known_id) {
                 // A new file made under the name moments from now continues it (`history`).
                 self.table().vacate_deleted(path.clone(), id);
@@ -409,7 +401,7 @@ impl<B: Backend> Fs<B> {
         Self::outside_previews(newparent, newname)?;
         self.writable()?;
         if flags.bits() & RENAME_EXCHANGE != 0 {
-            return Err(Errno::EINVAL);
+            return Err(Errno::EINVAL.into());
         }
         let ino = self.child(parent, name).await?.ok_or(Errno::ENOENT)?;
         let dst_dir = self.dir_path(newparent)?;
@@ -424,16 +416,16 @@ impl<B: Backend> Fs<B> {
             return Ok(());
         }
         if kind == InodeKind::Dir && src.contains(&dst) {
-            return Err(Errno::EINVAL);
+            return Err(Errno::EINVAL.into());
         }
         if let Some(tino) = target {
             if flags.bits() & RENAME_NOREPLACE != 0 {
-                return Err(Errno::EEXIST);
+                return Err(Errno::EEXIST.into());
             }
             let tkind = self.table().get(tino).map(|i| i.kind);
             match (kind, tkind) {
-                (InodeKind::File, Some(InodeKind::Dir)) => return Err(Errno::EISDIR),
-                (InodeKind::Dir, Some(InodeKind::File)) => return Err(Errno::ENOTDIR),
+                (InodeKind::File, Some(InodeKind::Dir)) => return Err(Errno::EISDIR.into()),
+                (InodeKind::Dir, Some(InodeKind::File)) => return Err(Errno::ENOTDIR.into()),
                 (InodeKind::Dir, Some(InodeKind::Dir)) => {
                     let tpath = dst.clone();
                     self.refresh_listing(tino, &tpath).await?;
@@ -443,7 +435,7 @@ impl<B: Backend> Fs<B> {
                         .and_then(|i| i.listing())
                         .is_none_or(|(_, n)| n.is_empty());
                     if !empty {
-                        return Err(Errno::ENOTEMPTY);
+                        return Err(Errno::ENOTEMPTY.into());
                     }
                 }
                 _ => {}
@@ -482,10 +474,7 @@ impl<B: Backend> Fs<B> {
             _ => None,
         };
         if let Some(copy) = copy {
-            self.backend
-                .rename(&src, &copy, false)
-                .await
-                .map_err(|e| errno(&e))?;
+            self.backend.rename(&src, &copy, false).await?;
             let mut t = self.table();
             t.rename(ino, &copy);
             t.give_back(&dst);
@@ -513,7 +502,7 @@ impl<B: Backend> Fs<B> {
                     t.expire_listing(newparent, past);
                 }
             }
-            Some(node.map_err(|e| errno(&e))?)
+            Some(node?)
         } else {
             None
         };
@@ -632,14 +621,14 @@ impl<B: Backend> Fs<B> {
     /// asking this file system for them, instead of two round trips per file listed.
     pub(super) fn getxattr(&self, ino: Ino, name: &std::ffi::OsStr) -> OpResult<Vec<u8>> {
         if !name.as_encoded_bytes().starts_with(b"user.") {
-            return Err(Errno::EOPNOTSUPP);
+            return Err(Errno::EOPNOTSUPP.into());
         }
         if name.to_str() == Some(PIN_XATTR) {
             let (path, _) = self.path_of(ino)?;
             return match self.reads.pinned.state_of(&path) {
                 Some(true) => Ok(b"1".to_vec()),
                 Some(false) => Ok(b"folder".to_vec()),
-                None => Err(Errno::NO_XATTR),
+                None => Err(Errno::NO_XATTR.into()),
             };
         }
         let t = self.table();
@@ -648,7 +637,7 @@ impl<B: Backend> Fs<B> {
             drop(t);
             return (self.conflicts.of_copy(&path))
                 .map(String::into_bytes)
-                .ok_or(Errno::NO_XATTR);
+                .ok_or(Errno::NO_XATTR.into());
         }
         let r = t.get(ino).and_then(|i| i.remote.clone());
         let value = match (name.to_str(), r) {
@@ -658,7 +647,7 @@ impl<B: Backend> Fs<B> {
             (Some("user.vaultfs.download_link_uri"), Some(r)) => r.download_link_uri,
             _ => None,
         };
-        value.map(String::into_bytes).ok_or(Errno::NO_XATTR)
+        value.map(String::into_bytes).ok_or(Errno::NO_XATTR.into())
     }
 
     /// LISTXATTR: the names, each ended by a NUL (files stored remotely only; the conflict
@@ -695,12 +684,12 @@ impl<B: Backend> Fs<B> {
         value: Option<&[u8]>,
     ) -> OpResult<()> {
         if name.to_str() != Some(PIN_XATTR) {
-            return Err(Errno::ENOTSUP);
+            return Err(Errno::ENOTSUP.into());
         }
         match value.map(|v| v.trim_ascii()) {
             Some(b"1") => self.pin(ino, true),
             Some(b"0") | None => self.pin(ino, false),
-            Some(_) => Err(Errno::EINVAL),
+            Some(_) => Err(Errno::EINVAL.into()),
         }
     }
 
@@ -761,7 +750,7 @@ const RENAME_NOREPLACE: u32 = 0x4;
 /// create would succeed and every upload of it fail.
 fn new_entry(dir: &NodePath, name: &str) -> OpResult<NodePath> {
     if !dir.holds_entries() {
-        return Err(Errno::EACCES);
+        return Err(Errno::EACCES.into());
     }
-    dir.child(name).map_err(|_| Errno::EINVAL)
+    dir.child(name).map_err(|_| Errno::EINVAL.into())
 }

@@ -70,7 +70,7 @@ pub fn can_start_offline(cache_dir: &Path, root: &NodePath) -> bool {
 
 /// Whether `e` says the backend is out of reach (rather than the root being wrong).
 pub fn unreachable(e: &Error) -> bool {
-    super::errno::is_transient(e)
+    super::error::is_transient(e)
 }
 
 fn load_old(cache_dir: &Path) -> BTreeMap<String, Node> {

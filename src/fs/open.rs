@@ -9,7 +9,6 @@ use std::sync::atomic::Ordering;
 
 use fuser::{Errno, FopenFlags, OpenAccMode, OpenFlags};
 
-use super::errno::io_errno;
 use super::io::Opened;
 use super::passthrough::{self, Register};
 use super::staging::Staged;
@@ -116,18 +115,18 @@ impl<B: Backend> Fs<B> {
             let i = t.get(ino).ok_or(Errno::ENOENT)?;
             if i.gone_elsewhere {
                 log::debug!("{}: open of inode {ino}, gone elsewhere: ESTALE", i.path);
-                return Err(Errno::ESTALE);
+                return Err(Errno::ESTALE.into());
             }
             (i.kind, i.remote.clone(), i.staged.is_some())
         };
         if kind == InodeKind::Dir {
-            return Err(Errno::EISDIR);
+            return Err(Errno::EISDIR.into());
         }
         if truncates(flags)
             && matches!(flags.acc_mode(), OpenAccMode::O_RDONLY)
             && self.handles.runs(ino)
         {
-            return Err(Errno::ETXTBSY);
+            return Err(Errno::ETXTBSY.into());
         }
         if write {
             self.writable()?;
@@ -145,7 +144,7 @@ impl<B: Backend> Fs<B> {
             }
         }
         log::debug!("inode {ino}: a reader's open met passthrough opens twice: ESTALE");
-        Err(Errno::ESTALE)
+        Err(Errno::ESTALE.into())
     }
 
     /// OPEN of a reader answered on the FUSE thread when all it needs is local; `None`: the
@@ -166,12 +165,12 @@ impl<B: Backend> Fs<B> {
             let i = t.get(ino)?;
             if i.gone_elsewhere {
                 log::debug!("{}: open of inode {ino}, gone elsewhere: ESTALE", i.path);
-                return Some(Err(Errno::ESTALE));
+                return Some(Err(Errno::ESTALE.into()));
             }
             (i.kind, i.remote.clone(), i.staged.is_some())
         };
         if kind == InodeKind::Dir {
-            return Some(Err(Errno::EISDIR));
+            return Some(Err(Errno::EISDIR.into()));
         }
         let mut source = None;
         if let Some(r) = remote.filter(|r| self.reads_through(r, staged, flags)) {
@@ -245,7 +244,7 @@ impl<B: Backend> Fs<B> {
             }
             None => {
                 self.release_staged(ino, &staged);
-                return Err(Errno::ENOENT);
+                return Err(Errno::ENOENT.into());
             }
         };
         let keep = keep && backing.is_none();
@@ -318,8 +317,10 @@ impl<B: Backend> Fs<B> {
     ) -> OpResult<Option<Arc<fuser::BackingId>>> {
         if let Some(pt) = &mut i.pt {
             if pt.key() != staged.backing_key() {
-                log::error!("{}: passthrough opens of another file hold it", i.path);
-                return Err(Errno::EIO);
+                return Err(super::error::Error::bug(format!(
+                    "{}: passthrough opens of another file hold it",
+                    i.path
+                )));
             }
             staged.kernel_writer_joins(true);
             return Ok(Some(pt.join(fh)));
@@ -330,7 +331,7 @@ impl<B: Backend> Fs<B> {
         if !(wanted && self.reads.passthrough.on()) {
             return Ok(None);
         }
-        let file = staged.own_file().map_err(|e| io_errno(&e))?;
+        let file = staged.own_file()?;
         let source = passthrough::Source::Staged(file);
         let Some(id) = self.reads.passthrough.register(&source, register) else {
             return Ok(None);
@@ -436,7 +437,7 @@ impl<B: Backend> Fs<B> {
         // Not while an upload or a namespace change of the node runs.
         let _io = match io {
             Some(io) => io.lock_owned().await,
-            None => return Err(Errno::ENOENT),
+            None => return Err(Errno::ENOENT.into()),
         };
         let moved = {
             let mut t = self.table();
@@ -460,7 +461,7 @@ impl<B: Backend> Fs<B> {
                 self.kernel_forgets_name(parent, name);
             }
         }
-        Err(Errno::ESTALE)
+        Err(Errno::ESTALE.into())
     }
 
     /// Whether passthrough opens of a stored version hold `ino` (a truncate by name must move

@@ -171,7 +171,7 @@ impl<B: Backend> Fs<B> {
     /// already); unpinning what only a folder above pins is ENODATA (nothing set here).
     pub(super) fn pin(&self, ino: Ino, on: bool) -> OpResult<()> {
         if super::virtual_names::is_virtual(ino) {
-            return Err(Errno::EPERM);
+            return Err(Errno::EPERM.into());
         }
         let (path, _) = self.path_of(ino)?;
         self.pin_path(&path, on)
@@ -184,11 +184,11 @@ impl<B: Backend> Fs<B> {
         let mut path = self.opts.root.clone();
         for c in rel.components() {
             let std::path::Component::Normal(name) = c else {
-                return Err(Errno::EINVAL);
+                return Err(Errno::EINVAL.into());
             };
             let name = name.to_str().ok_or(Errno::EINVAL)?;
             if super::virtual_names::is_virtual_name(name) {
-                return Err(Errno::EPERM);
+                return Err(Errno::EPERM.into());
             }
             path = path.child(name).map_err(|_| Errno::EINVAL)?;
         }
@@ -197,7 +197,7 @@ impl<B: Backend> Fs<B> {
 
     fn pin_path(&self, path: &NodePath, on: bool) -> OpResult<()> {
         if self.backend.local().is_some() {
-            return Err(Errno::EOPNOTSUPP);
+            return Err(Errno::EOPNOTSUPP.into());
         }
         match self.reads.pinned.set(path, on) {
             Ok(true) => {
@@ -209,12 +209,12 @@ impl<B: Backend> Fs<B> {
                 self.reads.pinned.wake.notify_one();
                 Ok(())
             }
-            Ok(false) if !on => Err(Errno::NO_XATTR),
+            Ok(false) if !on => Err(Errno::NO_XATTR.into()),
             Ok(false) => Ok(()),
-            Err(e) => {
-                log::warn!("cannot write {}: {e}", self.reads.pinned.file.display());
-                Err(Errno::EIO)
-            }
+            Err(e) => Err(super::error::Error::failed(format!(
+                "cannot write {}: {e}",
+                self.reads.pinned.file.display()
+            ))),
         }
     }
 
@@ -551,15 +551,18 @@ mod tests {
         for bad in ["../x", "/etc", "a/../../b"] {
             assert_eq!(
                 fs.pin_relative(Path::new(bad), true),
-                Err(Errno::EINVAL),
+                Err(Errno::EINVAL.into()),
                 "{bad}"
             );
         }
         assert_eq!(
             fs.pin_relative(Path::new("a/.preview/x"), true),
-            Err(Errno::EPERM)
+            Err(Errno::EPERM.into())
         );
-        assert_eq!(fs.pin_relative(Path::new("a"), false), Err(Errno::NO_XATTR));
+        assert_eq!(
+            fs.pin_relative(Path::new("a"), false),
+            Err(Errno::NO_XATTR.into())
+        );
         fs.pin_relative(Path::new("a"), true).unwrap();
         fs.pin_relative(Path::new("a"), true).unwrap();
         let a = h.vault.child("a").unwrap();

@@ -128,7 +128,7 @@ impl Harness {
             .unwrap();
     }
 
-    pub(super) async fn read_all(&self, ino: Ino) -> Result<Vec<u8>, Errno> {
+    pub(super) async fn read_all(&self, ino: Ino) -> super::OpResult<Vec<u8>> {
         self.fs.read(ino, 0, 1 << 20).await
     }
 
@@ -204,7 +204,7 @@ async fn fsync_reports_eio_while_uploads_fail_and_stores_once_they_work() {
     let (ino, fh) = h.create("b.txt").await;
     h.fs.write(fh, 0, b"first").unwrap();
     h.fs.write(fh, 5, b" second").unwrap();
-    assert_eq!(h.fs.fsync(ino).await, Err(Errno::EIO));
+    assert_eq!(h.fs.fsync(ino).await, Err(Errno::EIO.into()));
     assert_eq!(h.read_all(ino).await.unwrap(), b"first second");
     assert_eq!(h.stored("b.txt").await.as_deref(), Some(&b""[..]));
 
@@ -266,10 +266,13 @@ async fn an_unreachable_store_is_answered_from_cached_listings() {
     // What was listed is still there, as it was; what is not there is ENOENT, not EIO.
     assert_eq!(h.fs.lookup(ROOT, "r.txt").await.unwrap().size, 6);
     assert_eq!(h.fs.getattr(file.ino.0).await.unwrap().size, 6);
-    assert_eq!(h.fs.lookup(ROOT, "nothing").await, Err(Errno::ENOENT));
+    assert_eq!(
+        h.fs.lookup(ROOT, "nothing").await,
+        Err(Errno::ENOENT.into())
+    );
     assert_eq!(h.names(ROOT).await, ["r.txt", "sub"]);
     // A folder never listed cannot be answered: EIO.
-    assert_eq!(h.fs.lookup(sub, "x").await, Err(Errno::EIO));
+    assert_eq!(h.fs.lookup(sub, "x").await, Err(Errno::EIO.into()));
     // The bytes still come (downloads work).
     assert_eq!(h.read_all(file.ino.0).await.unwrap(), b"remote");
 }
@@ -288,32 +291,45 @@ async fn namespace_errors_are_the_posix_ones_and_change_nothing() {
         let fs = h.fs.clone();
         async move { fs.rename(ROOT, a, ROOT, b, flags).await }
     };
-    assert_eq!(rename("missing", "z", none).await, Err(Errno::ENOENT));
-    assert_eq!(rename("a", "d1", none).await, Err(Errno::EISDIR));
-    assert_eq!(rename("d1", "a", none).await, Err(Errno::ENOTDIR));
-    assert_eq!(rename("d1", "d2", none).await, Err(Errno::ENOTEMPTY));
+    assert_eq!(
+        rename("missing", "z", none).await,
+        Err(Errno::ENOENT.into())
+    );
+    assert_eq!(rename("a", "d1", none).await, Err(Errno::EISDIR.into()));
+    assert_eq!(rename("d1", "a", none).await, Err(Errno::ENOTDIR.into()));
+    assert_eq!(rename("d1", "d2", none).await, Err(Errno::ENOTEMPTY.into()));
     let noreplace = RenameFlags::RENAME_NOREPLACE;
-    assert_eq!(rename("a", "b", noreplace).await, Err(Errno::EEXIST));
+    assert_eq!(rename("a", "b", noreplace).await, Err(Errno::EEXIST.into()));
     let exchange = RenameFlags::RENAME_EXCHANGE;
-    assert_eq!(rename("a", "b", exchange).await, Err(Errno::EINVAL));
+    assert_eq!(rename("a", "b", exchange).await, Err(Errno::EINVAL.into()));
     assert_eq!(
         h.fs.rename(ROOT, "d1", d1, "inside", none).await,
-        Err(Errno::EINVAL)
+        Err(Errno::EINVAL.into())
     );
-    assert_eq!(h.fs.unlink(ROOT, "d1").await, Err(Errno::EISDIR));
-    assert_eq!(h.fs.rmdir(ROOT, "a").await, Err(Errno::ENOTDIR));
-    assert_eq!(h.fs.rmdir(ROOT, "d2").await, Err(Errno::ENOTEMPTY));
-    assert_eq!(h.fs.unlink(ROOT, "missing").await, Err(Errno::ENOENT));
-    assert_eq!(h.fs.mkdir(ROOT, "a").await.err(), Some(Errno::EEXIST));
+    assert_eq!(h.fs.unlink(ROOT, "d1").await, Err(Errno::EISDIR.into()));
+    assert_eq!(h.fs.rmdir(ROOT, "a").await, Err(Errno::ENOTDIR.into()));
+    assert_eq!(h.fs.rmdir(ROOT, "d2").await, Err(Errno::ENOTEMPTY.into()));
+    assert_eq!(
+        h.fs.unlink(ROOT, "missing").await,
+        Err(Errno::ENOENT.into())
+    );
+    assert_eq!(
+        h.fs.mkdir(ROOT, "a").await.err().map(|e| e.errno()),
+        Some(Errno::EEXIST)
+    );
     let excl = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY;
     assert_eq!(
-        h.fs.create(ROOT, "a", excl, 0, &no_backing).await.err(),
+        h.fs.create(ROOT, "a", excl, 0, &no_backing)
+            .await
+            .err()
+            .map(|e| e.errno()),
         Some(Errno::EEXIST)
     );
     assert_eq!(
         h.fs.create(ROOT, ".preview", libc::O_CREAT, 0, &no_backing)
             .await
-            .err(),
+            .err()
+            .map(|e| e.errno()),
         Some(Errno::EROFS)
     );
 
@@ -341,11 +357,11 @@ async fn backend_failures_of_rename_and_unlink_map_to_one_errno_each() {
     ];
     for (fault, want) in cases.clone() {
         h.faults().inject_times(Op::Rename, fault, 1);
-        assert_eq!(rename().await, Err(want), "rename");
+        assert_eq!(rename().await, Err(want.into()), "rename");
     }
     for (fault, want) in cases {
         h.faults().inject_times(Op::Delete, fault, 1);
-        assert_eq!(h.fs.unlink(ROOT, "a").await, Err(want), "unlink");
+        assert_eq!(h.fs.unlink(ROOT, "a").await, Err(want.into()), "unlink");
     }
     // Nothing changed, here or in the store.
     assert_eq!(h.names(ROOT).await, ["a"]);
@@ -358,12 +374,15 @@ async fn backend_failures_of_rename_and_unlink_map_to_one_errno_each() {
         .inject_times(Op::Delete, Fault::Fail(Error::not_found("gone")), 1);
     assert_eq!(h.fs.unlink(ROOT, "a").await, Ok(()));
     assert_eq!(h.names(ROOT).await, Vec::<String>::new());
-    assert_eq!(h.fs.lookup(ROOT, "a").await, Err(Errno::ENOENT));
+    assert_eq!(h.fs.lookup(ROOT, "a").await, Err(Errno::ENOENT.into()));
 
     // And a mkdir on a full store.
     h.faults()
         .inject_times(Op::CreateFolder, Fault::status(507), 1);
-    assert_eq!(h.fs.mkdir(ROOT, "d").await.err(), Some(Errno::ENOSPC));
+    assert_eq!(
+        h.fs.mkdir(ROOT, "d").await.err().map(|e| e.errno()),
+        Some(Errno::ENOSPC)
+    );
     assert_eq!(h.names(ROOT).await, Vec::<String>::new());
 }
 
@@ -373,7 +392,7 @@ async fn reads_fail_with_eio_while_downloads_fail_then_come_back_whole() {
     h.put_remote("r.bin", b"0123456789").await;
     let ino = h.fs.lookup(ROOT, "r.bin").await.unwrap().ino.0;
     h.faults().inject(Op::Download, Fault::transport());
-    assert_eq!(h.read_all(ino).await, Err(Errno::EIO));
+    assert_eq!(h.read_all(ino).await, Err(Errno::EIO.into()));
     h.faults().clear_all();
     assert_eq!(h.read_all(ino).await.unwrap(), b"0123456789");
     assert_eq!(h.fs.read(ino, 4, 3).await.unwrap(), b"456");
@@ -454,7 +473,7 @@ async fn a_batch_the_store_acknowledged_and_lost_is_gone_once_listed_again() {
     eventually(
         Duration::from_secs(5),
         "listed again without it",
-        || async { h.fs.lookup(ROOT, "lost.txt").await == Err(Errno::ENOENT) },
+        || async { h.fs.lookup(ROOT, "lost.txt").await == Err(Errno::ENOENT.into()) },
     )
     .await;
     assert_eq!(h.names(ROOT).await, Vec::<String>::new());
@@ -611,13 +630,22 @@ async fn an_edit_through_the_name_of_a_file_deleted_elsewhere_is_stored() {
 
     // What the kernel sends through the name it still holds.
     let trunc = fuser::OpenFlags(libc::O_WRONLY | libc::O_TRUNC);
-    assert_eq!(h.fs.open(ino, trunc).await.err(), Some(Errno::ESTALE));
+    assert_eq!(
+        h.fs.open(ino, trunc).await.err().map(|e| e.errno()),
+        Some(Errno::ESTALE)
+    );
     let rw = fuser::OpenFlags(libc::O_RDWR);
-    assert_eq!(h.fs.open(ino, rw).await.err(), Some(Errno::ESTALE));
+    assert_eq!(
+        h.fs.open(ino, rw).await.err().map(|e| e.errno()),
+        Some(Errno::ESTALE)
+    );
     let truncate = h.fs.setattr(ino, Some(0), (None, None), None, (None, None));
-    assert_eq!(truncate.await.err(), Some(Errno::ESTALE));
+    assert_eq!(truncate.await.err().map(|e| e.errno()), Some(Errno::ESTALE));
     // Its retry, looking the name up again: O_CREAT makes the file anew.
-    assert_eq!(h.fs.lookup(ROOT, "c.txt").await.err(), Some(Errno::ENOENT));
+    assert_eq!(
+        h.fs.lookup(ROOT, "c.txt").await.err().map(|e| e.errno()),
+        Some(Errno::ENOENT)
+    );
     h.write_file(ROOT, "c.txt", b"mine").await;
     assert_eq!(h.stored("c.txt").await.as_deref(), Some(&b"mine"[..]));
 }
@@ -643,7 +671,10 @@ async fn a_move_elsewhere_during_a_writers_open_refuses_the_open() {
     h.store().rename(&from, &to, false).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(h.names(ROOT).await, vec!["e.txt".to_string()]);
-    assert_eq!(open.await.unwrap().err(), Some(Errno::ESTALE));
+    assert_eq!(
+        open.await.unwrap().err().map(|e| e.errno()),
+        Some(Errno::ESTALE)
+    );
     assert!(h.fs.table().get(ino).is_none_or(|i| i.staged.is_none()));
 }
 

@@ -48,6 +48,14 @@ fn a_mount_starts_offline_from_what_it_read_and_stores_what_was_written_meanwhil
         m.log_text()
     );
     assert_eq!(errno_of(r), libc::EIO);
+    // The EIO reaches the log where the reply goes out, with its cause: the download that
+    // failed and why.
+    let log = m.log_text();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("read: Input/output error (os error 5): GET /files/id/")),
+        "the EIO's cause is not in the log:\n{log}"
+    );
     let st = m.status();
     assert_eq!(st["offline"], true, "{st}");
     assert!(st["offline_since"].is_string(), "{st}");

@@ -45,7 +45,7 @@ pub enum Next {
 impl Retry {
     /// A failed attempt, transient or not (`errno::is_transient`): when to try again.
     pub fn failed(&mut self, e: &Error) -> Next {
-        self.failed_as(super::super::errno::is_transient(e))
+        self.failed_as(super::super::error::is_transient(e))
     }
 
     fn failed_as(&mut self, transient: bool) -> Next {

@@ -32,7 +32,7 @@ use futures_util::future::BoxFuture;
 
 use crate::backend::Backend;
 use crate::fs::cache::CachedFile;
-use crate::fs::errno::errno;
+use crate::fs::error::Error as FsError;
 use crate::fs::table::{Ino, InodeKind, Remote};
 use crate::fs::{Fs, OpResult, virtual_names};
 use crate::sync::relock;
@@ -205,7 +205,7 @@ impl Content {
             Content::Cached(e) => e
                 .read_cached(offset, size as usize)
                 .await
-                .map_err(|e| errno(&e)),
+                .map_err(FsError::from),
         }
     }
 }
@@ -268,16 +268,16 @@ impl<B: Backend> Fs<B> {
     async fn route_lookup(self: &Arc<Self>, parent: Ino, name: &str) -> OpResult<FileAttr> {
         let all = self.virtual_dirs.all::<B>();
         let (kind, node) = match self.virtual_node(parent) {
-            None if is_virtual(parent) => return Err(Errno::ENOENT),
+            None if is_virtual(parent) => return Err(Errno::ENOENT.into()),
             None => {
                 let kind = (all.iter().position(|d| d.name() == name)).ok_or(Errno::ENOENT)?;
                 if !all[kind].shown(self) {
-                    return Err(Errno::ENOENT);
+                    return Err(Errno::ENOENT.into());
                 }
                 match self.table().get(parent).map(|i| i.kind) {
                     Some(InodeKind::Dir) => (kind, Node::Root(parent)),
-                    Some(InodeKind::File) => return Err(Errno::ENOTDIR),
-                    None => return Err(Errno::ENOENT),
+                    Some(InodeKind::File) => return Err(Errno::ENOTDIR.into()),
+                    None => return Err(Errno::ENOENT.into()),
                 }
             }
             Some((kind, Node::Root(folder))) => {
@@ -288,7 +288,7 @@ impl<B: Backend> Fs<B> {
                 let leaf = all[kind].leaf_key(self, folder, &dir, name).await?;
                 (kind, Node::Leaf(folder, dir, leaf))
             }
-            Some((_, Node::Leaf(..))) => return Err(Errno::ENOTDIR),
+            Some((_, Node::Leaf(..))) => return Err(Errno::ENOTDIR.into()),
         };
         let ino = self.virtual_ino(kind, node);
         self.virtual_getattr(ino).await
@@ -322,7 +322,7 @@ impl<B: Backend> Fs<B> {
         ino: Ino,
     ) -> OpResult<Vec<(Ino, FileType, String)>> {
         if super::markers::owns(ino) {
-            return Err(Errno::ENOTDIR);
+            return Err(Errno::ENOTDIR.into());
         }
         let (kind, node) = self.virtual_node(ino).ok_or(Errno::ENOENT)?;
         let folder = self.virtual_dirs.all::<B>()[kind];
@@ -347,7 +347,7 @@ impl<B: Backend> Fs<B> {
                     out.push((c, FileType::RegularFile, name));
                 }
             }
-            Node::Leaf(..) => return Err(Errno::ENOTDIR),
+            Node::Leaf(..) => return Err(Errno::ENOTDIR.into()),
         }
         Ok(out)
     }
@@ -356,15 +356,15 @@ impl<B: Backend> Fs<B> {
     pub(super) fn virtual_open(&self, ino: Ino, write: bool) -> OpResult<FopenFlags> {
         if super::markers::owns(ino) {
             return if write {
-                Err(Errno::EROFS)
+                Err(Errno::EROFS.into())
             } else {
                 Ok(FopenFlags::empty())
             };
         }
         match self.virtual_node(ino) {
-            None => Err(Errno::ENOENT),
-            Some((_, Node::Root(_) | Node::Dir(..))) => Err(Errno::EISDIR),
-            Some(_) if write => Err(Errno::EROFS),
+            None => Err(Errno::ENOENT.into()),
+            Some((_, Node::Root(_) | Node::Dir(..))) => Err(Errno::EISDIR.into()),
+            Some(_) if write => Err(Errno::EROFS.into()),
             Some((kind, Node::Leaf(_, _, leaf))) => {
                 Ok(self.virtual_dirs.all::<B>()[kind].open_flags(&leaf))
             }
@@ -382,7 +382,7 @@ impl<B: Backend> Fs<B> {
             return Ok(Vec::new());
         }
         let Some((kind, Node::Leaf(f, dir, leaf))) = self.virtual_node(ino) else {
-            return Err(Errno::EISDIR);
+            return Err(Errno::EISDIR.into());
         };
         let folder = self.virtual_dirs.all::<B>()[kind];
         folder.read(self, f, &dir, &leaf, offset, size).await
@@ -399,7 +399,7 @@ impl<B: Backend> Fs<B> {
         let i = t.get(ino).ok_or(Errno::ENOENT)?;
         match (&i.kind, &i.remote) {
             (InodeKind::File, Some(r)) => Ok((r.clone(), i.mtime, i.path.clone())),
-            _ => Err(Errno::ENOENT),
+            _ => Err(Errno::ENOENT.into()),
         }
     }
 
@@ -488,13 +488,16 @@ mod tests {
         assert!(is_virtual(root.ino.0) && root.kind == FileType::Directory);
         assert_eq!(fs.lookup(ROOT, ".versions").await.unwrap().ino, root.ino);
         assert_eq!(
-            fs.lookup(file, ".versions").await.err(),
+            fs.lookup(file, ".versions").await.err().map(|e| e.errno()),
             Some(Errno::ENOTDIR)
         );
         let root = root.ino.0;
         let listed = dir_of(fs.readdir_snapshot(root).await.unwrap());
         assert_eq!(listed[2..], [(FileType::Directory, "a.txt".to_string())]);
-        assert_eq!(fs.lookup(root, "b.txt").await.err(), Some(Errno::ENOENT));
+        assert_eq!(
+            fs.lookup(root, "b.txt").await.err().map(|e| e.errno()),
+            Some(Errno::ENOENT)
+        );
         let dir = fs.lookup(root, "a.txt").await.unwrap().ino.0;
         let entries = fs.readdir_snapshot(dir).await.unwrap();
         assert_eq!((entries[0].0, entries[1].0), (dir, root));
@@ -504,19 +507,31 @@ mod tests {
         let leaf = fs.lookup(dir, name).await.unwrap();
         assert_eq!((leaf.size, leaf.perm), (3, 0o444));
         let leaf = leaf.ino.0;
-        assert_eq!(fs.virtual_open(leaf, true), Err(Errno::EROFS));
+        assert_eq!(fs.virtual_open(leaf, true), Err(Errno::EROFS.into()));
         assert_eq!(
             fs.virtual_open(leaf, false),
             Ok(FopenFlags::FOPEN_KEEP_CACHE)
         );
-        assert_eq!(fs.virtual_open(dir, false), Err(Errno::EISDIR));
+        assert_eq!(fs.virtual_open(dir, false), Err(Errno::EISDIR.into()));
         assert_eq!(read_all(leaf).await.as_deref(), Ok(&b"one"[..]));
-        assert_eq!(read_all(dir).await, Err(Errno::EISDIR));
-        assert_eq!(fs.lookup(leaf, "x").await.err(), Some(Errno::ENOTDIR));
-        assert_eq!(fs.readdir_snapshot(leaf).await.err(), Some(Errno::ENOTDIR));
+        assert_eq!(read_all(dir).await, Err(Errno::EISDIR.into()));
+        assert_eq!(
+            fs.lookup(leaf, "x").await.err().map(|e| e.errno()),
+            Some(Errno::ENOTDIR)
+        );
+        assert_eq!(
+            fs.readdir_snapshot(leaf).await.err().map(|e| e.errno()),
+            Some(Errno::ENOTDIR)
+        );
         let unknown = virtual_names::FLAG | 999_999;
-        assert_eq!(fs.getattr(unknown).await.err(), Some(Errno::ENOENT));
-        assert_eq!(fs.lookup(unknown, "x").await.err(), Some(Errno::ENOENT));
+        assert_eq!(
+            fs.getattr(unknown).await.err().map(|e| e.errno()),
+            Some(Errno::ENOENT)
+        );
+        assert_eq!(
+            fs.lookup(unknown, "x").await.err().map(|e| e.errno()),
+            Some(Errno::ENOENT)
+        );
 
         let search = fs.lookup(ROOT, ".search").await.unwrap().ino.0;
         let listed = dir_of(fs.readdir_snapshot(search).await.unwrap());
@@ -528,15 +543,15 @@ mod tests {
             ]
         );
         let no_thumbnails = fs.lookup(ROOT, ".sh_thumbnails").await;
-        assert_eq!(no_thumbnails.err(), Some(Errno::ENOENT));
+        assert_eq!(no_thumbnails.err().map(|e| e.errno()), Some(Errno::ENOENT));
 
         let marker = fs.lookup(ROOT, ".nomedia").await.unwrap();
         assert_eq!((marker.size, marker.kind), (0, FileType::RegularFile));
         let marker = marker.ino.0;
-        assert_eq!(fs.virtual_open(marker, true), Err(Errno::EROFS));
+        assert_eq!(fs.virtual_open(marker, true), Err(Errno::EROFS.into()));
         assert_eq!(read_all(marker).await, Ok(Vec::new()));
         assert_eq!(
-            fs.readdir_snapshot(marker).await.err(),
+            fs.readdir_snapshot(marker).await.err().map(|e| e.errno()),
             Some(Errno::ENOTDIR)
         );
     }

@@ -20,7 +20,6 @@ use futures_util::{FutureExt, StreamExt};
 use super::{Content, VirtualDir};
 use crate::api::{PageSize, PreviewMeta, PreviewStatus};
 use crate::backend::Backend;
-use crate::fs::errno::errno;
 use crate::fs::table::{Ino, Remote};
 use crate::fs::{Fs, OpResult, virtual_names};
 use crate::sync::relock;
@@ -107,7 +106,7 @@ pub(super) struct Previews {
 
 /// The item an entry's key names (the key is its name, as [`Item::parse`] reads it).
 fn item(key: &str) -> OpResult<Item> {
-    Item::parse(key).ok_or(Errno::ENOENT)
+    Item::parse(key).ok_or(Errno::ENOENT.into())
 }
 
 impl<B: Backend> VirtualDir<B> for Previews {
@@ -140,7 +139,7 @@ impl<B: Backend> VirtualDir<B> for Previews {
         async move {
             let (r, mtime, _) = fs.stored_file(folder, file).await?;
             if fs.preview_meta(&r).await?.status == PreviewStatus::TypeNotSupported {
-                return Err(Errno::ENOENT);
+                return Err(Errno::ENOENT.into());
             }
             Ok(mtime)
         }
@@ -255,7 +254,7 @@ impl<B: Backend> Fs<B> {
     }
 
     /// The preview metadata of a stored file's current version (cached while it holds).
-    pub(super) async fn preview_meta(self: &Arc<Self>, r: &Remote) -> Result<PreviewMeta, Errno> {
+    pub(super) async fn preview_meta(self: &Arc<Self>, r: &Remote) -> OpResult<PreviewMeta> {
         if let Some(m) = self.previews().get(&r.id) {
             let fresh = m.md5 == r.md5
                 && (m.meta.status != PreviewStatus::InProgress || m.at.elapsed() < IN_PROGRESS_TTL);
@@ -263,7 +262,7 @@ impl<B: Backend> Fs<B> {
                 return Ok(m.meta.clone());
             }
         }
-        let meta = self.backend.preview(&r.id).await.map_err(|e| errno(&e))?;
+        let meta = self.backend.preview(&r.id).await?;
         self.previews().insert(
             r.id.clone(),
             Meta {
@@ -281,18 +280,17 @@ impl<B: Backend> Fs<B> {
         folder: Ino,
         name: &str,
         item: Item,
-    ) -> Result<(Content, SystemTime), Errno> {
+    ) -> OpResult<(Content, SystemTime)> {
         let (r, mtime) = self.preview_source(folder, name).await?;
         let meta = self.preview_meta(&r).await?;
         if !item.exists_in(&meta) {
-            return Err(Errno::ENOENT);
+            return Err(Errno::ENOENT.into());
         }
         let key = format!("preview-{}-{}", r.id, item.name());
         let md5 = r.md5.as_deref();
         if let Some(e) = self.reads.cache.complete(&key, md5) {
             return Ok((Content::Cached(e), mtime));
         }
-        let failed = |e: crate::api::Error| errno(&e);
         let entry = match item {
             Item::Status => return Ok((Content::Bytes(status_line(meta.status)), mtime)),
             Item::Page(n) | Item::Thumb(n) => {
@@ -304,27 +302,15 @@ impl<B: Backend> Fs<B> {
                     }),
                     ..PageSize::default()
                 };
-                let img = self
-                    .backend
-                    .preview_page(&r.id, n, size)
-                    .await
-                    .map_err(failed)?;
+                let img = self.backend.preview_page(&r.id, n, size).await?;
                 let len = img.data.len() as u64;
                 let body = futures_util::stream::once(async move { Ok(img.data) }).boxed();
-                self.reads
-                    .cache
-                    .fill(&key, md5, len, body)
-                    .await
-                    .map_err(failed)?
+                self.reads.cache.fill(&key, md5, len, body).await?
             }
             Item::Pdf => {
-                let d = self.backend.preview_pdf(&r.id).await.map_err(failed)?;
+                let d = self.backend.preview_pdf(&r.id).await?;
                 let len = d.len();
-                self.reads
-                    .cache
-                    .fill(&key, md5, len, d.body)
-                    .await
-                    .map_err(failed)?
+                self.reads.cache.fill(&key, md5, len, d.body).await?
             }
         };
         Ok((Content::Cached(entry), mtime))

@@ -28,7 +28,7 @@ use futures_util::{FutureExt, StreamExt};
 use super::VirtualDir;
 use crate::api::{NodePath, SearchHit};
 use crate::backend::Backend;
-use crate::fs::errno::errno;
+use crate::fs::error::Error as FsError;
 use crate::fs::table::{Ino, InodeKind, Remote};
 use crate::fs::{Fs, OpResult, virtual_names};
 use crate::sync::relock;
@@ -126,7 +126,7 @@ impl<B: Backend> VirtualDir<B> for Searches {
     ) -> BoxFuture<'a, OpResult<SystemTime>> {
         async move {
             fs.found(folder, query, false).await?;
-            fs.folder_time(folder).ok_or(Errno::ENOENT)
+            fs.folder_time(folder).ok_or(Errno::ENOENT.into())
         }
         .boxed()
     }
@@ -184,13 +184,11 @@ impl<B: Backend> VirtualDir<B> for Searches {
     ) -> BoxFuture<'a, OpResult<Vec<u8>>> {
         async move {
             let r = fs.found_entry(folder, query, id, true).await?.remote;
-            let entry = (fs.reads.cache)
-                .entry(&r.id, r.md5.as_deref(), r.size)
-                .map_err(|e| errno(&e))?;
+            let entry = (fs.reads.cache).entry(&r.id, r.md5.as_deref(), r.size)?;
             (fs.reads.cache)
                 .read(&fs.backend, &entry, offset, size as usize)
                 .await
-                .map_err(|e| errno(&e))
+                .map_err(FsError::from)
         }
         .boxed()
     }
@@ -208,7 +206,7 @@ impl<B: Backend> Fs<B> {
         folder: Ino,
         query: &str,
         stale: bool,
-    ) -> Result<Arc<Vec<Entry>>, Errno> {
+    ) -> OpResult<Arc<Vec<Entry>>> {
         let key = (folder, query.to_string());
         if let Some(f) = self.searches().get(&key) {
             if stale || f.at.elapsed() < RESULTS_TTL {
@@ -219,7 +217,7 @@ impl<B: Backend> Fs<B> {
             let t = self.table();
             let i = t.get(folder).ok_or(Errno::ENOENT)?;
             if i.kind != InodeKind::Dir {
-                return Err(Errno::ENOTDIR);
+                return Err(Errno::ENOTDIR.into());
             }
             i.path.clone()
         };
@@ -227,8 +225,7 @@ impl<B: Backend> Fs<B> {
         let results = self
             .backend
             .search(&dir, query, crate::api::search::DEFAULT_LIMIT)
-            .await
-            .map_err(|e| errno(&e))?;
+            .await?;
         // Each hit's stored version, in order; a hit moved or changed into something else
         // since is left out.
         let backend = self.backend.clone();
@@ -288,10 +285,10 @@ impl<B: Backend> Fs<B> {
         query: &str,
         id: &str,
         stale: bool,
-    ) -> Result<Entry, Errno> {
+    ) -> OpResult<Entry> {
         let entries = self.found(folder, query, stale).await?;
         let e = entries.iter().find(|e| e.remote.id == id);
-        e.cloned().ok_or(Errno::ENOENT)
+        e.cloned().ok_or(Errno::ENOENT.into())
     }
 }
 

@@ -25,7 +25,6 @@ use futures_util::{FutureExt, StreamExt};
 use super::{Content, VirtualDir};
 use crate::api::{PageSize, PreviewStatus};
 use crate::backend::Backend;
-use crate::fs::errno::errno;
 use crate::fs::table::Ino;
 use crate::fs::thumbnails::{SIZES, file_uri, tagged_png, thumbnailed};
 use crate::fs::{Fs, OpResult, virtual_names};
@@ -68,7 +67,7 @@ fn size_index(dir: &str) -> OpResult<usize> {
     SIZES
         .iter()
         .position(|(d, _)| *d == dir)
-        .ok_or(Errno::ENOENT)
+        .ok_or(Errno::ENOENT.into())
 }
 
 impl<B: Backend> VirtualDir<B> for SharedThumbs {
@@ -110,7 +109,7 @@ impl<B: Backend> VirtualDir<B> for SharedThumbs {
         folder: Ino,
         _size: &'a str,
     ) -> BoxFuture<'a, OpResult<SystemTime>> {
-        futures_util::future::ready(fs.folder_time(folder).ok_or(Errno::ENOENT)).boxed()
+        futures_util::future::ready(fs.folder_time(folder).ok_or(Errno::ENOENT.into())).boxed()
     }
 
     fn leaf_attr<'a>(
@@ -216,7 +215,7 @@ impl<B: Backend> Fs<B> {
                 by_entry
             }
         };
-        by_entry.get(entry).cloned().ok_or(Errno::ENOENT)
+        by_entry.get(entry).cloned().ok_or(Errno::ENOENT.into())
     }
 
     /// The entry of `file` of `folder` at size `k`, made from page one of its preview (kept in
@@ -230,7 +229,7 @@ impl<B: Backend> Fs<B> {
         let (r, mtime) = self.preview_source(folder, file).await?;
         let meta = self.preview_meta(&r).await?;
         if meta.status != PreviewStatus::Ready || meta.pages.is_empty() {
-            return Err(Errno::ENOENT);
+            return Err(Errno::ENOENT.into());
         }
         let (dir, px) = SIZES[k];
         let stamp = tumbler_mtime(mtime);
@@ -244,19 +243,19 @@ impl<B: Backend> Fs<B> {
             max_width: Some(px),
             max_height: Some(px),
         };
-        let img = (self.backend.preview_page(&r.id, 1, size).await).map_err(|e| errno(&e))?;
+        let img = (self.backend.preview_page(&r.id, 1, size).await)?;
         let uri = format!("./{file}");
         let png =
             tokio::task::spawn_blocking(move || tagged_png(&img.data, px, &uri, &stamp, r.size))
                 .await
-                .map_err(|_| Errno::EIO)?
+                .map_err(|e| crate::fs::error::Error::bug(format!("making a thumbnail: {e}")))?
                 .map_err(|e| {
                     log::debug!("no shared thumbnail of {file}: {e}");
                     Errno::ENOENT
                 })?;
         let len = png.len() as u64;
         let body = futures_util::stream::once(async move { Ok(bytes::Bytes::from(png)) }).boxed();
-        let entry = (self.reads.cache.fill(&key, md5, len, body).await).map_err(|e| errno(&e))?;
+        let entry = (self.reads.cache.fill(&key, md5, len, body).await)?;
         Ok((Content::Cached(entry), mtime))
     }
 }

@@ -25,7 +25,7 @@ use futures_util::{FutureExt, StreamExt};
 use super::VirtualDir;
 use crate::api::{Version, parse_time};
 use crate::backend::Backend;
-use crate::fs::errno::errno;
+use crate::fs::error::Error as FsError;
 use crate::fs::table::Ino;
 use crate::fs::{Fs, OpResult, virtual_names};
 use crate::sync::relock;
@@ -142,9 +142,9 @@ impl<B: Backend> VirtualDir<B> for Versions {
     ) -> BoxFuture<'a, OpResult<SystemTime>> {
         async move {
             if fs.version_list(folder, file).await?.1.is_empty() {
-                return Err(Errno::ENOENT);
+                return Err(Errno::ENOENT.into());
             }
-            fs.folder_time(folder).ok_or(Errno::ENOENT)
+            fs.folder_time(folder).ok_or(Errno::ENOENT.into())
         }
         .boxed()
     }
@@ -246,10 +246,12 @@ impl<B: Backend> Fs<B> {
         self: &Arc<Self>,
         folder: Ino,
         name: &str,
-    ) -> Result<(String, Arc<Named>), Errno> {
+    ) -> OpResult<(String, Arc<Named>)> {
         // (A file not uploaded yet has no versions yet.)
         let (r, _, path) = match self.stored_file(folder, name).await {
-            Err(Errno::ENOENT) => return self.deleted_version_list(folder, name).await,
+            Err(e) if e.errno() == Errno::ENOENT => {
+                return self.deleted_version_list(folder, name).await;
+            }
             other => other?,
         };
         let cached = self
@@ -263,7 +265,7 @@ impl<B: Backend> Fs<B> {
         let versions = match self.backend.versions(&path).await {
             Ok(v) => v,
             Err(e) if e.code == "no_versions" => Vec::new(),
-            Err(e) => return Err(errno(&e)),
+            Err(e) => return Err(e.into()),
         };
         let named = Arc::new(name_versions(name, versions));
         self.version_lists().insert(
@@ -283,7 +285,7 @@ impl<B: Backend> Fs<B> {
         self: &Arc<Self>,
         folder: Ino,
         name: &str,
-    ) -> Result<(String, Arc<Named>), Errno> {
+    ) -> OpResult<(String, Arc<Named>)> {
         let dir = self.table().get(folder).map(|i| i.path.clone());
         let path = dir.and_then(|d| d.child(name).ok()).ok_or(Errno::ENOENT)?;
         let key = format!("deleted {path}");
@@ -298,8 +300,7 @@ impl<B: Backend> Fs<B> {
         let (id, versions) = self
             .backend
             .deleted_versions(&path)
-            .await
-            .map_err(|e| errno(&e))?
+            .await?
             .ok_or(Errno::ENOENT)?;
         let named = Arc::new(name_versions(name, versions));
         self.version_lists().insert(
@@ -319,7 +320,7 @@ impl<B: Backend> Fs<B> {
         folder: Ino,
         name: &str,
         vid: &str,
-    ) -> Result<(String, Version), Errno> {
+    ) -> OpResult<(String, Version)> {
         let (id, list) = self.version_list(folder, name).await?;
         let v = list
             .iter()
@@ -343,23 +344,15 @@ impl<B: Backend> Fs<B> {
         let entry = match self.reads.cache.complete(&key, md5) {
             Some(e) => e,
             None => {
-                let d = self
-                    .backend
-                    .download_version(&id, vid, None)
-                    .await
-                    .map_err(|e| errno(&e))?;
+                let d = self.backend.download_version(&id, vid, None).await?;
                 let len = d.len();
-                self.reads
-                    .cache
-                    .fill(&key, md5, len, d.body)
-                    .await
-                    .map_err(|e| errno(&e))?
+                self.reads.cache.fill(&key, md5, len, d.body).await?
             }
         };
         entry
             .read_cached(offset, size as usize)
             .await
-            .map_err(|e| errno(&e))
+            .map_err(FsError::from)
     }
 }
 
