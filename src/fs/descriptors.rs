@@ -193,7 +193,10 @@ impl LazyFile {
 
     /// The open file: the descriptor held, or the file opened again by its name.
     pub fn get(&self) -> io::Result<Arc<File>> {
-        if let Some(f) = relock(&self.slot.file).clone() {
+        // The slot's lock let go before the pool's is taken (the lock order): an `if let` on
+        // the guard would hold it through the touch.
+        let held = relock(&self.slot.file).clone();
+        if let Some(f) = held {
             self.pool.touch(self.key);
             return Ok(f);
         }
@@ -255,6 +258,40 @@ mod tests {
     use super::*;
     use std::io::Write;
     use std::os::unix::fs::FileExt;
+
+    /// A file used while the pool closes it for another (the lock order: the pool's, then a
+    /// slot's): no deadlock. `get` of an open file held its slot's lock while it touched the
+    /// pool, and an `admit` holding the pool's lock waited for that slot (a mount hung in the
+    /// descriptors test, a read against the save of the cache's index).
+    #[test]
+    fn files_used_while_the_pool_closes_them_never_deadlock() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pool = Pool::new(1);
+        let files: Arc<Vec<LazyFile>> = Arc::new(
+            (0..2)
+                .map(|i| {
+                    let p = tmp.path().join(format!("f{i}"));
+                    std::fs::File::create(&p).unwrap();
+                    LazyFile::in_pool(&pool, p, true)
+                })
+                .collect(),
+        );
+        let (done, finished) = std::sync::mpsc::channel();
+        for i in 0..2 {
+            let (files, done) = (files.clone(), done.clone());
+            std::thread::spawn(move || {
+                for _ in 0..20_000 {
+                    files[i].get().unwrap();
+                }
+                done.send(()).unwrap();
+            });
+        }
+        for _ in 0..2 {
+            finished
+                .recv_timeout(std::time::Duration::from_secs(30))
+                .expect("a deadlock between get and the pool's eviction");
+        }
+    }
 
     /// However many files are used, the pool keeps at most its bound open, and a file closed
     /// by it reads the same when used again.
