@@ -227,15 +227,28 @@ fn expire_all<B: Backend>(fs: &Fs<B>) {
 pub(super) struct Ours<'a, B: Backend> {
     fs: &'a Fs<B>,
     inos: Vec<Ino>,
+    /// Names made by the change (a folder, a rename's destination): the feed's word of one
+    /// that comes before the answer must not drop the kernel's entry, which the answer makes
+    /// (`appeared`; a shell's new working folder came out unreachable: git's "unable to get
+    /// current working directory").
+    names: Vec<NodePath>,
 }
 
 impl<'a, B: Backend> Ours<'a, B> {
     pub(super) fn sending(fs: &'a Fs<B>, inos: Vec<Ino>) -> Self {
+        Self::sending_to(fs, inos, Vec::new())
+    }
+
+    /// The same, for a change that makes the names `names`.
+    pub(super) fn sending_to(fs: &'a Fs<B>, inos: Vec<Ino>, names: Vec<NodePath>) -> Self {
         let mut t = fs.table();
         for &i in &inos {
             t.change_sent(i);
         }
-        Ours { fs, inos }
+        for n in &names {
+            t.name_sent(n);
+        }
+        Ours { fs, inos, names }
     }
 }
 
@@ -244,6 +257,9 @@ impl<B: Backend> Drop for Ours<'_, B> {
         let mut t = self.fs.table();
         for &i in &self.inos {
             t.change_answered(i);
+        }
+        for n in &self.names {
+            t.name_answered(n);
         }
     }
 }
@@ -515,6 +531,10 @@ fn appeared(
     let Some(pino) = t.ino_of(&parent) else {
         return;
     };
+    // Made by this mount, its answer not in yet: the answer makes the kernel's entry.
+    if t.making(path) {
+        return;
+    }
     if let Some(i) = t.ino_of(path).and_then(|i| t.get(i)) {
         // Made here (our own change coming back), or with bytes waiting here.
         let ino = i.ino;

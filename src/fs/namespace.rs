@@ -78,6 +78,7 @@ impl<B: Backend> Fs<B> {
             return Err(Errno::EEXIST.into());
         }
         let path = new_entry(&dir, name)?;
+        let _ours = Ours::sending_to(self, Vec::new(), vec![path.clone()]);
         let node = self.backend.create_folder(&path).await?;
         let mut t = self.table();
         let (ino, _) = t.upsert(&path, &node);
@@ -451,7 +452,8 @@ impl<B: Backend> Fs<B> {
             .table()
             .get(ino)
             .is_some_and(|i| i.kind == InodeKind::Dir || i.remote.is_some());
-        let _ours = Ours::sending(self, [Some(ino), target].into_iter().flatten().collect());
+        let inos = [Some(ino), target].into_iter().flatten().collect();
+        let _ours = Ours::sending_to(self, inos, vec![dst.clone()]);
         // A stored file put over one changed elsewhere since this mount knew it: it goes to a
         // conflict copy instead, and the name keeps the store's version (`conflict`).
         let known = match target {

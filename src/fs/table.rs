@@ -43,6 +43,9 @@ pub struct Table {
     /// Renames and deletes of this mount under way (sent, not answered), by node: the change
     /// feed can tell of one before its answer comes (`follow::Ours`).
     in_flight: HashMap<Ino, u32>,
+    /// Names this mount is making on the store (a folder, a rename's destination), sent and
+    /// not answered: the feed's word of one may come before its answer is in the table.
+    names_in_flight: HashMap<NodePath, u32>,
     /// Attributes kept here for a backend that does not keep them.
     pub kept: KeptHere,
     /// Names stored files were renamed away from lately, and the new files that took them
@@ -65,6 +68,7 @@ impl Table {
             recent: HashMap::new(),
             recent_pruned: Instant::now(),
             in_flight: HashMap::new(),
+            names_in_flight: HashMap::new(),
             snapshot_due: HashSet::new(),
             kept: KeptHere::default(),
             vacated: Default::default(),
@@ -549,6 +553,26 @@ impl Table {
             }
         }
         self.touch(ino);
+    }
+
+    /// Whether this mount is making `path` on the store now (`follow::Ours::sending_to`).
+    pub fn making(&self, path: &NodePath) -> bool {
+        self.names_in_flight.contains_key(path)
+    }
+
+    /// A change that makes `path` is sent ...
+    pub(super) fn name_sent(&mut self, path: &NodePath) {
+        *self.names_in_flight.entry(path.clone()).or_default() += 1;
+    }
+
+    /// ... and answered (its node, if made, is in the table), or given up.
+    pub(super) fn name_answered(&mut self, path: &NodePath) {
+        if let Some(n) = self.names_in_flight.get_mut(path) {
+            *n -= 1;
+            if *n == 0 {
+                self.names_in_flight.remove(path);
+            }
+        }
     }
 
     /// Files of `dir` that a listing fetched from the backend at `since` may lack: those with

@@ -24,6 +24,7 @@ both!(
     folder_link_counts_follow_subfolders,
     rewinddir_shows_names_added_since_opendir,
     listings_paged_while_names_move_lose_no_name,
+    a_folder_made_or_moved_here_is_a_working_folder_at_once,
 );
 
 /// A source tree with nested folders and files of assorted sizes.
@@ -185,6 +186,42 @@ fn editor_atomic_save_and_git(via: Via) {
         &format!("{git} log --format=%s && {git} fsck --no-progress && {git} status --porcelain"),
     );
     assert_eq!(log, "second\nfirst\n");
+}
+
+/// A folder made or renamed here can be a program's working folder at once: the change feed's
+/// word of it, when it comes before the answer, does not drop the kernel's entry of it (a
+/// dropped entry leaves a process inside it with no path: git's "unable to get current
+/// working directory", 1 `git init` in about 12 over `vaultfs serve`).
+fn a_folder_made_or_moved_here_is_a_working_folder_at_once(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    // Files written in each, as git's own: their uploads keep the feed busy meanwhile.
+    let out = sh(
+        &v,
+        "for i in $(seq 100); do \
+           mkdir made$i && cd made$i && /bin/pwd -P && \
+           for j in 1 2 3 4 5 6 7 8; do echo $j > f$j; done && cd .. && \
+           mkdir tmp$i && mv tmp$i moved$i && cd moved$i && /bin/pwd -P && cd .. || exit 1; \
+         done",
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 200, "{out}\n{}", m.log_text());
+    let root = v.canonicalize().unwrap();
+    assert_eq!(lines[0], root.join("made1").to_str().unwrap());
+    assert_eq!(lines[199], root.join("moved100").to_str().unwrap());
+    // git itself, as it failed: `git init` makes the folder, goes in and asks where it is.
+    let git = "git -c user.email=t@example.com -c user.name=T -c init.defaultBranch=main";
+    sh(
+        &v,
+        &format!(
+            "for i in $(seq 40); do \
+               {git} init -q repo$i && cd repo$i && printf 'a\\n' > a && \
+               {git} add . && {git} commit -qm first && cd .. || exit 1; \
+             done"
+        ),
+    );
+    m.unmount();
 }
 
 /// A folder's link count is 2 plus its subfolders (what `find` relies on), through mkdir,
