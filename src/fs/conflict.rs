@@ -146,16 +146,9 @@ impl<B: Backend> Fs<B> {
         };
         let dir_ino = {
             let mut t = self.table();
-            let still = t.get(ino).is_some_and(|i| {
-                i.path == path && i.staged.as_ref().is_some_and(|s| Arc::ptr_eq(s, &staged))
-            });
-            if !still {
+            let still = t.get(ino).is_some_and(|i| i.path == path);
+            if !still || !Self::becomes_new_file(&mut t, ino, &staged) {
                 return false;
-            }
-            staged.set_base(Base::Absent);
-            if let Some(i) = t.get_mut(ino) {
-                i.remote = None;
-                i.read_md5 = None;
             }
             t.rename(ino, &copy);
             t.give_back(&path);
@@ -356,11 +349,9 @@ impl<B: Backend> Fs<B> {
                 Err(e) if e.kind != ErrorKind::NotFound => return false,
                 _ => {}
             }
-            staged.set_base(Base::Absent);
             let mut t = self.table();
-            if let Some(i) = t.get_mut(ino) {
-                i.remote = None;
-                i.read_md5 = None;
+            if !Self::becomes_new_file(&mut t, ino, &staged) {
+                return false;
             }
             if let Some(i) = t.get(ino) {
                 let _ = self.journal.record(&staged, &i.path, None);

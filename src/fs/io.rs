@@ -52,7 +52,7 @@ impl<B: Backend> Fs<B> {
             let i = t.get(ino).ok_or(Errno::ENOENT)?;
             if let Some(s) = &i.staged {
                 let s = s.clone();
-                if s.join().is_err() {
+                if !Self::joins(&t, ino, &s) {
                     return Ok(None);
                 }
                 drop(t);
@@ -86,10 +86,7 @@ impl<B: Backend> Fs<B> {
                 return Err(e.into());
             }
             staged.truncate(r.size)?;
-            // The copy is the stored content: not a change to upload by itself.
-            if let Err(e) = staged.holds_stored() {
-                log::error!("{e}");
-            }
+            Self::copied_stored(&staged);
         }
         let staged = Arc::new(staged);
         let mut t = self.table();
@@ -109,6 +106,9 @@ impl<B: Backend> Fs<B> {
             // Someone staged it meanwhile: use theirs.
             Some(other) => {
                 self.discard(&staged);
+                if !Self::joins(&t, ino, &other) {
+                    return Ok(None);
+                }
                 (other, truncate)
             }
             None if !same_version(i.remote.as_ref(), remote.as_ref()) => {
@@ -117,13 +117,14 @@ impl<B: Backend> Fs<B> {
                 return Ok(None);
             }
             None => {
-                t.set_staged(ino, Some(staged.clone()));
+                if !Self::attach(&mut t, ino, &staged) {
+                    drop(t);
+                    self.discard(&staged);
+                    return Ok(None);
+                }
                 (staged, truncate && remote.is_some())
             }
         };
-        if staged.join().is_err() {
-            return Ok(None);
-        }
         drop(t);
         self.emptied_if(ino, staged, truncate).map(Some)
     }
@@ -176,9 +177,8 @@ impl<B: Backend> Fs<B> {
             if let Some(s) = kernel_staged.filter(|_| pt_ended && staged.is_none()) {
                 // The last reader of it, after the writers: a map of a writer may have written
                 // meanwhile (retiring left the file to this release: `staging/lifecycle.rs`).
-                s.kernel_recheck(stored.as_ref());
                 drop(t);
-                self.settle(ino, &s);
+                self.kernel_let_go(ino, &s, stored.as_ref());
                 t = self.table();
             }
             // A writer is counted open until its staged file is settled: the inode must not
@@ -187,9 +187,10 @@ impl<B: Backend> Fs<B> {
                 drop(t);
                 drop(last_pt);
                 if kernel {
-                    s.kernel_writer_leaves(stored.as_ref());
+                    self.release_kernel_writer(ino, &s, stored.as_ref());
+                } else {
+                    self.release_staged(ino, &s);
                 }
-                self.release_staged(ino, &s);
                 t = self.table();
                 last_pt = None;
             }
@@ -256,9 +257,7 @@ impl<B: Backend> Fs<B> {
             .filter(|i| !i.unlinked)
             .and_then(|i| i.staged.clone());
         let Some(staged) = staged else { return Ok(()) };
-        // What the kernel wrote itself is news here.
-        let stored = self.table().stored_version(ino);
-        staged.kernel_sync(stored.as_ref());
+        self.fsync_started(ino, &staged);
         if !staged.is_dirty() {
             return Ok(());
         }

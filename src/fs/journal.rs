@@ -242,8 +242,8 @@ impl Journal {
     }
 
     /// A staged file as this journal's backend wants it (its size limit, its hashes).
-    fn staged(&self, id: u64, path: PathBuf, size: u64, dirty: bool) -> Staged {
-        let s = Staged::new(id, path, size, dirty).limited(self.max_file_size);
+    fn staged(&self, id: u64, path: PathBuf, size: u64, dirty: bool, base: Base) -> Staged {
+        let s = Staged::new(id, path, size, dirty, base).limited(self.max_file_size);
         if self.sha256 { s } else { s.md5_only() }
     }
 
@@ -259,8 +259,7 @@ impl Journal {
             id,
             path: data_path,
         } = self.spares.take()?;
-        let staged = self.staged(id, data_path, 0, false);
-        staged.set_base(base);
+        let staged = self.staged(id, data_path, 0, false, base);
         self.record(&staged, path, file_id)?;
         Ok(staged)
     }
@@ -380,16 +379,15 @@ impl Journal {
         let mut out = Vec::new();
         for (id, entry, path, meta, data_path) in found {
             // Dirty: generation 1, nothing uploaded.
+            let base = Base::from_column(entry.base.clone());
             let staged = self
-                .staged(id, data_path, meta.len(), true)
+                .staged(id, data_path, meta.len(), true, base.clone())
                 .with_file_mtime(&meta);
             if newest.get(&path) != Some(&id) {
                 log::info!("journal entry {id} superseded by a newer one of {path}");
                 self.finish(&staged);
                 continue;
             }
-            let base = Base::from_column(entry.base.clone());
-            staged.set_base(base.clone());
             *relock(&staged.journal) = super::staging::JournalState {
                 finished: false,
                 last: Some((entry.path, entry.file_id.clone(), base)),

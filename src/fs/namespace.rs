@@ -199,15 +199,14 @@ impl<B: Backend> Fs<B> {
             self.discard(&staged);
             return None;
         }
-        if staged.join().is_err() {
+        let ino = t.ensure(&path, InodeKind::File);
+        t.touch(ino);
+        t.claim_vacated(ino);
+        if !Self::attach(&mut t, ino, &staged) {
             drop(t);
             self.discard(&staged);
             return None;
         }
-        let ino = t.ensure(&path, InodeKind::File);
-        t.touch(ino);
-        t.claim_vacated(ino);
-        t.set_staged(ino, Some(staged.clone()));
         t.link_into_parent(ino);
         t.entries_changed(parent);
         let fh = self.handles.next_fh.fetch_add(1, Ordering::SeqCst);
@@ -529,9 +528,9 @@ impl<B: Backend> Fs<B> {
                 let rid = t.get(tino).and_then(|i| i.remote.clone());
                 if let Some(i) = t.get_mut(ino) {
                     i.remote = rid;
-                    if let (Some(s), Some(b)) = (&i.staged, target_base) {
-                        s.set_base(b);
-                    }
+                }
+                if let Some(b) = target_base {
+                    Self::replaces(&t, ino, b);
                 }
             }
         }
@@ -550,8 +549,8 @@ impl<B: Backend> Fs<B> {
             // Bytes staged here replace what the name holds now: the version moved (their
             // own base stays), or, the moved file having none, the file that was there.
             let now = node.md5_checksum.filter(|m| Some(m) != moved_md5.as_ref());
-            if let (Some(s), Some(md5)) = (t.get(ino).and_then(|i| i.staged.as_ref()), now) {
-                s.set_base(crate::api::Base::Md5(md5));
+            if let Some(md5) = now {
+                Self::replaces(&t, ino, crate::api::Base::Md5(md5));
             }
         }
         if kind == InodeKind::File && !remote && target.is_none() {

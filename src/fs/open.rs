@@ -322,7 +322,7 @@ impl<B: Backend> Fs<B> {
                     i.path
                 )));
             }
-            staged.kernel_writer_joins(true);
+            Self::kernel_writer_joins(staged, true);
             return Ok(Some(pt.join(fh)));
         }
         let alone = i.open_handles == 0 && i.plain_pending == 0;
@@ -336,7 +336,7 @@ impl<B: Backend> Fs<B> {
         let Some(id) = self.reads.passthrough.register(&source, register) else {
             return Ok(None);
         };
-        staged.kernel_writer_joins(afresh);
+        Self::kernel_writer_joins(staged, afresh);
         // What the kernel caches of the inode is older than what it now writes past it.
         i.kernel_md5 = None;
         let shared = Backing::new(staged.backing_key(), id, fh, source.keep());

@@ -4,7 +4,7 @@
 
 use super::Fs;
 use super::staging::{Next, Retry};
-use super::table::{Ino, InodeKind};
+use super::table::Ino;
 use crate::api::{Error, ErrorKind, FileAttrs, Result, whole_mode};
 use crate::backend::{Backend, reader_stream};
 use crate::sync::relock;
@@ -57,12 +57,7 @@ pub fn recover<B: Backend>(fs: &Arc<Fs<B>>) -> std::io::Result<()> {
         log::info!("resuming {} upload(s) from the journal", entries.len());
     }
     for (path, _file_id, staged) in entries {
-        let ino = {
-            let mut t = fs.table();
-            let ino = t.ensure(&path, InodeKind::File);
-            t.set_staged(ino, Some(Arc::new(staged)));
-            ino
-        };
+        let ino = Fs::<B>::recovered(&mut fs.table(), &path, staged);
         schedule(fs, ino);
     }
     Ok(())
@@ -299,10 +294,6 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
         }
     };
     log::info!("uploaded {path} ({size} bytes)");
-    if let Some(md5) = node.as_ref().and_then(|n| n.md5_checksum.clone()) {
-        // What the next round replaces: this version (saves in sequence never conflict).
-        staged.set_base(crate::api::Base::Md5(md5));
-    }
     let mut t = fs.table();
     if let Some((node, id)) = node.as_ref().and_then(|n| Some((n, n.file_id()?))) {
         super::attrs::answered(&mut t, &id, node, attrs);

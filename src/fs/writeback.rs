@@ -172,10 +172,6 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
         match result {
             Ok(node) => {
                 fs.uploads.writeback.queue().failures.remove(&item.ino);
-                if let Some(md5) = node.md5_checksum.clone() {
-                    // What the next round replaces (saves in sequence never conflict).
-                    item.staged.set_base(crate::api::Base::Md5(md5));
-                }
                 log::debug!("stored inode {} ({} bytes)", item.ino, item.size);
                 let mut t = fs.table();
                 if fs.stored(&mut t, item.ino, &item.staged, item.generation, Some(&node)) {
@@ -314,7 +310,7 @@ async fn same_as_stored<B: Backend>(
             drop(guard);
             finished(fs, ino, !staged.is_dirty());
         } else {
-            staged.found_changed();
+            Fs::<B>::found_changed(&staged);
             drop(guard);
             fs.uploads.writeback.enqueue(ino);
         }

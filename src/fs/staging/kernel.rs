@@ -39,7 +39,7 @@ impl Staged {
     /// (`synced` stays as it was: no file's state at first, and the cut moved the times since).
     /// Else the file is empty, and its state now is the last generation's: no page of it
     /// exists that a map could write again unseen, so any change moves its size or times.
-    pub fn kernel_writer_joins(&self, afresh: bool) {
+    pub(super) fn kernel_writer_joins(&self, afresh: bool) {
         let _order = self.order();
         if !afresh && self.kernel_writers() == 0 {
             let now = self.stat();
@@ -57,7 +57,7 @@ impl Staged {
 
     /// Such a handle is released (its writes through write(2) are done): what it wrote is a
     /// change to store. (A shared map of it may write on: see [`Staged::mapped_elsewhere`].)
-    pub fn kernel_writer_leaves(&self, stored: Option<&(String, u64)>) {
+    pub(super) fn kernel_writer_leaves(&self, stored: Option<&(String, u64)>) {
         let _order = self.order();
         self.kernel_changed(stored);
         self.kernel_writers.fetch_sub(1, Ordering::SeqCst);
@@ -65,7 +65,7 @@ impl Staged {
 
     /// An fsync while the kernel writes (no write(2) of it runs meanwhile: the kernel holds
     /// the inode's lock across both): what it wrote so far is a change to store.
-    pub fn kernel_sync(&self, stored: Option<&(String, u64)>) {
+    pub(super) fn kernel_sync(&self, stored: Option<&(String, u64)>) {
         let _order = self.order();
         if self.kernel_holds() {
             self.kernel_changed(stored);
@@ -74,7 +74,7 @@ impl Staged {
 
     /// After the kernel let go of the file (a map gone, the last reader of it closed): what
     /// a map wrote is a change to store.
-    pub fn kernel_recheck(&self, stored: Option<&(String, u64)>) {
+    pub(super) fn kernel_recheck(&self, stored: Option<&(String, u64)>) {
         let _order = self.order();
         self.kernel_changed(stored);
     }

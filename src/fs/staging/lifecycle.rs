@@ -9,6 +9,16 @@
 //! The states and which step may be taken from which are `state`'s (its diagram); here,
 //! each step as the mount takes it, with the inode table's lock where the inode lets go.
 //!
+//! - **Attach** ([`Fs::attach`], [`Fs::joins`], [`Fs::recovered`]): a new copy (empty, or made
+//!   from the stored version: [`Fs::copied_stored`]) becomes its inode's with its first writer
+//!   in; a later writer joins the inode's copy, unless it let go meanwhile; a copy an earlier
+//!   run journaled is its inode's again at start.
+//! - **Kernel writers** ([`Fs::kernel_writer_joins`], [`Fs::release_kernel_writer`],
+//!   [`Fs::fsync_started`], [`Fs::kernel_let_go`]): a handle the kernel writes through never
+//!   shows its writes here; its close, an fsync and the kernel letting go make them a change.
+//! - **Base** (what an upload replaces, docs/design.md §5): given when the copy is made, then
+//!   set only here: the version stored ([`Fs::stored`]), taken over ([`Fs::takes_version`]),
+//!   renamed over ([`Fs::replaces`]), none when stored anew ([`Fs::becomes_new_file`]).
 //! - **Write** (`write_at`, `truncate`, `allocate`, `set_attrs`): a new generation, dirty until
 //!   an upload stores it. A sealed file (its bytes shared with the store) is copied first.
 //! - **Close** ([`Fs::release_staged`]): the last writer leaves; [`Fs::settle`] decides.
@@ -83,6 +93,78 @@ impl<B: Backend> Fs<B> {
         self.journal.finish(staged);
     }
 
+    /// **Made from the stored version**: a new copy holds the bytes of the version it was
+    /// copied from, before its writer attaches: not a change to upload by itself.
+    pub(in crate::fs) fn copied_stored(staged: &Staged) {
+        if let Err(e) = staged.holds_stored() {
+            log::error!("{e}");
+        }
+    }
+
+    /// **Attach**: `staged`, made for `ino` (new, or a copy of its stored version), becomes the
+    /// inode's copy with its first writer in. False, and nothing changed, when the inode is
+    /// gone or has a copy already, or this one takes no writer.
+    pub(in crate::fs) fn attach(t: &mut Table, ino: Ino, staged: &Arc<Staged>) -> bool {
+        if t.get(ino).is_none_or(|i| i.staged.is_some()) || staged.join().is_err() {
+            return false;
+        }
+        t.set_staged(ino, Some(staged.clone()));
+        true
+    }
+
+    /// **Join**: a writer opens `ino`'s copy `staged` (taken from the inode under the same
+    /// lock). False when that copy let go of its inode meanwhile (retired or dropped by the
+    /// close that counted out its last writer): the opener stages the file again.
+    pub(in crate::fs) fn joins(t: &Table, ino: Ino, staged: &Arc<Staged>) -> bool {
+        t.get(ino).is_some_and(|i| current(i, staged)) && staged.join().is_ok()
+    }
+
+    /// **Recover**: a staged file an earlier run left in the journal is the copy of the inode
+    /// at `path`, with no writer; its upload is the caller's to schedule.
+    pub(in crate::fs) fn recovered(t: &mut Table, path: &NodePath, staged: Staged) -> Ino {
+        let ino = t.ensure(path, crate::fs::table::InodeKind::File);
+        t.set_staged(ino, Some(Arc::new(staged)));
+        ino
+    }
+
+    /// **A kernel writer joins**: a handle the kernel writes through itself (passthrough,
+    /// `open::kernel_writer`, the table locked) opens `staged`; `afresh`, created or cut.
+    pub(in crate::fs) fn kernel_writer_joins(staged: &Staged, afresh: bool) {
+        staged.kernel_writer_joins(afresh);
+    }
+
+    /// **Close** of a handle the kernel wrote through: what it wrote is a change (unless the
+    /// file still is the `stored` version, size and times unmoved), then as any close.
+    pub(in crate::fs) fn release_kernel_writer(
+        self: &Arc<Self>,
+        ino: Ino,
+        staged: &Arc<Staged>,
+        stored: Option<&(String, u64)>,
+    ) {
+        staged.kernel_writer_leaves(stored);
+        self.release_staged(ino, staged);
+    }
+
+    /// **The kernel lets go**: the last passthrough handle of `staged`, a file the kernel
+    /// wrote, is released after its writers: a map of it may have written meanwhile (compared
+    /// with the `stored` version), and retiring, left to this release, is settled now.
+    pub(in crate::fs) fn kernel_let_go(
+        self: &Arc<Self>,
+        ino: Ino,
+        staged: &Arc<Staged>,
+        stored: Option<&(String, u64)>,
+    ) {
+        staged.kernel_recheck(stored);
+        self.settle(ino, staged);
+    }
+
+    /// **Fsync**: what the kernel wrote itself to `ino`'s copy so far is news here (a change,
+    /// unless it still is the stored version).
+    pub(in crate::fs) fn fsync_started(&self, ino: Ino, staged: &Staged) {
+        let stored = self.table().stored_version(ino);
+        staged.kernel_sync(stored.as_ref());
+    }
+
     /// **Close**: a writer is done with a staged file; the last one settles it.
     pub(in crate::fs) fn release_staged(self: &Arc<Self>, ino: Ino, staged: &Arc<Staged>) {
         match staged.leave() {
@@ -150,8 +232,37 @@ impl<B: Backend> Fs<B> {
         Some(staged)
     }
 
+    /// **Compared** (`ToStore::Compare`): a generation the kernel may have left as it was
+    /// stored is not: it is stored like any other. (The same: [`Fs::stored`] with no node.)
+    pub(in crate::fs) fn found_changed(staged: &Staged) {
+        staged.found_changed();
+    }
+
+    /// **Becomes a new file**: the stored file `ino`'s staged bytes were to replace is gone
+    /// (deleted elsewhere) or stays as it is (a conflict copy takes the bytes): they are
+    /// stored as a new file. False, and nothing changed, when `staged` is no longer the
+    /// inode's copy.
+    pub(in crate::fs) fn becomes_new_file(t: &mut Table, ino: Ino, staged: &Arc<Staged>) -> bool {
+        let Some(i) = t.get_mut(ino).filter(|i| current(i, staged)) else {
+            return false;
+        };
+        staged.set_base(Base::Absent);
+        i.remote = None;
+        i.read_md5 = None;
+        true
+    }
+
+    /// **Rename over a file**: `ino`'s staged bytes, renamed over a name, replace what it
+    /// holds: `base`. (Its journal entry is rewritten by [`Fs::renamed`].)
+    pub(in crate::fs) fn replaces(t: &Table, ino: Ino, base: Base) {
+        if let Some(s) = t.get(ino).and_then(|i| i.staged.as_ref()) {
+            s.set_base(base);
+        }
+    }
+
     /// **Upload finished**: `generation` of `staged` is stored, as `node` when the backend
-    /// made a new version. Clean and the inode's new version together, under the table: a
+    /// made a new version, which is what the next upload replaces (saves in sequence never
+    /// conflict), whatever else came meanwhile. Clean and the inode's new version together, under the table: a
     /// close that settles the copy in between would otherwise find it clean while the inode
     /// still names the old version, drop it, and the next open would stage the old bytes
     /// (fstests generic/451, "stale data from DIO read"). Then retired if nothing new came:
@@ -165,6 +276,9 @@ impl<B: Backend> Fs<B> {
         generation: u64,
         node: Option<&Node>,
     ) -> bool {
+        if let Some(md5) = node.and_then(|n| n.md5_checksum.clone()) {
+            staged.set_base(Base::Md5(md5));
+        }
         if let Err(e) = staged.stored(generation) {
             log::debug!("inode {ino}: {e}");
             return false;

@@ -111,8 +111,9 @@ pub struct Snapshot {
 }
 
 impl Staged {
-    /// The staged file `id` whose bytes are at `data_path` (opened when first used).
-    pub(super) fn new(id: u64, data_path: PathBuf, size: u64, dirty: bool) -> Staged {
+    /// The staged file `id` whose bytes are at `data_path` (opened when first used), to
+    /// replace `base` when uploaded.
+    pub(super) fn new(id: u64, data_path: PathBuf, size: u64, dirty: bool, base: Base) -> Staged {
         Staged {
             id,
             data: LazyFile::new(data_path, true),
@@ -134,7 +135,7 @@ impl Staged {
             order: Mutex::new(()),
             journal: Mutex::new(JournalState::default()),
             removal: Cancel::default(),
-            base: Mutex::new(Base::Any),
+            base: Mutex::new(base),
             ahead: Arc::new(Ahead {
                 state: Mutex::new(HashAhead {
                     // Content already there (a copy of the stored file) is hashed at upload.
@@ -212,10 +213,10 @@ impl Staged {
         relock(&self.base).clone()
     }
 
-    /// The base from now on: set when staging begins, when a rename puts the file over
-    /// another, after each upload (the version stored), and to `Absent` for a conflict copy.
-    /// The caller journals it again (`Journal::record`).
-    pub fn set_base(&self, base: Base) {
+    /// The base from now on: given when staging begins; set by the steps of `lifecycle` when a
+    /// rename puts the file over another, after each upload (the version stored), and to
+    /// `Absent` for a file stored anew. The caller journals it again (`Journal::record`).
+    fn set_base(&self, base: Base) {
         *relock(&self.base) = base;
     }
 
@@ -497,7 +498,7 @@ mod tests {
             .create_new(true)
             .open(&path)
             .unwrap();
-        Arc::new(Staged::new(1, path, 0, false))
+        Arc::new(Staged::new(1, path, 0, false, Base::Any))
     }
 
     /// Whatever the writes (appends with a hasher running beside them, overwrites, cuts), the

@@ -120,7 +120,7 @@ impl Staged {
 
     /// **Open**: a writable handle joins (with the inode table locked). Refused once the file
     /// is retired, dropped or set aside: the writer stages the file again.
-    pub fn join(&self) -> Result<(), Illegal> {
+    pub(super) fn join(&self) -> Result<(), Illegal> {
         self.step(
             "join",
             |s| s.life.live(),
@@ -148,7 +148,7 @@ impl Staged {
     }
 
     /// The file was made as a copy of the stored version: not a change to upload by itself.
-    pub fn holds_stored(&self) -> Result<(), Illegal> {
+    pub(super) fn holds_stored(&self) -> Result<(), Illegal> {
         self.step(
             "take the stored bytes",
             |s| s.life == Life::Closed && s.writers == 0,
@@ -180,7 +180,7 @@ impl Staged {
 
     /// A generation that might have held the stored bytes (`kernel_changed`) was compared and
     /// found changed: it is stored like any other.
-    pub fn found_changed(&self) {
+    pub(super) fn found_changed(&self) {
         self.make_sure();
     }
 

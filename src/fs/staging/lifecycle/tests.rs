@@ -25,7 +25,7 @@ fn bare(dir: &Path, id: u64) -> Staged {
         .create_new(true)
         .open(&path)
         .unwrap();
-    Staged::new(id, path, 0, false)
+    Staged::new(id, path, 0, false, crate::api::Base::Any)
 }
 
 /// A staged file brought to `life` by legal steps.
