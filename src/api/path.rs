@@ -99,8 +99,11 @@ pub fn nfd(s: &str) -> String {
 }
 
 /// `NAME (TAG).EXT` for `name`, ` N` after the tag when `n` > 1 (to make it unique): the
-/// extension stays last so the file opens as the original did; the stem is cut (at a character
-/// boundary) to keep the name within [`MAX_NAME_BYTES`]. (Conflict copies, restored files.)
+/// extension stays last so the file opens as the original did. Always a name the store takes,
+/// whatever `name` and `tag` hold (conflict copies, restored files, issue 47): the tag loses
+/// control and bidi characters and `/`; the stem is cut (at a character boundary) to fit
+/// [`MAX_NAME_BYTES`], and an extension too long to leave the stem [`KEPT_STEM`] bytes is cut
+/// at its end too.
 pub fn tagged_name(name: &str, tag: &str, n: u32) -> String {
     let (stem, ext) = match name.rfind('.') {
         Some(i) if i > 0 => name.split_at(i),
@@ -108,19 +111,30 @@ pub fn tagged_name(name: &str, tag: &str, n: u32) -> String {
     };
     let tag: String = tag
         .chars()
-        .filter(|c| !c.is_control() && *c != '/')
+        .filter(|c| !c.is_control() && *c != '/' && !is_bidi_control(*c))
         .collect();
     let suffix = if n > 1 {
         format!(" ({tag} {n})")
     } else {
         format!(" ({tag})")
     };
-    let room = MAX_NAME_BYTES.saturating_sub(suffix.len() + ext.len());
-    let mut cut = stem.len().min(room);
-    while !stem.is_char_boundary(cut) {
+    let room = MAX_NAME_BYTES.saturating_sub(suffix.len());
+    let ext = cut_at_char(ext, room.saturating_sub(stem.len().min(KEPT_STEM)));
+    let stem = cut_at_char(stem, room - ext.len());
+    format!("{stem}{suffix}{ext}")
+}
+
+/// What a [`tagged_name`] keeps of a stem at least (all of a shorter one), cutting a long
+/// extension rather than leaving a name that starts with its tag.
+pub const KEPT_STEM: usize = 32;
+
+/// The longest start of `s` within `max` bytes that ends on a character boundary.
+pub fn cut_at_char(s: &str, max: usize) -> &str {
+    let mut cut = s.len().min(max);
+    while !s.is_char_boundary(cut) {
         cut -= 1;
     }
-    format!("{}{suffix}{ext}", &stem[..cut])
+    &s[..cut]
 }
 
 /// `YYYY-MM-DD HHMMSS` (UTC): a time in a [`tagged_name`].

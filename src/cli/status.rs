@@ -208,6 +208,16 @@ fn render(s: &Status) -> String {
             out += &format!("    {}  (of {}, {})\n", c.copy, c.original, c.at);
         }
     }
+    if !s.set_aside.is_empty() {
+        out += "  NOT STORED: edits the store refused, kept in lost+found (move each back into the \
+                 mount under a name the store takes, or delete it, once dealt with)\n";
+        for a in &s.set_aside {
+            out += &format!(
+                "    {}  ({}, {})\n      kept in {}\n",
+                a.path, a.why, a.at, a.kept
+            );
+        }
+    }
     if !s.errors.is_empty() {
         out += "  recent errors\n";
         for e in &s.errors {

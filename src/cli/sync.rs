@@ -57,6 +57,12 @@ pub fn sync(args: SyncArgs) -> Result<(), Box<dyn std::error::Error>> {
             None => control::status_all(),
         };
         let pending: usize = mounts.iter().map(|m| m.uploads.len()).sum();
+        if pending == 0 && mounts.iter().any(|m| !m.set_aside.is_empty()) {
+            if live {
+                eprintln!();
+            }
+            return Err(set_aside(&mounts).into());
+        }
         if pending == 0 {
             if live {
                 eprintln!("\rvaultfs: everything is stored{:30}", "");
@@ -112,6 +118,20 @@ fn progress(mounts: &[Status], elapsed: Duration) -> String {
         human_bytes(rate as u64),
         elapsed.as_secs_f64()
     )
+}
+
+/// The edits the store refused, kept in lost+found: a failure until the user deals with them.
+fn set_aside(mounts: &[Status]) -> String {
+    let notes: Vec<_> = mounts.iter().flat_map(|m| &m.set_aside).collect();
+    let mut out = format!(
+        "{} edit(s) could not be stored; their bytes are kept in lost+found (move each back \
+         into the mount under a name the store takes, or delete it, once dealt with):\n",
+        notes.len()
+    );
+    for a in notes {
+        out += &format!("  {}: {}\n    kept in {}\n", a.path, a.why, a.kept);
+    }
+    out.trim_end().to_string()
 }
 
 /// What is left, a line per file, with the mount's recent errors (the reason, when there is one).

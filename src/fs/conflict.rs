@@ -424,4 +424,33 @@ mod tests {
         let c = copy_name(&long, t, "h", 1);
         assert!(c.len() <= 255 && c.ends_with(" h).pdf"), "{c}");
     }
+
+    /// Issue 47, items 3 and 4: a name whose extension is most of its 255 bytes, a host name
+    /// with a bidi override or a control character: the copy's name is always one the store
+    /// takes, its tag readable, the stem kept.
+    #[test]
+    fn a_conflict_copys_name_is_always_one_the_store_takes() {
+        let t = UNIX_EPOCH + Duration::from_secs(1_795_000_000);
+        let cases = [
+            format!("Minutes v1.{}", "x".repeat(240)),
+            format!("Minutes v1.{}", "x".repeat(243)),
+            format!("a.{}", "é".repeat(126)),
+            "x".repeat(255),
+        ];
+        for name in &cases {
+            for host in ["laptop", "lap\u{202e}top", "a\u{7}b/c\u{2066}d"] {
+                for n in [1, 2, 20] {
+                    let c = copy_name(name, t, host, n);
+                    let stored = crate::api::path::new_name(&c);
+                    assert!(stored.is_ok_and(|s| s == c), "{c:?}");
+                    assert!(c.contains(" (conflict 2026-11-18 110640 "), "{c}");
+                    assert!(!c.chars().any(|ch| ch.is_control()), "{c:?}");
+                    let stem = name.split('.').next().unwrap();
+                    assert!(c.starts_with(&stem[..stem.len().min(32)]), "{c}");
+                }
+            }
+        }
+        let c = copy_name("notes.txt", t, "lap\u{202e}top", 1);
+        assert_eq!(c, "notes (conflict 2026-11-18 110640 laptop).txt");
+    }
 }

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use super::spares::{Spare, Spares};
 use super::staging::Staged;
+use super::status::SetAside;
 use crate::api::{Base, NodePath};
 use crate::sync::relock;
 
@@ -334,7 +335,9 @@ impl Journal {
 
     /// Keeps the bytes of an upload that can never succeed (its folder is gone, say) where a
     /// person can find them, instead of dropping them.
-    pub fn quarantine(&self, staged: &Staged, path: &NodePath) -> io::Result<PathBuf> {
+    /// It is noted (`set-aside` beside `lost+found`) with `why`, for `vaultfs status` and
+    /// `vaultfs sync` to say until the user moves or deletes the kept file ([`Journal::set_aside`]).
+    pub fn quarantine(&self, staged: &Staged, path: &NodePath, why: &str) -> io::Result<PathBuf> {
         super::private_dir(&self.lost)?;
         let name = format!("{}-{}", staged.id, path.name().unwrap_or("file"));
         let dest = self.lost.join(name);
@@ -343,8 +346,42 @@ impl Journal {
         if fs::hard_link(staged.data_path(), &dest).is_err() {
             crate::api::files::copy_to_new(&*staged.file()?, staged.size(), &dest)?;
         }
+        let note = SetAside {
+            path: path.to_string(),
+            kept: dest.display().to_string(),
+            why: why.to_string(),
+            at: crate::api::time::format_time(std::time::SystemTime::now()),
+        };
+        let line = serde_json::to_string(&note).expect("a note serializes") + "\n";
+        // The bytes are kept either way; a note that cannot be written is said in the log.
+        if let Err(e) =
+            open_append(&self.set_aside_log()).and_then(|mut f| f.write_all(line.as_bytes()))
+        {
+            log::error!("could not note {} as set aside: {e}", dest.display());
+        }
         self.finish(staged);
         Ok(dest)
+    }
+
+    fn set_aside_log(&self) -> PathBuf {
+        self.lost.with_file_name("set-aside")
+    }
+
+    /// The edits set aside whose kept file is still in `lost+found`, oldest first: each a
+    /// failure to store that the user has not dealt with yet.
+    pub fn set_aside(&self) -> Vec<SetAside> {
+        let Ok(text) = fs::read_to_string(self.set_aside_log()) else {
+            return Vec::new();
+        };
+        let mut seen = std::collections::HashSet::new();
+        let mut notes: Vec<SetAside> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<SetAside>(l).ok())
+            .rev()
+            .filter(|n| seen.insert(n.kept.clone()) && Path::new(&n.kept).exists())
+            .collect();
+        notes.reverse();
+        notes
     }
 
     /// Staged files a previous run left, oldest first: (path, file id, staged file with its

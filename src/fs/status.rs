@@ -82,6 +82,10 @@ pub struct Status {
     /// Conflict copies this mount made (`fs::conflict`), oldest first.
     #[serde(default)]
     pub conflicts: Vec<Conflict>,
+    /// Edits that could not be stored, kept in `lost+found` (until moved or deleted there),
+    /// oldest first.
+    #[serde(default)]
+    pub set_aside: Vec<SetAside>,
     /// Pinned files and folders (`vaultfs pin`), kept whole on disk.
     #[serde(default)]
     pub pins: Vec<Pin>,
@@ -113,6 +117,19 @@ pub struct Pin {
     /// When it was last walked (RFC 3339).
     #[serde(default)]
     pub checked: Option<String>,
+}
+
+/// An edit that could not be stored: its bytes kept in the mount's `lost+found`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SetAside {
+    /// The file's path (`/nodes/pth/...`).
+    pub path: String,
+    /// Where its bytes are kept.
+    pub kept: String,
+    /// Why the store would not take them.
+    pub why: String,
+    /// When (RFC 3339).
+    pub at: String,
 }
 
 /// A conflict copy: the local edit of `original`, which had changed elsewhere, stored as `copy`.
@@ -324,6 +341,7 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
         uploads,
         errors: fs.uploads.tracker.errors(),
         conflicts: fs.conflicts.list(),
+        set_aside: fs.journal.set_aside(),
         pins: fs.pin_status(mountpoint),
     }
 }

@@ -7,8 +7,12 @@ use std::process::Command;
 use super::errno_of;
 use crate::common;
 use crate::common::env::{Env, Via};
+use crate::common::mount::wait_for;
 
-both!(search_takes_a_folder_in_the_mount);
+both!(
+    search_takes_a_folder_in_the_mount,
+    an_edit_the_store_refuses_is_a_failure_sync_and_status_say
+);
 
 /// Other users are kept out of a mount unless `--allow-other` lets them in.
 #[test]
@@ -160,6 +164,60 @@ fn sync_and_status_take_a_path_inside_the_mount() {
     let none = run(&["sync", outside.to_str().unwrap()]);
     assert!(!none.status.success());
     assert!(String::from_utf8_lossy(&none.stderr).contains("no running vaultfs mount"));
+    m.unmount();
+}
+
+/// An edit that goes to `lost+found` is a failure the user sees (issue 47, item 4): a file the
+/// store refuses (a name with a control character, which the mount takes and the store does
+/// not) is set aside after its attempts; `vaultfs status` lists it, `vaultfs sync` exits 1
+/// naming it and where its bytes are, until the kept file is moved away.
+fn an_edit_the_store_refuses_is_a_failure_sync_and_status_say(via: Via) {
+    let Some(env) = Env::new(via) else {
+        return;
+    };
+    let m = env.mount(&[]);
+    let name = "bell\u{7}.txt";
+    fs::write(env.vault().join(name), b"an edit the store refuses\n").unwrap();
+    fs::write(env.vault().join("fine.txt"), b"stored\n").unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(crate::common::mount::BIN)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let mp = m.path("");
+    let mp = mp.to_str().unwrap();
+    wait_for(60, "the refused file set aside", || {
+        m.status()["set_aside"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+    });
+    let status = m.status();
+    let noted = &status["set_aside"][0];
+    assert!(noted["path"].as_str().unwrap().contains("bell"), "{status}");
+    assert!(
+        noted["why"].as_str().unwrap().contains("control character"),
+        "{status}"
+    );
+    let kept = std::path::PathBuf::from(noted["kept"].as_str().unwrap());
+    assert_eq!(fs::read(&kept).unwrap(), b"an edit the store refuses\n");
+    let human = run(&["status", mp]);
+    let human = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        human.contains("NOT STORED") && human.contains(kept.to_str().unwrap()),
+        "{human}"
+    );
+    let sync = run(&["sync", "--quiet", mp]);
+    assert_eq!(sync.status.code(), Some(1), "{sync:?}");
+    let said = String::from_utf8_lossy(&sync.stderr);
+    assert!(said.contains("1 edit(s) could not be stored"), "{said}");
+    assert!(said.contains(kept.to_str().unwrap()), "{said}");
+    assert!(m.log_text().contains("ERROR"), "{}", m.log_text());
+    // Dealt with: the kept file moved out of lost+found, sync succeeds again.
+    fs::rename(&kept, env._tmp.path().join("rescued.txt")).unwrap();
+    let sync = run(&["sync", "--quiet", mp]);
+    assert!(sync.status.success(), "{sync:?}");
+    assert_eq!(m.status()["set_aside"], serde_json::json!([]));
     m.unmount();
 }
 

@@ -527,7 +527,7 @@ impl<B: Backend> Fs<B> {
             return;
         };
         let path = inode.path.clone();
-        match self.journal.quarantine(&staged, &path) {
+        match self.journal.quarantine(&staged, &path, &err.to_string()) {
             Ok(dest) => log::error!(
                 "cannot upload {path} ({err}); its bytes are kept in {}",
                 dest.display()

@@ -26,6 +26,7 @@ use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
 
 use super::VirtualDir;
+use crate::api::path::MAX_NAME_BYTES;
 use crate::api::{NodePath, SearchHit};
 use crate::backend::Backend;
 use crate::fs::error::Error as FsError;
@@ -78,7 +79,7 @@ fn entry_names(dir: &NodePath, paths: &[NodePath]) -> Vec<String> {
         .map(|p| {
             let name = p.name().unwrap_or_default();
             let base = if count[name] > 1 {
-                rel(p).join(&SLASH.to_string())
+                within_a_name(&rel(p).join(&SLASH.to_string()))
             } else {
                 name.to_string()
             };
@@ -91,6 +92,19 @@ fn entry_names(dir: &NodePath, paths: &[NodePath]) -> Vec<String> {
             entry
         })
         .collect()
+}
+
+/// A path written as one name, within a name's 255 bytes (issue 47, item 9): one too long
+/// keeps its end (the file's own name, the extension last) after `…`.
+fn within_a_name(joined: &str) -> String {
+    if joined.len() <= MAX_NAME_BYTES {
+        return joined.to_string();
+    }
+    let mut start = joined.len() - (MAX_NAME_BYTES - '…'.len_utf8());
+    while !joined.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("…{}", &joined[start..])
 }
 
 impl<B: Backend> VirtualDir<B> for Searches {
@@ -329,6 +343,31 @@ mod tests {
         assert_eq!(
             entry_names(&dir, &paths),
             ["a／b.txt", "b.txt", "a／b (2).txt"]
+        );
+    }
+
+    /// Issue 47, item 9: files sharing a name deep in folders with long names: each entry is
+    /// a name `ls` can open (within 255 bytes), ending in the file's own name.
+    #[test]
+    fn entries_of_deep_paths_fit_a_name() {
+        let dir = p("/nodes/pth/A/V");
+        let deep = ["d".repeat(200), "e".repeat(200), "report.pdf".into()].join("/");
+        let paths = [
+            p(&format!("/nodes/pth/A/V/{deep}")),
+            p(&format!("/nodes/pth/A/V/{}/report.pdf", "f".repeat(250))),
+            p("/nodes/pth/A/V/report.pdf"),
+        ];
+        let names = entry_names(&dir, &paths);
+        for n in &names {
+            assert!(n.len() <= MAX_NAME_BYTES, "{n}");
+            assert!(n.ends_with("report.pdf"), "{n}");
+            crate::api::path::validate_name(n).unwrap();
+        }
+        assert!(names[0].starts_with('…'), "{}", names[0]);
+        assert_eq!(names[2], "report.pdf");
+        assert_eq!(
+            names.iter().collect::<std::collections::HashSet<_>>().len(),
+            3
         );
     }
 }

@@ -23,6 +23,7 @@ use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
 
 use super::VirtualDir;
+use crate::api::path::MAX_NAME_BYTES;
 use crate::api::{Version, parse_time};
 use crate::backend::Backend;
 use crate::fs::error::Error as FsError;
@@ -97,6 +98,10 @@ pub fn name_versions(file: &str, versions: Vec<Version>) -> Named {
         .into_iter()
         .map(|(t, v)| {
             let base = t.map_or_else(|| format!("version {}", v.version_id), stamp);
+            // Within a name's 255 bytes with a number after it (issue 47, item 9): a long
+            // extension is cut at its end.
+            let room = MAX_NAME_BYTES.saturating_sub(base.len() + "_0000".len());
+            let ext = crate::api::path::cut_at_char(ext, room);
             let mut name = format!("{base}{ext}");
             let mut n = 2;
             while !taken.insert(name.clone()) {
@@ -426,6 +431,32 @@ mod tests {
         assert_eq!(
             name_versions("Makefile", vec![v("1", "2026-01-02T03:04:05Z", false)])[0].0,
             "2026-01-02 03.04.05"
+        );
+    }
+
+    /// Issue 47, item 9: a file whose extension is most of its name: each version's name
+    /// fits 255 bytes, and stays unique.
+    #[test]
+    fn versions_of_a_long_extension_fit_a_name() {
+        let file = format!("a.{}", "é".repeat(126));
+        let saves: Vec<Version> = (0..3)
+            .map(|i| v(&i.to_string(), "2026-11-27T01:02:03Z", false))
+            .collect();
+        let named = name_versions(&file, saves);
+        for (n, _) in &named {
+            crate::api::path::validate_name(n).unwrap();
+            assert!(
+                n.starts_with("2026-11-27 01.02.03") && n.contains(".éé"),
+                "{n}"
+            );
+        }
+        assert_eq!(
+            named
+                .iter()
+                .map(|(n, _)| n)
+                .collect::<std::collections::HashSet<_>>()
+                .len(),
+            3
         );
     }
 }
