@@ -102,10 +102,6 @@ pub fn nfd(s: &str) -> String {
 /// extension stays last so the file opens as the original did; the stem is cut (at a character
 /// boundary) to keep the name within [`MAX_NAME_BYTES`]. (Conflict copies, restored files.)
 pub fn tagged_name(name: &str, tag: &str, n: u32) -> String {
-    let (stem, ext) = match name.rfind('.') {
-        Some(i) if i > 0 => name.split_at(i),
-        _ => (name, ""),
-    };
     let tag: String = tag
         .chars()
         .filter(|c| !c.is_control() && *c != '/')
@@ -114,6 +110,12 @@ pub fn tagged_name(name: &str, tag: &str, n: u32) -> String {
         format!(" ({tag} {n})")
     } else {
         format!(" ({tag})")
+    };
+    // An extension too long to keep beside the tag (and a byte of the stem) is cut as the stem
+    // is: the name stays within the bound (issue 47, item 10: a restore answered `bad_path`).
+    let (stem, ext) = match name.rfind('.') {
+        Some(i) if i > 0 && name.len() - i + suffix.len() < MAX_NAME_BYTES => name.split_at(i),
+        _ => (name, ""),
     };
     let room = MAX_NAME_BYTES.saturating_sub(suffix.len() + ext.len());
     let mut cut = stem.len().min(room);
@@ -331,6 +333,29 @@ pub fn encode_segment(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tagged_names_stay_within_the_bound_whatever_the_extension() {
+        assert_eq!(
+            tagged_name("notes.txt", "restored x", 1),
+            "notes (restored x).txt"
+        );
+        assert_eq!(
+            tagged_name("notes.txt", "restored x", 2),
+            "notes (restored x 2).txt"
+        );
+        for name in [
+            format!("a.{}", "x".repeat(250)),
+            format!(".{}", "y".repeat(254)),
+            format!("{}.txt", "é".repeat(125)),
+            "é".repeat(127),
+        ] {
+            let t = tagged_name(&name, "restored 2026-12-06 120000", 12);
+            assert!(t.len() <= MAX_NAME_BYTES, "{} bytes: {t}", t.len());
+            assert!(t.contains(" (restored 2026-12-06 120000 12)"), "{t}");
+            assert!(new_name(&t).is_ok(), "{t}");
+        }
+    }
 
     #[test]
     fn parses_and_encodes_round_trip() {
