@@ -347,6 +347,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn tagged_names_stay_within_the_bound_whatever_the_extension() {
+        assert_eq!(
+            tagged_name("notes.txt", "restored x", 1),
+            "notes (restored x).txt"
+        );
+        assert_eq!(
+            tagged_name("notes.txt", "restored x", 2),
+            "notes (restored x 2).txt"
+        );
+        for name in [
+            format!("a.{}", "x".repeat(250)),
+            format!(".{}", "y".repeat(254)),
+            format!("{}.txt", "é".repeat(125)),
+            "é".repeat(127),
+        ] {
+            let t = tagged_name(&name, "restored 2026-12-06 120000", 12);
+            assert!(t.len() <= MAX_NAME_BYTES, "{} bytes: {t}", t.len());
+            assert!(t.contains(" (restored 2026-12-06 120000 12)"), "{t}");
+            assert!(new_name(&t).is_ok(), "{t}");
+        }
+    }
+
+    #[test]
     fn parses_and_encodes_round_trip() {
         let p = NodePath::parse_encoded("/Acme/My%20First%20Vault/r%C3%A9sum%C3%A9.txt").unwrap();
         assert_eq!(p.segments(), ["Acme", "My First Vault", "résumé.txt"]);

@@ -8,6 +8,10 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::mounted::Mounted;
+use super::terminal;
+use crate::fs::status::StoreAt;
+
 #[derive(Args)]
 pub struct LinkArgs {
     /// A file in a vaultfs mount
@@ -46,19 +50,35 @@ pub fn link(args: LinkArgs) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         "user.vaultfs.link_uri"
     };
-    match xattr(&args.file, name) {
-        Ok(Some(uri)) => {
-            println!("{uri}");
-            Ok(())
+    let shown = terminal::escaped(&args.file.display().to_string());
+    // Only a vaultfs mount's attribute is its link: any file elsewhere can carry one, set by
+    // whoever wrote it.
+    let Some(mounted) = Mounted::of(&args.file)? else {
+        return Err(format!("{shown}: not in a vaultfs mount").into());
+    };
+    let uri = match xattr(&args.file, name) {
+        Ok(Some(uri)) => uri,
+        Ok(None) => {
+            return Err(format!(
+                "{shown}: no link (a folder, a file not yet stored, or a store without browser \
+                 links)"
+            )
+            .into());
         }
-        Ok(None) => Err(format!(
-            "{}: no link (a folder, a file not yet stored, or a store without browser links)",
-            args.file.display()
-        )
-        .into()),
         Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => {
-            Err(format!("{}: not in a vaultfs mount ({e})", args.file.display()).into())
+            return Err(format!("{shown}: not in a vaultfs mount ({e})").into());
         }
-        Err(e) => Err(format!("{}: {e}", args.file.display()).into()),
-    }
+        Err(e) => return Err(format!("{shown}: {e}").into()),
+    };
+    // What the store sent, printed only as a web address: one relative to the server the mount
+    // uses is made absolute against it, anything else (another scheme, escape sequences that
+    // would set the clipboard or clear the screen) is refused.
+    let server = match &mounted.store {
+        StoreAt::Server(url) => Some(url.as_str()),
+        StoreAt::DataDir(_) => None,
+    };
+    let url =
+        terminal::web_url(server, &uri).map_err(|e| format!("{shown}: the store's link is {e}"))?;
+    println!("{url}");
+    Ok(())
 }

@@ -285,32 +285,13 @@ fn open_browser(url: &str) {
     }
 }
 
-/// The authorization address a server sent, made safe to print and to open: a web address
-/// (http or https; one relative to the server is joined to it), with no control or
-/// bidirectional-formatting character that could rewrite the terminal. Anything else is
-/// refused (a server could send `file:///etc/passwd` or escape sequences).
+/// The authorization address a server sent, made safe to print and to open
+/// ([`super::terminal::web_url`]: a web address, one relative to the server joined to it, with
+/// no character that could rewrite the terminal). Anything else is refused (a server could send
+/// `file:///etc/passwd` or escape sequences).
 fn authorization_url(server: &str, sent: &str) -> Result<String, String> {
-    let bad = |c: char| {
-        c.is_control()
-            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-    };
-    let shown: String = sent
-        .chars()
-        .take(200)
-        .map(|c| if bad(c) { '\u{fffd}' } else { c })
-        .collect();
-    let refuse =
-        || format!("{server} sent an authorization address that is not a web page: {shown}");
-    if sent.chars().any(bad) {
-        return Err(refuse());
-    }
-    let base = reqwest::Url::parse(&format!("{}/", server.trim_end_matches('/')))
-        .map_err(|e| format!("bad server address {server}: {e}"))?;
-    let url = base.join(sent).map_err(|_| refuse())?;
-    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err(refuse());
-    }
-    Ok(url.to_string())
+    super::terminal::web_url(Some(server), sent)
+        .map_err(|e| format!("{server} sent an authorization address that is {e}"))
 }
 
 /// Reads the pin from standard input (the terminal, or a pipe).

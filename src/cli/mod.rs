@@ -18,6 +18,7 @@ mod restore;
 mod search;
 mod status;
 mod sync;
+mod terminal;
 mod users;
 
 use std::net::SocketAddr;

@@ -139,7 +139,11 @@ fn list_removed(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
     let rt = tokio::runtime::Runtime::new()?;
     for d in rt.block_on(client.deleted_files(&m.path))? {
         let slash = if d.folder { "/" } else { "" };
-        println!("{}{slash}\tdeleted {}", d.name, d.deleted_on);
+        println!(
+            "{}{slash}\tdeleted {}",
+            super::terminal::escaped(&d.name),
+            super::terminal::escaped(&d.deleted_on)
+        );
     }
     Ok(())
 }
@@ -168,6 +172,7 @@ fn bring_back(path: &Path) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         "file, with its versions"
     };
-    println!("restored {} ({what})", m.local(&node.uri));
+    let restored = super::terminal::escaped(&m.local(&node.uri));
+    println!("restored {restored} ({what})");
     Ok(())
 }

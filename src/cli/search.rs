@@ -8,6 +8,7 @@ use clap::Args;
 
 use super::DataDir;
 use super::mounted::{Client, Mounted};
+use super::terminal;
 use crate::api::NodePath;
 use crate::backend::Backend;
 use crate::fs::status::StoreAt;
@@ -83,7 +84,8 @@ pub fn search(args: SearchArgs) -> Result<(), Box<dyn std::error::Error>> {
         }
     }?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&found)?);
+        // Names and words of documents: no escape sequence reaches the terminal.
+        println!("{}", terminal::json(&serde_json::to_string_pretty(&found)?));
         return Ok(());
     }
     for hit in &found.hits {
@@ -95,7 +97,13 @@ pub fn search(args: SearchArgs) -> Result<(), Box<dyn std::error::Error>> {
                 .unwrap_or(&hit.uri)
                 .to_string(),
         };
-        println!("{path}\n    {}", hit.context);
+        // A file's name and words are anyone's: printed with their control and bidi
+        // characters made visible, never acted on by the terminal.
+        println!(
+            "{}\n    {}",
+            terminal::escaped(&path),
+            terminal::escaped(&hit.context)
+        );
     }
     if found.more && (found.hits.len() as u64) < args.limit.min(crate::store::MAX_SEARCH_LIMIT) {
         // Fewer than asked for, and more: the search stopped at its time bound.

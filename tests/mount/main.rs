@@ -18,6 +18,7 @@ mod crash;
 mod descriptors;
 mod follow;
 mod io;
+mod link;
 mod model;
 mod namespace;
 mod offline;

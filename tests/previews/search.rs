@@ -308,3 +308,64 @@ async fn the_cli_prints_paths_with_context_and_json() {
          while it is idle)\n"
     );
 }
+
+/// `vaultfs search` prints a document's words with the escape sequences and bidi controls in
+/// them made visible, never raw (issue 47, item 13: before, a document holding `ESC ] 52` set
+/// the terminal's clipboard and `ESC [ 2 J` cleared the screen when its line of context was
+/// printed); other text, any script, is printed as it is. `--json` holds none raw either.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_prints_escape_sequences_in_documents_visibly() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = std::sync::Arc::new(vaultfs::store::Store::open_local(dir.path()).unwrap());
+        store
+            .start_previews(1, std::path::Path::new(common::mount::BIN))
+            .unwrap();
+        let b = vaultfs::backend::local::LocalBackend::new(store.clone());
+        let text = "Grüße okapi \u{1b}]52;c;b3duZWQ=\u{7}\u{1b}[2J \u{9b}31m \u{202e}gnp.exe\n";
+        put(&b, &super::vault(), "hostile.txt", text.as_bytes()).await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while store.search_backlog().unwrap() > 0 {
+            assert!(Instant::now() < deadline, "not indexed after 60 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(common::mount::BIN)
+            .arg("search")
+            .arg("--data-dir")
+            .arg(dir.path())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let raw = |s: &str| {
+        s.chars()
+            .any(|c| matches!(c, '\u{1b}' | '\u{7}' | '\u{9b}' | '\u{202e}'))
+    };
+    let lines = run(&["okapi"]);
+    assert!(!raw(&lines), "{lines:?}");
+    assert!(
+        lines.starts_with("/Local/My First Vault/hostile.txt\n    "),
+        "{lines:?}"
+    );
+    assert!(lines.contains("Grüße okapi"), "{lines:?}");
+    assert!(
+        lines.contains("\\x1b]52;c;b3duZWQ=\\x07\\x1b[2J"),
+        "{lines:?}"
+    );
+    assert!(lines.contains("\\u{202e}gnp.exe"), "{lines:?}");
+    let json = run(&["--json", "okapi"]);
+    assert!(!raw(&json), "{json:?}");
+    // The same words, read back from the JSON.
+    let found: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(
+        found["hits"][0]["context"]
+            .as_str()
+            .unwrap()
+            .contains("\u{202e}gnp.exe"),
+        "{found}"
+    );
+}

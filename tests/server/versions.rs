@@ -315,3 +315,80 @@ async fn the_age_bound_holds_for_untouched_and_deleted_files() {
     assert_eq!(s.store.blob_count().unwrap(), 1, "the bytes went with them");
     assert_eq!(s.store.check_integrity().unwrap(), Vec::<String>::new());
 }
+
+/// A deleted file or folder whose name is taken meanwhile comes back beside it under a free
+/// name of at most 255 bytes, also when its name is long or all extension (issue 47, item 10:
+/// before, `NAME (restored ...)` grew past 255 bytes and the restore answered 400 `bad_path`),
+/// and the answer is the restored node with its new name.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_onto_a_taken_long_name_comes_back_beside_it() {
+    let s = TestServer::start_with(served_retention(), ServerOptions::default()).await;
+    let alice = Api::new(&s, &s.user("alice@example.com", "Acme").await);
+    let names = [
+        format!("a.{}", "x".repeat(250)),
+        format!("{}.txt", "é".repeat(125)),
+        format!(".{}", "y".repeat(254)),
+    ];
+    for name in &names {
+        let id = alice.upload(VAULT, name, b"kept").await;
+        let path = format!("{VAULT}/{}", vaultfs::api::path::encode_segment(name));
+        let (st, _) = alice.call(Method::DELETE, &path, None).await;
+        assert_eq!(st, 200);
+        let newer = alice.upload(VAULT, name, b"newer").await;
+        let (st, v) = alice
+            .call(
+                Method::POST,
+                &format!("/files/id/Document/{id}/restore"),
+                None,
+            )
+            .await;
+        assert_eq!(st, 200, "{name}: {v}");
+        let back = v["message"]["name"].as_str().unwrap();
+        assert!(back.len() <= 255, "{} bytes: {back}", back.len());
+        assert!(back.contains("(restored "), "{back}");
+        assert_eq!(v["message"]["id"], Value::from(id.clone()));
+        assert_eq!(alice.download(&id).await, b"kept");
+        assert_eq!(alice.download(&newer).await, b"newer");
+        let (st, _) = alice
+            .get(&format!(
+                "{VAULT}/{}",
+                vaultfs::api::path::encode_segment(back)
+            ))
+            .await;
+        assert_eq!(st, 200, "{back}");
+    }
+    // A folder the same way.
+    let dir = format!("d.{}", "z".repeat(250));
+    let dir_path = format!("{VAULT}/{dir}");
+    let (st, _) = alice
+        .call(Method::PUT, &dir_path, Some(serde_json::json!({})))
+        .await;
+    assert_eq!(st, 200);
+    let (st, _) = alice.call(Method::DELETE, &dir_path, None).await;
+    assert_eq!(st, 200);
+    let (st, _) = alice
+        .call(Method::PUT, &dir_path, Some(serde_json::json!({})))
+        .await;
+    assert_eq!(st, 200);
+    let (_, listing) = alice.get(&format!("{VAULT}?deleted=1")).await;
+    let gone = listing["message"]["deleted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == dir.as_str())
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (st, v) = alice
+        .call(
+            Method::POST,
+            &format!("/files/id/Document/{gone}/restore"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let back = v["message"]["name"].as_str().unwrap();
+    assert!(back.len() <= 255 && back.contains("(restored "), "{back}");
+    assert_eq!(s.store.check_integrity().unwrap(), Vec::<String>::new());
+}

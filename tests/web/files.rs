@@ -113,3 +113,52 @@ async fn uploads_folders_renames_sorting_and_paging() {
         ["Résumé & co", "c.bin", "renamed.txt"]
     );
 }
+
+/// An upload the quota refuses (507) leaves nothing behind (issue 47, item 11; before: an empty
+/// file at the name): a new name stays free, listed nowhere, not even as deleted; an existing
+/// file keeps its content and its versions.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upload_refused_by_the_quota_leaves_nothing_at_the_name() {
+    let s = TestServer::start_with(
+        vaultfs::store::StoreConfig {
+            max_bytes_per_account: 10_000,
+            ..crate::common::served_retention()
+        },
+        Default::default(),
+    )
+    .await;
+    let (alice, token) = alice(&s).await;
+    let (st, _) = alice.upload(VAULT, "a.txt", &[b'a'; 4000], &token).await;
+    assert_eq!(st, 200);
+    let (st, two) = alice.upload(VAULT, "a.txt", b"second", &token).await;
+    assert_eq!(st, 200);
+    let id = two["message"]["id"].as_str().unwrap().to_string();
+    let download = two["message"]["download_link_uri"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // A new file past the quota.
+    let (st, refused) = alice.upload(VAULT, "big.bin", &[0; 8000], &token).await;
+    assert_eq!(st.as_u16(), 507, "{refused}");
+    assert_eq!(
+        refused["error"]["error_name"], "quota_exceeded",
+        "{refused}"
+    );
+    let folder = alice.get(&format!("/web/browse/{VAULT}")).await;
+    assert_eq!(names(&folder.body), ["a.txt"]);
+    let deleted = alice.get(&format!("/web/deleted/{VAULT}")).await;
+    assert!(!deleted.body.contains("big.bin"), "{}", deleted.body);
+    // A new version of an existing file past the quota.
+    let (st, refused) = alice.upload(VAULT, "a.txt", &[b'b'; 8000], &token).await;
+    assert_eq!(st.as_u16(), 507, "{refused}");
+    assert_eq!(alice.get(&download).await.body, "second");
+    assert_eq!(s.store.version_history(&id).unwrap().len(), 2);
+    assert_eq!(
+        names(&alice.get(&format!("/web/browse/{VAULT}")).await.body),
+        ["a.txt"]
+    );
+    // The name stays free: the same upload, small enough, is a new file.
+    let (st, fine) = alice.upload(VAULT, "big.bin", b"small", &token).await;
+    assert_eq!(st, 200, "{fine}");
+    assert_eq!(s.store.check_integrity().unwrap(), Vec::<String>::new());
+}

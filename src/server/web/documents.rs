@@ -26,7 +26,7 @@ use super::page::{escape, not_a_page, path_href, see_other, size, time, time_sec
 use super::session::WebUser;
 use super::web_path;
 use crate::api::path::encode_segment;
-use crate::api::{Error, ErrorKind, Node, NodePath, PreviewStatus, Version};
+use crate::api::{Base, Error, ErrorKind, Node, NodePath, PreviewStatus, Version};
 use crate::backend::{Backend, Download};
 
 /// Widest page image of the preview page, and of its thumbnails (pixels; the browser scales
@@ -344,25 +344,26 @@ pub async fn upload(
             .ok_or_else(|| Error::missing("Content-Length"))?;
         // Held until the upload ends, fails or its connection goes away.
         let _slot = state.limits.transfer(user.user_id)?;
-        let created = user
-            .backend
-            .create_file(&folder, name)
-            .await?
-            .file_id()
-            .ok_or_else(|| Error::internal("step 1 returned no file"))?;
-        let version = user.backend.begin_version(&created, length, None).await?;
-        let version_id = version
-            .version_id()
-            .ok_or_else(|| Error::internal("step 2 returned no version"))?;
-        // Already idle-limited, as every request body is (`conn::body_idle_limited`).
-        let stream = Box::pin(
-            body.into_data_stream()
-                .map_err(super::super::limits::io_error),
-        );
-        let node = user
-            .backend
-            .upload(&created, &version_id, length, stream)
-            .await?;
+        let path = folder.child(name)?;
+        let new = match user.backend.node(&path).await {
+            Ok(_) => false,
+            Err(e) if e.kind == ErrorKind::NotFound => true,
+            Err(e) => return Err(e.into()),
+        };
+        // A new file the quota cannot take is refused before it is made: no empty file is left
+        // at the name (issue 47, item 11).
+        if new {
+            fits_quota(&user.backend.usage().await?, length)?;
+        }
+        let stored = store_upload(&user, &folder, name, length, body).await;
+        if let (Err(_), true) = (&stored, new) {
+            // Refused past step 1 (the quota taken meanwhile, the size limit, the connection
+            // gone): the file this upload made goes again, unless someone wrote to it since.
+            if let Err(e) = user.backend.delete_if(&path, &Base::Absent).await {
+                log::debug!("{path}: the empty file of a failed web upload stays: {e}");
+            }
+        }
+        let node = stored?;
         log::info!(
             "{} uploaded {} ({length} bytes) on the web",
             user.email,
@@ -372,4 +373,52 @@ pub async fn upload(
     }
     .await;
     stored.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// 507 `quota_exceeded` when a new file of `length` bytes would take the account past its quota
+/// (`GET /usage`'s counts, as the store checks them at upload step 2).
+fn fits_quota(usage: &Option<crate::api::Usage>, length: u64) -> Result<(), Error> {
+    let Some(u) = usage else { return Ok(()) };
+    for (what, held, more, max) in [
+        ("files and folders", u.nodes, 1, u.max_nodes),
+        ("bytes", u.bytes, length, u.max_bytes),
+    ] {
+        if let Some(max) = max.filter(|&m| held.saturating_add(more) > m) {
+            return Err(Error::new(
+                ErrorKind::InsufficientStorage,
+                "quota_exceeded",
+                format!("your account holds {held} {what}; this server allows {max}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The three upload steps of a web upload: the file (created unless it exists), a version of
+/// `length` bytes, the bytes (current once all arrived).
+async fn store_upload(
+    user: &WebUser,
+    folder: &NodePath,
+    name: &str,
+    length: u64,
+    body: Body,
+) -> Result<Node, Error> {
+    let created = user
+        .backend
+        .create_file(folder, name)
+        .await?
+        .file_id()
+        .ok_or_else(|| Error::internal("step 1 returned no file"))?;
+    let version = user.backend.begin_version(&created, length, None).await?;
+    let version_id = version
+        .version_id()
+        .ok_or_else(|| Error::internal("step 2 returned no version"))?;
+    // Already idle-limited, as every request body is (`conn::body_idle_limited`).
+    let stream = Box::pin(
+        body.into_data_stream()
+            .map_err(super::super::limits::io_error),
+    );
+    user.backend
+        .upload(&created, &version_id, length, stream)
+        .await
 }
