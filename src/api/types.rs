@@ -210,6 +210,44 @@ fn lenient_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Strin
 }
 
 impl Node {
+    /// About the memory this node holds (itself, its strings and children): what a listing's
+    /// bound counts (`backend::ListingLimits`).
+    pub fn held_bytes(&self) -> usize {
+        // A string's bytes and what the allocator keeps beside them.
+        let string = |s: &String| {
+            if s.capacity() == 0 {
+                0
+            } else {
+                s.capacity() + 16
+            }
+        };
+        let opt = |s: &Option<String>| s.as_ref().map_or(0, string);
+        let ex = self.file_ex_properties.as_ref().map_or(0, |x| {
+            std::mem::size_of::<FileExProperties>() + string(&x.upload_uri) + opt(&x.version_id)
+        });
+        std::mem::size_of::<Node>()
+            + string(&self.name)
+            + string(&self.uri)
+            + [
+                &self.id,
+                &self.created_on,
+                &self.modified_on,
+                &self.md5_checksum,
+                &self.link_uri,
+                &self.preview_link_uri,
+                &self.download_link_uri,
+                &self.download_uri,
+            ]
+            .into_iter()
+            .map(opt)
+            .sum::<usize>()
+            + ex
+            + self.children.as_ref().map_or(0, |c| c.iter().map(Node::held_bytes).sum())
+            // (Their strings counted as 64 bytes each: a rough bound is enough here.)
+            + self.versions.as_ref().map_or(0, |v| v.len() * (std::mem::size_of::<Version>() + 64))
+            + self.deleted.as_ref().map_or(0, |d| d.len() * (std::mem::size_of::<DeletedFile>() + 64))
+    }
+
     /// The file ID: `id`, or else the value after `&id=` of one of the links (docs/design.md §2).
     pub fn file_id(&self) -> Option<String> {
         if let Some(id) = &self.id {

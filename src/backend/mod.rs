@@ -105,9 +105,15 @@ pub const LIST_PAGE: u64 = 1000;
 pub struct ListingLimits {
     /// Most children one listing takes.
     pub entries: u64,
+    /// Most memory its children may hold while it is read ([`Node::held_bytes`]): a server
+    /// can make each child as large as it likes (issue 47: 704 MiB before the time bound).
+    pub bytes: u64,
     /// Longest a whole listing may take, all its pages together.
     pub time: std::time::Duration,
 }
+
+/// The memory one listing of a server may hold (issue 47, item 14).
+pub const MAX_LISTING_BYTES: u64 = 256 << 20;
 
 /// A listing of a server may take this many `--timeout`s ([`remote::RemoteConfig`]'s
 /// `total_timeout`). Each page is one call bounded by `--timeout`; a few make room for a large
@@ -123,9 +129,14 @@ pub const LISTING_TIMEOUTS: u32 = 4;
 /// either, the listing fails (`listing_too_large`, `listing_too_slow`: EIO in the mount).
 pub async fn list_all<B: Backend>(b: &B, path: &NodePath, per_page: u64) -> Result<Node> {
     let Some(limits) = b.listing_limits() else {
-        return list_pages(b, path, per_page, u64::MAX).await;
+        let unbounded = ListingLimits {
+            entries: u64::MAX,
+            bytes: u64::MAX,
+            time: std::time::Duration::MAX,
+        };
+        return list_pages(b, path, per_page, unbounded).await;
     };
-    match tokio::time::timeout(limits.time, list_pages(b, path, per_page, limits.entries)).await {
+    match tokio::time::timeout(limits.time, list_pages(b, path, per_page, limits)).await {
         Ok(r) => r,
         Err(_) => Err(crate::api::Error::new(
             crate::api::ErrorKind::Server,
@@ -142,21 +153,34 @@ async fn list_pages<B: Backend>(
     b: &B,
     path: &NodePath,
     per_page: u64,
-    max_entries: u64,
+    limits: ListingLimits,
 ) -> Result<Node> {
     let per_page = per_page.max(1);
     let mut node = b.list(path, 0, per_page).await?;
     let mut children = node.children.take().unwrap_or_default();
     let mut seen: std::collections::HashSet<String> =
         children.iter().map(|c| c.name.clone()).collect();
+    // What each child holds beyond its slot in `children` (counted by the vector's capacity,
+    // which runs ahead of its length), and its name again in `seen` (the string, and a slot
+    // of a table kept at most half full).
+    let node_size = std::mem::size_of::<Node>() as u64;
+    let held = |c: &Node| c.held_bytes() as u64 - node_size + c.name.len() as u64 + 16 + 50;
+    let mut heap: u64 = children.iter().map(held).sum();
     let mut last = children.len() as u64;
     let mut page = 1;
     loop {
-        if children.len() as u64 > max_entries {
+        let too_large = if children.len() as u64 > limits.entries {
+            Some(format!("more than {} children", limits.entries))
+        } else {
+            let bytes = heap + children.capacity() as u64 * node_size;
+            (bytes > limits.bytes)
+                .then(|| format!("children of more than {} MiB", limits.bytes >> 20))
+        };
+        if let Some(what) = too_large {
             return Err(crate::api::Error::new(
                 crate::api::ErrorKind::Server,
                 "listing_too_large",
-                format!("the listing of {path} has more than {max_entries} children: given up"),
+                format!("the listing of {path} has {what}: given up"),
             ));
         }
         let done = match node.total_children {
@@ -172,6 +196,7 @@ async fn list_pages<B: Backend>(
             .into_iter()
             .filter(|c| seen.insert(c.name.clone()))
             .collect();
+        heap += fresh.iter().map(held).sum::<u64>();
         last = fresh.len() as u64;
         children.extend(fresh);
         page += 1;

@@ -84,6 +84,8 @@ pub struct RemoteConfig {
     pub max_unsized_body: usize,
     /// Most children one listing of a folder takes (all its pages); a listing of more fails.
     pub max_listing_entries: u64,
+    /// Most memory the children of one listing may hold while it is read.
+    pub max_listing_bytes: u64,
     /// `--bwlimit`: the buckets upload and download bodies go through.
     pub upload_limit: Option<Arc<Bucket>>,
     pub download_limit: Option<Arc<Bucket>>,
@@ -106,6 +108,7 @@ impl RemoteConfig {
             // `vaultfs serve`'s default quota of one account: a whole account in one folder.
             // A child costs the mount about 1 KB while its listing is read.
             max_listing_entries: crate::store::DEFAULT_MAX_NODES_PER_ACCOUNT,
+            max_listing_bytes: super::MAX_LISTING_BYTES,
             upload_limit: None,
             download_limit: None,
         }
@@ -231,6 +234,7 @@ impl Backend for RemoteBackend {
         let c = &self.inner.config;
         Some(super::ListingLimits {
             entries: c.max_listing_entries,
+            bytes: c.max_listing_bytes,
             time: c.total_timeout.saturating_mul(super::LISTING_TIMEOUTS),
         })
     }
