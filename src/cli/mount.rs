@@ -167,6 +167,19 @@ fn mount_checked(
             config.connect_timeout = config.connect_timeout.min(config.total_timeout);
             (config.upload_limit, config.download_limit) =
                 args.bwlimit.unwrap_or_default().buckets();
+            // A `vaultfs login` of the same user while mounted: taken when the server refuses
+            // the token in use (issue 47, item 12). Another user's login is not this mount's.
+            let (file, server, email) = (
+                super::login::credentials_path(),
+                creds.server.clone(),
+                creds.email.clone(),
+            );
+            config.relogin = Some(crate::backend::remote::Relogin(std::sync::Arc::new(
+                move || {
+                    let newer = super::login::credentials_in(&file, &server).ok()?;
+                    (newer.email == email).then_some(newer.token)
+                },
+            )));
             let backend = RemoteBackend::new(config)?;
             let identity = format!("{} {}", creds.server, creds.email);
             let info = Info {

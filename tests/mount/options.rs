@@ -221,6 +221,60 @@ fn an_edit_the_store_refuses_is_a_failure_sync_and_status_say(via: Via) {
     m.unmount();
 }
 
+/// A new `vaultfs login` while mounted (issue 47, item 12): the old token revoked, the login
+/// of the same user written again; the mount takes the new token when the server refuses the
+/// old one, says so in its log, and stores what is written (before: refused until remounted).
+#[test]
+fn a_new_login_while_mounted_is_taken() {
+    let Some(env) = Env::new(Via::Remote) else {
+        return;
+    };
+    let m = env.mount(&[]);
+    fs::write(
+        env.vault().join("before.txt"),
+        b"stored with the first token\n",
+    )
+    .unwrap();
+    env.wait_uploaded();
+    let server = env.server.as_ref().unwrap();
+    let email = "tester@example.com";
+    assert!(server.store.revoke_tokens(email).unwrap() >= 1);
+    let token = env
+        .rt
+        .block_on(common::login(&server.base, email, &format!("pw-{email}")));
+    common::save_login(
+        &env.config.join("vaultfs/credentials.toml"),
+        &server.base,
+        common::Creds {
+            email: email.into(),
+            token,
+        },
+        std::time::Duration::from_secs(3600),
+    );
+    fs::write(env.vault().join("after.txt"), b"stored with the new one\n").unwrap();
+    let sync = Command::new(common::mount::BIN)
+        .args([
+            "sync",
+            "--quiet",
+            "--timeout",
+            "30",
+            m.path("").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(sync.status.success(), "{sync:?}\n{}", m.log_text());
+    assert_eq!(
+        crate::common::env::stored(&env, "after.txt"),
+        b"stored with the new one\n"
+    );
+    assert!(
+        m.log_text().contains("took the newer login"),
+        "{}",
+        m.log_text()
+    );
+    m.unmount();
+}
+
 /// `vaultfs search ~/Vault/docs WORD`, a folder in a mount as users type it (issue 49: "not
 /// found", and a stray built-in store made in the default data dir): the mount's own store is
 /// searched under that folder, and hits are printed as paths in the mount. A data dir that holds

@@ -89,6 +89,20 @@ pub struct RemoteConfig {
     /// `--bwlimit`: the buckets upload and download bodies go through.
     pub upload_limit: Option<Arc<Bucket>>,
     pub download_limit: Option<Arc<Bucket>>,
+    /// Where a newer login of the same user is read when the server refuses the token (a
+    /// `vaultfs login` while mounted): none, the token is the one given for good.
+    pub relogin: Option<Relogin>,
+}
+
+/// The token of the same user as `vaultfs login` keeps it now (read again when the server
+/// refuses the one in use; `None` when there is none).
+#[derive(Clone)]
+pub struct Relogin(pub Arc<dyn Fn() -> Option<Secret> + Send + Sync>);
+
+impl std::fmt::Debug for Relogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Relogin")
+    }
 }
 
 impl RemoteConfig {
@@ -111,8 +125,27 @@ impl RemoteConfig {
             max_listing_bytes: super::MAX_LISTING_BYTES,
             upload_limit: None,
             download_limit: None,
+            relogin: None,
         }
     }
+}
+
+/// The `Authorization` header of `email` and `token` (none without both).
+fn auth_header(email: &str, token: &Secret) -> Result<Option<HeaderValue>> {
+    if email.is_empty() || token.is_empty() {
+        return Ok(None);
+    }
+    use base64::Engine;
+    let raw = format!("{email}:{}", token.expose());
+    let value = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(raw)
+    );
+    let mut v = HeaderValue::from_str(&value).map_err(|_| {
+        Error::bad_request("bad_credentials", "the e-mail address is not valid here")
+    })?;
+    v.set_sensitive(true); // kept out of debug output
+    Ok(Some(v))
 }
 
 #[derive(Clone)]
@@ -124,7 +157,8 @@ struct Inner {
     http: reqwest::Client,
     /// Base URL without a trailing slash.
     base: String,
-    auth: Option<HeaderValue>,
+    /// Swapped for a newer login's (`RemoteConfig::relogin`).
+    auth: std::sync::RwLock<Option<HeaderValue>>,
     config: RemoteConfig,
     ranges: AtomicU8,
     /// The md5 (hex) of each version announced in step 2 and not yet sent, by (file ID,
@@ -141,21 +175,7 @@ impl RemoteBackend {
                 format!("`{base}` is not an http:// or https:// URL"),
             ));
         }
-        let auth = if config.email.is_empty() || config.token.is_empty() {
-            None
-        } else {
-            use base64::Engine;
-            let raw = format!("{}:{}", config.email, config.token.expose());
-            let value = format!(
-                "Basic {}",
-                base64::engine::general_purpose::STANDARD.encode(raw)
-            );
-            let mut v = HeaderValue::from_str(&value).map_err(|_| {
-                Error::bad_request("bad_credentials", "the e-mail address is not valid here")
-            })?;
-            v.set_sensitive(true); // kept out of debug output
-            Some(v)
-        };
+        let auth = auth_header(&config.email, &config.token)?;
         let http = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
             .read_timeout(config.idle_timeout)
@@ -175,7 +195,7 @@ impl RemoteBackend {
             inner: Arc::new(Inner {
                 http,
                 base,
-                auth,
+                auth: std::sync::RwLock::new(auth),
                 config,
                 ranges: AtomicU8::new(RANGES_UNKNOWN),
                 announced: Mutex::new(HashMap::new()),
@@ -212,6 +232,38 @@ impl RemoteBackend {
 
     fn url(&self, path: &str) -> String {
         format!("{}{}", self.inner.base, path)
+    }
+
+    /// The `Authorization` header in use.
+    fn auth(&self) -> Option<HeaderValue> {
+        self.inner
+            .auth
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// After the server refused the token: a newer login of the same user (`vaultfs login`
+    /// while mounted) takes its place. True when there was one to take.
+    fn take_newer_login(&self) -> bool {
+        let Some(Relogin(read)) = &self.inner.config.relogin else {
+            return false;
+        };
+        let Some(Ok(Some(newer))) = read().map(|t| auth_header(&self.inner.config.email, &t))
+        else {
+            return false;
+        };
+        let mut auth = self.inner.auth.write().unwrap_or_else(|e| e.into_inner());
+        if auth.as_ref() == Some(&newer) {
+            return false;
+        }
+        *auth = Some(newer);
+        log::info!(
+            "the server refused the token in use: took the newer login of {} for {} (vaultfs login)",
+            self.inner.config.email,
+            self.inner.base
+        );
+        true
     }
 
     /// Adds what to do to an authentication failure of a logged-in call.

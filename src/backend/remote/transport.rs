@@ -216,8 +216,8 @@ impl RemoteBackend {
                 .request(req.method.clone(), &url)
                 .header(header::ACCEPT, req.accept);
             if req.auth {
-                if let Some(a) = &self.inner.auth {
-                    rb = rb.header(header::AUTHORIZATION, a.clone());
+                if let Some(a) = self.auth() {
+                    rb = rb.header(header::AUTHORIZATION, a);
                 }
             }
             if let Some(body) = &req.json {
@@ -351,14 +351,20 @@ impl RemoteBackend {
     }
 
     /// A JSON call: request, retries, envelope, all within `total_timeout`.
+    /// A refused token is tried once more when a newer login took its place.
     pub(super) async fn call<T: DeserializeOwned>(&self, req: Req) -> Result<Option<T>> {
         let what = req.what();
         let auth = req.auth;
-        self.bounded(&what, async {
-            let resp = self.send(&req).await?;
-            self.envelope(resp).await
-        })
-        .await
+        let once = || {
+            self.bounded(&what, async {
+                let resp = self.send(&req).await?;
+                self.envelope(resp).await
+            })
+        };
+        match once().await {
+            Err(e) if auth && e.kind == ErrorKind::Auth && self.take_newer_login() => once().await,
+            r => r,
+        }
         .map_err(|e| self.with_hint(e, auth))
     }
 

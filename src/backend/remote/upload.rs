@@ -179,8 +179,8 @@ impl RemoteBackend {
                 length,
                 progress.clone(),
             ));
-        if let Some(a) = &self.inner.auth {
-            rb = rb.header(header::AUTHORIZATION, a.clone());
+        if let Some(a) = self.auth() {
+            rb = rb.header(header::AUTHORIZATION, a);
         }
         let idle = self.inner.config.idle_timeout;
         let tick = (idle / 4).max(Duration::from_millis(20));
