@@ -651,14 +651,15 @@ fn mount_lying(server: LyingServer, root: &std::path::Path, timeout: f64) -> Lyi
     let server = Arc::new(server);
     let base = rt.block_on(serve_lying(server.clone()));
     let config = root.join("config");
-    let login = vaultfs::cli::login::Credentials {
-        server: base.clone(),
-        email: "victim@example.com".into(),
-        token: "token".into(),
-        expires_at: std::time::SystemTime::now() + Duration::from_secs(3600),
-    };
-    vaultfs::cli::login::save_credentials(&config.join("vaultfs/credentials.toml"), &login)
-        .unwrap();
+    common::save_login(
+        &config.join("vaultfs/credentials.toml"),
+        &base,
+        common::Creds {
+            email: "victim@example.com".into(),
+            token: "token".into(),
+        },
+        Duration::from_secs(3600),
+    );
     let cache = root.join("cache");
     let mount = common::mount::Mount::start_with_env(
         &root.join("mnt"),

@@ -109,14 +109,15 @@ fn link_prints_only_web_addresses_of_files_in_a_mount() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let base = rt.block_on(serve_nodes(nodes));
     let config = tmp.path().join("config");
-    let login = vaultfs::cli::login::Credentials {
-        server: base.clone(),
-        email: "victim@example.com".into(),
-        token: "token".into(),
-        expires_at: std::time::SystemTime::now() + Duration::from_secs(3600),
-    };
-    vaultfs::cli::login::save_credentials(&config.join("vaultfs/credentials.toml"), &login)
-        .unwrap();
+    crate::common::save_login(
+        &config.join("vaultfs/credentials.toml"),
+        &base,
+        crate::common::Creds {
+            email: "victim@example.com".into(),
+            token: "token".into(),
+        },
+        Duration::from_secs(3600),
+    );
     let cache = tmp.path().join("cache");
     let m = Mount::start_with_env(
         &tmp.path().join("mnt"),

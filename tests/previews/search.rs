@@ -236,16 +236,49 @@ async fn search_of_10000_documents_answers_in_under_100ms() {
     assert!(median < Duration::from_millis(100), "median {median:?}");
 }
 
+/// The built-in store in `dir`, its previews (and indexer) running, and a backend on it.
+fn built_in_store(
+    dir: &std::path::Path,
+) -> (
+    std::sync::Arc<vaultfs::store::Store>,
+    vaultfs::backend::local::LocalBackend,
+) {
+    let store = std::sync::Arc::new(vaultfs::store::Store::open_local(dir).unwrap());
+    store
+        .start_previews(1, std::path::Path::new(common::mount::BIN))
+        .unwrap();
+    let b = vaultfs::backend::local::LocalBackend::new(store.clone());
+    (store, b)
+}
+
+/// Waits until `store` has indexed everything stored.
+async fn indexed(store: &vaultfs::store::Store) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while store.search_backlog().unwrap() > 0 {
+        assert!(Instant::now() < deadline, "not indexed after 60 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `vaultfs search --data-dir DIR ARGS...`: what it prints (it must succeed).
+fn search_cli(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(common::mount::BIN)
+        .arg("search")
+        .arg("--data-dir")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// `vaultfs search` on the built-in store: paths with a line of context, `--json`, a folder.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_cli_prints_paths_with_context_and_json() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let store = std::sync::Arc::new(vaultfs::store::Store::open_local(dir.path()).unwrap());
-        store
-            .start_previews(1, std::path::Path::new(common::mount::BIN))
-            .unwrap();
-        let b = vaultfs::backend::local::LocalBackend::new(store.clone());
+        let (store, b) = built_in_store(dir.path());
         put(
             &b,
             &super::vault(),
@@ -254,23 +287,9 @@ async fn the_cli_prints_paths_with_context_and_json() {
         )
         .await;
         put(&b, &super::vault(), "b.txt", b"nothing to see").await;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while store.search_backlog().unwrap() > 0 {
-            assert!(Instant::now() < deadline, "not indexed after 60 s");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        indexed(&store).await;
     }
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new(common::mount::BIN)
-            .arg("search")
-            .arg("--data-dir")
-            .arg(dir.path())
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let run = |args: &[&str]| search_cli(dir.path(), args);
     assert_eq!(
         run(&["okapi"]),
         "/Local/My First Vault/a.txt\n    first line the okapi grazes here\n"
@@ -317,30 +336,12 @@ async fn the_cli_prints_paths_with_context_and_json() {
 async fn the_cli_prints_escape_sequences_in_documents_visibly() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let store = std::sync::Arc::new(vaultfs::store::Store::open_local(dir.path()).unwrap());
-        store
-            .start_previews(1, std::path::Path::new(common::mount::BIN))
-            .unwrap();
-        let b = vaultfs::backend::local::LocalBackend::new(store.clone());
+        let (store, b) = built_in_store(dir.path());
         let text = "Grüße okapi \u{1b}]52;c;b3duZWQ=\u{7}\u{1b}[2J \u{9b}31m \u{202e}gnp.exe\n";
         put(&b, &super::vault(), "hostile.txt", text.as_bytes()).await;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while store.search_backlog().unwrap() > 0 {
-            assert!(Instant::now() < deadline, "not indexed after 60 s");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        indexed(&store).await;
     }
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new(common::mount::BIN)
-            .arg("search")
-            .arg("--data-dir")
-            .arg(dir.path())
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let run = |args: &[&str]| search_cli(dir.path(), args);
     let raw = |s: &str| {
         s.chars()
             .any(|c| matches!(c, '\u{1b}' | '\u{7}' | '\u{9b}' | '\u{202e}'))
