@@ -27,7 +27,7 @@ async fn browser_links_open_pages_after_signing_in() {
     ] {
         let l = f[link].as_str().unwrap();
         assert!(
-            l.starts_with(page) && l.ends_with(&format!("&id={id}")),
+            l.starts_with(&s.url(page)) && l.ends_with(&format!("&id={id}")),
             "{l}"
         );
     }
