@@ -50,7 +50,11 @@ async fn browser_links_open_pages_after_signing_in() {
     assert_eq!(envelope["error"]["error_name"], "invalid_token");
 
     // Opened without a session: the sign-in page, then back to the link.
-    let link = f["link_uri"].as_str().unwrap();
+    let link = f["link_uri"]
+        .as_str()
+        .unwrap()
+        .strip_prefix(&s.base)
+        .unwrap();
     let stranger = Visitor::new(&s);
     let r = stranger.get(link).await;
     assert_eq!(r.status, 303);
