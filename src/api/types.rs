@@ -76,11 +76,23 @@ pub struct Node {
     pub total_children: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub children: Option<Vec<Node>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "absolute_link"
+    )]
     pub link_uri: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "absolute_link"
+    )]
     pub preview_link_uri: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "absolute_link"
+    )]
     pub download_link_uri: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub download_uri: Option<String>,
@@ -318,6 +330,33 @@ pub fn file_links(node: &mut Node, id: &str) {
     node.preview_link_uri = Some(format!("/web/preview/{enc}?view=preview&id={id}"));
     node.download_link_uri = Some(format!("/web/download/{enc}?download=1&id={id}"));
     node.download_uri = Some(format!("/files/id/Document/{enc}"));
+}
+
+thread_local! {
+    static LINK_BASE: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` (a serialization) with the web links of the nodes it writes made absolute against
+/// `base` (`http(s)://host[:port]`, the server's for this request: `server::links`); a link
+/// already absolute, or `base` None, stays as it is.
+pub fn with_link_base<R>(base: Option<&str>, f: impl FnOnce() -> R) -> R {
+    let before = LINK_BASE.with(|b| b.replace(base.map(str::to_string)));
+    let r = f();
+    LINK_BASE.with(|b| *b.borrow_mut() = before);
+    r
+}
+
+fn absolute_link<S: serde::Serializer>(link: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    match link {
+        Some(l) if l.starts_with('/') && !l.starts_with("//") => {
+            LINK_BASE.with(|b| match &*b.borrow() {
+                Some(base) => s.serialize_str(&format!("{base}{l}")),
+                None => s.serialize_str(l),
+            })
+        }
+        Some(l) => s.serialize_str(l),
+        None => s.serialize_none(),
+    }
 }
 
 // ----- request bodies -----

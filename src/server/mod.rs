@@ -9,6 +9,7 @@ mod dav;
 mod files;
 mod health;
 pub mod limits;
+mod links;
 mod nodes;
 mod openapi;
 mod pin;
@@ -38,7 +39,8 @@ pub use reply::ApiError;
 pub struct ServerOptions {
     /// Largest JSON request body, in bytes.
     pub max_json_body: usize,
-    /// Base URL that authorization links start with; by default taken from the request's Host.
+    /// Base URL that authorization links and the web links of files (`link_uri`, ...) start
+    /// with; by default the latter are taken from the request's Host (`links`).
     pub public_url: Option<String>,
     /// An upload body that sends nothing, or a client that reads nothing of an answer, for
     /// this long is cut off (see [`limits`]).
@@ -179,6 +181,13 @@ pub fn router(store: Arc<Store>, options: ServerOptions) -> Router {
     .layer(axum::middleware::from_fn_with_state(
         options.transfer_idle_timeout,
         conn::body_idle_limited,
+    ))
+    .layer(axum::middleware::from_fn_with_state(
+        Arc::new(links::LinkBase {
+            public_url: options.public_url.clone(),
+            trusted_proxies: options.trusted_proxies.clone(),
+        }),
+        links::absolute_links,
     ))
     .layer(axum::middleware::from_fn(context::request_context))
     .with_state(state)

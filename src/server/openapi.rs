@@ -341,11 +341,12 @@ pub struct Node {
     /// Containers listed with `children=1`: this page of children (upload step 1: the new file).
     #[schema(no_recursion)]
     pub children: Option<Vec<Node>>,
-    /// Files: ends in `&id=<id>`.
+    /// Files: the file's page of the web interface; ends in `&id=<id>`. Absolute: from the
+    /// server's public URL, else the request's `Host` (relative without a usable one).
     pub link_uri: Option<String>,
-    /// Files: ends in `&id=<id>`.
+    /// Files: the file's preview page, as `link_uri`; ends in `&id=<id>`.
     pub preview_link_uri: Option<String>,
-    /// Files: ends in `&id=<id>`.
+    /// Files: the file's download from the web interface, as `link_uri`; ends in `&id=<id>`.
     pub download_link_uri: Option<String>,
     /// Files: `/files/id/Document/<id>`.
     pub download_uri: Option<String>,

@@ -54,7 +54,10 @@ pub fn error_response(err: &Error, id: &str) -> Response {
 }
 
 pub fn json<T: Serialize>(status: StatusCode, body: &T) -> Response {
-    let bytes = serde_json::to_vec(body).expect("wire types serialize");
+    // The web links of nodes absolute, against this request's base (`links`).
+    let base = super::links::base();
+    let bytes = crate::api::with_link_base(base.as_deref(), || serde_json::to_vec(body))
+        .expect("wire types serialize");
     let mut resp = (status, bytes).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

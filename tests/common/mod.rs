@@ -118,7 +118,11 @@ impl TestServer {
         self._tmp.take()
     }
 
+    /// `path` on this server; an absolute address (a link the server sent) as it is.
     pub fn url(&self, path: &str) -> String {
+        if path.starts_with("http://") || path.starts_with("https://") {
+            return path.to_string();
+        }
         format!("{}{}", self.base, path)
     }
 

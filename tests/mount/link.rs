@@ -174,3 +174,62 @@ fn link_prints_only_web_addresses_of_files_in_a_mount() {
     assert!(err.contains("not in a vaultfs mount"), "{err}");
     m.unmount();
 }
+
+/// A real `vaultfs serve`'s links (item 6): absolute from `--public-url`, so `vaultfs link`
+/// through a mount prints the address users reach, not the one the mount uses.
+#[test]
+fn link_prints_the_servers_public_url() {
+    if !fuse_available() {
+        eprintln!("skipped: needs root and /dev/fuse");
+        return;
+    }
+    use crate::common::TestServer;
+    let tmp = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // Signed in before (the sign-in page would send the browser to the public URL).
+    let (alice, dir, _data) = rt.block_on(async {
+        let first = TestServer::start().await;
+        let alice = first.user("alice@example.com", "Acme").await;
+        let dir = first.dir.clone();
+        (alice, dir, first.stop().await)
+    });
+    let options = vaultfs::server::ServerOptions {
+        public_url: Some("https://files.example".into()),
+        ..Default::default()
+    };
+    let s = rt.block_on(TestServer::start_in(&dir, Default::default(), options));
+    let id = rt.block_on(crate::common::upload(
+        &reqwest::Client::new(),
+        &s.base,
+        &alice,
+        "/nodes/pth/Acme/My%20First%20Vault",
+        "report.txt",
+        b"numbers",
+    ));
+    let config = tmp.path().join("config");
+    let login = vaultfs::cli::login::Credentials {
+        server: s.base.clone(),
+        email: alice.email.clone(),
+        token: alice.token.clone().into(),
+        expires_at: std::time::SystemTime::now() + Duration::from_secs(3600),
+    };
+    vaultfs::cli::login::save_credentials(&config.join("vaultfs/credentials.toml"), &login)
+        .unwrap();
+    let cache = tmp.path().join("cache");
+    let m = Mount::start_with_env(
+        &tmp.path().join("mnt"),
+        &["--server", &s.base, "--cache-dir", cache.to_str().unwrap()],
+        &[("XDG_CONFIG_HOME", &config)],
+    );
+    let got = link(&m.dir.join("Acme/My First Vault/report.txt"));
+    m.unmount();
+    rt.block_on(s.stop());
+    assert_eq!(
+        got,
+        (
+            true,
+            format!("https://files.example/web/file/{id}?view=info&id={id}\n"),
+            String::new()
+        )
+    );
+}

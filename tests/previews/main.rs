@@ -16,6 +16,7 @@
 mod common;
 
 mod accounts;
+mod fair;
 mod hostile;
 mod lifecycle;
 mod mounted;

@@ -10,6 +10,7 @@ mod auth_pin;
 mod changes;
 mod dav;
 mod limits;
+mod links;
 mod nodes;
 mod upload;
 mod versions;

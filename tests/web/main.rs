@@ -98,7 +98,7 @@ impl Visitor {
     fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         let mut r = self
             .http
-            .request(method.clone(), format!("{}{path}", self.base));
+            .request(method.clone(), absolute(&self.base, path));
         if let Some(c) = &self.cookie {
             r = r.header("Cookie", c);
         }
@@ -219,6 +219,14 @@ async fn alice(s: &TestServer) -> (Visitor, String) {
 
 /// The headers every page must have.
 #[track_caller]
+/// `path` on the server at `base`; an absolute address (a link the server sent) as it is.
+fn absolute(base: &str, path: &str) -> String {
+    if path.starts_with("http://") || path.starts_with("https://") {
+        return path.to_string();
+    }
+    format!("{base}{path}")
+}
+
 fn assert_page_headers(p: &Page, what: &str) {
     assert!(
         p.header("content-type").starts_with("text/html"),

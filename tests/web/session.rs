@@ -27,7 +27,7 @@ async fn browser_links_open_pages_after_signing_in() {
     ] {
         let l = f[link].as_str().unwrap();
         assert!(
-            l.starts_with(page) && l.ends_with(&format!("&id={id}")),
+            l.starts_with(&s.url(page)) && l.ends_with(&format!("&id={id}")),
             "{l}"
         );
     }
@@ -50,7 +50,11 @@ async fn browser_links_open_pages_after_signing_in() {
     assert_eq!(envelope["error"]["error_name"], "invalid_token");
 
     // Opened without a session: the sign-in page, then back to the link.
-    let link = f["link_uri"].as_str().unwrap();
+    let link = f["link_uri"]
+        .as_str()
+        .unwrap()
+        .strip_prefix(&s.base)
+        .unwrap();
     let stranger = Visitor::new(&s);
     let r = stranger.get(link).await;
     assert_eq!(r.status, 303);

@@ -18,6 +18,12 @@ use crate::sync::relock;
 const POLL: Duration = Duration::from_secs(30);
 /// Files taken per look.
 const BATCH: i64 = 32;
+/// How long a document's text is extracted while others wait before it is stopped, set aside
+/// as slow and tried again (whole, then) once no quicker document waits (issue 47: one PDF held
+/// every account's new files for a minute).
+const SLICE: Duration = Duration::from_secs(2);
+/// Slow documents remembered (more: the oldest forgotten, then taken as any other).
+const MAX_SLOW: usize = 4096;
 
 const INDEXED: i64 = 1;
 const NOTHING: i64 = 2;
@@ -62,6 +68,7 @@ impl Indexer {
             program: program.to_path_buf(),
             tmp,
             state: self.state.clone(),
+            slow: Default::default(),
         };
         relock(&self.state.0).dirty = true;
         std::thread::Builder::new()
@@ -85,6 +92,8 @@ struct Work {
     program: PathBuf,
     tmp: PathBuf,
     state: Arc<(Mutex<State>, Condvar)>,
+    /// Documents stopped after [`SLICE`] while others waited: taken after the others.
+    slow: std::cell::RefCell<std::collections::HashSet<String>>,
 }
 
 impl Work {
@@ -133,23 +142,35 @@ impl Work {
                 }
                 std::thread::sleep(wait);
             }
-            let todo: Vec<(String, String)> = conn
+            // Fair across accounts: each account's oldest file not indexed, then each one's
+            // second, ... (round-robin), not one account's backlog before another's new file.
+            let rows: Vec<(String, String)> = conn
                 .prepare_cached(
-                    "SELECT v.blob, min(n.name) FROM nodes n
-                     JOIN versions v ON v.id = n.current_version
-                     WHERE n.kind = 3 AND v.blob IS NOT NULL
-                       AND NOT EXISTS (SELECT 1 FROM search_docs d WHERE d.blob = v.blob)
-                     GROUP BY v.blob LIMIT ?1",
+                    "SELECT blob, name FROM (
+                       SELECT v.blob AS blob, n.name AS name, n.account_id AS account,
+                              row_number() OVER (PARTITION BY n.account_id ORDER BY n.id) AS turn
+                       FROM nodes n JOIN versions v ON v.id = n.current_version
+                       WHERE n.kind = 3 AND v.blob IS NOT NULL
+                         AND NOT EXISTS (SELECT 1 FROM search_docs d WHERE d.blob = v.blob)
+                     ) t ORDER BY turn, account LIMIT ?1",
                 )?
                 .query_map([BATCH], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect::<crate::store::db::Result<_>>()?;
-            if todo.is_empty() {
+            if rows.is_empty() {
                 return Ok(());
             }
+            let mut todo: Vec<(String, String)> = Vec::with_capacity(rows.len());
+            for row in rows {
+                if !todo.iter().any(|(h, _)| *h == row.0) {
+                    todo.push(row);
+                }
+            }
+            // The ones found slow before go last (a stable sort: fair order kept otherwise).
+            todo.sort_by_key(|(h, _)| self.slow.borrow().contains(h));
             // One transaction (one disk flush) for the texts of a batch, not one a document:
             // the index catches up right after writes, beside the user's first reads.
             let mut done = Done::default();
-            for (hash, name) in &todo {
+            for (i, (hash, name)) in todo.iter().enumerate() {
                 if self.closed() {
                     return done.record(conn);
                 }
@@ -158,8 +179,32 @@ impl Work {
                     relock(&self.state.0).dirty = true;
                     return done.record(conn);
                 }
-                match self.text_of(conn, hash, name) {
-                    Ok(Some(text)) => done.push(hash, text),
+                // Others wait: this one's turn ends after SLICE, unless it is already known slow
+                // (then only the store's activity stops it: it runs whole when nothing else
+                // waits).
+                let others = i + 1 < todo.len() && !self.slow.borrow().contains(hash);
+                let sliced = std::cell::Cell::new(false);
+                let started = std::time::Instant::now();
+                let stop = || {
+                    if self.idle.busy() {
+                        return true;
+                    }
+                    let over = others && started.elapsed() >= SLICE;
+                    sliced.set(over);
+                    over
+                };
+                let text = self.text_of(conn, hash, name, &stop, &mut done);
+                if matches!(text, Ok(None)) && started.elapsed() >= SLICE {
+                    self.note_slow(hash);
+                }
+                match text {
+                    Ok(Some(text)) => {
+                        self.slow.borrow_mut().remove(hash);
+                        done.push(hash, text);
+                    }
+                    Ok(None) if sliced.get() => {
+                        log::debug!("search index: {name} set aside after {SLICE:?}: others wait");
+                    }
                     Ok(None) => return done.record(conn), // stopped: the store got busy
                     Err(e) => {
                         log::info!("search index: nothing indexed of {name}: {e}");
@@ -174,12 +219,24 @@ impl Work {
         }
     }
 
-    /// The text of the bytes `hash` under `name`; `Ok(None)`: stopped half-way (busy).
+    /// Remembers `hash` as slow to extract (taken after the others).
+    fn note_slow(&self, hash: &str) {
+        let mut slow = self.slow.borrow_mut();
+        if slow.len() >= MAX_SLOW {
+            slow.clear();
+        }
+        slow.insert(hash.to_string());
+    }
+
+    /// The text of the bytes `hash` under `name`; `Ok(None)`: stopped half-way (`stop` said so).
+    /// Before a text extractor runs, the texts in `done` are recorded.
     fn text_of(
         &self,
         conn: &Connection,
         hash: &str,
         name: &str,
+        stop: &dyn Fn() -> bool,
+        done: &mut Done,
     ) -> std::result::Result<Option<std::result::Result<String, ()>>, String> {
         let kind = kind_of(conn, &self.blobs, hash, name).map_err(|e| e.to_string())?;
         let mut file = self.blobs.open(hash).map_err(|e| e.to_string())?;
@@ -196,12 +253,15 @@ impl Work {
                 Ok(Some(Ok(text)))
             }
             PreviewKind::Pdf if file.len() <= MAX_INPUT => {
+                // What is found so far searchable now, not after this one's seconds.
+                if let Err(e) = done.record(conn) {
+                    log::warn!("search index: {e}");
+                }
                 let dir = self.tmp.join(hash);
                 let _ = std::fs::remove_dir_all(&dir);
                 std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
                 let len = file.len();
-                let stop = || self.idle.busy();
-                let ended = sandbox::run(&self.program, PDF_TEXT, &dir, &mut file, len, &stop);
+                let ended = sandbox::run(&self.program, PDF_TEXT, &dir, &mut file, len, stop);
                 let text = std::fs::read(dir.join(TEXT_FILE));
                 let _ = std::fs::remove_dir_all(&dir);
                 match ended.map_err(|e| format!("the text extractor could not run: {e}"))? {
@@ -219,8 +279,8 @@ impl Work {
     }
 }
 
-/// Texts found and not recorded yet: recorded together when [`Done::due`] or at the end of a
-/// batch.
+/// Texts found and not recorded yet: recorded together when [`Done::due`], before a PDF's
+/// extractor runs, or at the end of a batch.
 #[derive(Default)]
 struct Done {
     texts: Vec<(String, std::result::Result<String, ()>)>,
