@@ -177,8 +177,7 @@ impl<B: Backend> Fs<B> {
             if let Some(s) = kernel_staged.filter(|_| pt_ended && staged.is_none()) {
                 // The last reader of it, after the writers: a map of a writer may have written
                 // meanwhile (retiring left the file to this release: `staging/lifecycle.rs`).
-                drop(t);
-                self.kernel_let_go(ino, &s, stored.as_ref());
+                self.kernel_let_go(t, ino, &s, stored.as_ref());
                 t = self.table();
             }
             // A writer is counted open until its staged file is settled: the inode must not

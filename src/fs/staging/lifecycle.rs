@@ -147,14 +147,18 @@ impl<B: Backend> Fs<B> {
 
     /// **The kernel lets go**: the last passthrough handle of `staged`, a file the kernel
     /// wrote, is released after its writers: a map of it may have written meanwhile (compared
-    /// with the `stored` version), and retiring, left to this release, is settled now.
+    /// with the `stored` version under the table `t`, which is let go after: an upload ending
+    /// meanwhile would otherwise retire the copy before that change is counted), and retiring,
+    /// left to this release, is settled now.
     pub(in crate::fs) fn kernel_let_go(
         self: &Arc<Self>,
+        t: std::sync::MutexGuard<'_, Table>,
         ino: Ino,
         staged: &Arc<Staged>,
         stored: Option<&(String, u64)>,
     ) {
         staged.kernel_recheck(stored);
+        drop(t);
         self.settle(ino, staged);
     }
 
