@@ -16,7 +16,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 
 use super::conn::Peer;
-use super::proxy::Cidr;
+use super::proxy::{self, Cidr};
 
 tokio::task_local! {
     static BASE: Option<String>;
@@ -71,29 +71,13 @@ pub fn base_of(
     if let Some(u) = public_url {
         return Some(u.trim_end_matches('/').to_string());
     }
-    let last = |name: &str| -> Option<String> {
-        headers
-            .get_all(name)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .next_back()
-            .map(|s| s.trim().to_string())
-    };
-    let forwarded = |key: &str| -> Option<String> {
-        last("forwarded")?.split(';').find_map(|pair| {
-            let (k, v) = pair.split_once('=')?;
-            k.trim()
-                .eq_ignore_ascii_case(key)
-                .then(|| v.trim().trim_matches('"').to_string())
-        })
-    };
     let (mut scheme, mut host) = ("http".to_string(), None);
     if from_proxy {
-        if let Some(p) = last("x-forwarded-proto").or_else(|| forwarded("proto")) {
-            scheme = p.to_ascii_lowercase();
+        if let Some(p) = proxy::forwarded_proto(headers) {
+            scheme = p;
         }
-        host = last("x-forwarded-host").or_else(|| forwarded("host"));
+        host = proxy::last_hop(headers, "x-forwarded-host")
+            .or_else(|| proxy::forwarded(headers, "host"));
     }
     let host = host
         .or_else(|| headers.get(header::HOST)?.to_str().ok().map(str::to_string))

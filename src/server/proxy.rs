@@ -163,6 +163,35 @@ pub fn source_key(ip: IpAddr) -> String {
     }
 }
 
+/// The last value of header `name`: the hop nearest this server, a trusted proxy's own.
+pub fn last_hop(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .next_back()
+        .map(|s| s.trim().to_string())
+}
+
+/// `key` of the last hop's `Forwarded` (RFC 7239), unquoted.
+pub fn forwarded(headers: &HeaderMap, key: &str) -> Option<String> {
+    last_hop(headers, "forwarded")?.split(';').find_map(|pair| {
+        let (k, v) = pair.split_once('=')?;
+        k.trim()
+            .eq_ignore_ascii_case(key)
+            .then(|| v.trim().trim_matches('"').to_string())
+    })
+}
+
+/// The scheme the client used as a proxy says it (`X-Forwarded-Proto`, else `Forwarded`'s
+/// `proto`), lowercase; only for a request from a trusted proxy.
+pub fn forwarded_proto(headers: &HeaderMap) -> Option<String> {
+    last_hop(headers, "x-forwarded-proto")
+        .or_else(|| forwarded(headers, "proto"))
+        .map(|p| p.to_ascii_lowercase())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,6 @@ use super::{put, sha256};
 use crate::common;
 use vaultfs::api::NodePath;
 use vaultfs::backend::Backend;
-use vaultfs::backend::remote::{RemoteBackend, RemoteConfig};
 use vaultfs::server::ServerOptions;
 
 /// A PDF of 40 pages sharing one content stream of a million fills (58 KB): its text takes the
@@ -60,11 +59,7 @@ fn slow_pdf(tag: usize) -> Vec<u8> {
 async fn one_accounts_slow_pdfs_hold_no_other_accounts_new_file() {
     let s =
         common::TestServer::start_with(common::served_retention(), ServerOptions::default()).await;
-    let remote_of = |c: &common::Creds| {
-        RemoteBackend::new(RemoteConfig::new(&s.base, &c.email, &c.token)).unwrap()
-    };
-    let alice = remote_of(&s.user("alice@example.com", "Acme").await);
-    let bob = remote_of(&s.user("bob@example.com", "Bobco").await);
+    let (alice, bob) = super::search::alice_and_bob(&s).await;
     let acme = NodePath::parse_uri("/nodes/pth/Acme/My First Vault").unwrap();
     let bobco = NodePath::parse_uri("/nodes/pth/Bobco/My First Vault").unwrap();
 

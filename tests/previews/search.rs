@@ -39,16 +39,22 @@ async fn found(b: &RemoteBackend, q: &str, n: usize) -> Vec<String> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn search_finds_text_and_pdfs_of_ones_own_account_as_the_tree_is() {
-    // As `vaultfs serve` runs: earlier versions and deleted files kept.
-    let s =
-        common::TestServer::start_with(common::served_retention(), ServerOptions::default()).await;
+/// Alice (account Acme) and Bob (account Bobco), users of `s`, each through the remote backend.
+pub(crate) async fn alice_and_bob(s: &common::TestServer) -> (RemoteBackend, RemoteBackend) {
     let remote_of = |c: &common::Creds| {
         RemoteBackend::new(RemoteConfig::new(&s.base, &c.email, &c.token)).unwrap()
     };
     let alice = remote_of(&s.user("alice@example.com", "Acme").await);
     let bob = remote_of(&s.user("bob@example.com", "Bobco").await);
+    (alice, bob)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn search_finds_text_and_pdfs_of_ones_own_account_as_the_tree_is() {
+    // As `vaultfs serve` runs: earlier versions and deleted files kept.
+    let s =
+        common::TestServer::start_with(common::served_retention(), ServerOptions::default()).await;
+    let (alice, bob) = alice_and_bob(&s).await;
     let acme = p("/nodes/pth/Acme/My First Vault");
     let bobco = p("/nodes/pth/Bobco/My First Vault");
     put(

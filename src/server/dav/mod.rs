@@ -193,24 +193,7 @@ fn transport_allowed(state: &AppState, peer: Option<Peer>, headers: &HeaderMap) 
 /// The proxy says the client's request came over HTTPS (`X-Forwarded-Proto` or `Forwarded`'s
 /// `proto`; the last hop's, which is the trusted proxy's own).
 fn forwarded_https(headers: &HeaderMap) -> bool {
-    let last = |name: &str| {
-        headers
-            .get_all(name)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .next_back()
-            .map(|s| s.trim().to_ascii_lowercase())
-    };
-    if let Some(p) = last("x-forwarded-proto") {
-        return p == "https";
-    }
-    last("forwarded").is_some_and(|e| {
-        e.split(';').any(|pair| {
-            pair.split_once('=')
-                .is_some_and(|(k, v)| k.trim() == "proto" && v.trim().trim_matches('"') == "https")
-        })
-    })
+    super::proxy::forwarded_proto(headers).as_deref() == Some("https")
 }
 
 fn text(status: StatusCode, msg: &str) -> Response {
