@@ -65,6 +65,12 @@ fn is_bidi_control(c: char) -> bool {
     matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
+/// A character no new name holds and no terminal is given raw: a control character (C0, DEL,
+/// C1) or a bidirectional one ([`new_name`], [`tagged_name`], `cli::terminal`).
+pub fn is_unsafe_char(c: char) -> bool {
+    c.is_control() || is_bidi_control(c)
+}
+
 /// The name of a node being created in the built-in store (a folder, a file, a copy's or a
 /// move's destination), as it is stored: in Unicode NFC, so the two spellings of `é` are one
 /// name; without control characters (C0, DEL, C1: a newline or an escape sequence in a name
@@ -72,7 +78,7 @@ fn is_bidi_control(c: char) -> bool {
 /// Names already stored, and names a server sends the client, are taken as they are.
 pub fn new_name(name: &str) -> Result<String> {
     validate_name(name)?;
-    if let Some(c) = name.chars().find(|&c| c.is_control() || is_bidi_control(c)) {
+    if let Some(c) = name.chars().find(|&c| is_unsafe_char(c)) {
         return Err(Error::bad_path(format!(
             "a name cannot contain the control character U+{:04X}",
             c as u32
@@ -111,7 +117,7 @@ pub fn tagged_name(name: &str, tag: &str, n: u32) -> String {
     };
     let tag: String = tag
         .chars()
-        .filter(|c| !c.is_control() && *c != '/' && !is_bidi_control(*c))
+        .filter(|&c| !is_unsafe_char(c) && c != '/')
         .collect();
     let suffix = if n > 1 {
         format!(" ({tag} {n})")

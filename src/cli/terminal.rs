@@ -5,14 +5,9 @@
 //! `login`, `link`, `search` and `restore`.
 
 /// A character a terminal may act on rather than show: C0 and C1 controls, DEL, and the
-/// bidirectional formatting characters (marks, embeddings, overrides, isolates).
-pub fn is_unsafe(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
-        )
-}
+/// bidirectional formatting characters (marks, embeddings, overrides, isolates): the set a new
+/// name may not hold either (`api::path::is_unsafe_char`).
+pub use crate::api::path::is_unsafe_char as is_unsafe;
 
 /// `text` with every unsafe character written as a visible escape (`\x1b`, `\u{202e}`); all
 /// other text, any script, is kept as it is.
