@@ -119,6 +119,46 @@ fn files_fetched_ahead_stay_within_the_bound() {
     drop(m);
 }
 
+/// Another writer stores a version of a file after this mount's upload of it is stored and
+/// before the mount hears its answer (answers come 300 ms late): the feed brings that version
+/// after the answer, and the mount fetches it. It went by as this mount's own (its clock said
+/// "uploaded here since"), and the mount showed its own older bytes for good (the model, seed
+/// 1796589137872955081).
+#[test]
+fn a_version_stored_elsewhere_while_our_answer_is_on_its_way_is_fetched() {
+    use vaultfs::api::checksum;
+    use vaultfs::backend::Backend;
+    let Some(mut env) = Env::new(Via::Remote) else {
+        return;
+    };
+    let m = env.mount(&[]);
+    // In front of the server the mount was given (its address is the mount's login).
+    env.delay_answers(Duration::from_millis(300));
+    let path = env.vault().join("shared.txt");
+    fs::write(&path, b"the first words").unwrap();
+    env.wait_uploaded();
+    let ours = b"ours, a second version".to_vec();
+    let theirs = b"theirs, stored a moment later".to_vec();
+    fs::write(&path, &ours).unwrap();
+    // The moment our version is the store's, theirs follows, well inside the 300 ms our
+    // answer takes to come.
+    let node =
+        vaultfs::api::NodePath::parse_uri(&format!("/nodes/pth/{VAULT}/shared.txt")).unwrap();
+    let b = env.backend();
+    let md5 = checksum::hex(&checksum::Md5::digest(&ours));
+    wait_for(20, "our version stored", || {
+        let n = env.rt.block_on(b.node(&node)).unwrap();
+        n.md5_checksum.as_deref().and_then(checksum::md5_hex) == Some(md5.clone())
+    });
+    put_elsewhere(&env, "shared.txt", &theirs);
+    env.wait_uploaded();
+    assert_eq!(stored(&env, "shared.txt"), theirs);
+    wait_for(10, "their version shown", || {
+        fs::read(&path).unwrap() == theirs
+    });
+    drop(m);
+}
+
 /// A server that lets one transfer of a user run at a time refuses the others (503 with
 /// Retry-After): the uploads back off (the mount says so in its log) and every file is stored.
 #[test]

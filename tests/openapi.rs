@@ -326,6 +326,7 @@ fn schemas_have_the_fields_of_the_wire_types() {
         uri: "/nodes/pth/a".into(),
         from_uri: s(),
         at: "x".into(),
+        md5: s(),
     };
     expect.insert("Change", keys(&change));
     expect.insert(

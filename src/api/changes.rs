@@ -47,6 +47,11 @@ pub struct Change {
     pub from_uri: Option<String>,
     /// When it happened (RFC 3339, UTC).
     pub at: String,
+    /// Versions: the md5 (hex) of the file's current bytes when the feed was read, not when
+    /// the change was made. A client that holds those bytes already (its own upload coming
+    /// back) has nothing to fetch; one that holds others does, whatever its clock says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub md5: Option<String>,
 }
 
 /// One answer of the feed.

@@ -25,6 +25,7 @@ use fuser::INodeNo;
 use super::Fs;
 use super::staging::{Next, Retry};
 use super::table::{Ino, InodeKind};
+use crate::api::checksum::md5_hex;
 use crate::api::{Change, ChangeKind, NodePath};
 use crate::backend::Backend;
 use crate::sync::relock;
@@ -439,9 +440,23 @@ async fn apply<B: Backend>(fs: &Arc<Fs<B>>, changes: &[Change]) {
             ChangeKind::Version | ChangeKind::Attributes => {
                 let Some(ino) = t.ino_of(&path) else { continue };
                 let Some(i) = t.get(ino) else { continue };
-                // Ours (uploaded here at or after it), or bytes waiting here: kept as they are.
-                if i.kind != InodeKind::File || i.staged.is_some() || t.changed_here_since(ino, at)
-                {
+                // Bytes waiting here: kept as they are.
+                if i.kind != InodeKind::File || i.staged.is_some() {
+                    continue;
+                }
+                // Ours coming back: the bytes the store has now are the ones known here. Where
+                // the server says which (`Change::md5`), that decides, not the clocks: a
+                // version another writer stored while this mount's own upload was answered
+                // came out "changed here since" and was never fetched (the model, seed
+                // 1796589137872955081).
+                let known = match (c.kind, c.md5.as_deref().and_then(md5_hex)) {
+                    (ChangeKind::Version, Some(now)) => {
+                        let held = i.remote.as_ref().and_then(|r| r.md5.as_deref());
+                        held.and_then(md5_hex).as_deref() == Some(now.as_str())
+                    }
+                    _ => t.changed_here_since(ino, at),
+                };
+                if known {
                     continue;
                 }
                 refetch.push((ino, path));

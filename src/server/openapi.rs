@@ -226,6 +226,9 @@ pub struct Change {
     /// When it happened (RFC 3339, UTC).
     #[schema(format = DateTime)]
     pub at: String,
+    /// Versions: the md5 (hex) of the file's current bytes when the feed was read (not when
+    /// the change was made); absent once the file is gone.
+    pub md5: Option<String>,
 }
 
 /// A page of the change feed.

@@ -79,6 +79,17 @@ const NOTIFYING_INSERT: &str = concat!(
     "', CAST(account_id AS TEXT)) AS TEXT) FROM c"
 );
 
+/// The feed's rows, with a version's current md5 (`Change::md5`): the file's node by its
+/// primary key, for version rows only.
+macro_rules! changes_select {
+    () => {
+        "SELECT c.id, c.kind, c.node_id, c.folder, c.path, c.from_path, c.at, v.md5
+         FROM changes c
+         LEFT JOIN nodes n ON c.kind = 1 AND n.id = c.node_id -- 1: kind_code(Version)
+         LEFT JOIN versions v ON v.id = n.current_version"
+    };
+}
+
 /// How often the SQLite watcher looks for other processes' commits.
 const FOREIGN_POLL: Duration = Duration::from_millis(250);
 
@@ -276,12 +287,16 @@ impl Store {
         let after = cursor.min(i64::MAX as u64) as i64;
         let sql = match scope {
             Scope::Account(_) => {
-                "SELECT id, kind, node_id, folder, path, from_path, at FROM changes
-                 WHERE account_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3"
+                concat!(
+                    changes_select!(),
+                    " WHERE c.account_id = ?1 AND c.id > ?2 ORDER BY c.id LIMIT ?3"
+                )
             }
             Scope::All => {
-                "SELECT id, kind, node_id, folder, path, from_path, at FROM changes
-                 WHERE ?1 = ?1 AND id > ?2 ORDER BY id LIMIT ?3"
+                concat!(
+                    changes_select!(),
+                    " WHERE ?1 = ?1 AND c.id > ?2 ORDER BY c.id LIMIT ?3"
+                )
             }
         };
         let account = match scope {
@@ -305,6 +320,7 @@ impl Store {
                     uri: uri_of(&r.get::<_, String>(4)?),
                     from_uri: r.get::<_, Option<String>>(5)?.map(|p| uri_of(&p)),
                     at: format_time(ns_to_time(r.get(6)?)),
+                    md5: r.get(7)?,
                 })
             })?
             .collect::<super::db::Result<_>>()?;

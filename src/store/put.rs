@@ -459,6 +459,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::ChangeKind;
     use crate::api::checksum::{Md5, hex};
     use sha2::{Digest, Sha256};
 
@@ -486,6 +487,38 @@ mod tests {
             attrs: FileAttrs::default(),
             cancel: Default::default(),
         }
+    }
+
+    /// The feed's version rows say the md5 of the bytes current when it is read, so a mount
+    /// whose upload was answered between two writers' versions tells its own echo from the
+    /// other's by the bytes, not by the clock (`follow::apply`).
+    #[test]
+    fn the_feeds_versions_say_the_bytes_current_now() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_local(&tmp.path().join("store")).unwrap();
+        let src = tmp.path().join("staging");
+        fs::create_dir(&src).unwrap();
+        let head = store.changes(Scope::All, None, 1).unwrap().cursor;
+        let md5 = |n: &Result<Node>| n.as_ref().unwrap().md5_checksum.clone().unwrap();
+        let first = store.put_files(Scope::All, &[staged(&src, "a.txt", b"ours")]);
+        let ours = md5(&first[0]);
+        let seen = |store: &Store| -> Vec<Option<String>> {
+            let page = store.changes(Scope::All, Some(head), 100).unwrap();
+            let versions = page
+                .changes
+                .iter()
+                .filter(|c| c.kind == ChangeKind::Version);
+            versions.map(|c| c.md5.clone()).collect()
+        };
+        assert_eq!(seen(&store), [Some(ours.clone())]);
+        let second = store.put_files(Scope::All, &[staged(&src, "a.txt", b"theirs")]);
+        let theirs = md5(&second[0]);
+        assert_ne!(ours, theirs);
+        assert_eq!(seen(&store), [Some(theirs.clone()), Some(theirs)]);
+        // Gone: nothing to say.
+        let path = NodePath::from_segments(["Local", "My First Vault", "a.txt"]).unwrap();
+        store.delete(Scope::All, &path).unwrap();
+        assert_eq!(seen(&store), [None, None]);
     }
 
     /// Two processes on one store folder (a mount beside `vaultfs serve`): one removes the last

@@ -5,6 +5,7 @@
 use std::fs;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::mount::{Mount, fuse_available};
 use vaultfs::backend::local::LocalBackend;
@@ -163,20 +164,43 @@ impl Env {
     /// (answers go back at full speed): the server itself moves to another port. For the rest
     /// of the test.
     pub fn throttle_server(&mut self, rate: u64) {
-        self.behind_proxy(move |client, upstream| throttled_pipe(client, &upstream, rate));
+        self.behind_proxy(move |client, upstream| {
+            let pace = move |piece: &[u8]| {
+                std::thread::sleep(Duration::from_secs_f64(piece.len() as f64 / rate as f64))
+            };
+            relay(client, &upstream, pace, |_| {})
+        });
     }
 
     /// Puts a proxy on the server's port that holds each piece of a request `delay` before
     /// passing it on (a link's latency, one way) and keeps every byte of the requests: what
     /// the mount asked, for the rest of the test (as `throttle_server`, once the mount runs).
-    pub fn record_requests(
-        &mut self,
-        delay: std::time::Duration,
-    ) -> Arc<std::sync::Mutex<Vec<u8>>> {
+    pub fn record_requests(&mut self, delay: Duration) -> Arc<std::sync::Mutex<Vec<u8>>> {
         let sent = Arc::new(std::sync::Mutex::new(Vec::new()));
         let log = sent.clone();
-        self.behind_proxy(move |client, upstream| recording_pipe(client, &upstream, delay, &log));
+        self.behind_proxy(move |client, upstream| {
+            let log = log.clone();
+            let keep = move |piece: &[u8]| {
+                log.lock().unwrap().extend_from_slice(piece);
+                std::thread::sleep(delay);
+            };
+            relay(client, &upstream, keep, |_| {})
+        });
         sent
+    }
+
+    /// Puts a proxy on the server's port that holds each piece of an answer `delay` before
+    /// passing it on: what the server did is done well before the mount hears of it.
+    #[allow(dead_code)] // for the link tests only
+    pub fn delay_answers(&mut self, delay: Duration) {
+        self.behind_proxy(move |client, upstream| {
+            relay(
+                client,
+                &upstream,
+                |_| {},
+                move |_| std::thread::sleep(delay),
+            )
+        });
     }
 
     /// Moves the server to another port and carries each connection to its port with `pipe`.
@@ -353,58 +377,34 @@ pub fn stored(env: &Env, name: &str) -> Vec<u8> {
     })
 }
 
-/// Carries one connection to `upstream`: each piece of a request `delay` late, every byte of
-/// them kept in `log`; answers as they come.
-fn recording_pipe(
+/// Carries one connection to `upstream`, each piece of a request through `request` and each
+/// piece of an answer through `answer` before it goes on (the proxies' latency, rate, log).
+fn relay(
     client: std::net::TcpStream,
     upstream: &str,
-    delay: std::time::Duration,
-    log: &std::sync::Mutex<Vec<u8>>,
+    request: impl FnMut(&[u8]) + Send + 'static,
+    answer: impl FnMut(&[u8]) + Send + 'static,
 ) {
-    use std::io::{Read, Write};
     let Ok(server) = std::net::TcpStream::connect(upstream) else {
         return;
     };
-    let (mut from_server, mut to_client) =
-        (server.try_clone().unwrap(), client.try_clone().unwrap());
-    std::thread::spawn(move || {
-        let _ = std::io::copy(&mut from_server, &mut to_client);
-        let _ = to_client.shutdown(std::net::Shutdown::Both);
-    });
-    let (mut from_client, mut to_server) = (client, server);
+    let (from_server, to_client) = (server.try_clone().unwrap(), client.try_clone().unwrap());
+    std::thread::spawn(move || carry(from_server, to_client, answer));
+    carry(client, server, request);
+}
+
+/// One direction of [`relay`]: until either end closes, then both.
+fn carry(mut from: std::net::TcpStream, mut to: std::net::TcpStream, mut each: impl FnMut(&[u8])) {
+    use std::io::{Read, Write};
     let mut buf = vec![0u8; 64 << 10];
-    while let Ok(n) = from_client.read(&mut buf) {
+    while let Ok(n) = from.read(&mut buf) {
         if n == 0 {
             break;
         }
-        log.lock().unwrap().extend_from_slice(&buf[..n]);
-        std::thread::sleep(delay);
-        if to_server.write_all(&buf[..n]).is_err() {
+        each(&buf[..n]);
+        if to.write_all(&buf[..n]).is_err() {
             break;
         }
     }
-    let _ = to_server.shutdown(std::net::Shutdown::Both);
-}
-
-/// Carries one connection to `upstream`: requests at `rate` bytes a second, answers as they come.
-fn throttled_pipe(client: std::net::TcpStream, upstream: &str, rate: u64) {
-    use std::io::{Read, Write};
-    let Ok(server) = std::net::TcpStream::connect(upstream) else {
-        return;
-    };
-    let (mut from_server, mut to_client) =
-        (server.try_clone().unwrap(), client.try_clone().unwrap());
-    std::thread::spawn(move || {
-        let _ = std::io::copy(&mut from_server, &mut to_client);
-        let _ = to_client.shutdown(std::net::Shutdown::Both);
-    });
-    let (mut from_client, mut to_server) = (client, server);
-    let mut buf = vec![0u8; 16 << 10];
-    while let Ok(n) = from_client.read(&mut buf) {
-        if n == 0 || to_server.write_all(&buf[..n]).is_err() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_secs_f64(n as f64 / rate as f64));
-    }
-    let _ = to_server.shutdown(std::net::Shutdown::Both);
+    let _ = to.shutdown(std::net::Shutdown::Both);
 }

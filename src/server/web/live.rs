@@ -100,6 +100,7 @@ mod tests {
             uri: p(uri).uri(),
             from_uri: from.map(|f| p(f).uri()),
             at: String::new(),
+            md5: None,
         };
         assert!(touches(&folder, &change("/A/V/docs/a.txt", None)));
         assert!(touches(
