@@ -105,10 +105,14 @@ impl fmt::Display for Error {
         }
         match &self.cause {
             Cause::Plain => Ok(()),
-            Cause::Backend(e) if e.kind == ErrorKind::Auth => write!(
-                f,
-                ": the server refused our token: {e} (run `vaultfs login` again)"
-            ),
+            Cause::Backend(e) if e.kind == ErrorKind::Auth => {
+                write!(f, ": the server refused our token: {e}")?;
+                // The remote backend says how, with its server and email; else in short.
+                match e.message.contains("vaultfs login") {
+                    true => Ok(()),
+                    false => write!(f, " (run `vaultfs login` again)"),
+                }
+            }
             Cause::Backend(e) => write!(f, ": {e}"),
             Cause::Io(e) => write!(f, ": {e}"),
             Cause::Found(what, _) => write!(f, ": {what}"),
@@ -219,6 +223,19 @@ mod tests {
             Error::from(auth)
                 .to_string()
                 .contains("run `vaultfs login` again")
+        );
+        // Said once, where the backend said it already.
+        let hinted = crate::api::Error::new(
+            ErrorKind::Auth,
+            "invalid_token",
+            "expired (run `vaultfs login --server S --email E` again)",
+        );
+        assert_eq!(
+            Error::from(hinted)
+                .to_string()
+                .matches("vaultfs login")
+                .count(),
+            1
         );
     }
 }
