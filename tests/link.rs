@@ -119,6 +119,55 @@ fn files_fetched_ahead_stay_within_the_bound() {
     drop(m);
 }
 
+/// `rm -rf` over a server that checks a delete's base itself (ours says so in its answer):
+/// one request a file, the DELETE, after the first; the look before each (a GET of the file,
+/// for a server that would delete another writer's edit) went with every file: two round
+/// trips a file over a link.
+#[test]
+fn rm_rf_over_a_server_that_checks_deletes_is_one_request_a_file() {
+    let Some(mut env) = Env::new(Via::Remote) else {
+        return;
+    };
+    let n = 30;
+    let folder = vaultfs::api::NodePath::parse_uri(&format!("/nodes/pth/{VAULT}/tree")).unwrap();
+    env.rt
+        .block_on(vaultfs::backend::Backend::create_folder(
+            &env.backend(),
+            &folder,
+        ))
+        .unwrap();
+    for i in 0..n {
+        put_elsewhere(&env, &format!("tree/f-{i:02}.txt"), &pattern(100, i as u64));
+    }
+    let m = env.mount(&[]);
+    let requests = env.record_requests(Duration::ZERO);
+    let tree = env.vault().join("tree");
+    // Each file read once: its version is known here, so each delete carries a base.
+    for i in 0..n {
+        assert_eq!(
+            fs::read(tree.join(format!("f-{i:02}.txt"))).unwrap(),
+            pattern(100, i as u64)
+        );
+    }
+    let before = requests.lock().unwrap().len();
+    let out = std::process::Command::new("rm")
+        .arg("-rf")
+        .arg(&tree)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(!tree.exists());
+    let sent = requests.lock().unwrap()[before..].to_vec();
+    let file = "/nodes/pth/Local/My%20First%20Vault/tree/f-";
+    let deletes = count(&sent, format!("DELETE {file}").as_bytes());
+    let looks = count(&sent, format!("GET {file}").as_bytes());
+    assert_eq!(deletes, n, "{}", String::from_utf8_lossy(&sent));
+    assert!(looks <= 1, "{looks} looks before deletes");
+    // Gone from the store as well.
+    assert!(common::env::stored_names(&env).is_empty());
+    drop(m);
+}
+
 /// Another writer stores a version of a file after this mount's upload of it is stored and
 /// before the mount hears its answer (answers come 300 ms late): the feed brings that version
 /// after the answer, and the mount fetches it. It went by as this mount's own (its clock said

@@ -439,6 +439,10 @@ impl VersionRequest {
 pub const DELETE_IF_MATCH: &str = "vaultfs-if-match";
 /// ... or, with `*`, only while it has no version (or an empty one).
 pub const DELETE_IF_NONE_MATCH: &str = "vaultfs-if-none-match";
+/// Our server's answer to a DELETE says with this header (`1`) that it checks the two above
+/// itself; a server that ignores them (the public service) never sends it, and its client
+/// looks at the file before a conditional delete.
+pub const DELETE_IF_CHECKED: &str = "vaultfs-if-checked";
 
 impl Base {
     /// The condition of a DELETE from our headers ([`DELETE_IF_MATCH`],

@@ -343,6 +343,10 @@ impl<B: Backend> Backend for Faulty<B> {
         self.call(Op::Delete, || self.inner.delete(path)).await
     }
 
+    fn checks_deletes(&self) -> bool {
+        self.inner.checks_deletes()
+    }
+
     async fn delete_if(&self, path: &NodePath, base: &Base) -> Result<()> {
         self.call(Op::Delete, || self.inner.delete_if(path, base))
             .await

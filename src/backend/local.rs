@@ -274,6 +274,11 @@ impl Backend for LocalBackend {
         Some(self)
     }
 
+    /// The store compares the base in the delete's own transaction.
+    fn checks_deletes(&self) -> bool {
+        true
+    }
+
     async fn changes(
         &self,
         cursor: Option<u64>,

@@ -437,6 +437,13 @@ pub trait Backend: Send + Sync + 'static {
     /// server without it ignores the headers and deletes, so the caller looks first too.
     fn delete_if(&self, path: &NodePath, base: &Base) -> impl Future<Output = Result<()>> + Send;
 
+    /// Whether [`Backend::delete_if`] is known to be checked where nothing comes in between
+    /// (the store's transaction): the caller then need not look first. A server says so in
+    /// its answers ([`crate::api::DELETE_IF_CHECKED`]); until one has, the caller looks.
+    fn checks_deletes(&self) -> bool {
+        false
+    }
+
     /// The versions kept of the file at `path`, newest first (`vprop=1` on our server). An
     /// error of kind `MethodNotAllowed` where the server shows none in a form we know.
     fn versions(&self, path: &NodePath) -> impl Future<Output = Result<Vec<Version>>> + Send {

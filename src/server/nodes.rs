@@ -250,7 +250,8 @@ pub async fn post(caller: Caller, uri: Uri, body: Bytes) -> ApiResult {
         ("vaultfs-if-none-match" = Option<String>, Header, description = "An extension of ours: `*` deletes the file only while it holds no version (or an empty one)"),
     ),
     responses(
-        (status = 200, description = "The default success object", body = SuccessEnvelope),
+        (status = 200, description = "The default success object", body = SuccessEnvelope,
+            headers(("vaultfs-if-checked" = String, description = "An extension of ours: `1`, this server checks `vaultfs-if-match` and `vaultfs-if-none-match` itself (a client need not look first)"))),
         (status = 400, description = "`bad_path`, `path_too_deep`, `bad_parameter`", body = ErrorEnvelope),
         (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
         (status = 403, description = "`forbidden`: outside the caller's account, or an account or vault", body = ErrorEnvelope),
@@ -267,7 +268,11 @@ pub async fn delete(caller: Caller, uri: Uri, headers: HeaderMap) -> ApiResult {
         header(crate::api::DELETE_IF_NONE_MATCH),
     )?;
     caller.backend.delete_if(&path, &base).await?;
-    Ok(success())
+    let mut resp = success();
+    let checked = axum::http::HeaderValue::from_static("1");
+    resp.headers_mut()
+        .insert(crate::api::DELETE_IF_CHECKED, checked);
+    Ok(resp)
 }
 
 // The same four methods on `/nodes/pth` itself (the root: the caller's accounts).

@@ -38,7 +38,7 @@ mod transport;
 mod upload;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -161,6 +161,8 @@ struct Inner {
     auth: std::sync::RwLock<Option<HeaderValue>>,
     config: RemoteConfig,
     ranges: AtomicU8,
+    /// The server said it checks a DELETE's condition itself (`api::DELETE_IF_CHECKED`).
+    deletes_checked: AtomicBool,
     /// The md5 (hex) of each version announced in step 2 and not yet sent, by (file ID,
     /// version ID): step 3's answer is checked against it, also when step 2 had to go without.
     announced: Mutex<HashMap<(String, String), String>>,
@@ -198,6 +200,7 @@ impl RemoteBackend {
                 auth: std::sync::RwLock::new(auth),
                 config,
                 ranges: AtomicU8::new(RANGES_UNKNOWN),
+                deletes_checked: AtomicBool::new(false),
                 announced: Mutex::new(HashMap::new()),
             }),
         })
@@ -529,6 +532,10 @@ impl Backend for RemoteBackend {
             Base::Md5(m) => req.headers.push((crate::api::DELETE_IF_MATCH, m.clone())),
         }
         self.call::<serde_json::Value>(req).await.map(|_| ())
+    }
+
+    fn checks_deletes(&self) -> bool {
+        self.inner.deletes_checked.load(Ordering::Relaxed)
     }
 
     async fn preview(&self, file_id: &str) -> Result<PreviewMeta> {

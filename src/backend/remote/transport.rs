@@ -235,7 +235,15 @@ impl RemoteBackend {
                 Ok(resp) if RETRY_STATUSES.contains(&resp.status().as_u16()) => {
                     Err(Err(self.failure(resp).await))
                 }
-                Ok(resp) => Ok(resp),
+                Ok(resp) => {
+                    // Learned once, for every later delete (`Backend::checks_deletes`).
+                    if resp.headers().contains_key(crate::api::DELETE_IF_CHECKED) {
+                        self.inner
+                            .deletes_checked
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    Ok(resp)
+                }
                 Err(e) => Err(Ok(e)),
             };
             let again = match &outcome {
