@@ -439,10 +439,21 @@ impl VersionRequest {
 pub const DELETE_IF_MATCH: &str = "vaultfs-if-match";
 /// ... or, with `*`, only while it has no version (or an empty one).
 pub const DELETE_IF_NONE_MATCH: &str = "vaultfs-if-none-match";
-/// Our server's answer to a DELETE says with this header (`1`) that it checks the two above
-/// itself; a server that ignores them (the public service) never sends it, and its client
-/// looks at the file before a conditional delete.
-pub const DELETE_IF_CHECKED: &str = "vaultfs-if-checked";
+/// Every answer of our server names in this header (a comma-separated list) the extensions a
+/// client may count on; the public service sends none, and its client does without.
+pub const EXTENSIONS: &str = "vaultfs-extensions";
+/// ... a DELETE checks `vaultfs-if-match` / `vaultfs-if-none-match` itself (the client need not
+/// look at the file first);
+pub const EXT_DELETE_IF: &str = "delete-if";
+/// ... a binary PUT stores a file's bytes in one request, with the terms of step 2 as headers
+/// (`server::whole`).
+pub const EXT_WHOLE_PUT: &str = "whole-put";
+/// What [`EXTENSIONS`] says on our server's answers.
+pub const OUR_EXTENSIONS: &str = "delete-if, whole-put";
+/// A binary PUT's modification time (RFC 3339), as step 2's `modifiedOn` ...
+pub const MODIFIED_ON: &str = "vaultfs-modified-on";
+/// ... and its mode (the permission bits, decimal), as step 2's `mode`.
+pub const MODE: &str = "vaultfs-mode";
 
 impl Base {
     /// The condition of a DELETE from our headers ([`DELETE_IF_MATCH`],

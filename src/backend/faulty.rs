@@ -347,6 +347,25 @@ impl<B: Backend> Backend for Faulty<B> {
         self.inner.checks_deletes()
     }
 
+    fn puts_whole(&self) -> bool {
+        self.inner.puts_whole()
+    }
+
+    async fn put_whole(
+        &self,
+        to: super::PutTo<'_>,
+        length: u64,
+        md5: &str,
+        attrs: FileAttrs,
+        base: &Base,
+        body: ByteStream,
+    ) -> Result<Node> {
+        self.call(Op::Upload, || {
+            self.inner.put_whole(to, length, md5, attrs, base, body)
+        })
+        .await
+    }
+
     async fn delete_if(&self, path: &NodePath, base: &Base) -> Result<()> {
         self.call(Op::Delete, || self.inner.delete_if(path, base))
             .await

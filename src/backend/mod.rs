@@ -64,6 +64,13 @@ pub fn reader_stream<R: std::io::Read + Send + 'static>(reader: R) -> ByteStream
     ))
 }
 
+/// Where [`Backend::put_whole`] stores: a file by ID (steps 2 and 3), or by path (1 to 3).
+#[derive(Clone, Copy, Debug)]
+pub enum PutTo<'a> {
+    File(&'a str),
+    Path(&'a NodePath),
+}
+
 /// A download in progress: what is being sent, and the bytes.
 pub struct Download {
     /// The file as it is now (name, size, md5, times).
@@ -437,9 +444,36 @@ pub trait Backend: Send + Sync + 'static {
     /// server without it ignores the headers and deletes, so the caller looks first too.
     fn delete_if(&self, path: &NodePath, base: &Base) -> impl Future<Output = Result<()>> + Send;
 
+    /// Whether [`Backend::put_whole`] is offered: a server that said so
+    /// ([`crate::api::EXT_WHOLE_PUT`]).
+    fn puts_whole(&self) -> bool {
+        false
+    }
+
+    /// A file's bytes in one request where [`Backend::puts_whole`] (our server's extension):
+    /// a new version of `length` bytes with this md5, on step 2's terms, current when this
+    /// returns; for [`PutTo::Path`], the file made first when absent. One round trip where
+    /// the interface's three steps take three.
+    fn put_whole(
+        &self,
+        to: PutTo<'_>,
+        length: u64,
+        md5: &str,
+        attrs: FileAttrs,
+        base: &Base,
+        body: ByteStream,
+    ) -> impl Future<Output = Result<Node>> + Send {
+        let _ = (to, length, md5, attrs, base, body);
+        async {
+            Err(crate::api::Error::internal(
+                "this backend takes no file in one request",
+            ))
+        }
+    }
+
     /// Whether [`Backend::delete_if`] is known to be checked where nothing comes in between
     /// (the store's transaction): the caller then need not look first. A server says so in
-    /// its answers ([`crate::api::DELETE_IF_CHECKED`]); until one has, the caller looks.
+    /// its answers ([`crate::api::EXT_DELETE_IF`]); until one has, the caller looks.
     fn checks_deletes(&self) -> bool {
         false
     }

@@ -308,6 +308,7 @@ impl<B: Backend> Fs<B> {
         }
         // An upload of the file under way stops instead of being waited for (it holds `io`);
         // a file it made remotely already (`create_file`) is deleted below.
+        let uploading = crate::sync::relock(&self.uploads.uploading).contains(&ino);
         let removing = Removal::start(self, ino);
         let _io = io.lock().await;
         let remote = {
@@ -315,6 +316,14 @@ impl<B: Backend> Fs<B> {
             t.get(ino)
                 .is_some_and(|i| i.kind == InodeKind::Dir || i.remote.is_some())
         };
+        if !remote && uploading && kind == InodeKind::File && self.backend.puts_whole() {
+            // A new file's upload in one request (`Backend::put_whole`) that stopped may have
+            // made the file on the store without its bytes: it goes while still empty. (The
+            // server takes it away itself too, where its request failed.)
+            if let Err(e) = (self.delete_unless_changed(&path, &crate::api::Base::Absent)).await {
+                log::warn!("{path}: the empty file a stopped upload may have made stays: {e}");
+            }
+        }
         let _ours = Ours::sending(self, vec![ino]);
         // A file changed elsewhere since this mount knew it stays on the store: an edit beats
         // a delete (`conflict`). The name goes here, and comes back with the next listing.

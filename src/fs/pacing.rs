@@ -218,6 +218,10 @@ impl Window {
 /// goes on with step 2. Nothing to do for a file with a remote node, an empty one, or one no
 /// longer staged.
 pub async fn create_ahead<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
+    // A server that takes a new file whole makes it with its bytes (`Backend::put_whole`).
+    if fs.backend.puts_whole() {
+        return Ok(());
+    }
     let Some(io) = fs.table().get(ino).map(|i| i.io.clone()) else {
         return Ok(());
     };

@@ -6,10 +6,14 @@ use super::Fs;
 use super::staging::{Next, Retry};
 use super::table::Ino;
 use crate::api::{Error, ErrorKind, FileAttrs, Result, whole_mode};
-use crate::backend::{Backend, reader_stream};
+use crate::backend::{Backend, PutTo, reader_stream};
 use crate::sync::relock;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+
+/// A file sent whole up to this size is answered in about the server's delay, as step 2 is:
+/// the window's signal (larger ones take the time of their bytes).
+const WINDOW_SIGNAL_BYTES: u64 = 64 << 10;
 
 /// The uploader's part of the mount: which files have an upload going, the window they share,
 /// the batch queue, and the journal's hand-over to a new daemon (`fs::mount`). The staged
@@ -238,11 +242,44 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
         (Some(p), Some(n)) => (p, n.to_string()),
         _ => return Err(Error::bad_path("cannot upload to the root")),
     };
+    // The bytes to send: their own descriptor (own offset), the staging file stays open for
+    // readers and writers.
+    let body = || -> Result<crate::backend::ByteStream> {
+        let file = std::fs::File::open(staged.data_path())?;
+        let body = staged.removal().reader(std::io::Read::take(file, size));
+        let body = reader_stream(body);
+        Ok(fs.uploads.tracker.track(ino, path.to_string(), size, body))
+    };
     let node = if let (Some(id), true) = (&remote_id, md5.is_some() && remote_md5 == md5) {
         // Same bytes as stored (opened for writing, or only its attributes changed): no bytes
         // to send.
         super::attrs::store(fs, id, md5.clone(), attrs).await?;
         None
+    } else if let (true, Some(md5)) = (fs.backend.puts_whole(), &md5) {
+        // A server that takes a file in one request (ours): one round trip, not three, and
+        // the conflict check is its own.
+        let to = match &remote_id {
+            Some(id) => PutTo::File(id),
+            None => PutTo::Path(&path),
+        };
+        let base = staged.base();
+        let asked = std::time::Instant::now();
+        let stored = fs
+            .backend
+            .put_whole(to, size, md5, attrs, &base, body()?)
+            .await;
+        fs.uploads.tracker.done(ino);
+        if size <= WINDOW_SIGNAL_BYTES && stored.is_ok() {
+            // A small file's answer is the server's delay, as step 2's is (`pacing`).
+            fs.uploads.pacing.window.answered(asked.elapsed());
+        }
+        match stored {
+            Err(e) if e.kind == ErrorKind::BadRequest && staged.generation() != generation => {
+                // Written to while being sent (the checksum did not match): the next round.
+                return Ok(());
+            }
+            other => Some(other?),
+        }
     } else {
         let id = match remote_id {
             Some(id) => id,
@@ -264,12 +301,7 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
         let vid = ticket
             .version_id()
             .ok_or_else(|| Error::internal("upload step 2 returned no version"))?;
-        // Its own descriptor (own offset): the staging file stays open for readers and writers.
-        let file = std::fs::File::open(staged.data_path())?;
-        let body = staged.removal().reader(std::io::Read::take(file, size));
-        let body = reader_stream(body);
-        let body = fs.uploads.tracker.track(ino, path.to_string(), size, body);
-        let uploaded = fs.backend.upload(&id, &vid, size, body).await;
+        let uploaded = fs.backend.upload(&id, &vid, size, body()?).await;
         fs.uploads.tracker.done(ino);
         match uploaded {
             Err(e) if e.kind == ErrorKind::BadRequest && staged.generation() != generation => {

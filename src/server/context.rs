@@ -37,11 +37,17 @@ pub async fn request_context(req: Request, next: Next) -> Response {
     })
     .await;
     // A protocol's own answers (WebDAV's statuses and XML) are not the API's envelope.
-    let resp = if resp.extensions().get::<OwnProtocol>().is_some() {
+    let mut resp = if resp.extensions().get::<OwnProtocol>().is_some() {
         resp
     } else {
         into_envelope(resp, &id).await
     };
+    // What a client may count on beyond the interface (`api::EXTENSIONS`), on every answer:
+    // known from the first one.
+    resp.headers_mut().insert(
+        crate::api::EXTENSIONS,
+        axum::http::HeaderValue::from_static(crate::api::OUR_EXTENSIONS),
+    );
     log::info!(
         "{id} {method} {path} {} {:.1}ms",
         resp.status().as_u16(),

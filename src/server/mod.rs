@@ -19,6 +19,7 @@ mod request_id;
 mod search;
 mod usage;
 mod web;
+mod whole;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -4,8 +4,9 @@
 use std::collections::HashMap;
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequest, Path, Query, State};
 use axum::http::{HeaderMap, Uri, header};
+use axum::response::IntoResponse;
 use bytes::Bytes;
 use futures_util::TryStreamExt;
 use serde::de::DeserializeOwned;
@@ -115,29 +116,59 @@ pub async fn get(caller: Caller, uri: Uri, Query(q): Query<HashMap<String, Strin
     Ok(ok(node))
 }
 
-/// PUT on a node path: upload step 1 (`create_file`) on a folder, or `{}` to create a folder.
+/// PUT on a node path: upload step 1 (`create_file`) on a folder, or `{}` to create a folder;
+/// with a binary body, a whole file (our extension: `whole`).
 #[utoipa::path(
     put,
     path = "/nodes/pth/{*path}",
     tag = "nodes",
     operation_id = "put_node",
-    summary = "`{}`: create the folder at this path; `{\"create_file\": [{\"name\"}]}`: upload step 1 in this folder",
-    params(("path" = String, Path, description = "Percent-encoded UTF-8 segments joined by `/`", example = "Acme/My%20First%20Vault")),
-    request_body(content = PutNodeBody, content_type = "application/json", description = "An empty body counts as `{}`"),
+    summary = "`{}`: create the folder at this path; `{\"create_file\": [{\"name\"}]}`: upload step 1 in this folder; bytes (an extension of ours): the file at this path, made when absent, with a new version of these bytes (steps 1 to 3 in one request)",
+    params(("path" = String, Path, description = "Percent-encoded UTF-8 segments joined by `/`", example = "Acme/My%20First%20Vault"),
+        ("Content-MD5" = Option<String>, Header, description = "Binary body: the bytes' md5 (base64 or hex); other bytes are refused (`checksum_mismatch`)"),
+        ("vaultfs-if-match" = Option<String>, Header, description = "Binary body: store only while the file's current version has this md5, else 412 `version_conflict`"),
+        ("vaultfs-if-none-match" = Option<String>, Header, description = "Binary body: `*`, store only while the file holds no version (or an empty one)"),
+        ("vaultfs-modified-on" = Option<String>, Header, description = "Binary body: the version's modification time (RFC 3339), as step 2's `modifiedOn`"),
+        ("vaultfs-mode" = Option<u32>, Header, description = "Binary body: the file's permission bits, as step 2's `mode`"),
+    ),
+    request_body(content(
+        (PutNodeBody = "application/json"),
+        (Vec<u8> = "application/octet-stream"),
+    ), description = "JSON (an empty body counts as `{}`), or the file's bytes: exactly `Content-Length` of them"),
     responses(
-        (status = 200, description = "The new folder, or the folder with the new (or existing) files as `children`", body = NodeEnvelope),
-        (status = 400, description = "`bad_path`, `path_too_deep`, `bad_json`, `bad_request`, `missing_parameter`", body = ErrorEnvelope),
+        (status = 200, description = "The new folder, or the folder with the new (or existing) files as `children`; for bytes, the file with the new version current", body = NodeEnvelope),
+        (status = 400, description = "`bad_path`, `path_too_deep`, `bad_json`, `bad_request`, `missing_parameter`, `bad_parameter`; bytes: `length_mismatch`, `checksum_mismatch` (the file keeps its previous content)", body = ErrorEnvelope),
         (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
         (status = 403, description = "`forbidden`: outside the caller's account, or not allowed on an account", body = ErrorEnvelope),
-        (status = 404, description = "`not_found`: the parent folder", body = ErrorEnvelope),
+        (status = 404, description = "`not_found`: the parent folder (bytes under `vaultfs-if-match`: the file)", body = ErrorEnvelope),
         (status = 409, description = "A node of that name exists (folder), or a folder of that name (file)", body = ErrorEnvelope),
-        (status = 413, description = "`body_too_large`", body = ErrorEnvelope),
-        (status = 507, description = "`insufficient_storage`: the store's disk is full; `quota_exceeded`: the account holds the most files and folders allowed", body = ErrorEnvelope),
+        (status = 412, description = "Bytes: `version_conflict`, the condition does not hold; the file keeps the other version", body = ErrorEnvelope),
+        (status = 413, description = "`body_too_large`, `file_too_large`", body = ErrorEnvelope),
+        (status = 503, description = "Bytes: `too_many_transfers` (`Retry-After`)", body = ErrorEnvelope),
+        (status = 507, description = "`insufficient_storage`: the store's disk is full; `quota_exceeded`: the account holds the most files and folders, or bytes, allowed", body = ErrorEnvelope),
     ),
     security(("basic" = [])),
 )]
-pub async fn put(caller: Caller, uri: Uri, body: Bytes) -> ApiResult {
+pub async fn put(
+    State(state): State<AppState>,
+    caller: Caller,
+    uri: Uri,
+    req: axum::extract::Request,
+) -> ApiResult {
     let path = node_path(&uri)?;
+    if super::whole::is_binary(req.headers()) {
+        let (parts, body) = req.into_parts();
+        return super::whole::file(&state, &caller, &path, &parts.headers, body).await;
+    }
+    match Bytes::from_request(req, &state).await {
+        Ok(body) => put_json(caller, path, body).await,
+        // Too large: the framework's answer, made an envelope like any (`context`).
+        Err(rejection) => Ok(rejection.into_response()),
+    }
+}
+
+/// A folder made, or upload step 1.
+async fn put_json(caller: Caller, path: NodePath, body: Bytes) -> ApiResult {
     let value: serde_json::Value = parse_json(&body)?;
     let obj = value
         .as_object()
@@ -250,8 +281,7 @@ pub async fn post(caller: Caller, uri: Uri, body: Bytes) -> ApiResult {
         ("vaultfs-if-none-match" = Option<String>, Header, description = "An extension of ours: `*` deletes the file only while it holds no version (or an empty one)"),
     ),
     responses(
-        (status = 200, description = "The default success object", body = SuccessEnvelope,
-            headers(("vaultfs-if-checked" = String, description = "An extension of ours: `1`, this server checks `vaultfs-if-match` and `vaultfs-if-none-match` itself (a client need not look first)"))),
+        (status = 200, description = "The default success object", body = SuccessEnvelope),
         (status = 400, description = "`bad_path`, `path_too_deep`, `bad_parameter`", body = ErrorEnvelope),
         (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
         (status = 403, description = "`forbidden`: outside the caller's account, or an account or vault", body = ErrorEnvelope),
@@ -268,11 +298,7 @@ pub async fn delete(caller: Caller, uri: Uri, headers: HeaderMap) -> ApiResult {
         header(crate::api::DELETE_IF_NONE_MATCH),
     )?;
     caller.backend.delete_if(&path, &base).await?;
-    let mut resp = success();
-    let checked = axum::http::HeaderValue::from_static("1");
-    resp.headers_mut()
-        .insert(crate::api::DELETE_IF_CHECKED, checked);
-    Ok(resp)
+    Ok(success())
 }
 
 // The same four methods on `/nodes/pth` itself (the root: the caller's accounts).
@@ -315,7 +341,7 @@ pub async fn get_root(caller: Caller, uri: Uri, q: Query<HashMap<String, String>
     security(("basic" = [])),
 )]
 pub async fn put_root(caller: Caller, uri: Uri, body: Bytes) -> ApiResult {
-    put(caller, uri, body).await
+    put_json(caller, node_path(&uri)?, body).await
 }
 
 #[utoipa::path(
@@ -359,21 +385,44 @@ pub async fn delete_root(caller: Caller, uri: Uri, headers: HeaderMap) -> ApiRes
     path = "/nodes/upload/{id}",
     tag = "upload",
     operation_id = "begin_version",
-    summary = "Upload step 2: announce a version of this length (and md5); without a length, set the file's modification time or mode",
-    params(("id" = String, Path, description = "The file ID (from step 1)", example = "1")),
-    request_body(content = VersionBody, content_type = "application/json"),
+    summary = "Upload step 2: announce a version of this length (and md5); without a length, set the file's modification time or mode; bytes (an extension of ours): steps 2 and 3 in one request",
+    params(("id" = String, Path, description = "The file ID (from step 1)", example = "1"),
+        ("Content-MD5" = Option<String>, Header, description = "Binary body: the bytes' md5 (base64 or hex); other bytes are refused (`checksum_mismatch`)"),
+        ("vaultfs-if-match" = Option<String>, Header, description = "Binary body: store only while the file's current version has this md5, else 412 `version_conflict`"),
+        ("vaultfs-if-none-match" = Option<String>, Header, description = "Binary body: `*`, store only while the file holds no version (or an empty one)"),
+        ("vaultfs-modified-on" = Option<String>, Header, description = "Binary body: the version's modification time (RFC 3339), as step 2's `modifiedOn`"),
+        ("vaultfs-mode" = Option<u32>, Header, description = "Binary body: the file's permission bits, as step 2's `mode`"),
+    ),
+    request_body(content(
+        (VersionBody = "application/json"),
+        (Vec<u8> = "application/octet-stream"),
+    ), description = "JSON, or (an extension of ours) the version's bytes, exactly `Content-Length` of them, with its terms as headers: steps 2 and 3 in one request"),
     responses(
-        (status = 200, description = "The file, with `fileExProperties.upload_uri` for step 3", body = NodeEnvelope),
-        (status = 400, description = "`bad_json`, `missing_parameter`, `bad_parameter`", body = ErrorEnvelope),
+        (status = 200, description = "The file, with `fileExProperties.upload_uri` for step 3; for bytes, the file with the new version current", body = NodeEnvelope),
+        (status = 400, description = "`bad_json`, `missing_parameter`, `bad_parameter`; bytes: `length_mismatch`, `checksum_mismatch` (the file keeps its previous content)", body = ErrorEnvelope),
         (status = 401, description = "`invalid_token`, `token_expired`", body = ErrorEnvelope),
         (status = 404, description = "`not_found`: no such file (another account's file is not found either)", body = ErrorEnvelope),
         (status = 412, description = "`version_conflict`: `if_match`/`if_none_match` does not hold (another version is current)", body = ErrorEnvelope),
         (status = 413, description = "`file_too_large`, `body_too_large`", body = ErrorEnvelope),
+        (status = 503, description = "Bytes: `too_many_transfers` (`Retry-After`)", body = ErrorEnvelope),
         (status = 507, description = "`insufficient_storage`; `quota_exceeded`: the version would take the account over its quota of bytes", body = ErrorEnvelope),
     ),
     security(("basic" = [])),
 )]
-pub async fn begin_version(caller: Caller, Path(id): Path<String>, body: Bytes) -> ApiResult {
+pub async fn begin_version(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    req: axum::extract::Request,
+) -> ApiResult {
+    if super::whole::is_binary(req.headers()) {
+        let (parts, body) = req.into_parts();
+        return super::whole::version(&state, &caller, &id, &parts.headers, body).await;
+    }
+    let body = match Bytes::from_request(req, &state).await {
+        Ok(b) => b,
+        Err(rejection) => return Ok(rejection.into_response()),
+    };
     let req: VersionRequest = parse_json(&body)?;
     let modified = match &req.modified_on {
         Some(t) => Some(parse_time(t).ok_or_else(|| {

@@ -14,6 +14,7 @@ mod links;
 mod nodes;
 mod upload;
 mod versions;
+mod whole;
 
 use common::{Creds, TestServer};
 use reqwest::{Method, StatusCode};

@@ -161,8 +161,10 @@ struct Inner {
     auth: std::sync::RwLock<Option<HeaderValue>>,
     config: RemoteConfig,
     ranges: AtomicU8,
-    /// The server said it checks a DELETE's condition itself (`api::DELETE_IF_CHECKED`).
+    /// What the server said it offers beyond the interface (`api::EXTENSIONS`): it checks a
+    /// DELETE's condition itself; it takes a file's bytes in one request.
     deletes_checked: AtomicBool,
+    whole_puts: AtomicBool,
     /// The md5 (hex) of each version announced in step 2 and not yet sent, by (file ID,
     /// version ID): step 3's answer is checked against it, also when step 2 had to go without.
     announced: Mutex<HashMap<(String, String), String>>,
@@ -201,6 +203,7 @@ impl RemoteBackend {
                 config,
                 ranges: AtomicU8::new(RANGES_UNKNOWN),
                 deletes_checked: AtomicBool::new(false),
+                whole_puts: AtomicBool::new(false),
                 announced: Mutex::new(HashMap::new()),
             }),
         })
@@ -267,6 +270,26 @@ impl RemoteBackend {
             self.inner.base
         );
         true
+    }
+
+    /// What the server offers beyond the interface, from an answer's `api::EXTENSIONS` (our
+    /// server says it on every answer, so it is known from the first; a server that never
+    /// says it gets the interface alone).
+    fn learn_extensions(&self, headers: &header::HeaderMap) {
+        let Some(list) = headers
+            .get(crate::api::EXTENSIONS)
+            .and_then(|v| v.to_str().ok())
+        else {
+            return;
+        };
+        for ext in list.split(',').map(str::trim) {
+            let flag = match ext {
+                crate::api::EXT_DELETE_IF => &self.inner.deletes_checked,
+                crate::api::EXT_WHOLE_PUT => &self.inner.whole_puts,
+                _ => continue,
+            };
+            flag.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Adds what to do to an authentication failure of a logged-in call.
@@ -536,6 +559,22 @@ impl Backend for RemoteBackend {
 
     fn checks_deletes(&self) -> bool {
         self.inner.deletes_checked.load(Ordering::Relaxed)
+    }
+
+    fn puts_whole(&self) -> bool {
+        self.inner.whole_puts.load(Ordering::Relaxed)
+    }
+
+    async fn put_whole(
+        &self,
+        to: super::PutTo<'_>,
+        length: u64,
+        md5: &str,
+        attrs: FileAttrs,
+        base: &Base,
+        body: ByteStream,
+    ) -> Result<Node> {
+        self.put_whole(to, length, md5, attrs, base, body).await
     }
 
     async fn preview(&self, file_id: &str) -> Result<PreviewMeta> {

@@ -236,12 +236,7 @@ impl RemoteBackend {
                     Err(Err(self.failure(resp).await))
                 }
                 Ok(resp) => {
-                    // Learned once, for every later delete (`Backend::checks_deletes`).
-                    if resp.headers().contains_key(crate::api::DELETE_IF_CHECKED) {
-                        self.inner
-                            .deletes_checked
-                            .store(true, std::sync::atomic::Ordering::Relaxed);
-                    }
+                    self.learn_extensions(resp.headers());
                     Ok(resp)
                 }
                 Err(e) => Err(Ok(e)),

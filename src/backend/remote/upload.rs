@@ -15,8 +15,8 @@ use super::transport::{JSON, Req, Retry, bad_response, checked, describe, networ
 use crate::api::checksum::{md5_base64, md5_hex};
 use crate::api::path::encode_segment;
 use crate::api::{Base, Error, ErrorKind, FileAttrs, Node, Result, VersionRequest, format_time};
-use crate::backend::ByteStream;
 use crate::backend::bwlimit::limited;
+use crate::backend::{ByteStream, PutTo};
 use crate::sync::relock;
 
 /// Versions announced and never sent are forgotten beyond this many (the map stays small).
@@ -134,7 +134,12 @@ impl RemoteBackend {
     ) -> Result<Node> {
         let key = (file_id.to_string(), version_id.to_string());
         let want = relock(&self.inner.announced).get(&key).cloned();
-        let node = self.put_bytes(file_id, version_id, length, body).await?;
+        let path = format!(
+            "/nodes/upload/{}/{}",
+            encode_segment(file_id),
+            encode_segment(version_id)
+        );
+        let node = self.put_bytes(path, Vec::new(), length, body).await?;
         relock(&self.inner.announced).remove(&key);
         if let (Some(want), Some(got)) = (want, &node.md5_checksum) {
             if &want != got {
@@ -150,18 +155,60 @@ impl RemoteBackend {
         Ok(node)
     }
 
+    /// Our extension (`server::whole`, where the server offers `api::EXT_WHOLE_PUT`): the
+    /// bytes with the terms of step 2, in one request; steps 1 to 3 for a path.
+    pub(super) async fn put_whole(
+        &self,
+        to: PutTo<'_>,
+        length: u64,
+        md5: &str,
+        attrs: FileAttrs,
+        base: &Base,
+        body: ByteStream,
+    ) -> Result<Node> {
+        let md5 = md5_hex(md5)
+            .ok_or_else(|| Error::bad_request("bad_checksum", format!("`{md5}` is not an md5")))?;
+        let path = match to {
+            PutTo::File(id) => format!("/nodes/upload/{}", encode_segment(id)),
+            PutTo::Path(p) => p.encoded(),
+        };
+        let mut headers = vec![(
+            "content-md5",
+            md5_base64(&md5).unwrap_or_else(|| md5.clone()),
+        )];
+        match base {
+            Base::Any => {}
+            Base::Absent => headers.push((crate::api::DELETE_IF_NONE_MATCH, "*".into())),
+            Base::Md5(m) => headers.push((crate::api::DELETE_IF_MATCH, m.clone())),
+        }
+        if let Some(t) = attrs.modified {
+            headers.push((crate::api::MODIFIED_ON, format_time(t)));
+        }
+        if let Some(m) = attrs.mode {
+            headers.push((crate::api::MODE, m.to_string()));
+        }
+        let node = self.put_bytes(path, headers, length, body).await?;
+        // The server checked the md5 before the version became current; this is the answer's.
+        if node.md5_checksum.as_deref() != Some(md5.as_str()) {
+            return Err(Error::new(
+                ErrorKind::Server,
+                "checksum_mismatch",
+                format!(
+                    "the server stored md5 {:?} for {}; the bytes sent have {md5}",
+                    node.md5_checksum, node.uri
+                ),
+            ));
+        }
+        Ok(node)
+    }
+
     async fn put_bytes(
         &self,
-        file_id: &str,
-        version_id: &str,
+        path: String,
+        headers: Vec<(&'static str, String)>,
         length: u64,
         body: ByteStream,
     ) -> Result<Node> {
-        let path = format!(
-            "/nodes/upload/{}/{}",
-            encode_segment(file_id),
-            encode_segment(version_id)
-        );
         let progress = Arc::new(Progress {
             start: Instant::now(),
             last_ms: AtomicU64::new(0),
@@ -181,6 +228,9 @@ impl RemoteBackend {
             ));
         if let Some(a) = self.auth() {
             rb = rb.header(header::AUTHORIZATION, a);
+        }
+        for (name, value) in headers {
+            rb = rb.header(name, value);
         }
         let idle = self.inner.config.idle_timeout;
         let tick = (idle / 4).max(Duration::from_millis(20));
@@ -207,10 +257,14 @@ impl RemoteBackend {
                 }));
             }
         };
-        let node: Option<Node> = self
-            .envelope(resp)
-            .await
-            .map_err(|e| self.with_hint(e, true))?;
+        let node: Option<Node> = self.envelope(resp).await.map_err(|e| {
+            // A body goes once: a newer login (`vaultfs login` while mounted) is taken for the
+            // upload's next attempt.
+            if e.kind == ErrorKind::Auth && self.take_newer_login() {
+                return e;
+            }
+            self.with_hint(e, true)
+        })?;
         let what = format!("PUT {path}");
         checked(required(node, &what)?, &what)
     }

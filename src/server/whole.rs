@@ -1,0 +1,165 @@
+//! Our extension: a file's bytes in one request, for a client far away. The interface stores a
+//! file in three round trips (`create_file`, the version with its length and md5, the bytes);
+//! a client that knows this server (`api::EXTENSIONS`) sends the bytes with the version's
+//! terms instead, as a binary PUT:
+//!
+//! - on `/nodes/upload/{id}`: steps 2 and 3 of the file `id`;
+//! - on `/nodes/pth/{path}`: steps 1 to 3 of the file at `path` (made when absent).
+//!
+//! The terms are headers: `Content-Length` (the exact length, required), `Content-MD5` (base64,
+//! or hex), our condition `vaultfs-if-match` / `vaultfs-if-none-match` (as a DELETE's), and
+//! `vaultfs-modified-on` / `vaultfs-mode` (as step 2's `modifiedOn` and `mode`). The store does
+//! what the three steps do, in their order, and refuses what they refuse: a version whose bytes
+//! are short, long or of another md5 is never current.
+
+use axum::body::Body;
+use axum::http::{HeaderMap, header};
+use futures_util::TryStreamExt;
+
+use super::AppState;
+use super::auth::Caller;
+use super::reply::{ApiResult, ok};
+use crate::api::{Base, Error, ErrorKind, FileAttrs, NodePath, parse_time};
+use crate::backend::Backend;
+
+/// Whether the body is bytes (an upload) rather than JSON.
+pub(super) fn is_binary(headers: &HeaderMap) -> bool {
+    let ctype = header_str(headers, header::CONTENT_TYPE.as_str()).unwrap_or("");
+    let mime = ctype.split(';').next().unwrap_or("").trim();
+    mime.eq_ignore_ascii_case("application/binary")
+        || mime.eq_ignore_ascii_case("application/octet-stream")
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// The version's terms from the headers.
+struct Terms {
+    length: u64,
+    md5: Option<String>,
+    attrs: FileAttrs,
+    base: Base,
+}
+
+impl Terms {
+    fn of(headers: &HeaderMap) -> Result<Terms, Error> {
+        let length = header_str(headers, header::CONTENT_LENGTH.as_str())
+            .ok_or_else(|| Error::missing("Content-Length"))?
+            .parse()
+            .map_err(|_| Error::bad_request("bad_parameter", "`Content-Length` is not a length"))?;
+        let md5 = match header_str(headers, "content-md5") {
+            Some(m) => Some(crate::api::checksum::md5_hex(m).ok_or_else(|| {
+                Error::bad_request(
+                    "bad_checksum",
+                    format!("`Content-MD5`: `{m}` is not an md5"),
+                )
+            })?),
+            None => None,
+        };
+        let modified = match header_str(headers, crate::api::MODIFIED_ON) {
+            Some(t) => Some(parse_time(t).ok_or_else(|| {
+                Error::bad_request(
+                    "bad_parameter",
+                    format!("`{}`: `{t}` is not a time", crate::api::MODIFIED_ON),
+                )
+            })?),
+            None => None,
+        };
+        let mode = match header_str(headers, crate::api::MODE) {
+            Some(m) => Some(m.parse().map_err(|_| {
+                Error::bad_request(
+                    "bad_parameter",
+                    format!("`{}`: `{m}` is not a mode", crate::api::MODE),
+                )
+            })?),
+            None => None,
+        };
+        let base = Base::from_delete_headers(
+            header_str(headers, crate::api::DELETE_IF_MATCH),
+            header_str(headers, crate::api::DELETE_IF_NONE_MATCH),
+        )?;
+        Ok(Terms {
+            length,
+            md5,
+            attrs: FileAttrs { modified, mode },
+            base,
+        })
+    }
+}
+
+/// Steps 2 and 3 of the file `id` in one request.
+pub(super) async fn version(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> ApiResult {
+    let terms = Terms::of(headers)?;
+    store(state, caller, id, terms, body).await
+}
+
+/// Steps 1 to 3 of the file at `path` in one request: made when absent (never under a
+/// condition on its bytes: `vaultfs-if-match` of a file that is not there is 404, not a new
+/// empty file).
+pub(super) async fn file(
+    state: &AppState,
+    caller: &Caller,
+    path: &NodePath,
+    headers: &HeaderMap,
+    body: Body,
+) -> ApiResult {
+    let terms = Terms::of(headers)?;
+    let (Some(folder), Some(name)) = (path.parent(), path.name()) else {
+        return Err(Error::bad_path("a file's path is a folder and a name").into());
+    };
+    crate::api::path::validate_name(name)?;
+    let absent = matches!(caller.backend.node(path).await, Err(e) if e.kind == ErrorKind::NotFound);
+    let id = match &terms.base {
+        Base::Md5(_) => caller.backend.node(path).await?.file_id(),
+        Base::Any | Base::Absent => {
+            let (_, mut made) = caller
+                .backend
+                .create_files_in(&folder, vec![name.to_string()])
+                .await?;
+            made.pop()
+                .ok_or_else(|| Error::internal("create_file answered no file"))??
+                .file_id()
+        }
+    };
+    let id = id.ok_or_else(|| {
+        Error::new(
+            ErrorKind::Conflict,
+            "exists",
+            format!("{path} is a folder, not a file"),
+        )
+    })?;
+    let stored = store(state, caller, &id, terms, body).await;
+    if stored.is_err() && absent {
+        // A request that failed leaves no file it made: taken away while still without bytes
+        // (never another writer's version stored meanwhile).
+        if let Err(e) = caller.backend.delete_if(path, &Base::Absent).await {
+            log::debug!("{path}: the file a failed upload made stays: {e}");
+        }
+    }
+    stored
+}
+
+async fn store(state: &AppState, caller: &Caller, id: &str, t: Terms, body: Body) -> ApiResult {
+    // Held until the upload ends, fails or its connection goes away (as step 3's).
+    let _slot = state.limits.transfer(caller.user_id)?;
+    let ticket = caller
+        .backend
+        .begin_version_with(id, t.length, t.md5.as_deref(), t.attrs, &t.base)
+        .await?;
+    let version = ticket
+        .version_id()
+        .ok_or_else(|| Error::internal("step 2 gave no version"))?;
+    // Already idle-limited, as every request body is (`conn::body_idle_limited`).
+    let stream = Box::pin(body.into_data_stream().map_err(super::limits::io_error));
+    Ok(ok(caller
+        .backend
+        .upload(id, &version, t.length, stream)
+        .await?))
+}
