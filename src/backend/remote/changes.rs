@@ -25,7 +25,10 @@ impl RemoteBackend {
         if let Some(cursor) = cursor {
             path.push_str(&format!("&cursor={cursor}"));
         }
-        let req = Req::get(path);
+        let req = Req {
+            waits: true,
+            ..Req::get(path)
+        };
         let what = req.what();
         let limit = wait + c.total_timeout;
         let call = async {

@@ -155,6 +155,10 @@ pub struct RemoteBackend {
 
 struct Inner {
     http: reqwest::Client,
+    /// The change feed's long polls, on connections of their own: one held for its wait
+    /// would otherwise be the warm connection the user's next request finds taken (a new
+    /// one: a round trip more, at 150 ms half a cold `ls -l`).
+    waits: reqwest::Client,
     /// Base URL without a trailing slash.
     base: String,
     /// Swapped for a newer login's (`RemoteConfig::relogin`).
@@ -180,24 +184,27 @@ impl RemoteBackend {
             ));
         }
         let auth = auth_header(&config.email, &config.token)?;
-        let http = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .read_timeout(config.idle_timeout)
-            .pool_idle_timeout(Duration::from_secs(60))
-            // At most this many kept idle (rclone keeps twice its checkers and transfers):
-            // otherwise every connection a burst of requests opens stays, a descriptor each,
-            // for the idle timeout, toward the daemon's open-files limit.
-            .pool_max_idle_per_host(IDLE_CONNECTIONS)
-            // Connections kept warm between bursts (a new one costs a round trip, more with
-            // TLS), and small requests sent at once.
-            .tcp_keepalive(Duration::from_secs(30))
-            .tcp_nodelay(true)
-            .user_agent(concat!("vaultfs/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| Error::internal(format!("cannot set up the HTTP client: {e}")))?;
+        let client = |idle: usize| {
+            reqwest::Client::builder()
+                .connect_timeout(config.connect_timeout)
+                .read_timeout(config.idle_timeout)
+                .pool_idle_timeout(Duration::from_secs(60))
+                // At most this many kept idle (rclone keeps twice its checkers and transfers):
+                // otherwise every connection a burst of requests opens stays, a descriptor
+                // each, for the idle timeout, toward the daemon's open-files limit.
+                .pool_max_idle_per_host(idle)
+                // Connections kept warm between bursts (a new one costs a round trip, more
+                // with TLS), and small requests sent at once.
+                .tcp_keepalive(Duration::from_secs(30))
+                .tcp_nodelay(true)
+                .user_agent(concat!("vaultfs/", env!("CARGO_PKG_VERSION")))
+                .build()
+                .map_err(|e| Error::internal(format!("cannot set up the HTTP client: {e}")))
+        };
         Ok(RemoteBackend {
             inner: Arc::new(Inner {
-                http,
+                http: client(IDLE_CONNECTIONS)?,
+                waits: client(1)?,
                 base,
                 auth: std::sync::RwLock::new(auth),
                 config,

@@ -42,6 +42,8 @@ pub(super) struct Req {
     pub(super) range: Option<RangeRequest>,
     /// More headers (our extensions; a server that does not know them ignores them).
     pub(super) headers: Vec<(&'static str, String)>,
+    /// A long poll: sent on the connections kept for waits (`Inner::waits`).
+    pub(super) waits: bool,
 }
 
 impl Req {
@@ -55,6 +57,7 @@ impl Req {
             accept: JSON,
             range: None,
             headers: Vec::new(),
+            waits: false,
         }
     }
 
@@ -74,6 +77,7 @@ impl Req {
             accept: JSON,
             range: None,
             headers: Vec::new(),
+            waits: false,
         }
     }
 
@@ -210,9 +214,11 @@ impl RemoteBackend {
         let url = self.url(&req.path);
         let mut attempt = 0;
         loop {
-            let mut rb = self
-                .inner
-                .http
+            let http = match req.waits {
+                true => &self.inner.waits,
+                false => &self.inner.http,
+            };
+            let mut rb = http
                 .request(req.method.clone(), &url)
                 .header(header::ACCEPT, req.accept);
             if req.auth {
