@@ -351,19 +351,9 @@ impl<B: Backend> Backend for Faulty<B> {
         self.inner.puts_whole()
     }
 
-    async fn put_whole(
-        &self,
-        to: super::PutTo<'_>,
-        length: u64,
-        md5: &str,
-        attrs: FileAttrs,
-        base: &Base,
-        body: ByteStream,
-    ) -> Result<Node> {
-        self.call(Op::Upload, || {
-            self.inner.put_whole(to, length, md5, attrs, base, body)
-        })
-        .await
+    async fn put_whole(&self, whole: super::Whole<'_>, body: ByteStream) -> Result<Node> {
+        self.call(Op::Upload, || self.inner.put_whole(whole, body))
+            .await
     }
 
     async fn delete_if(&self, path: &NodePath, base: &Base) -> Result<()> {

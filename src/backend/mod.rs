@@ -71,6 +71,17 @@ pub enum PutTo<'a> {
     Path(&'a NodePath),
 }
 
+/// A file for [`Backend::put_whole`]: where, and step 2's terms.
+#[derive(Clone, Copy, Debug)]
+pub struct Whole<'a> {
+    pub to: PutTo<'a>,
+    pub length: u64,
+    /// Of the bytes (hex or base64).
+    pub md5: &'a str,
+    pub attrs: FileAttrs,
+    pub base: &'a Base,
+}
+
 /// A download in progress: what is being sent, and the bytes.
 pub struct Download {
     /// The file as it is now (name, size, md5, times).
@@ -456,14 +467,10 @@ pub trait Backend: Send + Sync + 'static {
     /// the interface's three steps take three.
     fn put_whole(
         &self,
-        to: PutTo<'_>,
-        length: u64,
-        md5: &str,
-        attrs: FileAttrs,
-        base: &Base,
+        whole: Whole<'_>,
         body: ByteStream,
     ) -> impl Future<Output = Result<Node>> + Send {
-        let _ = (to, length, md5, attrs, base, body);
+        let _ = (whole, body);
         async {
             Err(crate::api::Error::internal(
                 "this backend takes no file in one request",

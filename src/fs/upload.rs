@@ -6,7 +6,7 @@ use super::Fs;
 use super::staging::{Next, Retry};
 use super::table::Ino;
 use crate::api::{Error, ErrorKind, FileAttrs, Result, whole_mode};
-use crate::backend::{Backend, PutTo, reader_stream};
+use crate::backend::{Backend, PutTo, Whole, reader_stream};
 use crate::sync::relock;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -266,7 +266,16 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
         let asked = std::time::Instant::now();
         let stored = fs
             .backend
-            .put_whole(to, size, md5, attrs, &base, body()?)
+            .put_whole(
+                Whole {
+                    to,
+                    length: size,
+                    md5,
+                    attrs,
+                    base: &base,
+                },
+                body()?,
+            )
             .await;
         fs.uploads.tracker.done(ino);
         if size <= WINDOW_SIGNAL_BYTES && stored.is_ok() {

@@ -15,7 +15,7 @@ use super::AppState;
 use super::auth::Caller;
 use super::openapi::{
     ErrorEnvelope, NodeEnvelope, PutNodeBody, SuccessEnvelope, TransferBody,
-    VersionRequest as VersionBody,
+    VersionRequest as VersionBody, WholeTerms,
 };
 use super::reply::{ApiResult, ok, success};
 use crate::api::path::NODES_PREFIX;
@@ -125,11 +125,7 @@ pub async fn get(caller: Caller, uri: Uri, Query(q): Query<HashMap<String, Strin
     operation_id = "put_node",
     summary = "`{}`: create the folder at this path; `{\"create_file\": [{\"name\"}]}`: upload step 1 in this folder; bytes (an extension of ours): the file at this path, made when absent, with a new version of these bytes (steps 1 to 3 in one request)",
     params(("path" = String, Path, description = "Percent-encoded UTF-8 segments joined by `/`", example = "Acme/My%20First%20Vault"),
-        ("Content-MD5" = Option<String>, Header, description = "Binary body: the bytes' md5 (base64 or hex); other bytes are refused (`checksum_mismatch`)"),
-        ("vaultfs-if-match" = Option<String>, Header, description = "Binary body: store only while the file's current version has this md5, else 412 `version_conflict`"),
-        ("vaultfs-if-none-match" = Option<String>, Header, description = "Binary body: `*`, store only while the file holds no version (or an empty one)"),
-        ("vaultfs-modified-on" = Option<String>, Header, description = "Binary body: the version's modification time (RFC 3339), as step 2's `modifiedOn`"),
-        ("vaultfs-mode" = Option<u32>, Header, description = "Binary body: the file's permission bits, as step 2's `mode`"),
+        WholeTerms,
     ),
     request_body(content(
         (PutNodeBody = "application/json"),
@@ -387,11 +383,7 @@ pub async fn delete_root(caller: Caller, uri: Uri, headers: HeaderMap) -> ApiRes
     operation_id = "begin_version",
     summary = "Upload step 2: announce a version of this length (and md5); without a length, set the file's modification time or mode; bytes (an extension of ours): steps 2 and 3 in one request",
     params(("id" = String, Path, description = "The file ID (from step 1)", example = "1"),
-        ("Content-MD5" = Option<String>, Header, description = "Binary body: the bytes' md5 (base64 or hex); other bytes are refused (`checksum_mismatch`)"),
-        ("vaultfs-if-match" = Option<String>, Header, description = "Binary body: store only while the file's current version has this md5, else 412 `version_conflict`"),
-        ("vaultfs-if-none-match" = Option<String>, Header, description = "Binary body: `*`, store only while the file holds no version (or an empty one)"),
-        ("vaultfs-modified-on" = Option<String>, Header, description = "Binary body: the version's modification time (RFC 3339), as step 2's `modifiedOn`"),
-        ("vaultfs-mode" = Option<u32>, Header, description = "Binary body: the file's permission bits, as step 2's `mode`"),
+        WholeTerms,
     ),
     request_body(content(
         (VersionBody = "application/json"),

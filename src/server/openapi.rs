@@ -592,3 +592,27 @@ pub struct SignInForm {
     pub email: String,
     pub password: String,
 }
+
+/// The terms of a file sent in one request (our binary PUT, `server::whole`), as headers.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)] // a schema: read from the headers by `server::whole`
+pub struct WholeTerms {
+    /// Binary body: the bytes' md5 (base64 or hex); other bytes are refused
+    /// (`checksum_mismatch`).
+    #[param(rename = "Content-MD5")]
+    content_md5: Option<String>,
+    /// Binary body: store only while the file's current version has this md5, else 412
+    /// `version_conflict`.
+    #[param(rename = "vaultfs-if-match")]
+    if_match: Option<String>,
+    /// Binary body: `*`, store only while the file holds no version (or an empty one).
+    #[param(rename = "vaultfs-if-none-match")]
+    if_none_match: Option<String>,
+    /// Binary body: the version's modification time (RFC 3339), as step 2's `modifiedOn`.
+    #[param(rename = "vaultfs-modified-on")]
+    modified_on: Option<String>,
+    /// Binary body: the file's permission bits, as step 2's `mode`.
+    #[param(rename = "vaultfs-mode")]
+    mode: Option<u32>,
+}

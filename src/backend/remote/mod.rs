@@ -572,16 +572,8 @@ impl Backend for RemoteBackend {
         self.inner.whole_puts.load(Ordering::Relaxed)
     }
 
-    async fn put_whole(
-        &self,
-        to: super::PutTo<'_>,
-        length: u64,
-        md5: &str,
-        attrs: FileAttrs,
-        base: &Base,
-        body: ByteStream,
-    ) -> Result<Node> {
-        self.put_whole(to, length, md5, attrs, base, body).await
+    async fn put_whole(&self, whole: super::Whole<'_>, body: ByteStream) -> Result<Node> {
+        self.send_whole(whole, body).await
     }
 
     async fn preview(&self, file_id: &str) -> Result<PreviewMeta> {

@@ -16,7 +16,7 @@ use crate::api::checksum::{md5_base64, md5_hex};
 use crate::api::path::encode_segment;
 use crate::api::{Base, Error, ErrorKind, FileAttrs, Node, Result, VersionRequest, format_time};
 use crate::backend::bwlimit::limited;
-use crate::backend::{ByteStream, PutTo};
+use crate::backend::{ByteStream, PutTo, Whole};
 use crate::sync::relock;
 
 /// Versions announced and never sent are forgotten beyond this many (the map stays small).
@@ -157,15 +157,14 @@ impl RemoteBackend {
 
     /// Our extension (`server::whole`, where the server offers `api::EXT_WHOLE_PUT`): the
     /// bytes with the terms of step 2, in one request; steps 1 to 3 for a path.
-    pub(super) async fn put_whole(
-        &self,
-        to: PutTo<'_>,
-        length: u64,
-        md5: &str,
-        attrs: FileAttrs,
-        base: &Base,
-        body: ByteStream,
-    ) -> Result<Node> {
+    pub(super) async fn send_whole(&self, whole: Whole<'_>, body: ByteStream) -> Result<Node> {
+        let Whole {
+            to,
+            length,
+            md5,
+            attrs,
+            base,
+        } = whole;
         let md5 = md5_hex(md5)
             .ok_or_else(|| Error::bad_request("bad_checksum", format!("`{md5}` is not an md5")))?;
         let path = match to {
