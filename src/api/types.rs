@@ -456,6 +456,16 @@ pub const MODIFIED_ON: &str = "vaultfs-modified-on";
 pub const MODE: &str = "vaultfs-mode";
 
 impl Base {
+    /// This condition as our header ([`DELETE_IF_MATCH`] or [`DELETE_IF_NONE_MATCH`]), for a
+    /// DELETE or a whole PUT; none for [`Base::Any`].
+    pub fn header(&self) -> Option<(&'static str, String)> {
+        match self {
+            Base::Any => None,
+            Base::Absent => Some((DELETE_IF_NONE_MATCH, "*".into())),
+            Base::Md5(m) => Some((DELETE_IF_MATCH, m.clone())),
+        }
+    }
+
     /// The condition of a DELETE from our headers ([`DELETE_IF_MATCH`],
     /// [`DELETE_IF_NONE_MATCH`]), read as step 2's `if_match` / `if_none_match` are.
     pub fn from_delete_headers(

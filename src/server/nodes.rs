@@ -8,7 +8,6 @@ use axum::extract::{FromRequest, Path, Query, State};
 use axum::http::{HeaderMap, Uri, header};
 use axum::response::IntoResponse;
 use bytes::Bytes;
-use futures_util::TryStreamExt;
 use serde::de::DeserializeOwned;
 
 use super::AppState;
@@ -481,17 +480,7 @@ pub async fn upload(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult {
-    let ctype = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let mime = ctype
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    if mime != "application/binary" && mime != "application/octet-stream" {
+    if !super::whole::is_binary(&headers) {
         return Err(Error::new(
             ErrorKind::UnsupportedMedia,
             "unsupported_media_type",
@@ -506,10 +495,5 @@ pub async fn upload(
         .unwrap_or(0);
     // Held until the upload ends, fails or its connection goes away.
     let _slot = state.limits.transfer(caller.user_id)?;
-    // Already idle-limited, as every request body is (`conn::body_idle_limited`).
-    let stream = Box::pin(body.into_data_stream().map_err(super::limits::io_error));
-    Ok(ok(caller
-        .backend
-        .upload(&id, &version, length, stream)
-        .await?))
+    super::whole::receive(&caller, &id, &version, length, body).await
 }

@@ -115,9 +115,10 @@ pub(super) async fn file(
         return Err(Error::bad_path("a file's path is a folder and a name").into());
     };
     crate::api::path::validate_name(name)?;
-    let absent = matches!(caller.backend.node(path).await, Err(e) if e.kind == ErrorKind::NotFound);
+    let found = caller.backend.node(path).await;
+    let absent = matches!(&found, Err(e) if e.kind == ErrorKind::NotFound);
     let id = match &terms.base {
-        Base::Md5(_) => caller.backend.node(path).await?.file_id(),
+        Base::Md5(_) => found?.file_id(),
         Base::Any | Base::Absent => {
             let (_, mut made) = caller
                 .backend
@@ -156,10 +157,21 @@ async fn store(state: &AppState, caller: &Caller, id: &str, t: Terms, body: Body
     let version = ticket
         .version_id()
         .ok_or_else(|| Error::internal("step 2 gave no version"))?;
+    receive(caller, id, &version, t.length, body).await
+}
+
+/// The bytes of a pending version, streamed to the store (step 3's, and the whole PUT's).
+pub(super) async fn receive(
+    caller: &Caller,
+    id: &str,
+    version: &str,
+    length: u64,
+    body: Body,
+) -> ApiResult {
     // Already idle-limited, as every request body is (`conn::body_idle_limited`).
     let stream = Box::pin(body.into_data_stream().map_err(super::limits::io_error));
     Ok(ok(caller
         .backend
-        .upload(id, &version, t.length, stream)
+        .upload(id, version, length, stream)
         .await?))
 }

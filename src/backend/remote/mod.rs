@@ -554,13 +554,7 @@ impl Backend for RemoteBackend {
         req.method = Method::DELETE;
         req.retry = Retry::UnsentOnly;
         // Our own headers: a server that does not know them ignores them.
-        match base {
-            Base::Any => {}
-            Base::Absent => req
-                .headers
-                .push((crate::api::DELETE_IF_NONE_MATCH, "*".into())),
-            Base::Md5(m) => req.headers.push((crate::api::DELETE_IF_MATCH, m.clone())),
-        }
+        req.headers.extend(base.header());
         self.call::<serde_json::Value>(req).await.map(|_| ())
     }
 

@@ -143,13 +143,7 @@ impl RemoteBackend {
         relock(&self.inner.announced).remove(&key);
         if let (Some(want), Some(got)) = (want, &node.md5_checksum) {
             if &want != got {
-                return Err(Error::new(
-                    ErrorKind::Server,
-                    "checksum_mismatch",
-                    format!(
-                        "the server stored md5 {got} for file {file_id}; the bytes sent have {want}"
-                    ),
-                ));
+                return Err(stored_other(got, &format!("file {file_id}"), &want));
             }
         }
         Ok(node)
@@ -175,11 +169,7 @@ impl RemoteBackend {
             "content-md5",
             md5_base64(&md5).unwrap_or_else(|| md5.clone()),
         )];
-        match base {
-            Base::Any => {}
-            Base::Absent => headers.push((crate::api::DELETE_IF_NONE_MATCH, "*".into())),
-            Base::Md5(m) => headers.push((crate::api::DELETE_IF_MATCH, m.clone())),
-        }
+        headers.extend(base.header());
         if let Some(t) = attrs.modified {
             headers.push((crate::api::MODIFIED_ON, format_time(t)));
         }
@@ -189,14 +179,8 @@ impl RemoteBackend {
         let node = self.put_bytes(path, headers, length, body).await?;
         // The server checked the md5 before the version became current; this is the answer's.
         if node.md5_checksum.as_deref() != Some(md5.as_str()) {
-            return Err(Error::new(
-                ErrorKind::Server,
-                "checksum_mismatch",
-                format!(
-                    "the server stored md5 {:?} for {}; the bytes sent have {md5}",
-                    node.md5_checksum, node.uri
-                ),
-            ));
+            let got = node.md5_checksum.as_deref().unwrap_or("none");
+            return Err(stored_other(got, &node.uri, &md5));
         }
         Ok(node)
     }
@@ -267,6 +251,15 @@ impl RemoteBackend {
         let what = format!("PUT {path}");
         checked(required(node, &what)?, &what)
     }
+}
+
+/// The server stored other bytes than were sent (`what`: the file).
+fn stored_other(got: &str, what: &str, sent: &str) -> Error {
+    Error::new(
+        ErrorKind::Server,
+        "checksum_mismatch",
+        format!("the server stored md5 {got} for {what}; the bytes sent have {sent}"),
+    )
 }
 
 /// Upload progress, shared by the body stream and the watchdog of [`RemoteBackend::upload`].
