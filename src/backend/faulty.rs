@@ -238,6 +238,10 @@ impl<B: Backend> LocalStore for Faulty<B> {
     fn foreign_changes(&self) -> Option<u64> {
         None
     }
+
+    fn shared(&self) -> bool {
+        self.inner.local().is_some_and(|l| l.shared())
+    }
 }
 
 impl<B: Backend> Backend for Faulty<B> {

@@ -267,6 +267,10 @@ impl super::LocalStore for LocalBackend {
     fn foreign_changes(&self) -> Option<u64> {
         Some(self.store.foreign_commits())
     }
+
+    fn shared(&self) -> bool {
+        self.store.shared()
+    }
 }
 
 impl Backend for LocalBackend {

@@ -278,6 +278,10 @@ pub trait LocalStore: Send + Sync {
     /// folder, `vaultfs serve` on it). `None` when it cannot say (others' changes then show
     /// when a listing is fetched again, after the listing TTL).
     fn foreign_changes(&self) -> Option<u64>;
+
+    /// Whether another process has the store open now, and so can see that a file is not
+    /// stored yet (a mount's rename of one then stores it first: `Fs::rename`).
+    fn shared(&self) -> bool;
 }
 
 /// A file's bytes on local disk ([`LocalStore::local_file`]): its node, path and open file.

@@ -25,6 +25,7 @@ use fuser::INodeNo;
 use super::Fs;
 use super::staging::{Next, Retry};
 use super::table::{Ino, InodeKind};
+use crate::api::NodeType;
 use crate::api::checksum::md5_hex;
 use crate::api::{Change, ChangeKind, NodePath};
 use crate::backend::Backend;
@@ -410,11 +411,28 @@ async fn apply<B: Backend>(fs: &Arc<Fs<B>>, changes: &[Change]) {
     let mut kernel = Vec::new();
     // Files whose attributes are fetched again (new bytes or times elsewhere).
     let mut refetch: Vec<(Ino, NodePath)> = Vec::new();
+    // Folders removed and made again elsewhere: listed again (what was in them is gone).
+    let mut relist: Vec<(Ino, NodePath)> = Vec::new();
     let mut learned = Vec::new();
-    for c in changes {
+    // Where the page makes a folder (created, moved or copied there), and its last change
+    // that does: a folder deleted before that is made again by the end of the page.
+    let mut folder_made = HashMap::new();
+    for (n, c) in changes.iter().enumerate() {
+        let made = matches!(
+            c.kind,
+            ChangeKind::Created | ChangeKind::Moved | ChangeKind::Copied
+        );
+        if made && c.node_type != NodeType::FileNodeType {
+            if let Ok(p) = NodePath::parse_uri(&c.uri) {
+                folder_made.insert(p, n);
+            }
+        }
+    }
+    for (n, c) in changes.iter().enumerate() {
         let Ok(path) = NodePath::parse_uri(&c.uri) else {
             continue;
         };
+        let again = |p: &NodePath| folder_made.get(p).is_some_and(|&m| m > n);
         learned.push(path.clone());
         let from = c
             .from_uri
@@ -426,14 +444,22 @@ async fn apply<B: Backend>(fs: &Arc<Fs<B>>, changes: &[Change]) {
             .and_then(|ago| Instant::now().checked_sub(ago))
             .unwrap_or_else(Instant::now);
         let mut t = fs.table();
+        let mut away = |t: &mut super::table::Table, p: &NodePath| {
+            let by = Gone {
+                c,
+                at,
+                again: again(p),
+            };
+            relist.extend(gone(t, p, by, past, &mut kernel));
+        };
         match c.kind {
-            ChangeKind::Deleted => gone(&mut t, &path, at, past, &mut kernel),
+            ChangeKind::Deleted => away(&mut t, &path),
             ChangeKind::Moved | ChangeKind::Created | ChangeKind::Copied | ChangeKind::Other => {
                 if let Some(from) = &from {
-                    gone(&mut t, from, at, past, &mut kernel);
+                    away(&mut t, from);
                 }
                 if c.kind == ChangeKind::Other {
-                    gone(&mut t, &path, at, past, &mut kernel);
+                    away(&mut t, &path);
                 }
                 appeared(&mut t, &path, at, past, &mut kernel);
             }
@@ -469,6 +495,12 @@ async fn apply<B: Backend>(fs: &Arc<Fs<B>>, changes: &[Change]) {
         }
     }
     notify(fs, kernel);
+    for (dir, path) in relist {
+        // Its entries gone elsewhere leave the kernel from here (`refresh_listing`).
+        if let Err(e) = fs.refresh_listing(dir, &path).await {
+            log::debug!("listing {path} again: {e:?}");
+        }
+    }
     for (ino, path) in refetch {
         let before = fs.table().get(ino).and_then(|i| i.remote.clone());
         // Tells the kernel itself when the bytes changed (`inval_inode` of the pages).
@@ -489,29 +521,34 @@ async fn apply<B: Backend>(fs: &Arc<Fs<B>>, changes: &[Change]) {
     }
 }
 
-/// The node at `path` is gone (deleted, or moved away) since `at`.
+/// A change that took a node away from a path: the change, when it was made, and whether the
+/// same page makes a folder there again after it.
+struct Gone<'a> {
+    c: &'a Change,
+    at: Instant,
+    again: bool,
+}
+
+/// The node at `path` is gone (deleted, or moved away) by `by`. A folder that is there again
+/// (made again by the page, or seen there since) stays, to be listed again: returned.
 fn gone(
     t: &mut super::table::Table,
     path: &NodePath,
-    at: Instant,
+    by: Gone<'_>,
     past: Instant,
     kernel: &mut Vec<Kernel>,
-) {
-    let Some(parent) = path.parent() else {
-        return;
-    };
-    let Some(pino) = t.ino_of(&parent) else {
-        return; // never seen here: nothing cached
-    };
-    let Some(ino) = t.ino_of(path) else {
-        return; // gone here already (or never listed)
-    };
-    let Some(i) = t.get(ino) else { return };
+) -> Option<(Ino, NodePath)> {
+    let Gone { c, at, again } = by;
+    let parent = path.parent()?;
+    // Never seen here (nothing cached), or gone here already (or never listed).
+    let pino = t.ino_of(&parent)?;
+    let ino = t.ino_of(path)?;
+    let i = t.get(ino)?;
     // This mount's own delete or rename of it, told by the feed before its answer came: the
     // answer takes the name out. (Listing the folder again for it made every unlink of an
     // `rm -rf` over a server fetch the whole folder: 22 ms a file at 10,000 files.)
     if t.sending(ino) {
-        return;
+        return None;
     }
     // Made again here since (or with bytes waiting here): the delete is older than what we have.
     // The folder is listed again all the same: a listing followed by the feed is trusted until
@@ -521,15 +558,40 @@ fn gone(
     if i.staged.is_some() || t.changed_here_since(ino, at) {
         log::debug!("{path}: gone elsewhere, kept until listed again (changed here since)");
         t.expire_listing(pino, past);
-        return;
+        return None;
     }
     let dir = i.kind == InodeKind::Dir;
+    // Not the node gone: a file of another ID now (made again at that name), or, where the
+    // change names no ID, a node the store showed there after the change.
+    let other = match (c.id.as_deref(), i.remote.as_ref()) {
+        (Some(id), Some(r)) => r.id != id,
+        _ => i.fetched > at,
+    };
+    if other && !dir {
+        log::debug!("{path}: gone elsewhere, kept until listed again (another file there)");
+        t.expire_listing(pino, past);
+        return None;
+    }
+    // A folder is its path here, as in the interface: one removed and made again (`rm -rf d;
+    // mkdir d` elsewhere, while the page was on its way) is the same folder, emptied. Detached,
+    // it vanished from under programs that held it (fstests generic/732: `mv d/f e/` opens
+    // `e/` and renames into it; the kernel's entry of the old `e` was the follower's to drop).
+    // Listed again instead: what was in it leaves the kernel from there.
+    if dir && (again || other) {
+        log::debug!("{path}: removed elsewhere and made again: listed again");
+        t.expire_attrs(ino, past);
+        t.expire_listing(ino, past);
+        t.expire_listing(pino, past);
+        kernel.push(Kernel::Attrs(ino));
+        return Some((ino, path.clone()));
+    }
     log::debug!("{path}: gone elsewhere");
     t.detach_gone(ino);
     t.entries_changed(pino);
     t.expire_listing(pino, past);
     kernel.push(Kernel::Delete(pino, ino, path.clone(), dir));
     kernel.push(Kernel::Attrs(pino));
+    None
 }
 
 /// A node appeared at `path` (created, moved or copied there) since `at`.

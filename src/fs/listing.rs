@@ -24,6 +24,18 @@ const OFFLINE_GRACE: Duration = Duration::from_secs(5);
 /// TTL) before it is answered from that listing while the refresh goes on.
 const STALE_LISTING_WAIT: Duration = Duration::from_millis(100);
 
+/// ESTALE for a node the store no longer has (`Inode::gone_elsewhere`) that the kernel still
+/// names (the follower's removal of its entry on its way): the kernel then looks the whole path
+/// up again (lookups, creates, renames and removals retry once so), and finds what the store has
+/// there now, a folder made again (`rm -rf d; mkdir d` elsewhere) rather than ENOENT from the
+/// old one (fstests generic/732: `cat d/f` through the old `d` failed).
+fn stale_entry(t: &super::table::Table, ino: Ino) -> OpResult<()> {
+    if t.get(ino).is_some_and(|i| i.gone_elsewhere) {
+        return Err(Errno::ESTALE.into());
+    }
+    Ok(())
+}
+
 impl<B: Backend> Fs<B> {
     pub(super) fn ttl(&self) -> std::time::Duration {
         self.opts.attr_ttl
@@ -37,6 +49,7 @@ impl<B: Backend> Fs<B> {
 
     pub(super) fn path_of(&self, ino: Ino) -> OpResult<(NodePath, InodeKind)> {
         let t = self.table();
+        stale_entry(&t, ino)?;
         let i = t.get(ino).ok_or(Errno::ENOENT)?;
         if i.unlinked {
             return Err(Errno::ENOENT.into());
@@ -95,16 +108,33 @@ impl<B: Backend> Fs<B> {
     }
 
     /// Runs `refresh` of `ino` as its own task, unless one runs already (`running` picks the
-    /// set of inodes with such a refresh under way), and waits for it at most [`STALE_LISTING_WAIT`]: its
-    /// result if it came by then. A request is then answered from what the mount has, and a
-    /// slow or silent server never holds it up for longer.
+    /// refreshes of listings or of attributes), and waits for it at most
+    /// [`STALE_LISTING_WAIT`]: its result if it came by then. A request is then answered from
+    /// what the mount has, and a slow or silent server never holds it up for longer. The
+    /// built-in store in this process is never away: there the request waits for the refresh,
+    /// its own or the one under way, as what the mount has is known to be stale (another
+    /// process changed the store: answered from it, `cat` of a file just moved there failed).
     pub(super) async fn refresh_briefly(
         self: &Arc<Self>,
-        running: fn(&Self) -> &std::sync::Mutex<std::collections::HashSet<Ino>>,
+        running: fn(&Self) -> &std::sync::Mutex<super::nodes::Refreshing>,
         ino: Ino,
         refresh: impl std::future::Future<Output = OpResult<()>> + Send + 'static,
     ) -> Option<OpResult<()>> {
-        if !relock(running(self)).insert(ino) {
+        let bounded = self.backend.local().is_none();
+        let (done_tx, done_rx) = tokio::sync::watch::channel(false);
+        let joined = {
+            let mut under_way = relock(running(self));
+            let joined = under_way.get(&ino).cloned();
+            if joined.is_none() {
+                under_way.insert(ino, done_rx);
+            }
+            joined
+        };
+        if let Some(mut done) = joined {
+            if !bounded {
+                // (Err: the task ended without a word, dropped at shutdown.)
+                let _ = done.wait_for(|d| *d).await;
+            }
             return None;
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -112,12 +142,17 @@ impl<B: Backend> Fs<B> {
         self.rt.spawn(async move {
             let r = refresh.await;
             relock(running(&fs)).remove(&ino);
+            let _ = done_tx.send(true);
             let _ = tx.send(r);
         });
-        tokio::time::timeout(STALE_LISTING_WAIT, rx)
-            .await
-            .ok()
-            .and_then(Result::ok)
+        if bounded {
+            tokio::time::timeout(STALE_LISTING_WAIT, rx)
+                .await
+                .ok()
+                .and_then(Result::ok)
+        } else {
+            rx.await.ok()
+        }
     }
 
     /// Fetches a listing from the backend and merges it with what exists only here.
@@ -240,6 +275,7 @@ impl<B: Backend> Fs<B> {
 
     /// The inode of `name` in `dir`, from a fresh listing.
     pub(super) async fn child(self: &Arc<Self>, dir: Ino, name: &str) -> OpResult<Option<Ino>> {
+        stale_entry(&self.table(), dir)?;
         self.ensure_listing(dir).await?;
         let t = self.table();
         Ok(t.get(dir)
@@ -385,6 +421,9 @@ impl<B: Backend> Fs<B> {
             };
             t.get_mut(ino)?.lookups += 1;
             return Some(t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT.into()));
+        }
+        if let Err(e) = stale_entry(&t, parent) {
+            return Some(Err(e));
         }
         let child = self.fresh_listing(&t, parent)?.get(name).copied();
         let Some(ino) = child else {

@@ -398,6 +398,38 @@ impl<B: Backend> Fs<B> {
         }
     }
 
+    /// Before a rename of `ino`: a file not stored yet is stored first when another
+    /// process has the built-in store open (a mount of the same folder, `vaultfs serve`), so
+    /// that the moved name is on the store when the rename returns: that process sees only
+    /// what is stored, and the file would have turned up there later, under the new name
+    /// (fstests generic/732: `touch a/f; mv a/f b/` here, `cat b/f` there). Alone with the
+    /// store, the move waits for nothing (rsync's and the editors' saves by rename), and a
+    /// temporary copy held back for a save by rename stays so (`history`). Over a server the
+    /// upload goes on after the rename as before: its other clients see the name once stored.
+    async fn store_before_moving(self: &Arc<Self>, ino: Ino) {
+        let Some(local) = self.backend.local() else {
+            return;
+        };
+        let staged = {
+            let t = self.table();
+            t.get(ino)
+                .filter(|i| i.remote.is_none() && !i.unlinked)
+                .and_then(|i| i.staged.clone())
+        };
+        // (Its writer too may not have left yet: the kernel sends RELEASE after close(2)
+        // returns, and `touch f; mv f g` renames before it comes.)
+        let Some(staged) = staged.filter(|s| s.is_dirty()) else {
+            return;
+        };
+        if self.held_back(ino).is_some() || !local.shared() {
+            return;
+        }
+        if !super::writeback::flush(self, ino, &staged).await {
+            // Left to the retry policy; the rename goes on here as it would alone.
+            log::debug!("inode {ino}: not stored before its rename");
+        }
+    }
+
     pub(super) async fn rename(
         self: &Arc<Self>,
         parent: Ino,
@@ -449,6 +481,9 @@ impl<B: Backend> Fs<B> {
                 }
                 _ => {}
             }
+        }
+        if kind == InodeKind::File {
+            self.store_before_moving(ino).await;
         }
         // The target's upload, if one runs, must not land after the move and overwrite what
         // was moved there: hold both files' locks (in inode order, so two renames cannot wait on

@@ -39,7 +39,7 @@ use crate::api::{Error, Result};
 use crate::sync::relock;
 pub use blobs::BlobLocation;
 use blobs::Blobs;
-use db::{Conn, Db, Engine, Guard, OptionalExtension};
+use db::{Conn, Db, Engine, Guard};
 
 pub use changes::{DEFAULT_CHANGE_LOG_AGE, DEFAULT_CHANGE_LOG_ENTRIES, Feed};
 pub use expire::{EXPIRE_EVERY, Expired};
@@ -128,9 +128,12 @@ pub struct StoreConfig {
     pub db_connections: usize,
 }
 
-/// What [`Store::foreign_commits`] read last.
+/// What [`Store::foreign_commits`] read last, and where.
 #[derive(Default)]
 struct ForeignRead {
+    /// Its connection (opened at the first ask, kept for the store's life: the wal-index is
+    /// read through its mapping).
+    conn: Option<rusqlite::Connection>,
     /// `PRAGMA data_version` as read last; `None` before the first read.
     data_version: Option<i64>,
     /// The change log's newest ID as read last.
@@ -203,7 +206,8 @@ pub struct Store {
     pin_key: [u8; 32],
     /// Purges the trees large deletes detached; set once the store is open.
     purger: std::sync::OnceLock<purge::Purger>,
-    /// A shared lock on `lock` for as long as the store is open.
+    /// A shared lock on `lock` for as long as the store is open (`flock`, and a read lock on
+    /// its first byte that [`Store::shared`] asks about).
     _lock: fs::File,
     /// What [`Store::foreign_commits`] answers ...
     foreign: AtomicU64,
@@ -215,6 +219,40 @@ pub struct Store {
     feed: Arc<changes::Feed>,
     /// Tokens found valid lately (`auth`).
     tokens: auth::TokenCache,
+}
+
+/// A lock on the first byte of `f` owned by this open file description (`F_OFD_SETLK`), or
+/// with `ask`, whether another's lock stands in the way of one (`F_OFD_GETLK`). Unlike
+/// `flock`'s shared lock, another holder can be asked about without taking a lock: a second
+/// description of the same file, even in this process, holds a lock of its own.
+#[cfg(target_os = "linux")]
+fn first_byte_lock(f: &fs::File, kind: i32, ask: bool) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: an all-zero `flock` is a valid value of the C struct.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = kind as libc::c_short;
+    l.l_whence = libc::SEEK_SET as libc::c_short;
+    l.l_len = 1;
+    let cmd = if ask {
+        libc::F_OFD_GETLK
+    } else {
+        libc::F_OFD_SETLK
+    };
+    // SAFETY: fcntl on a descriptor we own with a pointer to a live struct.
+    if unsafe { libc::fcntl(f.as_raw_fd(), cmd, &mut l) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(!ask || l.l_type != libc::F_UNLCK as libc::c_short)
+}
+
+/// The connection of [`Store::foreign_commits`]: it only reads, and has read once (SQLite maps
+/// the wal-index at the first read, which `db::WalIndex::of` needs).
+fn foreign_reader(path: &Path) -> rusqlite::Result<rusqlite::Connection> {
+    let conn = rusqlite::Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(10))?;
+    conn.execute_batch("PRAGMA query_only = ON")?;
+    conn.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0))?;
+    Ok(conn)
 }
 
 fn flock(f: &fs::File, op: i32) -> bool {
@@ -348,6 +386,7 @@ impl Store {
         let lock = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
+            .read(true)
             .write(true)
             .open(dir.join("lock"))?;
         // Alone with the store (no server, mount or CLI has it open): clean up after crashes.
@@ -385,6 +424,10 @@ impl Store {
         }
         // Held while the store is open, so others know it is in use.
         flock(&store._lock, libc::LOCK_SH);
+        #[cfg(target_os = "linux")]
+        if let Err(e) = first_byte_lock(&store._lock, libc::F_RDLCK, false) {
+            log::debug!("store lock: {e}");
+        }
         // Trees a stopped process left detached are purged again from where it was.
         let purger = purge::Purger::start(store.db.clone(), store.blobs.clone())?;
         let _ = store.purger.set(purger);
@@ -418,17 +461,18 @@ impl Store {
     }
 
     /// A count of the changes to the tree others made (another mount of this store, `vaultfs
-    /// serve`, the CLI) that this connection has noticed. A mount compares it to tell its
-    /// cached listings are stale. Two reads tell it: SQLite's `data_version` of our one
-    /// connection moves when any other connection commits (our own commits leave it alone),
-    /// and then the change log's newest ID (`changes`: every change to the tree is a row) says
-    /// whether that commit touched the tree. Commits that do not (the search indexer's and the
-    /// background previews' own connections, in this process or another) count for nothing:
-    /// they came every few milliseconds while the store was idle, and each made every listing
-    /// stale. (The log also moves with our own changes; the first foreign commit after one of
-    /// them counts once more than needed: a listing asked again, never one kept too long.)
-    /// Never waits: while the connection is busy with our own work, the value read last (the
-    /// next call sees what that missed).
+    /// serve`, the CLI) that this store has noticed. A mount compares it to tell its cached
+    /// listings are stale. Two reads tell it, on a connection of its own (`ForeignRead::conn`):
+    /// SQLite's `data_version` moves when any other connection commits, and then the change
+    /// log's newest ID (`changes`: every change to the tree is a row) says whether that commit
+    /// touched the tree. Commits that do not (the search indexer's and the background previews'
+    /// own connections, in this process or another) count for nothing: they came every few
+    /// milliseconds while the store was idle, and each made every listing stale. Our own
+    /// changes are taken off as they commit (`own_changes`; one read between the commit and
+    /// that counts once more than needed: a listing asked again, never one kept too long).
+    /// It waits only for another such ask (microseconds): on the store's own connection, busy
+    /// with a batch, it answered with the value read last, and a mount kept a listing another
+    /// process had changed (fstests generic/732, under load).
     pub fn foreign_commits(&self) -> u64 {
         // Nobody committed since the last ask: its answer holds (see `db::WalIndex`).
         if let Some(Some(w)) = self.wal_index.get() {
@@ -437,21 +481,35 @@ impl Store {
             }
         }
         // (PostgreSQL: no mount reads it; the value stays.)
-        let Some(conn) = self.db.try_lock_sqlite() else {
+        let Engine::Sqlite(path) = self.db.engine() else {
             return self.foreign.load(Ordering::Relaxed);
         };
-        let wal = self
-            .wal_index
-            .get_or_init(|| conn.as_sqlite().and_then(db::WalIndex::of));
+        let mut f = relock(&self.foreign_read);
+        if f.conn.is_none() {
+            match foreign_reader(path) {
+                Ok(c) => f.conn = Some(c),
+                Err(e) => {
+                    log::debug!("reading the commits of others: {e}");
+                    return self.foreign.load(Ordering::Relaxed);
+                }
+            }
+        }
+        let f = &mut *f;
+        let Some(conn) = f.conn.as_ref() else {
+            return self.foreign.load(Ordering::Relaxed);
+        };
+        let wal = self.wal_index.get_or_init(|| db::WalIndex::of(conn));
         let asked = wal.as_ref().map(|w| w.before_asking());
         // Starting the read transaction this needs is what notices other commits (no I/O
         // while nothing changed: SQLite compares the WAL index header in shared memory).
         let read = |sql: &str| {
             conn.prepare_cached(sql)
-                .and_then(|mut st| st.query_row([], |r| r.get::<_, i64>(0)).optional())
+                .and_then(|mut st| {
+                    use rusqlite::OptionalExtension;
+                    st.query_row([], |r| r.get::<_, i64>(0)).optional()
+                })
                 .map(|v| v.unwrap_or(0))
         };
-        let mut f = relock(&self.foreign_read);
         let answer = read("PRAGMA data_version").and_then(|version| {
             if f.data_version == Some(version) {
                 return Ok(());
@@ -473,6 +531,20 @@ impl Store {
             Err(e) => log::debug!("reading the commits of others: {e}"),
         }
         self.foreign.load(Ordering::Relaxed)
+    }
+
+    /// Whether another process has the store open now (a mount of the same folder, `vaultfs
+    /// serve`, the CLI): what it can see of ours then counts (a file a mount has not stored
+    /// yet is one only it knows). One `fcntl`; `false` where it cannot be told (not Linux).
+    pub fn shared(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            first_byte_lock(&self._lock, libc::F_WRLCK, true).unwrap_or(false)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            false
+        }
     }
 
     /// This store committed the change log's IDs `first..=last`: when the log held nothing

@@ -297,3 +297,81 @@ fn two_mounts_of_one_store_tell_watchers_of_deletes() {
     b.unmount();
     a.unmount();
 }
+
+/// A folder another mount removes and makes again (`rm -rf d; mkdir d`) is the same folder
+/// here, as a folder is its path in the interface: a program that holds it goes on working in
+/// it (`mv g d/` opens `d/` and renames into that), and what was in it is gone. The follower
+/// took it for gone, and the rename failed with ENOENT (fstests generic/732). B is stopped
+/// (SIGSTOP) meanwhile, so that its follower finds the removal and the new folder in one page,
+/// as a mount a moment behind does; a file deleted last, which B's watcher hears of, says
+/// that page is applied.
+#[test]
+fn a_folder_removed_and_made_again_elsewhere_is_the_same_folder_here() {
+    use std::ffi::CString;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    if !fuse_available() {
+        eprintln!("skipped: needs root and /dev/fuse");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let mount = |name: &str| {
+        let cache = tmp.path().join(format!("{name}-cache"));
+        let args = [
+            "--cache-dir",
+            cache.to_str().unwrap(),
+            "--data-dir",
+            data.to_str().unwrap(),
+        ];
+        Mount::start(&tmp.path().join(name), &args)
+    };
+    let (a, b) = (mount("a"), mount("b"));
+    let va = a.path("Local/My First Vault");
+    let vb = b.path("Local/My First Vault");
+    fs::create_dir(va.join("d")).unwrap();
+    for (name, bytes) in [("d/old", "old"), ("g", "moved in"), ("last", "")] {
+        write_stored(&va.join(name), bytes.as_bytes());
+    }
+    wait_for(SEEN_WITHIN, "the files on B", || {
+        names(&vb.join("d")) == ["old"] && vb.join("g").exists() && vb.join("last").exists()
+    });
+    let held = File::open(vb.join("d")).unwrap();
+    let watch = Watch::new(&vb);
+
+    let pid = b.child.as_ref().unwrap().id() as libc::pid_t;
+    // SAFETY: signals to our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    fs::remove_dir_all(va.join("d")).unwrap();
+    fs::create_dir(va.join("d")).unwrap();
+    write_stored(&va.join("d/new"), b"new");
+    fs::remove_file(va.join("last")).unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let mut events = Vec::new();
+    seen("IN_DELETE of the last change on B", || {
+        events.extend(watch.events());
+        events
+            .iter()
+            .any(|(m, n)| m & libc::IN_DELETE != 0 && n == "last")
+    });
+
+    let from = CString::new(vb.join("g").as_os_str().as_bytes()).unwrap();
+    // SAFETY: two C strings and a descriptor we hold.
+    let r = unsafe {
+        libc::renameat(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            held.as_raw_fd(),
+            c"g".as_ptr(),
+        )
+    };
+    let e = std::io::Error::last_os_error();
+    assert_eq!(r, 0, "rename into the folder held: {e}");
+    assert_eq!(fs::read_to_string(va.join("d/g")).unwrap(), "moved in");
+    assert_eq!(names(&va.join("d")), ["g", "new"]);
+    assert_eq!(names(&vb.join("d")), ["g", "new"]);
+    drop(held);
+    b.unmount();
+    a.unmount();
+}
