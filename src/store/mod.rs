@@ -39,7 +39,7 @@ use crate::api::{Error, Result};
 use crate::sync::relock;
 pub use blobs::BlobLocation;
 use blobs::Blobs;
-use db::{Conn, Db, Engine, Guard};
+use db::{Conn, Db, Engine, Guard, OptionalExtension};
 
 pub use changes::{DEFAULT_CHANGE_LOG_AGE, DEFAULT_CHANGE_LOG_ENTRIES, Feed};
 pub use expire::{EXPIRE_EVERY, Expired};
@@ -128,12 +128,9 @@ pub struct StoreConfig {
     pub db_connections: usize,
 }
 
-/// What [`Store::foreign_commits`] read last, and where.
+/// What [`Store::foreign_commits`] read last.
 #[derive(Default)]
 struct ForeignRead {
-    /// Its connection (opened at the first ask, kept for the store's life: the wal-index is
-    /// read through its mapping).
-    conn: Option<rusqlite::Connection>,
     /// `PRAGMA data_version` as read last; `None` before the first read.
     data_version: Option<i64>,
     /// The change log's newest ID as read last.
@@ -243,16 +240,6 @@ fn first_byte_lock(f: &fs::File, kind: i32, ask: bool) -> std::io::Result<bool> 
         return Err(std::io::Error::last_os_error());
     }
     Ok(!ask || l.l_type != libc::F_UNLCK as libc::c_short)
-}
-
-/// The connection of [`Store::foreign_commits`]: it only reads, and has read once (SQLite maps
-/// the wal-index at the first read, which `db::WalIndex::of` needs).
-fn foreign_reader(path: &Path) -> rusqlite::Result<rusqlite::Connection> {
-    let conn = rusqlite::Connection::open(path)?;
-    conn.busy_timeout(Duration::from_secs(10))?;
-    conn.execute_batch("PRAGMA query_only = ON")?;
-    conn.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0))?;
-    Ok(conn)
 }
 
 fn flock(f: &fs::File, op: i32) -> bool {
@@ -461,18 +448,17 @@ impl Store {
     }
 
     /// A count of the changes to the tree others made (another mount of this store, `vaultfs
-    /// serve`, the CLI) that this store has noticed. A mount compares it to tell its cached
-    /// listings are stale. Two reads tell it, on a connection of its own (`ForeignRead::conn`):
-    /// SQLite's `data_version` moves when any other connection commits, and then the change
-    /// log's newest ID (`changes`: every change to the tree is a row) says whether that commit
-    /// touched the tree. Commits that do not (the search indexer's and the background previews'
-    /// own connections, in this process or another) count for nothing: they came every few
-    /// milliseconds while the store was idle, and each made every listing stale. Our own
-    /// changes are taken off as they commit (`own_changes`; one read between the commit and
-    /// that counts once more than needed: a listing asked again, never one kept too long).
-    /// It waits only for another such ask (microseconds): on the store's own connection, busy
-    /// with a batch, it answered with the value read last, and a mount kept a listing another
-    /// process had changed (fstests generic/732, under load).
+    /// serve`, the CLI) that this connection has noticed. A mount compares it to tell its
+    /// cached listings are stale. Two reads tell it: SQLite's `data_version` of our one
+    /// connection moves when any other connection commits (our own commits leave it alone),
+    /// and then the change log's newest ID (`changes`: every change to the tree is a row) says
+    /// whether that commit touched the tree. Commits that do not (the search indexer's and the
+    /// background previews' own connections, in this process or another) count for nothing:
+    /// they came every few milliseconds while the store was idle, and each made every listing
+    /// stale. (The log also moves with our own changes; the first foreign commit after one of
+    /// them counts once more than needed: a listing asked again, never one kept too long.)
+    /// Never waits: while the connection is busy with our own work, the value read last (the
+    /// next call sees what that missed).
     pub fn foreign_commits(&self) -> u64 {
         // Nobody committed since the last ask: its answer holds (see `db::WalIndex`).
         if let Some(Some(w)) = self.wal_index.get() {
@@ -481,35 +467,21 @@ impl Store {
             }
         }
         // (PostgreSQL: no mount reads it; the value stays.)
-        let Engine::Sqlite(path) = self.db.engine() else {
+        let Some(conn) = self.db.try_lock_sqlite() else {
             return self.foreign.load(Ordering::Relaxed);
         };
-        let mut f = relock(&self.foreign_read);
-        if f.conn.is_none() {
-            match foreign_reader(path) {
-                Ok(c) => f.conn = Some(c),
-                Err(e) => {
-                    log::debug!("reading the commits of others: {e}");
-                    return self.foreign.load(Ordering::Relaxed);
-                }
-            }
-        }
-        let f = &mut *f;
-        let Some(conn) = f.conn.as_ref() else {
-            return self.foreign.load(Ordering::Relaxed);
-        };
-        let wal = self.wal_index.get_or_init(|| db::WalIndex::of(conn));
+        let wal = self
+            .wal_index
+            .get_or_init(|| conn.as_sqlite().and_then(db::WalIndex::of));
         let asked = wal.as_ref().map(|w| w.before_asking());
         // Starting the read transaction this needs is what notices other commits (no I/O
         // while nothing changed: SQLite compares the WAL index header in shared memory).
         let read = |sql: &str| {
             conn.prepare_cached(sql)
-                .and_then(|mut st| {
-                    use rusqlite::OptionalExtension;
-                    st.query_row([], |r| r.get::<_, i64>(0)).optional()
-                })
+                .and_then(|mut st| st.query_row([], |r| r.get::<_, i64>(0)).optional())
                 .map(|v| v.unwrap_or(0))
         };
+        let mut f = relock(&self.foreign_read);
         let answer = read("PRAGMA data_version").and_then(|version| {
             if f.data_version == Some(version) {
                 return Ok(());
