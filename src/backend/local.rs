@@ -228,6 +228,24 @@ impl LocalBackend {
             .await
     }
 
+    /// Upload steps 1 and 2 in one transaction: the file at `path` (made when absent, unless
+    /// `base` is a condition on its bytes) and a pending version of it; whether it was made
+    /// (`Store::begin_version_at`, our server's whole PUT by path).
+    pub async fn begin_version_at(
+        &self,
+        path: &NodePath,
+        length: u64,
+        md5: Option<&str>,
+        attrs: FileAttrs,
+        base: &Base,
+    ) -> Result<(Node, bool)> {
+        let (path, md5, base) = (path.clone(), md5.map(str::to_string), base.clone());
+        self.run(move |s, scope| {
+            s.begin_version_at(scope, &path, length, md5.as_deref(), attrs, &base)
+        })
+        .await
+    }
+
     /// Runs a store call on a blocking thread.
     async fn run<T, F>(&self, f: F) -> Result<T>
     where

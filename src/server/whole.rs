@@ -19,7 +19,7 @@ use futures_util::TryStreamExt;
 use super::AppState;
 use super::auth::Caller;
 use super::reply::{ApiResult, ok};
-use crate::api::{Base, Error, ErrorKind, FileAttrs, NodePath, parse_time};
+use crate::api::{Base, Error, FileAttrs, Node, NodePath, parse_time};
 use crate::backend::Backend;
 
 /// Whether the body is bytes (an upload) rather than JSON.
@@ -111,33 +111,24 @@ pub(super) async fn file(
     body: Body,
 ) -> ApiResult {
     let terms = Terms::of(headers)?;
-    let (Some(folder), Some(name)) = (path.parent(), path.name()) else {
+    let (Some(_), Some(name)) = (path.parent(), path.name()) else {
         return Err(Error::bad_path("a file's path is a folder and a name").into());
     };
     crate::api::path::validate_name(name)?;
-    let found = caller.backend.node(path).await;
-    let absent = matches!(&found, Err(e) if e.kind == ErrorKind::NotFound);
-    let id = match &terms.base {
-        Base::Md5(_) => found?.file_id(),
-        Base::Any | Base::Absent => {
-            let (_, mut made) = caller
-                .backend
-                .create_files_in(&folder, vec![name.to_string()])
-                .await?;
-            made.pop()
-                .ok_or_else(|| Error::internal("create_file answered no file"))??
-                .file_id()
-        }
-    };
-    let id = id.ok_or_else(|| {
-        Error::new(
-            ErrorKind::Conflict,
-            "exists",
-            format!("{path} is a folder, not a file"),
+    // Held until the upload ends, fails or its connection goes away (as step 3's).
+    let _slot = state.limits.transfer(caller.user_id)?;
+    let (ticket, made) = caller
+        .backend
+        .begin_version_at(
+            path,
+            terms.length,
+            terms.md5.as_deref(),
+            terms.attrs,
+            &terms.base,
         )
-    })?;
-    let stored = store(state, caller, &id, terms, body).await;
-    if stored.is_err() && absent {
+        .await?;
+    let stored = receive_for(caller, &ticket, terms.length, body).await;
+    if stored.is_err() && made {
         // A request that failed leaves no file it made: taken away while still without bytes
         // (never another writer's version stored meanwhile).
         if let Err(e) = caller.backend.delete_if(path, &Base::Absent).await {
@@ -148,16 +139,20 @@ pub(super) async fn file(
 }
 
 async fn store(state: &AppState, caller: &Caller, id: &str, t: Terms, body: Body) -> ApiResult {
-    // Held until the upload ends, fails or its connection goes away (as step 3's).
     let _slot = state.limits.transfer(caller.user_id)?;
     let ticket = caller
         .backend
         .begin_version_with(id, t.length, t.md5.as_deref(), t.attrs, &t.base)
         .await?;
-    let version = ticket
-        .version_id()
-        .ok_or_else(|| Error::internal("step 2 gave no version"))?;
-    receive(caller, id, &version, t.length, body).await
+    receive_for(caller, &ticket, t.length, body).await
+}
+
+/// The bytes of the pending version step 2 answered with (`ticket`).
+async fn receive_for(caller: &Caller, ticket: &Node, length: u64, body: Body) -> ApiResult {
+    let (Some(id), Some(version)) = (ticket.file_id(), ticket.version_id()) else {
+        return Err(Error::internal("step 2 gave no version").into());
+    };
+    receive(caller, &id, &version, length, body).await
 }
 
 /// The bytes of a pending version, streamed to the store (step 3's, and the whole PUT's).
