@@ -253,17 +253,8 @@ fn an_idle_mount_asks_nothing_but_the_feed() {
     m.unmount();
 }
 
-/// Two mounts of one built-in store (`--data-dir`): the store's own feed brings B's kernel the
-/// delete made on A (inotify's IN_DELETE), as the server's does. B's kernel keeps no entry
-/// (`--attr-ttl 0`), as when the entry aged under load before the news came (the full suite
-/// once): the follower's removal looks the name up again, and must still reach the node.
-#[test]
-fn two_mounts_of_one_store_tell_watchers_of_deletes() {
-    if !fuse_available() {
-        eprintln!("skipped: needs root and /dev/fuse");
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
+/// Two mounts, A and B, of one built-in store in `tmp`, B with the options `b_more` too.
+fn two_mounts(tmp: &tempfile::TempDir, b_more: &[&str]) -> (Mount, Mount) {
     let data = tmp.path().join("data");
     let mount = |name: &str, more: &[&str]| {
         let cache = tmp.path().join(format!("{name}-cache"));
@@ -276,7 +267,21 @@ fn two_mounts_of_one_store_tell_watchers_of_deletes() {
         args.extend_from_slice(more);
         Mount::start(&tmp.path().join(name), &args)
     };
-    let (a, b) = (mount("a", &[]), mount("b", &["--attr-ttl", "0"]));
+    (mount("a", &[]), mount("b", b_more))
+}
+
+/// Two mounts of one built-in store (`--data-dir`): the store's own feed brings B's kernel the
+/// delete made on A (inotify's IN_DELETE), as the server's does. B's kernel keeps no entry
+/// (`--attr-ttl 0`), as when the entry aged under load before the news came (the full suite
+/// once): the follower's removal looks the name up again, and must still reach the node.
+#[test]
+fn two_mounts_of_one_store_tell_watchers_of_deletes() {
+    if !fuse_available() {
+        eprintln!("skipped: needs root and /dev/fuse");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = two_mounts(&tmp, &["--attr-ttl", "0"]);
     let va = a.path("Local/My First Vault");
     let vb = b.path("Local/My First Vault");
     write_stored(&va.join("gone.txt"), b"soon gone\n");
@@ -315,18 +320,7 @@ fn a_folder_removed_and_made_again_elsewhere_is_the_same_folder_here() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
-    let mount = |name: &str| {
-        let cache = tmp.path().join(format!("{name}-cache"));
-        let args = [
-            "--cache-dir",
-            cache.to_str().unwrap(),
-            "--data-dir",
-            data.to_str().unwrap(),
-        ];
-        Mount::start(&tmp.path().join(name), &args)
-    };
-    let (a, b) = (mount("a"), mount("b"));
+    let (a, b) = two_mounts(&tmp, &[]);
     let va = a.path("Local/My First Vault");
     let vb = b.path("Local/My First Vault");
     fs::create_dir(va.join("d")).unwrap();
