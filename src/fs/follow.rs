@@ -497,8 +497,25 @@ async fn apply<B: Backend>(fs: &Arc<Fs<B>>, changes: &[Change]) {
     notify(fs, kernel);
     for (dir, path) in relist {
         // Its entries gone elsewhere leave the kernel from here (`refresh_listing`).
-        if let Err(e) = fs.refresh_listing(dir, &path).await {
-            log::debug!("listing {path} again: {e:?}");
+        match fs.refresh_listing(dir, &path).await {
+            Ok(()) => {}
+            // Gone after all (seen there while its delete was being committed): as any other.
+            Err(e) if e.errno() == fuser::Errno::ENOENT => {
+                let mut t = fs.table();
+                let Some(pino) = path.parent().and_then(|p| t.ino_of(&p)) else {
+                    continue;
+                };
+                log::debug!("{path}: gone elsewhere");
+                t.detach_gone(dir);
+                t.entries_changed(pino);
+                drop(t);
+                fs.thumbnails_gone(dir, &path, true);
+                notify(
+                    fs,
+                    vec![Kernel::Delete(pino, dir, path, true), Kernel::Attrs(pino)],
+                );
+            }
+            Err(e) => log::debug!("listing {path} again: {e:?}"),
         }
     }
     for (ino, path) in refetch {
