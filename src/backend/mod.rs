@@ -280,7 +280,7 @@ pub trait LocalStore: Send + Sync {
     fn foreign_changes(&self) -> Option<u64>;
 
     /// Whether another process has the store open now, and so can see that a file is not
-    /// stored yet (a mount's rename of one then stores it first: `Fs::rename`).
+    /// stored yet (a mount's rename of one then stores it first: `Fs::store_before_moving`).
     fn shared(&self) -> bool;
 }
 
