@@ -21,6 +21,7 @@ both!(
     rsync_a_twice_copies_nothing_the_second_time,
     chmod_x_runs_after_a_remount,
     a_folders_times_and_atimes_hold_until_it_changes,
+    a_tree_written_keeps_its_folders_times_once_stored,
 );
 
 /// Short TTLs: the listing (and with it every attribute) is read from the store again soon.
@@ -162,6 +163,52 @@ fn a_folders_times_and_atimes_hold_until_it_changes(via: Via) {
             t >= before && t < in_2030
         },
     );
+    m.unmount();
+}
+
+/// The folders of a tree written through the mount keep the times they had when it was written,
+/// once its files are stored and the folders listed again: the store's time of a folder moves
+/// as the uploads into it land, and that is no change to show. (`tar c` after `vaultfs sync`
+/// said "file changed as we read it" of every folder written, and exited 1: issue 46's bench.)
+fn a_tree_written_keeps_its_folders_times_once_stored(via: Via) {
+    use std::os::unix::fs::MetadataExt;
+    let Some(env) = Env::new(via) else { return };
+    // The default TTLs: the attributes are asked again once the kernel's (1 s) ran out.
+    let m = env.mount(&[]);
+    let top = env.vault().join("tree");
+    fs::create_dir(&top).unwrap();
+    let mut dirs = vec![top.clone()];
+    for d in 0..8 {
+        let dir = top.join(format!("d{d}"));
+        fs::create_dir(&dir).unwrap();
+        for f in 0..10 {
+            fs::write(dir.join(format!("f{f}")), format!("{d}/{f}")).unwrap();
+        }
+        dirs.push(dir);
+    }
+    let times = || -> Vec<(i64, i64, i64, i64)> {
+        let md = dirs.iter().map(|d| fs::metadata(d).unwrap());
+        md.map(|m| (m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()))
+            .collect()
+    };
+    let written = times();
+    env.wait_uploaded();
+    std::thread::sleep(Duration::from_millis(1500));
+    for d in &dirs {
+        let _ = fs::read_dir(d).unwrap().count();
+    }
+    assert_eq!(times(), written, "once stored: {}", m.log_text());
+    // What tar checks: each folder's ctime before and after it was read.
+    let out = Command::new("tar")
+        .arg("-cf")
+        .arg(env._tmp.path().join("tree.tar"))
+        .arg(".")
+        .current_dir(&top)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.is_empty(), "tar: {err}");
+    assert_eq!(times(), written, "after tar: {}", m.log_text());
     m.unmount();
 }
 

@@ -507,7 +507,7 @@ async fn apply<B: Backend>(fs: &Arc<Fs<B>>, changes: &[Change]) {
                 };
                 log::debug!("{path}: gone elsewhere");
                 t.detach_gone(dir);
-                t.entries_changed(pino);
+                t.entries_changed_by_feed(pino);
                 drop(t);
                 fs.thumbnails_gone(dir, &path, true);
                 notify(
@@ -604,7 +604,7 @@ fn gone(
     }
     log::debug!("{path}: gone elsewhere");
     t.detach_gone(ino);
-    t.entries_changed(pino);
+    t.entries_changed_by_feed(pino);
     t.expire_listing(pino, past);
     kernel.push(Kernel::Delete(pino, ino, path.clone(), dir));
     kernel.push(Kernel::Attrs(pino));
@@ -639,7 +639,7 @@ fn appeared(
         t.expire_attrs(ino, past);
         kernel.push(Kernel::Attrs(ino));
     }
-    t.entries_changed(pino);
+    t.entries_changed_by_feed(pino);
     t.expire_listing(pino, past);
     // A negative entry the kernel keeps for the name goes too.
     kernel.push(Kernel::Entry(pino, name.to_string()));

@@ -98,13 +98,25 @@ impl Table {
         Some(i.attr_with(uid, gid, subdirs))
     }
 
-    /// A folder's entries changed here: its times move now, not when it is listed again.
+    /// A folder's entries changed here: its times move now, not when it is listed again, and
+    /// stay as this mount's uploads into it land and move the store's time of it (`tar` after
+    /// `vaultfs sync` said "file changed as we read it" of every folder it had written).
     pub fn entries_changed(&mut self, dir: Ino) {
+        self.entries_moved(dir, true);
+    }
+
+    /// A folder's entries changed elsewhere, as the change feed says: its times move now, and
+    /// give way to the store's when it is listed again.
+    pub fn entries_changed_by_feed(&mut self, dir: Ino) {
+        self.entries_moved(dir, false);
+    }
+
+    fn entries_moved(&mut self, dir: Ino, here: bool) {
         if let Some(i) = self.inodes.get_mut(&dir) {
             let now = SystemTime::now();
             i.mtime = now;
             i.ctime = now;
-            i.times_here = false;
+            i.times_here = here;
         }
         self.snapshot_due.insert(dir);
     }

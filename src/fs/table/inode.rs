@@ -64,11 +64,12 @@ pub struct Inode {
     /// atime). Reset to the store's at every listing, `touch -d` on a folder, or any atime, held
     /// only until the parent was listed again.
     pub store_time: Option<SystemTime>,
-    /// Folders: times set here (`touch -d`, `rsync -a`), which the store does not keep for a
-    /// folder. They stay while its entries do: the store's time moves as this mount's uploads
-    /// into it land (after the set, as `rsync` sets a folder's time once its files are
-    /// written), and that is no change to show. An entry made or removed, here or elsewhere
-    /// (`Table::entries_changed`, `entries_changed_elsewhere`), ends them.
+    /// Folders: times set here (`touch -d`, `rsync -a`, or by an entry made or removed here:
+    /// `Table::entries_changed`), which the store does not keep for a folder. They stay while
+    /// its entries do: the store's time moves as this mount's uploads into it land (after the
+    /// set, as `rsync` sets a folder's time once its files are written), and that is no change
+    /// to show. An entry made or removed elsewhere (`entries_changed_by_feed`,
+    /// `entries_changed_elsewhere`) ends them.
     pub times_here: bool,
     /// When the attributes were last confirmed by the backend.
     pub fetched: Instant,
