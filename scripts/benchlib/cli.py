@@ -14,6 +14,7 @@ side by side, on the same files, in one run; and the modes below, on the same se
   scripts/bench link RTTS [--link-mbit M] [--runs N]   (also: scripts/bench --link RTTS)
   scripts/bench search [N]                             (also: scripts/bench --search [N])
   scripts/bench scale  [--counts N,M] [--files N] [--runs N]
+  scripts/bench dav    [--files N] [--size SIZE] [--runs N]
 Every mode takes --quick (its smallest setting), --dir, --out, --no-loop and --keep.
 
 Every mode has one setup: the files live in a fresh ext4 on a loop device over an image file in
@@ -154,6 +155,12 @@ Modes (each page: docs/benchmarks-MODE.md, or $TMPDIR/vaultfs-bench-MODE-quick.m
                    file read back and compared; --runs [1] runs interleaved, their medians; with
                    issue 46's targets; writes docs/benchmarks-scale.md (--quick: about 9 minutes
                    on 2 shared cores)
+  dav              WebDAV through rclone's webdav client (issue 50): `vaultfs serve` (/dav/, an
+                   app password) against `rclone serve webdav` of a plain folder, both on
+                   loopback: --files [200] documents of 2-60 KiB (text, Markdown, PDFs, images)
+                   PUT (`rclone copy` in) and GET (out, cold, every byte compared), and a SIZE
+                   [256M] file of random bytes PUT and GET (size and md5); --runs [3]
+                   interleaved; with issue 50's targets; writes docs/benchmarks-dav.md
 Environment: VAULTFS_BIN (use this binary instead of `cargo build --release --locked`),
 NULLFS_BIN, REMOTE_BENCH_BIN, UPLOAD_CLIENTS_BIN (likewise for examples/nullfs, remote_bench,
 upload_clients), VAULTFS_BEFORE (reads, follow: an earlier build beside), VAULTFS_PG_BIN (the
@@ -171,7 +178,7 @@ import tempfile
 from .setup import cleanup, on_signal
 from .util import MIB, ROOT, Fail, parse_size
 
-MODES = ("mount", "reads", "server", "shared", "follow", "link", "search", "scale")
+MODES = ("mount", "reads", "server", "shared", "follow", "link", "search", "scale", "dav")
 KNOWN = ["null", "vaultfs-local", "vaultfs-remote", "rclone-local", "rclone-webdav"]
 
 
@@ -265,7 +272,7 @@ def parse_args(argv):
 
 
 def mode_defaults(a):
-    """The sizes of reads, server, shared and follow (smaller with --quick)."""
+    """The sizes of reads, server, shared, follow, scale and dav (smaller with --quick)."""
     q, m = a.quick, a.mode
     given = a.size_given
     if m == "reads":
@@ -295,6 +302,9 @@ def mode_defaults(a):
         a.files = a.files or (10000 if q else 50000)
         # the loop file system's size follows (setup): room, and inodes, for every copy
         a.size, a.runs = max(a.counts + [a.files]) * 4 * FILE_SIZE, a.runs_given or 1
+    elif m == "dav":
+        a.size = given or 256 * MIB
+        a.files = a.files or 200
     a.dd_size = 0
 
 
@@ -347,5 +357,8 @@ def mode_class(mode):
     if mode == "scale":
         from .scale import ScaleBench
         return ScaleBench
+    if mode == "dav":
+        from .dav import DavBench
+        return DavBench
     from .follow import FollowBench
     return FollowBench
