@@ -256,6 +256,7 @@ fn schemas_have_the_fields_of_the_wire_types() {
         }),
         versions: Some(vec![]),
         deleted: Some(vec![]),
+        locks: Some(vec![]),
     };
     let mut expect: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
     expect.insert("Node", keys(&node));
@@ -303,6 +304,15 @@ fn schemas_have_the_fields_of_the_wire_types() {
             md5_checksum: s(),
             modified_on: s(),
             folder: true,
+            ..Default::default()
+        }),
+    );
+    expect.insert(
+        "Lock",
+        keys(vaultfs::api::Lock {
+            by: s(),
+            owner: s(),
+            expires_on: s(),
             ..Default::default()
         }),
     );

@@ -110,6 +110,29 @@ pub struct Node {
     /// are kept restorable, most recently deleted first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deleted: Option<Vec<DeletedFile>>,
+    /// With `locks=1` (our extension): the WebDAV locks that hold this node, taken on it or on
+    /// a folder above it for its whole tree. A server without them says nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locks: Option<Vec<Lock>>,
+}
+
+/// A WebDAV client's lock on a node (`locks=1`; our extension): who holds it, and until when.
+/// Only WebDAV clients are held back by it; the mount shows it (`user.vaultfs.lock`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lock {
+    /// The node it was taken on, as a `uri` (this one, or a folder above it).
+    pub on: String,
+    /// Whom the client signed in as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// What the client says of its owner (the text of WebDAV's `owner` element).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Shared locks may be held by several clients at once; an exclusive one by one.
+    pub shared: bool,
+    /// When it ends unless the client renews it (RFC 3339); none: when the client lets go.
+    #[serde(rename = "expiresOn", default, skip_serializing_if = "Option::is_none")]
+    pub expires_on: Option<String>,
 }
 
 /// A file deleted from a folder and kept restorable (`deleted=1`; our extension): restored by

@@ -13,7 +13,8 @@ use super::{
     Backend, BoxFuture, ByteStream, Download, LocalFile, LocalStore, PreviewImage, PutFile,
 };
 use crate::api::{
-    Base, Error, ErrorKind, FileAttrs, Node, NodePath, PageSize, PreviewMeta, RangeRequest, Result,
+    Base, Error, ErrorKind, FileAttrs, Lock, Node, NodePath, PageSize, PreviewMeta, RangeRequest,
+    Result,
 };
 use crate::sync::relock;
 
@@ -259,6 +260,10 @@ impl<B: Backend> Backend for Faulty<B> {
 
     async fn restore_deleted(&self, id: &str) -> Result<Node> {
         self.inner.restore_deleted(id).await
+    }
+
+    async fn locks(&self, path: &NodePath) -> Result<Vec<Lock>> {
+        self.inner.locks(path).await
     }
 
     async fn list(&self, path: &NodePath, page: u64, per_page: u64) -> Result<Node> {

@@ -12,7 +12,7 @@ use futures_util::StreamExt;
 
 use super::{Backend, ByteStream, Download, PreviewImage, reader_stream};
 use crate::api::{
-    Base, ChangesPage, DeletedFile, Error, FileAttrs, Node, NodePath, PageSize, PreviewMeta,
+    Base, ChangesPage, DeletedFile, Error, FileAttrs, Lock, Node, NodePath, PageSize, PreviewMeta,
     PreviewPage, PreviewStatus, RangeRequest, Result, Version,
 };
 use crate::store::blobs::{BlobFile, BlobWriter};
@@ -469,6 +469,16 @@ impl Backend for LocalBackend {
 
     async fn restore_deleted(&self, id: &str) -> Result<Node> {
         LocalBackend::restore_deleted(self, id).await
+    }
+
+    async fn locks(&self, path: &NodePath) -> Result<Vec<Lock>> {
+        let path = path.clone();
+        self.run(move |s, scope| {
+            // Only a node the caller may see.
+            s.node(scope, &path)?;
+            s.dav_locks_on(&path)
+        })
+        .await
     }
 
     async fn deleted_versions(&self, path: &NodePath) -> Result<Option<(String, Vec<Version>)>> {

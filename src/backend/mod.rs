@@ -16,7 +16,7 @@ use bytes::Bytes;
 use futures_util::Stream;
 
 use crate::api::{
-    Base, FileAttrs, Node, NodePath, PageSize, PreviewMeta, RangeRequest, Result, Version,
+    Base, FileAttrs, Lock, Node, NodePath, PageSize, PreviewMeta, RangeRequest, Result, Version,
 };
 
 /// A body of bytes flowing in either direction, never held whole in memory.
@@ -494,6 +494,13 @@ pub trait Backend: Send + Sync + 'static {
     fn versions(&self, path: &NodePath) -> impl Future<Output = Result<Vec<Version>>> + Send {
         let _ = path;
         async { Err(no_versions()) }
+    }
+
+    /// The WebDAV locks that hold the node at `path` (`locks=1` on our server); none where the
+    /// backend keeps none, or a server says nothing of them.
+    fn locks(&self, path: &NodePath) -> impl Future<Output = Result<Vec<Lock>>> + Send {
+        let _ = path;
+        async { Ok(Vec::new()) }
     }
 
     /// The file most recently deleted from the folder as `path` and kept restorable (the

@@ -526,6 +526,11 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if name.to_str() == Some(super::xattrs::LOCK_XATTR) {
+            let fs = self.0.clone();
+            let r = move |r| xattr("getxattr", reply, size, r);
+            return spawn(&self.0, async move { fs.lock_xattr(ino.0).await }, r);
+        }
         xattr("getxattr", reply, size, self.0.getxattr(ino.0, name));
     }
 

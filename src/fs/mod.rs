@@ -117,6 +117,7 @@ mod upload;
 mod virtual_dirs;
 mod virtual_names;
 mod writeback;
+mod xattrs;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

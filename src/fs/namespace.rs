@@ -1,7 +1,7 @@
-//! Changes to names and attributes: mkdir, create, unlink, rmdir, rename, setattr, the
-//! `user.vaultfs.*` extended attributes, and what the mount refuses (links, device nodes,
-//! anything under `.preview`). Each change is made on the backend before it is acknowledged,
-//! except a new file's creation, which its upload carries.
+//! Changes to names and attributes: mkdir, create, unlink, rmdir, rename, setattr, and what
+//! the mount refuses (links, device nodes, anything under `.preview`). Each change is made on
+//! the backend before it is acknowledged, except a new file's creation, which its upload
+//! carries. (The extended attributes: `xattrs`.)
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -12,7 +12,6 @@ use super::attrs::Keep;
 use super::follow::Ours;
 use super::io::Opened;
 use super::passthrough::Register;
-use super::pinned::XATTR as PIN_XATTR;
 use super::staging::lifecycle::Removal;
 use super::table::{Ino, InodeKind};
 use super::virtual_dirs::{is_virtual, is_virtual_name};
@@ -20,16 +19,6 @@ use super::{Fs, OpResult};
 use crate::api::NodePath;
 use crate::api::path::MAX_NAME_BYTES;
 use crate::backend::Backend;
-
-/// On a conflict copy: the file it conflicts with and that file's version (`fs::conflict`).
-const CONFLICT_XATTR: &str = "user.vaultfs.conflict";
-
-const XATTRS: [&str; 4] = [
-    "user.vaultfs.id",
-    "user.vaultfs.link_uri",
-    "user.vaultfs.preview_link_uri",
-    "user.vaultfs.download_link_uri",
-];
 
 /// What a SETATTR without a size leaves after the inode table has the new attributes.
 pub(crate) enum SetattrNow {
@@ -658,83 +647,6 @@ impl<B: Backend> Fs<B> {
             Errno::EROFS
         } else {
             Errno::EPERM
-        }
-    }
-
-    /// GETXATTR: only `user.vaultfs.*` exists. Other namespaces (security.selinux, the POSIX
-    /// ACLs) are "not supported" rather than "not set": `ls -l` and other tools then stop
-    /// asking this file system for them, instead of two round trips per file listed.
-    pub(super) fn getxattr(&self, ino: Ino, name: &std::ffi::OsStr) -> OpResult<Vec<u8>> {
-        if !name.as_encoded_bytes().starts_with(b"user.") {
-            return Err(Errno::EOPNOTSUPP.into());
-        }
-        if name.to_str() == Some(PIN_XATTR) {
-            let (path, _) = self.path_of(ino)?;
-            return match self.reads.pinned.state_of(&path) {
-                Some(true) => Ok(b"1".to_vec()),
-                Some(false) => Ok(b"folder".to_vec()),
-                None => Err(Errno::NO_XATTR.into()),
-            };
-        }
-        let t = self.table();
-        if name.to_str() == Some(CONFLICT_XATTR) {
-            let path = t.get(ino).map(|i| i.path.clone()).ok_or(Errno::ENOENT)?;
-            drop(t);
-            return (self.conflicts.of_copy(&path))
-                .map(String::into_bytes)
-                .ok_or(Errno::NO_XATTR.into());
-        }
-        let r = t.get(ino).and_then(|i| i.remote.clone());
-        let value = match (name.to_str(), r) {
-            (Some("user.vaultfs.id"), Some(r)) => Some(r.id),
-            (Some("user.vaultfs.link_uri"), Some(r)) => r.link_uri,
-            (Some("user.vaultfs.preview_link_uri"), Some(r)) => r.preview_link_uri,
-            (Some("user.vaultfs.download_link_uri"), Some(r)) => r.download_link_uri,
-            _ => None,
-        };
-        value.map(String::into_bytes).ok_or(Errno::NO_XATTR.into())
-    }
-
-    /// LISTXATTR: the names, each ended by a NUL (files stored remotely only; the conflict
-    /// attribute on conflict copies; the pin attribute on what is pinned).
-    pub(super) fn listxattr(&self, ino: Ino) -> Vec<u8> {
-        let (has, path) = {
-            let t = self.table();
-            let i = t.get(ino);
-            (
-                i.is_some_and(|i| i.remote.is_some()),
-                i.map(|i| i.path.clone()),
-            )
-        };
-        let mut buf = Vec::new();
-        let conflict = path
-            .as_ref()
-            .is_some_and(|p| self.conflicts.of_copy(p).is_some());
-        let pinned = path.is_some_and(|p| self.reads.pinned.state_of(&p).is_some());
-        let names = XATTRS.iter().filter(|_| has);
-        let names = names.chain(conflict.then_some(&CONFLICT_XATTR));
-        for n in names.chain(pinned.then_some(&PIN_XATTR)) {
-            buf.extend_from_slice(n.as_bytes());
-            buf.push(0);
-        }
-        buf
-    }
-
-    /// SETXATTR (`value` given), REMOVEXATTR: only the pin attribute changes (`1` pins, `0`
-    /// or its removal unpins: `pinned`); the others are the backend's, read-only.
-    pub(super) fn change_xattr(
-        &self,
-        ino: Ino,
-        name: &std::ffi::OsStr,
-        value: Option<&[u8]>,
-    ) -> OpResult<()> {
-        if name.to_str() != Some(PIN_XATTR) {
-            return Err(Errno::ENOTSUP.into());
-        }
-        match value.map(|v| v.trim_ascii()) {
-            Some(b"1") => self.pin(ino, true),
-            Some(b"0") | None => self.pin(ino, false),
-            Some(_) => Err(Errno::EINVAL.into()),
         }
     }
 

@@ -74,6 +74,7 @@ pub(super) fn number(q: &HashMap<String, String>, name: &str) -> Result<Option<u
         ("page" = Option<u64>, Query, description = "Page of children, from 0", minimum = 0),
         ("per_page" = Option<u64>, Query, description = "Children per page (default and most: 10000)", minimum = 1, maximum = 10000),
         ("vprop" = Option<String>, Query, description = "Anything but `0`/`false`, on a file: its kept versions as `versions`, newest first (ids for `/files/id/Document/{id}/version/{version}`)", example = "1"),
+        ("locks" = Option<String>, Query, description = "Anything but `0`/`false` (our extension): the WebDAV locks that hold the node, as `locks` (taken on it, or on a folder above it for its whole tree)", example = "1"),
         ("deleted" = Option<String>, Query, description = "Anything but `0`/`false`, on a vault or folder (our extension; with or without `children`): the files deleted from it and kept restorable, as `deleted`, most recently deleted first (restore one with `POST /files/id/Document/{id}/restore`)", example = "1"),
     ),
     responses(
@@ -109,6 +110,9 @@ pub async fn get(caller: Caller, uri: Uri, Query(q): Query<HashMap<String, Strin
         node.node_type,
         NodeType::VaultNodeType | NodeType::FolderNodeType
     );
+    if flag(&q, "locks") {
+        node.locks = Some(caller.backend.locks(&path).await?);
+    }
     if flag(&q, "deleted") && holds_files {
         node.deleted = Some(caller.backend.deleted_files(&path).await?);
     }

@@ -362,6 +362,25 @@ pub struct Node {
     /// Vaults and folders asked for with `deleted=1` (our extension): the files deleted from
     /// it and kept restorable, most recently deleted first.
     pub deleted: Option<Vec<DeletedFile>>,
+    /// Asked for with `locks=1` (our extension): the WebDAV locks that hold the node.
+    pub locks: Option<Vec<Lock>>,
+}
+
+/// A WebDAV client's lock on a node (our extension). Only WebDAV clients are held back by it.
+#[derive(Serialize, ToSchema)]
+pub struct Lock {
+    /// The node it was taken on, as a `uri`: this one, or a folder above it (for its whole
+    /// tree).
+    pub on: String,
+    /// Whom the client signed in as.
+    pub by: Option<String>,
+    /// What the client says of its owner (the text of WebDAV's `owner` element).
+    pub owner: Option<String>,
+    /// Shared locks may be held by several clients at once; an exclusive one by one.
+    pub shared: bool,
+    /// When it ends unless the client renews it (RFC 3339); absent: when the client lets go.
+    #[serde(rename = "expiresOn")]
+    pub expires_on: Option<String>,
 }
 
 /// A file deleted from a folder and kept restorable (our extension).

@@ -7,7 +7,7 @@
 use super::db::params;
 use super::nodes::resolve;
 use super::{Scope, Store};
-use crate::api::{Error, ErrorKind, NodePath, Result};
+use crate::api::{Error, ErrorKind, Lock, NodePath, Result};
 
 /// Dead properties one node may hold.
 pub const MAX_PROPS_PER_NODE: i64 = 256;
@@ -241,6 +241,25 @@ impl Store {
         Ok(Some(row))
     }
 
+    /// The live locks that hold the node at `path` (taken on it, or for the whole tree on a
+    /// folder above it), as the API shows them (`locks=1`, the mount's `user.vaultfs.lock`,
+    /// the web page). Keys are WebDAV paths as dav-server spells them: every byte but letters,
+    /// digits and `-._~` percent-encoded, as `api::path` encodes a segment; they are decoded
+    /// and compared in NFC, as the store takes paths.
+    pub fn dav_locks_on(&self, path: &NodePath) -> Result<Vec<Lock>> {
+        let Some(account) = path.account() else {
+            return Ok(Vec::new());
+        };
+        let rows = self.dav_locks(&crate::api::path::encode_segment(account))?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let on = decoded_key(&r.path)?;
+                (on == *path || (r.deep && on.contains(path))).then(|| lock_info(r, &on))
+            })
+            .collect())
+    }
+
     /// Lets go of locks by their tokens; how many were held. Without a writers' lock, as
     /// [`Store::dav_refresh_lock`]: deletes of rows by key.
     pub fn dav_unlock(&self, tokens: &[String]) -> Result<usize> {
@@ -254,5 +273,46 @@ impl Store {
         }
         tx.commit()?;
         Ok(n)
+    }
+}
+
+/// The node path of a lock's key; `None` for one that names no node path.
+fn decoded_key(key: &str) -> Option<NodePath> {
+    let segments = key
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| percent_encoding::percent_decode_str(s).decode_utf8().ok())
+        .collect::<Option<Vec<_>>>()?;
+    NodePath::from_segments(segments).ok()?.into_nfc().ok()
+}
+
+/// A lock as the API shows it: its owner element as the text in it (a name, a `mailto:`).
+fn lock_info(row: &DavLockRow, on: &NodePath) -> Lock {
+    fn words(e: &xmltree::Element, out: &mut Vec<String>) {
+        for c in &e.children {
+            match c {
+                xmltree::XMLNode::Element(c) => words(c, out),
+                xmltree::XMLNode::Text(t) | xmltree::XMLNode::CData(t) => {
+                    out.extend(t.split_whitespace().map(str::to_string))
+                }
+                _ => {}
+            }
+        }
+    }
+    let owner = row.owner.as_ref().and_then(|x| {
+        let mut text = Vec::new();
+        words(&xmltree::Element::parse(x.as_bytes()).ok()?, &mut text);
+        (!text.is_empty()).then(|| text.join(" "))
+    });
+    Lock {
+        on: on.uri(),
+        by: row.principal.clone(),
+        owner,
+        shared: row.shared,
+        expires_on: row.expires_on.map(|ns| {
+            crate::api::format_time(
+                std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns.max(0) as u64),
+            )
+        }),
     }
 }

@@ -14,7 +14,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
 use super::common::{Creds, TestServer, md5hex, pattern, served_retention};
-use super::setup;
+use super::{Api, setup};
 
 /// The vault every test works in, as WebDAV names it.
 const DAV_VAULT: &str = "/dav/Acme/My%20First%20Vault";
@@ -1039,4 +1039,221 @@ async fn webdav_changes_reach_the_change_feed() {
     .map(|(k, n)| (k.to_string(), n.to_string()))
     .collect();
     assert_eq!(kinds, want, "{v}");
+}
+
+/// A LOCK shows in the API (`locks=1`, our extension): on the file locked, on every file below
+/// a folder locked with depth infinity, not on a folder's file for a lock of depth 0; who took
+/// it, the text of its owner, when it ends. Gone once let go of; another account sees none.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_shows_in_the_api_until_let_go_of() {
+    let (s, api) = setup().await;
+    let creds = api.creds().clone();
+    for name in ["a.txt", "d/b.txt"] {
+        if name.starts_with("d/") {
+            let r = dav(&s, &creds, "MKCOL", &format!("{DAV_VAULT}/d"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), StatusCode::CREATED);
+        }
+        let r = dav(&s, &creds, "PUT", &format!("{DAV_VAULT}/{name}"))
+            .body("x")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED);
+    }
+    let lock = |path: &str, depth: &'static str| {
+        dav(&s, &creds, "LOCK", path)
+            .header("Depth", depth)
+            .header("Timeout", "Second-300")
+            .body(
+                r#"<?xml version="1.0"?><D:lockinfo xmlns:D="DAV:"><D:lockscope><D:exclusive/>
+                </D:lockscope><D:locktype><D:write/></D:locktype>
+                <D:owner>Word on <D:href>PC-17</D:href></D:owner></D:lockinfo>"#,
+            )
+            .send()
+    };
+    let locks_of = |name: &'static str| {
+        let api = &api;
+        async move {
+            let (st, v) = api
+                .get(&format!(
+                    "/nodes/pth/Acme/My%20First%20Vault/{name}?locks=1"
+                ))
+                .await;
+            assert_eq!(st, 200, "{v}");
+            v["message"]["locks"].as_array().cloned().unwrap()
+        }
+    };
+    assert!(locks_of("a.txt").await.is_empty());
+    let r = lock(&format!("{DAV_VAULT}/a.txt"), "0").await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let token = r.headers()["lock-token"].to_str().unwrap().to_string();
+    let got = locks_of("a.txt").await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["on"], "/nodes/pth/Acme/My First Vault/a.txt");
+    assert_eq!(got[0]["by"], "alice@example.com");
+    assert_eq!(got[0]["owner"], "Word on PC-17");
+    assert_eq!(got[0]["shared"], false);
+    let ends = vaultfs::api::parse_time(got[0]["expiresOn"].as_str().unwrap()).unwrap();
+    let left = ends.duration_since(std::time::SystemTime::now()).unwrap();
+    assert!(left.as_secs() > 200 && left.as_secs() <= 300, "{left:?}");
+    // A folder locked alone holds none of its files; locked with its tree, each.
+    let r = lock(&format!("{DAV_VAULT}/d"), "0").await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let shallow = r.headers()["lock-token"].to_str().unwrap().to_string();
+    assert!(locks_of("d/b.txt").await.is_empty());
+    assert_eq!(locks_of("d").await.len(), 1);
+    let r = dav(&s, &creds, "UNLOCK", &format!("{DAV_VAULT}/d"))
+        .header("Lock-Token", shallow)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let r = lock(&format!("{DAV_VAULT}/d"), "infinity").await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let got = locks_of("d/b.txt").await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["on"], "/nodes/pth/Acme/My First Vault/d");
+    // Another account's client sees none of it (its own paths only), nor asks of Acme's.
+    let bob = s.user("bob@example.com", "Bobs").await;
+    let (st, _) = Api::new(&s, &bob)
+        .get("/nodes/pth/Acme/My%20First%20Vault/a.txt?locks=1")
+        .await;
+    assert_eq!(st, StatusCode::FORBIDDEN);
+    let r = dav(&s, &creds, "UNLOCK", &format!("{DAV_VAULT}/a.txt"))
+        .header("Lock-Token", token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert!(locks_of("a.txt").await.is_empty());
+}
+
+/// A cadaver session (the command-line WebDAV client) with `commands` on its input, signed in
+/// through `home`'s `.netrc`: whether it ended well, and what it printed.
+async fn cadaver(home: &Path, url: String, commands: &str) -> String {
+    let (home, commands) = (home.to_path_buf(), commands.to_string());
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut child = Command::new("cadaver")
+            .arg(url)
+            .env("HOME", home)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("cadaver starts");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(commands.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+    .await
+    .unwrap()
+}
+
+/// cadaver, as a user types it: a folder made, a file put, locked and saved again under the
+/// lock; from another session the save is refused (423) while the file reads, the lock is
+/// found, taken over and let go of, and the file moved, read back and deleted. Each step as
+/// the API sees it.
+#[tokio::test(flavor = "multi_thread")]
+async fn cadaver_works_through_a_session() {
+    if !installed("cadaver") {
+        return;
+    }
+    // As `vaultfs serve` keeps versions and deleted files by default.
+    let s = TestServer::start_with(served_retention(), Default::default()).await;
+    let creds = s.user("alice@example.com", "Acme").await;
+    let api = Api::new(&s, &creds);
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let host = s
+        .base
+        .trim_start_matches("http://")
+        .split(':')
+        .next()
+        .unwrap();
+    let netrc = h.join(".netrc");
+    std::fs::write(
+        &netrc,
+        format!(
+            "machine {host} login {} password {}\n",
+            creds.email, creds.token
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&netrc, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    for (name, text) in [
+        ("first.txt", "first draft\n"),
+        ("second.txt", "second draft\n"),
+        ("third.txt", "third\n"),
+    ] {
+        std::fs::write(h.join(name), text).unwrap();
+    }
+    let url = s.url(&format!("{DAV_VAULT}/"));
+    let out = cadaver(
+        h,
+        url.clone(),
+        &format!(
+            "lcd {}\nmkcol docs\ncd docs\nput first.txt report.txt\nlock report.txt\n\
+             put second.txt report.txt\nls\nquit\n",
+            h.display()
+        ),
+    )
+    .await;
+    assert!(
+        out.matches("succeeded").count() >= 5 && !out.contains("failed"),
+        "{out}"
+    );
+    let (st, v) = api
+        .get("/nodes/pth/Acme/My%20First%20Vault/docs/report.txt?locks=1")
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["message"]["locks"][0]["by"], creds.email.as_str(), "{v}");
+    assert_eq!(v["message"]["md5_checksum"], md5hex(b"second draft\n"));
+
+    let out = cadaver(
+        h,
+        url,
+        &format!(
+            "lcd {}\ncd docs\nput third.txt report.txt\nget report.txt back.txt\n\
+             steal report.txt\nunlock report.txt\nmove report.txt final.txt\n\
+             get final.txt final-back.txt\ndelete final.txt\nls\nquit\n",
+            h.display()
+        ),
+    )
+    .await;
+    assert!(
+        out.contains("423 Locked"),
+        "the save under another's lock: {out}"
+    );
+    assert_eq!(
+        std::fs::read(h.join("back.txt")).unwrap(),
+        b"second draft\n",
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read(h.join("final-back.txt")).unwrap(),
+        b"second draft\n",
+        "{out}"
+    );
+    assert!(s.store.dav_locks("Acme").unwrap().is_empty(), "{out}");
+    let docs = listed(&s, &creds, "/docs").await;
+    assert!(docs.is_empty(), "{docs:?}: {out}");
+    // Deleted through WebDAV is deleted as any delete: among the folder's deleted files.
+    let (st, v) = api
+        .get("/nodes/pth/Acme/My%20First%20Vault/docs?deleted=1")
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["message"]["deleted"][0]["name"], "final.txt", "{v}");
 }

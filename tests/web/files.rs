@@ -167,3 +167,50 @@ async fn an_upload_refused_by_the_quota_leaves_nothing_at_the_name() {
     assert_eq!(st, 200, "{fine}");
     assert_eq!(s.store.check_integrity().unwrap(), Vec::<String>::new());
 }
+
+/// A file a WebDAV client holds locked (Finder, Word) says so on its page: who, from what, until
+/// when; once let go of, nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_locked_file_says_who_holds_it() {
+    use vaultfs::store::dav::DavLockRow;
+    let s = TestServer::start().await;
+    let (alice, token) = alice(&s).await;
+    let (st, v) = alice.upload(VAULT, "report.txt", b"draft", &token).await;
+    assert_eq!(st, 200, "{v}");
+    let id = v["message"]["id"].as_str().unwrap().to_string();
+    let page = alice.get(&format!("/web/file/{id}")).await;
+    assert!(!page.body.contains("Locked"), "{}", page.body);
+    // As a LOCK over WebDAV keeps it (`server::dav::locks`).
+    let expires = std::time::SystemTime::now() + std::time::Duration::from_secs(600);
+    let row = DavLockRow {
+        token: "urn:uuid:0b2b7f0e-4a1c-4e7e-9d43-2f0b6a1f0c11".into(),
+        account: "Acme".into(),
+        path: format!("/{VAULT}/report.txt"),
+        principal: Some(super::ALICE.into()),
+        owner: Some(
+            r#"<D:owner xmlns:D="DAV:"><D:href>Alice's <b>Mac</b></D:href></D:owner>"#.into(),
+        ),
+        shared: false,
+        deep: false,
+        timeout_secs: Some(600),
+        expires_on: Some(
+            expires
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as i64,
+        ),
+    };
+    s.store.dav_lock(row.clone(), |_| None).unwrap().unwrap();
+    let page = alice.get(&format!("/web/file/{id}")).await;
+    assert!(
+        page.body.contains(&format!(
+            "<dt>Locked</dt><dd class=\"lock\">For editing by {} (Alice&#39;s Mac) until <time",
+            super::ALICE
+        )),
+        "{}",
+        page.body
+    );
+    s.store.dav_unlock(&[row.token]).unwrap();
+    let page = alice.get(&format!("/web/file/{id}")).await;
+    assert!(!page.body.contains("Locked"), "{}", page.body);
+}

@@ -49,8 +49,8 @@ use super::bwlimit::Bucket;
 use super::{Backend, ByteStream, Download, PreviewImage};
 use crate::api::path::encode_segment;
 use crate::api::{
-    Base, Error, ErrorKind, FileAttrs, Node, NodePath, PageSize, PreviewMeta, RangeRequest, Result,
-    Secret, Version,
+    Base, Error, ErrorKind, FileAttrs, Lock, Node, NodePath, PageSize, PreviewMeta, RangeRequest,
+    Result, Secret, Version,
 };
 use download::{RANGES_NO, RANGES_UNKNOWN, RANGES_YES};
 use transport::{Req, Retry, bad_response, header_str};
@@ -495,6 +495,14 @@ impl Backend for RemoteBackend {
             .call_node(Req::get(format!("{}?vprop=1", path.encoded())))
             .await?;
         node.versions.ok_or_else(super::no_versions)
+    }
+
+    async fn locks(&self, path: &NodePath) -> Result<Vec<Lock>> {
+        // A server without them answers the node alone.
+        let node = self
+            .call_node(Req::get(format!("{}?locks=1", path.encoded())))
+            .await?;
+        Ok(node.locks.unwrap_or_default())
     }
 
     async fn download_version(

@@ -26,7 +26,7 @@ use super::page::{escape, not_a_page, path_href, see_other, size, time, time_sec
 use super::session::WebUser;
 use super::web_path;
 use crate::api::path::encode_segment;
-use crate::api::{Base, Error, ErrorKind, Node, NodePath, PreviewStatus, Version};
+use crate::api::{Base, Error, ErrorKind, Lock, Node, NodePath, PreviewStatus, Version};
 use crate::backend::{Backend, Download};
 
 /// Widest page image of the preview page, and of its thumbnails (pixels; the browser scales
@@ -86,11 +86,13 @@ pub async fn file(user: WebUser, Path(id): Path<String>) -> Response {
     };
     // A backend without versions lists none (the page shows the file all the same).
     let versions = user.backend.versions(&path).await.unwrap_or_default();
+    // Shown, not enforced here: a lock holds WebDAV clients back, nothing else.
+    let locks = user.backend.locks(&path).await.unwrap_or_default();
     let token = escape(&user.form_token);
     let body = format!(
         "{actions}<dl class=\"facts\"><dt>Size</dt><dd>{size} ({bytes} bytes)</dd>\
          <dt>Modified</dt><dd>{modified}</dd><dt>Created</dt><dd>{created}</dd>\
-         <dt>MD5</dt><dd><code>{md5}</code></dd></dl>\
+         <dt>MD5</dt><dd><code>{md5}</code></dd>{locks}</dl>\
          <form class=\"rename\" method=\"post\" action=\"{rename}\">\
          <input type=\"hidden\" name=\"csrf\" value=\"{token}\">\
          <label for=\"new-name\">New name</label>\
@@ -99,6 +101,7 @@ pub async fn file(user: WebUser, Path(id): Path<String>) -> Response {
          <p><a class=\"button danger\" href=\"{delete}\">Delete…</a></p>{versions}",
         actions = file_actions(&node, false),
         versions = versions_section(&user, &id, &versions),
+        locks = locks_facts(&locks),
         size = size(node.size.unwrap_or(0)),
         bytes = node.size.unwrap_or(0),
         modified = time(node.modified_on.as_deref()),
@@ -109,6 +112,35 @@ pub async fn file(user: WebUser, Path(id): Path<String>) -> Response {
         name = escape(&node.name),
     );
     user.page(&node.name, path.parent().as_ref(), &body)
+}
+
+/// The WebDAV locks that hold a file (Finder, Word and other WebDAV clients lock what they
+/// have open), as facts: who, from what, until when.
+fn locks_facts(locks: &[Lock]) -> String {
+    locks
+        .iter()
+        .map(|l| {
+            let who = escape(l.by.as_deref().unwrap_or("someone"));
+            let from = l
+                .owner
+                .as_deref()
+                .filter(|o| Some(*o) != l.by.as_deref())
+                .map(|o| format!(" ({})", escape(o)))
+                .unwrap_or_default();
+            let until = match &l.expires_on {
+                Some(t) => format!(" until {}", time(Some(t))),
+                None => String::new(),
+            };
+            format!(
+                "<dt>Locked</dt><dd class=\"lock\">{} by {who}{from}{until}</dd>",
+                if l.shared {
+                    "Shared lock"
+                } else {
+                    "For editing"
+                }
+            )
+        })
+        .collect()
 }
 
 /// The kept versions of file `id` (newest first), each with its download and, but for the
