@@ -10,12 +10,14 @@
 //! below: `session` (signing in, the session cookie, signing out), `hostile` (forms from other
 //! sites, another account's file, hostile names), `files` (uploads, folders, renames, sorting,
 //! paging), `chromium` (all of it in a real browser, driven through `browser`), `versions` (a file's
-//! versions, deleted files, their restores), `search` (the search box). The visitor that
-//! speaks to the pages as a browser does, and the helpers more than one of them uses, are here.
+//! versions, deleted files, their restores), `search` (the search box), `app_passwords` (a
+//! person's own WebDAV app passwords). The visitor that speaks to the pages as a browser does,
+//! and the helpers more than one of them uses, are here.
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod app_passwords;
 mod browser;
 mod chromium;
 mod files;

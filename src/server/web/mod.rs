@@ -16,6 +16,7 @@
 //! browser. They are not API routes, so `/openapi.json` does not list them (schemathesis fuzzes
 //! what it lists, with the API's Basic auth, which these pages do not take).
 
+mod app_passwords;
 mod browse;
 mod documents;
 mod live;
@@ -41,6 +42,11 @@ pub(super) fn router() -> Router<AppState> {
         .route("/web/browse/{*path}", get(browse::folder))
         .route("/web/signin", get(session::form).post(session::sign_in))
         .route("/web/signout", post(session::sign_out))
+        .route(
+            app_passwords::PAGE,
+            get(app_passwords::list).post(app_passwords::add),
+        )
+        .route("/web/app-passwords/revoke", post(app_passwords::revoke))
         .route("/web/file/{id}", get(documents::file))
         .route("/web/preview/{id}", get(documents::preview))
         .route("/web/preview/{id}/{page}", get(documents::page))

@@ -80,8 +80,8 @@ pub struct Viewer<'a> {
     pub form_token: &'a str,
 }
 
-/// A page of the web interface: header (with sign-out for a signed-in viewer), breadcrumbs to
-/// `trail` when given, then `body`.
+/// A page of the web interface: header (for a signed-in viewer: who, their app passwords, sign
+/// out), breadcrumbs to `trail` when given, then `body`.
 pub fn layout(
     title: &str,
     viewer: Option<&Viewer>,
@@ -91,10 +91,11 @@ pub fn layout(
     let user = viewer
         .map(|v| {
             format!(
-                "<form class=\"signout\" method=\"post\" action=\"/web/signout\">\
-                 <span class=\"who\">{email}</span>\
+                "<div class=\"account\"><span class=\"who\">{email}</span>\
+                 <a class=\"app-passwords\" href=\"/web/app-passwords\">App passwords</a>\
+                 <form class=\"signout\" method=\"post\" action=\"/web/signout\">\
                  <input type=\"hidden\" name=\"csrf\" value=\"{token}\">\
-                 <button type=\"submit\">Sign out</button></form>",
+                 <button type=\"submit\">Sign out</button></form></div>",
                 email = escape(v.email),
                 token = escape(v.form_token),
             )
