@@ -124,12 +124,13 @@ impl LocalBackend {
     }
 
     /// Stores the staged bytes as the new version of the file at `path`, through the
-    /// interface's three upload steps (so as any save: quota, size limit, history and
-    /// retention), in one trip to a blocking thread. A new name is created (step 1) unless
-    /// `base` names a version (`Base::Md5`): then the file must exist, and is not made when it
-    /// does not (`version_conflict`); a name made for bytes then refused is deleted again.
-    /// `base` is checked again inside the commit (docs/design.md §5), so a stale one changes
-    /// nothing.
+    /// interface's upload steps (so as any save: quota, size limit, history and retention), in
+    /// one trip to a blocking thread: steps 1 and 2 in one transaction
+    /// (`Store::begin_version_at`, as our whole PUT), then the commit. A new name is made
+    /// unless `base` names a version (`Base::Md5`): then the file must exist, and is not made
+    /// when it does not (`version_conflict`); a name made for bytes the commit then refuses is
+    /// deleted again. `base` is checked again inside the commit (docs/design.md §5), so a
+    /// stale one changes nothing.
     pub async fn put_staged(
         &self,
         path: &NodePath,
@@ -138,44 +139,39 @@ impl LocalBackend {
     ) -> Result<Node> {
         let (path, base) = (path.clone(), base.clone());
         self.run(move |s, scope| {
-            let (Some(folder), Some(name)) = (path.parent(), path.name()) else {
+            if path.name().is_none() {
                 return Err(Error::new(
                     crate::api::ErrorKind::Forbidden,
                     "forbidden",
                     "the root holds no files",
                 ));
+            }
+            let begun = s.begin_version_at(
+                scope,
+                &path,
+                staged.len,
+                Some(&staged.md5),
+                FileAttrs::default(),
+                &base,
+            );
+            let (pending, made) = match begun {
+                // A condition on the bytes of a file that is not there: it failed.
+                Err(e)
+                    if e.kind == crate::api::ErrorKind::NotFound
+                        && matches!(base, Base::Md5(_)) =>
+                {
+                    return Err(base.conflict(&path.to_string()));
+                }
+                other => other?,
             };
-            let existing = match s.node(scope, &path) {
-                Ok(n) => Some(n),
-                Err(e) if e.kind == crate::api::ErrorKind::NotFound => None,
-                Err(e) => return Err(e),
+            let (Some(id), Some(vid)) = (
+                pending.file_id(),
+                pending.file_ex_properties.and_then(|p| p.version_id),
+            ) else {
+                return Err(Error::internal("step 2 gave no file or version"));
             };
-            let made = existing.is_none();
-            let file = match (&base, existing) {
-                (_, Some(n)) => n,
-                (Base::Md5(_), None) => return Err(base.conflict(&path.to_string())),
-                (_, None) => s.create_file(scope, &folder, name)?,
-            };
-            let id = file
-                .file_id()
-                .filter(|_| file.is_file())
-                .ok_or_else(|| Error::conflict("exists", format!("{path} is a folder")))?;
-            let stored = (|| {
-                let pending = s.begin_version(
-                    scope,
-                    &id,
-                    staged.len,
-                    Some(&staged.md5),
-                    FileAttrs::default(),
-                    &base,
-                )?;
-                let vid = pending
-                    .file_ex_properties
-                    .and_then(|p| p.version_id)
-                    .ok_or_else(|| Error::internal("step 2 gave no version"))?;
-                s.commit_upload(scope, &id, &vid, staged)
-            })();
-            // A name made here for bytes then refused (quota, size, a conflict) does not stay
+            let stored = s.commit_upload(scope, &id, &vid, staged);
+            // A name made here for bytes then refused (quota, a conflict) does not stay
             // behind, empty: deleted while it still holds nothing (another writer's version
             // stored in it meanwhile stays).
             if stored.is_err() && made {
