@@ -1257,3 +1257,50 @@ async fn cadaver_works_through_a_session() {
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["message"]["deleted"][0]["name"], "final.txt", "{v}");
 }
+
+/// A lock taken on a Mac's spelling of a name (NFD: `e` and a combining accent) holds the PC's
+/// (NFC: `é`), which is the same file of the store: the PC's save is refused (423) until the
+/// lock is let go of, by either spelling.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_holds_the_name_in_either_unicode_spelling() {
+    let (s, api) = setup().await;
+    let creds = api.creds().clone();
+    let nfd = format!("{DAV_VAULT}/caf%65%CC%81.txt");
+    let nfc = format!("{DAV_VAULT}/caf%C3%A9.txt");
+    let r = dav(&s, &creds, "PUT", &nfc)
+        .body("v1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let r = dav(&s, &creds, "LOCK", &nfd)
+        .body(
+            r#"<?xml version="1.0"?><D:lockinfo xmlns:D="DAV:"><D:lockscope><D:exclusive/>
+            </D:lockscope><D:locktype><D:write/></D:locktype></D:lockinfo>"#,
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let token = r.headers()["lock-token"].to_str().unwrap().to_string();
+    let r = dav(&s, &creds, "PUT", &nfc)
+        .body("v2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 423, "a save under another's lock");
+    let r = dav(&s, &creds, "GET", &nfc).send().await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "v1");
+    let r = dav(&s, &creds, "UNLOCK", &nfc)
+        .header("Lock-Token", token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let r = dav(&s, &creds, "PUT", &nfc)
+        .body("v2")
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+}

@@ -66,13 +66,24 @@ impl StoreLs {
     }
 }
 
-/// A path as the store keys locks: percent-encoded below `/dav`, without a trailing slash.
+/// A path as the store keys locks: below `/dav`, without a trailing slash, each segment in NFC
+/// and percent-encoded as dav-server spells paths (every byte but letters, digits and `-._~`).
+/// NFC as the store takes paths: a Mac names a file in NFD, a PC in NFC, and it is one file, so
+/// one lock. (A path that is not UTF-8 names no file of the store: kept as spelled.)
 fn key(path: &DavPath) -> String {
-    let s = path.as_url_string();
-    match s.trim_end_matches('/') {
-        "" => "/".to_string(),
-        t => t.to_string(),
-    }
+    let Ok(text) = std::str::from_utf8(path.as_bytes()) else {
+        let s = path.as_url_string();
+        return match s.trim_end_matches('/') {
+            "" => "/".to_string(),
+            t => t.to_string(),
+        };
+    };
+    let segments: Vec<String> = text
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| crate::api::path::encode_segment(&crate::api::path::nfc(s)))
+        .collect();
+    format!("/{}", segments.join("/"))
 }
 
 fn segments(key: &str) -> Vec<&str> {
