@@ -19,6 +19,10 @@ use super::{Api, setup};
 /// The vault every test works in, as WebDAV names it.
 const DAV_VAULT: &str = "/dav/Acme/My%20First%20Vault";
 
+/// A LOCK's body: an exclusive write lock, no owner.
+const EXCLUSIVE_LOCK: &str = r#"<?xml version="1.0"?><D:lockinfo xmlns:D="DAV:"><D:lockscope>
+<D:exclusive/></D:lockscope><D:locktype><D:write/></D:locktype></D:lockinfo>"#;
+
 fn installed(bin: &str) -> bool {
     let found = Command::new("sh")
         .args(["-c", &format!("command -v {bin}")])
@@ -808,10 +812,7 @@ async fn another_accounts_files_are_out_of_reach() {
     let r = dav(&s, &alice, "GET", bobs).send().await.unwrap();
     assert!(r.status().is_client_error(), "{}", r.status());
     let r = dav(&s, &alice, "LOCK", bobs)
-        .body(
-            r#"<?xml version="1.0"?><D:lockinfo xmlns:D="DAV:"><D:lockscope><D:exclusive/>
-            </D:lockscope><D:locktype><D:write/></D:locktype></D:lockinfo>"#,
-        )
+        .body(EXCLUSIVE_LOCK)
         .send()
         .await
         .unwrap();
@@ -1274,10 +1275,7 @@ async fn a_lock_holds_the_name_in_either_unicode_spelling() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::CREATED);
     let r = dav(&s, &creds, "LOCK", &nfd)
-        .body(
-            r#"<?xml version="1.0"?><D:lockinfo xmlns:D="DAV:"><D:lockscope><D:exclusive/>
-            </D:lockscope><D:locktype><D:write/></D:locktype></D:lockinfo>"#,
-        )
+        .body(EXCLUSIVE_LOCK)
         .send()
         .await
         .unwrap();
