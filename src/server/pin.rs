@@ -26,7 +26,9 @@ use crate::api::{
 };
 use crate::store::Store;
 
-async fn blocking<T: Send + 'static>(
+/// A call of the store (which blocks) on a blocking thread; a task that failed is an internal
+/// error. The web pages' store calls go through here too.
+pub(super) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, Error> + Send + 'static,
 ) -> Result<T, Error> {
     tokio::task::spawn_blocking(f)

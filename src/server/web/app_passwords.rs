@@ -15,7 +15,6 @@
 //! they run on blocking threads, as the backend's do.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use axum::Form;
 use axum::extract::State;
@@ -24,13 +23,13 @@ use axum::response::Response;
 
 use super::super::AppState;
 use super::super::links;
+use super::super::pin::blocking;
 use super::page::{WEB_POLICY, escape, layout, respond, see_other, time};
 use super::session::WebUser;
 use crate::api::path::encode_segment;
 use crate::api::time::ns_to_time;
-use crate::api::{Error, ErrorKind, NodePath, Result, format_time};
+use crate::api::{Error, ErrorKind, NodePath, format_time};
 use crate::backend::Backend;
-use crate::store::Store;
 use crate::store::auth::{APP_PASSWORD_USE_RECORDED, AppPassword};
 
 /// The address of the page (and of the add form).
@@ -43,17 +42,6 @@ enum Notice {
     Added { name: String, password: String },
     /// Why a post changed nothing.
     Failed(String),
-}
-
-/// A call of the store on a blocking thread.
-async fn blocking<T, F>(store: Arc<Store>, f: F) -> Result<T>
-where
-    T: Send + 'static,
-    F: FnOnce(&Store) -> Result<T> + Send + 'static,
-{
-    tokio::task::spawn_blocking(move || f(&store))
-        .await
-        .map_err(|e| Error::internal(format!("app password task failed: {e}")))?
 }
 
 /// The WebDAV address of the person's account (`/dav/Acme/`), absolute when the request's base
@@ -104,7 +92,8 @@ async fn page(
     typed: &str,
 ) -> Response {
     let email = user.email.clone();
-    let list = match blocking(state.store.clone(), move |s| s.list_app_passwords(&email)).await {
+    let store = state.store.clone();
+    let list = match blocking(move || store.list_app_passwords(&email)).await {
         Ok(l) => l,
         Err(e) => return user.error(&e),
     };
@@ -222,8 +211,8 @@ pub async fn add(
         return refusal;
     }
     let name = name_field(&f);
-    let (email, n) = (user.email.clone(), name.clone());
-    match blocking(state.store.clone(), move |s| s.add_app_password(&email, &n)).await {
+    let (email, n, store) = (user.email.clone(), name.clone(), state.store.clone());
+    match blocking(move || store.add_app_password(&email, &n)).await {
         Ok(password) => {
             log::info!(
                 "{} added the app password {:?} on the web page",
@@ -256,12 +245,8 @@ pub async fn revoke(
         return refusal;
     }
     let name = name_field(&f);
-    let (email, n) = (user.email.clone(), name.clone());
-    match blocking(state.store.clone(), move |s| {
-        s.revoke_app_password(&email, &n)
-    })
-    .await
-    {
+    let (email, n, store) = (user.email.clone(), name.clone(), state.store.clone());
+    match blocking(move || store.revoke_app_password(&email, &n)).await {
         Ok(()) => {
             log::info!(
                 "{} revoked the app password {:?} on the web page",
