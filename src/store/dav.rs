@@ -276,14 +276,10 @@ impl Store {
     }
 }
 
-/// The node path of a lock's key; `None` for one that names no node path.
+/// The node path of a lock's key; `None` for one that names no node path. (In NFC: keys of
+/// locks taken before they were kept in NFC are as the client spelled them.)
 fn decoded_key(key: &str) -> Option<NodePath> {
-    let segments = key
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .map(|s| percent_encoding::percent_decode_str(s).decode_utf8().ok())
-        .collect::<Option<Vec<_>>>()?;
-    NodePath::from_segments(segments).ok()?.into_nfc().ok()
+    NodePath::parse_encoded(key).ok()?.into_nfc().ok()
 }
 
 /// A lock as the API shows it: its owner element as the text in it (a name, a `mailto:`).

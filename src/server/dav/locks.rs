@@ -66,24 +66,20 @@ impl StoreLs {
     }
 }
 
-/// A path as the store keys locks: below `/dav`, without a trailing slash, each segment in NFC
-/// and percent-encoded as dav-server spells paths (every byte but letters, digits and `-._~`).
-/// NFC as the store takes paths: a Mac names a file in NFD, a PC in NFC, and it is one file, so
-/// one lock. (A path that is not UTF-8 names no file of the store: kept as spelled.)
+/// A path as the store keys locks: its node path below `/dav` (`caller::node_path`: each
+/// segment in NFC, as the store takes paths, so a Mac's NFD name and a PC's NFC one, one file,
+/// are one lock), percent-encoded as `NodePath::encoded` does (as dav-server spells paths:
+/// every byte but letters, digits and `-._~`), without a trailing slash. A path that is no
+/// node path (not UTF-8, a name the store refuses) is kept as spelled.
 fn key(path: &DavPath) -> String {
-    let Ok(text) = std::str::from_utf8(path.as_bytes()) else {
-        let s = path.as_url_string();
-        return match s.trim_end_matches('/') {
-            "" => "/".to_string(),
-            t => t.to_string(),
-        };
+    let encoded = match super::caller::node_path(path) {
+        Ok(p) => p.encoded()[crate::api::path::NODES_PREFIX.len()..].to_string(),
+        Err(_) => path.as_url_string(),
     };
-    let segments: Vec<String> = text
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .map(|s| crate::api::path::encode_segment(&crate::api::path::nfc(s)))
-        .collect();
-    format!("/{}", segments.join("/"))
+    match encoded.trim_end_matches('/') {
+        "" => "/".to_string(),
+        t => t.to_string(),
+    }
 }
 
 fn segments(key: &str) -> Vec<&str> {
