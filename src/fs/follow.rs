@@ -89,7 +89,7 @@ pub(super) fn start<B: Backend>(
         match first {
             Ok(Ok(None)) => poll(fs).await,
             Ok(Ok(Some(page))) => {
-                fs.nodes.freshness.following.store(true, Ordering::Relaxed);
+                fs.nodes.freshness.following(true);
                 follow(fs, Some(page.cursor)).await;
             }
             // Not now (the server away, slow): from a cursor taken later, dropping what was
@@ -128,7 +128,7 @@ async fn follow<B: Backend>(fs: Arc<Fs<B>>, mut cursor: Option<u64>) {
         };
         match fs.backend.changes(cursor, wait).await {
             Ok(None) => {
-                fs.nodes.freshness.following.store(false, Ordering::Relaxed);
+                fs.nodes.freshness.following(false);
                 return poll(fs).await;
             }
             Ok(Some(page)) => {
@@ -144,7 +144,7 @@ async fn follow<B: Backend>(fs: Arc<Fs<B>>, mut cursor: Option<u64>) {
                     apply(&fs, &page.changes).await;
                 }
                 cursor = Some(page.cursor);
-                fs.nodes.freshness.following.store(true, Ordering::Relaxed);
+                fs.nodes.freshness.following(true);
                 if page.more {
                     continue;
                 }
@@ -152,7 +152,7 @@ async fn follow<B: Backend>(fs: Arc<Fs<B>>, mut cursor: Option<u64>) {
             Err(e) => {
                 // Until it answers again, listings live for the listing TTL only; the changes
                 // missed meanwhile come with the next page (or a reset).
-                fs.nodes.freshness.following.store(false, Ordering::Relaxed);
+                fs.nodes.freshness.following(false);
                 let d = match retry.failed(&e) {
                     Next::After(d) => d,
                     Next::SetAside => Duration::from_secs(60),

@@ -17,7 +17,7 @@ pub(super) const FOLLOWED_TTL: Duration = Duration::from_secs(300);
 pub(super) struct Freshness {
     ttl: Duration,
     /// The change feed answers (`follow`): listings live for [`FOLLOWED_TTL`].
-    pub(super) following: AtomicBool,
+    following: AtomicBool,
     /// The backend's count of others' changes seen last, and since when it has that value.
     seen: Mutex<(Option<u64>, Instant)>,
 }
@@ -29,6 +29,12 @@ impl Freshness {
             following: AtomicBool::new(false),
             seen: Mutex::new((None, Instant::now())),
         }
+    }
+
+    /// Whether the change feed answers (`follow`): listings live for [`FOLLOWED_TTL`] while
+    /// it does.
+    pub(super) fn following(&self, answers: bool) {
+        self.following.store(answers, Ordering::Relaxed);
     }
 
     /// Whether something fetched at `at` is fresh; `foreign` reads the backend's count of

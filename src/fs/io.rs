@@ -4,7 +4,6 @@
 //! from the staged copy while there is one, else from the read cache (`cache.rs`).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use fuser::{Errno, FopenFlags};
 
@@ -233,7 +232,7 @@ impl<B: Backend> Fs<B> {
 
     /// WRITE through handle `fh`, to its staged copy: the number of bytes written.
     pub(super) fn write(&self, fh: u64, offset: u64, data: &[u8]) -> OpResult<u32> {
-        self.reads.daemon_writes.fetch_add(1, Ordering::Relaxed);
+        self.reads.counts.write();
         let staged = self.writing(fh)?;
         staged.write_at(offset, data)?;
         // A large file written in order is hashed while it is written, beside the writer.

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use fuser::{Errno, FileAttr, FileType, INodeNo};
 
+use super::nodes::Refresh;
 use super::table::{Ino, InodeKind};
 use super::virtual_dirs::is_virtual;
 use super::{Fs, Handle, OpResult};
@@ -72,16 +73,13 @@ impl<B: Backend> Fs<B> {
             }
             r
         };
-        match self
-            .refresh_briefly(|fs| &fs.nodes.refreshing, dir, refresh)
-            .await
-        {
+        match self.refresh_briefly(Refresh::Listing, dir, refresh).await {
             Some(Err(e)) if e.errno() != Errno::EIO => Err(e),
             _ => Ok(()),
         }
     }
 
-    /// Runs `refresh` of `ino` as its own task, unless one runs already (`running` picks the
+    /// Runs `refresh` of `ino` as its own task, unless one runs already (`what` picks the
     /// refreshes of listings or of attributes), and waits for it at most
     /// [`STALE_LISTING_WAIT`]: its result if it came by then. A request is then answered from
     /// what the mount has, and a slow or silent server never holds it up for longer. The
@@ -90,14 +88,14 @@ impl<B: Backend> Fs<B> {
     /// process changed the store: answered from it, `cat` of a file just moved there failed).
     pub(super) async fn refresh_briefly(
         self: &Arc<Self>,
-        running: fn(&Self) -> &std::sync::Mutex<super::nodes::Refreshing>,
+        what: Refresh,
         ino: Ino,
         refresh: impl std::future::Future<Output = OpResult<()>> + Send + 'static,
     ) -> Option<OpResult<()>> {
         let bounded = self.backend.local().is_none();
         let (done_tx, done_rx) = tokio::sync::watch::channel(false);
         let joined = {
-            let mut under_way = relock(running(self));
+            let mut under_way = relock(self.nodes.refreshes(what));
             let joined = under_way.get(&ino).cloned();
             if joined.is_none() {
                 under_way.insert(ino, done_rx);
@@ -115,7 +113,7 @@ impl<B: Backend> Fs<B> {
         let fs = self.clone();
         self.rt.spawn(async move {
             let r = refresh.await;
-            relock(running(&fs)).remove(&ino);
+            relock(fs.nodes.refreshes(what)).remove(&ino);
             let _ = done_tx.send(true);
             let _ = tx.send(r);
         });
@@ -199,10 +197,7 @@ impl<B: Backend> Fs<B> {
         if let Some(path) = stale {
             let fs = self.clone();
             let refresh = async move { fs.refresh_attr(ino, &path).await };
-            if let Some(Err(e)) = self
-                .refresh_briefly(|fs| &fs.nodes.attr_refreshing, ino, refresh)
-                .await
-            {
+            if let Some(Err(e)) = self.refresh_briefly(Refresh::Attrs, ino, refresh).await {
                 return Err(e);
             }
         }

@@ -123,7 +123,6 @@ mod xattrs;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -131,7 +130,6 @@ use fuser::{Config, MountOption, Notifier, SessionACL};
 
 use crate::api::NodePath;
 use crate::backend::Backend;
-use crate::sync::{relock, unpoisoned};
 use cache::ReadCache;
 use journal::Journal;
 use staging::Staged;
@@ -324,9 +322,7 @@ impl<B: Backend> Fs<B> {
                 } else {
                     "switched off: --no-passthrough"
                 }),
-                read_ahead_kb: std::sync::atomic::AtomicU32::new(0),
-                daemon_reads: AtomicU64::new(0),
-                daemon_writes: AtomicU64::new(0),
+                counts: reads::Counts::default(),
                 last_read: reads::LastRead::new(),
             },
             journal,
@@ -490,7 +486,7 @@ pub fn mount<B: Backend>(
                 Some(kb) => Some(kb),
             };
             if let Some(granted) = read_ahead::set(&mp, want) {
-                fs.reads.read_ahead_kb.store(granted, Ordering::Relaxed);
+                fs.reads.counts.read_ahead_granted(granted);
             }
         });
     }
@@ -530,7 +526,7 @@ pub fn mount<B: Backend>(
     // Unmounted: give uploads in flight a bounded time to finish; the journal keeps the rest.
     // A new mount of the same point may come meanwhile: it asks for the journal (SIGUSR1),
     // and this daemon leaves at once, its batch in flight committed or not at all.
-    let running = relock(&fs.uploads.uploading).len();
+    let running = fs.uploads.running();
     if running > 0 {
         log::info!(
             "waiting up to {}s for {running} upload(s) to finish",
@@ -539,22 +535,13 @@ pub fn mount<B: Backend>(
     }
     rt.block_on(async {
         let deadline = tokio::time::Instant::now() + opts.flush_timeout;
-        while !unpoisoned(fs
-            .uploads.uploading
-            .lock())
-            .is_empty()
-            && tokio::time::Instant::now() < deadline
-        {
+        while fs.uploads.running() > 0 && tokio::time::Instant::now() < deadline {
             tokio::select! {
                 () = tokio::time::sleep(Duration::from_millis(50)) => {}
                 _ = handover.recv() => {
                     // What is being stored finishes (and ends its journal entry), so the next
                     // daemon does not store it again; nothing new starts.
-                    fs.uploads.handing_over.store(true, Ordering::SeqCst);
-                    let cut = tokio::time::Instant::now() + HANDOVER_FINISH;
-                    while fs.uploads.storing.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < cut {
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
+                    fs.uploads.hand_over(tokio::time::Instant::now() + HANDOVER_FINISH).await;
                     log::info!("a new mount of {} takes the journal over", mountpoint.display());
                     break;
                 }

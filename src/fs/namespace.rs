@@ -228,7 +228,7 @@ impl<B: Backend> Fs<B> {
         }
         // An upload of the file under way stops instead of being waited for (it holds `io`);
         // a file it made remotely already (`create_file`) is deleted below.
-        let uploading = crate::sync::relock(&self.uploads.uploading).contains(&ino);
+        let uploading = self.uploads.is_uploading(ino);
         let removing = Removal::start(self, ino);
         let _io = io.lock().await;
         let remote = (self.nodes)

@@ -28,9 +28,9 @@ pub(super) struct Nodes {
     /// Taken by the operations below only.
     table: std::sync::Mutex<Table>,
     /// Folders whose listing is being fetched again, each with word of its end.
-    pub(super) refreshing: std::sync::Mutex<Refreshing>,
+    refreshing: std::sync::Mutex<Refreshing>,
     /// Nodes whose attributes are being fetched again.
-    pub(super) attr_refreshing: std::sync::Mutex<Refreshing>,
+    attr_refreshing: std::sync::Mutex<Refreshing>,
     /// Whether a listing or attributes fetched at some time may still be used.
     pub(super) freshness: Freshness,
     /// What the follower of changes made elsewhere keeps (`follow`).
@@ -52,6 +52,15 @@ pub(super) enum MovedOff {
 /// What an OPEN needs of a node (`Nodes::opened`).
 pub(super) type ToOpen = (InodeKind, Option<Remote>, bool);
 
+/// What is fetched again ([`Nodes::refreshes`]).
+#[derive(Clone, Copy)]
+pub(super) enum Refresh {
+    /// A folder's listing.
+    Listing,
+    /// A node's attributes.
+    Attrs,
+}
+
 /// Reads the backend's count of others' changes (`LocalStore::foreign_changes`).
 pub(super) type Foreign = Box<dyn Fn() -> Option<u64> + Send + Sync>;
 
@@ -65,6 +74,14 @@ impl Nodes {
             freshness: Freshness::new(dir_ttl),
             follow: Arc::default(),
             foreign,
+        }
+    }
+
+    /// The refreshes of `what` under way, by node.
+    pub(super) fn refreshes(&self, what: Refresh) -> &std::sync::Mutex<Refreshing> {
+        match what {
+            Refresh::Listing => &self.refreshing,
+            Refresh::Attrs => &self.attr_refreshing,
         }
     }
 

@@ -1,7 +1,7 @@
 //! The reads part of the mount, around the read cache: the cache knows none of the parts that
 //! use it here (prefetching, pins, passthrough).
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::cache::ReadCache;
 use super::passthrough::Passthrough;
@@ -19,15 +19,44 @@ pub(super) struct Reads {
     pub(super) pinned: Pinned,
     /// Whether opens are passed through, and the blobs opened so far.
     pub(super) passthrough: Passthrough,
-    /// The read-ahead the kernel granted (KiB), once set after mounting.
-    pub(super) read_ahead_kb: std::sync::atomic::AtomicU32,
-    /// READ requests answered (passthrough reads make none).
-    pub(super) daemon_reads: AtomicU64,
-    /// WRITE requests answered (passthrough writes make none).
-    pub(super) daemon_writes: AtomicU64,
+    /// The read-ahead the kernel granted, the requests the daemon answered.
+    pub(super) counts: Counts,
     /// When a reader last had a READ of stored bytes answered (background work waits for a
     /// quiet spell: [`LastRead`]).
     pub(super) last_read: LastRead,
+}
+
+/// The read-ahead the kernel granted and the READ and WRITE requests the daemon answered (those
+/// passed through make none), for `vaultfs status`.
+#[derive(Default)]
+pub(super) struct Counts {
+    read_ahead_kb: AtomicU32,
+    reads: AtomicU64,
+    writes: AtomicU64,
+}
+
+impl Counts {
+    /// A READ answered.
+    pub(super) fn read(&self) {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A WRITE answered.
+    pub(super) fn write(&self) {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The kernel granted `kb` KiB of read-ahead (once set after mounting).
+    pub(super) fn read_ahead_granted(&self, kb: u32) {
+        self.read_ahead_kb.store(kb, Ordering::Relaxed);
+    }
+
+    /// The read-ahead granted (KiB), READs and WRITEs answered.
+    pub(super) fn now(&self) -> (u32, u64, u64) {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let kb = self.read_ahead_kb.load(Ordering::Relaxed);
+        (kb, load(&self.reads), load(&self.writes))
+    }
 }
 
 /// When a reader last had a READ of stored bytes answered by the daemon. Background fetches

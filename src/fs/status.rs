@@ -311,6 +311,7 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
     let offline = fs.offline.now();
     let pool = super::descriptors::Pool::global();
     let (open, opened) = pool.usage();
+    let (read_ahead_kb, daemon_reads, daemon_writes) = fs.reads.counts.now();
     Status {
         mountpoint: mountpoint.to_string(),
         root: fs.opts.root.to_string(),
@@ -334,9 +335,9 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
         },
         reads: fs.reads.passthrough.describe(),
         writes: fs.describe_writes(),
-        read_ahead_kb: fs.reads.read_ahead_kb.load(Ordering::Relaxed),
-        daemon_reads: fs.reads.daemon_reads.load(Ordering::Relaxed),
-        daemon_writes: fs.reads.daemon_writes.load(Ordering::Relaxed),
+        read_ahead_kb,
+        daemon_reads,
+        daemon_writes,
         uploads,
         errors: fs.uploads.tracker.errors(),
         conflicts: fs.conflicts.list(),

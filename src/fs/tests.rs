@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use fuser::{Errno, RenameFlags};
 use futures_util::StreamExt;
 
+use super::nodes::Refresh;
 use super::table::{Ino, ROOT};
 use super::{Fs, MountOptions};
 use crate::api::{Error, NodePath};
@@ -511,7 +512,13 @@ async fn a_listing_taken_before_an_upload_does_not_bring_back_the_old_content() 
         Duration::from_secs(5),
         "the slow listing answered",
         || async {
-            h.faults().calls(Op::List) >= 2 && h.fs.nodes.refreshing.lock().unwrap().is_empty()
+            h.faults().calls(Op::List) >= 2
+                && h.fs
+                    .nodes
+                    .refreshes(Refresh::Listing)
+                    .lock()
+                    .unwrap()
+                    .is_empty()
         },
     )
     .await;
@@ -542,7 +549,11 @@ async fn attributes_asked_for_before_an_upload_do_not_bring_back_the_old_content
     assert_eq!(h.read_all(ino).await.unwrap(), b"new content");
 
     eventually(Duration::from_secs(5), "the slow answer came", || async {
-        h.fs.nodes.attr_refreshing.lock().unwrap().is_empty()
+        h.fs.nodes
+            .refreshes(Refresh::Attrs)
+            .lock()
+            .unwrap()
+            .is_empty()
     })
     .await;
     assert_eq!(h.fs.attr(ino).unwrap().size, 11);

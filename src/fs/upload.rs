@@ -19,16 +19,16 @@ const WINDOW_SIGNAL_BYTES: u64 = 64 << 10;
 /// the batch queue, and the journal's hand-over to a new daemon (`fs::mount`). The staged
 /// files' state is `staging::lifecycle`'s; this schedules and counts.
 pub(super) struct Uploads {
-    /// Files with an upload task running.
-    pub(super) uploading: std::sync::Mutex<std::collections::HashSet<Ino>>,
+    /// Files with an upload task running, or waiting for their batch.
+    uploading: std::sync::Mutex<std::collections::HashSet<Ino>>,
     /// The uploads' window and the batching of their first step (`pacing`).
     pub(super) pacing: super::pacing::Pacing,
     /// Closed files waiting for the next batch (backends that store batches).
     pub(super) writeback: super::writeback::queue::Writeback,
     /// The journal is being handed to a new daemon: no upload or batch starts any more.
-    pub(super) handing_over: std::sync::atomic::AtomicBool,
+    handing_over: std::sync::atomic::AtomicBool,
     /// Uploads and batches between their start and their journal entry's end.
-    pub(super) storing: std::sync::atomic::AtomicUsize,
+    storing: std::sync::atomic::AtomicUsize,
     /// Uploads in flight and recent errors, for `vaultfs status`.
     pub(super) tracker: super::status::Tracker,
 }
@@ -51,6 +51,52 @@ impl Uploads {
     pub(super) fn to_batch(&self, ino: Ino) {
         relock(&self.uploading).insert(ino);
         self.writeback.enqueue(ino);
+    }
+
+    /// Whether `ino` has an upload going (or waits for its batch).
+    pub(super) fn is_uploading(&self, ino: Ino) -> bool {
+        relock(&self.uploading).contains(&ino)
+    }
+
+    /// How many files have an upload going.
+    pub(super) fn running(&self) -> usize {
+        relock(&self.uploading).len()
+    }
+
+    /// `ino`'s batch is through and it waits for no other: no upload goes any more.
+    pub(super) fn batch_ended(&self, ino: Ino) {
+        if !self.writeback.is_queued(ino) {
+            relock(&self.uploading).remove(&ino);
+        }
+    }
+
+    /// An upload or a batch starts storing: counted until the guard goes. None while the
+    /// journal is handed to a new daemon, which stores it instead (`fs::mount`).
+    pub(super) fn storing(&self) -> Option<Storing<'_>> {
+        if self.handing_over.load(Ordering::SeqCst) {
+            return None;
+        }
+        self.storing.fetch_add(1, Ordering::SeqCst);
+        Some(Storing(&self.storing))
+    }
+
+    /// The journal goes to a new daemon: nothing starts storing any more, and what is being
+    /// stored gets until `cut` to finish (and end its journal entry, so the next daemon does
+    /// not store it again).
+    pub(super) async fn hand_over(&self, cut: tokio::time::Instant) {
+        self.handing_over.store(true, Ordering::SeqCst);
+        while self.storing.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < cut {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// An upload or batch storing (`Uploads::storing`).
+pub(super) struct Storing<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Storing<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -96,10 +142,9 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
             // Step 1 with the folder's other new files, before waiting for a place (`pacing`).
             let created = super::pacing::create_ahead(fs, ino).await;
             let _slot = fs.uploads.pacing.window.acquire().await;
-            if fs.uploads.handing_over.load(Ordering::SeqCst) {
+            let Some(storing) = fs.uploads.storing() else {
                 return; // the next daemon uploads it (see `fs::mount`)
-            }
-            fs.uploads.storing.fetch_add(1, Ordering::SeqCst);
+            };
             let removal = fs
                 .nodes
                 .inode(ino, |i| {
@@ -121,7 +166,7 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
                 }
                 _ => r,
             };
-            fs.uploads.storing.fetch_sub(1, Ordering::SeqCst);
+            drop(storing);
             r
         };
         match &result {

@@ -12,7 +12,6 @@
 //! `uploading` set and the inode table (see `fs`, "Locks").
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::Fs;
@@ -21,7 +20,6 @@ use super::staging::{Next, Staged};
 use super::table::Ino;
 use crate::api::{Error, ErrorKind};
 use crate::backend::Backend;
-use crate::sync::relock;
 
 pub(super) mod queue;
 
@@ -48,18 +46,18 @@ pub fn start<B: Backend>(fs: &Arc<Fs<B>>) {
                     }
                 }
             }
-            if fs.uploads.handing_over.load(Ordering::SeqCst) {
+            let Some(storing) = fs.uploads.storing() else {
                 return; // the next daemon stores the rest (see `fs::mount`)
-            }
+            };
             let batch = fs.uploads.writeback.take(&fs);
             if batch.is_empty() {
+                drop(storing);
                 fs.uploads.writeback.wake.notified().await;
                 continue;
             }
             last = Some(tokio::time::Instant::now());
-            fs.uploads.storing.fetch_add(1, Ordering::SeqCst);
             run_batch(&fs, batch).await;
-            fs.uploads.storing.fetch_sub(1, Ordering::SeqCst);
+            drop(storing);
         }
     });
 }
@@ -171,7 +169,7 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
     for (item, result) in items.into_iter().zip(results) {
         match result {
             Ok(node) => {
-                fs.uploads.writeback.queue().failures.remove(&item.ino);
+                fs.uploads.writeback.succeeded(item.ino);
                 log::debug!("stored inode {} ({} bytes)", item.ino, item.size);
                 let (staged, generation) = (&item.staged, item.generation);
                 if fs.upload_answered(item.ino, staged, generation, Some(&node), None) {
@@ -305,18 +303,11 @@ async fn same_as_stored<B: Backend>(
 fn failed<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, e: &Error) {
     let path = fs.nodes.describe(ino);
     fs.uploads.tracker.error(format!("upload of {path}: {e}"));
-    let next = fs
-        .uploads
-        .writeback
-        .queue()
-        .failures
-        .entry(ino)
-        .or_default()
-        .failed(e);
+    let next = fs.uploads.writeback.failed(ino, e);
     let wait = match next {
         Next::After(wait) => wait,
         Next::SetAside => {
-            fs.uploads.writeback.queue().failures.remove(&ino);
+            fs.uploads.writeback.succeeded(ino);
             fs.set_aside(ino, e);
             fs.uploads.writeback.answer(ino, None);
             finished(fs, ino, false);
@@ -340,9 +331,7 @@ fn finished<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, clean: bool) {
     if clean {
         fs.uploads.writeback.answer(ino, None);
     }
-    if !fs.uploads.writeback.queue().queued.contains(&ino) {
-        relock(&fs.uploads.uploading).remove(&ino);
-    }
+    fs.uploads.batch_ended(ino);
 }
 
 #[cfg(test)]

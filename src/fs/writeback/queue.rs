@@ -9,7 +9,7 @@ use tokio::sync::{Notify, oneshot};
 
 use crate::backend::Backend;
 use crate::fs::Fs;
-use crate::fs::staging::{Retry, Staged};
+use crate::fs::staging::{Next, Retry, Staged};
 use crate::fs::table::Ino;
 use crate::sync::relock;
 
@@ -26,19 +26,20 @@ const MAX_BYTES: u64 = 256 << 20;
 #[derive(Default)]
 pub struct Writeback {
     queue: Mutex<Queue>,
+    /// A file was queued.
     pub(super) wake: Notify,
     /// An fsync is waiting: a gathering pause ends at once.
     pub(super) urgent: Notify,
 }
 
 #[derive(Default)]
-pub(super) struct Queue {
-    pub(super) order: VecDeque<Ino>,
-    pub(super) queued: HashSet<Ino>,
+struct Queue {
+    order: VecDeque<Ino>,
+    queued: HashSet<Ino>,
     /// fsync callers waiting for a file's bytes: true once stored.
-    pub(super) waiters: HashMap<Ino, Vec<Waiter>>,
+    waiters: HashMap<Ino, Vec<Waiter>>,
     /// Failed attempts in a row, per file.
-    pub(super) failures: HashMap<Ino, Retry>,
+    failures: HashMap<Ino, Retry>,
 }
 
 /// An fsync caller: the staged copy it synced and that copy's generation then. Answered by
@@ -53,8 +54,23 @@ pub(super) struct Waiter {
 }
 
 impl Writeback {
-    pub(super) fn queue(&self) -> MutexGuard<'_, Queue> {
+    fn queue(&self) -> MutexGuard<'_, Queue> {
         relock(&self.queue)
+    }
+
+    /// Whether `ino` waits for a batch.
+    pub(in crate::fs) fn is_queued(&self, ino: Ino) -> bool {
+        self.queue().queued.contains(&ino)
+    }
+
+    /// A batch stored `ino`, or gave up on it: its failures are forgotten.
+    pub(super) fn succeeded(&self, ino: Ino) {
+        self.queue().failures.remove(&ino);
+    }
+
+    /// A batch failed to store `ino` with `e`: when to try again, as the retry policy says.
+    pub(super) fn failed(&self, ino: Ino, e: &crate::api::Error) -> Next {
+        self.queue().failures.entry(ino).or_default().failed(e)
     }
 
     /// Queues `ino` for the next batch (once, however often it is asked).
