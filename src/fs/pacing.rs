@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Semaphore, SemaphorePermit, oneshot};
+use tokio::sync::{Notify, Semaphore, SemaphorePermit, oneshot};
 
 use super::Fs;
 use super::table::Ino;
@@ -67,6 +67,9 @@ impl Pacing {
 pub struct Window {
     permits: Semaphore,
     state: Mutex<WindowState>,
+    /// An upload went through: those waiting to retry because the server was full try again
+    /// now, through the window (`backs_off`), not after their whole back-off.
+    through: Notify,
 }
 
 struct WindowState {
@@ -115,6 +118,7 @@ impl Window {
         let limit = start.clamp(1, MAX_WINDOW);
         Window {
             permits: Semaphore::new(limit),
+            through: Notify::new(),
             state: Mutex::new(WindowState {
                 limit,
                 debt: 0,
@@ -142,6 +146,7 @@ impl Window {
     /// An upload went through: one more place if others waited for one and the server
     /// answers quickly (see the module's note).
     pub fn succeeded(&self) {
+        self.through.notify_waiters();
         let mut s = relock(&self.state);
         if s.waiting > 0 && s.limit < MAX_WINDOW && s.quick {
             s.limit += 1;
@@ -150,6 +155,20 @@ impl Window {
             } else {
                 self.permits.add_permits(1);
             }
+        }
+    }
+
+    /// Waits `wait` before an upload that failed with `e` is tried again; one the server
+    /// refused for want of room (503, 429) goes again as soon as another upload goes through:
+    /// the window, cut on the refusal, keeps the retries from crowding the server again. (24
+    /// files refused while the one transfer a user may run was busy waited up to 75 s each
+    /// after it was free, one by one.)
+    pub async fn backs_off(&self, wait: Duration, e: &Error) {
+        let full = matches!(e.kind, ErrorKind::Unavailable | ErrorKind::TooManyRequests);
+        let through = self.through.notified();
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = through, if full => {}
         }
     }
 
@@ -395,5 +414,28 @@ mod tests {
         // A quicker answer is the new base: a link that got faster grows again.
         w.answered(ms(1));
         assert!(relock(&w.state).quick);
+    }
+
+    #[tokio::test]
+    async fn a_retry_the_server_refused_for_room_goes_once_another_upload_went_through() {
+        let w = Arc::new(Window::new(4));
+        let long = Duration::from_secs(3600);
+        let full = Error::new(ErrorKind::Unavailable, "too_many_transfers", "busy");
+        let refused = Error::new(ErrorKind::BadRequest, "bad", "bad");
+        let waits = |e: Error| {
+            let w = w.clone();
+            tokio::spawn(async move { w.backs_off(long, &e).await })
+        };
+        let (busy, bad) = (waits(full), waits(refused));
+        tokio::task::yield_now().await;
+        w.succeeded();
+        tokio::time::timeout(Duration::from_secs(5), busy)
+            .await
+            .expect("woken by the upload that went through")
+            .unwrap();
+        // A refusal of the file itself keeps its whole wait.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!bad.is_finished());
+        bad.abort();
     }
 }

@@ -193,7 +193,7 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
                         wait.as_secs_f64()
                     );
                     tokio::select! {
-                        () = tokio::time::sleep(wait) => {}
+                        () = fs.uploads.pacing.window.backs_off(wait, &e) => {}
                         () = fs.offline.reconnected.notified() => {}
                     }
                     continue;
