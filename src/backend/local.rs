@@ -16,6 +16,7 @@ use crate::api::{
     PreviewPage, PreviewStatus, RangeRequest, Result, Version,
 };
 use crate::store::blobs::{BlobFile, BlobWriter};
+use crate::store::seen::{Device, Kept};
 use crate::store::{PreviewState, Scope, Store, TransferMode, length_mismatch};
 
 /// Changes per page of [`Backend::changes`].
@@ -138,6 +139,36 @@ impl LocalBackend {
                 .map_err(|(e, _)| e)
         })
         .await
+    }
+
+    /// A WebDAV PUT without preconditions by `device`: stored unless another version the
+    /// device was never shown is current, then kept beside it as a conflict copy
+    /// ([`Store::put_keeping_both`]).
+    pub async fn put_keeping_both(
+        &self,
+        path: &NodePath,
+        staged: crate::store::blobs::StagedBlob,
+        device: &Device,
+    ) -> Result<Kept> {
+        let (path, device) = (path.clone(), device.clone());
+        self.run(move |s, scope| s.put_keeping_both(scope, &path, staged, &device))
+            .await
+    }
+
+    /// `device` (WebDAV) was answered `node`'s current version.
+    pub async fn dav_shown(&self, device: &Device, node: &Node) -> Result<()> {
+        let (Some(id), Some(md5)) = (node.file_id(), node.md5_checksum.clone()) else {
+            return Ok(());
+        };
+        let device = device.clone();
+        self.run(move |s, _| s.dav_shown(&device, &id, &md5)).await
+    }
+
+    /// `device` (WebDAV) is listing the folder at `path`.
+    pub async fn dav_listed(&self, device: &Device, path: &NodePath) -> Result<()> {
+        let (path, device) = (path.clone(), device.clone());
+        self.run(move |s, scope| s.dav_listed(scope, &device, &path))
+            .await
     }
 
     /// [`Backend::changes`] with pages of at most `limit` changes: the store's log read, then
