@@ -553,3 +553,30 @@ fn module_paths_are_read_with_their_groups() {
         Some(vec!["fs".into()])
     );
 }
+
+/// Where the inode table's lock is taken (issue 48, item 2): by the table's own steps
+/// (`src/fs/nodes*`, over `src/fs/table*`), and by the staged file's life
+/// (`src/fs/staging/lifecycle*`), whose steps move a staged copy and its inode together. Every
+/// other part asks one of their steps, so no other module holds the table across anything.
+const TABLE_LOCK_OWNERS: &[&str] = &["fs/nodes", "fs/table", "fs/staging/lifecycle"];
+
+#[test]
+fn the_inode_tables_lock_is_taken_by_its_own_steps() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src.join("fs"), &mut files);
+    let mut takers = Vec::new();
+    for f in files {
+        let rel = f.strip_prefix(&src).unwrap().to_string_lossy().into_owned();
+        let text = fs::read_to_string(&f).unwrap();
+        let takes = text.contains("nodes.lock()") || text.contains(".table.lock()");
+        if takes && !TABLE_LOCK_OWNERS.iter().any(|o| rel.starts_with(o)) {
+            takers.push(rel);
+        }
+    }
+    assert!(
+        takers.is_empty(),
+        "the inode table's lock taken outside its own steps, in {takers:?}: make the step one \
+         of the table's (`src/fs/nodes*`, `src/fs/table*`) or of the staged file's life"
+    );
+}

@@ -15,7 +15,7 @@ use fuser::TimeOrNow;
 
 use super::Fs;
 use super::error::is_transient;
-use super::table::{Ino, InodeKind, Table};
+use super::table::{Ino, Inode, InodeKind, KeptHere};
 use crate::api::{FileAttrs, Node, Result, file_mode, whole_mode};
 use crate::backend::Backend;
 
@@ -45,62 +45,10 @@ impl<B: Backend> Fs<B> {
         if mtime.is_none() && atime.is_none() && mode.is_none() {
             return Keep::Nothing;
         }
-        let mut t = self.table();
-        let Some(i) = t.get_mut(ino) else {
-            return Keep::Nothing;
-        };
-        let mtime = mtime.map(when);
-        if let Some(t) = atime.map(when) {
-            i.atime = t;
-        }
-        i.ctime = SystemTime::now();
-        let mode_changed = i.kind == InodeKind::File
-            && mode.is_some_and(|m| {
-                let old = i.perm.replace(m & 0o777);
-                old != i.perm
-            });
-        if i.kind != InodeKind::File || i.unlinked || (mtime.is_none() && !mode_changed) {
-            // Folders keep their times here only: the store sets a folder's time as its
-            // entries change.
-            if let Some(t) = mtime {
-                i.mtime = t;
-                i.times_here = i.kind == InodeKind::Dir;
-            }
-            return Keep::Nothing;
-        }
-        let modified = match &i.staged {
-            Some(s) if s.set_attrs(mtime) => {
-                return match s.has_writers() {
-                    false => Keep::Settle(s.clone()),
-                    true => Keep::Nothing,
-                };
-            }
-            Some(s) => {
-                // Also the inode's: a clean staged copy is dropped at close without retiring.
-                i.mtime = s.mtime();
-                i.mtime
-            }
-            None => {
-                if let Some(t) = mtime {
-                    i.mtime = t;
-                }
-                i.mtime
-            }
-        };
-        // The store keeps (or the cache dir, for a store that does not) the time sent: the
-        // listing that says it leaves the atime set here as it is.
-        i.store_time = Some(modified);
-        match &i.remote {
-            Some(r) => Keep::Send(
-                r.id.clone(),
-                r.md5.clone(),
-                FileAttrs {
-                    modified: Some(modified),
-                    mode: i.perm.map(whole_mode),
-                },
-            ),
-            None => Keep::Nothing,
-        }
+        let (atime, mtime) = (atime.map(when), mtime.map(when));
+        (self.nodes)
+            .inode_mut(ino, |i| set_here(i, atime, mtime, mode))
+            .unwrap_or(Keep::Nothing)
     }
 
     /// Does what [`Fs::set_attrs_here`] left to do.
@@ -144,12 +92,11 @@ pub(super) async fn store<B: Backend>(
 ) -> Result<()> {
     match fs.backend.set_attrs(id, attrs).await {
         Ok(node) => {
-            answered(&mut fs.table(), id, &node, attrs);
+            fs.nodes.kept(|k| answered(k, id, &node, attrs));
             Ok(())
         }
         Err(e) => {
-            let mut t = fs.table();
-            t.kept.remember(id, md5, attrs);
+            fs.nodes.kept(|k| k.remember(id, md5, attrs));
             if is_transient(&e) { Err(e) } else { Ok(()) }
         }
     }
@@ -157,15 +104,75 @@ pub(super) async fn store<B: Backend>(
 
 /// The backend answered a request that carried `attrs` for file `id` with `node`: what it did
 /// not keep is kept here, and what it kept needs nothing here.
-pub(super) fn answered(t: &mut Table, id: &str, node: &Node, attrs: FileAttrs) {
+pub(super) fn answered(kept: &mut KeptHere, id: &str, node: &Node, attrs: FileAttrs) {
     let time_kept = attrs.modified.is_none() || node.modified_time() == attrs.modified;
     let mode_kept = attrs
         .mode
         .is_none_or(|m| node.mode.map(file_mode) == Some(file_mode(m)));
     if time_kept && mode_kept {
-        t.kept.forget(id);
+        kept.forget(id);
     } else {
-        t.kept.remember(id, node.md5_checksum.clone(), attrs);
+        kept.remember(id, node.md5_checksum.clone(), attrs);
+    }
+}
+
+/// `Fs::set_attrs_here` of the inode `i`.
+fn set_here(
+    i: &mut Inode,
+    atime: Option<SystemTime>,
+    mtime: Option<SystemTime>,
+    mode: Option<u32>,
+) -> Keep {
+    if let Some(t) = atime {
+        i.atime = t;
+    }
+    i.ctime = SystemTime::now();
+    let mode_changed = i.kind == InodeKind::File
+        && mode.is_some_and(|m| {
+            let old = i.perm.replace(m & 0o777);
+            old != i.perm
+        });
+    if i.kind != InodeKind::File || i.unlinked || (mtime.is_none() && !mode_changed) {
+        // Folders keep their times here only: the store sets a folder's time as its
+        // entries change.
+        if let Some(t) = mtime {
+            i.mtime = t;
+            i.times_here = i.kind == InodeKind::Dir;
+        }
+        return Keep::Nothing;
+    }
+    let modified = match &i.staged {
+        Some(s) if s.set_attrs(mtime) => {
+            return match s.has_writers() {
+                false => Keep::Settle(s.clone()),
+                true => Keep::Nothing,
+            };
+        }
+        Some(s) => {
+            // Also the inode's: a clean staged copy is dropped at close without retiring.
+            i.mtime = s.mtime();
+            i.mtime
+        }
+        None => {
+            if let Some(t) = mtime {
+                i.mtime = t;
+            }
+            i.mtime
+        }
+    };
+    // The store keeps (or the cache dir, for a store that does not) the time sent: the
+    // listing that says it leaves the atime set here as it is.
+    i.store_time = Some(modified);
+    match &i.remote {
+        Some(r) => Keep::Send(
+            r.id.clone(),
+            r.md5.clone(),
+            FileAttrs {
+                modified: Some(modified),
+                mode: i.perm.map(whole_mode),
+            },
+        ),
+        None => Keep::Nothing,
     }
 }
 

@@ -112,14 +112,14 @@ impl<B: Backend> Fs<B> {
     /// copy's name; on the store once the uploader sends it, as a new file); the name shows
     /// the store's version again.
     async fn make_conflict_copy(self: &Arc<Self>, ino: Ino) -> bool {
-        let Some(io) = self.table().get(ino).map(|i| i.io.clone()) else {
+        let Some(io) = self.nodes.io(ino) else {
             return false;
         };
         let _io = io.lock().await;
         let Some((path, staged)) = self
-            .table()
-            .get(ino)
-            .and_then(|i| Some((i.path.clone(), i.staged.clone()?)))
+            .nodes
+            .inode(ino, |i| Some((i.path.clone(), i.staged.clone()?)))
+            .flatten()
         else {
             return false;
         };
@@ -137,20 +137,8 @@ impl<B: Backend> Fs<B> {
         let Some(copy) = self.free_copy_path(&path, now).await else {
             return false;
         };
-        let dir_ino = {
-            let mut t = self.table();
-            let still = t.get(ino).is_some_and(|i| i.path == path);
-            if !still || !Self::becomes_new_file(&mut t, ino, &staged) {
-                return false;
-            }
-            t.rename(ino, &copy);
-            t.give_back(&path);
-            self.renamed(&t, &copy);
-            let dir_ino = t.ino_of(&dir);
-            if let Some(d) = dir_ino {
-                t.entries_changed(d);
-            }
-            dir_ino
+        let Some(dir_ino) = self.to_conflict_copy(ino, &staged, &path, &copy, &dir) else {
+            return false;
         };
         self.note_conflict(&path, &copy, server.as_ref(), now);
         // The kernel drops its entries of both names: the name now leads to the store's
@@ -176,14 +164,9 @@ impl<B: Backend> Fs<B> {
         node: &Node,
         path: &NodePath,
     ) -> bool {
-        let mut t = self.table();
-        let still = t
-            .get(ino)
-            .is_some_and(|i| i.staged.as_ref().is_some_and(|s| Arc::ptr_eq(s, staged)));
-        if !still || node.file_id().is_none() {
+        if !self.adopts_stored(ino, staged, node) {
             return false;
         }
-        Self::takes_version(&mut t, ino, node);
         staged.same_as_stored();
         log::info!(
             "{path}: the bytes refused as a conflict are the version stored there; no copy made"
@@ -197,7 +180,7 @@ impl<B: Backend> Fs<B> {
         let host = host_name();
         for n in 1..=20 {
             let candidate = dir.child(&copy_name(name, now, &host, n)).ok()?;
-            if self.table().ino_of(&candidate).is_some() {
+            if self.nodes.ino_of(&candidate).is_some() {
                 continue;
             }
             match self.backend.node(&candidate).await {
@@ -259,14 +242,11 @@ impl<B: Backend> Fs<B> {
     /// The stored file `ino` (its ID) and the version this mount's user had of it: the version
     /// last read or stored here, else the one the mount lists (what a rewrite would replace).
     pub(super) fn known_of(&self, ino: Ino) -> Option<(String, Base)> {
-        let t = self.table();
-        let i = t.get(ino)?;
-        let r = i.remote.as_ref()?;
-        let known = match &i.staged {
-            Some(s) => s.base(),
-            None => i.base(),
-        };
-        Some((r.id.clone(), known))
+        (self.nodes)
+            .inode(ino, |i| {
+                Some((i.remote.as_ref()?.id.clone(), i.known_base_here()))
+            })
+            .flatten()
     }
 
     /// An unlink of the stored file `ino` at `path`: whether the store's file there is no
@@ -331,9 +311,11 @@ impl<B: Backend> Fs<B> {
     /// file: an edit beats a delete), or its folder was (made again, then the file stored).
     async fn store_again(self: &Arc<Self>, ino: Ino) -> bool {
         let Some((path, staged, known)) = self
-            .table()
-            .get(ino)
-            .and_then(|i| Some((i.path.clone(), i.staged.clone()?, i.remote.clone())))
+            .nodes
+            .inode(ino, |i| {
+                Some((i.path.clone(), i.staged.clone()?, i.remote.clone()))
+            })
+            .flatten()
         else {
             return false;
         };
@@ -345,12 +327,8 @@ impl<B: Backend> Fs<B> {
                 Err(e) if e.kind != ErrorKind::NotFound => return false,
                 _ => {}
             }
-            let mut t = self.table();
-            if !Self::becomes_new_file(&mut t, ino, &staged) {
+            if !self.stored_anew(ino, &staged) {
                 return false;
-            }
-            if let Some(i) = t.get(ino) {
-                let _ = self.journal.record(&staged, &i.path, None);
             }
             log::warn!("{path} was deleted elsewhere while edited here; it is stored again");
             return true;

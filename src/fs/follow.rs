@@ -24,9 +24,9 @@ use fuser::INodeNo;
 
 use super::Fs;
 use super::staging::{Next, Retry};
-use super::table::{Ino, InodeKind};
+pub(super) use super::table::Kernel;
+use super::table::{Effects, Ino, Told};
 use crate::api::NodeType;
-use crate::api::checksum::md5_hex;
 use crate::api::{Change, ChangeKind, NodePath};
 use crate::backend::Backend;
 use crate::sync::relock;
@@ -190,8 +190,7 @@ async fn poll<B: Backend>(fs: Arc<Fs<B>>) {
                 super::Handle::Dir { .. } => None,
             })
             .collect();
-        {
-            let t = fs.table();
+        fs.nodes.read(|t| {
             for ino in files {
                 let parent = t.get(ino).and_then(|i| i.path.parent());
                 if let Some(p) = parent.and_then(|p| t.ino_of(&p)) {
@@ -202,7 +201,7 @@ async fn poll<B: Backend>(fs: Arc<Fs<B>>) {
                 t.get(*d)
                     .is_some_and(|i| !i.unlinked && i.listing().is_some())
             });
-        }
+        });
         for dir in dirs {
             let Ok(path) = fs.dir_path(dir) else { continue };
             // Changed names and bytes reach the kernel from here (`refresh_listing`).
@@ -219,7 +218,7 @@ fn expire_all<B: Backend>(fs: &Fs<B>) {
     let Some(past) = fs.nodes.freshness.expired() else {
         return;
     };
-    let dirs = fs.table().expire_all(past);
+    let dirs = fs.nodes.expire_all(past);
     notify(fs, dirs.into_iter().map(Kernel::Attrs).collect());
 }
 
@@ -243,26 +242,14 @@ impl<'a, B: Backend> Ours<'a, B> {
 
     /// The same, for a change that makes the names `names`.
     pub(super) fn sending_to(fs: &'a Fs<B>, inos: Vec<Ino>, names: Vec<NodePath>) -> Self {
-        let mut t = fs.table();
-        for &i in &inos {
-            t.change_sent(i);
-        }
-        for n in &names {
-            t.name_sent(n);
-        }
+        fs.nodes.sending(&inos, &names);
         Ours { fs, inos, names }
     }
 }
 
 impl<B: Backend> Drop for Ours<'_, B> {
     fn drop(&mut self) {
-        let mut t = self.fs.table();
-        for &i in &self.inos {
-            t.change_answered(i);
-        }
-        for n in &self.names {
-            t.name_answered(n);
-        }
+        self.fs.nodes.answered(&self.inos, &self.names);
     }
 }
 
@@ -273,18 +260,6 @@ pub(super) struct Echo {
     pub(super) ino: Ino,
     pub(super) path: NodePath,
     pub(super) dir: bool,
-}
-
-/// What the kernel is told.
-pub(super) enum Kernel {
-    /// `inval_entry`: the name is looked up again.
-    Entry(Ino, String),
-    /// A node gone elsewhere (parent, node, its path, a folder): removed through the mount
-    /// itself (see [`Follow::is_echo`]), so that inotify watchers get `IN_DELETE`; else
-    /// `FUSE_NOTIFY_DELETE`.
-    Delete(Ino, Ino, NodePath, bool),
-    /// `inval_inode` of the attributes only.
-    Attrs(Ino),
 }
 
 impl Follow {
@@ -408,11 +383,7 @@ async fn apply<B: Backend>(fs: &Arc<Fs<B>>, changes: &[Change]) {
     let Some(past) = fs.nodes.freshness.expired() else {
         return;
     };
-    let mut kernel = Vec::new();
-    // Files whose attributes are fetched again (new bytes or times elsewhere).
-    let mut refetch: Vec<(Ino, NodePath)> = Vec::new();
-    // Folders removed and made again elsewhere: listed again (what was in them is gone).
-    let mut relist: Vec<(Ino, NodePath)> = Vec::new();
+    let mut effects = Effects::default();
     let mut learned = Vec::new();
     // Where the page makes a folder (created, moved or copied there), and its last change
     // that does: a folder deleted before that is made again by the end of the page.
@@ -443,52 +414,20 @@ async fn apply<B: Backend>(fs: &Arc<Fs<B>>, changes: &[Change]) {
             .and_then(|t| SystemTime::now().duration_since(t).ok())
             .and_then(|ago| Instant::now().checked_sub(ago))
             .unwrap_or_else(Instant::now);
-        let mut t = fs.table();
-        let mut away = |t: &mut super::table::Table, p: &NodePath| {
-            let by = Gone {
-                c,
-                at,
-                again: again(p),
-            };
-            relist.extend(gone(t, p, by, past, &mut kernel));
+        let told = Told {
+            c,
+            path: &path,
+            from: from.as_ref(),
+            at,
+            again: &again,
         };
-        match c.kind {
-            ChangeKind::Deleted => away(&mut t, &path),
-            ChangeKind::Moved | ChangeKind::Created | ChangeKind::Copied | ChangeKind::Other => {
-                if let Some(from) = &from {
-                    away(&mut t, from);
-                }
-                if c.kind == ChangeKind::Other {
-                    away(&mut t, &path);
-                }
-                appeared(&mut t, &path, at, past, &mut kernel);
-            }
-            ChangeKind::Version | ChangeKind::Attributes => {
-                let Some(ino) = t.ino_of(&path) else { continue };
-                let Some(i) = t.get(ino) else { continue };
-                // Bytes waiting here: kept as they are.
-                if i.kind != InodeKind::File || i.staged.is_some() {
-                    continue;
-                }
-                // Ours coming back: the bytes the store has now are the ones known here. Where
-                // the server says which (`Change::md5`), that decides, not the clocks: a
-                // version another writer stored while this mount's own upload was answered
-                // came out "changed here since" and was never fetched (the model, seed
-                // 1796589137872955081).
-                let known = match (c.kind, c.md5.as_deref().and_then(md5_hex)) {
-                    (ChangeKind::Version, Some(now)) => {
-                        let held = i.remote.as_ref().and_then(|r| r.md5.as_deref());
-                        held.and_then(md5_hex).as_deref() == Some(now.as_str())
-                    }
-                    _ => t.changed_here_since(ino, at),
-                };
-                if known {
-                    continue;
-                }
-                refetch.push((ino, path));
-            }
-        }
+        fs.nodes.changed_elsewhere(told, past, &mut effects);
     }
+    let Effects {
+        kernel,
+        refetch,
+        relist,
+    } = effects;
     for k in &kernel {
         if let Kernel::Delete(_, ino, path, dir) = k {
             fs.thumbnails_gone(*ino, path, *dir);
@@ -501,14 +440,10 @@ async fn apply<B: Backend>(fs: &Arc<Fs<B>>, changes: &[Change]) {
             Ok(()) => {}
             // Gone after all (seen there while its delete was being committed): as any other.
             Err(e) if e.errno() == fuser::Errno::ENOENT => {
-                let mut t = fs.table();
-                let Some(pino) = path.parent().and_then(|p| t.ino_of(&p)) else {
+                let Some(pino) = fs.nodes.folder_gone_elsewhere(dir, &path) else {
                     continue;
                 };
                 log::debug!("{path}: gone elsewhere");
-                t.detach_gone(dir);
-                t.entries_changed_by_feed(pino);
-                drop(t);
                 fs.thumbnails_gone(dir, &path, true);
                 notify(
                     fs,
@@ -519,10 +454,10 @@ async fn apply<B: Backend>(fs: &Arc<Fs<B>>, changes: &[Change]) {
         }
     }
     for (ino, path) in refetch {
-        let before = fs.table().get(ino).and_then(|i| i.remote.clone());
+        let before = fs.nodes.remote(ino);
         // Tells the kernel itself when the bytes changed (`inval_inode` of the pages).
         let _ = fs.refresh_attr(ino, &path).await;
-        let after = fs.table().get(ino).and_then(|i| i.remote.clone());
+        let after = fs.nodes.remote(ino);
         if let (Some(b), Some(a)) = (before, after) {
             if b.md5 != a.md5 || b.size != a.size {
                 // The old version's cached bytes will not be read again.
@@ -536,112 +471,4 @@ async fn apply<B: Backend>(fs: &Arc<Fs<B>>, changes: &[Change]) {
     for path in &learned {
         fs.pins_learned(path);
     }
-}
-
-/// A change that took a node away from a path: the change, when it was made, and whether the
-/// same page makes a folder there again after it.
-struct Gone<'a> {
-    c: &'a Change,
-    at: Instant,
-    again: bool,
-}
-
-/// The node at `path` is gone (deleted, or moved away) by `by`. A folder that is there again
-/// (made again by the page, or seen there since) stays, to be listed again: returned.
-fn gone(
-    t: &mut super::table::Table,
-    path: &NodePath,
-    by: Gone<'_>,
-    past: Instant,
-    kernel: &mut Vec<Kernel>,
-) -> Option<(Ino, NodePath)> {
-    let Gone { c, at, again } = by;
-    let parent = path.parent()?;
-    // Never seen here (nothing cached), or gone here already (or never listed).
-    let pino = t.ino_of(&parent)?;
-    let ino = t.ino_of(path)?;
-    let i = t.get(ino)?;
-    // This mount's own delete or rename of it, told by the feed before its answer came: the
-    // answer takes the name out. (Listing the folder again for it made every unlink of an
-    // `rm -rf` over a server fetch the whole folder: 22 ms a file at 10,000 files.)
-    if t.sending(ino) {
-        return None;
-    }
-    // Made again here since (or with bytes waiting here): the delete is older than what we have.
-    // The folder is listed again all the same: a listing followed by the feed is trusted until
-    // the feed says otherwise, and the next one keeps the name only if it is still to be kept
-    // (bytes waiting here, or on the store), not for ever (the model, seed 32: a file deleted
-    // elsewhere right after a change here stayed listed, and ENOENT to open, for good).
-    if i.staged.is_some() || t.changed_here_since(ino, at) {
-        log::debug!("{path}: gone elsewhere, kept until listed again (changed here since)");
-        t.expire_listing(pino, past);
-        return None;
-    }
-    let dir = i.kind == InodeKind::Dir;
-    // Not the node gone: a file of another ID now (made again at that name), or, where the
-    // change names no ID, a node the store showed there after the change.
-    let other = match (c.id.as_deref(), i.remote.as_ref()) {
-        (Some(id), Some(r)) => r.id != id,
-        _ => i.fetched > at,
-    };
-    if other && !dir {
-        log::debug!("{path}: gone elsewhere, kept until listed again (another file there)");
-        t.expire_listing(pino, past);
-        return None;
-    }
-    // A folder is its path here, as in the interface: one removed and made again (`rm -rf d;
-    // mkdir d` elsewhere, while the page was on its way) is the same folder, emptied. Detached,
-    // it vanished from under programs that held it (fstests generic/732: `mv d/f e/` opens
-    // `e/` and renames into it; the kernel's entry of the old `e` was the follower's to drop).
-    // Listed again instead: what was in it leaves the kernel from there.
-    if dir && (again || other) {
-        log::debug!("{path}: removed elsewhere and made again: listed again");
-        t.expire_attrs(ino, past);
-        t.expire_listing(ino, past);
-        t.expire_listing(pino, past);
-        kernel.push(Kernel::Attrs(ino));
-        return Some((ino, path.clone()));
-    }
-    log::debug!("{path}: gone elsewhere");
-    t.detach_gone(ino);
-    t.entries_changed_by_feed(pino);
-    t.expire_listing(pino, past);
-    kernel.push(Kernel::Delete(pino, ino, path.clone(), dir));
-    kernel.push(Kernel::Attrs(pino));
-    None
-}
-
-/// A node appeared at `path` (created, moved or copied there) since `at`.
-fn appeared(
-    t: &mut super::table::Table,
-    path: &NodePath,
-    at: Instant,
-    past: Instant,
-    kernel: &mut Vec<Kernel>,
-) {
-    let (Some(parent), Some(name)) = (path.parent(), path.name()) else {
-        return;
-    };
-    let Some(pino) = t.ino_of(&parent) else {
-        return;
-    };
-    // Made by this mount, its answer not in yet: the answer makes the kernel's entry.
-    if t.making(path) {
-        return;
-    }
-    if let Some(i) = t.ino_of(path).and_then(|i| t.get(i)) {
-        // Made here (our own change coming back), or with bytes waiting here.
-        let ino = i.ino;
-        if i.staged.is_some() || t.changed_here_since(ino, at) {
-            return;
-        }
-        // Something else now has this name: its attributes are asked again.
-        t.expire_attrs(ino, past);
-        kernel.push(Kernel::Attrs(ino));
-    }
-    t.entries_changed_by_feed(pino);
-    t.expire_listing(pino, past);
-    // A negative entry the kernel keeps for the name goes too.
-    kernel.push(Kernel::Entry(pino, name.to_string()));
-    kernel.push(Kernel::Attrs(pino));
 }

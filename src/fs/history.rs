@@ -45,15 +45,14 @@ impl<B: Backend> Fs<B> {
     /// copy's name, written less than [`TEMPORARY_SETTLE`] ago. None for any other file, and
     /// once it has another name.
     pub(super) fn held_back(&self, ino: Ino) -> Option<Duration> {
-        let t = self.table();
-        let i = t.get(ino)?;
-        let s = i.staged.as_ref()?;
-        if i.remote.is_some() || i.unlinked || !i.path.name().is_some_and(temporary_copy) {
-            return None;
-        }
+        let mtime = self.nodes.inode(ino, |i| {
+            let temporary = i.path.name().is_some_and(temporary_copy);
+            let s = i.staged.as_ref()?;
+            (i.remote.is_none() && !i.unlinked && temporary).then(|| s.mtime())
+        });
         // (A time set ahead, `touch -d` into the future, holds nothing.)
         let since = SystemTime::now()
-            .duration_since(s.mtime())
+            .duration_since(mtime??)
             .unwrap_or(Duration::MAX);
         TEMPORARY_SETTLE.checked_sub(since).filter(|d| !d.is_zero())
     }
@@ -62,20 +61,26 @@ impl<B: Backend> Fs<B> {
     /// takes the name back and becomes `ino`'s stored file, whose next version the upload
     /// stores. Nothing to do (one table lookup) for any other file.
     pub(super) async fn continue_document(self: &Arc<Self>, ino: Ino) {
-        if self.table().get(ino).is_some_and(|i| i.revives.is_some()) {
+        if self
+            .nodes
+            .inode(ino, |i| i.revives.is_some())
+            .unwrap_or(false)
+        {
             self.revive(ino).await;
             return;
         }
-        let (mine, theirs) = {
-            let t = self.table();
-            let Some(i) = t.get(ino) else { return };
-            let Some(c) = &i.continues else { return };
-            (i.io.clone(), t.get(c.x).map(|x| (c.x, x.io.clone())))
+        let claimed = self.nodes.read(|t| {
+            let i = t.get(ino)?;
+            let c = i.continues.as_ref()?;
+            Some((i.io.clone(), t.get(c.x).map(|x| (c.x, x.io.clone()))))
+        });
+        let Some((mine, theirs)) = claimed else {
+            return;
         };
         // Both files' `io` (as a rename takes them): no upload, rename or unlink of either
         // runs meanwhile.
         let _locked = super::lock_io_in_order((ino, mine), theirs).await;
-        let Some(claim) = self.table().take_claim(ino) else {
+        let Some(claim) = self.nodes.take_claim(ino) else {
             return;
         };
         if !self.take_back(ino, &claim).await {
@@ -90,20 +95,17 @@ impl<B: Backend> Fs<B> {
     /// store that keeps deleted files) and becomes `ino`'s stored file, whose next version the
     /// upload stores. Anything not as expected leaves `ino` a new file.
     async fn revive(self: &Arc<Self>, ino: Ino) {
-        let Some(io) = self.table().get(ino).map(|i| i.io.clone()) else {
+        let Some(io) = self.nodes.io(ino) else {
             return;
         };
         let _io = io.lock().await;
-        let (name, id) = {
-            let mut t = self.table();
-            let Some(i) = t.get_mut(ino) else { return };
-            let Some(id) = i.revives.take() else {
-                return;
-            };
-            if i.remote.is_some() || i.staged.is_none() || i.unlinked {
-                return;
-            }
-            (i.path.clone(), id)
+        let revives = self.nodes.inode_mut(ino, |i| {
+            let id = i.revives.take()?;
+            let new = i.remote.is_none() && i.staged.is_some() && !i.unlinked;
+            new.then(|| (i.path.clone(), id))
+        });
+        let Some((name, id)) = revives.flatten() else {
+            return;
         };
         // Only to a free name: a file made there meanwhile (elsewhere) would make the restore
         // land beside it under another name.
@@ -130,41 +132,36 @@ impl<B: Backend> Fs<B> {
             }
             return;
         }
-        let mut t = self.table();
-        t.touch(ino);
         // The new bytes replace the version it had.
-        let Some(staged) = Self::takes_version(&mut t, ino, &node) else {
-            return;
-        };
-        let _ = self.journal.record(&staged, &name, Some(id));
-        drop(t);
-        log::info!("{name} continues its history (deleted and made again)");
+        if self.continues_history(ino, (&name, &id), &node, None) {
+            log::info!("{name} continues its history (deleted and made again)");
+        }
     }
 
     /// Moves the renamed file back to the name `ino` took and makes it `ino`'s stored file;
     /// false (nothing changed) where anything is not as the claim says.
     async fn take_back(self: &Arc<Self>, ino: Ino, claim: &Continues) -> bool {
         // Where the renamed file is, and whether a name here still shows it (`kept`).
-        let (name, at, kept) = {
-            let t = self.table();
-            let Some(i) = t.get(ino) else { return false };
+        let found = self.nodes.read(|t| {
+            let i = t.get(ino)?;
             let unstored = i.remote.is_none() && i.staged.is_some() && !i.unlinked;
             if !unstored || i.path != claim.name {
-                return false;
+                return None;
             }
             match &claim.removed_at {
-                Some((at, _)) => (i.path.clone(), at.clone(), false),
+                Some((at, _)) => Some((i.path.clone(), at.clone(), false)),
                 None => {
-                    let Some(x) = t.get(claim.x) else {
-                        return false;
-                    };
+                    let x = t.get(claim.x)?;
                     let same = x.remote.as_ref().is_some_and(|r| r.id == claim.id);
                     if !same || x.unlinked || x.staged.is_some() {
-                        return false;
+                        return None;
                     }
-                    (i.path.clone(), x.path.clone(), true)
+                    Some((i.path.clone(), x.path.clone(), true))
                 }
             }
+        });
+        let Some((name, at, kept)) = found else {
+            return false;
         };
         if !at.name().is_some_and(backup_name) {
             return false;
@@ -199,20 +196,11 @@ impl<B: Backend> Fs<B> {
         } else {
             None
         };
-        let mut t = self.table();
-        if let Some(c) = &copy {
-            t.update_from(claim.x, c);
-        }
-        // Changed here: the feed's word of these moves, which may come after this, is ours.
-        t.touch(claim.x);
-        t.touch(ino);
         // The new bytes replace the version the renamed file has.
-        let Some(staged) = Self::takes_version(&mut t, ino, &node) else {
-            return true;
-        };
-        let _ = self.journal.record(&staged, &name, Some(claim.id.clone()));
-        drop(t);
-        log::info!("{name} continues its history (saved by a rename from {at})");
+        let renamed = Some((claim.x, copy.as_ref()));
+        if self.continues_history(ino, (&name, &claim.id), &node, renamed) {
+            log::info!("{name} continues its history (saved by a rename from {at})");
+        }
         true
     }
 
@@ -223,25 +211,13 @@ impl<B: Backend> Fs<B> {
         if !at.name().is_some_and(backup_name) {
             return false;
         }
-        let mut t = self.table();
-        let Some(s) = t.claimant(x) else { return false };
-        let Some(i) = t.get_mut(s) else { return false };
-        if i.remote.is_some() || i.unlinked {
-            return false;
-        }
-        match i.continues.as_mut() {
-            Some(c) => {
-                c.removed_at = Some((at.clone(), base.clone()));
-                true
-            }
-            None => false,
-        }
+        self.nodes.hand_over_delete(x, at, base)
     }
 
     /// A new file holding a handed-over delete is removed or renamed away unstored: the
     /// renamed file it would have taken back is deleted after all.
     pub(super) async fn drop_claim(self: &Arc<Self>, ino: Ino) {
-        let claim = self.table().take_claim(ino);
+        let claim = self.nodes.take_claim(ino);
         if let Some((at, base)) = claim.and_then(|c| c.removed_at) {
             self.delete_handed_over(&at, &base).await;
         }

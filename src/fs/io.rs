@@ -10,6 +10,7 @@ use fuser::{Errno, FopenFlags};
 
 use super::error::Error as FsError;
 use super::staging::Staged;
+use super::staging::lifecycle::Found;
 use super::table::Ino;
 use super::virtual_dirs::is_virtual;
 use super::{Fs, Handle, OpResult, upload};
@@ -47,21 +48,10 @@ impl<B: Backend> Fs<B> {
         ino: Ino,
         truncate: bool,
     ) -> OpResult<Option<Arc<Staged>>> {
-        let (path, remote, base) = {
-            let t = self.table();
-            let i = t.get(ino).ok_or(Errno::ENOENT)?;
-            if let Some(s) = &i.staged {
-                let s = s.clone();
-                if !Self::joins(&t, ino, &s) {
-                    return Ok(None);
-                }
-                drop(t);
-                return self.emptied_if(ino, s, truncate).map(Some);
-            }
-            // A whole rewrite replaces what was read here; a write into the bytes, the
-            // version they are copied from.
-            let base = if truncate { i.base() } else { i.known_base() };
-            (i.path.clone(), i.remote.clone(), base)
+        let (path, remote, base) = match self.writer_finds(ino, truncate)? {
+            Found::Joined(s) => return self.emptied_if(ino, s, truncate).map(Some),
+            Found::LetGo => return Ok(None),
+            Found::Copy { path, remote, base } => (path, remote, base),
         };
         let staged = self
             .journal
@@ -88,44 +78,12 @@ impl<B: Backend> Fs<B> {
             staged.truncate(r.size)?;
             Self::copied_stored(&staged);
         }
-        let staged = Arc::new(staged);
-        let mut t = self.table();
-        let Some(i) = t.get(ino) else {
-            self.discard(&staged);
-            return Err(Errno::ENOENT.into());
+        let attached = self.attach_copy(ino, Arc::new(staged), remote.as_ref())?;
+        let Some((staged, ours)) = attached else {
+            return Ok(None);
         };
-        // Deleted or moved elsewhere while the bytes were copied: the kernel looks the name up
-        // again (ESTALE), rather than a writer writing into an inode with no name to store
-        // under (the model lost an fsynced rewrite so).
-        if i.gone_elsewhere {
-            drop(t);
-            self.discard(&staged);
-            return Err(Errno::ESTALE.into());
-        }
-        let (staged, truncate) = match i.staged.clone() {
-            // Someone staged it meanwhile: use theirs.
-            Some(other) => {
-                self.discard(&staged);
-                if !Self::joins(&t, ino, &other) {
-                    return Ok(None);
-                }
-                (other, truncate)
-            }
-            None if !same_version(i.remote.as_ref(), remote.as_ref()) => {
-                drop(t);
-                self.discard(&staged);
-                return Ok(None);
-            }
-            None => {
-                if !Self::attach(&mut t, ino, &staged) {
-                    drop(t);
-                    self.discard(&staged);
-                    return Ok(None);
-                }
-                (staged, truncate && remote.is_some())
-            }
-        };
-        drop(t);
+        // (A new copy of a stored version is cut to nothing here; one of no version is empty.)
+        let truncate = truncate && (!ours || remote.is_some());
         self.emptied_if(ino, staged, truncate).map(Some)
     }
 
@@ -158,48 +116,7 @@ impl<B: Backend> Fs<B> {
             kernel,
         } = h
         {
-            // The passthrough share first: a batch stores the file sealed (by a link, no copy)
-            // only once the kernel holds it no more.
-            let mut t = self.table();
-            let mut last_pt = None;
-            if let Some(i) = t.get_mut(ino) {
-                if i.pt.as_mut().is_some_and(|pt| pt.leave(fh)) {
-                    last_pt = i.pt.take();
-                }
-            }
-            // The kernel's last handle of a staged file it wrote: a map of it may still write.
-            let pt_ended = last_pt.is_some();
-            let kernel_staged = t
-                .get(ino)
-                .and_then(|i| i.staged.clone())
-                .filter(|s| s.kernel_wrote());
-            let stored = t.stored_version(ino);
-            if let Some(s) = kernel_staged.filter(|_| pt_ended && staged.is_none()) {
-                // The last reader of it, after the writers: a map of a writer may have written
-                // meanwhile (retiring left the file to this release: `staging/lifecycle.rs`).
-                self.kernel_let_go(t, ino, &s, stored.as_ref());
-                t = self.table();
-            }
-            // A writer is counted open until its staged file is settled: the inode must not
-            // be dropped before.
-            if let Some(s) = staged {
-                drop(t);
-                drop(last_pt);
-                if kernel {
-                    self.release_kernel_writer(ino, &s, stored.as_ref());
-                } else {
-                    self.release_staged(ino, &s);
-                }
-                t = self.table();
-                last_pt = None;
-            }
-            if let Some(i) = t.get_mut(ino) {
-                i.open_handles = i.open_handles.saturating_sub(1);
-            }
-            t.maybe_drop(ino);
-            drop(t);
-            // The backing file is closed in the kernel outside the table's lock.
-            drop(last_pt);
+            self.closed(ino, fh, staged, kernel);
         }
     }
 
@@ -215,11 +132,11 @@ impl<B: Backend> Fs<B> {
         }
         let mut learned = false;
         loop {
-            let (staged, remote, path) = {
-                let t = self.table();
-                let i = t.get(ino).ok_or(Errno::ENOENT)?;
-                (i.staged.clone(), i.remote.clone(), i.path.clone())
-            };
+            let (staged, remote, path) = (self.nodes)
+                .inode(ino, |i| {
+                    (i.staged.clone(), i.remote.clone(), i.path.clone())
+                })
+                .ok_or(Errno::ENOENT)?;
             if let Some(s) = staged {
                 return s.read_at(offset, size as usize).map_err(FsError::from);
             }
@@ -251,23 +168,15 @@ impl<B: Backend> Fs<B> {
     pub(super) async fn fsync(self: &Arc<Self>, ino: Ino) -> OpResult<()> {
         // An unlinked file's bytes have no name to be stored under: nothing to wait for.
         let staged = self
-            .table()
-            .get(ino)
-            .filter(|i| !i.unlinked)
-            .and_then(|i| i.staged.clone());
+            .nodes
+            .inode(ino, |i| i.staged.clone().filter(|_| !i.unlinked))
+            .flatten();
         let Some(staged) = staged else { return Ok(()) };
         self.fsync_started(ino, &staged);
         if !staged.is_dirty() {
             return Ok(());
         }
-        {
-            let t = self.table();
-            if let Some(i) = t.get(ino) {
-                let _ =
-                    self.journal
-                        .record(&staged, &i.path, i.remote.as_ref().map(|r| r.id.clone()));
-            }
-        }
+        self.journal_entry_now(ino, &staged);
         // fsync returns only once the bytes are stored remotely, or reports why not.
         if self.backend.local().is_some() {
             // Stored with the next batch (one durable commit for all of it).
@@ -308,7 +217,7 @@ impl<B: Backend> Fs<B> {
         offset: u64,
         size: u32,
     ) -> Option<OpResult<Vec<u8>>> {
-        let staged = self.table().get(ino).and_then(|i| i.staged.clone())?;
+        let staged = self.nodes.staged(ino)?;
         Some(staged.read_at(offset, size as usize).map_err(FsError::from))
     }
 
@@ -364,12 +273,3 @@ const _: () = assert!(KEEP_SIZE == libc::FALLOC_FL_KEEP_SIZE);
 
 /// How many times an open copies a file that keeps getting new versions meanwhile.
 const STAGE_ATTEMPTS: usize = 5;
-
-/// Whether two views of a file's stored version name the same bytes.
-fn same_version(a: Option<&super::table::Remote>, b: Option<&super::table::Remote>) -> bool {
-    match (a, b) {
-        (Some(a), Some(b)) => a.id == b.id && a.md5 == b.md5 && a.size == b.size,
-        (None, None) => true,
-        _ => false,
-    }
-}

@@ -6,12 +6,12 @@
 
 use std::ffi::OsStr;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use fuser::{Errno, FileAttr, FileType, INodeNo};
 
-use super::table::{Ino, InodeKind, ROOT};
-use super::virtual_dirs::{is_virtual, is_virtual_name};
+use super::table::{Ino, InodeKind};
+use super::virtual_dirs::is_virtual;
 use super::{Fs, Handle, OpResult};
 use crate::api::NodePath;
 use crate::backend::{Backend, LIST_PAGE, list_all};
@@ -24,37 +24,19 @@ const OFFLINE_GRACE: Duration = Duration::from_secs(5);
 /// TTL) before it is answered from that listing while the refresh goes on.
 const STALE_LISTING_WAIT: Duration = Duration::from_millis(100);
 
-/// ESTALE for a node the store no longer has (`Inode::gone_elsewhere`) that the kernel still
-/// names (the follower's removal of its entry on its way): the kernel then looks the whole path
-/// up again (lookups, creates, renames and removals retry once so), and finds what the store has
-/// there now, a folder made again (`rm -rf d; mkdir d` elsewhere) rather than ENOENT from the
-/// old one (fstests generic/732: `cat d/f` through the old `d` failed).
-fn stale_entry(t: &super::table::Table, ino: Ino) -> OpResult<()> {
-    if t.get(ino).is_some_and(|i| i.gone_elsewhere) {
-        return Err(Errno::ESTALE.into());
-    }
-    Ok(())
-}
-
 impl<B: Backend> Fs<B> {
     pub(super) fn ttl(&self) -> std::time::Duration {
         self.opts.attr_ttl
     }
 
     pub(super) fn attr(&self, ino: Ino) -> OpResult<FileAttr> {
-        self.table()
+        self.nodes
             .attr(ino, self.uid, self.gid)
             .ok_or(Errno::ENOENT.into())
     }
 
     pub(super) fn path_of(&self, ino: Ino) -> OpResult<(NodePath, InodeKind)> {
-        let t = self.table();
-        stale_entry(&t, ino)?;
-        let i = t.get(ino).ok_or(Errno::ENOENT)?;
-        if i.unlinked {
-            return Err(Errno::ENOENT.into());
-        }
-        Ok((i.path.clone(), i.kind))
+        Ok(self.nodes.named(ino)?)
     }
 
     pub(super) fn dir_path(&self, ino: Ino) -> OpResult<NodePath> {
@@ -67,16 +49,8 @@ impl<B: Backend> Fs<B> {
     /// Makes sure the directory's listing is loaded and younger than `dir_ttl`.
     pub(super) async fn ensure_listing(self: &Arc<Self>, dir: Ino) -> OpResult<()> {
         self.nodes.follow.used(dir);
-        let (path, have) = {
-            let t = self.table();
-            let i = t.get(dir).ok_or(Errno::ENOENT)?;
-            if i.kind != InodeKind::Dir {
-                return Err(Errno::ENOTDIR.into());
-            }
-            if i.listing().is_some_and(|(at, _)| self.fresh(*at)) {
-                return Ok(());
-            }
-            (i.path.clone(), i.listing().is_some())
+        let Some((path, have)) = self.nodes.listing_due(dir)? else {
+            return Ok(());
         };
         if have && self.offline.now() {
             return Ok(());
@@ -168,86 +142,14 @@ impl<B: Backend> Fs<B> {
         if self.backend.local().is_none() {
             self.offline.record(path, &node, &children);
         }
-        let mut changed = Vec::new();
-        let mut gone = Vec::new();
-        let added;
-        {
-            let mut t = self.table();
-            let mut names = std::collections::BTreeMap::new();
-            let mut hidden_preview = false;
-            for child in &children {
-                // A real `.preview` or `.versions` is hidden by the virtual one and never touched.
-                if is_virtual_name(&child.name) {
-                    hidden_preview = true;
-                    continue;
-                }
-                let Ok(cpath) = path.child(&child.name) else {
-                    continue;
-                };
-                if t.removed_since(&cpath, started) {
-                    continue; // removed here while the listing was on its way
-                }
-                // Changed here (created, renamed, uploaded) or told by the backend since the
-                // listing was asked for: what the listing says of it is older.
-                let newer = t
-                    .ino_of(&cpath)
-                    .filter(|i| t.sending(*i) || t.get(*i).is_some_and(|i| i.newer_than(started)));
-                let (ino, content_changed) = match newer {
-                    Some(ino) => (ino, false),
-                    None => t.upsert(&cpath, child),
-                };
-                if content_changed {
-                    changed.push(ino);
-                }
-                names.insert(child.name.clone(), ino);
-            }
-            for (name, ino) in t.local_children(path, started) {
-                log::debug!("listing {path}: {name} kept (changed here, or staged)");
-                names.insert(name, ino);
-            }
-            let old = t.get(dir).and_then(|i| i.listing()).map(|(_, n)| n.clone());
-            let listed_before = old.is_some();
-            let old = old.unwrap_or_default();
-            // Pages fetched while the folder changed here can skip names that did not change
-            // (a name taken out before the offset of the next page moves one past it): then no
-            // name goes for being absent (fstests generic/736 over a server: 1 of 5,000 files
-            // gone from the listing while it was still there). A later listing settles them.
-            let unsettled = t.names_changed_since(path, started);
-            added = names.keys().any(|n| !old.contains_key(n));
-            for (name, ino) in old {
-                if names.contains_key(&name) {
-                    continue;
-                }
-                // Created, renamed here or uploaded after the listing was asked for: keep.
-                let recent = t.get(ino).is_some_and(|i| {
-                    !i.unlinked
-                        && (unsettled || i.touched >= started)
-                        && i.path.name() == Some(&name)
-                });
-                if recent {
-                    log::debug!("listing {path}: {name} kept (changed here since asked)");
-                    names.insert(name, ino);
-                } else {
-                    let dir_kind = t.get(ino).is_some_and(|i| i.kind == InodeKind::Dir);
-                    gone.push((name, ino, dir_kind));
-                }
-            }
-            if listed_before && (added || !gone.is_empty()) {
-                // Entries came or went elsewhere: the folder's time is the store's again.
-                t.entries_changed_elsewhere(dir);
-            }
-            if dir != ROOT {
-                t.update_from(dir, &node);
-            }
-            if let Some(i) = t.get_mut(dir) {
-                i.set_fetched_listing(names, started, self.nodes.freshness.expired());
-                i.hidden_preview = hidden_preview;
-            }
-            for (name, ino, dir_kind) in &gone {
-                if let Ok(cpath) = path.child(name) {
-                    self.thumbnails_gone(*ino, &cpath, *dir_kind);
-                }
-                t.detach_gone(*ino);
+        let super::table::Merged {
+            changed,
+            gone,
+            added,
+        } = (self.nodes).merge_listing(dir, path, &node, &children, started);
+        for (name, ino, dir_kind) in &gone {
+            if let Ok(cpath) = path.child(name) {
+                self.thumbnails_gone(*ino, &cpath, *dir_kind);
             }
         }
         if added || !changed.is_empty() || !gone.is_empty() {
@@ -275,12 +177,9 @@ impl<B: Backend> Fs<B> {
 
     /// The inode of `name` in `dir`, from a fresh listing.
     pub(super) async fn child(self: &Arc<Self>, dir: Ino, name: &str) -> OpResult<Option<Ino>> {
-        stale_entry(&self.table(), dir)?;
+        self.nodes.not_stale(dir)?;
         self.ensure_listing(dir).await?;
-        let t = self.table();
-        Ok(t.get(dir)
-            .and_then(|i| i.listing())
-            .and_then(|(_, n)| n.get(name).copied()))
+        Ok(self.nodes.listed_child(dir, name))
     }
 
     pub(super) async fn lookup(self: &Arc<Self>, parent: Ino, name: &str) -> OpResult<FileAttr> {
@@ -288,25 +187,14 @@ impl<B: Backend> Fs<B> {
             return answer;
         }
         let ino = self.child(parent, name).await?.ok_or(Errno::ENOENT)?;
-        let mut t = self.table();
-        t.get_mut(ino).ok_or(Errno::ENOENT)?.lookups += 1;
-        t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT.into())
+        Ok(self.nodes.looked_up(ino, self.uid, self.gid)?)
     }
 
     pub(super) async fn getattr(self: &Arc<Self>, ino: Ino) -> OpResult<FileAttr> {
         if is_virtual(ino) {
             return self.virtual_getattr(ino).await;
         }
-        let stale = {
-            let t = self.table();
-            let i = t.get(ino).ok_or(Errno::ENOENT)?;
-            (ino != ROOT
-                && !self.offline.now()
-                && i.staged.is_none()
-                && !i.unlinked
-                && !self.fresh(i.fetched))
-            .then(|| i.path.clone())
-        };
+        let stale = self.nodes.attrs_due(ino, self.offline.now())?;
         // Attributes we have beat waiting on a slow or silent server.
         if let Some(path) = stale {
             let fs = self.clone();
@@ -337,17 +225,17 @@ impl<B: Backend> Fs<B> {
         let started = Instant::now();
         let answer = self.backend.node(path).await;
         // Changed here or told by the backend while the answer was on its way: it is older.
-        if self.table().get(ino).is_some_and(|i| i.newer_than(started)) {
+        if self
+            .nodes
+            .inode(ino, |i| i.newer_than(started))
+            .unwrap_or(false)
+        {
             return Ok(());
         }
         match answer {
             Ok(node) => {
-                let changed = {
-                    let mut t = self.table();
-                    let changed = t.update_from(ino, &node);
-                    self.thumbnails_stored(&t, ino);
-                    changed
-                };
+                let changed = self.nodes.update_from(ino, &node);
+                self.thumbnails_stored(ino);
                 if changed {
                     self.pins_learned(path);
                     if let Some(n) = self.notifier.get().cloned() {
@@ -357,14 +245,8 @@ impl<B: Backend> Fs<B> {
                 Ok(())
             }
             Err(e) if e.kind == crate::api::ErrorKind::NotFound => {
-                let parent = {
-                    let mut t = self.table();
-                    let parent = path.parent().and_then(|p| t.ino_of(&p));
-                    let dir = t.get(ino).is_some_and(|i| i.kind == InodeKind::Dir);
-                    self.thumbnails_gone(ino, path, dir);
-                    t.detach_gone(ino);
-                    parent
-                };
+                let (parent, dir) = self.nodes.gone_elsewhere(ino, path);
+                self.thumbnails_gone(ino, path, dir);
                 if let (Some(dir), Some(name)) = (parent, path.name()) {
                     self.kernel_forgets_name(dir, name);
                 }
@@ -376,16 +258,6 @@ impl<B: Backend> Fs<B> {
                 Ok(())
             }
         }
-    }
-
-    /// The listing of `dir` when it is loaded and younger than its TTL (no backend call needed).
-    pub(super) fn fresh_listing<'t>(
-        &self,
-        t: &'t super::table::Table,
-        dir: Ino,
-    ) -> Option<&'t std::collections::BTreeMap<String, Ino>> {
-        let (at, names) = t.get(dir)?.listing()?;
-        self.fresh(*at).then_some(names)
     }
 
     /// LOOKUP answered from memory when the folder's listing is fresh: on the FUSE thread, with
@@ -403,34 +275,8 @@ impl<B: Backend> Fs<B> {
         // The follower removing the name through the mount (`follow::echo`): the node it
         // removes, gone from the table already, so that the removal reaches it.
         let echo = self.nodes.follow.echo_of(parent, name, pid);
-        let mut t = self.table();
-        if let Some(e) = echo {
-            let ino = match t.get(e.ino) {
-                Some(_) => e.ino,
-                // The kernel let go of it meanwhile (an entry that aged: the removal's own
-                // lookup is the kernel's first of the name since): one to remove all the same,
-                // or watchers get no IN_DELETE.
-                None => {
-                    let kind = if e.dir {
-                        InodeKind::Dir
-                    } else {
-                        InodeKind::File
-                    };
-                    t.ghost(&e.path, kind)
-                }
-            };
-            t.get_mut(ino)?.lookups += 1;
-            return Some(t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT.into()));
-        }
-        if let Err(e) = stale_entry(&t, parent) {
-            return Some(Err(e));
-        }
-        let child = self.fresh_listing(&t, parent)?.get(name).copied();
-        let Some(ino) = child else {
-            return Some(Err(Errno::ENOENT.into()));
-        };
-        t.get_mut(ino)?.lookups += 1;
-        Some(t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT.into()))
+        let answer = (self.nodes).lookup_cached(parent, name, echo, self.uid, self.gid)?;
+        Some(answer.map_err(Into::into))
     }
 
     /// GETATTR answered from memory when the attributes need no refresh (see `getattr`).
@@ -438,13 +284,7 @@ impl<B: Backend> Fs<B> {
         if is_virtual(ino) {
             return None;
         }
-        let t = self.table();
-        let i = t.get(ino)?;
-        let stale = ino != ROOT && i.staged.is_none() && !i.unlinked && !self.fresh(i.fetched);
-        if stale && !self.offline.now() {
-            return None;
-        }
-        t.attr(ino, self.uid, self.gid)
+        (self.nodes).attr_if_fresh(ino, self.offline.now(), self.uid, self.gid)
     }
 
     /// A read from offset 0 of a directory handle already read (`rewinddir`), or of one whose
@@ -463,7 +303,7 @@ impl<B: Backend> Fs<B> {
 
     /// A folder's time as this mount last changed or saw it (`Table::entries_changed`).
     pub(super) fn folder_time(&self, ino: Ino) -> Option<std::time::SystemTime> {
-        self.table().get(ino).map(|i| i.mtime)
+        self.nodes.inode(ino, |i| i.mtime)
     }
 
     /// Takes a new snapshot of folder `ino` for handle `fh` (see [`Fs::rewound`]).
@@ -494,34 +334,14 @@ impl<B: Backend> Fs<B> {
             return self.virtual_readdir(ino).await;
         }
         self.ensure_listing(ino).await?;
-        let t = self.table();
-        let i = t.get(ino).ok_or(Errno::ENOENT)?;
-        let parent = i
-            .path
-            .parent()
-            .and_then(|p| t.ino_of(&p))
-            .filter(|_| ino != ROOT)
-            .unwrap_or(ROOT);
-        let mut out = vec![
-            (ino, FileType::Directory, ".".to_string()),
-            (parent, FileType::Directory, "..".to_string()),
-        ];
-        if let Some((_, names)) = i.listing() {
-            for (name, cino) in names {
-                let kind = match t.get(*cino).map(|c| c.kind) {
-                    Some(InodeKind::Dir) => FileType::Directory,
-                    _ => FileType::RegularFile,
-                };
-                out.push((*cino, kind, name.clone()));
-            }
-        }
-        self.thumbnails_listed(&t, ino);
+        let out = self.nodes.entries(ino)?;
+        self.thumbnails_listed(ino);
         Ok(out)
     }
 
     /// FORGET: the kernel dropped `n` references to `ino`.
     pub(super) fn forget(&self, ino: Ino, n: u64) {
-        self.table().forget(ino, n);
+        self.nodes.forget(ino, n);
     }
 
     /// OPENDIR: a handle on a snapshot of the folder's entries.
@@ -564,7 +384,7 @@ impl<B: Backend> Fs<B> {
         ino: Ino,
         fh: u64,
         offset: u64,
-        mut add: impl FnMut(Ino, u64, &str, &Duration, &FileAttr) -> bool,
+        add: impl FnMut(Ino, u64, &str, &Duration, &FileAttr) -> bool,
     ) -> OpResult<()> {
         // At most this many per reply (the kernel asks again from the next offset); cloned so
         // the handle and table locks are never held together.
@@ -582,41 +402,8 @@ impl<B: Backend> Fs<B> {
                 .cloned()
                 .collect()
         };
-        let ttl = self.ttl();
-        let mut t = self.table();
-        for (i, (cino, kind, name)) in batch.iter().enumerate() {
-            let dots = name == "." || name == "..";
-            let virt = is_virtual(*cino) || is_virtual(ino);
-            let real = if virt {
-                None
-            } else {
-                t.attr(*cino, self.uid, self.gid)
-            };
-            let (attr, valid) = match real {
-                Some(attr) => (attr, ttl),
-                // Preview entries: their sizes are known only once fetched, so they come with
-                // no validity and the kernel asks (LOOKUP, GETATTR) when one is used.
-                None if virt || dots => {
-                    let dir = *kind == FileType::Directory;
-                    (
-                        self.virtual_attr(*cino, dir, 0, SystemTime::now()),
-                        Duration::ZERO,
-                    )
-                }
-                // Gone since the listing was taken.
-                None => continue,
-            };
-            let next = offset + i as u64 + 1;
-            if add(*cino, next, name, &valid, &attr) {
-                break;
-            }
-            // Like a LOOKUP, each entry but `.` and `..` is a reference the kernel will forget.
-            if !dots && !virt {
-                if let Some(c) = t.get_mut(*cino) {
-                    c.lookups += 1;
-                }
-            }
-        }
+        let (ttl, owner) = (self.ttl(), (self.uid, self.gid));
+        (self.nodes).readdirplus(ino, &batch, offset, ttl, owner, add);
         Ok(())
     }
 

@@ -49,7 +49,7 @@ impl<B: Backend> Fs<B> {
     }
 
     pub(super) fn marker_getattr(&self, ino: Ino) -> OpResult<FileAttr> {
-        let time = self.table().get(ROOT).ok_or(Errno::ENOENT)?.mtime;
+        let time = self.nodes.inode(ROOT, |i| i.mtime).ok_or(Errno::ENOENT)?;
         Ok(virtual_names::attr(ino, false, 0, time, self.uid, self.gid))
     }
 }

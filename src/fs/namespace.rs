@@ -4,7 +4,6 @@
 //! carries. (The extended attributes: `xattrs`.)
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use fuser::{Errno, FileAttr, OpenFlags, RenameFlags, TimeOrNow};
 
@@ -12,7 +11,7 @@ use super::attrs::Keep;
 use super::follow::Ours;
 use super::io::Opened;
 use super::passthrough::Register;
-use super::staging::lifecycle::Removal;
+use super::staging::lifecycle::{Moved, Removal};
 use super::table::{Ino, InodeKind};
 use super::virtual_dirs::{is_virtual, is_virtual_name};
 use super::{Fs, OpResult};
@@ -69,15 +68,9 @@ impl<B: Backend> Fs<B> {
         let path = new_entry(&dir, name)?;
         let _ours = Ours::sending_to(self, Vec::new(), vec![path.clone()]);
         let node = self.backend.create_folder(&path).await?;
-        let mut t = self.table();
-        let (ino, _) = t.upsert(&path, &node);
-        let i = t.get_mut(ino).expect("just inserted");
-        i.set_listing(Default::default());
-        i.lookups += 1;
-        t.touch(ino);
-        t.link_into_parent(ino);
-        t.entries_changed(parent);
-        t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT.into())
+        Ok(self
+            .nodes
+            .folder_made(parent, &path, &node, self.uid, self.gid)?)
     }
 
     /// `perm`: the permission bits a new file is created with (kept like a chmod's).
@@ -96,23 +89,12 @@ impl<B: Backend> Fs<B> {
         let ino = match existing {
             Some(_) if flags & libc::O_EXCL != 0 => return Err(Errno::EEXIST.into()),
             Some(ino) => {
-                if self.table().get(ino).map(|i| i.kind) == Some(InodeKind::Dir) {
+                if self.nodes.kind(ino) == Some(InodeKind::Dir) {
                     return Err(Errno::EISDIR.into());
                 }
                 ino
             }
-            None => {
-                let path = new_entry(&dir, name)?;
-                let mut t = self.table();
-                let ino = t.ensure(&path, InodeKind::File);
-                t.touch(ino);
-                if let Some(i) = t.get_mut(ino) {
-                    i.unlinked = false;
-                    i.perm = Some(perm);
-                }
-                t.claim_vacated(ino);
-                ino
-            }
+            None => self.nodes.file_made(&new_entry(&dir, name)?, perm),
         };
         let afresh = existing.is_none() || flags & libc::O_TRUNC != 0;
         let staged = self.stage(ino, afresh).await?;
@@ -120,25 +102,10 @@ impl<B: Backend> Fs<B> {
             // A new file is a change even with no bytes written: it must be created remotely.
             staged.mark_changed();
         }
-        let fh = self.handles.next_fh.fetch_add(1, Ordering::SeqCst);
-        let opened = {
-            let mut t = self.table();
-            t.link_into_parent(ino);
-            if existing.is_none() {
-                t.entries_changed(parent);
-            }
-            match t.get_mut(ino) {
-                Some(i) => {
-                    let o = self.kernel_writer(i, &staged, fh, OpenFlags(flags), afresh, register);
-                    if o.is_ok() {
-                        i.lookups += 1;
-                        i.open_handles += 1;
-                    }
-                    o.and_then(|b| Ok((t.attr(ino, self.uid, self.gid).ok_or(Errno::ENOENT)?, b)))
-                }
-                None => Err(Errno::ENOENT.into()),
-            }
-        };
+        let fh = self.handles.next_fh();
+        let new = existing.is_none();
+        let open = (fh, OpenFlags(flags), afresh);
+        let opened = self.created_open(ino, (parent, new), &staged, open, register);
         let (attr, backing) = match opened {
             Ok(o) => o,
             Err(e) => {
@@ -162,54 +129,18 @@ impl<B: Backend> Fs<B> {
         if let Err(e) = Self::outside_previews(parent, name).and_then(|()| self.writable()) {
             return Some(Err(e));
         }
-        let path = {
-            let t = self.table();
-            if self.fresh_listing(&t, parent)?.contains_key(name) {
-                return None;
-            }
-            new_entry(&t.get(parent)?.path, name).ok()?
-        };
+        let path = new_entry(&self.nodes.free_name_in(parent, name)?, name).ok()?;
         let staged = match self.journal.create(&path, None, crate::api::Base::Absent) {
             Ok(s) => Arc::new(s),
             Err(e) => return Some(Err(e.into())),
         };
         // A new file is a change even with no bytes written: it must be created remotely.
         staged.mark_changed();
-        let mut t = self.table();
-        let taken = self
-            .fresh_listing(&t, parent)
-            .is_none_or(|n| n.contains_key(name))
-            || t.ino_of(&path)
-                .and_then(|i| t.get(i))
-                .is_some_and(|i| i.staged.is_some() || i.kind == InodeKind::Dir);
-        if taken {
-            // Made or listed meanwhile: the slow path sorts it out.
-            drop(t);
-            self.discard(&staged);
-            return None;
-        }
-        let ino = t.ensure(&path, InodeKind::File);
-        t.touch(ino);
-        t.claim_vacated(ino);
-        if !Self::attach(&mut t, ino, &staged) {
-            drop(t);
-            self.discard(&staged);
-            return None;
-        }
-        t.link_into_parent(ino);
-        t.entries_changed(parent);
-        let fh = self.handles.next_fh.fetch_add(1, Ordering::SeqCst);
-        let i = t.get_mut(ino)?;
-        i.unlinked = false;
-        i.perm = Some(perm);
-        // A fresh inode: nothing else has it open, no registration can conflict.
-        let backing = self
-            .kernel_writer(i, &staged, fh, OpenFlags(flags), true, register)
-            .unwrap_or(None);
-        i.lookups += 1;
-        i.open_handles += 1;
-        let attr = t.attr(ino, self.uid, self.gid)?;
-        drop(t);
+        let Some((ino, fh, attr, backing)) =
+            self.created_here((parent, name), &path, &staged, (perm, flags), register)
+        else {
+            return None; // made or listed meanwhile: the slow path sorts it out
+        };
         Some(Ok((attr, self.writer_handle(ino, fh, staged, backing))))
     }
 
@@ -244,7 +175,7 @@ impl<B: Backend> Fs<B> {
         if is_virtual(ino) {
             return Err(Errno::EROFS.into());
         }
-        if self.table().get(ino).is_some_and(|i| i.gone_elsewhere) {
+        if self.nodes.inode(ino, |i| i.gone_elsewhere).unwrap_or(false) {
             return Err(Errno::ESTALE.into());
         }
         if uid.is_some_and(|u| u != self.uid) || gid.is_some_and(|g| g != self.gid) {
@@ -275,11 +206,9 @@ impl<B: Backend> Fs<B> {
         Self::outside_previews(parent, name)?;
         self.writable()?;
         let ino = self.child(parent, name).await?.ok_or(Errno::ENOENT)?;
-        let (path, kind, io) = {
-            let t = self.table();
-            let i = t.get(ino).ok_or(Errno::ENOENT)?;
-            (i.path.clone(), i.kind, i.io.clone())
-        };
+        let (path, kind, io) = (self.nodes)
+            .inode(ino, |i| (i.path.clone(), i.kind, i.io.clone()))
+            .ok_or(Errno::ENOENT)?;
         match (kind, dir) {
             (InodeKind::Dir, false) => return Err(Errno::EISDIR.into()),
             (InodeKind::File, true) => return Err(Errno::ENOTDIR.into()),
@@ -288,9 +217,11 @@ impl<B: Backend> Fs<B> {
         if dir {
             self.refresh_listing(ino, &path).await?;
             let empty = self
-                .table()
-                .get(ino)
-                .is_none_or(|i| !i.hidden_preview && i.listing().is_none_or(|(_, n)| n.is_empty()));
+                .nodes
+                .inode(ino, |i| {
+                    !i.hidden_preview && i.listing().is_none_or(|(_, n)| n.is_empty())
+                })
+                .unwrap_or(true);
             if !empty {
                 return Err(Errno::ENOTEMPTY.into());
             }
@@ -300,11 +231,9 @@ impl<B: Backend> Fs<B> {
         let uploading = crate::sync::relock(&self.uploads.uploading).contains(&ino);
         let removing = Removal::start(self, ino);
         let _io = io.lock().await;
-        let remote = {
-            let t = self.table();
-            t.get(ino)
-                .is_some_and(|i| i.kind == InodeKind::Dir || i.remote.is_some())
-        };
+        let remote = (self.nodes)
+            .inode(ino, |i| i.kind == InodeKind::Dir || i.remote.is_some())
+            .unwrap_or(false);
         if !remote && uploading && kind == InodeKind::File && self.backend.puts_whole() {
             // A new file's upload in one request (`Backend::put_whole`) that stopped may have
             // made the file on the store without its bytes: it goes while still empty. (The
@@ -336,30 +265,14 @@ impl<B: Backend> Fs<B> {
             kept = self.delete_unless_changed(&path, &base).await?;
             if let (false, Some(id)) = (kept, known_id) {
                 // A new file made under the name moments from now continues it (`history`).
-                self.table().vacate_deleted(path.clone(), id);
+                self.nodes.vacate_deleted(path.clone(), id);
             }
         }
         if !dir {
             // A new file removed before it continued a renamed one: that one goes too.
             self.drop_claim(ino).await;
         }
-        let mut t = self.table();
-        if let Some(r) = t.get(ino).and_then(|i| i.remote.as_ref()) {
-            self.reads.cache.invalidate(&r.id);
-        }
-        t.detach(ino);
-        // (A folder removed here was empty.)
-        self.thumbnails_gone(ino, &path, false);
-        removing.done();
-        self.removed(&mut t, ino);
-        t.entries_changed(parent);
-        if kept {
-            // Fetched again at its next use (no change on the store tells a follower).
-            if let Some(past) = self.nodes.freshness.expired() {
-                t.expire_listing(parent, past);
-            }
-        }
-        drop(t);
+        self.unlinked(ino, (parent, &path), removing, kept);
         if dir {
             self.pins_moved(&path, None);
         }
@@ -399,12 +312,13 @@ impl<B: Backend> Fs<B> {
         let Some(local) = self.backend.local() else {
             return;
         };
-        let staged = {
-            let t = self.table();
-            t.get(ino)
-                .filter(|i| i.remote.is_none() && !i.unlinked)
-                .and_then(|i| i.staged.clone())
-        };
+        let staged = (self.nodes)
+            .inode(ino, |i| {
+                i.staged
+                    .clone()
+                    .filter(|_| i.remote.is_none() && !i.unlinked)
+            })
+            .flatten();
         // (Its writer too may not have left yet: the kernel sends RELEASE after close(2)
         // returns, and `touch f; mv f g` renames before it comes.)
         let Some(staged) = staged.filter(|s| s.is_dirty()) else {
@@ -437,11 +351,9 @@ impl<B: Backend> Fs<B> {
         let dst_dir = self.dir_path(newparent)?;
         let dst = new_entry(&dst_dir, newname)?;
         let target = self.child(newparent, newname).await?;
-        let (src, kind, io) = {
-            let t = self.table();
-            let i = t.get(ino).ok_or(Errno::ENOENT)?;
-            (i.path.clone(), i.kind, i.io.clone())
-        };
+        let (src, kind, io) = (self.nodes)
+            .inode(ino, |i| (i.path.clone(), i.kind, i.io.clone()))
+            .ok_or(Errno::ENOENT)?;
         if src == dst {
             return Ok(());
         }
@@ -452,7 +364,7 @@ impl<B: Backend> Fs<B> {
             if flags.bits() & RENAME_NOREPLACE != 0 {
                 return Err(Errno::EEXIST.into());
             }
-            let tkind = self.table().get(tino).map(|i| i.kind);
+            let tkind = self.nodes.kind(tino);
             match (kind, tkind) {
                 (InodeKind::File, Some(InodeKind::Dir)) => return Err(Errno::EISDIR.into()),
                 (InodeKind::Dir, Some(InodeKind::File)) => return Err(Errno::ENOTDIR.into()),
@@ -460,10 +372,9 @@ impl<B: Backend> Fs<B> {
                     let tpath = dst.clone();
                     self.refresh_listing(tino, &tpath).await?;
                     let empty = self
-                        .table()
-                        .get(tino)
-                        .and_then(|i| i.listing())
-                        .is_none_or(|(_, n)| n.is_empty());
+                        .nodes
+                        .inode(tino, |i| i.listing().is_none_or(|(_, n)| n.is_empty()))
+                        .unwrap_or(true);
                     if !empty {
                         return Err(Errno::ENOTEMPTY.into());
                     }
@@ -478,26 +389,22 @@ impl<B: Backend> Fs<B> {
         // was moved there: hold both files' locks (in inode order, so two renames cannot wait on
         // each other). After the lock, an upload that was running may have created the source
         // remotely.
-        let target_io = target.and_then(|t| self.table().get(t).map(|i| (t, i.io.clone())));
+        let target_io = target.and_then(|t| self.nodes.inode(t, |i| (t, i.io.clone())));
         let _locked = super::lock_io_in_order((ino, io.clone()), target_io).await;
         let remote = self
-            .table()
-            .get(ino)
-            .is_some_and(|i| i.kind == InodeKind::Dir || i.remote.is_some());
+            .nodes
+            .inode(ino, |i| i.kind == InodeKind::Dir || i.remote.is_some())
+            .unwrap_or(false);
         let inos = [Some(ino), target].into_iter().flatten().collect();
         let _ours = Ours::sending_to(self, inos, vec![dst.clone()]);
         // A stored file put over one changed elsewhere since this mount knew it: it goes to a
         // conflict copy instead, and the name keeps the store's version (`conflict`).
         let known = match target {
-            Some(tino) => {
-                let t = self.table();
-                t.get(tino).and_then(|i| {
-                    (i.kind == InodeKind::File).then(|| match &i.staged {
-                        Some(s) => s.base(),
-                        None => i.base(),
-                    })
+            Some(tino) => (self.nodes)
+                .inode(tino, |i| {
+                    (i.kind == InodeKind::File).then(|| i.known_base_here())
                 })
-            }
+                .flatten(),
             // A name this mount knows no file at: one another writer put there is not
             // replaced either.
             None if kind == InodeKind::File => Some(crate::api::Base::Absent),
@@ -509,13 +416,7 @@ impl<B: Backend> Fs<B> {
         };
         if let Some(copy) = copy {
             self.backend.rename(&src, &copy, false).await?;
-            let mut t = self.table();
-            t.rename(ino, &copy);
-            t.give_back(&dst);
-            self.renamed(&t, &copy);
-            t.entries_changed(parent);
-            t.entries_changed(newparent);
-            drop(t);
+            self.renamed_to_copy(ino, &copy, &dst, [parent, newparent]);
             // The kernel moves its entry to `dst` when this returns: dropped again after that.
             if let Some(n) = self.notifier.get().cloned() {
                 let name = newname.to_string();
@@ -531,9 +432,7 @@ impl<B: Backend> Fs<B> {
                 // Gone meanwhile, maybe (the feed's word of it waits for this answer:
                 // `follow::gone`): both folders are listed again.
                 if e.kind == crate::api::ErrorKind::NotFound {
-                    let mut t = self.table();
-                    t.expire_listing(parent, past);
-                    t.expire_listing(newparent, past);
+                    self.nodes.expire_listings(&[parent, newparent], past);
                 }
             }
             Some(node?)
@@ -542,68 +441,15 @@ impl<B: Backend> Fs<B> {
         };
         // A file that exists only here takes the name; a remote file under that name gets its
         // bytes as a new version when the upload runs. Nothing else of the target stays.
-        let mut t = self.table();
-        if let Some(tino) = target {
-            // The replaced file's bytes are gone (or about to be superseded): free their cache.
-            if let Some(r) = t.get(tino).and_then(|i| i.remote.as_ref()) {
-                self.reads.cache.invalidate(&r.id);
-            }
-            // What the bytes put here replace is what this mount knew of the target (its
-            // own base while it had edits staged): a target changed elsewhere meanwhile makes
-            // the upload a conflict (editors' save-by-rename).
-            let target_base = t.get(tino).map(|i| match &i.staged {
-                Some(s) => s.base(),
-                None => i.base(),
-            });
-            self.replaced(&mut t, tino);
-            // The replaced remote file's ID now belongs to the renamed one (same path).
-            if !remote {
-                let rid = t.get(tino).and_then(|i| i.remote.clone());
-                if let Some(i) = t.get_mut(ino) {
-                    i.remote = rid;
-                }
-                if let Some(b) = target_base {
-                    Self::replaces(&t, ino, b);
-                }
-            }
-        }
-        t.rename(ino, &dst);
-        // A store that keeps the file it replaces (ours: `Store::transfer`) answers with that
-        // file, the moved bytes its new version: the file here is that one now.
-        let kept = moved.filter(|n| {
-            kind == InodeKind::File && target.is_some() && {
-                let id = t.get(ino).and_then(|i| i.remote.as_ref()).map(|r| &r.id);
-                n.file_id().as_ref() != id
-            }
-        });
-        if let Some(node) = kept {
-            let moved_md5 = t.get(ino).and_then(|i| i.remote.as_ref()?.md5.clone());
-            t.update_from(ino, &node);
-            // Bytes staged here replace what the name holds now: the version moved (their
-            // own base stays), or, the moved file having none, the file that was there.
-            let now = node.md5_checksum.filter(|m| Some(m) != moved_md5.as_ref());
-            if let Some(md5) = now {
-                Self::replaces(&t, ino, crate::api::Base::Md5(md5));
-            }
-        }
-        if kind == InodeKind::File && !remote && target.is_none() {
-            // A new file, not stored yet, renamed into a name a stored file left moments
-            // before (Word's save: its new copy takes the name of the original, renamed
-            // away): it continues that file (`history`).
-            t.claim_vacated(ino);
-        }
-        if kind == InodeKind::File && remote && dst.name().is_some_and(super::history::backup_name)
-        {
-            // Renamed to a backup's name: the name it left may be taken by a new file that
-            // continues it (`history`).
-            if let Some(id) = t.get(ino).and_then(|i| Some(i.remote.as_ref()?.id.clone())) {
-                t.vacate(src.clone(), ino, id);
-            }
-        }
-        self.renamed(&t, &dst);
-        t.entries_changed(parent);
-        t.entries_changed(newparent);
-        drop(t);
+        let moved = Moved {
+            ino,
+            kind,
+            stored: remote,
+            target,
+            node: moved,
+            parents: [parent, newparent],
+        };
+        self.renamed_here(moved, &src, &dst);
         if kind == InodeKind::Dir {
             self.pins_moved(&src, Some(&dst));
         }

@@ -24,7 +24,6 @@ use std::time::{Duration, SystemTime};
 
 use super::Fs;
 use super::staging::{Next, Retry};
-use super::table::{InodeKind, ROOT};
 use crate::api::{Error, Node, NodePath};
 use crate::backend::Backend;
 use crate::sync::relock;
@@ -263,38 +262,8 @@ impl<B: Backend> Fs<B> {
     /// Loads the snapshot's listings under the mount root into the table (the mount starts
     /// offline). Listings are loaded as fetched now; they are fetched again once they age.
     pub(super) fn restore_snapshot(&self) {
-        let mut t = self.table();
-        let mut dirs = 0;
-        // From the root down, through the folders each listing names (parents before
-        // children); a folder never listed has no file.
-        let mut next = vec![(self.opts.root.clone(), ROOT)];
-        while let Some((path, dir)) = next.pop() {
-            let Some(node) = read_folder(&self.offline.dir, &path.uri()) else {
-                continue;
-            };
-            let node = &node;
-            if dir != ROOT {
-                t.update_from(dir, node);
-            }
-            let mut names = BTreeMap::new();
-            for child in node.children.iter().flatten() {
-                if child.name == super::virtual_names::PREVIEW {
-                    continue;
-                }
-                if let Ok(cpath) = path.child(&child.name) {
-                    let ino = t.upsert(&cpath, child).0;
-                    if !child.node_type.is_file() {
-                        next.push((cpath, ino));
-                    }
-                    names.insert(child.name.clone(), ino);
-                }
-            }
-            if let Some(i) = t.get_mut(dir).filter(|i| i.kind == InodeKind::Dir) {
-                i.set_listing(names);
-                dirs += 1;
-            }
-        }
-        drop(t);
+        let dir = &self.offline.dir;
+        let dirs = (self.nodes).restore(&self.opts.root, |p| read_folder(dir, &p.uri()));
         self.offline.note_unreachable(UNTIL_PROBED);
         log::warn!(
             "started offline from the tree kept in {} ({dirs} folder(s))",
@@ -308,7 +277,7 @@ pub(super) fn save<B: Backend>(fs: &Fs<B>) {
     // The built-in store is never out of reach: no snapshot to keep (listing a changed folder
     // again every `SAVE_EVERY` made a large `rm -rf` cost the square of the folder's size).
     let keep = fs.backend.local().is_none();
-    for (folder, children) in fs.table().listings_changed_here(keep) {
+    for (folder, children) in fs.nodes.listings_changed_here(keep) {
         fs.offline.record_here(folder, children);
     }
     if let Err(e) = fs.offline.save() {

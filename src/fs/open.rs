@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use fuser::{Errno, FopenFlags, OpenAccMode, OpenFlags};
 
 use super::io::Opened;
+use super::nodes::MovedOff;
 use super::passthrough::{self, Register};
 use super::staging::Staged;
 use super::table::{Backing, Ino, InodeKind, Remote};
@@ -23,7 +24,7 @@ use crate::sync::relock;
 pub(super) struct Handles {
     /// Open files and directories, by handle.
     open: std::sync::Mutex<std::collections::HashMap<u64, Handle>>,
-    pub(super) next_fh: std::sync::atomic::AtomicU64,
+    next_fh: std::sync::atomic::AtomicU64,
     /// Handles the kernel opened to run the file (exec), by handle: see [`FMODE_EXEC`].
     running: std::sync::Mutex<std::collections::HashMap<u64, Ino>>,
 }
@@ -41,9 +42,14 @@ impl Handles {
         relock(&self.open)
     }
 
+    /// The number of a new handle (never one given before).
+    pub(super) fn next_fh(&self) -> u64 {
+        self.next_fh.fetch_add(1, Ordering::SeqCst)
+    }
+
     /// A new handle, `h`.
     pub(super) fn insert(&self, h: Handle) -> u64 {
-        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
+        let fh = self.next_fh();
         self.lock().insert(fh, h);
         fh
     }
@@ -110,15 +116,7 @@ impl<B: Backend> Fs<B> {
                 backing: None,
             });
         }
-        let (kind, remote, staged) = {
-            let t = self.table();
-            let i = t.get(ino).ok_or(Errno::ENOENT)?;
-            if i.gone_elsewhere {
-                log::debug!("{}: open of inode {ino}, gone elsewhere: ESTALE", i.path);
-                return Err(Errno::ESTALE.into());
-            }
-            (i.kind, i.remote.clone(), i.staged.is_some())
-        };
+        let (kind, remote, staged) = self.nodes.opened(ino).ok_or(Errno::ENOENT)??;
         if kind == InodeKind::Dir {
             return Err(Errno::EISDIR.into());
         }
@@ -160,14 +158,9 @@ impl<B: Backend> Fs<B> {
             return None;
         }
         super::prefetch::opened(self, ino);
-        let (kind, remote, staged) = {
-            let t = self.table();
-            let i = t.get(ino)?;
-            if i.gone_elsewhere {
-                log::debug!("{}: open of inode {ino}, gone elsewhere: ESTALE", i.path);
-                return Some(Err(Errno::ESTALE.into()));
-            }
-            (i.kind, i.remote.clone(), i.staged.is_some())
+        let (kind, remote, staged) = match self.nodes.opened(ino)? {
+            Ok(found) => found,
+            Err(e) => return Some(Err(e.into())),
         };
         if kind == InodeKind::Dir {
             return Some(Err(Errno::EISDIR.into()));
@@ -204,37 +197,30 @@ impl<B: Backend> Fs<B> {
         let truncate = truncates(flags);
         // No passthrough open may start while the copy is staged: counted as coming.
         let keep = loop {
-            {
-                let mut t = self.table();
-                let i = t.get_mut(ino).ok_or(Errno::ENOENT)?;
-                if i.pt.is_none() || shares_staged(i) {
+            let plain = self.nodes.inode_mut(ino, |i| {
+                let plain = i.pt.is_none() || shares_staged(i);
+                if plain {
                     i.plain_pending += 1;
-                    break keep_cache(i);
                 }
+                plain.then(|| keep_cache(i))
+            });
+            if let Some(keep) = plain.ok_or(Errno::ENOENT)? {
+                break keep;
             }
             self.move_off(ino).await?;
         };
         let staged = self.stage(ino, truncate).await;
-        let fh = self.handles.next_fh.fetch_add(1, Ordering::SeqCst);
-        let backing = {
-            let mut t = self.table();
-            match t.get_mut(ino) {
-                Some(i) => {
-                    i.plain_pending -= 1;
-                    match &staged {
-                        Ok(s) => {
-                            let b = self.kernel_writer(i, s, fh, flags, truncate, register);
-                            if b.is_ok() {
-                                i.open_handles += 1;
-                            }
-                            Some(b)
-                        }
-                        Err(_) => None,
-                    }
-                }
-                None => None,
+        let fh = self.handles.next_fh();
+        let backing = self.nodes.inode_mut(ino, |i| {
+            i.plain_pending -= 1;
+            let s = staged.as_ref().ok()?;
+            let b = self.kernel_writer(i, s, fh, flags, truncate, register);
+            if b.is_ok() {
+                i.open_handles += 1;
             }
-        };
+            Some(b)
+        });
+        let backing = backing.flatten();
         let staged = staged?;
         let backing = match backing {
             Some(Ok(b)) => b,
@@ -357,10 +343,8 @@ impl<B: Backend> Fs<B> {
     ) -> OpResult<Option<Opened>> {
         // Read-only: nothing to flush at close.
         let noflush = FopenFlags::FOPEN_NOFLUSH;
-        let fh = self.handles.next_fh.fetch_add(1, Ordering::SeqCst);
-        let backing = {
-            let mut t = self.table();
-            let i = t.get_mut(ino).ok_or(Errno::ENOENT)?;
+        let fh = self.handles.next_fh();
+        let backing = self.nodes.inode_mut(ino, |i| {
             if i.staged.is_none() {
                 // What a reader here saw: an editor's whole rewrite replaces this version.
                 i.read_md5 = i.remote.as_ref().and_then(|r| r.md5.clone());
@@ -374,10 +358,10 @@ impl<B: Backend> Fs<B> {
                     None => current.as_deref() == Some(pt.key()) && passable(flags),
                 };
                 if !joins {
-                    return Ok(None);
+                    return None;
                 }
                 i.open_handles += 1;
-                Some(pt.join(fh))
+                Some(Some(pt.join(fh)))
             } else {
                 let plain_busy = i.plain_pending > 0 || i.open_handles > 0 || i.staged.is_some();
                 let registered = match source.take() {
@@ -389,15 +373,16 @@ impl<B: Backend> Fs<B> {
                     _ => None,
                 };
                 i.open_handles += 1;
-                match registered {
-                    Some(shared) => {
-                        let id = shared.id();
-                        i.pt = Some(shared);
-                        Some(id)
-                    }
-                    None => None,
-                }
+                Some(registered.map(|shared| {
+                    let id = shared.id();
+                    i.pt = Some(shared);
+                    id
+                }))
             }
+        });
+        // Passthrough opens of another version hold it.
+        let Some(backing) = backing.ok_or(Errno::ENOENT)? else {
+            return Ok(None);
         };
         self.handles().insert(
             fh,
@@ -416,7 +401,7 @@ impl<B: Backend> Fs<B> {
         }
         // The plain way: the kernel may keep its cached pages when the content is what it
         // last saw through the daemon.
-        let keep = self.table().get_mut(ino).is_some_and(keep_cache);
+        let keep = self.nodes.inode_mut(ino, keep_cache).unwrap_or(false);
         let flags = if keep {
             noflush | FopenFlags::FOPEN_KEEP_CACHE
         } else {
@@ -433,24 +418,16 @@ impl<B: Backend> Fs<B> {
     /// its name moves to a new inode and the open gets ESTALE, so the kernel opens that one.
     /// `Ok`: they closed meanwhile, try again.
     async fn move_off(self: &Arc<Self>, ino: Ino) -> OpResult<()> {
-        let io = self.table().get(ino).map(|i| i.io.clone());
+        let io = self.nodes.io(ino);
         // Not while an upload or a namespace change of the node runs.
         let _io = match io {
             Some(io) => io.lock_owned().await,
             None => return Err(Errno::ENOENT.into()),
         };
-        let moved = {
-            let mut t = self.table();
-            if t.get(ino).is_some_and(|i| i.pt.is_none()) {
-                return Ok(());
-            }
-            let path = t.get(ino).map(|i| i.path.clone());
-            let parent = path
-                .as_ref()
-                .and_then(|p| p.parent())
-                .and_then(|p| t.ino_of(&p));
-            let new = t.reissue(ino);
-            new.zip(parent).zip(path)
+        let moved = match self.nodes.move_off_passthrough(ino) {
+            MovedOff::Free => return Ok(()),
+            MovedOff::Moved(new, parent, path) => Some(((new, parent), path)),
+            MovedOff::Stays => None,
         };
         if let Some(((new, parent), path)) = moved {
             log::debug!(
@@ -467,9 +444,9 @@ impl<B: Backend> Fs<B> {
     /// Whether passthrough opens of a stored version hold `ino` (a truncate by name must move
     /// it first; one of a staged file the kernel writes cuts that file).
     pub(super) fn held_by_passthrough(&self, ino: Ino) -> bool {
-        self.table()
-            .get(ino)
-            .is_some_and(|i| i.pt.is_some() && !shares_staged(i))
+        self.nodes
+            .inode(ino, |i| i.pt.is_some() && !shares_staged(i))
+            .unwrap_or(false)
     }
 
     /// SETATTR of a size on an inode held by passthrough opens: the name moves (ESTALE, and

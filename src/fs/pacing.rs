@@ -222,24 +222,19 @@ pub async fn create_ahead<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
     if fs.backend.puts_whole() {
         return Ok(());
     }
-    let Some(io) = fs.table().get(ino).map(|i| i.io.clone()) else {
+    let Some(io) = fs.nodes.io(ino) else {
         return Ok(());
     };
     // Not while the file is renamed or removed: its name is what is created.
     let _io = io.lock().await;
-    let path = {
-        let t = fs.table();
-        let Some(i) = t.get(ino) else { return Ok(()) };
-        // An empty file is left to `upload_once` whole: a new file's node already says "no
-        // bytes", and that would pass for its version being stored.
-        let dirty = i
-            .staged
-            .as_ref()
-            .is_some_and(|s| s.is_dirty() && s.size() > 0);
-        if i.remote.is_some() || i.unlinked || !dirty {
-            return Ok(());
-        }
-        i.path.clone()
+    // An empty file is left to `upload_once` whole: a new file's node already says "no
+    // bytes", and that would pass for its version being stored.
+    let path = fs.nodes.inode(ino, |i| {
+        let dirty = (i.staged.as_ref()).is_some_and(|s| s.is_dirty() && s.size() > 0);
+        (i.remote.is_none() && !i.unlinked && dirty).then(|| i.path.clone())
+    });
+    let Some(path) = path.flatten() else {
+        return Ok(());
     };
     let (Some(folder), Some(name)) = (path.parent(), path.name()) else {
         return Ok(());
@@ -248,7 +243,7 @@ pub async fn create_ahead<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
     if file.file_id().is_none() {
         return Err(Error::internal("create_file returned no file ID"));
     }
-    fs.table().update_from(ino, &file);
+    fs.nodes.update_from(ino, &file);
     Ok(())
 }
 

@@ -463,14 +463,12 @@ async fn walk<B: Backend>(fs: &Arc<Fs<B>>, pin: &NodePath) -> Found {
     let mut queue = vec![ino];
     let mut unlisted = 0;
     while let Some(ino) = queue.pop() {
-        let kind = fs.table().get(ino).map(|i| i.kind);
+        let kind = fs.nodes.kind(ino);
         if kind == Some(InodeKind::Dir) && !listable(fs, ino).await {
             unlisted += 1;
             continue;
         }
-        let t = fs.table();
-        let Some(i) = t.get(ino) else { continue };
-        match i.kind {
+        fs.nodes.inode(ino, |i| match i.kind {
             InodeKind::File if i.staged.is_some() => found.local += 1,
             InodeKind::File => {
                 if let Some(r) = &i.remote {
@@ -482,7 +480,7 @@ async fn walk<B: Backend>(fs: &Arc<Fs<B>>, pin: &NodePath) -> Found {
                     queue.extend(names.values());
                 }
             }
-        }
+        });
     }
     if unlisted > 0 {
         found.problem = Some(format!(
@@ -496,14 +494,9 @@ async fn walk<B: Backend>(fs: &Arc<Fs<B>>, pin: &NodePath) -> Found {
 /// that the offline snapshot records it as it is now (with the mount's own changes, which a
 /// followed change feed never makes it fetch again); offline, the one the mount has.
 async fn listable<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> bool {
-    let (have, path) = {
-        let t = fs.table();
-        let i = t.get(ino);
-        (
-            i.is_some_and(|i| i.listing().is_some()),
-            i.map(|i| i.path.clone()),
-        )
-    };
+    let (have, path) = (fs.nodes)
+        .inode(ino, |i| (i.listing().is_some(), Some(i.path.clone())))
+        .unwrap_or_default();
     let Some(path) = path.filter(|_| !fs.offline.now()) else {
         return have;
     };

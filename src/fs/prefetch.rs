@@ -15,7 +15,7 @@ use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::{Arc, Mutex};
 
 use super::Fs;
-use super::table::{Ino, InodeKind};
+use super::table::{Ino, InodeKind, Table};
 use crate::backend::Backend;
 use crate::sync::relock;
 
@@ -95,7 +95,11 @@ pub fn opened<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
 /// The folder of `ino`, its name, and the files after it in the folder's listing that are
 /// fetched ahead (within the bounds), from the listing the mount holds.
 fn next_files<B: Backend>(fs: &Fs<B>, ino: Ino) -> Option<(Ino, String, Vec<Next>)> {
-    let t = fs.table();
+    fs.nodes.read(|t| next_files_in(t, ino))
+}
+
+/// `next_files` from the table `t`.
+fn next_files_in(t: &Table, ino: Ino) -> Option<(Ino, String, Vec<Next>)> {
     let path = t.get(ino)?.path.clone();
     let name = path.name()?.to_string();
     let dir = t.ino_of(&path.parent()?)?;
@@ -124,12 +128,9 @@ fn next_files<B: Backend>(fs: &Fs<B>, ino: Ino) -> Option<(Ino, String, Vec<Next
 
 /// How many names of `dir`'s listing lie between `from` and `to` (`None`: no listing).
 fn passed_over<B: Backend>(fs: &Fs<B>, dir: Ino, from: &str, to: &str) -> Option<usize> {
-    let t = fs.table();
-    let (_, names) = t.get(dir)?.listing()?;
-    Some(
-        names
-            .range::<str, _>((Excluded(from), Excluded(to)))
-            .take(SKIP + 1)
-            .count(),
-    )
+    fs.nodes.inode(dir, |d| {
+        let (_, names) = d.listing()?;
+        let between = names.range::<str, _>((Excluded(from), Excluded(to)));
+        Some(between.take(SKIP + 1).count())
+    })?
 }

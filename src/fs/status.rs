@@ -285,8 +285,7 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
     let mut uploads: Vec<Upload> = running.values().cloned().collect();
     uploads.sort_by(|a, b| a.path.cmp(&b.path));
     let mut waiting = Vec::new();
-    {
-        let t = fs.table();
+    fs.nodes.read(|t| {
         for ino in t.staged_inos() {
             if running.contains_key(&ino) {
                 continue;
@@ -305,7 +304,7 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
                 elapsed: 0.0,
             });
         }
-    }
+    });
     waiting.sort_by(|a, b| a.path.cmp(&b.path));
     uploads.extend(waiting);
     let (used_bytes, max_bytes, files, pinned_bytes) = fs.reads.cache.usage();

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use fuser::FileAttr;
+use fuser::{Errno, FileAttr};
 
 use super::staging::Staged;
 use crate::api::{Node, NodePath};
@@ -15,12 +15,16 @@ pub type Ino = u64;
 pub const ROOT: Ino = 1;
 
 mod backing;
+mod feed;
 mod inode;
 mod kept;
+mod merge;
 mod vacated;
 pub use backing::Backing;
+pub use feed::{Effects, Kernel, Told};
 pub use inode::{Continues, Inode, InodeKind, Remote, kind_of};
 pub use kept::{Kept, KeptHere};
+pub use merge::Merged;
 
 pub struct Table {
     inodes: HashMap<Ino, Inode>,
@@ -190,6 +194,67 @@ impl Table {
     pub fn stored_version(&self, ino: Ino) -> Option<(String, u64)> {
         let r = self.get(ino)?.remote.as_ref()?;
         Some((r.md5.clone()?, r.size))
+    }
+
+    /// ESTALE for a node the store no longer has (`Inode::gone_elsewhere`) that the kernel
+    /// still names (the follower's removal of its entry on its way): the kernel then looks the
+    /// whole path up again (lookups, creates, renames and removals retry once so), and finds
+    /// what the store has there now, a folder made again (`rm -rf d; mkdir d` elsewhere) rather
+    /// than ENOENT from the old one (fstests generic/732: `cat d/f` through the old `d` failed).
+    pub fn not_stale(&self, ino: Ino) -> Result<(), Errno> {
+        match self.get(ino) {
+            Some(i) if i.gone_elsewhere => Err(Errno::ESTALE),
+            _ => Ok(()),
+        }
+    }
+
+    /// The path and kind of `ino` while it has a name (see `not_stale`).
+    pub fn named(&self, ino: Ino) -> Result<(NodePath, InodeKind), Errno> {
+        self.not_stale(ino)?;
+        match self.get(ino) {
+            Some(i) if !i.unlinked => Ok((i.path.clone(), i.kind)),
+            _ => Err(Errno::ENOENT),
+        }
+    }
+
+    /// A reference to `ino` handed to the kernel (LOOKUP, CREATE, MKDIR...): its attributes.
+    pub fn looked_up(&mut self, ino: Ino, uid: u32, gid: u32) -> Result<FileAttr, Errno> {
+        self.get_mut(ino).ok_or(Errno::ENOENT)?.lookups += 1;
+        self.attr(ino, uid, gid).ok_or(Errno::ENOENT)
+    }
+
+    /// A folder `path` made here in `parent` (its `node` as the store answered): an empty
+    /// listing, a reference handed to the kernel, and its attributes.
+    pub fn folder_made(
+        &mut self,
+        parent: Ino,
+        path: &NodePath,
+        node: &Node,
+        uid: u32,
+        gid: u32,
+    ) -> Result<FileAttr, Errno> {
+        let (ino, _) = self.upsert(path, node);
+        let i = self.get_mut(ino).expect("just inserted");
+        i.set_listing(Default::default());
+        i.lookups += 1;
+        self.touch(ino);
+        self.link_into_parent(ino);
+        self.entries_changed(parent);
+        self.attr(ino, uid, gid).ok_or(Errno::ENOENT)
+    }
+
+    /// A file `path` created here, with permission bits `perm`: its inode, not yet in its
+    /// folder's listing (its staged copy is attached first). A new file under a name a stored
+    /// file left moments ago continues it (`vacated`).
+    pub fn file_made(&mut self, path: &NodePath, perm: u32) -> Ino {
+        let ino = self.ensure(path, InodeKind::File);
+        self.touch(ino);
+        if let Some(i) = self.get_mut(ino) {
+            i.unlinked = false;
+            i.perm = Some(perm);
+        }
+        self.claim_vacated(ino);
+        ino
     }
 
     pub fn get(&self, ino: Ino) -> Option<&Inode> {

@@ -675,7 +675,11 @@ async fn a_move_elsewhere_during_a_writers_open_refuses_the_open() {
         open.await.unwrap().err().map(|e| e.errno()),
         Some(Errno::ESTALE)
     );
-    assert!(h.fs.table().get(ino).is_none_or(|i| i.staged.is_none()));
+    assert!(
+        h.fs.nodes
+            .inode(ino, |i| i.staged.is_none())
+            .unwrap_or(true)
+    );
 }
 
 /// A file another client made (step 1) and had not stored a version of yet, when this mount

@@ -173,10 +173,14 @@ pub(super) fn start<B: Backend>(fs: &Arc<Fs<B>>, cache: PathBuf, mountpoint: Pat
 
 impl<B: Backend> Fs<B> {
     /// `folder` was listed: its stored files whose entries are missing or stale are queued.
-    pub(super) fn thumbnails_listed(&self, t: &Table, folder: Ino) {
-        if self.thumbnails.at.get().is_none() {
-            return;
+    pub(super) fn thumbnails_listed(&self, folder: Ino) {
+        if self.thumbnails.at.get().is_some() {
+            self.nodes.read(|t| self.listed_in(t, folder));
         }
+    }
+
+    /// `thumbnails_listed`, from the table `t`.
+    fn listed_in(&self, t: &Table, folder: Ino) {
         let Some(dir) = t.get(folder) else { return };
         let Some((fetched, names)) = dir.listing() else {
             return;
@@ -218,7 +222,12 @@ impl<B: Backend> Fs<B> {
     /// A version of `ino` was stored (by this mount, or elsewhere and its attributes fetched
     /// since): its entries follow, if it had some or its folder was listed (a file manager
     /// shows it).
-    pub(super) fn thumbnails_stored(&self, t: &Table, ino: Ino) {
+    pub(super) fn thumbnails_stored(&self, ino: Ino) {
+        self.nodes.read(|t| self.thumbnails_stored_in(t, ino));
+    }
+
+    /// `thumbnails_stored`, for a step that holds the table.
+    pub(super) fn thumbnails_stored_in(&self, t: &Table, ino: Ino) {
         if self.thumbnails.at.get().is_none() {
             return;
         }
@@ -306,13 +315,14 @@ impl<B: Backend> Fs<B> {
             let made = self.thumbnail(&job).await;
             // The state taken under the table: a delete done there ends before this looks,
             // or after `seen` has the file (and removes its entries then).
-            let t = self.table();
-            let mut s = relock(&th.state);
-            let gone = match t.get(job.ino) {
-                Some(i) => i.unlinked,
-                None => t.ino_of(&job.stamp.path).is_none(),
-            };
-            drop(t);
+            let (mut s, gone) = self.nodes.read(|t| {
+                let s = relock(&th.state);
+                let gone = match t.get(job.ino) {
+                    Some(i) => i.unlinked,
+                    None => t.ino_of(&job.stamp.path).is_none(),
+                };
+                (s, gone)
+            });
             if gone {
                 s.queued.remove(&job.ino);
                 s.gone.push(job.stamp);
@@ -373,9 +383,9 @@ impl<B: Backend> Fs<B> {
         }
         // Changed meanwhile: the next listing queues it with what it is now (gone: none).
         if !self
-            .table()
-            .get(job.ino)
-            .is_some_and(|i| !i.unlinked && job.stamp.holds_for(i))
+            .nodes
+            .inode(job.ino, |i| !i.unlinked && job.stamp.holds_for(i))
+            .unwrap_or(false)
         {
             return Ok(true);
         }
@@ -649,7 +659,7 @@ mod tests {
         h.names(ROOT).await;
         assert_eq!(walks(), 2, "a file made in it");
         let past = h.fs.nodes.freshness.expired().unwrap();
-        h.fs.table().expire_listing(ROOT, past);
+        h.fs.nodes.expire_listing(ROOT, past);
         eventually(
             Duration::from_secs(10),
             "its listing fetched again",

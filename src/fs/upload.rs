@@ -61,7 +61,7 @@ pub fn recover<B: Backend>(fs: &Arc<Fs<B>>) -> std::io::Result<()> {
         log::info!("resuming {} upload(s) from the journal", entries.len());
     }
     for (path, _file_id, staged) in entries {
-        let ino = Fs::<B>::recovered(&mut fs.table(), &path, staged);
+        let ino = fs.recovered(&path, staged);
         schedule(fs, ino);
     }
     Ok(())
@@ -101,9 +101,11 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
             }
             fs.uploads.storing.fetch_add(1, Ordering::SeqCst);
             let removal = fs
-                .table()
-                .get(ino)
-                .and_then(|i| Some((i.staged.as_ref()?.removal().clone(), i.io.clone())));
+                .nodes
+                .inode(ino, |i| {
+                    Some((i.staged.as_ref()?.removal().clone(), i.io.clone()))
+                })
+                .flatten();
             let r = match created {
                 Ok(()) => upload_once(fs, ino).await,
                 Err(e) => Err(e),
@@ -134,7 +136,7 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
             }
             fs.uploads
                 .tracker
-                .error(format!("upload of {}: {e}", path_of(fs, ino)));
+                .error(format!("upload of {}: {e}", fs.nodes.describe(ino)));
             match retry.failed(&e) {
                 Next::After(wait) => {
                     if e.kind == crate::api::ErrorKind::Network {
@@ -160,9 +162,9 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
         // Done unless a writer made it dirty again (and has closed it since).
         let mut up = relock(&fs.uploads.uploading);
         let again = fs
-            .table()
-            .get(ino)
-            .and_then(|i| i.staged.clone())
+            .nodes
+            .inode(ino, |i| i.staged.clone())
+            .flatten()
             .is_some_and(|s| s.waits_for_upload());
         if !again {
             up.remove(&ino);
@@ -171,42 +173,31 @@ async fn run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
     }
 }
 
-/// The path of `ino`, for messages.
-fn path_of<B: Backend>(fs: &Fs<B>, ino: Ino) -> String {
-    fs.table()
-        .get(ino)
-        .map_or_else(|| format!("inode {ino}"), |i| i.path.to_string())
-}
-
 /// One attempt: snapshot, hash, the three steps; on success the staged copy is stored
 /// (`Fs::stored`: retired if no change came in meanwhile).
 pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
     // (fsync comes here without `run`: a file saved by a rename takes its history back first.)
     fs.continue_document(ino).await;
-    let io = match fs.table().get(ino) {
-        Some(i) => i.io.clone(),
-        None => return Ok(()),
+    let Some(io) = fs.nodes.io(ino) else {
+        return Ok(());
     };
     let _io = io.lock().await;
-    let (path, remote_id, remote_md5, staged, perm) = {
-        let t = fs.table();
-        let Some(inode) = t.get(ino) else {
-            return Ok(());
-        };
-        let Some(staged) = inode.staged.clone() else {
-            return Ok(());
-        };
+    let due = fs.nodes.inode(ino, |inode| {
+        let staged = inode.staged.clone()?;
         if inode.unlinked || !staged.is_dirty() {
-            return Ok(());
+            return None;
         }
         let r = inode.remote.as_ref();
-        (
+        Some((
             inode.path.clone(),
             r.map(|r| r.id.clone()),
             r.and_then(|r| r.md5.clone()),
             staged,
             inode.perm,
-        )
+        ))
+    });
+    let Some((path, remote_id, remote_md5, staged, perm)) = due.flatten() else {
+        return Ok(());
     };
     let generation = staged.generation();
     // Read after the generation: attributes set later make another round.
@@ -297,7 +288,7 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
                 let id = file
                     .file_id()
                     .ok_or_else(|| Error::internal("create_file returned no file ID"))?;
-                fs.table().update_from(ino, &file);
+                fs.nodes.update_from(ino, &file);
                 id
             }
         };
@@ -335,18 +326,8 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
         }
     };
     log::info!("uploaded {path} ({size} bytes)");
-    let mut t = fs.table();
-    if let Some((node, id)) = node.as_ref().and_then(|n| Some((n, n.file_id()?))) {
-        super::attrs::answered(&mut t, &id, node, attrs);
-    }
-    if fs.stored(&mut t, ino, &staged, generation, node.as_ref()) {
-        drop(t);
+    if fs.upload_answered(ino, &staged, generation, node.as_ref(), Some(attrs)) {
         fs.journal.finish(&staged);
-    } else if let Some(i) = t.get(ino) {
-        // Still staged (written again meanwhile): its entry names the new base.
-        let _ = fs
-            .journal
-            .record(&staged, &i.path, i.remote.as_ref().map(|r| r.id.clone()));
     }
     Ok(())
 }

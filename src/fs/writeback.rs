@@ -94,7 +94,7 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
     }
     let mut held = Vec::new();
     for (ino, fsync) in batch {
-        let Some(io) = fs.table().get(ino).map(|i| i.io.clone()) else {
+        let Some(io) = fs.nodes.io(ino) else {
             finished(fs, ino, true);
             continue;
         };
@@ -173,24 +173,10 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
             Ok(node) => {
                 fs.uploads.writeback.queue().failures.remove(&item.ino);
                 log::debug!("stored inode {} ({} bytes)", item.ino, item.size);
-                let mut t = fs.table();
-                if fs.stored(&mut t, item.ino, &item.staged, item.generation, Some(&node)) {
+                let (staged, generation) = (&item.staged, item.generation);
+                if fs.upload_answered(item.ino, staged, generation, Some(&node), None) {
                     retired.push(item.staged.clone());
-                } else if let Some(i) = t.get(item.ino).filter(|i| {
-                    i.staged
-                        .as_ref()
-                        .is_some_and(|s| Arc::ptr_eq(s, &item.staged))
-                }) {
-                    // Still staged (written again meanwhile): its entry names the new base, as
-                    // the per-file uploader's does. Else a daemon after this one (a journal
-                    // handed over at a remount, or a crash) sends the next bytes on the old
-                    // base, and the store's version, this very one, counts as a change made
-                    // elsewhere: the name kept old bytes, the new went to a conflict copy
-                    // (fstests generic/412, 2 runs in 3 of the chosen list).
-                    let id = i.remote.as_ref().map(|r| r.id.clone());
-                    let _ = fs.journal.record(&item.staged, &i.path, id);
                 }
-                drop(t);
                 fs.uploads.writeback.answer(item.ino, None);
                 // Written to again and closed since: it goes in the next batch.
                 let again = item.staged.waits_for_upload();
@@ -274,7 +260,7 @@ async fn same_as_stored<B: Backend>(
 ) {
     let mut files = Vec::with_capacity(unsure.len());
     for (item, known) in &unsure {
-        let remote = fs.table().get(item.ino).and_then(|i| i.remote.clone());
+        let remote = fs.nodes.remote(item.ino);
         let local = match remote.filter(|r| r.md5.as_ref() == Some(&known.0)) {
             Some(r) => fs.local_source(&r).await.map(|(_, source)| source),
             None => None,
@@ -301,11 +287,9 @@ async fn same_as_stored<B: Backend>(
             ..
         } = item;
         if same {
-            let mut t = fs.table();
-            if fs.stored(&mut t, ino, &staged, generation, None) {
+            if fs.stored_already(ino, &staged, generation) {
                 retired.push(staged.clone());
             }
-            drop(t);
             fs.uploads.writeback.answer(ino, None);
             drop(guard);
             finished(fs, ino, !staged.is_dirty());
@@ -319,10 +303,7 @@ async fn same_as_stored<B: Backend>(
 
 /// A failed attempt: tried again as `staging::retry` says, or set aside.
 fn failed<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, e: &Error) {
-    let path = fs
-        .table()
-        .get(ino)
-        .map_or_else(|| format!("inode {ino}"), |i| i.path.to_string());
+    let path = fs.nodes.describe(ino);
     fs.uploads.tracker.error(format!("upload of {path}: {e}"));
     let next = fs
         .uploads

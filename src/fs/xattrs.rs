@@ -42,15 +42,14 @@ impl<B: Backend> Fs<B> {
                 None => Err(Errno::NO_XATTR.into()),
             };
         }
-        let t = self.table();
+        let (path, r) = (self.nodes)
+            .inode(ino, |i| (i.path.clone(), i.remote.clone()))
+            .ok_or(Errno::ENOENT)?;
         if name.to_str() == Some(CONFLICT_XATTR) {
-            let path = t.get(ino).map(|i| i.path.clone()).ok_or(Errno::ENOENT)?;
-            drop(t);
             return (self.conflicts.of_copy(&path))
                 .map(String::into_bytes)
                 .ok_or(Errno::NO_XATTR.into());
         }
-        let r = t.get(ino).and_then(|i| i.remote.clone());
         let value = match (name.to_str(), r) {
             (Some("user.vaultfs.id"), Some(r)) => Some(r.id),
             (Some("user.vaultfs.link_uri"), Some(r)) => r.link_uri,
@@ -64,14 +63,9 @@ impl<B: Backend> Fs<B> {
     /// LISTXATTR: the names, each ended by a NUL (files stored remotely only; the conflict
     /// attribute on conflict copies; the pin attribute on what is pinned).
     pub(super) fn listxattr(&self, ino: Ino) -> Vec<u8> {
-        let (has, path) = {
-            let t = self.table();
-            let i = t.get(ino);
-            (
-                i.is_some_and(|i| i.remote.is_some()),
-                i.map(|i| i.path.clone()),
-            )
-        };
+        let (has, path) = (self.nodes)
+            .inode(ino, |i| (i.remote.is_some(), Some(i.path.clone())))
+            .unwrap_or_default();
         let mut buf = Vec::new();
         let conflict = path
             .as_ref()

@@ -36,16 +36,28 @@
 //! - **Rename** ([`Fs::renamed`], [`Fs::replaced`]): the staged file goes with its inode, its
 //!   journal entry (and those under a renamed folder) rewritten to the new path; a staged file
 //!   the rename replaced is dropped, unless it is open for writing.
+//!
+//! The steps above that take `&mut Table` are parts of the steps the mount takes, which take
+//! the table's lock themselves (the only module beside the table's own that does): a writer's
+//! open ([`Fs::writer_finds`], [`Fs::attach_copy`]), its close ([`Fs::closed`]), an upload's
+//! answer ([`Fs::upload_answered`], [`Fs::stored_already`]); those that make, remove or rename
+//! an entry (`entries.rs`: a create, an unlink, a rename); and those of conflict copies and of a
+//! file taking its history back (`names.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use fuser::Errno;
 
 use super::{Snapshot, Staged};
 use crate::api::{Base, Error, FileAttrs, Node, NodePath, whole_mode};
 use crate::backend::{Backend, PutFile};
 use crate::fs::Fs;
-use crate::fs::table::{Ino, Inode, Table};
+use crate::fs::table::{Ino, Inode, Remote, Table};
 
+mod entries;
+mod names;
+pub(in crate::fs) use entries::Moved;
 #[cfg(test)]
 mod tests;
 
@@ -55,6 +67,29 @@ fn current(inode: &Inode, staged: &Arc<Staged>) -> bool {
         .staged
         .as_ref()
         .is_some_and(|s| Arc::ptr_eq(s, staged))
+}
+
+/// What a new writer of a file finds ([`Fs::writer_finds`]).
+pub(in crate::fs) enum Found {
+    /// The inode's copy, joined.
+    Joined(Arc<Staged>),
+    /// The inode's copy, letting go: the writer looks again.
+    LetGo,
+    /// No copy: what a new one needs (its path, the stored version, its base).
+    Copy {
+        path: NodePath,
+        remote: Option<Remote>,
+        base: Base,
+    },
+}
+
+/// Whether two views of a file's stored version name the same bytes.
+fn same_version(a: Option<&Remote>, b: Option<&Remote>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.id == b.id && a.md5 == b.md5 && a.size == b.size,
+        (None, None) => true,
+        _ => false,
+    }
 }
 
 /// What a batch does with one file, decided with its `io` held ([`Fs::to_store`]). (Taken
@@ -119,9 +154,63 @@ impl<B: Backend> Fs<B> {
         t.get(ino).is_some_and(|i| current(i, staged)) && staged.join().is_ok()
     }
 
+    /// **Attach** or **join**, a writer's first look at `ino`: it joins the inode's copy, else
+    /// it is told what a new copy needs. A whole rewrite (`truncate`) replaces what was read
+    /// here; a write into the bytes, the version they are copied from.
+    pub(in crate::fs) fn writer_finds(&self, ino: Ino, truncate: bool) -> Result<Found, Errno> {
+        let t = self.nodes.lock();
+        let i = t.get(ino).ok_or(Errno::ENOENT)?;
+        if let Some(s) = &i.staged {
+            let s = s.clone();
+            return Ok(match Self::joins(&t, ino, &s) {
+                true => Found::Joined(s),
+                false => Found::LetGo,
+            });
+        }
+        let base = if truncate { i.base() } else { i.known_base() };
+        let (path, remote) = (i.path.clone(), i.remote.clone());
+        Ok(Found::Copy { path, remote, base })
+    }
+
+    /// **Attach** of a new copy, made of `remote` (the version the writer found, copied in
+    /// where it writes into the bytes): the inode's with its first writer in (true: ours). A
+    /// copy another writer attached meanwhile is joined instead (false). None when the inode's
+    /// version moved on (the copy holds old bytes) or its copy let go: the writer looks again.
+    /// ESTALE when deleted or moved elsewhere meanwhile: the kernel looks the name up again,
+    /// rather than a writer writing into an inode with no name to store under (the model lost
+    /// an fsynced rewrite so). A copy not attached is discarded.
+    pub(in crate::fs) fn attach_copy(
+        &self,
+        ino: Ino,
+        staged: Arc<Staged>,
+        remote: Option<&Remote>,
+    ) -> Result<Option<(Arc<Staged>, bool)>, Errno> {
+        let mut t = self.nodes.lock();
+        let found = match t.get(ino) {
+            None => Err(Errno::ENOENT),
+            Some(i) if i.gone_elsewhere => Err(Errno::ESTALE),
+            Some(i) => Ok(i.staged.clone()),
+        };
+        let attached = match found {
+            // Someone staged it meanwhile: theirs.
+            Ok(Some(other)) => Ok(Self::joins(&t, ino, &other).then_some((other, false))),
+            Ok(None) if !same_version(t.get(ino).and_then(|i| i.remote.as_ref()), remote) => {
+                Ok(None)
+            }
+            Ok(None) => Ok(Self::attach(&mut t, ino, &staged).then(|| (staged.clone(), true))),
+            Err(e) => Err(e),
+        };
+        drop(t);
+        if !matches!(attached, Ok(Some((_, true)))) {
+            self.discard(&staged);
+        }
+        attached
+    }
+
     /// **Recover**: a staged file an earlier run left in the journal is the copy of the inode
     /// at `path`, with no writer; its upload is the caller's to schedule.
-    pub(in crate::fs) fn recovered(t: &mut Table, path: &NodePath, staged: Staged) -> Ino {
+    pub(in crate::fs) fn recovered(&self, path: &NodePath, staged: Staged) -> Ino {
+        let mut t = self.nodes.lock();
         let ino = t.ensure(path, crate::fs::table::InodeKind::File);
         t.set_staged(ino, Some(Arc::new(staged)));
         ino
@@ -162,10 +251,75 @@ impl<B: Backend> Fs<B> {
         self.settle(ino, staged);
     }
 
+    /// **Close** of the handle `fh` of `ino` (RELEASE): the passthrough share first (a batch
+    /// stores the file sealed, by a link and no copy, only once the kernel holds it no more),
+    /// then its writer (`staged`; `kernel`: the kernel wrote through it itself) leaves, and
+    /// the inode is let go of if nothing holds it.
+    pub(in crate::fs) fn closed(
+        self: &Arc<Self>,
+        ino: Ino,
+        fh: u64,
+        staged: Option<Arc<Staged>>,
+        kernel: bool,
+    ) {
+        // The passthrough share first: a batch stores the file sealed (by a link, no copy)
+        // only once the kernel holds it no more.
+        let mut t = self.nodes.lock();
+        let mut last_pt = None;
+        if let Some(i) = t.get_mut(ino) {
+            if i.pt.as_mut().is_some_and(|pt| pt.leave(fh)) {
+                last_pt = i.pt.take();
+            }
+        }
+        // The kernel's last handle of a staged file it wrote: a map of it may still write.
+        let pt_ended = last_pt.is_some();
+        let kernel_staged = t
+            .get(ino)
+            .and_then(|i| i.staged.clone())
+            .filter(|s| s.kernel_wrote());
+        let stored = t.stored_version(ino);
+        if let Some(s) = kernel_staged.filter(|_| pt_ended && staged.is_none()) {
+            // The last reader of it, after the writers: a map of a writer may have written
+            // meanwhile (retiring left the file to this release: `retire`).
+            self.kernel_let_go(t, ino, &s, stored.as_ref());
+            t = self.nodes.lock();
+        }
+        // A writer is counted open until its staged file is settled: the inode must not
+        // be dropped before.
+        if let Some(s) = staged {
+            drop(t);
+            drop(last_pt);
+            if kernel {
+                self.release_kernel_writer(ino, &s, stored.as_ref());
+            } else {
+                self.release_staged(ino, &s);
+            }
+            t = self.nodes.lock();
+            last_pt = None;
+        }
+        if let Some(i) = t.get_mut(ino) {
+            i.open_handles = i.open_handles.saturating_sub(1);
+        }
+        t.maybe_drop(ino);
+        drop(t);
+        // The backing file is closed in the kernel outside the table's lock.
+        drop(last_pt);
+    }
+
+    /// The journal entry of `ino`'s copy `staged` names the path and stored file the inode has
+    /// now (before an fsync waits for the upload).
+    pub(in crate::fs) fn journal_entry_now(&self, ino: Ino, staged: &Staged) {
+        let t = self.nodes.lock();
+        if let Some(i) = t.get(ino) {
+            let id = i.remote.as_ref().map(|r| r.id.clone());
+            let _ = self.journal.record(staged, &i.path, id);
+        }
+    }
+
     /// **Fsync**: what the kernel wrote itself to `ino`'s copy so far is news here (a change,
     /// unless it still is the stored version).
     pub(in crate::fs) fn fsync_started(&self, ino: Ino, staged: &Staged) {
-        let stored = self.table().stored_version(ino);
+        let stored = self.nodes.stored_version(ino);
         staged.kernel_sync(stored.as_ref());
     }
 
@@ -180,7 +334,7 @@ impl<B: Backend> Fs<B> {
 
     /// **Settle**, with no writer left: upload if dirty, else retire the staged copy.
     pub(in crate::fs) fn settle(self: &Arc<Self>, ino: Ino, staged: &Arc<Staged>) {
-        let mut t = self.table();
+        let mut t = self.nodes.lock();
         let Some(inode) = t.get(ino) else { return };
         // The last close counted itself out before taking the table; an open may have joined
         // this copy since (it counts itself in under the table). Its own close settles it
@@ -272,7 +426,7 @@ impl<B: Backend> Fs<B> {
     /// (fstests generic/451, "stale data from DIO read"). Then retired if nothing new came:
     /// true, and the caller ends its journal entry after letting go of the table (a crash in
     /// between stores the same bytes once more).
-    pub(in crate::fs) fn stored(
+    fn stored(
         self: &Arc<Self>,
         t: &mut Table,
         ino: Ino,
@@ -295,8 +449,49 @@ impl<B: Backend> Fs<B> {
             }
         }
         let retired = self.retire(t, ino, staged, true);
-        self.thumbnails_stored(t, ino);
+        self.thumbnails_stored_in(t, ino);
         retired
+    }
+
+    /// **Stored**, as an uploader is answered: `stored` under the table's lock, with the
+    /// attributes `attrs` sent with the bytes kept here where the store did not keep them. A
+    /// copy still staged (written again meanwhile) has its journal entry name the new base,
+    /// under the same lock. Else a daemon after this one (a journal handed over at a remount,
+    /// or a crash) sends the next bytes on the old base, and the store's version, this very
+    /// one, counts as a change made elsewhere: the name kept old bytes, the new went to a
+    /// conflict copy (fstests generic/412, 2 runs in 3 of the chosen list). True when retired:
+    /// the caller ends its journal entry.
+    pub(in crate::fs) fn upload_answered(
+        self: &Arc<Self>,
+        ino: Ino,
+        staged: &Arc<Staged>,
+        generation: u64,
+        node: Option<&Node>,
+        attrs: Option<FileAttrs>,
+    ) -> bool {
+        let mut t = self.nodes.lock();
+        if let Some((node, id, attrs)) = node.and_then(|n| Some((n, n.file_id()?, attrs?))) {
+            crate::fs::attrs::answered(&mut t.kept, &id, node, attrs);
+        }
+        if self.stored(&mut t, ino, staged, generation, node) {
+            return true;
+        }
+        if let Some(i) = t.get(ino).filter(|i| current(i, staged)) {
+            let id = i.remote.as_ref().map(|r| r.id.clone());
+            let _ = self.journal.record(staged, &i.path, id);
+        }
+        false
+    }
+
+    /// **Stored**, where a batch found the bytes stored already: `stored` under the table's
+    /// lock. True when retired.
+    pub(in crate::fs) fn stored_already(
+        self: &Arc<Self>,
+        ino: Ino,
+        staged: &Arc<Staged>,
+        generation: u64,
+    ) -> bool {
+        self.stored(&mut self.nodes.lock(), ino, staged, generation, None)
     }
 
     /// **Retire**: a staged file with no writer and nothing new lets go of its inode, which
@@ -406,7 +601,7 @@ impl<B: Backend> Fs<B> {
     /// The file is sealed for the store (which may keep that very file as its blob) unless the
     /// kernel may still write it.
     pub(in crate::fs) fn to_store(self: &Arc<Self>, ino: Ino, fsync: bool) -> ToStore {
-        let t = self.table();
+        let t = self.nodes.lock();
         let Some(inode) = t.get(ino) else {
             return ToStore::Nothing { clean: true };
         };
@@ -494,7 +689,7 @@ impl<B: Backend> Fs<B> {
                     tokio::time::sleep(wait).await;
                 }
                 // Let go of with the table locked, where a batch decides to seal.
-                let t = fs.table();
+                let t = fs.nodes.lock();
                 let Some(staged) = weak.upgrade() else { return };
                 if !t.get(ino).is_some_and(|i| current(i, &staged)) {
                     return; // removed, or set aside: nothing of the inode's to store
@@ -512,7 +707,7 @@ impl<B: Backend> Fs<B> {
             // Still to store: the store takes the bytes as the map left them. Stored already:
             // the map may have written since.
             if !staged.is_dirty() {
-                let stored = fs.table().stored_version(ino);
+                let stored = fs.nodes.stored_version(ino);
                 staged.kernel_recheck(stored.as_ref());
             }
             if staged.is_dirty() {
@@ -525,7 +720,7 @@ impl<B: Backend> Fs<B> {
 
     /// **Set aside**: the bytes of an upload that cannot succeed go to `lost+found`, loudly.
     pub(in crate::fs) fn set_aside(self: &Arc<Self>, ino: Ino, err: &Error) {
-        let mut t = self.table();
+        let mut t = self.nodes.lock();
         let Some(inode) = t.get(ino) else { return };
         let Some(staged) = inode.staged.clone() else {
             return;
@@ -553,7 +748,7 @@ impl<B: Backend> Fs<B> {
         // not go on seeing the size of bytes that are now only in lost+found.
         let fs = self.clone();
         tokio::spawn(async move {
-            if fs.table().get(ino).is_some() {
+            if fs.nodes.has(ino) {
                 let _ = fs.refresh_attr(ino, &path).await;
             }
         });
@@ -571,7 +766,7 @@ pub(in crate::fs) struct Removal<'a, B: Backend> {
 
 impl<'a, B: Backend> Removal<'a, B> {
     pub(in crate::fs) fn start(fs: &'a Arc<Fs<B>>, ino: Ino) -> Self {
-        let staged = fs.table().get(ino).and_then(|i| i.staged.clone());
+        let staged = fs.nodes.staged(ino);
         if let Some(s) = &staged {
             s.removal().cancel();
         }

@@ -322,6 +322,15 @@ impl Inode {
             _ => self.known_base(),
         }
     }
+
+    /// What bytes put over this file replace, as this mount knew it: its staged copy's base
+    /// while it has edits staged, else `base`.
+    pub fn known_base_here(&self) -> Base {
+        match &self.staged {
+            Some(s) => s.base(),
+            None => self.base(),
+        }
+    }
 }
 
 impl Inode {

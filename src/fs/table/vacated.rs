@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::{Continues, Ino, Table};
-use crate::api::NodePath;
+use crate::api::{Base, NodePath};
 
 /// How long a name left by a rename may be taken by a new file that continues the document
 /// (editors write the new file within a second; Word within a few).
@@ -99,6 +99,27 @@ impl Table {
         let s = *self.vacated.claims.get(&x)?;
         let claim = self.inodes.get(&s)?.continues.as_ref()?;
         (claim.x == x).then_some(s)
+    }
+
+    /// `x` is being removed from `at` (`base`: what it held): where a new file claims to
+    /// continue it, the delete is handed to that file. True when handed over.
+    pub fn hand_over_delete(&mut self, x: Ino, at: &NodePath, base: &Base) -> bool {
+        let Some(s) = self.claimant(x) else {
+            return false;
+        };
+        let Some(i) = self.inodes.get_mut(&s) else {
+            return false;
+        };
+        if i.remote.is_some() || i.unlinked {
+            return false;
+        }
+        match i.continues.as_mut() {
+            Some(c) => {
+                c.removed_at = Some((at.clone(), base.clone()));
+                true
+            }
+            None => false,
+        }
     }
 
     /// `ino`'s claim, taken (it is settled once).

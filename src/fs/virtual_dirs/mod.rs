@@ -274,7 +274,7 @@ impl<B: Backend> Fs<B> {
                 if !all[kind].shown(self) {
                     return Err(Errno::ENOENT.into());
                 }
-                match self.table().get(parent).map(|i| i.kind) {
+                match self.nodes.kind(parent) {
                     Some(InodeKind::Dir) => (kind, Node::Root(parent)),
                     Some(InodeKind::File) => return Err(Errno::ENOTDIR.into()),
                     None => return Err(Errno::ENOENT.into()),
@@ -395,35 +395,31 @@ impl<B: Backend> Fs<B> {
         name: &str,
     ) -> OpResult<(Remote, SystemTime, crate::api::NodePath)> {
         let ino = self.child(folder, name).await?.ok_or(Errno::ENOENT)?;
-        let t = self.table();
-        let i = t.get(ino).ok_or(Errno::ENOENT)?;
-        match (&i.kind, &i.remote) {
-            (InodeKind::File, Some(r)) => Ok((r.clone(), i.mtime, i.path.clone())),
-            _ => Err(Errno::ENOENT.into()),
-        }
+        let stored = self.nodes.inode(ino, |i| match (&i.kind, &i.remote) {
+            (InodeKind::File, Some(r)) => Some((r.clone(), i.mtime, i.path.clone())),
+            _ => None,
+        });
+        Ok(stored.flatten().ok_or(Errno::ENOENT)?)
     }
 
     /// The stored files of `folder`, its listing fetched first if it is not fresh; None where
     /// the folder or its listing went meanwhile.
     async fn stored_files(self: &Arc<Self>, folder: Ino) -> OpResult<Option<StoredFiles>> {
         self.ensure_listing(folder).await?;
-        let t = self.table();
-        let Some(dir) = t.get(folder) else {
-            return Ok(None);
-        };
-        let Some((fetched, names)) = dir.listing() else {
-            return Ok(None);
-        };
-        let files = (names.iter())
-            .filter_map(|(name, c)| {
-                let i = t.get(*c)?;
-                (i.kind == InodeKind::File).then(|| Some((name.clone(), i.remote.clone()?)))?
+        Ok(self.nodes.read(|t| {
+            let dir = t.get(folder)?;
+            let (fetched, names) = dir.listing()?;
+            let files = (names.iter())
+                .filter_map(|(name, c)| {
+                    let i = t.get(*c)?;
+                    (i.kind == InodeKind::File).then(|| Some((name.clone(), i.remote.clone()?)))?
+                })
+                .collect();
+            Some(StoredFiles {
+                fetched: *fetched,
+                mtime: dir.mtime,
+                files,
             })
-            .collect();
-        Ok(Some(StoredFiles {
-            fetched: *fetched,
-            mtime: dir.mtime,
-            files,
         }))
     }
 }

@@ -227,13 +227,10 @@ impl<B: Backend> Fs<B> {
                 return Ok(f.entries.clone());
             }
         }
-        let dir = {
-            let t = self.table();
-            let i = t.get(folder).ok_or(Errno::ENOENT)?;
-            if i.kind != InodeKind::Dir {
-                return Err(Errno::ENOTDIR.into());
-            }
-            i.path.clone()
+        let dir = match self.nodes.inode(folder, |i| (i.kind, i.path.clone())) {
+            Some((InodeKind::Dir, path)) => path,
+            Some(_) => return Err(Errno::ENOTDIR.into()),
+            None => return Err(Errno::ENOENT.into()),
         };
         let asked = Instant::now();
         let results = self

@@ -195,11 +195,11 @@ impl<B: Backend> Fs<B> {
     /// The file of `folder` whose entry is named `entry`.
     async fn shared_file_of(self: &Arc<Self>, folder: Ino, entry: &str) -> OpResult<String> {
         self.ensure_listing(folder).await?;
-        let now = {
-            let t = self.table();
-            let dir = t.get(folder).ok_or(Errno::ENOENT)?;
-            dir.listing().map(|(fetched, _)| (*fetched, dir.mtime))
-        };
+        let now = (self.nodes)
+            .inode(folder, |dir| {
+                dir.listing().map(|(fetched, _)| (*fetched, dir.mtime))
+            })
+            .ok_or(Errno::ENOENT)?;
         let kept = self.shared_names().get(&folder).cloned();
         let by_entry = match kept {
             Some((f, m, by_entry)) if Some((f, m)) == now => by_entry,

@@ -291,7 +291,7 @@ impl<B: Backend> Fs<B> {
         folder: Ino,
         name: &str,
     ) -> OpResult<(String, Arc<Named>)> {
-        let dir = self.table().get(folder).map(|i| i.path.clone());
+        let dir = self.nodes.inode(folder, |i| i.path.clone());
         let path = dir.and_then(|d| d.child(name).ok()).ok_or(Errno::ENOENT)?;
         let key = format!("deleted {path}");
         let cached = self

@@ -91,9 +91,9 @@ impl Writeback {
         let mut bytes = 0u64;
         while let Some(&ino) = q.order.front() {
             let size = fs
-                .table()
-                .get(ino)
-                .and_then(|i| i.staged.as_ref().map(|s| s.size()))
+                .nodes
+                .inode(ino, |i| i.staged.as_ref().map(|s| s.size()))
+                .flatten()
                 .unwrap_or(0);
             if !out.is_empty() && (out.len() >= max_files() || bytes + size > MAX_BYTES) {
                 break;

@@ -149,7 +149,7 @@ fn a_writer_of_a_file_set_aside_may_still_leave_it() {
 }
 
 fn staged_of(h: &Harness, ino: Ino) -> Option<Arc<Staged>> {
-    h.fs.table().get(ino).and_then(|i| i.staged.clone())
+    h.fs.nodes.staged(ino)
 }
 
 /// The call each uploader makes for a file's bytes.
@@ -294,8 +294,7 @@ async fn a_removed_file_is_dropped_and_never_stored() {
     assert_eq!(h.fs.journal.len(), 0);
 
     // An upload step refused: a dropped file is never marked stored.
-    let marked =
-        h.fs.stored(&mut h.fs.table(), closed, &c, c.generation(), None);
+    let marked = h.fs.stored_already(closed, &c, c.generation());
     assert!(!marked);
     assert!(c.is_dirty());
 
@@ -384,18 +383,17 @@ async fn a_copy_is_never_clean_while_its_inode_names_an_older_version() {
                 while !stop.load(Ordering::SeqCst) {
                     {
                         let _quiet = writing.blocking_read();
-                        let t = fs.table();
-                        let i = t.get(ino);
-                        if let Some((s, r)) =
-                            i.and_then(|i| Some((i.staged.as_ref()?, i.remote.as_ref()?)))
-                        {
+                        fs.nodes.inode(ino, |i| {
+                            let (Some(s), Some(r)) = (&i.staged, &i.remote) else {
+                                return;
+                            };
                             if !s.is_dirty() {
                                 seen.fetch_add(1, Ordering::SeqCst);
                                 if s.md5().ok() != r.md5 {
                                     wrong.fetch_add(1, Ordering::SeqCst);
                                 }
                             }
-                        }
+                        });
                     }
                     std::thread::yield_now();
                 }
