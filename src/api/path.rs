@@ -157,6 +157,13 @@ pub fn name_time(when: std::time::SystemTime) -> String {
     )
 }
 
+/// `NAME (conflict YYYY-MM-DD HHMMSS BY).EXT`: the conflict copy of `name` made at `when` (UTC)
+/// for the writer `by` (the mount's host, a WebDAV device's name), ` N` after it when `n` > 1
+/// (to make it unique). The one spelling of conflict copies, whoever makes them.
+pub fn conflict_name(name: &str, when: std::time::SystemTime, by: &str, n: u32) -> String {
+    tagged_name(name, &format!("conflict {} {by}", name_time(when)), n)
+}
+
 /// The error of a path over [`MAX_PATH_DEPTH`] segments.
 pub fn path_too_deep(depth: usize) -> Error {
     Error::bad_request(

@@ -16,6 +16,7 @@ use crate::api::{
     PreviewPage, PreviewStatus, RangeRequest, Result, Version,
 };
 use crate::store::blobs::{BlobFile, BlobWriter};
+use crate::store::seen::{Device, Kept};
 use crate::store::{PreviewState, Scope, Store, TransferMode, length_mismatch};
 
 /// Changes per page of [`Backend::changes`].
@@ -124,13 +125,8 @@ impl LocalBackend {
     }
 
     /// Stores the staged bytes as the new version of the file at `path`, through the
-    /// interface's upload steps (so as any save: quota, size limit, history and retention), in
-    /// one trip to a blocking thread: steps 1 and 2 in one transaction
-    /// (`Store::begin_version_at`, as our whole PUT), then the commit. A new name is made
-    /// unless `base` names a version (`Base::Md5`): then the file must exist, and is not made
-    /// when it does not (`version_conflict`); a name made for bytes the commit then refuses is
-    /// deleted again. `base` is checked again inside the commit (docs/design.md §5), so a
-    /// stale one changes nothing.
+    /// interface's upload steps, in one trip to a blocking thread ([`Store::put_staged`]:
+    /// `base` checked again inside the commit, so a stale one changes nothing).
     pub async fn put_staged(
         &self,
         path: &NodePath,
@@ -139,47 +135,40 @@ impl LocalBackend {
     ) -> Result<Node> {
         let (path, base) = (path.clone(), base.clone());
         self.run(move |s, scope| {
-            if path.name().is_none() {
-                return Err(Error::new(
-                    crate::api::ErrorKind::Forbidden,
-                    "forbidden",
-                    "the root holds no files",
-                ));
-            }
-            let begun = s.begin_version_at(
-                scope,
-                &path,
-                staged.len,
-                Some(&staged.md5),
-                FileAttrs::default(),
-                &base,
-            );
-            let (pending, made) = match begun {
-                // A condition on the bytes of a file that is not there: it failed.
-                Err(e)
-                    if e.kind == crate::api::ErrorKind::NotFound
-                        && matches!(base, Base::Md5(_)) =>
-                {
-                    return Err(base.conflict(&path.to_string()));
-                }
-                other => other?,
-            };
-            let (Some(id), Some(vid)) = (
-                pending.file_id(),
-                pending.file_ex_properties.and_then(|p| p.version_id),
-            ) else {
-                return Err(Error::internal("step 2 gave no file or version"));
-            };
-            let stored = s.commit_upload(scope, &id, &vid, staged);
-            // A name made here for bytes then refused (quota, a conflict) does not stay
-            // behind, empty: deleted while it still holds nothing (another writer's version
-            // stored in it meanwhile stays).
-            if stored.is_err() && made {
-                let _ = s.delete_if(scope, &path, &Base::Absent);
-            }
-            stored
+            s.put_staged(scope, &path, staged, &base)
+                .map_err(|(e, _)| e)
         })
         .await
+    }
+
+    /// A WebDAV PUT without preconditions by `device`: stored unless another version the
+    /// device was never shown is current, then kept beside it as a conflict copy
+    /// ([`Store::put_keeping_both`]).
+    pub async fn put_keeping_both(
+        &self,
+        path: &NodePath,
+        staged: crate::store::blobs::StagedBlob,
+        device: &Device,
+    ) -> Result<Kept> {
+        let (path, device) = (path.clone(), device.clone());
+        self.run(move |s, scope| s.put_keeping_both(scope, &path, staged, &device))
+            .await
+    }
+
+    /// `device` (WebDAV) was answered `node`'s current version.
+    pub async fn dav_shown(&self, device: &Device, node: &Node) -> Result<()> {
+        let (Some(id), Some(md5)) = (node.file_id(), node.md5_checksum.clone()) else {
+            return Ok(());
+        };
+        let device = device.clone();
+        self.run(move |s, _| s.dav_shown(&device, &id, &md5)).await
+    }
+
+    /// `device` (WebDAV) is listing the folder at `path`.
+    pub async fn dav_listed(&self, device: &Device, path: &NodePath) -> Result<()> {
+        let (path, device) = (path.clone(), device.clone());
+        self.run(move |s, scope| s.dav_listed(scope, &device, &path))
+            .await
     }
 
     /// [`Backend::changes`] with pages of at most `limit` changes: the store's log read, then

@@ -21,6 +21,7 @@ use fuser::INodeNo;
 use super::Fs;
 use super::status::Conflict;
 use super::table::Ino;
+use crate::api::path::conflict_name as copy_name;
 use crate::api::{Base, Error, ErrorKind, Node, NodePath};
 use crate::backend::Backend;
 use crate::sync::relock;
@@ -84,14 +85,6 @@ impl Conflicts {
             c.server_modified.as_deref().unwrap_or("-")
         ))
     }
-}
-
-/// `NAME (conflict YYYY-MM-DD HHMMSS HOST).EXT` for `name`, the time in UTC; `n` > 1 makes it
-/// unique (` 2` after the host). The extension stays last so the copy opens as the file did;
-/// the stem is cut (at a character boundary) to keep the name within 255 bytes.
-pub(super) fn copy_name(name: &str, when: SystemTime, host: &str, n: u32) -> String {
-    use crate::api::path::{name_time, tagged_name};
-    tagged_name(name, &format!("conflict {} {host}", name_time(when)), n)
 }
 
 /// This machine's name, for conflict copies.

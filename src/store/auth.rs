@@ -29,7 +29,7 @@ use argon2::password_hash::{PasswordHasher, SaltString};
 
 use super::{Store, nodes, now_ns};
 use crate::api::{Error, Result};
-pub use app_passwords::{APP_PASSWORD_USE_RECORDED, AppPassword};
+pub use app_passwords::{APP_PASSWORD_USE_RECORDED, AppPassword, dav_device};
 pub(super) use tokens::TokenCache;
 
 /// The client ID that is always registered; the vaultfs CLI uses it.

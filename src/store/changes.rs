@@ -125,7 +125,7 @@ impl<'a> NewChange<'a> {
     }
 }
 
-fn kind_code(k: ChangeKind) -> i64 {
+pub(in crate::store) fn kind_code(k: ChangeKind) -> i64 {
     match k {
         ChangeKind::Created => 0,
         ChangeKind::Version => 1,

@@ -31,7 +31,7 @@ use crate::api::{Error, Result};
 /// `usage` comes after the tree: the triggers count as nodes and versions go in, and the
 /// source's counts then replace theirs. The change log is copied as it is, its IDs kept, so the
 /// cursors of the clients that followed the source go on.
-const TABLES: [&str; 15] = [
+const TABLES: [&str; 16] = [
     "nodes",
     "versions",
     "blobs",
@@ -44,6 +44,7 @@ const TABLES: [&str; 15] = [
     "deleted",
     "dav_props",
     "dav_locks",
+    "dav_seen",
     "usage",
     "changes",
     "change_floors",

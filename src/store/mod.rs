@@ -27,6 +27,7 @@ mod put;
 mod schema;
 mod schema_pg;
 mod search;
+pub mod seen;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

@@ -4,7 +4,7 @@
 use rusqlite::Connection;
 
 /// Bumped when the schema changes; `migrate` brings older databases forward.
-pub(crate) const VERSION: i64 = 15;
+pub(crate) const VERSION: i64 = 16;
 
 const V1: &str = "
 CREATE TABLE nodes (
@@ -377,6 +377,23 @@ CREATE INDEX IF NOT EXISTS dav_locks_by_account ON dav_locks(account);
 CREATE INDEX IF NOT EXISTS dav_locks_by_expiry ON dav_locks(expires_on);
 ";
 
+/// What each WebDAV device was shown (issue 50, `store::seen`), so that a PUT without
+/// preconditions over a version it never saw keeps both: a file's version it was answered, or
+/// for a folder it listed, the account's newest change then. One row per device and node (a
+/// listing of 10,000 files is one row), pruned after a week; no key to `nodes` (a row of a
+/// node deleted is never read again, node IDs are not reused, and it ages out).
+const V16: &str = "
+CREATE TABLE IF NOT EXISTS dav_seen (
+    device  BLOB NOT NULL,             -- sha256 of the secret it signs in with
+    node_id INTEGER NOT NULL,
+    md5     TEXT,                      -- a file: the version it was answered
+    change_id INTEGER,                 -- a folder: changes.id, newest of its account, when listed
+    at      INTEGER NOT NULL,          -- ns; rewritten at least daily while in use
+    PRIMARY KEY (device, node_id)
+);
+CREATE INDEX IF NOT EXISTS dav_seen_by_age ON dav_seen(at);
+";
+
 /// Adds the columns of the preview cache to a database from before it (idempotent). Ready
 /// previews of such a database have their sizes measured once the threads start.
 pub fn preview_cache_columns(conn: &Connection) -> rusqlite::Result<()> {
@@ -438,6 +455,7 @@ pub(crate) fn prepare_to(conn: &mut Connection, target: i64) -> rusqlite::Result
         (13, V13),
         (14, V14),
         (15, V15),
+        (16, V16),
     ] {
         if version < to && to <= target {
             let tx = conn.transaction()?;

@@ -7,7 +7,7 @@
 
 use super::db::{Conn, OptionalExtension, Result, params};
 
-const VERSION: i64 = 15;
+const VERSION: i64 = 16;
 
 const SCHEMA: &str = r#"
 CREATE COLLATION IF NOT EXISTS vaultfs_nocase
@@ -297,8 +297,21 @@ CREATE INDEX IF NOT EXISTS dav_locks_by_account ON dav_locks(account);
 CREATE INDEX IF NOT EXISTS dav_locks_by_expiry ON dav_locks(expires_on);
 "#;
 
+/// Schema 16: what WebDAV devices were shown (`schema.rs`'s V16).
+const DAV_SEEN: &str = r#"
+CREATE TABLE IF NOT EXISTS dav_seen (
+    device  BYTEA NOT NULL,
+    node_id BIGINT NOT NULL,
+    md5     TEXT,
+    change_id BIGINT,
+    at      BIGINT NOT NULL,
+    PRIMARY KEY (device, node_id)
+);
+CREATE INDEX IF NOT EXISTS dav_seen_by_age ON dav_seen(at);
+"#;
+
 /// The steps from older schemas (SQLite's of the same numbers, in PostgreSQL's words).
-const MIGRATIONS: [(i64, &str); 7] = [
+const MIGRATIONS: [(i64, &str); 8] = [
     (9, "ALTER TABLE versions ADD COLUMN base TEXT;"),
     (10, CHANGES),
     (11, DELETED),
@@ -306,6 +319,7 @@ const MIGRATIONS: [(i64, &str); 7] = [
     (13, DAV_PROPS),
     (14, APP_PASSWORDS),
     (15, DAV_LOCKS),
+    (16, DAV_SEEN),
 ];
 
 /// What a store keeps beside its SQLite file, here in the database.
@@ -341,6 +355,7 @@ pub fn prepare(conn: &Conn) -> Result<Settings> {
         tx.execute_batch(DAV_PROPS)?;
         tx.execute_batch(APP_PASSWORDS)?;
         tx.execute_batch(DAV_LOCKS)?;
+        tx.execute_batch(DAV_SEEN)?;
         tx.execute(
             "INSERT INTO settings (name, value) VALUES ('schema_version', ?1)",
             params![VERSION.to_string().into_bytes()],

@@ -100,7 +100,7 @@ fn a_database_of_schema_9_gets_the_change_log() {
     store.create_folder(Scope::All, &at("kept")).unwrap();
     drop(store);
     // As schema 9 was: no change log (and none of schema 11's deleted files, 12's search
-    // index, 13's WebDAV properties, 14's app passwords or 15's locks).
+    // index, 13's WebDAV properties, 14's app passwords, 15's locks or 16's WebDAV seen).
     let conn = Engine::Postgres(database.clone()).connect().unwrap();
     let version = || -> Vec<u8> {
         conn.query_row(
@@ -116,7 +116,7 @@ fn a_database_of_schema_9_gets_the_change_log() {
          DROP TABLE deleted; DROP INDEX versions_by_age;
          DROP TABLE search_docs; DROP INDEX nodes_by_version;
          DROP TRIGGER blobs_drop_search ON blobs; DROP FUNCTION blobs_drop_search();
-         DROP TABLE dav_props; DROP TABLE app_passwords; DROP TABLE dav_locks;
+         DROP TABLE dav_props; DROP TABLE app_passwords; DROP TABLE dav_locks; DROP TABLE dav_seen;
          UPDATE settings SET value = convert_to('9', 'UTF8') WHERE name = 'schema_version'",
     )
     .unwrap();

@@ -195,3 +195,47 @@ async fn app_passwords_hold_at_every_server_until_revoked() {
     // a loaded machine).
     assert!(revoked.elapsed() < std::time::Duration::from_secs(5));
 }
+
+/// What a WebDAV device was shown is kept by the database: a folder listed at one server lets
+/// a PUT at the other go over the version listed, and a version never shown there (stored
+/// through the other server) is kept beside the PUT's bytes, a conflict copy.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_a_device_was_shown_counts_at_every_server() {
+    let Some((cluster, one, two, token)) = crate::two_servers(crate::Sign::AtOne).await else {
+        return;
+    };
+    let (one, two) = (one.base(), two.base());
+    let phone = app_password(&cluster, &["add", "a@acme.test", "phone"])
+        .trim()
+        .to_string();
+    let put = |base: &str, secret: &str, body: &'static str| {
+        dav(base, secret, "PUT", "/doc.txt").body(body).send()
+    };
+    assert_eq!(
+        put(&one, &token, "token's").await.unwrap().status(),
+        StatusCode::CREATED
+    );
+    let r = dav(&two, &phone, "PROPFIND", "/")
+        .header("Depth", "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::MULTI_STATUS);
+    // Listed at two, stored over at one.
+    let r = put(&one, &phone, "phone's").await.unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    // The token's device never saw the phone's version: kept both.
+    let r = put(&two, &token, "token's again").await.unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let copy = r.headers()["location"].to_str().unwrap().to_string();
+    assert!(copy.contains("doc%20%28conflict%20"), "{copy}");
+    let r = dav(&one, &token, "GET", "/doc.txt").send().await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "phone's");
+    let r = reqwest::Client::new()
+        .get(format!("{one}{copy}"))
+        .basic_auth("a@acme.test", Some(&phone))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.text().await.unwrap(), "token's again");
+}

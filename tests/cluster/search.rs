@@ -52,14 +52,14 @@ async fn a_database_of_schema_11_gets_the_search_index_shared_by_both_servers() 
             "{u:?}"
         );
     }
-    // As schema 11 was: no search index (nor 13's WebDAV properties, 14's app passwords, 15's locks).
+    // As schema 11 was: no search index (nor 13's WebDAV properties, 14's app passwords, 15's locks, 16's WebDAV seen).
     let conn = Engine::Postgres(cluster.database.clone())
         .connect()
         .unwrap();
     conn.execute_batch(
         "DROP TABLE search_docs; DROP INDEX nodes_by_version;
          DROP TRIGGER blobs_drop_search ON blobs; DROP FUNCTION blobs_drop_search();
-         DROP TABLE dav_props; DROP TABLE app_passwords; DROP TABLE dav_locks;
+         DROP TABLE dav_props; DROP TABLE app_passwords; DROP TABLE dav_locks; DROP TABLE dav_seen;
          UPDATE settings SET value = convert_to('11', 'UTF8') WHERE name = 'schema_version'",
     )
     .unwrap();
@@ -71,7 +71,7 @@ async fn a_database_of_schema_11_gets_the_search_index_shared_by_both_servers() 
             |r| r.get(0),
         )
         .unwrap();
-    assert_eq!(version, b"15");
+    assert_eq!(version, b"16");
     let token = common::login(&one.base(), "a@acme.test", "pw-a").await;
     let (a1, a2) = (
         client(&one, "a@acme.test", &token),

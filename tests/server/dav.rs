@@ -17,13 +17,13 @@ use super::common::{Creds, TestServer, md5hex, pattern, served_retention};
 use super::{Api, setup};
 
 /// The vault every test works in, as WebDAV names it.
-const DAV_VAULT: &str = "/dav/Acme/My%20First%20Vault";
+pub(super) const DAV_VAULT: &str = "/dav/Acme/My%20First%20Vault";
 
 /// A LOCK's body: an exclusive write lock, no owner.
 const EXCLUSIVE_LOCK: &str = r#"<?xml version="1.0"?><D:lockinfo xmlns:D="DAV:"><D:lockscope>
 <D:exclusive/></D:lockscope><D:locktype><D:write/></D:locktype></D:lockinfo>"#;
 
-fn installed(bin: &str) -> bool {
+pub(super) fn installed(bin: &str) -> bool {
     let found = Command::new("sh")
         .args(["-c", &format!("command -v {bin}")])
         .output()
@@ -34,15 +34,20 @@ fn installed(bin: &str) -> bool {
     found
 }
 
-/// A WebDAV request with Alice's Basic credentials.
-fn dav(s: &TestServer, creds: &Creds, method: &str, path: &str) -> reqwest::RequestBuilder {
+/// A WebDAV request with Basic credentials (a token or an app password).
+pub(super) fn dav(
+    s: &TestServer,
+    creds: &Creds,
+    method: &str,
+    path: &str,
+) -> reqwest::RequestBuilder {
     reqwest::Client::new()
         .request(Method::from_bytes(method.as_bytes()).unwrap(), s.url(path))
         .basic_auth(&creds.email, Some(&creds.token))
 }
 
 /// Runs a command on a blocking thread (the server runs on this runtime); its status and output.
-async fn run(mut cmd: Command) -> (bool, String) {
+pub(super) async fn run(mut cmd: Command) -> (bool, String) {
     tokio::task::spawn_blocking(move || {
         let out = cmd.output().expect("the command starts");
         let text = format!(
@@ -57,7 +62,11 @@ async fn run(mut cmd: Command) -> (bool, String) {
 }
 
 /// The API's listing of a folder under the vault: name -> node.
-async fn listed(s: &TestServer, creds: &Creds, folder: &str) -> serde_json::Map<String, Value> {
+pub(super) async fn listed(
+    s: &TestServer,
+    creds: &Creds,
+    folder: &str,
+) -> serde_json::Map<String, Value> {
     let v: Value = reqwest::Client::new()
         .get(s.url(&format!(
             "/nodes/pth/Acme/My%20First%20Vault{folder}?children=1"

@@ -9,6 +9,7 @@ mod common;
 mod auth_pin;
 mod changes;
 mod dav;
+mod dav_seen;
 mod limits;
 mod links;
 mod nodes;

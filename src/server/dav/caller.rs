@@ -1,6 +1,6 @@
-//! Who a WebDAV call is for (`DavCaller`: the caller's backend and the request), and how the
-//! store's paths and errors become dav-server's. Below the file system (`fs.rs`) and its open
-//! files (`handles.rs`), which both take these.
+//! Who a WebDAV call is for (`DavCaller`: the caller's backend, device and the request), what
+//! it is shown (`store::seen`), and how the store's paths and errors become dav-server's. Below
+//! the file system (`fs.rs`) and its open files (`handles.rs`), which both take these.
 
 use std::sync::Arc;
 
@@ -11,11 +11,14 @@ use super::Request;
 use crate::api::{Error, ErrorKind, Node, NodePath};
 use crate::backend::Backend;
 use crate::backend::local::LocalBackend;
+use crate::store::seen::Device;
 
 /// Who asks, and what the whole request is (dav-server's "credentials", one per request).
 #[derive(Clone)]
 pub struct DavCaller {
     pub backend: LocalBackend,
+    /// The device signed in (`store::seen`).
+    pub device: Device,
     pub request: Arc<Request>,
 }
 
@@ -60,5 +63,28 @@ impl DavCaller {
 
     pub(super) async fn node(&self, path: &NodePath) -> FsResult<Node> {
         self.backend.node(path).await.map_err(|e| self.failed(e))
+    }
+
+    /// Notes what this request shows the device of `node` (`store::seen`): a file's version
+    /// in the answer of a GET, HEAD, PROPFIND or LOCK of it. Not a PUT's look before it writes,
+    /// nor any other method's. A note that fails is logged (the next PUT over the file may
+    /// make a conflict copy needlessly: nothing is lost).
+    pub(super) async fn shown(&self, node: &Node) {
+        let shows = ["GET", "HEAD", "PROPFIND", "LOCK"];
+        if node.is_file() && shows.iter().any(|m| self.request.is(m)) {
+            if let Err(e) = self.backend.dav_shown(&self.device, node).await {
+                log::warn!("webdav: could not note {} as shown: {e}", node.uri);
+            }
+        }
+    }
+
+    /// Notes that the device is listing the folder at `path` (a PROPFIND of depth 1), before
+    /// the listing is read.
+    pub(super) async fn listing(&self, path: &NodePath) {
+        if self.request.is("PROPFIND")
+            && let Err(e) = self.backend.dav_listed(&self.device, path).await
+        {
+            log::warn!("webdav: could not note the listing of {path}: {e}");
+        }
     }
 }

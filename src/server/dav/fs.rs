@@ -118,8 +118,18 @@ impl GuardedFileSystem<DavCaller> for StoreFs {
             if options.create_new {
                 base = Base::Absent;
             }
+            // Without preconditions: the store keeps both over a version never shown.
+            let keep_both = c.request.unconditional && base == Base::Any;
             let writer = c.backend.staging_writer().await.map_err(|e| c.failed(e))?;
-            let f: Box<dyn DavFile> = Box::new(Writer::new(c, p, base, options.size, max, writer));
+            let f: Box<dyn DavFile> = Box::new(Writer::new(
+                c,
+                p,
+                base,
+                keep_both,
+                options.size,
+                max,
+                writer,
+            ));
             Ok(f)
         }
         .boxed()
@@ -137,6 +147,7 @@ impl GuardedFileSystem<DavCaller> for StoreFs {
                 let none: FsStream<Box<dyn DavDirEntry>> = Box::pin(futures_util::stream::empty());
                 return Ok(none);
             }
+            c.listing(&p).await;
             // The first page now (a missing folder is an error of the call, not of the
             // stream); the others as the answer is written, so a folder of a million names
             // holds one page in memory, not all.
@@ -194,6 +205,7 @@ impl GuardedFileSystem<DavCaller> for StoreFs {
         async move {
             let p = c.path(path)?;
             let node = c.node(&p).await?;
+            c.shown(&node).await;
             let m: Box<dyn DavMetaData> = Box::new(Meta::of(&node));
             Ok(m)
         }

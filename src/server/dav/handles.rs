@@ -141,6 +141,9 @@ pub(super) struct Writer {
     path: NodePath,
     /// What the bytes replace (`If-Match`, `If-None-Match: *`), checked in the commit.
     base: Base,
+    /// No preconditions: stored unless a version the device was never shown is current, else
+    /// kept beside it (`Store::put_keeping_both`).
+    keep_both: bool,
     /// The length the request announced, if it did.
     expected: Option<u64>,
     /// The server's largest file.
@@ -164,6 +167,7 @@ impl Writer {
         caller: &DavCaller,
         path: NodePath,
         base: Base,
+        keep_both: bool,
         expected: Option<u64>,
         max: u64,
         writer: BlobWriter,
@@ -172,6 +176,7 @@ impl Writer {
             caller: caller.clone(),
             path,
             base,
+            keep_both,
             expected,
             max,
             writer: Mutex::new(Some(writer)),
@@ -272,12 +277,19 @@ impl DavFile for Writer {
                 .await
                 .map_err(|_| FsError::GeneralFailure)?
                 .map_err(|e| self.caller.failed(Error::from(e)))?;
-            let node = self
-                .caller
-                .backend
-                .put_staged(&self.path, staged, &self.base)
-                .await
-                .map_err(|e| self.caller.failed(e))?;
+            let c = &self.caller;
+            let node = if self.keep_both {
+                let kept = c
+                    .backend
+                    .put_keeping_both(&self.path, staged, &c.device)
+                    .await;
+                let kept = kept.map_err(|e| c.failed(e))?;
+                *crate::sync::relock(&c.request.kept_as) = kept.copy;
+                kept.node
+            } else {
+                let stored = c.backend.put_staged(&self.path, staged, &self.base).await;
+                stored.map_err(|e| c.failed(e))?
+            };
             self.stored = Some(Meta::of(&node));
             Ok(())
         }

@@ -16,6 +16,11 @@
 //! - **ETags** are the files' versions (their md5), and an `If-Match` is checked by the store
 //!   inside the commit of the upload (docs/design.md §5): a stale one is 412 and changes nothing,
 //!   also when the other version came in between dav-server's own check and the commit.
+//! - **A PUT without preconditions** (no `If-Match`, `If-None-Match`, `If` or
+//!   `If-Unmodified-Since`) over a version its device was never shown keeps both
+//!   (`store::seen`): the version stays at the name, the bytes become a conflict copy beside it,
+//!   and the PUT answers `201 Created` with the copy's `Location`. What each device was shown is
+//!   noted as it is answered ([`fs`]); the device is the app password (or token) signed in with.
 //! - **Limits** as for the API: a GET or PUT holds one of the user's transfer slots (503 beyond),
 //!   bodies are idle-limited like every request's, the store checks sizes and quotas.
 //! - **Locks** are held by the store ([`locks`]): every server of one PostgreSQL sees them, and
@@ -48,6 +53,7 @@ use super::AppState;
 use super::conn::Peer;
 use crate::api::{Base, Error, ErrorKind, NodePath};
 use crate::backend::local::LocalBackend;
+use crate::store::seen::Device;
 pub use caller::DavCaller;
 
 /// Where WebDAV is served.
@@ -86,6 +92,11 @@ pub struct Request {
     infinite: bool,
     /// What a PUT replaces, from `If-Match` / `If-None-Match`.
     base: Base,
+    /// No precondition (`If-Match`, `If-None-Match`, `If`, `If-Unmodified-Since`): a PUT keeps
+    /// both over a version its device was never shown.
+    unconditional: bool,
+    /// Where a PUT's bytes went instead: the conflict copy made beside its file.
+    kept_as: Mutex<Option<NodePath>>,
     /// The whole tree of a COPY was copied by the store.
     copied: AtomicBool,
     /// The last error of the store in this request, for the statuses dav-server cannot give.
@@ -114,6 +125,10 @@ impl Request {
             overwrite: !header("overwrite").is_some_and(|o| o.trim().eq_ignore_ascii_case("f")),
             infinite: header("depth").is_none_or(|d| d.trim().eq_ignore_ascii_case("infinity")),
             base: base_of(header("if-match"), header("if-none-match")),
+            unconditional: ["if-match", "if-none-match", "if", "if-unmodified-since"]
+                .iter()
+                .all(|h| !headers.contains_key(*h)),
+            kept_as: Mutex::new(None),
             copied: AtomicBool::new(false),
             failed: Mutex::new(None),
         }
@@ -234,12 +249,13 @@ fn failure(e: &Error) -> Response {
 
 /// The caller of `Authorization: Basic email:secret`, the secret an app password (`vaultfs
 /// user app-password add`) or a token of the API, checked under the lockout of sign-ins
-/// (`Store::authenticate_dav`): the backend scoped to their account, their user ID and e-mail.
+/// (`Store::authenticate_dav`): the backend scoped to their account, their user ID, e-mail and
+/// device (the secret's: an app password is a device, a token one sign-in).
 async fn authenticate(
     state: &AppState,
     peer: Option<Peer>,
     headers: &HeaderMap,
-) -> Result<(LocalBackend, i64, String), Response> {
+) -> Result<(LocalBackend, i64, String, Device), Response> {
     let Some(value) = headers.get(header::AUTHORIZATION) else {
         return Err(challenge(
             "sign in with your e-mail address and an app password",
@@ -248,6 +264,7 @@ async fn authenticate(
     let Some((email, secret)) = value.to_str().ok().and_then(super::auth::parse_basic) else {
         return Err(challenge("malformed Authorization header (expected Basic)"));
     };
+    let device = crate::store::auth::dav_device(&secret);
     let principal = match state.store.remembered_dav(&email, &secret) {
         Some(p) => p,
         None => {
@@ -264,6 +281,7 @@ async fn authenticate(
         LocalBackend::for_account(state.store.clone(), principal.account_id),
         principal.user_id,
         email,
+        device,
     ))
 }
 
@@ -283,7 +301,7 @@ async fn serve(State(state): State<AppState>, req: axum::extract::Request) -> Re
              proxy named by --trusted-proxy), or from this machine",
         );
     }
-    let (backend, user_id, email) = match authenticate(&state, peer, req.headers()).await {
+    let (backend, user_id, email, device) = match authenticate(&state, peer, req.headers()).await {
         Ok(c) => c,
         Err(resp) => return resp,
     };
@@ -299,6 +317,7 @@ async fn serve(State(state): State<AppState>, req: axum::extract::Request) -> Re
     let request = std::sync::Arc::new(Request::of(req.method(), req.headers(), req.uri().path()));
     let caller = DavCaller {
         backend,
+        device,
         request: request.clone(),
     };
     let resp = state.dav.handle_guarded(req, email, caller).await;
@@ -329,6 +348,11 @@ async fn serve(State(state): State<AppState>, req: axum::extract::Request) -> Re
         )),
         None => body,
     };
+    if parts.status.is_success()
+        && let Some(copy) = crate::sync::relock(&request.kept_as).take()
+    {
+        kept_beside(&mut parts, &copy);
+    }
     let mut resp = Response::from_parts(parts, body);
     // A file's bytes are never a page of this site (an uploaded .html or .svg would run its
     // script here): an attachment, not sniffed, sandboxed, as the API's downloads.
@@ -341,6 +365,18 @@ async fn serve(State(state): State<AppState>, req: axum::extract::Request) -> Re
         super::files::attachment(&mut resp, name);
     }
     resp
+}
+
+/// A PUT whose bytes became a conflict copy: `201 Created` at the copy's `Location`, without
+/// the ETag and time of the copy, which are not the file's the PUT named.
+fn kept_beside(parts: &mut axum::http::response::Parts, copy: &NodePath) {
+    parts.status = StatusCode::CREATED;
+    parts.headers.remove(header::ETAG);
+    parts.headers.remove(header::LAST_MODIFIED);
+    let at = copy.encoded()[crate::api::path::NODES_PREFIX.len()..].to_string();
+    if let Ok(v) = HeaderValue::from_str(&format!("{PREFIX}{at}")) {
+        parts.headers.insert(header::LOCATION, v);
+    }
 }
 
 #[cfg(test)]

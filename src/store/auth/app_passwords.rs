@@ -1,5 +1,6 @@
 //! App passwords, one per device for WebDAV clients (`vaultfs user app-password`), kept as
-//! their sha256 like tokens; and WebDAV's Basic authentication, which takes one or a token.
+//! their sha256 like tokens; and WebDAV's Basic authentication, which takes one or a token, and
+//! the device either is (`store::seen`).
 
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use super::lockout::{Attempt, must_wait};
 use super::tokens::{TokenKey, token_hash};
 use crate::api::{Error, ErrorKind, Result};
 use crate::store::db::{OptionalExtension, params};
+use crate::store::seen::Device;
 use crate::store::{Store, now_ns};
 
 /// A new app password: 24 characters of an alphabet without look-alikes (no 0/o, 1/l/i), in
@@ -32,6 +34,12 @@ fn new_app_password() -> String {
 /// of the same e-mail (an e-mail has no space), so that the API never takes it for a token.
 fn app_password_key(hash: &[u8], email: &str) -> TokenKey {
     (hash.to_vec(), Some(format!("app-password {email}")))
+}
+
+/// The WebDAV device that signs in with `secret`, an app password or a token (`store::seen`):
+/// keyed as `app_passwords` and `tokens` key the secret, so that it goes with its revocation.
+pub fn dav_device(secret: &str) -> Device {
+    Device::of_hash(token_hash(secret))
 }
 
 /// An app password as `vaultfs user app-password list` shows it (never the password).
@@ -112,16 +120,22 @@ impl Store {
     /// Revokes `email`'s app password `name`: its device must be given a new one.
     pub fn revoke_app_password(&self, email: &str, name: &str) -> Result<()> {
         let conn = self.lock()?;
-        let n = conn.execute(
-            "DELETE FROM app_passwords WHERE name = ?2
-             AND user_id = (SELECT id FROM users WHERE email = ?1)",
-            params![email, name.trim()],
-        )?;
-        if n == 0 {
+        let tx = conn.transaction()?;
+        let hashes: Vec<Vec<u8>> = tx
+            .prepare(
+                "DELETE FROM app_passwords WHERE name = ?2
+                 AND user_id = (SELECT id FROM users WHERE email = ?1) RETURNING hash",
+            )?
+            .query_map(params![email, name.trim()], |r| r.get(0))?
+            .collect::<crate::store::db::Result<_>>()?;
+        if hashes.is_empty() {
             return Err(Error::not_found(format!(
                 "{email} has no app password named {name:?}"
             )));
         }
+        // What its device was shown goes with it.
+        crate::store::seen::forget_devices(&tx, &hashes)?;
+        tx.commit()?;
         // Remembered app passwords (PostgreSQL) are checked again: gone at once here, within
         // TOKEN_RECHECK at the other servers.
         self.tokens.forget();

@@ -4,7 +4,8 @@
 //! One submodule a concern: [`resolve`] paths and IDs to rows; [`folders`] listings and new
 //! folders and accounts; [`upload`] the three upload steps; [`files`] files by ID for reading;
 //! [`transfer`] copy and move; [`delete`] deletes and freed blobs; [`restore`] versions and
-//! deleted files brought back; [`limits`] quotas and sizes.
+//! deleted files brought back; [`limits`] quotas and sizes; [`staged`] a whole staged file put
+//! at a path (WebDAV's PUT).
 //! This file holds what they share: a node's row, read and written.
 
 mod delete;
@@ -14,6 +15,7 @@ mod limits;
 pub(super) mod resolve;
 mod restore;
 pub(super) mod retention;
+mod staged;
 mod transfer;
 mod upload;
 

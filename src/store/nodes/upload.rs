@@ -386,17 +386,30 @@ impl Store {
         scope: Scope,
         file_id: &str,
         version_id: &str,
-        mut staged: StagedBlob,
+        staged: StagedBlob,
     ) -> Result<Node> {
+        self.commit_or_back(scope, file_id, version_id, staged)
+            .map_err(|(e, _)| e)
+    }
+
+    /// [`Store::commit_upload`], with the bytes back when another version is current than the
+    /// base (412): the caller may store them elsewhere (WebDAV's conflict copy, `store::seen`).
+    pub(in crate::store) fn commit_or_back(
+        &self,
+        scope: Scope,
+        file_id: &str,
+        version_id: &str,
+        mut staged: StagedBlob,
+    ) -> std::result::Result<Node, super::staged::Refused> {
         self.note_write_activity();
         // Held in the database too, for the other servers of a shared store (`hold_blob`);
         // let go of by the group commit that takes it (or here, on an error before).
-        let hold = self.hold_blob(&staged.sha256)?;
+        let hold = self.hold_blob(&staged.sha256).map_err(|e| (e, None))?;
         let kinds = match self.ready_to_commit(&mut staged) {
             Ok(kinds) => kinds,
             Err(e) => {
                 self.release_blobs(hold.as_deref());
-                return Err(e);
+                return Err((e, None));
             }
         };
         let me = Arc::new(PendingCommit {
@@ -424,10 +437,12 @@ impl Store {
         // passed on, so a batch that took ours is finished when we get the turn.
         let turn = self.commit_turn(writers);
         let held = relock(&turn);
+        // The bytes of a refused base are back in `me.staged` (`commit_batch`).
+        let back = |r: Result<Node>| r.map_err(|e| (e, relock(&me.staged).take().map(Box::new)));
         if let Some(done) = relock(&me.result).take() {
             drop(held);
             self.done_with_turn(writers, turn);
-            return done;
+            return back(done);
         }
         let batch = relock(&self.commits).remove(&writers).unwrap_or_default();
         let outcome = match self.conn() {
@@ -449,9 +464,8 @@ impl Store {
             }
         }
         self.search.wake();
-        relock(&me.result)
-            .take()
-            .unwrap_or_else(|| Err(Error::internal("upload commit lost its result")))
+        let r = relock(&me.result).take();
+        back(r.unwrap_or_else(|| Err(Error::internal("upload commit lost its result"))))
     }
 
     /// The turn of the group commits of `writers`' queue (see [`Store::commit_upload`]).
@@ -553,6 +567,9 @@ impl Store {
                 (Ok(()), Some(Err(e))) => Err(e.clone()),
                 (Ok(()), None) => Err(Error::internal("upload commit lost its result")),
             };
+            if matches!(&r, Err(e) if e.kind == crate::api::ErrorKind::Precondition) {
+                *relock(&p.staged) = staged[i].take();
+            }
             *relock(&p.result) = Some(r);
         }
         previews
@@ -757,8 +774,6 @@ pub fn length_mismatch(expected: u64, got: u64) -> Error {
     )
 }
 
-/// A file stored: its node, the kind of preview to queue (when its bytes and kind are new),
-/// its name and blob hash.
 /// A version made current: the file, whether its preview is to be made, its name, the blob's
 /// hash, and the blobs the earlier versions it dropped no longer need.
 pub(in crate::store) struct Committed {
