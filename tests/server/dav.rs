@@ -61,6 +61,40 @@ pub(super) async fn run(mut cmd: Command) -> (bool, String) {
     .unwrap()
 }
 
+/// rclone's command for the remote `vault:`: its webdav backend at `url`, signed in as `email`
+/// with `secret`, its config file in `dir`; `extra` goes before the command's own arguments.
+pub(super) async fn rclone_remote(
+    dir: &Path,
+    url: String,
+    (email, secret): (&str, &str),
+    extra: Vec<std::ffi::OsString>,
+) -> impl Fn(&[&str]) -> Command {
+    let (ok, obscured) = run({
+        let mut c = Command::new("rclone");
+        // `--`: a token may begin with `-`.
+        c.args(["obscure", "--", secret]);
+        c
+    })
+    .await;
+    assert!(ok, "{obscured}");
+    let config = dir.join("rclone.conf");
+    std::fs::write(&config, "").unwrap();
+    let (email, obscured) = (email.to_string(), obscured.trim().to_string());
+    move |args: &[&str]| {
+        let mut c = Command::new("rclone");
+        c.arg("--config")
+            .arg(&config)
+            .args(&extra)
+            .args(args)
+            .env("RCLONE_CONFIG_VAULT_TYPE", "webdav")
+            .env("RCLONE_CONFIG_VAULT_URL", &url)
+            .env("RCLONE_CONFIG_VAULT_VENDOR", "other")
+            .env("RCLONE_CONFIG_VAULT_USER", &email)
+            .env("RCLONE_CONFIG_VAULT_PASS", &obscured);
+        c
+    }
+}
+
 /// The API's listing of a folder under the vault: name -> node.
 pub(super) async fn listed(
     s: &TestServer,
@@ -115,28 +149,9 @@ async fn rclone_copies_a_tree_in_and_out() {
     let src = tmp.path().join("src");
     let back = tmp.path().join("back");
     let files = make_tree(&src);
-    let (ok, obscured) = run({
-        let mut c = Command::new("rclone");
-        // `--`: a token may begin with `-`.
-        c.args(["obscure", "--", &creds.token]);
-        c
-    })
-    .await;
-    assert!(ok, "{obscured}");
-    let config = tmp.path().join("rclone.conf");
-    std::fs::write(&config, "").unwrap();
-    let rclone = |args: &[&str]| {
-        let mut c = Command::new("rclone");
-        c.arg("--config")
-            .arg(&config)
-            .args(args)
-            .env("RCLONE_CONFIG_VAULT_TYPE", "webdav")
-            .env("RCLONE_CONFIG_VAULT_URL", s.url(&format!("{DAV_VAULT}/")))
-            .env("RCLONE_CONFIG_VAULT_VENDOR", "other")
-            .env("RCLONE_CONFIG_VAULT_USER", &creds.email)
-            .env("RCLONE_CONFIG_VAULT_PASS", obscured.trim());
-        c
-    };
+    let url = s.url(&format!("{DAV_VAULT}/"));
+    let signed_in = (creds.email.as_str(), creds.token.as_str());
+    let rclone = rclone_remote(tmp.path(), url, signed_in, Vec::new()).await;
     let src_s = src.to_str().unwrap();
     let back_s = back.to_str().unwrap();
     let (ok, out) = run(rclone(&["copy", src_s, "vault:tree"])).await;
@@ -933,32 +948,10 @@ async fn through_a_tls_proxy_only() {
     // HTTPS: rclone copies a tree in, every byte checked.
     let src = tmp.path().join("src");
     let files = make_tree(&src);
-    let config = tmp.path().join("rclone.conf");
-    std::fs::write(&config, "").unwrap();
-    let (ok, obscured) = run({
-        let mut c = Command::new("rclone");
-        c.args(["obscure", "--", &password]);
-        c
-    })
-    .await;
-    assert!(ok, "{obscured}");
-    let rclone = |args: &[&str]| {
-        let mut c = Command::new("rclone");
-        c.arg("--config")
-            .arg(&config)
-            .arg("--ca-cert")
-            .arg(dir.join("ca.crt"))
-            .args(args)
-            .env("RCLONE_CONFIG_VAULT_TYPE", "webdav")
-            .env(
-                "RCLONE_CONFIG_VAULT_URL",
-                format!("https://localhost:{tls_port}{DAV_VAULT}/"),
-            )
-            .env("RCLONE_CONFIG_VAULT_VENDOR", "other")
-            .env("RCLONE_CONFIG_VAULT_USER", &creds.email)
-            .env("RCLONE_CONFIG_VAULT_PASS", obscured.trim());
-        c
-    };
+    let url = format!("https://localhost:{tls_port}{DAV_VAULT}/");
+    let ca = vec!["--ca-cert".into(), dir.join("ca.crt").into()];
+    let signed_in = (creds.email.as_str(), password.as_str());
+    let rclone = rclone_remote(tmp.path(), url, signed_in, ca).await;
     let src_s = src.to_str().unwrap();
     let (ok, out) = run(rclone(&["copy", src_s, "vault:tree"])).await;
     assert!(ok, "rclone copy through the proxy: {out}");

@@ -5,13 +5,11 @@
 //! an app password of its own, as `vaultfs user app-password add` makes them; rclone, copying a
 //! tree in twice, makes no copy.
 
-use std::process::Command;
-
 use reqwest::StatusCode;
 
 use super::Api;
 use super::common::{Creds, TestServer, md5hex, served_retention};
-use super::dav::{DAV_VAULT, dav, installed, listed, run};
+use super::dav::{DAV_VAULT, dav, installed, listed, rclone_remote, run};
 
 /// A server as `vaultfs serve` runs by default (versions kept), Alice's account, and two devices
 /// of hers: her laptop and her phone, each with an app password.
@@ -211,27 +209,9 @@ async fn rclone_copies_twice_without_conflict_copies() {
         std::fs::create_dir_all(src.join(name).parent().unwrap()).unwrap();
         std::fs::write(src.join(name), data).unwrap();
     }
-    let (ok, obscured) = run({
-        let mut c = Command::new("rclone");
-        c.args(["obscure", "--", &phone.token]);
-        c
-    })
-    .await;
-    assert!(ok, "{obscured}");
-    let config = tmp.path().join("rclone.conf");
-    std::fs::write(&config, "").unwrap();
-    let rclone = |args: &[&str]| {
-        let mut c = Command::new("rclone");
-        c.arg("--config")
-            .arg(&config)
-            .args(args)
-            .env("RCLONE_CONFIG_VAULT_TYPE", "webdav")
-            .env("RCLONE_CONFIG_VAULT_URL", s.url(&format!("{DAV_VAULT}/")))
-            .env("RCLONE_CONFIG_VAULT_VENDOR", "other")
-            .env("RCLONE_CONFIG_VAULT_USER", &phone.email)
-            .env("RCLONE_CONFIG_VAULT_PASS", obscured.trim());
-        c
-    };
+    let url = s.url(&format!("{DAV_VAULT}/"));
+    let signed_in = (phone.email.as_str(), phone.token.as_str());
+    let rclone = rclone_remote(tmp.path(), url, signed_in, Vec::new()).await;
     let src_s = src.to_str().unwrap();
     let (ok, out) = run(rclone(&["copy", src_s, "vault:tree"])).await;
     assert!(ok, "rclone copy: {out}");
