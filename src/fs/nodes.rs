@@ -1,5 +1,9 @@
 //! The namespace part of the mount, around the inode table: the table sits below all of its
-//! neighbours here and knows none of them.
+//! neighbours here and knows none of them. Its lock is taken here only (and by the staged
+//! file's steps, `staging/lifecycle`, through [`Nodes::lock`]): every other part asks one of
+//! the steps below (`names.rs`: those of lookups and listings), each of which lets go of the
+//! lock before it returns, so no caller holds the table across anything of its own
+//! (`src/layers.rs` checks it).
 
 use std::collections::HashMap;
 use std::sync::{Arc, MutexGuard};
@@ -25,7 +29,7 @@ pub(super) type Refreshing = HashMap<Ino, tokio::sync::watch::Receiver<bool>>;
 /// attributes under way, whether what it fetched may still be used, and the follower of
 /// changes made elsewhere, which drops what they make stale.
 pub(super) struct Nodes {
-    /// Taken by the operations below only.
+    /// Taken by the steps here and in `names.rs`, and by the staged file's (`lock`).
     table: std::sync::Mutex<Table>,
     /// Folders whose listing is being fetched again, each with word of its end.
     refreshing: std::sync::Mutex<Refreshing>,
