@@ -81,7 +81,7 @@ impl<B: Backend> Fs<B> {
         let Some((staged, ours)) = attached else {
             return Ok(None);
         };
-        // (A new copy of a stored version is cut to nothing here; one of no version is empty.)
+        // (Cut here where it holds a version, so that the cut counts: a new file's copy is new.)
         let truncate = truncate && (!ours || remote.is_some());
         self.emptied_if(ino, staged, truncate).map(Some)
     }

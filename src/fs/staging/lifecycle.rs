@@ -189,15 +189,15 @@ impl<B: Backend> Fs<B> {
         let found = match t.get(ino) {
             None => Err(Errno::ENOENT),
             Some(i) if i.gone_elsewhere => Err(Errno::ESTALE),
-            Some(i) => Ok(i.staged.clone()),
+            Some(i) => Ok((i.staged.clone(), same_version(i.remote.as_ref(), remote))),
         };
         let attached = match found {
             // Someone staged it meanwhile: theirs.
-            Ok(Some(other)) => Ok(Self::joins(&t, ino, &other).then_some((other, false))),
-            Ok(None) if !same_version(t.get(ino).and_then(|i| i.remote.as_ref()), remote) => {
-                Ok(None)
+            Ok((Some(other), _)) => Ok(Self::joins(&t, ino, &other).then_some((other, false))),
+            Ok((None, false)) => Ok(None),
+            Ok((None, true)) => {
+                Ok(Self::attach(&mut t, ino, &staged).then(|| (staged.clone(), true)))
             }
-            Ok(None) => Ok(Self::attach(&mut t, ino, &staged).then(|| (staged.clone(), true))),
             Err(e) => Err(e),
         };
         drop(t);
@@ -309,10 +309,8 @@ impl<B: Backend> Fs<B> {
     /// The journal entry of `ino`'s copy `staged` names the path and stored file the inode has
     /// now (before an fsync waits for the upload).
     pub(in crate::fs) fn journal_entry_now(&self, ino: Ino, staged: &Staged) {
-        let t = self.nodes.lock();
-        if let Some(i) = t.get(ino) {
-            let id = i.remote.as_ref().map(|r| r.id.clone());
-            let _ = self.journal.record(staged, &i.path, id);
+        if let Some(i) = self.nodes.lock().get(ino) {
+            let _ = self.journal_at(staged, i);
         }
     }
 
@@ -357,12 +355,8 @@ impl<B: Backend> Fs<B> {
             return;
         }
         if staged.is_dirty() {
-            let (path, id) = (
-                inode.path.clone(),
-                inode.remote.as_ref().map(|r| r.id.clone()),
-            );
-            if let Err(e) = self.journal.record(staged, &path, id) {
-                log::error!("could not journal {path}: {e}");
+            if let Err(e) = self.journal_at(staged, inode) {
+                log::error!("could not journal {}: {e}", inode.path);
             }
             drop(t);
             crate::fs::upload::schedule(self, ino);
@@ -453,6 +447,12 @@ impl<B: Backend> Fs<B> {
         retired
     }
 
+    /// `staged`'s journal entry names where its inode `i` is now: its path and stored file.
+    fn journal_at(&self, staged: &Staged, i: &Inode) -> std::io::Result<()> {
+        let id = i.remote.as_ref().map(|r| r.id.clone());
+        self.journal.record(staged, &i.path, id)
+    }
+
     /// **Stored**, as an uploader is answered: `stored` under the table's lock, with the
     /// attributes `attrs` sent with the bytes kept here where the store did not keep them. A
     /// copy still staged (written again meanwhile) has its journal entry name the new base,
@@ -477,8 +477,7 @@ impl<B: Backend> Fs<B> {
             return true;
         }
         if let Some(i) = t.get(ino).filter(|i| current(i, staged)) {
-            let id = i.remote.as_ref().map(|r| r.id.clone());
-            let _ = self.journal.record(staged, &i.path, id);
+            let _ = self.journal_at(staged, i);
         }
         false
     }
@@ -586,11 +585,7 @@ impl<B: Backend> Fs<B> {
             if let Some(i) = t.get(sino) {
                 if dst.contains(&i.path) {
                     if let Some(s) = &i.staged {
-                        let _ = self.journal.record(
-                            s,
-                            &i.path,
-                            i.remote.as_ref().map(|r| r.id.clone()),
-                        );
+                        let _ = self.journal_at(s, i);
                     }
                 }
             }

@@ -59,8 +59,9 @@ impl<B: Backend> Fs<B> {
         if !Self::becomes_new_file(&mut t, ino, staged) {
             return false;
         }
+        // (The inode has no stored file now: the entry names none.)
         if let Some(i) = t.get(ino) {
-            let _ = self.journal.record(staged, &i.path, None);
+            let _ = self.journal_at(staged, i);
         }
         true
     }
