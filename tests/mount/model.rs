@@ -26,6 +26,11 @@
 //!    is what a delete or rename from a stale view would lose. Nor is an edit overwritten by a
 //!    concurrent edit elsewhere: it must be a conflict copy or a version.
 //!
+//! 3. The store's retention rule: the built-in store keeps a file's 50 newest earlier versions
+//!    (`--keep-versions`, the default of `vaultfs mount`; the test server keeps all). A file
+//!    at the bound that gained k versions since the last check may have dropped k of its
+//!    earlier ones, and no more.
+//!
 //! A rename over a file excuses nothing: the store keeps the file under the name, the bytes
 //! moved its new version and the moved file's versions its earlier ones (`Store::transfer`).
 //!
@@ -62,6 +67,9 @@ const NAMES: [&str; 5] = ["a.txt", "b.txt", "c.txt", "sub/d.txt", "sub/e.txt"];
 const MOUNT_ARGS: [&str; 2] = ["--dir-ttl", "1"];
 /// A settle fails when the views still differ after this long.
 const SETTLE_BOUND: Duration = Duration::from_secs(30);
+/// Earlier versions the built-in store keeps of a file (`vaultfs mount`'s default
+/// `--keep-versions`): rule 3.
+const KEPT_BY_MOUNT: usize = 50;
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 enum Who {
@@ -121,6 +129,8 @@ struct Run {
     contents: HashMap<String, Content>,
     knew: HashMap<Who, HashSet<String>>,
     excused: HashMap<String, String>,
+    /// The store as the last check saw it (rule 3).
+    last_store: View,
     log: Vec<String>,
     step: usize,
     /// Failed operations by their error (ENOENT: the name was not there in that view).
@@ -164,6 +174,7 @@ fn random_writers_lose_no_stored_byte(via: Via) {
         contents: HashMap::new(),
         knew: HashMap::new(),
         excused: HashMap::new(),
+        last_store: View::new(),
         log: Vec::new(),
         step: 0,
         errors: BTreeMap::new(),
@@ -640,6 +651,46 @@ impl Run {
         }
     }
 
+    /// Rule 3: a file of `now` with as many earlier versions as the store keeps, which gained
+    /// k contents since the last check, may have dropped up to k of the earlier versions it
+    /// had then (the oldest: the rule's, tested with the store); those are excused.
+    fn pruned(&mut self, now: &View) {
+        let before = std::mem::replace(&mut self.last_store, now.clone());
+        let kept = match self.via {
+            Via::Local => KEPT_BY_MOUNT,
+            _ => return,
+        };
+        let reachable_now = reachable(now);
+        for (cur, earlier) in now.values().filter(|(_, e)| e.len() >= kept) {
+            let line: HashSet<&String> = std::iter::once(cur).chain(earlier).collect();
+            // The same file then: one sharing a content with it (a rename over a file
+            // moves the history with it, so the name may differ).
+            for (then_cur, then_earlier) in before.values() {
+                let then: HashSet<&String> =
+                    std::iter::once(then_cur).chain(then_earlier).collect();
+                if then.is_disjoint(&line) {
+                    continue;
+                }
+                let gained = line.difference(&then).count();
+                let dropped: Vec<&String> = then_earlier
+                    .iter()
+                    .filter(|m| !reachable_now.contains(*m))
+                    .collect();
+                if dropped.is_empty() || dropped.len() > gained {
+                    continue;
+                }
+                for m in dropped {
+                    self.excused.entry(m.clone()).or_insert_with(|| {
+                        format!(
+                            "dropped by the retention rule ({kept} kept) at #{}",
+                            self.step
+                        )
+                    });
+                }
+            }
+        }
+    }
+
     /// Mounts with no upload left have stored (or made conflict copies of) every content
     /// closed on them.
     fn confirm(&mut self) {
@@ -661,8 +712,10 @@ impl Run {
     }
 
     /// Every content certainly stored and not excused is in the store, as a file or a version.
-    fn check_store(&self) {
-        let reachable = reachable(&self.store_view());
+    fn check_store(&mut self) {
+        let store = self.store_view();
+        self.pruned(&store);
+        let reachable = reachable(&store);
         let lost: Vec<&String> = self
             .contents
             .iter()
