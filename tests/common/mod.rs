@@ -3,6 +3,7 @@
 //! three-step upload over raw HTTP, and the bytes and checksums the tests write and compare.
 #![allow(dead_code)]
 
+pub mod dav_clients;
 pub mod dialect;
 #[macro_use]
 pub mod env;

@@ -1,15 +1,19 @@
 //! One vault reached both ways (issue 50): what a WebDAV client stores in `vaultfs serve` is read
 //! through a mount of the same server, and what is written through the mount is read, and
 //! edited, over WebDAV; the mount sees the edit. A WebDAV client's lock shows through the
-//! mount (`user.vaultfs.lock`).
+//! mount (`user.vaultfs.lock`). The real clients too: a file written by rclone, davfs2 and
+//! cadaver reads through the mount, and one written through the mount reads in each.
 
 use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-use crate::common::TestServer;
+use crate::common::dav_clients::{
+    Davfs, cadaver, cadaver_netrc, davfs_can_mount, installed, output, rclone_remote,
+};
 use crate::common::env::{Env, Via};
 use crate::common::mount::wait_for;
+use crate::common::{TestServer, pattern};
 
 both!(a_webdav_lock_shows_through_the_mount_until_let_go_of);
 
@@ -57,6 +61,97 @@ fn a_file_written_over_webdav_reads_through_the_mount_and_back() {
     wait_for(10, "the WebDAV edit in the mount", || {
         fs::read(&q).is_ok_and(|b| b == b"edited over WebDAV\n")
     });
+    m.unmount();
+}
+
+/// rclone's webdav backend, cadaver and davfs2 against the server a vaultfs mount uses: what
+/// each writes reads through the mount byte for byte, and what the mount wrote (a text and a
+/// binary of several write batches) reads in each. A client that is not installed is skipped
+/// and says so.
+#[test]
+fn real_webdav_clients_and_a_mount_read_each_others_files() {
+    let Some(env) = Env::new(Via::Remote) else {
+        return;
+    };
+    let s = env.server.as_ref().unwrap();
+    let dav = env.rt.block_on(s.user("dav@example.com", "Local"));
+    let signed_in = (dav.email.as_str(), dav.token.as_str());
+    let m = env.mount(&[]);
+    let v = env.vault();
+    let text = b"written through the mount\n".to_vec();
+    let binary = pattern(3 << 20, 5);
+    fs::write(v.join("from-mount.txt"), &text).unwrap();
+    fs::write(v.join("from-mount.bin"), &binary).unwrap();
+    env.wait_uploaded();
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let folder = format!("{}/dav/Local/My%20First%20Vault/", s.base);
+    // What a client wrote, as the mount reads it once the mount looks again.
+    let through_mount = |name: &str, data: &[u8]| {
+        let p = v.join(name);
+        wait_for(10, &format!("{name} in the mount"), || {
+            fs::read(&p).is_ok_and(|b| b == data)
+        });
+    };
+
+    if installed("rclone") {
+        let rclone = rclone_remote(t, folder.clone(), signed_in, Vec::new());
+        let by_rclone = pattern(200_000, 6);
+        fs::write(t.join("by-rclone.bin"), &by_rclone).unwrap();
+        let local = |name: &str| t.join(name).to_str().unwrap().to_string();
+        let (ok, out) = output(rclone(&[
+            "copyto",
+            &local("by-rclone.bin"),
+            "vault:by-rclone.bin",
+        ]));
+        assert!(ok, "rclone copyto in: {out}");
+        through_mount("by-rclone.bin", &by_rclone);
+        for name in ["from-mount.txt", "from-mount.bin"] {
+            let back = local(&format!("rclone-{name}"));
+            let (ok, out) = output(rclone(&["copyto", &format!("vault:{name}"), &back]));
+            assert!(ok, "rclone copyto out: {out}");
+        }
+        assert_eq!(fs::read(t.join("rclone-from-mount.txt")).unwrap(), text);
+        assert!(fs::read(t.join("rclone-from-mount.bin")).unwrap() == binary);
+    }
+
+    if installed("cadaver") {
+        cadaver_netrc(t, &s.base, signed_in);
+        fs::write(t.join("by-cadaver.txt"), "put by cadaver\n").unwrap();
+        let out = cadaver(
+            t,
+            folder.clone(),
+            &format!(
+                "lcd {}\nput by-cadaver.txt\nget from-mount.txt cadaver-from-mount.txt\n\
+                 get from-mount.bin cadaver-from-mount.bin\nquit\n",
+                t.display()
+            ),
+        );
+        assert!(!out.contains("failed"), "{out}");
+        through_mount("by-cadaver.txt", b"put by cadaver\n");
+        assert_eq!(
+            fs::read(t.join("cadaver-from-mount.txt")).unwrap(),
+            text,
+            "{out}"
+        );
+        assert!(
+            fs::read(t.join("cadaver-from-mount.bin")).unwrap() == binary,
+            "{out}"
+        );
+    }
+
+    if davfs_can_mount() {
+        let password = s.store.add_app_password(&dav.email, "davfs2").unwrap();
+        let url = format!("{}/dav/Local/My First Vault/", s.base);
+        let davfs = Davfs::mount(&url, (&dav.email, &password)).unwrap();
+        assert_eq!(fs::read(davfs.mnt.join("from-mount.txt")).unwrap(), text);
+        assert!(fs::read(davfs.mnt.join("from-mount.bin")).unwrap() == binary);
+        let by_davfs = pattern(1 << 20, 7);
+        fs::write(davfs.mnt.join("by-davfs2.bin"), &by_davfs).unwrap();
+        // davfs2 has stored it once `umount` returns.
+        davfs.unmount().unwrap();
+        through_mount("by-davfs2.bin", &by_davfs);
+    }
     m.unmount();
 }
 

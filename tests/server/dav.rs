@@ -13,6 +13,8 @@ use std::process::Command;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
+use super::common::dav_clients::{Davfs, cadaver_netrc, davfs_can_mount, output};
+pub(super) use super::common::dav_clients::{installed, rclone_remote};
 use super::common::{Creds, TestServer, md5hex, pattern, served_retention};
 use super::{Api, setup};
 
@@ -22,17 +24,6 @@ pub(super) const DAV_VAULT: &str = "/dav/Acme/My%20First%20Vault";
 /// A LOCK's body: an exclusive write lock, no owner.
 const EXCLUSIVE_LOCK: &str = r#"<?xml version="1.0"?><D:lockinfo xmlns:D="DAV:"><D:lockscope>
 <D:exclusive/></D:lockscope><D:locktype><D:write/></D:locktype></D:lockinfo>"#;
-
-pub(super) fn installed(bin: &str) -> bool {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {bin}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        eprintln!("SKIPPED: `{bin}` is not installed (.ci/run installs it: apt-get install {bin})");
-    }
-    found
-}
 
 /// A WebDAV request with Basic credentials (a token or an app password).
 pub(super) fn dav(
@@ -47,52 +38,10 @@ pub(super) fn dav(
 }
 
 /// Runs a command on a blocking thread (the server runs on this runtime); its status and output.
-pub(super) async fn run(mut cmd: Command) -> (bool, String) {
-    tokio::task::spawn_blocking(move || {
-        let out = cmd.output().expect("the command starts");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.success(), text)
-    })
-    .await
-    .unwrap()
-}
-
-/// rclone's command for the remote `vault:`: its webdav backend at `url`, signed in as `email`
-/// with `secret`, its config file in `dir`; `extra` goes before the command's own arguments.
-pub(super) async fn rclone_remote(
-    dir: &Path,
-    url: String,
-    (email, secret): (&str, &str),
-    extra: Vec<std::ffi::OsString>,
-) -> impl Fn(&[&str]) -> Command {
-    let (ok, obscured) = run({
-        let mut c = Command::new("rclone");
-        // `--`: a token may begin with `-`.
-        c.args(["obscure", "--", secret]);
-        c
-    })
-    .await;
-    assert!(ok, "{obscured}");
-    let config = dir.join("rclone.conf");
-    std::fs::write(&config, "").unwrap();
-    let (email, obscured) = (email.to_string(), obscured.trim().to_string());
-    move |args: &[&str]| {
-        let mut c = Command::new("rclone");
-        c.arg("--config")
-            .arg(&config)
-            .args(&extra)
-            .args(args)
-            .env("RCLONE_CONFIG_VAULT_TYPE", "webdav")
-            .env("RCLONE_CONFIG_VAULT_URL", &url)
-            .env("RCLONE_CONFIG_VAULT_VENDOR", "other")
-            .env("RCLONE_CONFIG_VAULT_USER", &email)
-            .env("RCLONE_CONFIG_VAULT_PASS", &obscured);
-        c
-    }
+pub(super) async fn run(cmd: Command) -> (bool, String) {
+    tokio::task::spawn_blocking(move || output(cmd))
+        .await
+        .unwrap()
 }
 
 /// The API's listing of a folder under the vault: name -> node.
@@ -151,7 +100,7 @@ async fn rclone_copies_a_tree_in_and_out() {
     let files = make_tree(&src);
     let url = s.url(&format!("{DAV_VAULT}/"));
     let signed_in = (creds.email.as_str(), creds.token.as_str());
-    let rclone = rclone_remote(tmp.path(), url, signed_in, Vec::new()).await;
+    let rclone = rclone_remote(tmp.path(), url, signed_in, Vec::new());
     let src_s = src.to_str().unwrap();
     let back_s = back.to_str().unwrap();
     let (ok, out) = run(rclone(&["copy", src_s, "vault:tree"])).await;
@@ -664,98 +613,43 @@ async fn a_version_stored_during_a_put_makes_it_412() {
     assert_eq!(r.text().await.unwrap(), "two");
 }
 
-/// Unmounts (lazily, whatever happened) when dropped.
-struct Davfs(std::path::PathBuf);
-
-impl Drop for Davfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .stderr(std::process::Stdio::null())
-            .status();
-    }
-}
-
 /// davfs2 (`mount -t davfs`, as root) with an app password: files written, read back, renamed
 /// and removed through the mount are what the API then lists. (Listing a davfs2 mount fails
 /// with EINVAL on this machine's kernel, against any server: rclone's `serve webdav` too; so
 /// the files are reached by name.)
 #[tokio::test(flavor = "multi_thread")]
 async fn davfs2_mounts_the_vault() {
-    if !installed("mount.davfs") {
-        return;
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 || !Path::new("/dev/fuse").exists() {
-        eprintln!("SKIPPED: mount -t davfs needs root and /dev/fuse");
+    if !davfs_can_mount() {
         return;
     }
     let (s, api) = setup().await;
     let email = api.creds().email.clone();
     let password = s.store.add_app_password(&email, "davfs2").unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    // davfs2's daemon runs as its own user: it must reach its files.
-    std::fs::set_permissions(
-        tmp.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let mnt = tmp.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let secrets = tmp.path().join("secrets");
-    std::fs::write(&secrets, format!("{} {email} {password}\n", mnt.display())).unwrap();
-    std::fs::set_permissions(
-        &secrets,
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
-    )
-    .unwrap();
-    let conf = tmp.path().join("davfs2.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "secrets {}\ndelay_upload 0\nuse_locks 1\n",
-            secrets.display()
-        ),
-    )
-    .unwrap();
-    let mut mount = Command::new("mount");
-    mount
-        .args(["-t", "davfs"])
-        .arg(s.url("/dav/Acme/My First Vault/"))
-        .arg(&mnt)
-        .arg("-o")
-        .arg(format!("conf={}", conf.display()))
-        .stdin(std::process::Stdio::null());
-    let (ok, out) = run(mount).await;
-    assert!(ok, "mount -t davfs: {out}");
-    let guard = Davfs(mnt.clone());
-    let m = mnt.clone();
+    let url = s.url("/dav/Acme/My First Vault/");
     // Through the mount (each call answered by this process's server: not on its threads).
     let read = tokio::task::spawn_blocking(move || {
+        let davfs = Davfs::mount(&url, (&email, &password)).unwrap();
+        let m = &davfs.mnt;
         std::fs::write(m.join("a.txt"), "hello\n").unwrap();
         std::fs::create_dir(m.join("sub")).unwrap();
         std::fs::write(m.join("sub/b.bin"), pattern(300_000, 9)).unwrap();
         std::fs::write(m.join("sub/gone.txt"), "x").unwrap();
         std::fs::rename(m.join("a.txt"), m.join("c.txt")).unwrap();
         std::fs::remove_file(m.join("sub/gone.txt")).unwrap();
-        (
+        let read = (
             std::fs::read(m.join("c.txt")).unwrap(),
             std::fs::read(m.join("sub/b.bin")).unwrap(),
             m.join("a.txt").exists(),
-        )
+        );
+        // Unmounted: davfs2 has stored everything (umount waits for it).
+        davfs.unmount().unwrap();
+        read
     })
     .await
     .unwrap();
     assert_eq!(read.0, b"hello\n");
     assert!(read.1 == pattern(300_000, 9));
     assert!(!read.2, "a.txt was renamed");
-    // Unmounted: davfs2 has stored everything (umount waits for it).
-    let mut umount = Command::new("umount");
-    umount.arg(&mnt);
-    let (ok, out) = run(umount).await;
-    assert!(ok, "umount: {out}");
-    drop(guard);
     let top = listed(&s, api.creds(), "").await;
     assert!(!top.contains_key("a.txt"));
     assert_eq!(top["c.txt"]["md5_checksum"], md5hex(b"hello\n"));
@@ -951,7 +845,7 @@ async fn through_a_tls_proxy_only() {
     let url = format!("https://localhost:{tls_port}{DAV_VAULT}/");
     let ca = vec!["--ca-cert".into(), dir.join("ca.crt").into()];
     let signed_in = (creds.email.as_str(), password.as_str());
-    let rclone = rclone_remote(tmp.path(), url, signed_in, ca).await;
+    let rclone = rclone_remote(tmp.path(), url, signed_in, ca);
     let src_s = src.to_str().unwrap();
     let (ok, out) = run(rclone(&["copy", src_s, "vault:tree"])).await;
     assert!(ok, "rclone copy through the proxy: {out}");
@@ -1134,35 +1028,13 @@ async fn a_lock_shows_in_the_api_until_let_go_of() {
     assert!(locks_of("a.txt").await.is_empty());
 }
 
-/// A cadaver session (the command-line WebDAV client) with `commands` on its input, signed in
-/// through `home`'s `.netrc`: whether it ended well, and what it printed.
+/// A cadaver session with `commands` on its input, signed in through `home`'s `.netrc`, on a
+/// blocking thread: what it printed.
 async fn cadaver(home: &Path, url: String, commands: &str) -> String {
     let (home, commands) = (home.to_path_buf(), commands.to_string());
-    tokio::task::spawn_blocking(move || {
-        use std::io::Write;
-        let mut child = Command::new("cadaver")
-            .arg(url)
-            .env("HOME", home)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("cadaver starts");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(commands.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-    .await
-    .unwrap()
+    tokio::task::spawn_blocking(move || super::common::dav_clients::cadaver(&home, url, &commands))
+        .await
+        .unwrap()
 }
 
 /// cadaver, as a user types it: a folder made, a file put, locked and saved again under the
@@ -1180,22 +1052,7 @@ async fn cadaver_works_through_a_session() {
     let api = Api::new(&s, &creds);
     let home = tempfile::tempdir().unwrap();
     let h = home.path();
-    let host = s
-        .base
-        .trim_start_matches("http://")
-        .split(':')
-        .next()
-        .unwrap();
-    let netrc = h.join(".netrc");
-    std::fs::write(
-        &netrc,
-        format!(
-            "machine {host} login {} password {}\n",
-            creds.email, creds.token
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&netrc, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    cadaver_netrc(h, &s.base, (&creds.email, &creds.token));
     for (name, text) in [
         ("first.txt", "first draft\n"),
         ("second.txt", "second draft\n"),

@@ -211,7 +211,7 @@ async fn rclone_copies_twice_without_conflict_copies() {
     }
     let url = s.url(&format!("{DAV_VAULT}/"));
     let signed_in = (phone.email.as_str(), phone.token.as_str());
-    let rclone = rclone_remote(tmp.path(), url, signed_in, Vec::new()).await;
+    let rclone = rclone_remote(tmp.path(), url, signed_in, Vec::new());
     let src_s = src.to_str().unwrap();
     let (ok, out) = run(rclone(&["copy", src_s, "vault:tree"])).await;
     assert!(ok, "rclone copy: {out}");
