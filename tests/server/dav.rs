@@ -389,6 +389,24 @@ async fn a_move_over_a_file_keeps_its_history() {
         .unwrap();
     let xml = r.text().await.unwrap();
     assert!(xml.contains(">blue<"), "{xml}");
+    // And with a copy of the folder they are in.
+    let r = dav(&s, &creds, "COPY", &format!("{DAV_VAULT}/g/"))
+        .header("Destination", s.url(&format!("{DAV_VAULT}/h/")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let r = dav(&s, &creds, "PROPFIND", &format!("{DAV_VAULT}/h/moved.txt"))
+        .header("Depth", "0")
+        .body(
+            r#"<?xml version="1.0"?><D:propfind xmlns:D="DAV:" xmlns:Z="urn:x-test">
+            <D:prop><Z:colour/></D:prop></D:propfind>"#,
+        )
+        .send()
+        .await
+        .unwrap();
+    let xml = r.text().await.unwrap();
+    assert!(xml.contains(">blue<"), "{xml}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

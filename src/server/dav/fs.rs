@@ -303,20 +303,12 @@ impl GuardedFileSystem<DavCaller> for StoreFs {
     ) -> FsFuture<'a, ()> {
         async move {
             let (src, dst) = (c.path(from)?, c.path(to)?);
+            // The store's copy carries the dead properties of every node it copies.
             c.backend
                 .copy(&src, &dst, c.request.overwrite)
                 .await
-                .map_err(|e| c.failed(e))?;
-            // A copy carries the file's dead properties (RFC 4918 9.8.2).
-            let props = c.backend.dead_props(&src).await.map_err(|e| c.failed(e))?;
-            if !props.is_empty() {
-                let patch = props.into_iter().map(|p| (true, p)).collect();
-                c.backend
-                    .patch_dead_props(&dst, patch)
-                    .await
-                    .map_err(|e| c.failed(e))?;
-            }
-            Ok(())
+                .map(drop)
+                .map_err(|e| c.failed(e))
         }
         .boxed()
     }

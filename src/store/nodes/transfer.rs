@@ -86,6 +86,12 @@ fn copy_node(
     now: i64,
 ) -> Result<i64> {
     let new_id = insert_node(tx, dst_parent, src.kind, name, now)?;
+    // WebDAV's dead properties go with a copy (RFC 4918 9.8.2), of every node of a tree.
+    tx.execute(
+        "INSERT INTO dav_props (node_id, namespace, name, prefix, xml)
+         SELECT ?1, namespace, name, prefix, xml FROM dav_props WHERE node_id = ?2",
+        params![new_id, src.id],
+    )?;
     if src.is_file() {
         // The copy is a new file whose one version shares the source's blob: no byte is copied.
         let copied = tx.execute(
