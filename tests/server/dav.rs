@@ -699,14 +699,19 @@ async fn the_quota_holds_and_a_propfind_is_of_finite_depth() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::INSUFFICIENT_STORAGE);
-    // Without a length (chunked): refused at the commit, and the name it made goes again.
+    // Without a length (chunked): refused once it outgrows the room, while the client is
+    // still sending (a body that never ends is refused too), and the name it made goes again.
+    use futures_util::StreamExt;
     let chunks = futures_util::stream::iter(
         (0..6).map(|i| Ok::<_, std::io::Error>(pattern(10_000, 10 + i))),
-    );
-    let r = dav(&s, &creds, "PUT", &format!("{DAV_VAULT}/big2"))
+    )
+    .chain(futures_util::stream::pending());
+    let put = dav(&s, &creds, "PUT", &format!("{DAV_VAULT}/big2"))
         .body(reqwest::Body::wrap_stream(chunks))
-        .send()
+        .send();
+    let r = tokio::time::timeout(std::time::Duration::from_secs(30), put)
         .await
+        .expect("refused before the body ends")
         .unwrap();
     assert_eq!(r.status(), StatusCode::INSUFFICIENT_STORAGE);
     let top = listed(&s, &creds, "").await;

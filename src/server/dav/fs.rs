@@ -97,22 +97,18 @@ impl GuardedFileSystem<DavCaller> for StoreFs {
                 return Ok(Box::new(Reader::new(c, &node)?) as Box<dyn DavFile>);
             }
             let max = c.backend.store().config().max_file_size;
-            if let Some(n) = options.size {
-                if n > max {
-                    return Err(FsError::TooLarge);
-                }
-                // Refused before the body is read when it cannot fit the account's quota (the
-                // commit checks again, and alone where the length is not announced).
-                let usage = c.backend.usage().await.map_err(|e| c.failed(e))?;
-                if let Some(u) = usage
-                    && u.max_bytes.is_some_and(|m| u.bytes.saturating_add(n) > m)
-                {
-                    return Err(c.failed(Error::new(
-                        ErrorKind::InsufficientStorage,
-                        "quota_exceeded",
-                        format!("{n} more bytes would take the account over its quota"),
-                    )));
-                }
+            if options.size.is_some_and(|n| n > max) {
+                return Err(FsError::TooLarge);
+            }
+            // The account's room: a body that cannot fit is refused before it is read where its
+            // length is announced, and once it outgrows the room where it is not (chunked);
+            // the commit checks again, against what was stored meanwhile.
+            let usage = c.backend.usage().await.map_err(|e| c.failed(e))?;
+            let room = usage.and_then(|u| u.max_bytes.map(|m| m.saturating_sub(u.bytes)));
+            if let Some(n) = options.size
+                && room.is_some_and(|r| n > r)
+            {
+                return Err(c.failed(over_quota(n)));
             }
             let mut base = c.request.base.clone();
             if options.create_new {
@@ -121,15 +117,9 @@ impl GuardedFileSystem<DavCaller> for StoreFs {
             // Without preconditions: the store keeps both over a version never shown.
             let keep_both = c.request.unconditional && base == Base::Any;
             let writer = c.backend.staging_writer().await.map_err(|e| c.failed(e))?;
-            let f: Box<dyn DavFile> = Box::new(Writer::new(
-                c,
-                p,
-                base,
-                keep_both,
-                options.size,
-                max,
-                writer,
-            ));
+            let f: Box<dyn DavFile> = Box::new(
+                Writer::new(c, p, base, keep_both, options.size, max, writer).within(room),
+            );
             Ok(f)
         }
         .boxed()
@@ -420,4 +410,13 @@ fn dav_prop(d: DeadProp, content: bool) -> DavProp {
         namespace: (!d.namespace.is_empty()).then_some(d.namespace),
         xml: if content { d.xml } else { None },
     }
+}
+
+/// A body of `n` bytes that the account's quota has no room for (507).
+pub(super) fn over_quota(n: u64) -> Error {
+    Error::new(
+        ErrorKind::InsufficientStorage,
+        "quota_exceeded",
+        format!("{n} more bytes would take the account over its quota"),
+    )
 }

@@ -148,6 +148,8 @@ pub(super) struct Writer {
     expected: Option<u64>,
     /// The server's largest file.
     max: u64,
+    /// The account's room when the handle was opened (None: no quota).
+    room: Option<u64>,
     writer: Mutex<Option<BlobWriter>>,
     batch: BytesMut,
     written: u64,
@@ -179,11 +181,17 @@ impl Writer {
             keep_both,
             expected,
             max,
+            room: None,
             writer: Mutex::new(Some(writer)),
             batch: BytesMut::new(),
             written: 0,
             stored: None,
         }
+    }
+
+    /// The same, refusing a body that outgrows `room` (the account's quota) as it comes.
+    pub(super) fn within(self, room: Option<u64>) -> Writer {
+        Writer { room, ..self }
     }
 
     /// Writes the gathered bytes to the staging file, on a blocking thread.
@@ -210,6 +218,9 @@ impl Writer {
         self.written += data.len() as u64;
         if self.written > self.max || self.expected.is_some_and(|n| self.written > n) {
             return Err(FsError::TooLarge);
+        }
+        if self.room.is_some_and(|r| self.written > r) {
+            return Err(self.caller.failed(super::fs::over_quota(self.written)));
         }
         self.batch.extend_from_slice(&data);
         if self.batch.len() >= WRITE_BATCH {
