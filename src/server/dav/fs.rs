@@ -25,7 +25,7 @@ use futures_util::{FutureExt, StreamExt};
 use super::caller::{DavCaller, fs_error};
 use super::handles::{Reader, Writer};
 use super::meta::{Meta, entries};
-use crate::api::{Base, Error, ErrorKind, NodePath};
+use crate::api::{Base, ErrorKind, NodePath};
 use crate::backend::local::LocalBackend;
 use crate::backend::{Backend, LIST_PAGE};
 use crate::store::dav::DeadProp;
@@ -108,7 +108,7 @@ impl GuardedFileSystem<DavCaller> for StoreFs {
             if let Some(n) = options.size
                 && room.is_some_and(|r| n > r)
             {
-                return Err(c.failed(over_quota(n)));
+                return Err(c.failed(super::handles::over_quota(n)));
             }
             let mut base = c.request.base.clone();
             if options.create_new {
@@ -410,13 +410,4 @@ fn dav_prop(d: DeadProp, content: bool) -> DavProp {
         namespace: (!d.namespace.is_empty()).then_some(d.namespace),
         xml: if content { d.xml } else { None },
     }
-}
-
-/// A body of `n` bytes that the account's quota has no room for (507).
-pub(super) fn over_quota(n: u64) -> Error {
-    Error::new(
-        ErrorKind::InsufficientStorage,
-        "quota_exceeded",
-        format!("{n} more bytes would take the account over its quota"),
-    )
 }

@@ -220,7 +220,7 @@ impl Writer {
             return Err(FsError::TooLarge);
         }
         if self.room.is_some_and(|r| self.written > r) {
-            return Err(self.caller.failed(super::fs::over_quota(self.written)));
+            return Err(self.caller.failed(over_quota(self.written)));
         }
         self.batch.extend_from_slice(&data);
         if self.batch.len() >= WRITE_BATCH {
@@ -306,4 +306,13 @@ impl DavFile for Writer {
         }
         .boxed()
     }
+}
+
+/// A body of `n` bytes that the account's quota has no room for (507).
+pub(super) fn over_quota(n: u64) -> Error {
+    Error::new(
+        crate::api::ErrorKind::InsufficientStorage,
+        "quota_exceeded",
+        format!("{n} more bytes would take the account over its quota"),
+    )
 }
