@@ -30,9 +30,34 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~');
 
 /// A validated path below `/nodes/pth`: empty for the root, then account, vault, folders, name.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+///
+/// Kept as one string, the segments joined by `/` (no name holds one: [`validate_name`]): one
+/// allocation a path, where a mount keeps a path or two for every file it knows (a `Vec` of
+/// `String`s was five for `Local/My First Vault/t/f.txt`, 240 bytes). Equal, hashed and ordered
+/// as the list of its segments (a folder's tree sorts right after it).
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct NodePath {
-    segments: Vec<String>,
+    joined: String,
+}
+
+impl Ord for NodePath {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.iter().cmp(other.iter())
+    }
+}
+
+impl PartialOrd for NodePath {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl fmt::Debug for NodePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodePath")
+            .field("segments", &self.segments())
+            .finish()
+    }
 }
 
 /// Checks one node name: not empty, not `.` or `..`, no `/` or NUL, at most 255 bytes.
@@ -201,16 +226,22 @@ impl NodePath {
         NodePath::default()
     }
 
+    /// The path of these segments, each checked by [`validate_name`].
     pub fn from_segments<I, S>(segments: I) -> Result<Self>
     where
         I: IntoIterator<Item = S>,
-        S: Into<String>,
+        S: AsRef<str>,
     {
-        let segments: Vec<String> = segments.into_iter().map(Into::into).collect();
-        for s in &segments {
+        let mut joined = String::new();
+        for s in segments {
+            let s = s.as_ref();
             validate_name(s)?;
+            if !joined.is_empty() {
+                joined.push('/');
+            }
+            joined.push_str(s);
         }
-        Ok(NodePath { segments })
+        Ok(NodePath { joined })
     }
 
     /// Parses the part of a request path after `/nodes/pth` (e.g. `/Acme/My%20First%20Vault`),
@@ -230,15 +261,14 @@ impl NodePath {
         if depth > MAX_PATH_DEPTH {
             return Err(path_too_deep(depth));
         }
-        let mut segments = Vec::new();
+        let mut segments = Vec::with_capacity(depth);
         for raw in rest.split('/') {
             let decoded = percent_decode_str(raw)
                 .decode_utf8()
                 .map_err(|_| Error::bad_path("path segment is not valid UTF-8"))?;
-            validate_name(&decoded)?;
-            segments.push(decoded.into_owned());
+            segments.push(decoded);
         }
-        Ok(NodePath { segments })
+        Self::from_segments(segments)
     }
 
     /// Parses a decoded `/nodes/pth/...` path, as found in `uri` and `dst_uri` fields.
@@ -265,15 +295,10 @@ impl NodePath {
     /// parses one (the request line, `dst_uri`), so that the two spellings of a name are one
     /// path for every comparison after. (The client keeps a server's names as they are.)
     pub fn into_nfc(self) -> Result<NodePath> {
-        let mut segments = self.segments;
-        for s in &mut segments {
-            let n = nfc(s);
-            if n != *s {
-                validate_name(&n)?;
-                *s = n;
-            }
+        if self.iter().all(|s| nfc(s) == s) {
+            return Ok(self);
         }
-        Ok(NodePath { segments })
+        Self::from_segments(self.iter().map(nfc))
     }
 
     /// 400 `path_too_deep` when the path has more than [`MAX_PATH_DEPTH`] segments. (Parsing
@@ -285,14 +310,25 @@ impl NodePath {
         Ok(())
     }
 
-    pub fn segments(&self) -> &[String] {
-        &self.segments
+    /// The segments, first to last.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &str> + Clone {
+        (!self.joined.is_empty())
+            .then(|| self.joined.split('/'))
+            .into_iter()
+            .flatten()
+    }
+    pub fn segments(&self) -> Vec<&str> {
+        self.iter().collect()
     }
     pub fn is_root(&self) -> bool {
-        self.segments.is_empty()
+        self.joined.is_empty()
     }
     pub fn depth(&self) -> usize {
-        self.segments.len()
+        if self.is_root() {
+            0
+        } else {
+            self.joined.bytes().filter(|b| *b == b'/').count() + 1
+        }
     }
     /// Whether files and folders can be made in this node: a vault or a folder in one. The
     /// root lists accounts, and an account holds the vaults that come with it.
@@ -301,34 +337,46 @@ impl NodePath {
     }
     /// The account this path is in (its first segment).
     pub fn account(&self) -> Option<&str> {
-        self.segments.first().map(String::as_str)
+        self.iter().next()
     }
     pub fn name(&self) -> Option<&str> {
-        self.segments.last().map(String::as_str)
+        self.iter().next_back()
     }
     pub fn parent(&self) -> Option<NodePath> {
-        let (_, head) = self.segments.split_last()?;
+        if self.is_root() {
+            return None;
+        }
+        let head = self.joined.rfind('/').map_or("", |i| &self.joined[..i]);
         Some(NodePath {
-            segments: head.to_vec(),
+            joined: head.to_string(),
         })
     }
     pub fn child(&self, name: &str) -> Result<NodePath> {
         validate_name(name)?;
-        let mut segments = self.segments.clone();
-        segments.push(name.to_string());
-        Ok(NodePath { segments })
+        let mut joined = String::with_capacity(self.joined.len() + 1 + name.len());
+        joined.push_str(&self.joined);
+        if !joined.is_empty() {
+            joined.push('/');
+        }
+        joined.push_str(name);
+        Ok(NodePath { joined })
     }
     /// True when `self` is `other` or one of its ancestors.
     pub fn contains(&self, other: &NodePath) -> bool {
-        other.segments.starts_with(&self.segments)
+        self.is_root()
+            || other
+                .joined
+                .strip_prefix(&self.joined)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
     }
 
     /// The decoded form used in `uri` fields: `/nodes/pth/Acme/My First Vault`.
     pub fn uri(&self) -> String {
-        let mut s = String::from(NODES_PREFIX);
-        for seg in &self.segments {
+        let mut s = String::with_capacity(NODES_PREFIX.len() + 1 + self.joined.len());
+        s.push_str(NODES_PREFIX);
+        if !self.is_root() {
             s.push('/');
-            s.push_str(seg);
+            s.push_str(&self.joined);
         }
         s
     }
@@ -336,7 +384,7 @@ impl NodePath {
     /// The percent-encoded form for a request line: `/nodes/pth/Acme/My%20First%20Vault`.
     pub fn encoded(&self) -> String {
         let mut s = String::from(NODES_PREFIX);
-        for seg in &self.segments {
+        for seg in self.iter() {
             s.push('/');
             s.extend(utf8_percent_encode(seg, SEGMENT));
         }
@@ -537,5 +585,37 @@ mod tests {
         let p = NodePath::parse_uri("/nodes/pth/a/b").unwrap();
         assert!(p.parent().unwrap().contains(&p));
         assert!(!p.contains(&p.parent().unwrap()));
+    }
+
+    /// One string inside, a list of segments outside: a parent, a child, a name, a depth, and
+    /// the order and containment of segments, not of characters (`a b` is no part of `a`'s
+    /// tree, and `a`'s tree sorts right after `a`, before `a b`, as `/` sorts after ` `).
+    #[test]
+    fn a_path_behaves_as_its_segments() {
+        let p = |s: &str| NodePath::parse_uri(&format!("/nodes/pth{s}")).unwrap();
+        let root = NodePath::root();
+        assert_eq!((root.depth(), root.name(), root.parent()), (0, None, None));
+        assert_eq!(root.uri(), "/nodes/pth");
+        let a = root.child("a").unwrap();
+        assert_eq!(a, p("/a"));
+        assert_eq!(
+            (a.depth(), a.name(), a.account()),
+            (1, Some("a"), Some("a"))
+        );
+        assert_eq!(a.parent(), Some(root.clone()));
+        let ab = a.child("b").unwrap();
+        assert_eq!(
+            (ab.depth(), ab.name(), ab.uri().as_str()),
+            (2, Some("b"), "/nodes/pth/a/b")
+        );
+        assert_eq!(ab.segments(), ["a", "b"]);
+        assert!(a.contains(&ab) && root.contains(&ab) && ab.contains(&ab));
+        assert!(!p("/a b").contains(&ab) && !a.contains(&p("/a b")) && !p("/a/b").contains(&a));
+        let mut sorted = vec![p("/a b"), p("/a/b/c"), p("/a"), p("/a/b"), root.clone()];
+        sorted.sort();
+        assert_eq!(sorted, [root, p("/a"), p("/a/b"), p("/a/b/c"), p("/a b")]);
+        assert!(a.child("x/y").is_err() && NodePath::from_segments(["a", ""]).is_err());
+        assert_eq!(p("/caf\u{e9}/x").encoded(), "/nodes/pth/caf%C3%A9/x");
+        assert_eq!(format!("{ab:?}"), r#"NodePath { segments: ["a", "b"] }"#);
     }
 }

@@ -27,7 +27,6 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io;
-use std::num::NonZeroUsize;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -213,6 +212,9 @@ struct Inner {
     pinned: HashSet<String>,
 }
 
+/// The most versions the cache keeps track of, whatever their size.
+const MAX_ENTRIES: usize = 1 << 20;
+
 /// `lru` and `by_id` change together, only here.
 impl Inner {
     /// Adds or replaces the entry of `k`; returns what it replaced (or the LRU's own eviction
@@ -225,6 +227,9 @@ impl Inner {
             if old_k != k {
                 self.unindex(&old.id, &old_k);
             }
+        }
+        if self.lru.len() > MAX_ENTRIES {
+            self.pop_lru();
         }
         let keys = self.by_id.entry(id).or_default();
         if !keys.contains(&k) {
@@ -265,7 +270,9 @@ impl ReadCache {
     pub fn open(dir: PathBuf, max_bytes: u64) -> io::Result<ReadCache> {
         super::private_dir(&dir)?;
         let inner = Inner {
-            lru: LruCache::new(NonZeroUsize::new(1 << 20).unwrap()),
+            // Unbounded by count here, bounded in `put`: `LruCache::new` sizes its map for
+            // the bound at once (36 MB for a million entries, kept by every mount).
+            lru: LruCache::unbounded(),
             by_id: HashMap::new(),
             bytes: 0,
             pinned: HashSet::new(),

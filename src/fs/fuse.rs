@@ -528,6 +528,13 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
             let r = move |r| xattr("getxattr", reply, size, r);
             return spawn(&self.0, async move { fs.lock_xattr(ino.0).await }, r);
         }
+        if let Some(link) =
+            (name.to_str()).and_then(|n| super::xattrs::LINK_XATTRS.iter().find(|l| **l == n))
+        {
+            let fs = self.0.clone();
+            let r = move |r| xattr("getxattr", reply, size, r);
+            return spawn(&self.0, async move { fs.link_xattr(ino.0, link).await }, r);
+        }
         xattr("getxattr", reply, size, self.0.getxattr(ino.0, name));
     }
 

@@ -327,7 +327,7 @@ impl<B: Backend> Fs<B> {
         i.kernel_md5 = None;
         let shared = Backing::new(staged.backing_key(), id, fh, source.keep());
         let id = shared.id();
-        i.pt = Some(shared);
+        i.pt = Some(Box::new(shared));
         Ok(Some(id))
     }
 
@@ -375,7 +375,7 @@ impl<B: Backend> Fs<B> {
                 i.open_handles += 1;
                 Some(registered.map(|shared| {
                     let id = shared.id();
-                    i.pt = Some(shared);
+                    i.pt = Some(Box::new(shared));
                     id
                 }))
             }

@@ -27,7 +27,9 @@ pub use kept::{Kept, KeptHere};
 pub use merge::Merged;
 
 pub struct Table {
-    inodes: HashMap<Ino, Inode>,
+    /// Boxed: growing the map moves 16 bytes an inode, not the inode (at 100,000 files the
+    /// old and new maps of whole inodes were 130 MB at once).
+    inodes: HashMap<Ino, Box<Inode>>,
     by_path: HashMap<NodePath, Ino>,
     next: Ino,
     /// Files with a staged copy (for merging into listings fetched from the backend).
@@ -79,7 +81,7 @@ impl Table {
         };
         let mut r = Inode::new(ROOT, root.clone(), InodeKind::Dir);
         r.lookups = 1;
-        t.inodes.insert(ROOT, r);
+        t.inodes.insert(ROOT, Box::new(r));
         t.by_path.insert(root, ROOT);
         t
     }
@@ -147,7 +149,7 @@ impl Table {
                 let (_, names) = d.listing.as_ref()?;
                 let children = names
                     .values()
-                    .filter_map(|c| self.inodes.get(c))
+                    .filter_map(|c| self.get(*c))
                     .filter(|c| !c.unlinked)
                     .filter_map(Inode::as_node)
                     .collect();
@@ -258,11 +260,11 @@ impl Table {
     }
 
     pub fn get(&self, ino: Ino) -> Option<&Inode> {
-        self.inodes.get(&ino)
+        self.inodes.get(&ino).map(|i| &**i)
     }
 
     pub fn get_mut(&mut self, ino: Ino) -> Option<&mut Inode> {
-        self.inodes.get_mut(&ino)
+        self.inodes.get_mut(&ino).map(|i| &mut **i)
     }
 
     pub fn ino_of(&self, path: &NodePath) -> Option<Ino> {
@@ -280,7 +282,8 @@ impl Table {
         let ino = self.next;
         self.next += 1;
         self.removed.remove(path);
-        self.inodes.insert(ino, Inode::new(ino, path.clone(), kind));
+        self.inodes
+            .insert(ino, Box::new(Inode::new(ino, path.clone(), kind)));
         self.by_path.insert(path.clone(), ino);
         ino
     }
@@ -294,7 +297,7 @@ impl Table {
         let mut inode = Inode::new(ino, path.clone(), kind);
         inode.unlinked = true;
         inode.gone_elsewhere = true;
-        self.inodes.insert(ino, inode);
+        self.inodes.insert(ino, Box::new(inode));
         ino
     }
 
@@ -381,7 +384,7 @@ impl Table {
         let Some(pino) = self.by_path.get(&parent).copied() else {
             return;
         };
-        let Some(names) = self.inodes.get_mut(&pino).and_then(Inode::listing_mut) else {
+        let Some(names) = self.get_mut(pino).and_then(Inode::listing_mut) else {
             return;
         };
         let old = names.insert(name, ino);
@@ -397,7 +400,7 @@ impl Table {
         let Some(pino) = self.by_path.get(&parent).copied() else {
             return;
         };
-        let Some(names) = self.inodes.get_mut(&pino).and_then(Inode::listing_mut) else {
+        let Some(names) = self.get_mut(pino).and_then(Inode::listing_mut) else {
             return;
         };
         if only.is_some_and(|o| names.get(name) != Some(&o)) {
@@ -455,10 +458,9 @@ impl Table {
         };
         for (p, i) in moved {
             self.by_path.remove(&p);
-            let rest = &p.segments()[from.depth()..];
-            let mut segs: Vec<String> = to.segments().to_vec();
-            segs.extend(rest.iter().cloned());
-            let np = NodePath::from_segments(segs).expect("segments already valid");
+            let rest = p.iter().skip(from.depth());
+            let np =
+                NodePath::from_segments(to.iter().chain(rest)).expect("segments already valid");
             if let Some(inode) = self.inodes.get_mut(&i) {
                 inode.path = np.clone();
             }
@@ -543,7 +545,7 @@ impl Table {
         n.touched = old.touched;
         // Uploads and namespace changes of the node stay serialized across both.
         n.io = old.io.clone();
-        self.inodes.insert(new, n);
+        self.inodes.insert(new, Box::new(n));
         self.by_path.insert(path.clone(), new);
         if let Some(at) = self.recent.get(&ino).copied() {
             self.recent.insert(new, at);
@@ -554,7 +556,7 @@ impl Table {
                 .get(&parent)
                 .copied()
                 .and_then(|p| self.inodes.get_mut(&p))
-                .and_then(Inode::listing_mut)
+                .and_then(|i| i.listing_mut())
             {
                 if names.get(name) == Some(&ino) {
                     names.insert(name.to_string(), new);

@@ -19,11 +19,18 @@ const CONFLICT_XATTR: &str = "user.vaultfs.conflict";
 /// round trip for each `listxattr`, and no copy should carry it), read by name.
 pub(super) const LOCK_XATTR: &str = "user.vaultfs.lock";
 
-const XATTRS: [&str; 4] = [
-    "user.vaultfs.id",
+/// The web links of a stored file, asked of the backend when read (`link_xattr`).
+pub(super) const LINK_XATTRS: [&str; 3] = [
     "user.vaultfs.link_uri",
     "user.vaultfs.preview_link_uri",
     "user.vaultfs.download_link_uri",
+];
+
+const XATTRS: [&str; 4] = [
+    "user.vaultfs.id",
+    LINK_XATTRS[0],
+    LINK_XATTRS[1],
+    LINK_XATTRS[2],
 ];
 
 impl<B: Backend> Fs<B> {
@@ -50,14 +57,34 @@ impl<B: Backend> Fs<B> {
                 .map(String::into_bytes)
                 .ok_or(Errno::NO_XATTR.into());
         }
-        let value = match (name.to_str(), r) {
-            (Some("user.vaultfs.id"), Some(r)) => Some(r.id),
-            (Some("user.vaultfs.link_uri"), Some(r)) => r.link_uri,
-            (Some("user.vaultfs.preview_link_uri"), Some(r)) => r.preview_link_uri,
-            (Some("user.vaultfs.download_link_uri"), Some(r)) => r.download_link_uri,
-            _ => None,
+        match (name.to_str(), r) {
+            (Some("user.vaultfs.id"), Some(r)) => Ok(r.id.into_bytes()),
+            _ => Err(Errno::NO_XATTR.into()),
+        }
+    }
+
+    /// GETXATTR of one of [`LINK_XATTRS`]: the link the backend gives the stored file now
+    /// (read when asked: a mount keeps no three URLs for every file it lists).
+    pub(super) async fn link_xattr(&self, ino: Ino, name: &str) -> OpResult<Vec<u8>> {
+        let (path, id) = (self.nodes)
+            .inode(ino, |i| {
+                (i.path.clone(), i.remote.as_ref().map(|r| r.id.clone()))
+            })
+            .ok_or(Errno::ENOENT)?;
+        let Some(id) = id else {
+            return Err(Errno::NO_XATTR.into());
         };
-        value.map(String::into_bytes).ok_or(Errno::NO_XATTR.into())
+        let node = self.backend.node(&path).await?;
+        // Another file at the name since: not this one's link.
+        if node.file_id().as_deref() != Some(id.as_str()) {
+            return Err(Errno::NO_XATTR.into());
+        }
+        let link = match name {
+            "user.vaultfs.link_uri" => node.link_uri,
+            "user.vaultfs.preview_link_uri" => node.preview_link_uri,
+            _ => node.download_link_uri,
+        };
+        link.map(String::into_bytes).ok_or(Errno::NO_XATTR.into())
     }
 
     /// LISTXATTR: the names, each ended by a NUL (files stored remotely only; the conflict

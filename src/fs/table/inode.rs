@@ -19,15 +19,13 @@ pub enum InodeKind {
     File,
 }
 
-/// What the backend last said about a file.
+/// What the backend last said about a file. (Not its web links: asked for when read, as
+/// `xattrs` does, rather than three URLs kept for every file listed.)
 #[derive(Clone, Debug, Default)]
 pub struct Remote {
     pub id: String,
     pub size: u64,
     pub md5: Option<String>,
-    pub link_uri: Option<String>,
-    pub preview_link_uri: Option<String>,
-    pub download_link_uri: Option<String>,
 }
 
 /// The document a new file continues (`history`): the stored file this mount renamed away from
@@ -103,13 +101,14 @@ pub struct Inode {
     /// name is refused with ESTALE, so that the kernel looks the name up again (an edit made
     /// there is a new file, never bytes written into a detached inode and dropped).
     pub gone_elsewhere: bool,
-    /// Passthrough opens and the backing file they share (see `passthrough`).
-    pub pt: Option<Backing>,
+    /// Passthrough opens and the backing file they share (see `passthrough`). Boxed, as
+    /// every part an inode rarely has: an inode is kept for every file listed.
+    pub pt: Option<Box<Backing>>,
     /// Plain opens on their way (a writer staging its copy): no passthrough open starts meanwhile.
     pub plain_pending: u32,
     /// A new file that continues the document this mount renamed away from its name moments
     /// before it was made (`history`).
-    pub continues: Option<Continues>,
+    pub continues: Option<Box<Continues>>,
     /// A new file made under the name of a stored file this mount deleted moments before:
     /// that file's ID. Before the first upload the deleted file is brought back where the
     /// store keeps it, and these bytes become its next version (`history`).
@@ -287,9 +286,6 @@ impl Inode {
             id,
             size: node.size.unwrap_or(0),
             md5: node.md5_checksum.clone(),
-            link_uri: node.link_uri.clone(),
-            preview_link_uri: node.preview_link_uri.clone(),
-            download_link_uri: node.download_link_uri.clone(),
         });
         changed
     }
@@ -353,9 +349,6 @@ impl Inode {
                 n.size = Some(r.size);
                 n.md5_checksum = r.md5.clone();
                 n.mode = self.perm.map(whole_mode);
-                n.link_uri = r.link_uri.clone();
-                n.preview_link_uri = r.preview_link_uri.clone();
-                n.download_link_uri = r.download_link_uri.clone();
             }
         }
         Some(n)

@@ -84,12 +84,12 @@ impl Table {
             return;
         }
         if let Some(i) = self.inodes.get_mut(&ino) {
-            i.continues = Some(Continues {
+            i.continues = Some(Box::new(Continues {
                 x,
                 id,
                 name,
                 removed_at: None,
-            });
+            }));
             self.vacated.claims.insert(x, ino);
         }
     }
@@ -128,6 +128,6 @@ impl Table {
         if self.vacated.claims.get(&c.x) == Some(&ino) {
             self.vacated.claims.remove(&c.x);
         }
-        Some(c)
+        Some(*c)
     }
 }

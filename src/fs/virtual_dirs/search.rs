@@ -68,7 +68,8 @@ pub(super) struct Searches {
 /// or where another file found has it too, its path under `dir` with `/` as [`SLASH`] (a file
 /// directly in `dir` keeps its name). Unique: a name still taken gets ` (2)`, ` (3)`...
 fn entry_names(dir: &NodePath, paths: &[NodePath]) -> Vec<String> {
-    let rel = |p: &NodePath| -> Vec<String> { p.segments()[dir.depth().min(p.depth())..].to_vec() };
+    let rel =
+        |p: &NodePath| -> Vec<String> { p.iter().skip(dir.depth()).map(str::to_string).collect() };
     let mut count: HashMap<&str, usize> = HashMap::new();
     for p in paths {
         *count.entry(p.name().unwrap_or_default()).or_default() += 1;
@@ -253,9 +254,6 @@ impl<B: Backend> Fs<B> {
                         id: h.id,
                         size: node.size.unwrap_or(0),
                         md5: node.md5_checksum.clone(),
-                        link_uri: node.link_uri.clone(),
-                        preview_link_uri: node.preview_link_uri.clone(),
-                        download_link_uri: node.download_link_uri.clone(),
                     };
                     let mtime = node.modified_time().unwrap_or(SystemTime::UNIX_EPOCH);
                     Some((path, remote, mtime))

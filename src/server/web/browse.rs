@@ -522,10 +522,7 @@ pub async fn deleted(user: WebUser, uri: Uri) -> Response {
         "<p><a href=\"{back}\">Back to the folder</a></p>{body}",
         back = escape(&browse_href(&path))
     );
-    let title = format!(
-        "Deleted from {}",
-        path.segments().last().map(String::as_str).unwrap_or("")
-    );
+    let title = format!("Deleted from {}", path.name().unwrap_or(""));
     user.page(&title, Some(&path), &body)
 }
 

@@ -129,7 +129,7 @@ fn breadcrumbs(path: &NodePath) -> String {
         items.push(format!(
             "<li><a href=\"{}\"{current}>{}</a></li>",
             escape(&browse_href(&up)),
-            escape(&segments[i])
+            escape(segments[i])
         ));
     }
     format!(

@@ -78,13 +78,7 @@ async fn results(user: WebUser, path: NodePath, q: HashMap<String, String>) -> R
     let title = match (path.is_root(), query.is_empty()) {
         (_, true) => "Search".to_string(),
         (true, false) => format!("Search: {query}"),
-        (false, false) => format!(
-            "Search in {}: {query}",
-            path.segments()
-                .last()
-                .map(String::as_str)
-                .unwrap_or_default()
-        ),
+        (false, false) => format!("Search in {}: {query}", path.name().unwrap_or_default()),
     };
     let body = format!(
         "{}{}",

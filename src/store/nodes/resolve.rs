@@ -183,8 +183,8 @@ fn resolve_at_once(
 
 /// [`resolve`] a level at a time, each name as given or in its other spellings.
 fn resolve_by_steps(conn: &Connection, scope: Scope, path: &NodePath) -> Result<NodeRow> {
-    let (first, rest) = path
-        .segments()
+    let segments = path.segments();
+    let (first, rest) = segments
         .split_first()
         .ok_or_else(|| Error::bad_path("the root has no node"))?;
     let account_named = |name: &str| -> Result<Option<NodeRow>> {
