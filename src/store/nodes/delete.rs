@@ -2,7 +2,7 @@
 //! blobs that no version uses any more freed, as after a version is pruned.
 
 use super::limits::subtree_size;
-use super::resolve::{path_of, resolve};
+use super::resolve::{resolve, resolve_with_path};
 use super::restore::{keep_deleted, keeps_deleted};
 use super::retention::free_blobs;
 use super::{detach, touch};
@@ -122,16 +122,15 @@ impl Store {
         }
         let conn = self.lock()?;
         let tx = conn.transaction()?;
-        let row = resolve(&tx, scope, path)?;
+        // With its path as stored, which the statement that finds it gives (a walk up from
+        // the node after was a tenth of an `rm -rf`'s time in the store).
+        let (row, stored) = resolve_with_path(&tx, scope, path)?;
         if row.is_file() && !base.holds(row.md5.as_deref()) {
             return Err(base.conflict(&path.to_string()));
         }
         let now = now_ns();
         // One change for the whole tree: a client drops what it has under it.
-        self.log_change(
-            &tx,
-            NewChange::new(&row, ChangeKind::Deleted, &path_of(&tx, row.id)?),
-        )?;
+        self.log_change(&tx, NewChange::new(&row, ChangeKind::Deleted, &stored))?;
         let freed = if keeps_deleted(&self.config.retention) {
             keep_deleted(&tx, &row, now, &self.config.retention)?
         } else if subtree_size(&tx, row.id, INLINE_NODES)?.0 > INLINE_NODES {
