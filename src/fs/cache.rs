@@ -65,7 +65,7 @@ pub struct CachedFile {
     /// removes the staging file), and copied into the cache dir when it must outlive the
     /// mount (`entry_on_disk`).
     adopted: bool,
-    present: Mutex<HashSet<u64>>,
+    present: Mutex<Present>,
     /// A whole-file fill at a time (`fill`): readers of the same key wait for it.
     fetching: tokio::sync::Mutex<()>,
     /// The chunk runs being downloaded (see `download::Claim`) and how far each has written;
@@ -79,6 +79,37 @@ pub struct CachedFile {
     kept: AtomicBool,
 }
 
+/// The chunks of a cached version its file holds: every one (a whole file: taken over from an
+/// upload, kept from the last run, filled), or those listed as they arrive. A whole file, the
+/// common case by far, keeps no set (one was made for every file written).
+#[derive(Default)]
+enum Present {
+    All,
+    #[default]
+    None,
+    Some(HashSet<u64>),
+}
+
+impl Present {
+    fn contains(&self, chunk: &u64) -> bool {
+        match self {
+            Present::All => true,
+            Present::None => false,
+            Present::Some(s) => s.contains(chunk),
+        }
+    }
+
+    fn insert(&mut self, chunk: u64) {
+        match self {
+            Present::All => {}
+            Present::None => *self = Present::Some(HashSet::from([chunk])),
+            Present::Some(s) => {
+                s.insert(chunk);
+            }
+        }
+    }
+}
+
 impl CachedFile {
     fn new(
         id: &str,
@@ -86,7 +117,7 @@ impl CachedFile {
         size: u64,
         file: LazyFile,
         adopted: bool,
-        present: HashSet<u64>,
+        present: Present,
     ) -> Arc<CachedFile> {
         Arc::new(CachedFile {
             id: id.to_string(),
@@ -329,8 +360,7 @@ impl ReadCache {
             }
             // Opened when first read: a mount over a cache of 20,000 files opens none of them.
             let file = LazyFile::new(path, true);
-            let present = (0..w.size.div_ceil(CHUNK)).collect();
-            let e = CachedFile::new(&w.id, w.md5.as_deref(), w.size, file, false, present);
+            let e = CachedFile::new(&w.id, w.md5.as_deref(), w.size, file, false, Present::All);
             let k = key(&w.id, w.md5.as_deref());
             relock(&self.saved).insert(k.clone());
             self.insert(&mut inner, k, e);
@@ -408,7 +438,7 @@ impl ReadCache {
         let file = crate::api::files::new_private(&path)?;
         file.set_len(size)?;
         let file = LazyFile::opened(path, true, file);
-        let e = CachedFile::new(id, md5, size, file, false, HashSet::new());
+        let e = CachedFile::new(id, md5, size, file, false, Present::default());
         self.insert(&mut inner, k, e.clone());
         Ok(e)
     }
@@ -493,14 +523,13 @@ impl ReadCache {
         let file = crate::api::files::new_private(&path)?;
         file.set_len(size)?;
         crate::api::files::copy_range(&*a.file.get()?, &file, size)?;
-        let present = (0..size.div_ceil(CHUNK)).collect();
         let e = CachedFile::new(
             id,
             md5,
             size,
             LazyFile::opened(path, true, file),
             false,
-            present,
+            Present::All,
         );
         let mut inner = self.lock();
         self.insert(&mut inner, k, e.clone());
@@ -592,8 +621,7 @@ impl ReadCache {
     /// entry removes it when evicted, so there is no link or copy to make per stored file.
     /// The staged file is never written again once it is retired.
     pub fn adopt(&self, id: &str, md5: Option<&str>, size: u64, staged: LazyFile) {
-        let chunks = if size == 0 { 0 } else { (size - 1) / CHUNK + 1 };
-        let e = CachedFile::new(id, md5, size, staged, true, (0..chunks).collect());
+        let e = CachedFile::new(id, md5, size, staged, true, Present::All);
         let mut inner = self.lock();
         self.insert(&mut inner, key(id, md5), e);
     }
