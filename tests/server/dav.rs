@@ -378,16 +378,17 @@ async fn a_move_over_a_file_keeps_its_history() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::CREATED);
-    let r = dav(&s, &creds, "PROPFIND", &format!("{DAV_VAULT}/g/moved.txt"))
-        .header("Depth", "0")
-        .body(
-            r#"<?xml version="1.0"?><D:propfind xmlns:D="DAV:" xmlns:Z="urn:x-test">
-            <D:prop><Z:colour/></D:prop></D:propfind>"#,
-        )
-        .send()
-        .await
-        .unwrap();
-    let xml = r.text().await.unwrap();
+    // The file's `colour` property, as a PROPFIND answers it.
+    let colour = |file: &str| {
+        dav(&s, &creds, "PROPFIND", &format!("{DAV_VAULT}/{file}"))
+            .header("Depth", "0")
+            .body(
+                r#"<?xml version="1.0"?><D:propfind xmlns:D="DAV:" xmlns:Z="urn:x-test">
+                <D:prop><Z:colour/></D:prop></D:propfind>"#,
+            )
+            .send()
+    };
+    let xml = colour("g/moved.txt").await.unwrap().text().await.unwrap();
     assert!(xml.contains(">blue<"), "{xml}");
     // And with a copy of the folder they are in.
     let r = dav(&s, &creds, "COPY", &format!("{DAV_VAULT}/g/"))
@@ -396,16 +397,7 @@ async fn a_move_over_a_file_keeps_its_history() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::CREATED);
-    let r = dav(&s, &creds, "PROPFIND", &format!("{DAV_VAULT}/h/moved.txt"))
-        .header("Depth", "0")
-        .body(
-            r#"<?xml version="1.0"?><D:propfind xmlns:D="DAV:" xmlns:Z="urn:x-test">
-            <D:prop><Z:colour/></D:prop></D:propfind>"#,
-        )
-        .send()
-        .await
-        .unwrap();
-    let xml = r.text().await.unwrap();
+    let xml = colour("h/moved.txt").await.unwrap().text().await.unwrap();
     assert!(xml.contains(">blue<"), "{xml}");
 }
 
