@@ -19,19 +19,17 @@ const CONFLICT_XATTR: &str = "user.vaultfs.conflict";
 /// round trip for each `listxattr`, and no copy should carry it), read by name.
 pub(super) const LOCK_XATTR: &str = "user.vaultfs.lock";
 
-/// The web links of a stored file, asked of the backend when read (`link_xattr`).
+/// The web links of a stored file, asked of the backend when read (`link_xattr`); read by
+/// name, never listed, as the lock: `cp -a` and `getfattr -d` would ask the backend three times
+/// a file, and a copy elsewhere has no use for the links of this one.
 pub(super) const LINK_XATTRS: [&str; 3] = [
     "user.vaultfs.link_uri",
     "user.vaultfs.preview_link_uri",
     "user.vaultfs.download_link_uri",
 ];
 
-const XATTRS: [&str; 4] = [
-    "user.vaultfs.id",
-    LINK_XATTRS[0],
-    LINK_XATTRS[1],
-    LINK_XATTRS[2],
-];
+/// Listed on a stored file.
+const XATTRS: [&str; 1] = ["user.vaultfs.id"];
 
 impl<B: Backend> Fs<B> {
     /// GETXATTR: only `user.vaultfs.*` exists. Other namespaces (security.selinux, the POSIX
@@ -87,7 +85,7 @@ impl<B: Backend> Fs<B> {
         link.map(String::into_bytes).ok_or(Errno::NO_XATTR.into())
     }
 
-    /// LISTXATTR: the names, each ended by a NUL (files stored remotely only; the conflict
+    /// LISTXATTR: the names, each ended by a NUL (the ID of a stored file; the conflict
     /// attribute on conflict copies; the pin attribute on what is pinned).
     pub(super) fn listxattr(&self, ino: Ino) -> Vec<u8> {
         let (has, path) = (self.nodes)

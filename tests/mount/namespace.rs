@@ -432,6 +432,17 @@ fn errors_are_the_posix_ones(via: Via) {
             .unwrap()
             .ends_with(&format!("&id={id}"))
     );
+    // The links are read by name, not listed: `cp -a` asks for none of them.
+    let listed = Command::new("getfattr")
+        .args(["-d", "-m", "-"])
+        .arg(v.join("d/f"))
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains("user.vaultfs.id=") && !listed.contains("link_uri"),
+        "{listed}"
+    );
     assert!(xattr(&v.join("d/f"), "user.other").is_none());
     // statfs answers, and df names the store.
     let out = sh(&v, "df -P . | tail -1");
