@@ -524,6 +524,14 @@ impl Backend for LocalBackend {
             .await
     }
 
+    async fn delete_files_if(&self, files: Vec<(NodePath, Base)>) -> Vec<Result<()>> {
+        let n = files.len();
+        let all = self
+            .run(move |s, scope| Ok(s.delete_files_if(scope, &files)))
+            .await;
+        all.unwrap_or_else(|e| vec![Err(e); n])
+    }
+
     async fn preview(&self, file_id: &str) -> Result<PreviewMeta> {
         let id = file_id.to_string();
         let state = self.run(move |s, scope| s.preview(scope, &id)).await?;

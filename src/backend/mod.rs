@@ -225,6 +225,10 @@ async fn list_pages<B: Backend>(
 
 /// What a backend without versions answers.
 /// What a backend that keeps no deleted files answers of them.
+/// Requests of [`Backend::delete_files_if`] in flight at once over a server: enough to hide the
+/// round trip, few enough that a server's other clients are not held up behind an `rm -rf`.
+pub const DELETES_IN_FLIGHT: usize = 8;
+
 pub fn no_deleted() -> crate::api::Error {
     crate::api::Error::new(
         crate::api::ErrorKind::MethodNotAllowed,
@@ -458,6 +462,23 @@ pub trait Backend: Send + Sync + 'static {
     /// the `Vaultfs-If-Match` / `Vaultfs-If-None-Match` headers, 412 `version_conflict`); a
     /// server without it ignores the headers and deletes, so the caller looks first too.
     fn delete_if(&self, path: &NodePath, base: &Base) -> impl Future<Output = Result<()>> + Send;
+
+    /// [`Backend::delete_if`] of many files, a result each, in any order between them (a
+    /// mount's write-back deletes, `fs::deletes`). Here: [`DELETES_IN_FLIGHT`] requests at a
+    /// time; the built-in store makes them one transaction.
+    fn delete_files_if(
+        &self,
+        files: Vec<(NodePath, Base)>,
+    ) -> impl Future<Output = Vec<Result<()>>> + Send {
+        use futures_util::StreamExt;
+        async move {
+            futures_util::stream::iter(files)
+                .map(|(path, base)| async move { self.delete_if(&path, &base).await })
+                .buffered(DELETES_IN_FLIGHT)
+                .collect()
+                .await
+        }
+    }
 
     /// Whether [`Backend::put_whole`] is offered: a server that said so
     /// ([`crate::api::EXT_WHOLE_PUT`]).

@@ -494,8 +494,20 @@ impl<B: Backend> Filesystem for FuseAdapter<B> {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        // Namespace changes are made on the backend before they are acknowledged.
-        reply.ok();
+        // Namespace changes are made on the backend before they are acknowledged, but for
+        // deletes answered early (`deletes`): sent before this returns.
+        if self.0.deletes.pending() == 0 {
+            return reply.ok();
+        }
+        let fs = self.0.clone();
+        spawn(
+            &self.0,
+            async move {
+                fs.deletes_sent().await;
+                Ok(())
+            },
+            move |r| empty("fsyncdir", reply, r),
+        );
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -61,6 +61,9 @@ impl<B: Backend> Fs<B> {
     /// takes the name back and becomes `ino`'s stored file, whose next version the upload
     /// stores. Nothing to do (one table lookup) for any other file.
     pub(super) async fn continue_document(self: &Arc<Self>, ino: Ino) {
+        // Every upload comes here first: a file made under a name just deleted here (and the
+        // deleted file it may continue) reaches the store after that delete (`deletes`).
+        self.deletes_sent().await;
         if self
             .nodes
             .inode(ino, |i| i.revives.is_some())

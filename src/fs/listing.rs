@@ -133,6 +133,8 @@ impl<B: Backend> Fs<B> {
         dir: Ino,
         path: &NodePath,
     ) -> OpResult<()> {
+        // Names deleted here are gone from the store first (`deletes`).
+        self.deletes_sent().await;
         let started = Instant::now();
         let mut node = list_all(self.backend.as_ref(), path, LIST_PAGE).await?;
         let children = node.children.take().unwrap_or_default();
@@ -217,6 +219,7 @@ impl<B: Backend> Fs<B> {
 
     /// Asks the backend for a node's attributes again; ENOENT when it is gone.
     pub(super) async fn refresh_attr(self: &Arc<Self>, ino: Ino, path: &NodePath) -> OpResult<()> {
+        self.deletes_sent().await;
         let started = Instant::now();
         let answer = self.backend.node(path).await;
         // Changed here or told by the backend while the answer was on its way: it is older.

@@ -85,6 +85,7 @@
 mod attrs;
 mod cache;
 mod conflict;
+mod deletes;
 mod descriptors;
 mod echo;
 mod error;
@@ -270,6 +271,8 @@ pub(crate) struct Fs<B: Backend> {
     journal: Journal,
     /// The uploads: running, paced, batched, handed over (`upload::Uploads`).
     uploads: upload::Uploads,
+    /// Unlinks answered whose deletes are still to be sent (`deletes::Deletes`).
+    deletes: deletes::Deletes,
     /// Conflict copies made (`conflict::Conflicts`).
     conflicts: conflict::Conflicts,
     /// The tree kept for starting offline, and since and until when the backend is out of
@@ -329,6 +332,7 @@ impl<B: Backend> Fs<B> {
             uid,
             gid,
             uploads: upload::Uploads::new(opts.upload_concurrency),
+            deletes: deletes::Deletes::default(),
             notifier: OnceLock::new(),
             offline: offline::Offline::open(&opts.cache_dir)?,
             opts,
@@ -347,6 +351,7 @@ impl<B: Backend> Fs<B> {
         if batches {
             writeback::start(&fs);
         }
+        deletes::start(&fs);
         upload::recover(&fs)?;
         Ok(fs)
     }
@@ -523,6 +528,19 @@ pub fn mount<B: Backend>(
     let result = session.run();
     offline::save(&fs);
     fs.journal.shut_spares();
+    // Unmounted: the deletes answered are sent first (an upload after them may need the name).
+    // Those not sent in time leave their files on the store: nothing is lost.
+    let deletes = fs.deletes.pending();
+    if deletes > 0 {
+        log::info!("sending {deletes} delete(s)");
+        let sent = rt.block_on(tokio::time::timeout(opts.flush_timeout, fs.deletes_sent()));
+        if sent.is_err() {
+            log::warn!(
+                "{} delete(s) not sent in time: those files stay on the store",
+                fs.deletes.pending()
+            );
+        }
+    }
     // Unmounted: give uploads in flight a bounded time to finish; the journal keeps the rest.
     // A new mount of the same point may come meanwhile: it asks for the journal (SIGUSR1),
     // and this daemon leaves at once, its batch in flight committed or not at all.

@@ -67,6 +67,7 @@ impl<B: Backend> Fs<B> {
         }
         let path = new_entry(&dir, name)?;
         let _ours = Ours::sending_to(self, Vec::new(), vec![path.clone()]);
+        self.deletes_sent().await;
         let node = self.backend.create_folder(&path).await?;
         Ok(self
             .nodes
@@ -260,9 +261,19 @@ impl<B: Backend> Fs<B> {
         let handed_over =
             kind == InodeKind::File && remote && !kept && self.hand_over_delete(ino, &path, &base);
         if remote && !kept && !handed_over {
-            // Checked again by the store where nothing comes in between (the model: a first
-            // version stored between the look and the delete went with the file).
-            kept = self.delete_unless_changed(&path, &base).await?;
+            if !dir && self.deletes_later(uploading) {
+                // Answered now, sent with the next batch (`deletes`), still only if the store's
+                // file holds `base` then.
+                (self.deletes).push(super::deletes::Pending {
+                    path: path.clone(),
+                    base: base.clone(),
+                    id: known_id.clone(),
+                });
+            } else {
+                // Checked again by the store where nothing comes in between (the model: a
+                // first version stored between the look and the delete went with the file).
+                kept = self.delete_unless_changed(&path, &base).await?;
+            }
             if let (false, Some(id)) = (kept, known_id) {
                 // A new file made under the name moments from now continues it (`history`).
                 self.nodes.vacate_deleted(path.clone(), id);
@@ -395,6 +406,8 @@ impl<B: Backend> Fs<B> {
             .nodes
             .inode(ino, |i| i.kind == InodeKind::Dir || i.remote.is_some())
             .unwrap_or(false);
+        // `rm b; mv a b`: the store has let go of `b` before the move (`deletes`).
+        self.deletes_sent().await;
         let inos = [Some(ino), target].into_iter().flatten().collect();
         let _ours = Ours::sending_to(self, inos, vec![dst.clone()]);
         // A stored file put over one changed elsewhere since this mount knew it: it goes to a

@@ -260,6 +260,20 @@ impl Nodes {
         self.lock().vacate_deleted(name, id)
     }
 
+    /// A delete answered here that the store refused (`deletes`): the file at `path` (`id`)
+    /// is still there. A new file under the name does not continue it, and its folder is
+    /// listed again at its next use, where the name comes back.
+    pub(super) fn delete_undone(&self, path: &NodePath, id: Option<&str>) {
+        let mut t = self.lock();
+        if let Some(id) = id {
+            t.unvacate_deleted(path, id);
+        }
+        let parent = path.parent().and_then(|p| t.ino_of(&p));
+        if let (Some(parent), Some(past)) = (parent, self.freshness.expired()) {
+            t.expire_listing(parent, past);
+        }
+    }
+
     /// `Table::merge_listing`, with what counts as expired now.
     pub(super) fn merge_listing(
         &self,

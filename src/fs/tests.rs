@@ -341,7 +341,7 @@ async fn namespace_errors_are_the_posix_ones_and_change_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn backend_failures_of_rename_and_unlink_map_to_one_errno_each() {
+async fn backend_failures_map_to_one_errno_each_and_a_refused_delete_leaves_the_file() {
     let h = harness(false, TTL);
     let a = h.write_file(ROOT, "a", b"A").await;
     let rename = || {
@@ -360,20 +360,39 @@ async fn backend_failures_of_rename_and_unlink_map_to_one_errno_each() {
         h.faults().inject_times(Op::Rename, fault, 1);
         assert_eq!(rename().await, Err(want.into()), "rename");
     }
+    // A folder's delete is made before RMDIR is answered: its failures are the rmdir's.
+    h.fs.mkdir(ROOT, "e").await.unwrap();
     for (fault, want) in cases {
         h.faults().inject_times(Op::Delete, fault, 1);
-        assert_eq!(h.fs.unlink(ROOT, "a").await, Err(want.into()), "unlink");
+        assert_eq!(h.fs.rmdir(ROOT, "e").await, Err(want.into()), "rmdir");
     }
     // Nothing changed, here or in the store.
-    assert_eq!(h.names(ROOT).await, ["a"]);
+    assert_eq!(h.names(ROOT).await, ["a", "e"]);
     assert_eq!(h.read_all(a).await.unwrap(), b"A");
     assert_eq!(h.stored("a").await.as_deref(), Some(&b"A"[..]));
     assert_eq!(h.stored("c").await, None);
 
+    // A file's is sent after UNLINK is answered (`deletes`). Refused, the file stays where it
+    // was and is listed again.
+    h.faults().inject_times(Op::Delete, Fault::status(403), 1);
+    assert_eq!(h.fs.unlink(ROOT, "a").await, Ok(()));
+    h.fs.deletes_sent().await;
+    assert_eq!(h.names(ROOT).await, ["a", "e"]);
+    assert_eq!(h.stored("a").await.as_deref(), Some(&b"A"[..]));
+    // A passing failure (the server away a moment) is tried again.
+    h.faults().inject_times(Op::Delete, Fault::status(503), 1);
+    assert_eq!(h.fs.unlink(ROOT, "a").await, Ok(()));
+    h.fs.deletes_sent().await;
+    assert_eq!(h.stored("a").await, None);
+    assert_eq!(h.names(ROOT).await, ["e"]);
+    h.fs.rmdir(ROOT, "e").await.unwrap();
+
     // Gone from the store already (someone else removed it): the unlink succeeds.
+    h.write_file(ROOT, "a", b"A").await;
     h.faults()
         .inject_times(Op::Delete, Fault::Fail(Error::not_found("gone")), 1);
     assert_eq!(h.fs.unlink(ROOT, "a").await, Ok(()));
+    h.fs.deletes_sent().await;
     assert_eq!(h.names(ROOT).await, Vec::<String>::new());
     assert_eq!(h.fs.lookup(ROOT, "a").await, Err(Errno::ENOENT.into()));
 

@@ -314,6 +314,8 @@ fn a_delete_of_a_file_changed_elsewhere_keeps_the_edit(via: Via) {
     put_elsewhere(&env, "report.txt", b"edit from elsewhere");
     fs::remove_file(v.join("report.txt")).unwrap();
     fs::remove_file(v.join("other.txt")).unwrap();
+    // (Deletes are answered before they reach the store: an fsync of the folder waits.)
+    fs::File::open(&v).unwrap().sync_all().unwrap();
     assert_eq!(stored_names(&env), ["report.txt"], "{}", m.log_text());
     assert_eq!(stored(&env, "report.txt"), b"edit from elsewhere");
     assert!(m.log_text().contains("an edit beats a delete"));

@@ -440,7 +440,11 @@ impl Run {
         let Some(before) = self.look(who, name) else {
             return;
         };
-        match fs::remove_file(self.vault(who).join(name)) {
+        let path = self.vault(who).join(name);
+        // The mount answers an unlink before the store's delete (`fs::deletes`); an fsync of
+        // the folder returns once it is made, as a user makes a delete durable.
+        let synced = |p: &Path| fs::File::open(p.parent().unwrap())?.sync_all();
+        match fs::remove_file(&path).and_then(|()| synced(&path)) {
             Ok(()) => {
                 self.note(format!("{who:?} delete {name} (held {})", held(&before)));
                 self.supersede(who, name, "deleted");

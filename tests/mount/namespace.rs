@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use super::errno_of;
-use crate::common::env::{Env, Via};
+use crate::common::env::{Env, Via, stored, stored_names};
 use crate::common::mount::{md5_of, sh};
 use crate::common::pattern;
 use vaultfs::api::NodePath;
@@ -25,6 +25,7 @@ both!(
     rewinddir_shows_names_added_since_opendir,
     listings_paged_while_names_move_lose_no_name,
     a_folder_made_or_moved_here_is_a_working_folder_at_once,
+    deletes_answered_early_reach_the_store_in_order,
 );
 
 /// A source tree with nested folders and files of assorted sizes.
@@ -101,6 +102,40 @@ fn tree_cp_diff_mv_rm_and_remount(via: Via) {
     );
     assert!(v.join("tree/emptydir").is_dir());
     env.wait_uploaded();
+    m.unmount();
+}
+
+/// Unlinks are answered before the store's delete (`fs::deletes`), and what comes after a
+/// delete reaches the store after it: a folder made under a deleted file's name, a file made
+/// again under its name, a file renamed onto it. (Sent out of order, the store would refuse the
+/// folder, and keep the new file and the moved one beside the old as conflict copies.) An
+/// fsync of the folder returns once its deletes are stored; an `rm -rf` leaves nothing.
+fn deletes_answered_early_reach_the_store_in_order(via: Via) {
+    let Some(env) = Env::new(via) else { return };
+    let m = env.mount(&[]);
+    let v = env.vault();
+    fs::create_dir(v.join("d")).unwrap();
+    for i in 0..300 {
+        fs::write(v.join(format!("d/f{i:03}.txt")), format!("{i}\n")).unwrap();
+    }
+    for n in ["f", "g", "h", "src"] {
+        fs::write(v.join(n), format!("old {n}\n")).unwrap();
+    }
+    env.wait_uploaded();
+    sh(
+        &v,
+        "rm -rf d && rm f && mkdir f && rm g && echo new > g && rm h && mv src h",
+    );
+    File::open(&v).unwrap().sync_all().unwrap();
+    assert_eq!(stored_names(&env), ["f", "g", "h"], "{}", m.log_text());
+    env.wait_uploaded();
+    assert_eq!(stored(&env, "g"), b"new\n");
+    assert_eq!(stored(&env, "h"), b"old src\n");
+    m.unmount();
+    let m = env.mount(&[]);
+    assert!(v.join("f").is_dir());
+    assert!(!v.join("d").exists());
+    assert_eq!(fs::read(v.join("g")).unwrap(), b"new\n");
     m.unmount();
 }
 

@@ -40,6 +40,18 @@ impl Table {
         self.vacated.deleted.insert(name, (id, dir, now));
     }
 
+    /// The delete of `id` at `name` did not happen after all (`deletes`): forgotten.
+    pub fn unvacate_deleted(&mut self, name: &NodePath, id: &str) {
+        if self
+            .vacated
+            .deleted
+            .get(name)
+            .is_some_and(|(i, _, _)| i == id)
+        {
+            self.vacated.deleted.remove(name);
+        }
+    }
+
     /// Forgets what is older than the window (at most once a second); now.
     fn prune_vacated(&mut self) -> Instant {
         let now = Instant::now();

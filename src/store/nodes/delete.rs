@@ -152,4 +152,80 @@ impl Store {
         self.forget_blobs(&conn, &freed);
         Ok(())
     }
+
+    /// [`Store::delete_if`] of many files in one transaction (a mount's `rm -rf` sends its
+    /// deletes in batches: one commit for hundreds, where each delete alone wrote some twenty
+    /// pages of the WAL). One result a file. A name that holds a folder now is refused as an
+    /// edit would be (412): a folder made elsewhere under a deleted file's name is not that
+    /// file. The checks only read, so a refused delete writes nothing and fails alone; should a
+    /// write fail, the batch is rolled back and its deletes made one by one.
+    pub fn delete_files_if(&self, scope: Scope, files: &[(NodePath, Base)]) -> Vec<Result<()>> {
+        match self.delete_files_together(scope, files) {
+            Ok(results) => results,
+            Err(e) if files.len() > 1 => {
+                log::warn!(
+                    "a batch of {} deletes failed ({e}): one by one",
+                    files.len()
+                );
+                (files.iter())
+                    .map(|f| {
+                        self.delete_files_if(scope, std::slice::from_ref(f))
+                            .remove(0)
+                    })
+                    .collect()
+            }
+            Err(e) => vec![Err(e)],
+        }
+    }
+
+    fn delete_files_together(
+        &self,
+        scope: Scope,
+        files: &[(NodePath, Base)],
+    ) -> Result<Vec<Result<()>>> {
+        let conn = self.lock()?;
+        let tx = conn.transaction()?;
+        let now = now_ns();
+        let keep = keeps_deleted(&self.config.retention);
+        let (mut results, mut freed) = (Vec::with_capacity(files.len()), Vec::new());
+        let (mut folders, mut accounts) = (Vec::new(), Vec::new());
+        for (path, base) in files {
+            let found = if path.depth() < 3 {
+                Err(Error::forbidden("accounts and vaults cannot be deleted"))
+            } else {
+                resolve_with_path(&tx, scope, path)
+            };
+            let (row, stored) = match found {
+                Ok(found) => found,
+                Err(e) => {
+                    results.push(Err(e));
+                    continue;
+                }
+            };
+            if !row.is_file() || !base.holds(row.md5.as_deref()) {
+                results.push(Err(base.conflict(&path.to_string())));
+                continue;
+            }
+            self.log_change(&tx, NewChange::new(&row, ChangeKind::Deleted, &stored))?;
+            freed.extend(if keep {
+                keep_deleted(&tx, &row, now, &self.config.retention)?
+            } else {
+                delete_subtree(&tx, row.id)?
+            });
+            folders.extend(row.parent_id.filter(|p| !folders.contains(p)));
+            if !accounts.contains(&row.account_id) {
+                accounts.push(row.account_id);
+            }
+            results.push(Ok(()));
+        }
+        for folder in folders {
+            touch(&tx, Some(folder), now)?;
+        }
+        tx.commit()?;
+        for account in accounts {
+            self.changed(account);
+        }
+        self.forget_blobs(&conn, &freed);
+        Ok(results)
+    }
 }
