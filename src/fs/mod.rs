@@ -41,6 +41,7 @@
 //! - `journal` (`journal::Journal`): the staged files that wait for upload, across restarts;
 //! - `uploads` (`upload::Uploads`): uploads running, their window, the batch queue, the
 //!   journal's hand-over to a new daemon, and what `vaultfs status` shows of them;
+//! - `deletes` (`deletes::Deletes`): unlinks answered whose deletes are still to be sent;
 //! - `conflicts` (`conflict::Conflicts`): conflict copies made;
 //! - `offline` (`offline::Offline`): the tree kept for starting offline, and since and until
 //!   when the backend is out of reach;
@@ -75,8 +76,9 @@
 //!
 //! The handle maps (`Fs::handles`), the refreshes under way (`Nodes::refreshing`,
 //! `Nodes::attr_refreshing`), `Offline::until`, the virtual folders' locks
-//! (`VirtualDirs`: their nodes, and what each folder keeps), the account's use (`Space`) and the
-//! status tracker's locks (`Uploads::tracker`) are taken alone: nothing else is locked while
+//! (`VirtualDirs`: their nodes, and what each folder keeps), the account's use (`Space`), the
+//! pending deletes' queue (`Deletes`) and the status tracker's locks (`Uploads::tracker`) are
+//! taken alone: nothing else is locked while
 //! one is held, nor taken under it. The pins' locks (`Reads::pinned`) and the thumbnails' queue
 //! (`Thumbnails::state`) are innermost: taken under any of the above, nothing under them. So is
 //! the descriptor pool's (`descriptors::Pool`), with a lazily opened file's slot under it. No
