@@ -120,6 +120,8 @@ impl Store {
         if path.depth() < 3 {
             return Err(Error::forbidden("accounts and vaults cannot be deleted"));
         }
+        // Idle-time work (previews, the search index) waits while deletes come (an `rm -rf`).
+        self.note_write_activity();
         let conn = self.lock()?;
         let tx = conn.transaction()?;
         // With its path as stored, which the statement that finds it gives (a walk up from
@@ -183,6 +185,7 @@ impl Store {
         scope: Scope,
         files: &[(NodePath, Base)],
     ) -> Result<Vec<Result<()>>> {
+        self.note_write_activity();
         let conn = self.lock()?;
         let tx = conn.transaction()?;
         let now = now_ns();

@@ -16,8 +16,12 @@ use crate::sync::relock;
 
 /// How often the thread looks for work nobody told it about (another process's commits).
 const POLL: Duration = Duration::from_secs(30);
-/// Files taken per look.
-const BATCH: i64 = 32;
+/// Files taken per look. The look orders every current version not indexed yet (fair across
+/// accounts): a cost that grows with the backlog, so a look takes many (32 a look made the
+/// catch-up after 100,000 new files the square of their number), and a commit meanwhile makes
+/// the next look come sooner (`State::dirty`), so another account's new file need not wait for
+/// them all.
+const BATCH: i64 = 1024;
 /// How long a document's text is extracted while others wait before it is stopped, set aside
 /// as slow and tried again (whole, then) once no quicker document waits (issue 47: one PDF held
 /// every account's new files for a minute).
@@ -142,6 +146,8 @@ impl Work {
                 }
                 std::thread::sleep(wait);
             }
+            // What is committed from here on is found by this look, or makes the next.
+            relock(&self.state.0).dirty = false;
             // Fair across accounts: each account's oldest file not indexed, then each one's
             // second, ... (round-robin), not one account's backlog before another's new file.
             let rows: Vec<(String, String)> = conn
@@ -160,8 +166,9 @@ impl Work {
                 return Ok(());
             }
             let mut todo: Vec<(String, String)> = Vec::with_capacity(rows.len());
+            let mut seen = std::collections::HashSet::with_capacity(rows.len());
             for row in rows {
-                if !todo.iter().any(|(h, _)| *h == row.0) {
+                if seen.insert(row.0.clone()) {
                     todo.push(row);
                 }
             }
@@ -178,6 +185,10 @@ impl Work {
                     // Back to waiting for idle time (the outer loop).
                     relock(&self.state.0).dirty = true;
                     return done.record(conn);
+                }
+                if i > 0 && relock(&self.state.0).dirty {
+                    // New commits: looked at again, in turn with what is left.
+                    break;
                 }
                 // Others wait: this one's turn ends after SLICE, unless it is already known slow
                 // (then only the store's activity stops it: it runs whole when nothing else
