@@ -177,6 +177,9 @@ fn render(s: &Status) -> String {
             out += &format!("    {}\n", upload_line(u));
         }
     }
+    if s.deletes_pending > 0 {
+        out += &format!("  deletes   {} to send to the store\n", s.deletes_pending);
+    }
     if !s.pins.is_empty() {
         out += &format!(
             "  pinned    {} on disk, kept outside the cache's bound\n",

@@ -56,7 +56,12 @@ pub fn sync(args: SyncArgs) -> Result<(), Box<dyn std::error::Error>> {
             }
             None => control::status_all(),
         };
-        let pending: usize = mounts.iter().map(|m| m.uploads.len()).sum();
+        // (Deletes answered and not sent yet count: a folder removed is not gone from the
+        // store until they are.)
+        let pending: usize = mounts
+            .iter()
+            .map(|m| m.uploads.len() + m.deletes_pending)
+            .sum();
         if pending == 0 && mounts.iter().any(|m| !m.set_aside.is_empty()) {
             if live {
                 eprintln!();

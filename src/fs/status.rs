@@ -77,6 +77,9 @@ pub struct Status {
     pub daemon_writes: u64,
     /// Uploads in flight first, then those waiting (for a slot, a retry or a writer to close).
     pub uploads: Vec<Upload>,
+    /// Unlinks answered whose deletes are not on the store yet (`fs::deletes`).
+    #[serde(default)]
+    pub deletes_pending: usize,
     /// The most recent errors, oldest first.
     pub errors: Vec<RecentError>,
     /// Conflict copies this mount made (`fs::conflict`), oldest first.
@@ -338,6 +341,7 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
         read_ahead_kb,
         daemon_reads,
         daemon_writes,
+        deletes_pending: fs.deletes.pending(),
         uploads,
         errors: fs.uploads.tracker.errors(),
         conflicts: fs.conflicts.list(),
