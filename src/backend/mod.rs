@@ -176,6 +176,7 @@ async fn list_pages<B: Backend>(
     let per_page = per_page.max(1);
     let mut node = b.list(path, 0, per_page).await?;
     let mut children = node.children.take().unwrap_or_default();
+    children.iter_mut().for_each(without_links);
     let mut seen: std::collections::HashSet<String> =
         children.iter().map(|c| c.name.clone()).collect();
     // What each child holds beyond its slot in `children` (counted by the vector's capacity,
@@ -213,6 +214,10 @@ async fn list_pages<B: Backend>(
         let fresh: Vec<Node> = got
             .into_iter()
             .filter(|c| seen.insert(c.name.clone()))
+            .map(|mut c| {
+                without_links(&mut c);
+                c
+            })
             .collect();
         heap += fresh.iter().map(held).sum::<u64>();
         last = fresh.len() as u64;
@@ -223,12 +228,20 @@ async fn list_pages<B: Backend>(
     Ok(node)
 }
 
-/// What a backend without versions answers.
-/// What a backend that keeps no deleted files answers of them.
+/// A listed child as the mount keeps it until merged: its web links go (four strings a file,
+/// a quarter of a listing's memory; the mount asks for them by name when read, `fs/xattrs.rs`).
+fn without_links(c: &mut Node) {
+    c.link_uri = None;
+    c.preview_link_uri = None;
+    c.download_link_uri = None;
+    c.download_uri = None;
+}
+
 /// Requests of [`Backend::delete_files_if`] in flight at once over a server: enough to hide the
 /// round trip, few enough that a server's other clients are not held up behind an `rm -rf`.
 pub const DELETES_IN_FLIGHT: usize = 8;
 
+/// What a backend that keeps no deleted files answers of them.
 pub fn no_deleted() -> crate::api::Error {
     crate::api::Error::new(
         crate::api::ErrorKind::MethodNotAllowed,
@@ -237,6 +250,7 @@ pub fn no_deleted() -> crate::api::Error {
     )
 }
 
+/// What a backend without versions answers.
 pub fn no_versions() -> crate::api::Error {
     crate::api::Error::new(
         crate::api::ErrorKind::MethodNotAllowed,
