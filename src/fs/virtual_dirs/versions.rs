@@ -302,6 +302,9 @@ impl<B: Backend> Fs<B> {
         if let Some(found) = cached {
             return Ok(found);
         }
+        // A file this mount just deleted is among the store's deleted files once its delete
+        // is sent (`deletes`).
+        self.deletes_sent().await;
         let (id, versions) = self
             .backend
             .deleted_versions(&path)
