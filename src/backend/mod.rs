@@ -230,7 +230,12 @@ async fn list_pages<B: Backend>(
 
 /// A listed child as the mount keeps it until merged: its web links go (four strings a file,
 /// a quarter of a listing's memory; the mount asks for them by name when read, `fs/xattrs.rs`).
+/// The file ID they carry stays: a server that names it only there (the public service's
+/// step 1 does) still gives the mount its file.
 fn without_links(c: &mut Node) {
+    if c.id.is_none() {
+        c.id = c.file_id();
+    }
     c.link_uri = None;
     c.preview_link_uri = None;
     c.download_link_uri = None;
@@ -582,4 +587,30 @@ pub trait Backend: Send + Sync + 'static {
 
     /// The whole document as PDF.
     fn preview_pdf(&self, file_id: &str) -> impl Future<Output = Result<Download>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listed_child_keeps_the_file_id_its_links_carried() {
+        let mut c = Node {
+            name: "a.txt".into(),
+            link_uri: Some("https://example.com/file?x=1&id=4711".into()),
+            download_link_uri: Some("https://example.com/dl?x=1&id=4711".into()),
+            ..Node::default()
+        };
+        without_links(&mut c);
+        assert_eq!(c.file_id().as_deref(), Some("4711"));
+        assert!(c.link_uri.is_none() && c.download_link_uri.is_none());
+        // An ID of its own is kept as it is.
+        let mut d = Node {
+            id: Some("own".into()),
+            link_uri: Some("https://example.com/file?&id=other".into()),
+            ..Node::default()
+        };
+        without_links(&mut d);
+        assert_eq!(d.file_id().as_deref(), Some("own"));
+    }
 }
