@@ -231,7 +231,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
 
     eprintln!("remote_bench: uploading (three steps)");
     let cpu = Cpu::start(args.server_pid);
-    let body = reader_stream(File::open(&args.file)?);
+    let body = reader_stream(File::open(&args.file)?, size);
     let (id, t12, t3) = upload(&backend, &folder, &name, size, &md5, body).await?;
     cpu.report("upload");
     let up = t12 + t3;
@@ -279,7 +279,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
     // --- stat round trips ---------------------------------------------------------------------
     eprintln!("remote_bench: {} node() calls", args.stats);
     let small = folder.child(&small_name)?;
-    let body = reader_stream(std::io::Cursor::new(b"hello, world\n".to_vec()));
+    let body = reader_stream(std::io::Cursor::new(b"hello, world\n".to_vec()), 13);
     let small_md5 = hex(&Md5::digest(b"hello, world\n"));
     upload(&backend, &folder, &small_name, 13, &small_md5, body).await?;
     backend.node(&small).await?; // warm-up

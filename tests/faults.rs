@@ -50,7 +50,7 @@ fn store_file(env: &Env, name: &str, data: &[u8]) {
         let vid = v.version_id().unwrap();
         let len = data.len() as u64;
         let n = b
-            .upload(&id, &vid, len, reader_stream(Cursor::new(data)))
+            .upload(&id, &vid, len, reader_stream(Cursor::new(data), len))
             .await
             .unwrap();
         assert_eq!(n.size, Some(len));

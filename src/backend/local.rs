@@ -4,7 +4,7 @@
 //! network side and the disk side overlap, memory stays bounded (two batches per upload), and no
 //! thread waits for a slow client.
 
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{Seek, SeekFrom};
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -561,7 +561,7 @@ impl Backend for LocalBackend {
                 node,
                 total_size: len,
                 range: None,
-                body: reader_stream(file.take(len)),
+                body: reader_stream(file, len),
             })
         })
         .await
@@ -608,7 +608,7 @@ fn serve(node: Node, file: Option<BlobFile>, range: Option<RangeRequest>) -> Res
     let body: ByteStream = match file {
         Some(mut f) => {
             f.seek(SeekFrom::Start(start))?;
-            reader_stream(f.take(len))
+            reader_stream(f, len)
         }
         None => Box::pin(futures_util::stream::empty()),
     };

@@ -25,14 +25,17 @@ pub type ByteStream = Pin<Box<dyn Stream<Item = io::Result<Bytes>> + Send + 'sta
 /// Size of the chunks a reader stream yields.
 const READ_CHUNK: usize = 256 * 1024;
 
-/// Streams a blocking reader (a file) in chunks. Each chunk is read by a short blocking task
-/// (the next one is read ahead while the current one is sent), so no thread waits on a slow or
-/// stalled consumer, and memory stays bounded whatever the size: at most two chunks per stream.
-pub fn reader_stream<R: std::io::Read + Send + 'static>(reader: R) -> ByteStream {
-    type Read<R> = tokio::task::JoinHandle<(R, io::Result<Option<Bytes>>)>;
-    fn read_next<R: std::io::Read + Send + 'static>(mut reader: R) -> Read<R> {
+/// Streams the first `len` bytes of a blocking reader (a file) in chunks. Each chunk is read by
+/// a short blocking task (the next one is read ahead while the current one is sent), so no
+/// thread waits on a slow or stalled consumer, and memory stays bounded whatever the size: at
+/// most two chunks per stream. A chunk's buffer is sized to what is left, and the stream ends
+/// once `len` bytes came: a small file is one read of its size (not a zeroed `READ_CHUNK`,
+/// then a second task to find the end: most of a cold `tar` of small files' cost).
+pub fn reader_stream<R: std::io::Read + Send + 'static>(reader: R, len: u64) -> ByteStream {
+    type Read<R> = tokio::task::JoinHandle<(R, u64, io::Result<Option<Bytes>>)>;
+    fn read_next<R: std::io::Read + Send + 'static>(mut reader: R, left: u64) -> Read<R> {
         tokio::task::spawn_blocking(move || {
-            let mut buf = vec![0u8; READ_CHUNK];
+            let mut buf = vec![0u8; left.min(READ_CHUNK as u64) as usize];
             let r = loop {
                 match reader.read(&mut buf) {
                     Ok(0) => break Ok(None),
@@ -44,19 +47,25 @@ pub fn reader_stream<R: std::io::Read + Send + 'static>(reader: R) -> ByteStream
                     Err(e) => break Err(e),
                 }
             };
-            (reader, r)
+            (reader, left, r)
         })
     }
-    let first = read_next(reader);
+    if len == 0 {
+        return Box::pin(futures_util::stream::empty());
+    }
     Box::pin(futures_util::stream::unfold(
-        Some(first),
+        Some(read_next(reader, len)),
         |pending: Option<Read<R>>| async move {
-            let (reader, r) = match pending?.await {
+            let (reader, left, r) = match pending?.await {
                 Ok(done) => done,
                 Err(e) => return Some((Err(io::Error::other(e)), None)),
             };
             match r {
-                Ok(Some(chunk)) => Some((Ok(chunk), Some(read_next(reader)))),
+                Ok(Some(chunk)) => {
+                    let left = left.saturating_sub(chunk.len() as u64);
+                    let next = (left > 0).then(|| read_next(reader, left));
+                    Some((Ok(chunk), next))
+                }
                 Ok(None) => None,
                 Err(e) => Some((Err(e), None)),
             }

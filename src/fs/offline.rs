@@ -283,8 +283,13 @@ pub(super) fn save<B: Backend>(fs: &Fs<B>) {
     if let Err(e) = fs.offline.save() {
         log::warn!("cannot write the offline snapshot: {e}");
     }
-    if let Err(e) = fs.reads.cache.save_index() {
-        log::warn!("cannot write the read cache's index: {e}");
+    // The built-in store's bytes are local files already: its cached copies are not kept for
+    // the next mount (listing them cost an fdatasync of each new one and a rewrite of the
+    // whole list every `SAVE_EVERY`, most of a cold `tar` of 10,000 files).
+    if keep {
+        if let Err(e) = fs.reads.cache.save_index() {
+            log::warn!("cannot write the read cache's index: {e}");
+        }
     }
 }
 

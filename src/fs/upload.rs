@@ -287,7 +287,7 @@ pub async fn upload_once<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) -> Result<()> {
     let body = || -> Result<crate::backend::ByteStream> {
         let file = std::fs::File::open(staged.data_path())?;
         let body = staged.removal().reader(std::io::Read::take(file, size));
-        let body = reader_stream(body);
+        let body = reader_stream(body, size);
         Ok(fs.uploads.tracker.track(ino, path.to_string(), size, body))
     };
     let node = if let (Some(id), true) = (&remote_id, md5.is_some() && remote_md5 == md5) {

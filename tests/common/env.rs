@@ -358,7 +358,7 @@ pub fn new_version_elsewhere(env: &Env, name: &str, data: &[u8]) {
         let id = b.node(&path).await.unwrap().file_id().unwrap();
         let len = data.len() as u64;
         let v = b.begin_version(&id, len, None).await.unwrap();
-        let body = vaultfs::backend::reader_stream(std::io::Cursor::new(data));
+        let body = vaultfs::backend::reader_stream(std::io::Cursor::new(data), len);
         b.upload(&id, &v.version_id().unwrap(), len, body)
             .await
             .unwrap();
