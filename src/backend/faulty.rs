@@ -236,6 +236,15 @@ impl<B: Backend> LocalStore for Faulty<B> {
         Box::pin(async { Ok(None) })
     }
 
+    fn read_local<'a>(
+        &'a self,
+        _: &'a str,
+        _: u64,
+        _: usize,
+    ) -> BoxFuture<'a, Result<Option<super::LocalBytes>>> {
+        Box::pin(async { Ok(None) })
+    }
+
     fn foreign_changes(&self) -> Option<u64> {
         None
     }

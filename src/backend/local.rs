@@ -267,6 +267,27 @@ impl super::LocalStore for LocalBackend {
         Box::pin(self.run(move |s, scope| s.open_local_blob(scope, &id)))
     }
 
+    fn read_local<'a>(
+        &'a self,
+        file_id: &'a str,
+        offset: u64,
+        len: usize,
+    ) -> super::BoxFuture<'a, Result<Option<super::LocalBytes>>> {
+        let id = file_id.to_string();
+        Box::pin(self.run(move |s, scope| {
+            let Some((node, _, file)) = s.open_local_blob(scope, &id)? else {
+                return Ok(None);
+            };
+            let end = offset
+                .saturating_add(len as u64)
+                .min(node.size.unwrap_or(0));
+            let mut buf = vec![0u8; end.saturating_sub(offset) as usize];
+            // A blob shorter than its version says is damage, not a short file.
+            std::os::unix::fs::FileExt::read_exact_at(&file, &mut buf, offset)?;
+            Ok(Some((node, buf)))
+        }))
+    }
+
     fn foreign_changes(&self) -> Option<u64> {
         Some(self.store.foreign_commits())
     }

@@ -305,6 +305,16 @@ pub trait LocalStore: Send + Sync {
     /// again by it while the version is current.
     fn local_file<'a>(&'a self, file_id: &'a str) -> BoxFuture<'a, Result<Option<LocalFile>>>;
 
+    /// Up to `len` bytes from `offset` of a file's current version, read from its blob on local
+    /// disk in the same trip as the look-up, with the version they are of (md5 and size in the
+    /// node). `None` where blobs are not local files.
+    fn read_local<'a>(
+        &'a self,
+        file_id: &'a str,
+        offset: u64,
+        len: usize,
+    ) -> BoxFuture<'a, Result<Option<LocalBytes>>>;
+
     /// A number that changes when someone else changed the store, known at once and without
     /// waiting: the built-in store counts other processes' commits (another mount of the same
     /// folder, `vaultfs serve` on it). `None` when it cannot say (others' changes then show
@@ -315,6 +325,9 @@ pub trait LocalStore: Send + Sync {
     /// stored yet (a mount's rename of one then stores it first: `Fs::store_before_moving`).
     fn shared(&self) -> bool;
 }
+
+/// Bytes read from a file's blob ([`LocalStore::read_local`]), with the node of the version.
+pub type LocalBytes = (crate::api::Node, Vec<u8>);
 
 /// A file's bytes on local disk ([`LocalStore::local_file`]): its node, path and open file.
 pub type LocalFile = (crate::api::Node, std::path::PathBuf, std::fs::File);

@@ -1,9 +1,10 @@
 //! The read cache: one sparse file per remote file version (ID and md5) in the cache dir, filled
 //! by ranged downloads in 1 MiB chunks, with read-ahead that grows for sequential readers. An LRU
 //! bounds its bytes. A chunk is marked present only once all its bytes are written, so a reader
-//! never sees a hole as data. Whole files outlive the mount (`offline`): `save_index` lists
-//! them, synced to disk first, in `index.json`, and the next mount keeps those and drops the
-//! rest (a partly fetched file's chunks are not trusted across runs).
+//! never sees a hole as data. Whole files of a server outlive the mount (`offline`): `save_index`
+//! lists them, synced to disk first, in `index.json`, and the next mount keeps those and drops
+//! the rest (a partly fetched file's chunks are not trusted across runs). The built-in store's
+//! are not listed: they are copies of local blobs, as quick to read again as to keep.
 //!
 //! Pinned files (`pinned`) are exempt from eviction: the bound holds the other entries, pinned
 //! ones come on top of it (as "always keep on this device" does elsewhere), and the index says

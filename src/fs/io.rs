@@ -1,7 +1,8 @@
 //! File contents: read, write, release, fsync and fallocate (opens: `open.rs`). Writes go to a
 //! staged copy on local disk (`staging/`); the last writer's release settles it
 //! (`staging/lifecycle.rs`); fsync returns once the bytes are stored. Reads come
-//! from the staged copy while there is one, else from the read cache (`cache.rs`).
+//! from the staged copy while there is one, else from the read cache (`cache.rs`), or on the
+//! built-in store, for a file of up to `BLOB_READS_UP_TO`, from its blob.
 
 use std::sync::Arc;
 
@@ -24,6 +25,13 @@ pub(crate) struct Opened {
     pub flags: FopenFlags,
     pub backing: Option<Arc<fuser::BackingId>>,
 }
+
+/// Stored files up to this size are read on the built-in store straight from their blob, in
+/// one trip to the store (the look-up and the read together), not copied into the read cache
+/// first: a cold `tar` of small files spent most of its time making those copies, each a second
+/// file on the same disk. Larger ones keep the cache's read-ahead (or passthrough, when opened
+/// so, reads the blob itself).
+const BLOB_READS_UP_TO: u64 = 1 << 20;
 
 impl<B: Backend> Fs<B> {
     /// The staged copy of a file, created (with its content, unless `truncate`) if there is
@@ -143,6 +151,24 @@ impl<B: Backend> Fs<B> {
                 return Ok(Vec::new());
             };
             self.reads.last_read.note();
+            if let (Some(local), true) = (self.backend.local(), r.size <= BLOB_READS_UP_TO) {
+                match local.read_local(&r.id, offset, size as usize).await {
+                    Ok(Some((node, bytes)))
+                        if node.md5_checksum == r.md5 && node.size == Some(r.size) =>
+                    {
+                        return Ok(bytes);
+                    }
+                    // Another version is current (written elsewhere): learned, and read.
+                    Ok(Some(_)) if !learned => {
+                        learned = true;
+                        self.refresh_attr(ino, &path).await?;
+                        continue;
+                    }
+                    // Not local files, or still another version: the read cache's way.
+                    Ok(_) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
             let entry = self.reads.cache.entry(&r.id, r.md5.as_deref(), r.size)?;
             match self
                 .reads

@@ -147,6 +147,38 @@ fn read_cache_stays_within_its_bound(via: Via) {
     }
 }
 
+/// The built-in store's small files are read straight from their blobs: reading them makes no
+/// copy in the read cache (a second file on the same disk for each file read, and most of a
+/// cold `tar`'s time), and a file another process changes reads as its new bytes.
+#[test]
+fn small_files_of_the_built_in_store_are_read_without_a_cached_copy() {
+    let Some(env) = Env::new(Via::Local) else {
+        return;
+    };
+    let files: Vec<Vec<u8>> = (0..40)
+        .map(|i| pattern(1000 + i * 997, 70 + i as u64))
+        .collect();
+    for (i, data) in files.iter().enumerate() {
+        common::env::put_elsewhere(&env, &format!("s{i:02}.txt"), data);
+    }
+    let m = env.mount(&[]);
+    for (i, data) in files.iter().enumerate() {
+        let got = fs::read(env.vault().join(format!("s{i:02}.txt"))).unwrap();
+        assert!(&got == data, "s{i:02}.txt read otherwise\n{}", m.log_text());
+    }
+    let held = allocated(&env.cache.join("cache"));
+    assert_eq!(
+        held, 0,
+        "the read cache holds {held} bytes after reading stored files"
+    );
+    common::env::new_version_elsewhere(&env, "s00.txt", b"changed elsewhere");
+    let s00 = env.vault().join("s00.txt");
+    wait_for(10, "the other process's bytes", || {
+        fs::read(&s00).unwrap() == b"changed elsewhere"
+    });
+    drop(m);
+}
+
 /// Two mounts of one built-in store see each other's changes at once, listings cached or not
 /// (fstests generic/732: a file renamed back and forth through the two).
 #[test]

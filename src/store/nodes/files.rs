@@ -1,6 +1,6 @@
 //! Files by ID, for reading: the node, its current bytes opened, its versions.
 
-use super::resolve::{file_by_id, path_of};
+use super::resolve::{file_and_path, file_by_id};
 use super::restore::file_or_deleted;
 use crate::api::{Error, Node, Result, Version, format_time};
 use crate::store::blobs::BlobFile;
@@ -21,8 +21,7 @@ impl Store {
     /// The blob is opened under the lock, so a concurrent delete cannot remove it first.
     pub fn open_file(&self, scope: Scope, file_id: &str) -> Result<(Node, Option<BlobFile>)> {
         let conn = self.lock()?;
-        let row = file_by_id(&conn, scope, file_id)?;
-        let path = path_of(&conn, row.id)?;
+        let (row, path) = file_and_path(&conn, scope, file_id)?;
         let blob: Option<String> = conn.query_row(
             "SELECT v.blob FROM nodes n JOIN versions v ON v.id = n.current_version WHERE n.id = ?1",
             [row.id],
@@ -44,7 +43,7 @@ impl Store {
             return Ok(None);
         };
         let conn = self.lock()?;
-        let row = file_by_id(&conn, scope, file_id)?;
+        let (row, at) = file_and_path(&conn, scope, file_id)?;
         let blob: Option<String> = conn.query_row(
             "SELECT v.blob FROM nodes n JOIN versions v ON v.id = n.current_version WHERE n.id = ?1",
             [row.id],
@@ -54,7 +53,7 @@ impl Store {
         let path = dir.path(&hash);
         // Opened under the lock, like `open_file`: a concurrent delete cannot remove it first.
         let file = std::fs::File::open(&path)?;
-        Ok(Some((row.to_api(&path_of(&conn, row.id)?), path, file)))
+        Ok(Some((row.to_api(&at), path, file)))
     }
 
     /// Every version of a file, oldest first (earlier versions are kept).
@@ -140,7 +139,7 @@ impl Store {
     /// The file of that ID (for routes addressed by document ID).
     pub fn file(&self, scope: Scope, file_id: &str) -> Result<Node> {
         let conn = self.lock()?;
-        let row = file_by_id(&conn, scope, file_id)?;
-        Ok(row.to_api(&path_of(&conn, row.id)?))
+        let (row, path) = file_and_path(&conn, scope, file_id)?;
+        Ok(row.to_api(&path))
     }
 }
