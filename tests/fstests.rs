@@ -97,6 +97,12 @@ fn unmount_all(mnt: &Path) {
     }
 }
 
+/// Reasons for a chosen case not run that are a moment of the kernel, not the case missing
+/// something here: generic/760's fsx asks for huge-page buffers (MADV_COLLAPSE), which a busy
+/// kernel refuses now and then (EAGAIN; one CI run in many). xfstests reports it not run, not
+/// failed; it is said in the output and does not fail the run. Any other not-run does.
+const TRANSIENT_NOT_RUN: &[&str] = &["Could not set up huge page for test"];
+
 /// The cases named after `label:` in the summary `./check` prints (a line, maybe continued).
 fn summary_list(out: &str, label: &str) -> BTreeSet<String> {
     let mut set = BTreeSet::new();
@@ -298,6 +304,10 @@ fn run_suite(via: Via, cases: Cases) {
         );
         for c in &not_run {
             let why = fs::read_to_string(results.join(format!("{c}.notrun"))).unwrap_or_default();
+            if TRANSIENT_NOT_RUN.iter().any(|t| why.contains(t)) {
+                println!("{c} was not run this time: {}", why.trim());
+                continue;
+            }
             problems.push(format!("{c} was not run: {}", why.trim()));
         }
     }
