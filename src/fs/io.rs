@@ -153,9 +153,7 @@ impl<B: Backend> Fs<B> {
             self.reads.last_read.note();
             if let (Some(local), true) = (self.backend.local(), r.size <= BLOB_READS_UP_TO) {
                 match local.read_local(&r.id, offset, size as usize).await {
-                    Ok(Some((node, bytes)))
-                        if node.md5_checksum == r.md5 && node.size == Some(r.size) =>
-                    {
+                    Ok(Some((node, bytes))) if r.is_version(&node) => {
                         return Ok(bytes);
                     }
                     // Another version is current (written elsewhere): learned, and read.

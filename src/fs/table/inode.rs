@@ -28,6 +28,14 @@ pub struct Remote {
     pub md5: Option<String>,
 }
 
+impl Remote {
+    /// Whether `node` (the backend's answer for this file) is the version known here: the
+    /// same md5 and size.
+    pub fn is_version(&self, node: &Node) -> bool {
+        node.md5_checksum == self.md5 && node.size == Some(self.size)
+    }
+}
+
 /// The document a new file continues (`history`): the stored file this mount renamed away from
 /// the new file's name moments before.
 #[derive(Clone, Debug)]
