@@ -424,6 +424,31 @@ pub struct VersionRequest {
     pub if_none_match: Option<String>,
 }
 
+/// The media type of a batch upload's body ([`BatchFile`]).
+pub const BATCH_TYPE: &str = "application/vnd.vaultfs.batch";
+
+/// One file of our batch upload ([`EXT_BATCH_PUT`]). The request's body is the JSON array of
+/// these on one line, a newline, then the files' bytes one after another, each exactly its
+/// `length`. Each file is stored as a whole PUT would store it (made at `path` when absent,
+/// or the file `id`), under step 2's terms: the md5 is required.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct BatchFile {
+    /// The file's path, segment by segment (not percent-encoded).
+    pub path: Vec<String>,
+    /// The file's ID, where it has one: its bytes go to that file wherever it is now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(flatten)]
+    pub terms: VersionRequest,
+}
+
+/// The answer of a batch upload: one envelope per file, in the request's order (each with its
+/// own `status_code` when it failed).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BatchResults {
+    pub results: Vec<super::Envelope<Node>>,
+}
+
 impl VersionRequest {
     /// The conflict check this step 2 asks for, from `if_match` / `if_none_match`.
     pub fn base(&self) -> Result<Base> {
@@ -471,8 +496,11 @@ pub const EXT_DELETE_IF: &str = "delete-if";
 /// ... a binary PUT stores a file's bytes in one request, with the terms of step 2 as headers
 /// (`server::whole`).
 pub const EXT_WHOLE_PUT: &str = "whole-put";
+/// ... `POST /nodes/batch` stores many whole files in one request and one transaction
+/// (`server::batch`, [`BatchFile`]).
+pub const EXT_BATCH_PUT: &str = "batch-put";
 /// What [`EXTENSIONS`] says on our server's answers.
-pub const OUR_EXTENSIONS: &str = "delete-if, whole-put";
+pub const OUR_EXTENSIONS: &str = "delete-if, whole-put, batch-put";
 /// A binary PUT's modification time (RFC 3339), as step 2's `modifiedOn` ...
 pub const MODIFIED_ON: &str = "vaultfs-modified-on";
 /// ... and its mode (the permission bits, decimal), as step 2's `mode`.

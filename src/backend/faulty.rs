@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::{
-    Backend, BoxFuture, ByteStream, Download, LocalFile, LocalStore, PreviewImage, PutFile,
+    Backend, BatchBounds, Batches, BoxFuture, ByteStream, Download, LocalFile, LocalStore,
+    PreviewImage, PutFile,
 };
 use crate::api::{
     Base, Error, ErrorKind, FileAttrs, Lock, Node, NodePath, PageSize, PreviewMeta, RangeRequest,
@@ -205,16 +206,15 @@ impl<B: Backend> Faulty<B> {
     }
 }
 
-/// The built-in store's batches, with faults; its other local calls are not offered (a
-/// test's listings and opens go through the interface, as a server's would).
-impl<B: Backend> LocalStore for Faulty<B> {
+/// The wrapped store's batches, with faults.
+impl<B: Backend> Batches for Faulty<B> {
     fn put_files(&self, files: Vec<PutFile>) -> BoxFuture<'_, Vec<Result<Node>>> {
         Box::pin(async move {
             let plan = match self.enter(Op::PutFiles).await {
                 Ok(p) => p,
                 Err(e) => return files.iter().map(|_| Err(e.clone())).collect(),
             };
-            let Some(inner) = self.inner.local() else {
+            let Some(inner) = self.inner.batches() else {
                 let e = Error::internal("this backend uploads files one by one");
                 return files.iter().map(|_| Err(e.clone())).collect();
             };
@@ -232,6 +232,16 @@ impl<B: Backend> LocalStore for Faulty<B> {
         })
     }
 
+    fn batch_bounds(&self) -> BatchBounds {
+        self.inner
+            .batches()
+            .map_or(BatchBounds { file: 0, total: 0 }, |b| b.batch_bounds())
+    }
+}
+
+/// The built-in store's other local calls are not offered (a test's listings and opens go
+/// through the interface, as a server's would).
+impl<B: Backend> LocalStore for Faulty<B> {
     fn local_file<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Option<LocalFile>>> {
         Box::pin(async { Ok(None) })
     }
@@ -258,6 +268,14 @@ impl<B: Backend> Backend for Faulty<B> {
     /// The wrapped store's batches, unless told to upload file by file.
     fn local(&self) -> Option<&dyn LocalStore> {
         match self.inner.local() {
+            Some(_) if !self.one_by_one.load(Ordering::SeqCst) => Some(self),
+            _ => None,
+        }
+    }
+
+    /// The same for the wrapped backend's batches.
+    fn batches(&self) -> Option<&dyn Batches> {
+        match self.inner.batches() {
             Some(_) if !self.one_by_one.load(Ordering::SeqCst) => Some(self),
             _ => None,
         }

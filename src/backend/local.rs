@@ -245,7 +245,14 @@ impl LocalBackend {
     }
 }
 
-impl super::LocalStore for LocalBackend {
+/// The built-in store takes batches of any size, up to 256 MiB of bytes (a few large files do
+/// not hold up the small ones for long).
+const BATCH_BOUNDS: super::BatchBounds = super::BatchBounds {
+    file: u64::MAX,
+    total: 256 << 20,
+};
+
+impl super::Batches for LocalBackend {
     fn put_files(&self, files: Vec<super::PutFile>) -> super::BoxFuture<'_, Vec<Result<Node>>> {
         Box::pin(async move {
             let n = files.len();
@@ -259,6 +266,12 @@ impl super::LocalStore for LocalBackend {
         })
     }
 
+    fn batch_bounds(&self) -> super::BatchBounds {
+        BATCH_BOUNDS
+    }
+}
+
+impl super::LocalStore for LocalBackend {
     fn local_file<'a>(
         &'a self,
         file_id: &'a str,
@@ -299,6 +312,10 @@ impl super::LocalStore for LocalBackend {
 
 impl Backend for LocalBackend {
     fn local(&self) -> Option<&dyn super::LocalStore> {
+        Some(self)
+    }
+
+    fn batches(&self) -> Option<&dyn super::Batches> {
         Some(self)
     }
 

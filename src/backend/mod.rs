@@ -283,22 +283,38 @@ pub fn no_search() -> crate::api::Error {
     )
 }
 
-/// A whole local file to store, for [`LocalStore::put_files`] (the built-in store's type: only
-/// it stores batches).
+/// A whole local file to store, for [`Batches::put_files`].
 pub use crate::store::PutFile;
 
 /// A boxed future, for the calls of [`LocalStore`] (a trait object).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// What only a store in this process can do beyond the interface (the built-in store): store
-/// whole files in batches, hand out a file's bytes on local disk, tell at once that another
-/// process changed it. A mount asks for it with [`Backend::local`] and uses the interface alone
-/// where it is not offered (a server, a bucket).
-pub trait LocalStore: Send + Sync {
+/// Whole files stored together, beyond the interface: by the built-in store in this process,
+/// and by our server (`POST /nodes/batch`, [`crate::api::EXT_BATCH_PUT`]). A mount asks for it
+/// with [`Backend::batches`]; without it, files go one by one (`fs/upload.rs`).
+pub trait Batches: Send + Sync {
     /// Stores whole files together, durably before it returns: one result per file, in order.
-    /// A batch's durable work (fsyncs, the transaction) is paid once for all of it.
+    /// A batch's durable work (fsyncs, the transaction, a server's round trip) is paid once for
+    /// all of it. Each file is stored only while its `base` holds, as a version's commit is.
     fn put_files(&self, files: Vec<PutFile>) -> BoxFuture<'_, Vec<Result<crate::api::Node>>>;
 
+    /// Which files a batch takes and how many bytes it holds at most.
+    fn batch_bounds(&self) -> BatchBounds;
+}
+
+/// The bounds of [`Batches`]: a file larger than `file` goes file by file; a batch holds up to
+/// `total` bytes (more only for a single file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchBounds {
+    pub file: u64,
+    pub total: u64,
+}
+
+/// What only a store in this process can do beyond the interface (the built-in store): hand
+/// out a file's bytes on local disk, tell at once that another process changed it. A mount asks
+/// for it with [`Backend::local`] and uses the interface alone where it is not offered (a
+/// server, a bucket).
+pub trait LocalStore: Send + Sync {
     /// A file's current bytes whole on local disk, opened, with the version they are (md5 and
     /// size in `node`) and the file's path: the store's blob when its blobs are in a folder.
     /// `None` where they are not. The file is immutable under that path, so it may be opened
@@ -339,6 +355,11 @@ pub trait Backend: Send + Sync + 'static {
     /// interface) and announces an md5 with each version, for the server to check the bytes
     /// that crossed the network; a store in this process hashes what it receives anyway.
     fn local(&self) -> Option<&dyn LocalStore> {
+        None
+    }
+
+    /// Whole files stored together ([`Batches`]): the built-in store, our server.
+    fn batches(&self) -> Option<&dyn Batches> {
         None
     }
 

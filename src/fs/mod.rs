@@ -299,8 +299,8 @@ impl<B: Backend> Fs<B> {
     ) -> std::io::Result<Arc<Self>> {
         private_dir(&opts.cache_dir)?;
         // sha256 only where the store that names blobs by it takes whole files (`put_files`).
-        let batches = backend.local().is_some();
-        let journal = Journal::open(&opts.cache_dir, opts.max_file_size, batches)?;
+        let local = backend.local().is_some();
+        let journal = Journal::open(&opts.cache_dir, opts.max_file_size, local)?;
         let cache = ReadCache::open(opts.cache_dir.join("cache"), opts.cache_size)?;
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -350,9 +350,9 @@ impl<B: Backend> Fs<B> {
         // Known before the first `df`.
         fs.refresh_usage();
         pinned::start(&fs);
-        if batches {
-            writeback::start(&fs);
-        }
+        // Idle until a file is queued: a server tells whether it takes batches in its answers,
+        // which may come after this.
+        writeback::start(&fs);
         deletes::start(&fs);
         upload::recover(&fs)?;
         Ok(fs)

@@ -19,8 +19,9 @@ const WINDOW_SIGNAL_BYTES: u64 = 64 << 10;
 /// the batch queue, and the journal's hand-over to a new daemon (`fs::mount`). The staged
 /// files' state is `staging::lifecycle`'s; this schedules and counts.
 pub(super) struct Uploads {
-    /// Files with an upload task running, or waiting for their batch.
-    uploading: std::sync::Mutex<std::collections::HashSet<Ino>>,
+    /// Files with an upload going, and which way: a task of their own, or a batch (waiting
+    /// for it, or in it).
+    uploading: std::sync::Mutex<std::collections::HashMap<Ino, Way>>,
     /// The uploads' window and the batching of their first step (`pacing`).
     pub(super) pacing: super::pacing::Pacing,
     /// Closed files waiting for the next batch (backends that store batches).
@@ -49,13 +50,13 @@ impl Uploads {
     /// `ino` goes to the next batch (a backend that stores batches: `writeback`), counted as
     /// uploading until the batch is through.
     pub(super) fn to_batch(&self, ino: Ino) {
-        relock(&self.uploading).insert(ino);
+        relock(&self.uploading).entry(ino).or_insert(Way::Batch);
         self.writeback.enqueue(ino);
     }
 
     /// Whether `ino` has an upload going (or waits for its batch).
     pub(super) fn is_uploading(&self, ino: Ino) -> bool {
-        relock(&self.uploading).contains(&ino)
+        relock(&self.uploading).contains_key(&ino)
     }
 
     /// How many files have an upload going.
@@ -66,7 +67,10 @@ impl Uploads {
     /// `ino`'s batch is through and it waits for no other: no upload goes any more.
     pub(super) fn batch_ended(&self, ino: Ino) {
         if !self.writeback.is_queued(ino) {
-            relock(&self.uploading).remove(&ino);
+            let mut up = relock(&self.uploading);
+            if up.get(&ino) == Some(&Way::Batch) {
+                up.remove(&ino);
+            }
         }
     }
 
@@ -91,6 +95,15 @@ impl Uploads {
     }
 }
 
+/// How a file's upload goes (`Uploads::uploading`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Way {
+    /// In the write-back's batches (`writeback`).
+    Batch,
+    /// A task of its own (`run`), which goes round again while the file is written meanwhile.
+    OneByOne,
+}
+
 /// An upload or batch storing (`Uploads::storing`).
 pub(super) struct Storing<'a>(&'a std::sync::atomic::AtomicUsize);
 
@@ -113,17 +126,42 @@ pub fn recover<B: Backend>(fs: &Arc<Fs<B>>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Makes sure an upload runs for `ino` (in the next batch, for a backend with batches; else a
-/// task of its own, which keeps going until the file is clean).
+/// Makes sure an upload runs for `ino`: in the next batch, for a backend with batches and a
+/// file within their bounds (`writeback`); else a task of its own, which keeps going until the
+/// file is clean. A file keeps the way it is on: a batch that finds one grown past the bounds
+/// hands it to a task of its own (`one_by_one`).
 pub fn schedule<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
-    if fs.backend.local().is_some() {
-        fs.uploads.to_batch(ino);
-        return;
+    let small = fs.backend.batches().is_some_and(|b| {
+        let size = fs.nodes.staged(ino).map_or(0, |s| s.size());
+        size <= b.batch_bounds().file
+    });
+    let mut up = relock(&fs.uploads.uploading);
+    match up.get(&ino) {
+        // Its task goes round again (it checks under this lock before it ends).
+        Some(Way::OneByOne) => {}
+        Some(Way::Batch) => {
+            drop(up);
+            fs.uploads.to_batch(ino);
+        }
+        None if small => {
+            drop(up);
+            fs.uploads.to_batch(ino);
+        }
+        None => {
+            up.insert(ino, Way::OneByOne);
+            drop(up);
+            spawn_run(fs, ino);
+        }
     }
-    let new = relock(&fs.uploads.uploading).insert(ino);
-    if !new {
-        return;
-    }
+}
+
+/// A file a batch took that has grown past the batches' bounds: a task of its own from now on.
+pub(super) fn one_by_one<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
+    relock(&fs.uploads.uploading).insert(ino, Way::OneByOne);
+    spawn_run(fs, ino);
+}
+
+fn spawn_run<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino) {
     let fs = fs.clone();
     fs.rt.clone().spawn(async move { run(&fs, ino).await });
 }

@@ -1,8 +1,10 @@
-//! Write-back in batches, for a backend that stores whole files together (the built-in store
-//! in this process, [`crate::backend::LocalStore`]). Closed files wait in a queue; one worker
-//! takes everything queued (up to a bound) and stores it with one `put_files` call, whose
-//! durable work (fsyncs, the transaction) is paid once per batch. While a batch is stored the
-//! next one gathers, so the batch size follows the load: one file when idle, hundreds in a burst.
+//! Write-back in batches, for a backend that stores whole files together
+//! ([`crate::backend::Batches`]: the built-in store in this process, and our server, whose
+//! batches take small files). Closed files wait in a queue; one worker takes everything queued
+//! (up to the backend's bounds) and stores it with one `put_files` call, whose durable work
+//! (fsyncs, the transaction, a server's round trip) is paid once per batch. While a batch is
+//! stored the next one gathers, so the batch size follows the load: one file when idle,
+//! hundreds in a burst.
 //!
 //! The staged file is sealed for the batch (the store may keep that very file as its blob); a
 //! writer that comes back later writes to a copy (`Staged::seal`). Backends without batches
@@ -31,7 +33,7 @@ pub(super) mod queue;
 /// mount stores a closed file at once: the pause applies only right after a batch.
 const BURST_GATHER: Duration = Duration::from_millis(10);
 
-/// Starts the worker (once per mount, for backends with batches).
+/// Starts the worker (once per mount; it works only for backends with batches).
 pub fn start<B: Backend>(fs: &Arc<Fs<B>>) {
     let fs = fs.clone();
     fs.rt.clone().spawn(async move {
@@ -77,6 +79,8 @@ struct Item {
     staged: Arc<Staged>,
     generation: u64,
     size: u64,
+    /// The times and mode sent with the bytes (what a server did not keep is kept here).
+    attrs: crate::api::FileAttrs,
     _io: tokio::sync::OwnedMutexGuard<()>,
 }
 
@@ -91,7 +95,15 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
         fs.continue_document(ino).await;
     }
     let mut held = Vec::new();
+    let bounds = fs.backend.batches().map(|b| b.batch_bounds());
     for (ino, fsync) in batch {
+        // Grown past what a batch takes since it was queued: a task of its own.
+        let size = fs.nodes.staged(ino).map_or(0, |s| s.size());
+        if bounds.is_some_and(|b| size > b.file) {
+            fs.uploads.writeback.succeeded(ino);
+            super::upload::one_by_one(fs, ino);
+            continue;
+        }
         let Some(io) = fs.nodes.io(ino) else {
             finished(fs, ino, true);
             continue;
@@ -124,6 +136,7 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
                     staged,
                     generation,
                     size,
+                    attrs: Default::default(),
                     _io: guard,
                 };
                 unsure.push((item, stored));
@@ -134,12 +147,14 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
                 size,
                 put,
             } => {
+                let attrs = put.attrs;
                 puts.push(put);
                 items.push(Item {
                     ino,
                     staged,
                     generation,
                     size,
+                    attrs,
                     _io: guard,
                 });
             }
@@ -159,20 +174,31 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
         end_entries(fs, retired).await;
         return;
     }
-    let results = match fs.backend.local() {
+    let results = match fs.backend.batches() {
         Some(store) => store.put_files(puts).await,
-        // (Never: the worker runs only for a backend with batches, see `Fs::start`.)
+        // (Never: only a backend with batches has files queued, see `upload::schedule`.)
         None => (puts.iter())
             .map(|_| Err(Error::internal("no batches")))
             .collect(),
     };
+    // A server away: offline until a batch goes through (as the one-by-one uploads say it).
+    let remote = fs.backend.local().is_none();
+    if remote {
+        match results.iter().find_map(|r| r.as_ref().err()) {
+            Some(e) if e.kind == ErrorKind::Network => {
+                fs.offline.note_unreachable(Duration::from_secs(2))
+            }
+            _ => fs.offline.note_reachable(),
+        }
+    }
     for (item, result) in items.into_iter().zip(results) {
         match result {
             Ok(node) => {
                 fs.uploads.writeback.succeeded(item.ino);
                 log::debug!("stored inode {} ({} bytes)", item.ino, item.size);
                 let (staged, generation) = (&item.staged, item.generation);
-                if fs.upload_answered(item.ino, staged, generation, Some(&node), None) {
+                let attrs = Some(item.attrs).filter(|_| remote);
+                if fs.upload_answered(item.ino, staged, generation, Some(&node), attrs) {
                     retired.push(item.staged.clone());
                 }
                 fs.uploads.writeback.answer(item.ino, None);

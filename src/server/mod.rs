@@ -2,6 +2,7 @@
 //! local backend scoped to the caller's account.
 
 mod auth;
+mod batch;
 mod changes;
 pub mod conn;
 mod context;
@@ -130,6 +131,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(files::restore_version))
         .routes(routes!(files::restore_deleted))
         .routes(routes!(nodes::upload))
+        .routes(routes!(batch::batch))
         .routes(routes!(changes::changes))
         .routes(routes!(search::search))
         .routes(routes!(usage::usage))

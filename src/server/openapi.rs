@@ -162,6 +162,28 @@ pub struct NodeEnvelope {
     pub message: Node,
 }
 
+/// One file's result in a batch (`POST /nodes/batch`): the file with its new version, or why
+/// it was not stored (`error.status_code`).
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum BatchResult {
+    Stored(Box<NodeEnvelope>),
+    Refused(ErrorEnvelope),
+}
+
+/// The results of a batch, one per file in the request's order.
+#[derive(Serialize, ToSchema)]
+pub struct BatchResults {
+    pub results: Vec<BatchResult>,
+}
+
+/// A batch's results in the success envelope.
+#[derive(Serialize, ToSchema)]
+pub struct BatchEnvelope {
+    pub error: Success,
+    pub message: BatchResults,
+}
+
 /// Preview metadata in the success envelope.
 #[derive(Serialize, ToSchema)]
 pub struct PreviewEnvelope {

@@ -54,6 +54,9 @@ pub struct PutFile {
     /// What the bytes replace: refused (`version_conflict`) when another version became
     /// current meanwhile (another process on the same store).
     pub base: Base,
+    /// The md5 (hex) the bytes were announced with, by a client whose bytes crossed a network
+    /// (`server::batch`): other bytes are refused (`checksum_mismatch`) and not stored.
+    pub expect_md5: Option<String>,
 }
 
 /// A file of the batch after phase 1: its hashes and its bytes.
@@ -231,14 +234,16 @@ impl Store {
             return files.iter().map(|_| Err(e.clone())).collect();
         }
         let synced = started.elapsed();
-        let conn = match self.lock() {
+        // The account's writers' lock, as a group commit of step 3 takes it (on PostgreSQL
+        // another account's batch commits beside this one).
+        let conn = match self.conn() {
             Ok(c) => c,
             Err(e) => return files.iter().map(|_| Err(e.clone())).collect(),
         };
         let mut previews = Vec::new();
         let results = (|| -> Result<Vec<Result<Node>>> {
             let durable = super::schema::Durable::new(&conn)?;
-            let tx = conn.unchecked_transaction()?;
+            let tx = conn.transaction_for(scope.writers())?;
             let mut results = Vec::with_capacity(files.len());
             let mut dirs = Vec::new();
             let mut folders = nodes::Folders::default();
@@ -298,6 +303,15 @@ impl Store {
         }
     }
 
+    /// A new private file on the blobs' file system, for bytes a server receives for a batch
+    /// (`server::batch`): given sealed to [`Store::put_files`], it becomes the blob by a hard
+    /// link. The caller removes the name after; a crash leaves it to the sweep of `tmp/`.
+    pub fn batch_file(&self) -> io::Result<(PathBuf, File)> {
+        let path = self.blobs.tmp_name("batch");
+        let file = crate::api::files::new_private(&path)?;
+        Ok((path, file))
+    }
+
     /// Phase 1 of one file: its hashes, and its bytes where phase 2 can place them. A sealed
     /// source on the blobs' file system is never written again: it is hashed as it is and
     /// linked into place in phase 2 (no byte copied, no name in `tmp/`). Any other source is
@@ -322,6 +336,15 @@ impl Store {
             let digests = Digests::default().unless(&f.cancel);
             (prepared.md5, prepared.sha256) = digests.copy_and_hash(&f.source, &copy, f.len)?;
             prepared.file = std::sync::Arc::new(copy);
+        }
+        if let Some(want) = f.expect_md5.as_deref().filter(|m| *m != prepared.md5) {
+            return Err(Error::bad_request(
+                "checksum_mismatch",
+                format!(
+                    "the bytes have md5 {}, the batch announced {want}",
+                    prepared.md5
+                ),
+            ));
         }
         prepared.kinds = super::previews::judge_file(&prepared.file)?;
         Ok(prepared)
@@ -386,6 +409,14 @@ impl Store {
         if !f.base.holds(file.md5.as_deref()) {
             return Err(f.base.conflict(&f.path.to_string()));
         }
+        // The account's quota, as step 2 and its commit check it (versions are kept: each
+        // counts); a file made here counts as a node (rolled back with it when refused).
+        nodes::check_quota(tx, &self.config, scope, 0, f.len)?;
+        // The blob's lock first (PostgreSQL): blobs are shared by accounts, whose batches
+        // commit side by side, and another account's version may be letting go of these bytes
+        // now (`free_blobs` takes the same lock): either it comes first and the bytes are
+        // placed again here, or it comes after and sees this version.
+        tx.lock_blob(&p.sha256)?;
         let known = tx
             .prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?
             .exists([&p.sha256])?;
@@ -478,6 +509,7 @@ mod tests {
         let source = std::sync::Arc::new(File::open(&p).unwrap());
         PutFile {
             base: Base::Any,
+            expect_md5: None,
             path: NodePath::from_segments(["Local", "My First Vault", name]).unwrap(),
             file_id: None,
             source,

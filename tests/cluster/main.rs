@@ -483,6 +483,59 @@ async fn bytes_let_go_at_one_server_while_stored_again_at_the_other_are_kept() {
     assert!(problems.is_empty(), "{problems:?}");
 }
 
+/// The same with the bytes stored again in a batch at the other server (`POST /nodes/batch`,
+/// `Store::put_files`, which takes the blob's lock as step 3 does): each new file is whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn bytes_let_go_at_one_server_while_a_batch_stores_them_at_the_other_are_kept() {
+    use vaultfs::backend::PutFile;
+    let Some(cluster) = Cluster::new() else {
+        return;
+    };
+    cluster.add_user("a@acme.test", "Acme", "pw-a");
+    let final_deletes = ["--keep-versions", "0", "--keep-versions-days", "0"];
+    let one = cluster.serve_with("one", common::free_port(), &final_deletes);
+    let two = cluster.serve_with("two", common::free_port(), &final_deletes);
+    let token = common::login(&one.base(), "a@acme.test", "pw-a").await;
+    let (a, b) = clients(&one, &two, &token);
+    // Its answers say it takes batches.
+    b.node(&vault()).await.unwrap();
+    let batches = b.batches().expect("our server takes batches");
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..60u8 {
+        let data = pattern(50_000 + round as usize, round);
+        let old = format!("old{round}.bin");
+        put(&a, &old, data.clone()).await;
+        let src = dir.path().join(format!("src{round}"));
+        std::fs::write(&src, &data).unwrap();
+        let file = PutFile {
+            path: at(&format!("new{round}.bin")),
+            file_id: None,
+            source: std::sync::Arc::new(std::fs::File::open(&src).unwrap()),
+            len: data.len() as u64,
+            sealed: false,
+            digests: None,
+            attrs: Default::default(),
+            cancel: Default::default(),
+            base: vaultfs::api::Base::Absent,
+            expect_md5: None,
+        };
+        let old = at(&old);
+        let later = Duration::from_micros(u64::from(round % 30) * 500);
+        let delete = async {
+            tokio::time::sleep(later).await;
+            a.delete(&old).await
+        };
+        let (deleted, mut stored) = tokio::join!(delete, batches.put_files(vec![file]));
+        deleted.unwrap();
+        let node = stored.pop().unwrap().unwrap();
+        assert_eq!(node.md5_checksum.as_deref(), Some(md5hex(&data).as_str()));
+        let id = node.file_id().unwrap();
+        assert_eq!(content(&a, &id).await, data, "round {round}");
+    }
+    let problems = cluster.store().check_integrity().unwrap();
+    assert!(problems.is_empty(), "{problems:?}");
+}
+
 /// One server killed (SIGKILL) in the middle of an upload's body: the other goes on serving the
 /// file's previous content, the killed one restarts on the same store, and nothing of the
 /// unfinished upload became current or was left recorded.

@@ -126,9 +126,11 @@ fn deletes_answered_early_reach_the_store_in_order(via: Via) {
         &v,
         "rm -rf d && rm f && mkdir f && rm g && echo new > g && rm h && mv src h",
     );
+    // An fsync of the folder sends its deletes; the new `g` is stored by its upload, which
+    // waits for the deletes before it (`Fs::deletes_sent`) and may end just after.
     File::open(&v).unwrap().sync_all().unwrap();
-    assert_eq!(stored_names(&env), ["f", "g", "h"], "{}", m.log_text());
     env.wait_uploaded();
+    assert_eq!(stored_names(&env), ["f", "g", "h"], "{}", m.log_text());
     assert_eq!(stored(&env, "g"), b"new\n");
     assert_eq!(stored(&env, "h"), b"old src\n");
     m.unmount();

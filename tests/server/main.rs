@@ -7,6 +7,7 @@
 mod common;
 
 mod auth_pin;
+mod batch;
 mod changes;
 mod dav;
 mod dav_seen;

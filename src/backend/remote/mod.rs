@@ -31,6 +31,7 @@
 //! The parts: `transport` (requests, retries, envelopes), `download`, `upload` (steps 2 and 3),
 //! `pin` (the pin exchange).
 
+mod batch;
 mod changes;
 mod download;
 mod pin;
@@ -169,6 +170,8 @@ struct Inner {
     /// DELETE's condition itself; it takes a file's bytes in one request.
     deletes_checked: AtomicBool,
     whole_puts: AtomicBool,
+    /// ... and many small files in one (`batch`).
+    batch_puts: AtomicBool,
     /// The md5 (hex) of each version announced in step 2 and not yet sent, by (file ID,
     /// version ID): step 3's answer is checked against it, also when step 2 had to go without.
     announced: Mutex<HashMap<(String, String), String>>,
@@ -211,6 +214,7 @@ impl RemoteBackend {
                 ranges: AtomicU8::new(RANGES_UNKNOWN),
                 deletes_checked: AtomicBool::new(false),
                 whole_puts: AtomicBool::new(false),
+                batch_puts: AtomicBool::new(false),
                 announced: Mutex::new(HashMap::new()),
             }),
         })
@@ -293,6 +297,7 @@ impl RemoteBackend {
             let flag = match ext {
                 crate::api::EXT_DELETE_IF => &self.inner.deletes_checked,
                 crate::api::EXT_WHOLE_PUT => &self.inner.whole_puts,
+                crate::api::EXT_BATCH_PUT => &self.inner.batch_puts,
                 _ => continue,
             };
             flag.store(true, Ordering::Relaxed);
@@ -564,6 +569,13 @@ impl Backend for RemoteBackend {
         // Our own headers: a server that does not know them ignores them.
         req.headers.extend(base.header());
         self.call::<serde_json::Value>(req).await.map(|_| ())
+    }
+
+    fn batches(&self) -> Option<&dyn super::Batches> {
+        match self.inner.batch_puts.load(Ordering::Relaxed) {
+            true => Some(self),
+            false => None,
+        }
     }
 
     fn checks_deletes(&self) -> bool {

@@ -192,6 +192,32 @@ impl RemoteBackend {
         length: u64,
         body: ByteStream,
     ) -> Result<Node> {
+        let what = format!("PUT {path}");
+        let sent = Bytes {
+            method: Method::PUT,
+            path,
+            content_type: "application/binary",
+            headers,
+            length,
+        };
+        let node: Option<Node> = self.send_bytes(sent, body).await?;
+        checked(required(node, &what)?, &what)
+    }
+
+    /// A request whose body is bytes (`length` of them, within the upload's bandwidth limit),
+    /// watched for progress rather than bounded in time; its envelope's message.
+    pub(super) async fn send_bytes<T: serde::de::DeserializeOwned>(
+        &self,
+        sent: Bytes,
+        body: ByteStream,
+    ) -> Result<Option<T>> {
+        let Bytes {
+            method,
+            path,
+            content_type,
+            headers,
+            length,
+        } = sent;
         let progress = Arc::new(Progress {
             start: Instant::now(),
             last_ms: AtomicU64::new(0),
@@ -200,9 +226,9 @@ impl RemoteBackend {
         let mut rb = self
             .inner
             .http
-            .put(self.url(&path))
+            .request(method.clone(), self.url(&path))
             .header(header::ACCEPT, JSON)
-            .header(header::CONTENT_TYPE, "application/binary")
+            .header(header::CONTENT_TYPE, content_type)
             .header(header::CONTENT_LENGTH, length)
             .body(counted_body(
                 limited(body, self.inner.config.upload_limit.clone()),
@@ -226,7 +252,7 @@ impl RemoteBackend {
                 _ = tokio::time::sleep(tick) => {
                     if progress.idle() > idle {
                         return Err(network(format!(
-                            "PUT {path}: the upload made no progress for {idle:?}"
+                            "{method} {path}: the upload made no progress for {idle:?}"
                         )));
                     }
                 }
@@ -236,21 +262,31 @@ impl RemoteBackend {
             Ok(resp) => resp,
             Err(e) => {
                 return Err(progress.failure().unwrap_or_else(|| {
-                    network(format!("PUT {path}: the upload failed: {}", describe(&e)))
+                    network(format!(
+                        "{method} {path}: the upload failed: {}",
+                        describe(&e)
+                    ))
                 }));
             }
         };
-        let node: Option<Node> = self.envelope(resp).await.map_err(|e| {
+        self.envelope(resp).await.map_err(|e| {
             // A body goes once: a newer login (`vaultfs login` while mounted) is taken for the
             // upload's next attempt.
             if e.kind == ErrorKind::Auth && self.take_newer_login() {
                 return e;
             }
             self.with_hint(e, true)
-        })?;
-        let what = format!("PUT {path}");
-        checked(required(node, &what)?, &what)
+        })
     }
+}
+
+/// What [`RemoteBackend::send_bytes`] sends, but for the bytes.
+pub(super) struct Bytes {
+    pub(super) method: Method,
+    pub(super) path: String,
+    pub(super) content_type: &'static str,
+    pub(super) headers: Vec<(&'static str, String)>,
+    pub(super) length: u64,
 }
 
 /// The server stored other bytes than were sent (`what`: the file).

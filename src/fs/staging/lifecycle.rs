@@ -658,6 +658,7 @@ impl<B: Backend> Fs<B> {
             },
             cancel: staged.removal().clone(),
             base: staged.base(),
+            expect_md5: None,
         };
         ToStore::Send {
             staged,

@@ -21,8 +21,6 @@ const MAX_FILES: usize = 1024;
 fn max_files() -> usize {
     MAX_FILES.min(crate::fs::descriptors::Pool::global().cap() / 2)
 }
-/// Most bytes in one batch (a few large files do not hold up the small ones for long).
-const MAX_BYTES: u64 = 256 << 20;
 #[derive(Default)]
 pub struct Writeback {
     queue: Mutex<Queue>,
@@ -105,13 +103,14 @@ impl Writeback {
         let mut q = self.queue();
         let mut out = Vec::new();
         let mut bytes = 0u64;
+        let max_bytes = fs.backend.batches().map_or(0, |b| b.batch_bounds().total);
         while let Some(&ino) = q.order.front() {
             let size = fs
                 .nodes
                 .inode(ino, |i| i.staged.as_ref().map(|s| s.size()))
                 .flatten()
                 .unwrap_or(0);
-            if !out.is_empty() && (out.len() >= max_files() || bytes + size > MAX_BYTES) {
+            if !out.is_empty() && (out.len() >= max_files() || bytes + size > max_bytes) {
                 break;
             }
             q.order.pop_front();

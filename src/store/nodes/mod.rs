@@ -12,6 +12,7 @@ mod delete;
 mod files;
 mod folders;
 mod limits;
+pub(in crate::store) use limits::check_quota;
 pub(super) mod resolve;
 mod restore;
 pub(super) mod retention;

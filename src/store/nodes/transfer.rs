@@ -401,6 +401,7 @@ mod tests {
             std::fs::write(&p, data).unwrap();
             let f = crate::store::PutFile {
                 base: crate::api::Base::Any,
+                expect_md5: None,
                 path: at(name),
                 file_id: None,
                 source: std::sync::Arc::new(std::fs::File::open(&p).unwrap()),

@@ -350,6 +350,7 @@ mod tests {
         std::fs::write(&staged, text).unwrap();
         let put = PutFile {
             base: Base::Any,
+            expect_md5: None,
             path: test_path(name),
             file_id: None,
             source: std::sync::Arc::new(std::fs::File::open(&staged).unwrap()),
