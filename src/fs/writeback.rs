@@ -346,7 +346,11 @@ fn failed<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, e: &Error) {
     );
     let fs = fs.clone();
     fs.rt.clone().spawn(async move {
-        tokio::time::sleep(wait).await;
+        // A server away: tried again once it answers (`offline`), not after the whole wait.
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = fs.offline.reconnected.notified() => {}
+        }
         fs.uploads.writeback.enqueue(ino);
     });
 }

@@ -412,6 +412,32 @@ impl Store {
         // The account's quota, as step 2 and its commit check it (versions are kept: each
         // counts); a file made here counts as a node (rolled back with it when refused).
         nodes::check_quota(tx, &self.config, scope, 0, f.len)?;
+        // A server's client sending the bytes the file has already (written again the same, or
+        // only its times changed): its attributes alone, no new version, as its uploads one by
+        // one do (a `tar x` over the same tree made a version of every file).
+        if f.expect_md5.is_some() && file.md5.as_deref() == Some(p.md5.as_str()) {
+            tx.prepare_cached(
+                "UPDATE nodes SET modified_on = coalesce(?2, modified_on), exec = coalesce(?3, exec) WHERE id = ?1",
+            )?
+            .execute(params![
+                file.id,
+                f.attrs.modified.map(time_to_ns),
+                f.attrs.mode.map(kept_mode)
+            ])?;
+            let row = nodes::row(tx, file.id)?;
+            let path = nodes::path_of(tx, file.id)?;
+            self.log_change(
+                tx,
+                super::changes::NewChange::new(&row, crate::api::ChangeKind::Attributes, &path),
+            )?;
+            return Ok(nodes::Committed {
+                node: row.to_api(&path),
+                render: None,
+                name: file.name,
+                sha: p.sha256.clone(),
+                freed: Vec::new(),
+            });
+        }
         // The blob's lock first (PostgreSQL): blobs are shared by accounts, whose batches
         // commit side by side, and another account's version may be letting go of these bytes
         // now (`free_blobs` takes the same lock): either it comes first and the bytes are

@@ -104,6 +104,21 @@ async fn many_files_in_one_request_each_refused_alone() {
     let (st, _) = api.get(&format!("{VAULT}/lied.txt")).await;
     assert_eq!(st, 404);
     assert_eq!(api.download(&id).await, c);
+
+    // The bytes the file has, sent again with another time: the time changes, no version is
+    // added (as a file sent alone with its md5 unchanged).
+    let versions = |v: &Value| v["message"]["versions"].as_array().map(Vec::len);
+    let (_, before) = api.get(&format!("{VAULT}/kept.txt?vprop=1")).await;
+    let mut again = terms("kept.txt", c);
+    again["modifiedOn"] = json!("2026-03-04T05:06:07Z");
+    let (st, v) = batch(&api, &[(again, c)], b"").await;
+    assert_eq!(st, 200, "{v}");
+    let node = &v["message"]["results"][0]["message"];
+    assert_eq!(node["id"], id.as_str(), "{v}");
+    assert_eq!(node["modifiedOn"], "2026-03-04T05:06:07Z", "{v}");
+    let (_, after) = api.get(&format!("{VAULT}/kept.txt?vprop=1")).await;
+    assert_eq!(versions(&after), versions(&before), "{after}");
+    assert_eq!(api.download(&id).await, c);
 }
 
 #[tokio::test(flavor = "multi_thread")]
