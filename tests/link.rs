@@ -273,7 +273,7 @@ fn uploads_refused_with_503_back_off_and_are_all_stored() {
 /// public service is reached the same way): the mount trusts the CA it is told of
 /// (`SSL_CERT_FILE`), speaks HTTP/2 to it (every request nginx logs is `HTTP/2.0`: one
 /// connection for the uploads in flight, no handshake per connection behind a link), and stores
-/// and reads back every file.
+/// and reads back every file: the small ones in batches, a large one alone.
 #[test]
 fn the_mount_speaks_http2_to_a_tls_proxy_that_offers_it() {
     let Some(env) = Env::new(Via::Remote) else {
@@ -343,20 +343,31 @@ fn the_mount_speaks_http2_to_a_tls_proxy_that_offers_it() {
         )
         .unwrap();
     }
+    // And one past what a batch takes: sent alone.
+    let big = pattern((2 << 20) + 3, 77);
+    fs::write(env.vault().join("h2-big"), &big).unwrap();
     env.wait_uploaded();
     for i in 0..n {
         let name = format!("h2-{i:02}");
         assert_eq!(stored(&env, &name), pattern(5000 + i, i as u64), "{name}");
     }
+    assert_eq!(stored(&env, "h2-big"), big);
     drop(m);
     drop(proxy);
     let log = fs::read_to_string(dir.join("access.log")).unwrap();
     let lines: Vec<&str> = log.lines().collect();
-    let uploads = lines
+    let batches = lines
         .iter()
-        .filter(|l| l.contains("PUT /nodes/pth/") && l.contains("/h2-"))
+        .filter(|l| l.contains("POST /nodes/batch "))
         .count();
-    assert!(uploads >= n, "{uploads} uploads through nginx:\n{log}");
+    let alone = lines
+        .iter()
+        .filter(|l| l.contains("PUT /nodes/pth/") && l.contains("/h2-big "))
+        .count();
+    assert!(
+        batches >= 1 && alone >= 1,
+        "{batches} batches and {alone} whole PUTs through nginx:\n{log}"
+    );
     let other: Vec<&&str> = lines.iter().filter(|l| !l.contains("HTTP/2.0\"")).collect();
     assert!(other.is_empty(), "requests not over HTTP/2: {other:#?}");
 }

@@ -181,7 +181,8 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
             .map(|_| Err(Error::internal("no batches")))
             .collect(),
     };
-    // A server away: offline until a batch goes through (as the one-by-one uploads say it).
+    // A server away: offline until a batch goes through (as the one-by-one uploads say it);
+    // one that went through lets those waiting for room at the server go again (`pacing`).
     let remote = fs.backend.local().is_none();
     if remote {
         match results.iter().find_map(|r| r.as_ref().err()) {
@@ -189,6 +190,9 @@ async fn run_batch<B: Backend>(fs: &Arc<Fs<B>>, batch: Vec<(Ino, bool)>) {
                 fs.offline.note_unreachable(Duration::from_secs(2))
             }
             _ => fs.offline.note_reachable(),
+        }
+        if results.iter().any(Result::is_ok) {
+            fs.uploads.pacing.window.succeeded();
         }
     }
     for (item, result) in items.into_iter().zip(results) {
@@ -344,11 +348,12 @@ fn failed<B: Backend>(fs: &Arc<Fs<B>>, ino: Ino, e: &Error) {
         "storing {path} failed, retrying in {:.1}s: {e}",
         wait.as_secs_f64()
     );
-    let fs = fs.clone();
+    let (fs, e) = (fs.clone(), e.clone());
     fs.rt.clone().spawn(async move {
-        // A server away: tried again once it answers (`offline`), not after the whole wait.
+        // A server away, or full: tried again once it answers (`offline`), or once an upload
+        // goes through (`pacing`), not after the whole wait.
         tokio::select! {
-            () = tokio::time::sleep(wait) => {}
+            () = fs.uploads.pacing.window.backs_off(wait, &e) => {}
             () = fs.offline.reconnected.notified() => {}
         }
         fs.uploads.writeback.enqueue(ino);

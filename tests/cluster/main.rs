@@ -440,6 +440,19 @@ async fn uploads_to_one_file_from_two_servers_get_their_own_answers() {
     assert!(cluster.store().check_integrity().unwrap().is_empty());
 }
 
+/// A new cluster whose two servers keep no version or deleted file (a delete lets go of its
+/// bytes at once), with the user `a@acme.test`'s clients of each; `None` without PostgreSQL.
+async fn freeing_servers() -> Option<(Cluster, (Node, Node), RemoteBackend, RemoteBackend)> {
+    let cluster = Cluster::new()?;
+    cluster.add_user("a@acme.test", "Acme", "pw-a");
+    let final_deletes = ["--keep-versions", "0", "--keep-versions-days", "0"];
+    let one = cluster.serve_with("one", common::free_port(), &final_deletes);
+    let two = cluster.serve_with("two", common::free_port(), &final_deletes);
+    let token = common::login(&one.base(), "a@acme.test", "pw-a").await;
+    let (a, b) = clients(&one, &two, &token);
+    Some((cluster, (one, two), a, b))
+}
+
 /// The same bytes let go at one server (a file deleted, its blob unreferenced: no version or
 /// deleted file is kept) while the other stores them again for a new file (its step 3 at the
 /// same moment), round after round: no server waits for the other's whole request (each
@@ -447,15 +460,9 @@ async fn uploads_to_one_file_from_two_servers_get_their_own_answers() {
 /// new row records. Every new file reads back whole, and the store's check finds every blob.
 #[tokio::test(flavor = "multi_thread")]
 async fn bytes_let_go_at_one_server_while_stored_again_at_the_other_are_kept() {
-    let Some(cluster) = Cluster::new() else {
+    let Some((cluster, _servers, a, b)) = freeing_servers().await else {
         return;
     };
-    cluster.add_user("a@acme.test", "Acme", "pw-a");
-    let final_deletes = ["--keep-versions", "0", "--keep-versions-days", "0"];
-    let one = cluster.serve_with("one", common::free_port(), &final_deletes);
-    let two = cluster.serve_with("two", common::free_port(), &final_deletes);
-    let token = common::login(&one.base(), "a@acme.test", "pw-a").await;
-    let (a, b) = clients(&one, &two, &token);
     for round in 0..80u8 {
         let data = pattern(70_000 + round as usize, round);
         let old = format!("old{round}.bin");
@@ -488,15 +495,9 @@ async fn bytes_let_go_at_one_server_while_stored_again_at_the_other_are_kept() {
 #[tokio::test(flavor = "multi_thread")]
 async fn bytes_let_go_at_one_server_while_a_batch_stores_them_at_the_other_are_kept() {
     use vaultfs::backend::PutFile;
-    let Some(cluster) = Cluster::new() else {
+    let Some((cluster, _servers, a, b)) = freeing_servers().await else {
         return;
     };
-    cluster.add_user("a@acme.test", "Acme", "pw-a");
-    let final_deletes = ["--keep-versions", "0", "--keep-versions-days", "0"];
-    let one = cluster.serve_with("one", common::free_port(), &final_deletes);
-    let two = cluster.serve_with("two", common::free_port(), &final_deletes);
-    let token = common::login(&one.base(), "a@acme.test", "pw-a").await;
-    let (a, b) = clients(&one, &two, &token);
     // Its answers say it takes batches.
     b.node(&vault()).await.unwrap();
     let batches = b.batches().expect("our server takes batches");
