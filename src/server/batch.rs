@@ -218,7 +218,8 @@ async fn receive(
         )));
     }
     let wanted: Vec<Wanted> = terms.into_iter().map(wanted).collect::<Result<_, _>>()?;
-    let total: u64 = wanted.iter().map(|w| w.length).sum();
+    // (Saturating: lengths a client made up must not wrap around the bound.)
+    let total = wanted.iter().fold(0u64, |t, w| t.saturating_add(w.length));
     if total > MAX_BYTES {
         return Err(too_large(format!(
             "{total} bytes of files; a batch takes at most {MAX_BYTES}"

@@ -149,6 +149,11 @@ async fn a_body_that_does_not_match_its_terms_stores_nothing() {
     let mut vault = terms("c.txt", a);
     vault["path"] = json!([]);
     assert_error(&batch(&api, &[(vault, a)], b"").await, 400, "bad_batch");
+    // Lengths past what a batch takes, also ones whose sum would wrap around: nothing read.
+    let mut huge = terms("c.txt", a);
+    huge["length"] = json!(u64::MAX / 2 + 1);
+    let got = batch(&api, &[(huge.clone(), a), (huge, a)], b"").await;
+    assert_error(&got, 413, "too_large");
     // Another media type.
     let resp = api
         .req(Method::POST, "/nodes/batch")
