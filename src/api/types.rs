@@ -450,6 +450,24 @@ pub struct BatchResults {
 }
 
 impl VersionRequest {
+    /// The file attributes this step 2 gives (`modifiedOn`, `mode`); a time that is not RFC
+    /// 3339 is `bad_parameter`.
+    pub fn attrs(&self) -> Result<FileAttrs> {
+        let modified = match &self.modified_on {
+            Some(t) => Some(parse_time(t).ok_or_else(|| {
+                super::Error::bad_request(
+                    "bad_parameter",
+                    format!("`modifiedOn`: `{t}` is not a time"),
+                )
+            })?),
+            None => None,
+        };
+        Ok(FileAttrs {
+            modified,
+            mode: self.mode,
+        })
+    }
+
     /// The conflict check this step 2 asks for, from `if_match` / `if_none_match`.
     pub fn base(&self) -> Result<Base> {
         let bad = |what: &str| {

@@ -29,7 +29,6 @@ use super::request_id::request_id;
 use crate::api::checksum::{Digests, md5_hex};
 use crate::api::{
     BATCH_TYPE, BatchFile, BatchResults, Envelope, Error, ErrorKind, FileAttrs, NodePath,
-    parse_time,
 };
 use crate::backend::{Batches, PutFile};
 
@@ -166,16 +165,9 @@ fn wanted(f: BatchFile) -> Result<Wanted, Error> {
         .as_deref()
         .ok_or_else(|| bad("every file needs its `md5_checksum`"))?;
     let md5 = md5_hex(md5).ok_or_else(|| bad(format!("`{md5}` is not an md5")))?;
-    let modified = match f.terms.modified_on.as_deref() {
-        Some(t) => Some(parse_time(t).ok_or_else(|| bad(format!("`{t}` is not a time")))?),
-        None => None,
-    };
     Ok(Wanted {
         base: f.terms.base()?,
-        attrs: FileAttrs {
-            modified,
-            mode: f.terms.mode,
-        },
+        attrs: f.terms.attrs().map_err(|e| bad(e.message))?,
         path,
         id: f.id,
         length,

@@ -19,8 +19,8 @@ use super::openapi::{
 use super::reply::{ApiResult, ok, success};
 use crate::api::path::NODES_PREFIX;
 use crate::api::{
-    Base, CreateFileRequest, Error, ErrorKind, FileAttrs, NodePath, NodeType, Transfer,
-    VersionRequest, parse_replace, parse_time,
+    Base, CreateFileRequest, Error, ErrorKind, NodePath, NodeType, Transfer, VersionRequest,
+    parse_replace,
 };
 use crate::backend::Backend;
 
@@ -419,19 +419,7 @@ pub async fn begin_version(
         Err(rejection) => return Ok(rejection.into_response()),
     };
     let req: VersionRequest = parse_json(&body)?;
-    let modified = match &req.modified_on {
-        Some(t) => Some(parse_time(t).ok_or_else(|| {
-            Error::bad_request(
-                "bad_parameter",
-                format!("`modifiedOn`: `{t}` is not a time"),
-            )
-        })?),
-        None => None,
-    };
-    let attrs = FileAttrs {
-        modified,
-        mode: req.mode,
-    };
+    let attrs = req.attrs()?;
     let base = req.base()?;
     let Some(length) = req.length else {
         if base != Base::Any {

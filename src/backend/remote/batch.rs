@@ -13,7 +13,7 @@ use reqwest::Method;
 
 use super::RemoteBackend;
 use super::transport::{bad_response, checked};
-use super::upload::Bytes as Sent;
+use super::upload::{Bytes as Sent, stored_other};
 use crate::api::checksum::{Md5, hex, md5_base64};
 use crate::api::{
     BATCH_TYPE, BatchFile, BatchResults, Error, Node, Result, VersionRequest, format_time,
@@ -98,15 +98,8 @@ impl RemoteBackend {
                 // The server checked the md5 before the version became current; this is the
                 // answer's.
                 if node.md5_checksum.as_deref() != Some(md5.as_str()) {
-                    return Err(Error::new(
-                        crate::api::ErrorKind::Server,
-                        "checksum_mismatch",
-                        format!(
-                            "the server stored md5 {} for {}; the bytes sent have {md5}",
-                            node.md5_checksum.as_deref().unwrap_or("none"),
-                            terms.path.join("/")
-                        ),
-                    ));
+                    let got = node.md5_checksum.as_deref().unwrap_or("none");
+                    return Err(stored_other(got, &terms.path.join("/"), &md5));
                 }
                 Ok(node)
             })
@@ -122,9 +115,7 @@ fn read_one(f: &PutFile) -> Result<Read> {
     let len = usize::try_from(f.len).map_err(|_| Error::internal("a batch file too large"))?;
     let mut bytes = vec![0; len];
     f.source.read_exact_at(&mut bytes, 0)?;
-    let mut md5 = Md5::new();
-    md5.update(&bytes);
-    let md5 = hex(&md5.finalize());
+    let md5 = hex(&Md5::digest(&bytes));
     let mut terms = VersionRequest {
         length: Some(f.len),
         md5_checksum: md5_base64(&md5).or_else(|| Some(md5.clone())),

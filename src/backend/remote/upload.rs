@@ -290,7 +290,7 @@ pub(super) struct Bytes {
 }
 
 /// The server stored other bytes than were sent (`what`: the file).
-fn stored_other(got: &str, what: &str, sent: &str) -> Error {
+pub(super) fn stored_other(got: &str, what: &str, sent: &str) -> Error {
     Error::new(
         ErrorKind::Server,
         "checksum_mismatch",
