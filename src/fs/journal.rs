@@ -27,7 +27,9 @@ use super::status::SetAside;
 use crate::api::{Base, NodePath};
 use crate::sync::relock;
 
-/// The log is rewritten with only its live entries once it is this large.
+/// The log is rewritten with only its live entries once it is this large, and twice what the
+/// last rewrite left: with 100,000 files waiting the live entries alone are 25 MB, and a fixed
+/// bound rewrote them all at every append (70 GB written to store 100,000 files).
 const COMPACT_AT: u64 = 4 << 20;
 
 /// Where a staged file's bytes belong.
@@ -60,6 +62,8 @@ enum Record {
 struct Log {
     file: File,
     len: u64,
+    /// The length the last rewrite left (its live entries).
+    compacted: u64,
     /// Entries put and not done, by staging ID.
     live: HashMap<u64, JournalEntry>,
 }
@@ -157,7 +161,12 @@ impl Journal {
             dir,
             lost: cache_dir.join("lost+found"),
             spares,
-            log: Mutex::new(Log { file, len, live }),
+            log: Mutex::new(Log {
+                file,
+                len,
+                compacted: len,
+                live,
+            }),
             max_file_size,
             sha256,
         })
@@ -220,11 +229,12 @@ impl Journal {
                 }
             }
         }
-        if log.len >= COMPACT_AT {
+        if log.len >= COMPACT_AT.max(2 * log.compacted) {
             match Self::rewrite(&self.dir, &log.live) {
                 Ok((file, len)) => {
                     log.file = file;
                     log.len = len;
+                    log.compacted = len;
                 }
                 Err(e) => log::warn!("could not compact the upload journal: {e}"),
             }
@@ -451,5 +461,60 @@ impl Journal {
 impl Drop for Journal {
     fn drop(&mut self) {
         self.spares.shut();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn put(id: u64) -> Record {
+        Record::Put {
+            id,
+            entry: JournalEntry {
+                path: format!("/nodes/pth/Local/V/{}-{id:06}", "x".repeat(200)),
+                file_id: None,
+                base: Some(String::new()),
+            },
+        }
+    }
+
+    /// Live entries past the fixed bound (30,000 files waiting: 7 MB) are not rewritten at
+    /// every append, and the log is still compacted once its dead records double it.
+    #[test]
+    fn a_log_of_many_live_entries_is_rewritten_as_it_doubles_not_at_every_append() {
+        let tmp = tempfile::tempdir().unwrap();
+        let j = Journal::open(tmp.path(), u64::MAX, false).unwrap();
+        let log = tmp.path().join("journal").join("log");
+        let ino = || fs::metadata(&log).unwrap().ino();
+        let live: Vec<Record> = (0..30_000).map(put).collect();
+        for chunk in live.chunks(1000) {
+            j.append_all(chunk).unwrap();
+        }
+        assert!(fs::metadata(&log).unwrap().len() > COMPACT_AT);
+        let before = ino();
+        for id in 30_000..30_100 {
+            j.append(&put(id)).unwrap();
+        }
+        assert_eq!(ino(), before, "the log was rewritten at an append");
+
+        // The first 30,000 end; new files come and go until the log is rewritten.
+        let done: Vec<Record> = (0..30_000).map(|id| Record::Done { id }).collect();
+        j.append_all(&done).unwrap();
+        let mut id = 40_000;
+        while ino() == before {
+            assert!(
+                id < 100_000,
+                "the log grew to {} B",
+                fs::metadata(&log).unwrap().len()
+            );
+            j.append_all(&[put(id), Record::Done { id }]).unwrap();
+            id += 1;
+        }
+        assert!(fs::metadata(&log).unwrap().len() < 100 << 10);
+        drop(j);
+        let j = Journal::open(tmp.path(), u64::MAX, false).unwrap();
+        assert_eq!(j.len(), 100);
     }
 }
