@@ -585,21 +585,48 @@ fn sync_waits_until_stored_and_says_what_is_left() {
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(stored_size(&env, "big.bin"), Some(size as u64));
 
-    // The server goes away: the file written meanwhile is named, and the reason given.
+    // The server goes away: the files written meanwhile are counted, the oldest named, and
+    // the reason given. A status names at most 50 waiting files however many wait (`vaultfs
+    // sync` asks ten times a second).
     let server = env.server.take().unwrap();
     let addr = server.base.trim_start_matches("http://").to_string();
     env.rt.block_on(server.stop());
     fs::write(env.vault().join("later.txt"), b"offline").unwrap();
+    for i in 0..60 {
+        fs::write(env.vault().join(format!("more{i:02}.txt")), b"more").unwrap();
+    }
     let o = vaultfs(&env, &["sync", &mp, "--timeout", "5"]);
     assert!(!o.status.success(), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("later.txt") && err.contains("unreachable"),
+        err.contains("61 file(s) not stored yet")
+            && err.contains("later.txt")
+            && err.contains("unreachable")
+            && err.contains("more waiting"),
         "{err}"
     );
+    let st = vaultfs(&env, &["status", &mp, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    let listed = v["uploads"].as_array().unwrap();
+    let running = listed.iter().filter(|u| u["running"] == true).count();
+    assert!(listed.len() - running <= 50, "{v}");
+    assert_eq!(v["waiting"].as_u64().unwrap() as usize + running, 61, "{v}");
+    let running_bytes: u64 = listed
+        .iter()
+        .filter(|u| u["running"] == true)
+        .map(|u| u["size"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        v["waiting_bytes"].as_u64().unwrap() + running_bytes,
+        7 + 60 * 4,
+        "{v}"
+    );
+    let human = text(&vaultfs(&env, &["status", &mp]));
+    assert!(human.contains("more waiting"), "{human}");
 
     env.serve_again(&addr);
     let o = vaultfs(&env, &["sync", &mp]);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(stored_size(&env, "later.txt"), Some(7));
+    assert_eq!(stored_size(&env, "more59.txt"), Some(4));
 }

@@ -165,16 +165,20 @@ fn render(s: &Status) -> String {
     if s.read_ahead_kb > 0 {
         out += &format!("  readahead {} KiB\n", s.read_ahead_kb);
     }
-    if s.uploads.is_empty() {
+    if s.uploads_pending() == 0 {
         out += "  uploads   none pending\n";
     } else {
         let running = s.uploads.iter().filter(|u| u.running).count();
         out += &format!(
-            "  uploads   {running} running, {} waiting\n",
-            s.uploads.len() - running
+            "  uploads   {running} running, {} waiting ({})\n",
+            s.uploads_pending() - running,
+            human_bytes(s.pending_bytes())
         );
         for u in &s.uploads {
             out += &format!("    {}\n", upload_line(u));
+        }
+        if s.unlisted_waiting() > 0 {
+            out += &format!("    and {} more waiting\n", s.unlisted_waiting());
         }
     }
     if s.deletes_pending > 0 {
@@ -276,13 +280,13 @@ fn watch(
         let mut seen = Vec::new();
         let mut summary = Vec::new();
         for s in &all {
-            let waiting = s.uploads.iter().filter(|u| !u.running).count();
+            let running = s.uploads.iter().filter(|u| u.running).count();
             summary.push(format!(
-                "{}: cache {} of {}, {} running, {waiting} waiting, {} error(s)",
+                "{}: cache {} of {}, {running} running, {} waiting, {} error(s)",
                 s.mountpoint,
                 human_bytes(s.cache.used_bytes),
                 human_bytes(s.cache.max_bytes),
-                s.uploads.len() - waiting,
+                s.uploads_pending() - running,
                 s.errors.len()
             ));
             for u in s.uploads.iter().filter(|u| u.running) {

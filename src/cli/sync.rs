@@ -12,8 +12,10 @@ use clap::Args;
 use super::control;
 use crate::fs::status::{Status, human_bytes};
 
-/// How often the mounts are asked.
+/// How often the mounts are asked, with a few files pending.
 const POLL: Duration = Duration::from_millis(100);
+/// ... and at most this seldom with many: a mount's status costs it a walk of the files pending.
+const POLL_MANY: Duration = Duration::from_secs(1);
 /// Without --timeout, how long a mount may stay offline before sync gives up on it: its files
 /// are safe in the journal, and a script should hear at once that they are not stored.
 const OFFLINE_PATIENCE: Duration = Duration::from_secs(10);
@@ -60,7 +62,7 @@ pub fn sync(args: SyncArgs) -> Result<(), Box<dyn std::error::Error>> {
         // store until they are.)
         let pending: usize = mounts
             .iter()
-            .map(|m| m.uploads.len() + m.deletes_pending)
+            .map(|m| m.uploads_pending() + m.deletes_pending)
             .sum();
         if pending == 0 && mounts.iter().any(|m| !m.set_aside.is_empty()) {
             if live {
@@ -101,16 +103,24 @@ pub fn sync(args: SyncArgs) -> Result<(), Box<dyn std::error::Error>> {
         if live {
             eprint!("\r{}", progress(&mounts, started.elapsed()));
         }
-        std::thread::sleep(POLL);
+        std::thread::sleep(poll_after(pending));
     }
+}
+
+/// The pause before asking again, longer as more files are pending, so that the walks of a
+/// long sync cost the mounts a bounded share of their time (a second's wait is nothing to a
+/// sync of thousands of files).
+fn poll_after(pending: usize) -> Duration {
+    let times = u32::try_from(pending / 1000 + 1).unwrap_or(u32::MAX);
+    POLL.saturating_mul(times).min(POLL_MANY)
 }
 
 /// One line: files and bytes still to store, and the rate of those being sent.
 fn progress(mounts: &[Status], elapsed: Duration) -> String {
+    let files: usize = mounts.iter().map(Status::uploads_pending).sum();
+    let bytes: u64 = mounts.iter().map(Status::pending_bytes).sum();
     let uploads = mounts.iter().flat_map(|m| &m.uploads);
-    let (files, bytes, sent, rate) = uploads.fold((0, 0, 0, 0.0), |(f, b, s, r), u| {
-        (f + 1, b + u.size, s + u.sent, r + u.rate)
-    });
+    let (sent, rate) = uploads.fold((0, 0.0), |(s, r), u| (s + u.sent, r + u.rate));
     let offline = if mounts.iter().any(|m| m.offline) {
         ", server unreachable"
     } else {
@@ -142,10 +152,13 @@ fn set_aside(mounts: &[Status]) -> String {
 /// What is left, a line per file, with the mount's recent errors (the reason, when there is one).
 fn left(mounts: &[Status]) -> String {
     let mut out = String::new();
-    for m in mounts.iter().filter(|m| !m.uploads.is_empty()) {
+    for m in mounts.iter().filter(|m| m.uploads_pending() > 0) {
         for u in &m.uploads {
             let state = if u.running { "sending" } else { "waiting" };
             out += &format!("  {state}  {}  {}\n", human_bytes(u.size), u.path);
+        }
+        if m.unlisted_waiting() > 0 {
+            out += &format!("  and {} more waiting\n", m.unlisted_waiting());
         }
         if let Some(e) = m.errors.last() {
             out += &format!("  last error on {}: {}\n", m.mountpoint, e.message);

@@ -18,6 +18,9 @@ use crate::sync::relock;
 
 /// Errors kept for `vaultfs status`.
 const RECENT_ERRORS: usize = 20;
+/// Waiting uploads named one by one in a status (the oldest); the rest are counted. `vaultfs
+/// sync` asks ten times a second, so a status must not grow with 100,000 files waiting.
+const LISTED_WAITING: usize = 50;
 /// A long upload logs its progress this often.
 const PROGRESS_LOG_EVERY: Duration = Duration::from_secs(10);
 
@@ -75,8 +78,14 @@ pub struct Status {
     /// a staging file makes none).
     #[serde(default)]
     pub daemon_writes: u64,
-    /// Uploads in flight first, then those waiting (for a slot, a retry or a writer to close).
+    /// Uploads in flight first, then those waiting (for a slot, a retry or a writer to close):
+    /// the oldest [`LISTED_WAITING`] of them, the rest counted in `waiting`.
     pub uploads: Vec<Upload>,
+    /// Uploads waiting, listed or not, and their bytes.
+    #[serde(default)]
+    pub waiting: usize,
+    #[serde(default)]
+    pub waiting_bytes: u64,
     /// Unlinks answered whose deletes are not on the store yet (`fs::deletes`).
     #[serde(default)]
     pub deletes_pending: usize,
@@ -92,6 +101,37 @@ pub struct Status {
     /// Pinned files and folders (`vaultfs pin`), kept whole on disk.
     #[serde(default)]
     pub pins: Vec<Pin>,
+}
+
+impl Status {
+    /// Uploads running or waiting, listed or not.
+    pub fn uploads_pending(&self) -> usize {
+        self.running().count() + self.waiting.max(self.listed_waiting())
+    }
+
+    /// Waiting uploads not named in `uploads` (a daemon before `waiting` named them all).
+    pub fn unlisted_waiting(&self) -> usize {
+        self.waiting.saturating_sub(self.listed_waiting())
+    }
+
+    /// Bytes of the uploads running or waiting.
+    pub fn pending_bytes(&self) -> u64 {
+        let listed_waiting: u64 = self
+            .uploads
+            .iter()
+            .filter(|u| !u.running)
+            .map(|u| u.size)
+            .sum();
+        self.running().map(|u| u.size).sum::<u64>() + self.waiting_bytes.max(listed_waiting)
+    }
+
+    fn running(&self) -> impl Iterator<Item = &Upload> {
+        self.uploads.iter().filter(|u| u.running)
+    }
+
+    fn listed_waiting(&self) -> usize {
+        self.uploads.len() - self.running().count()
+    }
 }
 
 /// A pinned file or folder and how much of it is whole on disk.
@@ -287,8 +327,10 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
     let running = fs.uploads.tracker.running();
     let mut uploads: Vec<Upload> = running.values().cloned().collect();
     uploads.sort_by(|a, b| a.path.cmp(&b.path));
-    let mut waiting = Vec::new();
-    fs.nodes.read(|t| {
+    // The oldest waiting files (the lowest inode numbers) by a bounded heap, the rest counted.
+    let mut oldest = std::collections::BinaryHeap::new();
+    let (mut waiting_count, mut waiting_bytes) = (0, 0);
+    let mut waiting = fs.nodes.read(|t| {
         for ino in t.staged_inos() {
             if running.contains_key(&ino) {
                 continue;
@@ -298,15 +340,25 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
             if i.unlinked || !s.is_dirty() {
                 continue;
             }
-            waiting.push(Upload {
+            waiting_count += 1;
+            waiting_bytes += s.size();
+            oldest.push(ino);
+            if oldest.len() > LISTED_WAITING {
+                oldest.pop();
+            }
+        }
+        oldest
+            .iter()
+            .filter_map(|ino| t.get(*ino))
+            .map(|i| Upload {
                 path: i.path.to_string(),
-                size: s.size(),
+                size: i.staged.as_ref().map_or(0, |s| s.size()),
                 sent: 0,
                 running: false,
                 rate: 0.0,
                 elapsed: 0.0,
-            });
-        }
+            })
+            .collect::<Vec<_>>()
     });
     waiting.sort_by(|a, b| a.path.cmp(&b.path));
     uploads.extend(waiting);
@@ -343,6 +395,8 @@ pub(crate) fn snapshot<B: Backend>(fs: &Fs<B>, mountpoint: &str) -> Status {
         daemon_writes,
         deletes_pending: fs.deletes.pending(),
         uploads,
+        waiting: waiting_count,
+        waiting_bytes,
         errors: fs.uploads.tracker.errors(),
         conflicts: fs.conflicts.list(),
         set_aside: fs.journal.set_aside(),
