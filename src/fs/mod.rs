@@ -528,7 +528,7 @@ pub fn mount<B: Backend>(
         }
     });
     let result = session.run();
-    offline::save(&fs);
+    offline::save(&fs, true);
     fs.journal.shut_spares();
     // Unmounted: the deletes answered are sent first (an upload after them may need the name).
     // Those not sent in time leave their files on the store: nothing is lost.

@@ -334,7 +334,8 @@ impl Nodes {
     }
 
     /// `Table::listings_changed_here`.
-    pub(super) fn listings_changed_here(&self, keep: bool) -> Vec<(Node, Vec<Node>)> {
-        self.lock().listings_changed_here(keep)
+    pub(super) fn listings_changed_here(&self, keep: bool, every: bool) -> Vec<(Node, Vec<Node>)> {
+        self.lock()
+            .listings_changed_here(keep, every, Instant::now())
     }
 }

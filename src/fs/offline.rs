@@ -273,11 +273,12 @@ impl<B: Backend> Fs<B> {
 }
 
 /// Writes the snapshot and the read cache's index, if changed since last written.
-pub(super) fn save<B: Backend>(fs: &Fs<B>) {
+pub(super) fn save<B: Backend>(fs: &Fs<B>, last: bool) {
     // The built-in store is never out of reach: no snapshot to keep (listing a changed folder
     // again every `SAVE_EVERY` made a large `rm -rf` cost the square of the folder's size).
+    // Over a server a large folder rests between saves for the same reason, but for the last.
     let keep = fs.backend.local().is_none();
-    for (folder, children) in fs.nodes.listings_changed_here(keep) {
+    for (folder, children) in fs.nodes.listings_changed_here(keep, last) {
         fs.offline.record_here(folder, children);
     }
     if let Err(e) = fs.offline.save() {
@@ -301,7 +302,8 @@ pub(super) fn start<B: Backend>(fs: &Arc<Fs<B>>) {
         loop {
             tokio::time::sleep(SAVE_EVERY).await;
             let Some(f) = weak.upgrade() else { return };
-            save(&f);
+            // (Files written and synced: off the runtime's workers.)
+            let _ = tokio::task::spawn_blocking(move || save(&f, false)).await;
         }
     });
     let weak = Arc::downgrade(fs);

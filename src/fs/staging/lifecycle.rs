@@ -53,7 +53,7 @@ use super::{Snapshot, Staged};
 use crate::api::{Base, Error, FileAttrs, Node, NodePath, whole_mode};
 use crate::backend::{Backend, PutFile};
 use crate::fs::Fs;
-use crate::fs::table::{Ino, Inode, Remote, Table};
+use crate::fs::table::{Ino, Inode, InodeKind, Remote, Table};
 
 mod entries;
 mod names;
@@ -211,7 +211,7 @@ impl<B: Backend> Fs<B> {
     /// at `path`, with no writer; its upload is the caller's to schedule.
     pub(in crate::fs) fn recovered(&self, path: &NodePath, staged: Staged) -> Ino {
         let mut t = self.nodes.lock();
-        let ino = t.ensure(path, crate::fs::table::InodeKind::File);
+        let ino = t.ensure(path, InodeKind::File);
         t.set_staged(ino, Some(Arc::new(staged)));
         ino
     }
@@ -579,16 +579,21 @@ impl<B: Backend> Fs<B> {
     }
 
     /// **Rename**, the source: staged files follow their inodes; their journal entries (all
-    /// those under a renamed folder too) are rewritten to the paths under `dst`.
-    pub(in crate::fs) fn renamed(&self, t: &Table, dst: &NodePath) {
-        for sino in t.staged_inos() {
-            if let Some(i) = t.get(sino) {
-                if dst.contains(&i.path) {
-                    if let Some(s) = &i.staged {
-                        let _ = self.journal_at(s, i);
-                    }
+    /// those under a renamed folder too) are rewritten to the paths under `dst`. A file renamed
+    /// rewrites its own entry alone: rsync renames every file it writes, and a walk of all
+    /// staged files per rename would grow with the files waiting.
+    pub(in crate::fs) fn renamed(&self, t: &Table, ino: Ino, dst: &NodePath) {
+        let rewrite = |sino: Ino| {
+            if let Some(i) = t.get(sino).filter(|i| dst.contains(&i.path)) {
+                if let Some(s) = &i.staged {
+                    let _ = self.journal_at(s, i);
                 }
             }
+        };
+        if t.get(ino).is_some_and(|i| i.kind == InodeKind::File) {
+            rewrite(ino);
+        } else {
+            t.staged_inos().for_each(rewrite);
         }
     }
 

@@ -144,7 +144,7 @@ impl<B: Backend> Fs<B> {
         let mut t = self.nodes.lock();
         t.rename(ino, copy);
         t.give_back(dst);
-        self.renamed(&t, copy);
+        self.renamed(&t, ino, copy);
         for p in parents {
             t.entries_changed(p);
         }
@@ -217,7 +217,7 @@ impl<B: Backend> Fs<B> {
                 t.vacate(src.clone(), ino, id);
             }
         }
-        self.renamed(&t, dst);
+        self.renamed(&t, ino, dst);
         for p in parents {
             t.entries_changed(p);
         }

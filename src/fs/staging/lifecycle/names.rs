@@ -30,7 +30,7 @@ impl<B: Backend> Fs<B> {
         }
         t.rename(ino, copy);
         t.give_back(path);
-        self.renamed(&t, copy);
+        self.renamed(&t, ino, copy);
         let dir_ino = t.ino_of(dir);
         if let Some(d) = dir_ino {
             t.entries_changed(d);
