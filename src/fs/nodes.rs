@@ -333,9 +333,13 @@ impl Nodes {
         self.lock().restore(root, load)
     }
 
-    /// `Table::listings_changed_here`.
-    pub(super) fn listings_changed_here(&self, keep: bool, every: bool) -> Vec<(Node, Vec<Node>)> {
-        self.lock()
-            .listings_changed_here(keep, every, Instant::now())
+    /// `dir` is due for the offline snapshot again (its last write failed).
+    pub(super) fn snapshot_again(&self, dir: Ino) {
+        self.lock().snapshot_again(dir);
+    }
+
+    /// `Table::snapshot_due`.
+    pub(super) fn snapshot_due(&self, keep: bool, every: bool) -> Vec<Ino> {
+        self.lock().snapshot_due(keep, every, Instant::now())
     }
 }

@@ -22,9 +22,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use serde::{Deserialize, Serialize};
+
 use super::Fs;
+use super::nodes::Nodes;
 use super::staging::{Next, Retry};
-use crate::api::{Error, Node, NodePath};
+use super::table::Ino;
+use crate::api::{Error, Node, NodePath, NodeType};
 use crate::backend::Backend;
 use crate::sync::relock;
 
@@ -51,6 +55,95 @@ fn folder_file(dir: &Path, uri: &str) -> PathBuf {
     use sha2::{Digest, Sha256};
     let name = crate::api::checksum::hex(&Sha256::digest(uri.as_bytes()));
     dir.join(format!("{name}.json"))
+}
+
+/// What the last listing said of an entry that the table knows less of.
+#[derive(Deserialize)]
+struct Said {
+    #[serde(default)]
+    name: String,
+    #[serde(rename = "nodeType", default)]
+    node_type: NodeType,
+    #[serde(rename = "createdOn", default)]
+    created_on: Option<String>,
+}
+
+/// A folder's file read light: its node, and what it said of each entry.
+#[derive(Deserialize)]
+struct LastFolder {
+    #[serde(flatten)]
+    folder: Node,
+    #[serde(default)]
+    children: Vec<Said>,
+}
+
+/// The folder at `uri` as last written, read light; None if never written.
+fn read_last(dir: &Path, uri: &str) -> Option<LastFolder> {
+    let f = std::fs::File::open(folder_file(dir, uri)).ok()?;
+    let last: LastFolder = serde_json::from_reader(std::io::BufReader::new(f)).ok()?;
+    (last.folder.uri == uri).then_some(last)
+}
+
+/// A folder's file as written: the folder's node, its entries streamed from the table.
+#[derive(Serialize)]
+struct Written<'a> {
+    #[serde(flatten)]
+    folder: &'a Node,
+    children: Entries<'a>,
+}
+
+/// The entries of a listed folder, taken from the table `PART` at a time as they are written.
+struct Entries<'a> {
+    nodes: &'a Nodes,
+    dir: Ino,
+    said: &'a HashMap<String, Said>,
+}
+
+/// Entries taken from the table at a time (the table's lock is held for these only).
+const PART: usize = 1000;
+
+impl Serialize for Entries<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(None)?;
+        let mut after: Option<String> = None;
+        loop {
+            let (part, last) = self
+                .nodes
+                .read(|t| t.entries_after(self.dir, after.as_deref(), PART));
+            let Some(last) = last else { break };
+            for mut c in part {
+                if let Some(b) = self.said.get(&c.name) {
+                    if b.node_type.is_file() == c.node_type.is_file() {
+                        c.node_type = b.node_type;
+                        c.created_on = b.created_on.clone().or(c.created_on);
+                    }
+                }
+                seq.serialize_element(&c)?;
+            }
+            after = Some(last);
+        }
+        seq.end()
+    }
+}
+
+/// A writer that hashes what goes through it.
+struct Hashing<W> {
+    inner: W,
+    digest: std::collections::hash_map::DefaultHasher,
+}
+
+impl<W: std::io::Write> std::io::Write for Hashing<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        use std::hash::Hasher;
+        let n = self.inner.write(buf)?;
+        self.digest.write(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// The folder at `uri` as last recorded, with its children; None if never listed.
@@ -146,68 +239,108 @@ impl Offline {
         relock(&self.pending).insert(path.uri(), n);
     }
 
-    /// A folder's entries as this mount changed them (`Table::listings_changed_here`): what
-    /// the last listing said of each name is kept where the table knows less (a vault's type,
-    /// a file's creation time).
-    fn record_here(&self, node: Node, children: Vec<Node>) {
-        let mut pending = relock(&self.pending);
-        // A folder made here was never listed: the table's view of it is all there is.
-        let folder = match pending.entry(node.uri.clone()) {
-            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::btree_map::Entry::Vacant(e) => {
-                let last = read_folder(&self.dir, &node.uri);
-                e.insert(last.unwrap_or(node))
-            }
+    /// A folder's entries as this mount changed them (`Table::snapshot_due`), written now:
+    /// what the last listing said of each name is kept where the table knows less (a vault's
+    /// type, a file's creation time). The entries are taken from the table a part at a time
+    /// and written as they come: a folder of 100,000 files was 100,000 nodes in memory twice
+    /// over (the table's and the last file's) and its whole text besides.
+    fn write_here(&self, nodes: &Nodes, dir: Ino) -> std::io::Result<()> {
+        let Some(node) = nodes.read(|t| t.listed_folder(dir)) else {
+            return Ok(());
         };
-        let before: BTreeMap<String, Node> = folder
-            .children
-            .take()
-            .unwrap_or_default()
-            .into_iter()
-            .map(|c| (c.name.clone(), c))
-            .collect();
-        let children = children
-            .into_iter()
-            .map(|mut c| {
-                if let Some(b) = before.get(&c.name) {
-                    if b.node_type.is_file() == c.node_type.is_file() {
-                        c.node_type = b.node_type;
-                        c.created_on = b.created_on.clone().or(c.created_on);
-                    }
-                }
-                c
-            })
-            .collect();
-        folder.children = Some(children);
+        let uri = node.uri.clone();
+        // What the last listing said: one fetched since the last save, or the folder's file.
+        // (A folder made here was never listed: the table's view of it is all there is.)
+        let mut fetched = relock(&self.pending).remove(&uri);
+        let (folder, said) = match fetched.as_mut() {
+            Some(f) => {
+                let children = f.children.take();
+                let folder = f.clone();
+                f.children = children;
+                let said = f.children.iter().flatten().map(|c| Said {
+                    name: c.name.clone(),
+                    node_type: c.node_type,
+                    created_on: c.created_on.clone(),
+                });
+                (folder, said.collect())
+            }
+            None => match read_last(&self.dir, &uri) {
+                Some(last) => (last.folder, last.children),
+                None => (node, Vec::new()),
+            },
+        };
+        let said: HashMap<String, Said> = said.into_iter().map(|s| (s.name.clone(), s)).collect();
+        let out = Written {
+            folder: &folder,
+            children: Entries {
+                nodes,
+                dir,
+                said: &said,
+            },
+        };
+        let written = self.write_folder(&uri, |w| serde_json::to_writer(w, &out));
+        if written.is_err() {
+            // Kept for the next save.
+            if let Some(f) = fetched {
+                relock(&self.pending).entry(uri).or_insert(f);
+            }
+            nodes.snapshot_again(dir);
+        }
+        written
     }
 
-    /// Writes the folders recorded since the last save (those that changed).
+    /// Writes the folders fetched since the last save and not written with this mount's
+    /// changes (`write_here`).
     fn save(&self) -> std::io::Result<()> {
         let pending = std::mem::take(&mut *relock(&self.pending));
         let mut failed = None;
         for (uri, node) in pending {
-            let bytes = serde_json::to_vec(&node)?;
-            let digest = {
-                use std::hash::{Hash, Hasher};
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                bytes.hash(&mut h);
-                h.finish()
-            };
-            if relock(&self.written).get(&uri) == Some(&digest) {
-                continue;
-            }
-            match write_atomically(&folder_file(&self.dir, &uri), &bytes) {
-                Ok(()) => {
-                    relock(&self.written).insert(uri, digest);
-                }
-                Err(e) => {
-                    // Kept for the next save (unless recorded anew meanwhile).
-                    relock(&self.pending).entry(uri).or_insert(node);
-                    failed = Some(e);
-                }
+            if let Err(e) = self.write_folder(&uri, |w| serde_json::to_writer(w, &node)) {
+                // Kept for the next save (unless recorded anew meanwhile).
+                relock(&self.pending).entry(uri).or_insert(node);
+                failed = Some(e);
             }
         }
         failed.map_or(Ok(()), Err)
+    }
+
+    /// Writes the file of the folder at `uri` as `json` writes it (through a buffer, hashed as
+    /// it goes), aside, synced and renamed over; unless it is what was written last.
+    fn write_folder(
+        &self,
+        uri: &str,
+        json: impl FnOnce(&mut dyn std::io::Write) -> serde_json::Result<()>,
+    ) -> std::io::Result<()> {
+        use std::hash::Hasher;
+        let path = folder_file(&self.dir, uri);
+        let tmp = path.with_extension("tmp");
+        let file = crate::api::files::new_private(&tmp)?;
+        let mut w = Hashing {
+            inner: std::io::BufWriter::new(file),
+            digest: std::collections::hash_map::DefaultHasher::new(),
+        };
+        let done = json(&mut w)
+            .map_err(std::io::Error::other)
+            .and_then(|()| w.inner.into_inner().map_err(|e| e.into_error()));
+        let unchanged = |digest| relock(&self.written).get(uri) == Some(&digest);
+        let digest = w.digest.finish();
+        let kept = done.and_then(|file| match unchanged(digest) {
+            true => Ok(false),
+            false => file
+                .sync_all()
+                .and_then(|()| std::fs::rename(&tmp, &path))
+                .map(|()| true),
+        });
+        match kept {
+            Ok(true) => {
+                relock(&self.written).insert(uri.to_string(), digest);
+                Ok(())
+            }
+            other => {
+                let _ = std::fs::remove_file(&tmp);
+                other.map(|_| ())
+            }
+        }
     }
 
     /// Since when the backend is out of reach, if it is.
@@ -278,8 +411,10 @@ pub(super) fn save<B: Backend>(fs: &Fs<B>, last: bool) {
     // again every `SAVE_EVERY` made a large `rm -rf` cost the square of the folder's size).
     // Over a server a large folder rests between saves for the same reason, but for the last.
     let keep = fs.backend.local().is_none();
-    for (folder, children) in fs.nodes.listings_changed_here(keep, last) {
-        fs.offline.record_here(folder, children);
+    for dir in fs.nodes.snapshot_due(keep, last) {
+        if let Err(e) = fs.offline.write_here(&fs.nodes, dir) {
+            log::warn!("cannot write the offline snapshot of a folder: {e}");
+        }
     }
     if let Err(e) = fs.offline.save() {
         log::warn!("cannot write the offline snapshot: {e}");
@@ -421,5 +556,75 @@ mod tests {
         assert!(can_start_offline(tmp.path(), &root));
         let kept = read_folder(&off.dir, &root.uri()).unwrap();
         assert_eq!(kept.children.unwrap()[0].name, "x");
+    }
+
+    /// A folder changed here is written from the table a part at a time, all its entries
+    /// there, with what the last listing said where the table knows less (a vault's type, a
+    /// creation time); written again unchanged, its file is left as it was.
+    #[test]
+    fn a_large_folder_is_written_from_the_table_with_what_its_listing_said() {
+        let tmp = tempfile::tempdir().unwrap();
+        let off = Offline::open(tmp.path()).unwrap();
+        let root = NodePath::parse_uri("/nodes/pth/Local/V").unwrap();
+        let mut t = crate::fs::table::Table::new(root.clone());
+        let path = root.child("big").unwrap();
+        let dir = t.ensure(&path, crate::fs::table::InodeKind::Dir);
+        let n = 2 * PART + 7;
+        let mut names = BTreeMap::new();
+        for i in 0..n {
+            let name = format!("d{i:05}");
+            let ino = t.ensure(
+                &path.child(&name).unwrap(),
+                crate::fs::table::InodeKind::Dir,
+            );
+            names.insert(name, ino);
+        }
+        t.get_mut(dir).unwrap().set_listing(names);
+        let nodes = Nodes::new(t, Duration::from_secs(1), Box::new(|| None));
+
+        // The listing fetched before: a vault among the entries, a creation time.
+        let said = |name: &str, node_type| Node {
+            name: name.into(),
+            uri: path.child(name).unwrap().uri(),
+            node_type,
+            created_on: Some("2020-01-02T03:04:05Z".into()),
+            ..Node::default()
+        };
+        let folder = Node {
+            name: "big".into(),
+            uri: path.uri(),
+            node_type: NodeType::FolderNodeType,
+            ..Node::default()
+        };
+        let fetched = [
+            said("d00003", NodeType::VaultNodeType),
+            said("d00004", NodeType::FolderNodeType),
+        ];
+        off.record(&path, &folder, &fetched);
+        off.write_here(&nodes, dir).unwrap();
+
+        let back = read_folder(&off.dir, &path.uri()).unwrap();
+        let children = back.children.unwrap();
+        let got: Vec<&str> = children.iter().map(|c| c.name.as_str()).collect();
+        let want: Vec<String> = (0..n).map(|i| format!("d{i:05}")).collect();
+        assert_eq!(got, want);
+        assert_eq!(children[3].node_type, NodeType::VaultNodeType);
+        assert_eq!(
+            children[4].created_on.as_deref(),
+            Some("2020-01-02T03:04:05Z")
+        );
+        assert_eq!(children[5].node_type, NodeType::FolderNodeType);
+
+        // Again, from the file written (nothing fetched since): the same, not written again.
+        let file = folder_file(&off.dir, &path.uri());
+        let inode = |f: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(f).unwrap());
+        let ino = inode(&file);
+        off.write_here(&nodes, dir).unwrap();
+        assert_eq!(inode(&file), ino);
+        let again = read_folder(&off.dir, &path.uri()).unwrap();
+        assert_eq!(
+            again.children.unwrap()[3].node_type,
+            NodeType::VaultNodeType
+        );
     }
 }

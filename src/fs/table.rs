@@ -146,18 +146,12 @@ impl Table {
         }
     }
 
-    /// The listings of folders whose entries changed here since last asked, as nodes (files
-    /// known to the backend only: one that exists only here is the journal's): for the
-    /// offline snapshot, which would otherwise hold only listings fetched, and a listing the
-    /// change feed keeps fresh is not fetched again after this mount's own changes.
-    /// None when `keep` is false: the marks are dropped. A large folder taken lately is left
-    /// for a later save unless `every` (the last save, at unmount).
-    pub fn listings_changed_here(
-        &mut self,
-        keep: bool,
-        every: bool,
-        now: Instant,
-    ) -> Vec<(Node, Vec<Node>)> {
+    /// The folders whose entries changed here since last asked, for the offline snapshot,
+    /// which would otherwise hold only listings fetched (and a listing the change feed keeps
+    /// fresh is not fetched again after this mount's own changes). None when `keep` is false:
+    /// the marks are dropped. A large folder taken lately is left for a later save unless
+    /// `every` (the last save, at unmount).
+    pub fn snapshot_due(&mut self, keep: bool, every: bool, now: Instant) -> Vec<Ino> {
         if !keep {
             self.snapshot_due.clear();
             return Vec::new();
@@ -170,28 +164,52 @@ impl Table {
             .copied()
             .filter(|d| every || !resting.contains_key(d))
             .collect();
-        let mut taken = Vec::with_capacity(due.len());
-        for dir in due {
-            self.snapshot_due.remove(&dir);
-            let Some(d) = self.inodes.get(&dir) else {
-                continue;
-            };
-            let Some((_, names)) = d.listing.as_ref() else {
-                continue;
-            };
-            let children = names
-                .values()
-                .filter_map(|c| self.get(*c))
-                .filter(|c| !c.unlinked)
-                .filter_map(Inode::as_node)
-                .collect();
-            let rest = SNAPSHOT_REST_PER_ENTRY.saturating_mul(names.len() as u32);
-            if let Some(node) = d.as_node() {
-                taken.push((node, children));
-            }
-            self.snapshot_resting.insert(dir, now + rest);
+        for dir in &due {
+            self.snapshot_due.remove(dir);
+            let entries = self.inodes.get(dir).and_then(|d| d.listing.as_ref());
+            let n = entries.map_or(0, |(_, names)| names.len());
+            let rest = SNAPSHOT_REST_PER_ENTRY.saturating_mul(n as u32);
+            self.snapshot_resting.insert(*dir, now + rest);
         }
-        taken
+        due
+    }
+
+    /// `dir` is due for the offline snapshot again.
+    pub fn snapshot_again(&mut self, dir: Ino) {
+        self.snapshot_due.insert(dir);
+    }
+
+    /// The listed folder `dir` as a node (for the offline snapshot).
+    pub fn listed_folder(&self, dir: Ino) -> Option<Node> {
+        let d = self.inodes.get(&dir)?;
+        d.listing.as_ref()?;
+        d.as_node()
+    }
+
+    /// Up to `n` of the listed folder `dir`'s entries after the name `after`, as nodes (files
+    /// known to the backend only: one that exists only here is the journal's), and the last
+    /// name looked at (None: no more). The offline snapshot writes a large folder a part at a
+    /// time, never all its entries as nodes at once.
+    pub fn entries_after(
+        &self,
+        dir: Ino,
+        after: Option<&str>,
+        n: usize,
+    ) -> (Vec<Node>, Option<String>) {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let Some((_, names)) = self.inodes.get(&dir).and_then(|d| d.listing.as_ref()) else {
+            return (Vec::new(), None);
+        };
+        let from = after.map_or(Unbounded, Excluded);
+        let part: Vec<(&String, &Ino)> = names.range::<str, _>((from, Unbounded)).take(n).collect();
+        let last = part.last().map(|(name, _)| name.to_string());
+        let nodes = part
+            .into_iter()
+            .filter_map(|(_, c)| self.get(*c))
+            .filter(|c| !c.unlinked)
+            .filter_map(Inode::as_node)
+            .collect();
+        (nodes, last)
     }
 
     /// A change made elsewhere (`follow`): the listing of `dir` counts as fetched at `past`,
@@ -734,7 +752,7 @@ mod tests {
     use super::*;
 
     /// A large folder changed again right after the snapshot took it waits for its rest; the
-    /// last save (`every`) takes it at once.
+    /// last save (`every`) takes it at once. Its entries are read a part at a time.
     #[test]
     fn a_large_folder_rests_between_snapshots_but_for_the_last() {
         let root = NodePath::parse_uri("/nodes/pth/Local/V").unwrap();
@@ -745,28 +763,39 @@ mod tests {
         let names = (0..n)
             .map(|i| {
                 let name = format!("d{i:05}");
-                (
-                    name.clone(),
-                    t.ensure(&dir_path.child(&name).unwrap(), InodeKind::Dir),
-                )
+                let ino = t.ensure(&dir_path.child(&name).unwrap(), InodeKind::Dir);
+                (name, ino)
             })
             .collect();
         t.get_mut(dir).unwrap().set_listing(names);
         let rest = SNAPSHOT_REST_PER_ENTRY * n;
         let now = Instant::now();
-        let taken = |t: &mut Table, every, at| {
-            let got = t.listings_changed_here(true, every, at);
-            got.iter().map(|(_, c)| c.len()).collect::<Vec<_>>()
-        };
         t.entries_changed(dir);
-        assert_eq!(taken(&mut t, false, now), [n as usize]);
+        assert_eq!(t.snapshot_due(true, false, now), [dir]);
         t.entries_changed(dir);
-        let soon = now + rest / 2;
-        assert_eq!(taken(&mut t, false, soon), Vec::<usize>::new());
-        assert_eq!(taken(&mut t, false, now + rest * 2), [n as usize]);
+        assert_eq!(
+            t.snapshot_due(true, false, now + rest / 2),
+            Vec::<Ino>::new()
+        );
+        assert_eq!(t.snapshot_due(true, false, now + rest * 2), [dir]);
         t.entries_changed(dir);
-        assert_eq!(taken(&mut t, true, now + rest * 2), [n as usize]);
+        assert_eq!(t.snapshot_due(true, true, now + rest * 2), [dir]);
         // Nothing changed since: nothing to take, rested or not.
-        assert_eq!(taken(&mut t, true, now + rest * 10), Vec::<usize>::new());
+        assert_eq!(
+            t.snapshot_due(true, true, now + rest * 10),
+            Vec::<Ino>::new()
+        );
+
+        let mut seen = Vec::new();
+        let mut after = None;
+        loop {
+            let (part, last) = t.entries_after(dir, after.as_deref(), 1000);
+            let Some(last) = last else { break };
+            assert!(part.len() <= 1000);
+            seen.extend(part.into_iter().map(|c| c.name));
+            after = Some(last);
+        }
+        let want: Vec<String> = (0..n).map(|i| format!("d{i:05}")).collect();
+        assert_eq!(seen, want);
     }
 }
