@@ -185,14 +185,44 @@ fn split_old(cache_dir: &Path, dir: &Path) -> std::io::Result<()> {
     std::fs::remove_file(old)
 }
 
-/// Writes `bytes` to `path` whole or not at all: to a file beside it, synced, renamed over.
+/// Writes `bytes` to `path` whole or not at all: to a file beside it (`aside`), synced,
+/// renamed over.
 pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
-    let tmp = path.with_extension("tmp");
-    let mut f = crate::api::files::new_private(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
+    let tmp = aside(path);
+    let written = crate::api::files::new_private(&tmp).and_then(|mut f| {
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// A name beside `path` for one write of it: its name, this process and a count, `.tmp`. Two
+/// writers never share one, and one a crash left never stands in the way: under one fixed
+/// name (made with `O_EXCL`), a file left by a crash mid-write failed every later save of
+/// that folder, the pins or the cache's index until removed by hand.
+fn aside(path: &Path) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{}.{n}.tmp", std::process::id()));
+    path.with_file_name(name)
+}
+
+/// Files a crash left aside in the snapshot's folder (`aside`): this daemon owns the cache dir.
+fn sweep_aside(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().ends_with(".tmp") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// The snapshot and the offline state of a mount: since when the backend is out of reach,
@@ -211,12 +241,16 @@ pub(super) struct Offline {
     until: Mutex<Option<std::time::Instant>>,
     /// Told when the backend answers again: uploads waiting to retry go at once.
     pub(super) reconnected: tokio::sync::Notify,
+    /// Held by a save: the last, at unmount, may come while a periodic one is under way, and
+    /// two writing a folder's file aside under the same name would rename a torn one over it.
+    saving: Mutex<()>,
 }
 
 impl Offline {
     pub(super) fn open(cache_dir: &Path) -> std::io::Result<Offline> {
         let dir = tree_dir(cache_dir);
         super::private_dir(&dir)?;
+        sweep_aside(&dir);
         if let Err(e) = split_old(cache_dir, &dir) {
             log::warn!("cannot split the offline snapshot into one file a folder: {e}");
         }
@@ -227,6 +261,7 @@ impl Offline {
             since: Mutex::new(None),
             until: Mutex::new(None),
             reconnected: tokio::sync::Notify::new(),
+            saving: Mutex::new(()),
         })
     }
 
@@ -313,7 +348,7 @@ impl Offline {
     ) -> std::io::Result<()> {
         use std::hash::Hasher;
         let path = folder_file(&self.dir, uri);
-        let tmp = path.with_extension("tmp");
+        let tmp = aside(&path);
         let file = crate::api::files::new_private(&tmp)?;
         let mut w = Hashing {
             inner: std::io::BufWriter::new(file),
@@ -411,6 +446,7 @@ pub(super) fn save<B: Backend>(fs: &Fs<B>, last: bool) {
     // again every `SAVE_EVERY` made a large `rm -rf` cost the square of the folder's size).
     // Over a server a large folder rests between saves for the same reason, but for the last.
     let keep = fs.backend.local().is_none();
+    let _one = relock(&fs.offline.saving);
     for dir in fs.nodes.snapshot_due(keep, last) {
         if let Err(e) = fs.offline.write_here(&fs.nodes, dir) {
             log::warn!("cannot write the offline snapshot of a folder: {e}");
@@ -538,6 +574,35 @@ mod tests {
         assert_eq!(names(&a), ["x", "y"]);
         assert_eq!(names(&b), ["z"]);
         assert_eq!(std::fs::read_dir(&off.dir).unwrap().count(), 2);
+    }
+
+    /// A file a crash left aside (under the fixed name of earlier builds, or this one's) does
+    /// not stand in the way of a save, and the next mount removes it.
+    #[test]
+    fn a_file_left_aside_by_a_crash_stops_no_save() {
+        let tmp = tempfile::tempdir().unwrap();
+        let off = Offline::open(tmp.path()).unwrap();
+        let a = NodePath::from_segments(["Acme", "Vault", "a"]).unwrap();
+        let file = folder_file(&off.dir, &a.uri());
+        let left = [file.with_extension("tmp"), aside(&file)];
+        for l in &left {
+            std::fs::write(l, b"{\"torn").unwrap();
+        }
+        let (n, c) = folder(&a, &["x"]);
+        off.record(&a, &n, &c);
+        off.save().unwrap();
+        assert_eq!(
+            read_folder(&off.dir, &a.uri()).unwrap().children.unwrap()[0].name,
+            "x"
+        );
+        let pins = tmp.path().join("pinned.json");
+        std::fs::write(pins.with_extension("tmp"), b"torn").unwrap();
+        write_atomically(&pins, b"[]").unwrap();
+        assert_eq!(std::fs::read(&pins).unwrap(), b"[]");
+        drop(off);
+        let off = Offline::open(tmp.path()).unwrap();
+        assert!(left.iter().all(|l| !l.exists()));
+        assert_eq!(std::fs::read_dir(&off.dir).unwrap().count(), 1);
     }
 
     /// The snapshot of one file an older mount left is split into one file a folder, and goes.
