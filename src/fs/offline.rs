@@ -241,8 +241,8 @@ pub(super) struct Offline {
     until: Mutex<Option<std::time::Instant>>,
     /// Told when the backend answers again: uploads waiting to retry go at once.
     pub(super) reconnected: tokio::sync::Notify,
-    /// Held by a save: the last, at unmount, may come while a periodic one is under way, and
-    /// two writing a folder's file aside under the same name would rename a torn one over it.
+    /// Held by a save: the last, at unmount, may come while a periodic one is under way, whose
+    /// older view of a folder could otherwise be renamed over the newer one.
     saving: Mutex<()>,
 }
 

@@ -19,7 +19,7 @@ use crate::sync::relock;
 /// Errors kept for `vaultfs status`.
 const RECENT_ERRORS: usize = 20;
 /// Waiting uploads named one by one in a status (the oldest); the rest are counted. `vaultfs
-/// sync` asks ten times a second, so a status must not grow with 100,000 files waiting.
+/// sync` asks up to ten times a second, so a status must not grow with 100,000 files waiting.
 const LISTED_WAITING: usize = 50;
 /// A long upload logs its progress this often.
 const PROGRESS_LOG_EVERY: Duration = Duration::from_secs(10);
