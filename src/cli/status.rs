@@ -168,7 +168,7 @@ fn render(s: &Status) -> String {
     if s.uploads_pending() == 0 {
         out += "  uploads   none pending\n";
     } else {
-        let running = s.uploads.iter().filter(|u| u.running).count();
+        let running = s.running().count();
         out += &format!(
             "  uploads   {running} running, {} waiting ({})\n",
             s.uploads_pending() - running,
@@ -280,7 +280,7 @@ fn watch(
         let mut seen = Vec::new();
         let mut summary = Vec::new();
         for s in &all {
-            let running = s.uploads.iter().filter(|u| u.running).count();
+            let running = s.running().count();
             summary.push(format!(
                 "{}: cache {} of {}, {running} running, {} waiting, {} error(s)",
                 s.mountpoint,
@@ -289,7 +289,7 @@ fn watch(
                 s.uploads_pending() - running,
                 s.errors.len()
             ));
-            for u in s.uploads.iter().filter(|u| u.running) {
+            for u in s.running() {
                 let key = (s.mountpoint.clone(), u.path.clone());
                 let bar = bars.entry(key.clone()).or_insert_with(|| {
                     let b = multi.add(ProgressBar::new(u.size));

@@ -3,7 +3,7 @@
 //! cache kept, writes staged in the journal), and the probe that finds the server again.
 //!
 //! - Each listing fetched is recorded (`record`), and each folder's entries as this mount
-//!   changed them (`record_here`: the feed keeps listings fresh without fetching them again
+//!   changed them (`write_here`: the feed keeps listings fresh without fetching them again
 //!   after the mount's own changes); every `SAVE_EVERY` the folders recorded since are written,
 //!   one file a folder (`offline/tree/<sha256 of its URI>.json`), and the read cache's index,
 //!   each aside and renamed over, so a crash leaves the previous whole file, never a torn one.
@@ -57,7 +57,8 @@ fn folder_file(dir: &Path, uri: &str) -> PathBuf {
     dir.join(format!("{name}.json"))
 }
 
-/// What the last listing said of an entry that the table knows less of.
+/// What the last listing said of an entry that the table knows less of (its name moves to the
+/// key of the map it is read into).
 #[derive(Deserialize)]
 struct Said {
     #[serde(default)]
@@ -287,24 +288,30 @@ impl Offline {
         // What the last listing said: one fetched since the last save, or the folder's file.
         // (A folder made here was never listed: the table's view of it is all there is.)
         let mut fetched = relock(&self.pending).remove(&uri);
-        let (folder, said) = match fetched.as_mut() {
+        let (folder, said): (Node, HashMap<String, Said>) = match fetched.as_mut() {
             Some(f) => {
                 let children = f.children.take();
                 let folder = f.clone();
                 f.children = children;
-                let said = f.children.iter().flatten().map(|c| Said {
-                    name: c.name.clone(),
-                    node_type: c.node_type,
-                    created_on: c.created_on.clone(),
+                let said = f.children.iter().flatten().map(|c| {
+                    let said = Said {
+                        name: String::new(),
+                        node_type: c.node_type,
+                        created_on: c.created_on.clone(),
+                    };
+                    (c.name.clone(), said)
                 });
                 (folder, said.collect())
             }
             None => match read_last(&self.dir, &uri) {
-                Some(last) => (last.folder, last.children),
-                None => (node, Vec::new()),
+                Some(last) => {
+                    let said =
+                        (last.children.into_iter()).map(|mut s| (std::mem::take(&mut s.name), s));
+                    (last.folder, said.collect())
+                }
+                None => (node, HashMap::new()),
             },
         };
-        let said: HashMap<String, Said> = said.into_iter().map(|s| (s.name.clone(), s)).collect();
         let out = Written {
             folder: &folder,
             children: Entries {

@@ -125,7 +125,8 @@ impl Status {
         self.running().map(|u| u.size).sum::<u64>() + self.waiting_bytes.max(listed_waiting)
     }
 
-    fn running(&self) -> impl Iterator<Item = &Upload> {
+    /// The uploads being sent now.
+    pub fn running(&self) -> impl Iterator<Item = &Upload> {
         self.uploads.iter().filter(|u| u.running)
     }
 

@@ -44,7 +44,7 @@ pub struct Table {
     /// When `recent` was last pruned.
     recent_pruned: Instant,
     /// Folders whose entries changed here since the offline snapshot last took them
-    /// (`listings_changed_here`).
+    /// (`snapshot_due`).
     snapshot_due: HashSet<Ino>,
     /// Large folders the snapshot took lately, and until when it leaves them be
     /// (`SNAPSHOT_REST_PER_ENTRY`).
